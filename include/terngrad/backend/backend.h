@@ -1,0 +1,119 @@
+// Backend: one object per device ("cpu" or "cuda:<k>") that owns everything device-specific: the stream or
+// thread pool, library handles (oneDNN engine/stream, cuDNN, cuBLAS), a workspace arena and a cache of
+// primitives/algorithms keyed by op descriptor. Layers, optimizers and codecs call ops on the backend they
+// are handed; nothing is global. The CPU backend is complete and is the oracle for the CUDA one.
+//
+// Conventions: every op writes (never accumulates into) its outputs unless its name says otherwise; all
+// tensors live on this backend's device; shapes are checked by the callers (layers), which know them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/op_desc.h"
+#include "terngrad/core/buffer.h"
+#include "terngrad/core/philox.h"
+#include "terngrad/core/tensor.h"
+
+namespace tg {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu (oneDNN 2.6, 2 threads)", "cuda:0 (NVIDIA H200)"
+  virtual Allocator& allocator() = 0;
+  virtual void synchronize() = 0;
+
+  // ---- memory -------------------------------------------------------------------------------------
+  // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void zero(const Tensor& dst) = 0;                 // any dtype
+  virtual void fill(const Tensor& dst, float value) = 0;    // f32
+
+  // ---- element-wise (f32) ---------------------------------------------------------------------------
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;   // out = a + b
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;        // y += alpha * x
+  virtual void scale(float alpha, const Tensor& x) = 0;                        // x *= alpha
+  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;             // y = max(x, 0)
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;  // dx = dy * (y > 0)
+  // Inverted dropout: mask (u8, same numel) = u < keep_prob with u from Philox(key; element, step, salt);
+  // y = x * mask / keep_prob.
+  virtual void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+                               PhiloxKey key, uint32_t step, uint32_t salt) = 0;
+  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) = 0;
+  // Channel concat of NHWC tensors (same N, H, W) into out, and its adjoint (split dout into the parts).
+  virtual void concat_channels(const std::vector<Tensor>& parts, const Tensor& out) = 0;
+  virtual void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) = 0;
+
+  // ---- reductions (synchronous; the result is on the host) -------------------------------------------
+  virtual double sum(const Tensor& x) = 0;
+  virtual double sum_squares(const Tensor& x) = 0;
+  virtual float max_abs(const Tensor& x) = 0;
+
+  // ---- loss -----------------------------------------------------------------------------------------
+  // logits (N, K), labels (N) i32 in [0, K); target = (1-ls)*onehot + ls/K. probs (N, K) = softmax,
+  // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example.
+  virtual void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                    const Tensor& probs, const Tensor& losses) = 0;
+  // dlogits = scale * (probs - target)
+  virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                     float scale, const Tensor& dlogits) = 0;
+
+  // ---- layers ---------------------------------------------------------------------------------------
+  // x (N,H,W,C), w (KH,KW,C/g,O), b (O) or undefined, y (N,OH,OW,O)
+  virtual void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                              const Tensor& y) = 0;
+  // Any of dx, dw, db may be undefined (not needed).
+  virtual void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                               const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+
+  // Bytes of per-call state a pooling forward keeps for its backward (e.g. max indices); 0 if none.
+  virtual size_t pool_workspace_bytes(const PoolDesc& d) = 0;
+  virtual void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
+  virtual void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& workspace, const Tensor& dx) = 0;
+
+  virtual size_t lrn_workspace_bytes(const LrnDesc& d) = 0;
+  virtual void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
+  virtual void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                            const Tensor& dx) = 0;
+
+  // Training: batch mean/var (C) are computed and written to mean/var (population variance).
+  // gamma may be undefined (treated as 1); then dgamma must be undefined too.
+  virtual void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& beta, const Tensor& y, const Tensor& mean,
+                                           const Tensor& var) = 0;
+  virtual void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, const Tensor& mean, const Tensor& var,
+                                            const Tensor& y) = 0;
+  virtual void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
+                                   const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  // x (N,in), w (in,out), b (out) or undefined, y (N,out)
+  virtual void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+                                     const Tensor& b, const Tensor& y) = 0;
+  virtual void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+                                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+
+  // ---- optimizer --------------------------------------------------------------------------------------
+  // One update of w with gradient g; s1/s2 are the optimizer's slots (momentum accumulator; adam m, v;
+  // rmsprop ms, mom), undefined when the optimizer has fewer.
+  virtual void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                                const Tensor& s2) = 0;
+  // ema = decay * ema + (1 - decay) * w
+  virtual void ema_update(float decay, const Tensor& w, const Tensor& ema) = 0;
+};
+
+struct BackendOptions {
+  int threads = 0;  // CPU threads (0: all hardware threads)
+};
+
+// "cpu" or "cuda" / "cuda:<k>". Unknown names and unavailable devices are errors naming the choices.
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options = {});
+bool cuda_backend_compiled();
+
+}  // namespace tg

@@ -1,0 +1,79 @@
+// Descriptors of the ops a Backend runs. Each is a plain struct of sizes and settings, hashable into the
+// backend's primitive/algorithm cache. Activations are NHWC; convolution weights are (KH, KW, Cin/groups,
+// Cout) as in TensorFlow; fully connected weights are (in, out).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tg {
+
+enum class Padding { SAME, VALID };
+
+// TensorFlow's output size and padding split (SAME puts the odd pixel after).
+struct Pad1D {
+  int64_t out, before, after;
+};
+Pad1D tf_padding(int64_t in, int64_t kernel, int64_t stride, Padding padding);
+
+struct ConvDesc {
+  int64_t n = 0, h = 0, w = 0, c = 0;             // input (N, H, W, C)
+  int64_t kh = 0, kw = 0, out_c = 0, groups = 1;  // weights (KH, KW, C/groups, out_c)
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int64_t out_h = 0, out_w = 0;  // output (N, out_h, out_w, out_c)
+  bool has_bias = false;         // bias (out_c)
+  std::string key() const;
+};
+ConvDesc make_conv_desc(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t out_c,
+                        int64_t stride, Padding padding, int64_t groups, bool has_bias);
+
+enum class PoolKind { MAX, AVG };
+struct PoolDesc {
+  PoolKind kind = PoolKind::MAX;
+  int64_t n = 0, h = 0, w = 0, c = 0;  // input (N, H, W, C)
+  int64_t kh = 0, kw = 0, stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int64_t out_h = 0, out_w = 0;  // output (N, out_h, out_w, C); AVG divides by the in-image count (TF)
+  std::string key() const;
+};
+PoolDesc make_pool_desc(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                        int64_t stride, Padding padding);
+
+// TensorFlow LRN across channels: y = x / (bias + alpha * sum_{|d'-d|<=radius} x_{d'}^2)^beta
+// (alpha is NOT divided by the window size, unlike Caffe and oneDNN).
+struct LrnDesc {
+  int64_t n = 0, h = 0, w = 0, c = 0;
+  int64_t depth_radius = 5;
+  float bias = 1.f, alpha = 1.f, beta = 0.5f;
+  std::string key() const;
+};
+
+// Batch norm over N*H*W per channel C (rank-2 input: N per channel). gamma is optional (beta-only BN as
+// the reference's nets use). Variance is the population variance of the batch.
+struct BatchNormDesc {
+  int64_t rows = 0;  // N*H*W
+  int64_t c = 0;
+  float epsilon = 0.001f;
+  bool has_gamma = false;
+  std::string key() const;
+};
+
+// Fully connected: y (N, out) = x (N, in) * w (in, out) + b (out).
+struct InnerProductDesc {
+  int64_t n = 0, in = 0, out = 0;
+  bool has_bias = true;
+  std::string key() const;
+};
+
+// One optimizer update of one tensor, TF semantics (see include/terngrad/math/optim_math.h).
+enum class OptimizerKind { GD, MOMENTUM, ADAM, RMSPROP };
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::GD;
+  float lr = 0.f;        // learning rate of this step (for adam: bias-corrected lr_t)
+  float momentum = 0.f;  // momentum, rmsprop momentum
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float decay = 0.9f;    // rmsprop decay
+};
+
+}  // namespace tg

@@ -1,0 +1,49 @@
+// Per-element optimizer updates with TensorFlow 1.x semantics, written once for the CPU loops and the CUDA
+// kernels (same bits on both when compiled without FMA contraction). lr for adam is the bias-corrected
+// lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), computed once per step on the host.
+#pragma once
+
+#include <cmath>
+
+#include "terngrad/backend/op_desc.h"
+#include "terngrad/core/host_device.h"
+
+namespace tg {
+
+// gd: w -= lr * g
+TG_HOST_DEVICE void gd_update(float& w, float g, float lr) { w -= lr * g; }
+
+// momentum (non-Nesterov): acc = m * acc + g; w -= lr * acc
+TG_HOST_DEVICE void momentum_update(float& w, float g, float& acc, float lr, float m) {
+  acc = m * acc + g;
+  w -= lr * acc;
+}
+
+// adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr_t * m / (sqrt(v) + eps)
+TG_HOST_DEVICE void adam_update(float& w, float g, float& m, float& v, float lr_t, float b1, float b2, float eps) {
+  m = b1 * m + (1.f - b1) * g;
+  v = b2 * v + (1.f - b2) * (g * g);
+  w -= lr_t * m / (sqrtf(v) + eps);
+}
+
+// rmsprop (ms initialised to 1): ms = d ms + (1-d) g^2; mom = mu mom + lr g / sqrt(ms + eps); w -= mom
+TG_HOST_DEVICE void rmsprop_update(float& w, float g, float& ms, float& mom, float lr, float d, float mu,
+                                   float eps) {
+  ms = d * ms + (1.f - d) * (g * g);
+  mom = mu * mom + lr * g / sqrtf(ms + eps);
+  w -= mom;
+}
+
+// ema = decay * ema + (1 - decay) * w  (TF: ema -= (1 - decay) * (ema - w))
+TG_HOST_DEVICE void ema_update_one(float& ema, float w, float decay) { ema -= (1.f - decay) * (ema - w); }
+
+TG_HOST_DEVICE void optimizer_update_one(const OptimizerStep& s, float& w, float g, float* s1, float* s2) {
+  switch (s.kind) {
+    case OptimizerKind::GD: gd_update(w, g, s.lr); break;
+    case OptimizerKind::MOMENTUM: momentum_update(w, g, *s1, s.lr, s.momentum); break;
+    case OptimizerKind::ADAM: adam_update(w, g, *s1, *s2, s.lr, s.beta1, s.beta2, s.epsilon); break;
+    case OptimizerKind::RMSPROP: rmsprop_update(w, g, *s1, *s2, s.lr, s.decay, s.momentum, s.epsilon); break;
+  }
+}
+
+}  // namespace tg

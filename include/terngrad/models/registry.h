@@ -1,0 +1,40 @@
+// Model registry: builders by name ("lenet", "cifarnet", ...). A builder adds its layers to an empty Net
+// for a given configuration; an unknown name is an error listing the known ones.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "terngrad/nn/net.h"
+
+namespace tg {
+
+struct ModelConfig {
+  int64_t image_size = 28;  // square input, pixels
+  int64_t channels = 1;     // 1 for MNIST, 3 otherwise
+  int64_t num_classes = 10;
+  float weight_decay = 0.0005f;
+  float dropout_keep_prob = 0.5f;
+  float label_smoothing = 0.f;
+};
+
+using ModelBuilder = std::function<void(Net&, const ModelConfig&)>;
+
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  int64_t min_image_size;  // smallest --image_size the architecture accepts
+  ModelBuilder build;
+};
+
+const std::vector<ModelInfo>& model_registry();
+const ModelInfo& find_model(const std::string& name);  // throws listing the known names
+
+// Builds `name` into `net` after checking the configuration (image size, classes).
+void build_model(const std::string& name, const ModelConfig& config, Net& net);
+
+// Builders (one file each in models/).
+void build_lenet(Net& net, const ModelConfig& config);
+
+}  // namespace tg

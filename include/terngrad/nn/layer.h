@@ -1,0 +1,108 @@
+// Layer: the unit a Net is built from. setup() infers output shapes from input shapes and declares the
+// layer's parameters (trainable), state (persistent, not trained: BN moving statistics) and saved tensors
+// (scratch written by forward for backward: pooling indices, dropout masks, BN batch statistics). The Net
+// allocates all of them; layers never allocate. forward()/backward() are non-virtual: they check that the
+// tensors they are handed have the shapes setup() promised, then call the virtual *_impl.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/nn/initializer.h"
+
+namespace tg {
+
+struct ParamSpec {
+  std::string name;  // full name, "conv1/weights"
+  Shape shape;
+  Initializer init;
+  float weight_decay = 0.f;  // L2 coefficient: loss += wd * |w|^2 / 2
+};
+struct StateSpec {
+  std::string name;  // "conv1/BatchNorm/moving_mean"
+  Shape shape;
+  float init_value = 0.f;
+};
+struct SavedSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
+class SetupContext {
+ public:
+  SetupContext(Backend& backend, std::string layer_name, std::vector<Shape> inputs)
+      : backend_(backend), layer_name_(std::move(layer_name)), inputs_(std::move(inputs)) {}
+  Backend& backend() const { return backend_; }
+  const std::vector<Shape>& inputs() const { return inputs_; }
+  const Shape& input(int i) const { return inputs_.at(i); }
+
+  // Declarations return the index the tensor will have in LayerIO::params / state / saved.
+  int param(const std::string& local_name, const Shape& shape, const Initializer& init, float weight_decay);
+  int state(const std::string& local_name, const Shape& shape, float init_value);
+  int saved(const std::string& local_name, const Shape& shape, DType dtype = DType::F32);
+
+  const std::vector<ParamSpec>& params() const { return params_; }
+  const std::vector<StateSpec>& states() const { return states_; }
+  const std::vector<SavedSpec>& saveds() const { return saved_; }
+
+ private:
+  Backend& backend_;
+  std::string layer_name_;
+  std::vector<Shape> inputs_;
+  std::vector<ParamSpec> params_;
+  std::vector<StateSpec> states_;
+  std::vector<SavedSpec> saved_;
+};
+
+// What a layer sees when it runs. Gradient tensors that nobody needs (the input images, the labels) are
+// undefined (operator bool false); layers skip computing them.
+struct LayerIO {
+  Backend* backend = nullptr;
+  bool training = true;
+  uint32_t step = 0;  // iteration, for per-step randomness (dropout)
+  PhiloxKey key{};    // the worker's key, for per-worker randomness
+  uint32_t layer_id = 0;
+  std::vector<Tensor> in, out;    // activations
+  std::vector<Tensor> din, dout;  // their gradients (din written by backward, dout read)
+  std::vector<Tensor> params, dparams, state, saved;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* type() const = 0;
+  // Number of inputs the layer takes; -1 for any number >= 1 (concat, add).
+  virtual int num_inputs() const { return 1; }
+  // False for inputs that never get a gradient (labels).
+  virtual bool input_differentiable(int /*i*/) const { return true; }
+
+  std::vector<Shape> setup(SetupContext& ctx);
+  void forward(LayerIO& io);
+  void backward(LayerIO& io);
+
+  const std::vector<Shape>& input_shapes() const { return in_shapes_; }
+  const std::vector<Shape>& output_shapes() const { return out_shapes_; }
+
+ protected:
+  virtual std::vector<Shape> setup_impl(SetupContext& ctx) = 0;
+  virtual void forward_impl(LayerIO& io) = 0;
+  virtual void backward_impl(LayerIO& io) = 0;
+
+ private:
+  void check_io(const LayerIO& io, bool backward) const;
+  std::string name_;
+  std::vector<Shape> in_shapes_, out_shapes_;
+  std::vector<Shape> param_shapes_, state_shapes_, saved_shapes_;
+};
+
+using LayerPtr = std::unique_ptr<Layer>;
+
+}  // namespace tg

@@ -1,0 +1,134 @@
+// Net: a DAG of layers over named tensors, executed forward in insertion (topological) order and backward
+// in reverse. A tensor consumed by several layers gets one gradient buffer per consumer and the Net sums
+// them before its producer's backward (fan-out accumulates). After setup(backend, batch) every activation,
+// gradient and saved tensor lives in a slab allocated once: a training step allocates nothing.
+//
+// Parameters and state (BN moving statistics) live in a ParameterStore the Net is bound to, so several
+// workers (virtual nodes) on one device can share one store while each keeps its own activations and its
+// own gradient slab.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/core/slab.h"
+#include "terngrad/nn/layer.h"
+
+namespace tg {
+
+// Parameters, state and their specs: one slab each.
+class ParameterStore {
+ public:
+  ParameterStore(const std::vector<ParamSpec>& params, const std::vector<StateSpec>& states, Backend& backend);
+  // Fills every parameter from its initializer (host-side draw, copied to the device) and every state
+  // tensor with its initial value.
+  void initialize(uint64_t seed);
+
+  const std::vector<ParamSpec>& param_specs() const { return param_specs_; }
+  const std::vector<StateSpec>& state_specs() const { return state_specs_; }
+  Slab& params() { return params_; }
+  Slab& state() { return state_; }
+  int64_t num_parameters() const;  // trainable elements
+
+ private:
+  Backend& backend_;
+  std::vector<ParamSpec> param_specs_;
+  std::vector<StateSpec> state_specs_;
+  Slab params_, state_;
+};
+
+struct AuxLoss {
+  std::string tensor;  // a (1) loss tensor
+  float weight;
+};
+
+class Net {
+ public:
+  Net() = default;
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  // ---- building -------------------------------------------------------------------------------------
+  // The two inputs every classifier has: images (N, H, W, C) f32 and labels (N) i32.
+  void set_input_shape(int64_t height, int64_t width, int64_t channels);
+  // Adds a layer reading the named tensors ("images", "labels", or earlier layer names); returns the
+  // name of its output (the layer's name).
+  const std::string& add(LayerPtr layer, const std::vector<std::string>& inputs);
+  // Convenience: a layer reading the previous layer's output.
+  const std::string& add(LayerPtr layer);
+  void set_logits(const std::string& tensor) { logits_ = tensor; }
+  void set_loss(const std::string& tensor) { loss_ = tensor; }
+  void add_aux_loss(const std::string& tensor, float weight) { aux_losses_.push_back({tensor, weight}); }
+
+  // ---- setup ----------------------------------------------------------------------------------------
+  // Infers every shape for batch size `batch` and allocates activations, gradients and saved tensors.
+  // Errors name the layer and the shape (e.g. a spatial size reaching 0).
+  void setup(Backend& backend, int64_t batch);
+  void bind(ParameterStore& store);  // parameters/state the net reads and updates
+  std::vector<ParamSpec> param_specs() const;
+  std::vector<StateSpec> state_specs() const;
+
+  // ---- running --------------------------------------------------------------------------------------
+  // Copies images/labels (host or device) into the input tensors, runs forward; returns the total loss
+  // (cross-entropy + aux losses + weight-decay terms). A non-finite loss is an error naming the step.
+  float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0,
+                PhiloxKey key = {});
+  // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
+  void backward();
+
+  Slab& grads() { return grads_; }          // one tensor per parameter, same names and order as params
+  Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
+  const std::string& logits_name() const { return logits_; }
+  float last_cross_entropy() const { return last_xent_; }
+  float last_regularization() const { return last_reg_; }
+  int64_t batch() const { return batch_; }
+
+  struct LayerSummary {
+    std::string name, type;
+    Shape output;
+    int64_t parameters;
+  };
+  std::vector<LayerSummary> summary() const;
+
+ private:
+  struct Node {
+    LayerPtr layer;
+    std::vector<int> inputs;  // tensor ids
+    int output = -1;          // tensor id
+    std::vector<int> param_ids, state_ids, saved_ids;  // indices into the store's / saved slabs
+    std::vector<ParamSpec> params;
+    std::vector<StateSpec> states;
+    std::vector<int> input_grad_slot;  // per input: index into grad-slab entries (-1 = no gradient)
+    LayerIO io;
+  };
+  struct TensorInfo {
+    std::string name;
+    Shape shape;  // per-batch shape after setup
+    DType dtype = DType::F32;
+    int producer = -1;         // node index, -1 for network inputs
+    std::vector<int> consumers;
+    int act = -1;              // entry in acts_
+    int grad = -1;             // entry in act_grads_: the summed gradient (-1: none needed)
+    std::vector<int> grad_parts;  // per consumer edge with fan-out > 1: its own gradient buffer
+  };
+  int tensor_id(const std::string& name) const;
+
+  std::vector<Node> nodes_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, int> tensor_ids_;
+  std::string logits_, loss_;
+  std::vector<AuxLoss> aux_losses_;
+  Shape input_shape_;
+
+  Backend* backend_ = nullptr;
+  ParameterStore* store_ = nullptr;
+  int64_t batch_ = 0;
+  Slab acts_, act_grads_, saved_, grads_;
+  Buffer host_loss_;
+  float last_xent_ = 0.f, last_reg_ = 0.f;
+  bool forward_was_training_ = false;
+};
+
+}  // namespace tg

@@ -1,0 +1,37 @@
+// The table of known networks and the checks every build goes through.
+#include "terngrad/models/registry.h"
+
+namespace tg {
+
+const std::vector<ModelInfo>& model_registry() {
+  static const std::vector<ModelInfo> models = {
+      {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, build_lenet},
+  };
+  return models;
+}
+
+static std::string known_names() {
+  std::string s;
+  for (const auto& m : model_registry()) s += (s.empty() ? "" : ", ") + m.name;
+  return s;
+}
+
+const ModelInfo& find_model(const std::string& name) {
+  for (const auto& m : model_registry())
+    if (m.name == name) return m;
+  TG_THROW("--net '{}' is not a known network (known: {})", name, known_names());
+}
+
+void build_model(const std::string& name, const ModelConfig& c, Net& net) {
+  const ModelInfo& m = find_model(name);
+  TG_CHECK(c.image_size >= m.min_image_size, "--image_size {} is too small for --net {} (minimum {})", c.image_size,
+           name, m.min_image_size);
+  TG_CHECK(c.num_classes >= 2, "--num_classes {} must be at least 2", c.num_classes);
+  TG_CHECK(c.channels == 1 || c.channels == 3, "input channels {} must be 1 or 3", c.channels);
+  TG_CHECK(c.dropout_keep_prob > 0.f && c.dropout_keep_prob <= 1.f, "--dropout_keep_prob {} is not in (0, 1]",
+           c.dropout_keep_prob);
+  TG_CHECK(c.weight_decay >= 0.f, "--weight_decay {} must be >= 0", c.weight_decay);
+  m.build(net, c);
+}
+
+}  // namespace tg

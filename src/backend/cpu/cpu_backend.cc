@@ -1,0 +1,264 @@
+// CpuBackend: construction, memory, element-wise ops, reductions, softmax cross-entropy and optimizer
+// updates as plain loops over the thread pool. The oneDNN ops live in cpu_conv.cc, cpu_pool.cc,
+// cpu_lrn.cc, cpu_batch_norm.cc and cpu_inner_product.cc.
+#include "src/backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "terngrad/math/optim_math.h"
+
+namespace tg {
+
+namespace {
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw ? static_cast<int>(hw) : 1;
+}
+
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  TG_CHECK(a.numel() == b.numel(), "{}: element counts differ: {} vs {}", op, a.str(), b.str());
+}
+
+constexpr int64_t kGrain = 16384;  // elements per chunk below which loops run on one thread
+}  // namespace
+
+CpuBackend::CpuBackend(int threads)
+    : threads_(resolve_threads(threads)), pool_(threads_), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+  omp_set_num_threads(threads_);  // oneDNN's runtime on Debian is OpenMP
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::name() const {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("cpu (oneDNN {}.{}.{}, {} threads)", v->major, v->minor, v->patch, threads_);
+}
+
+// ---- memory ----------------------------------------------------------------------------------------------
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
+  TG_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "CPU backend copy between {} and {}", dst.str(),
+           src.str());
+  if (dst.raw() != src.raw() && dst.bytes()) std::memmove(dst.raw(), src.raw(), dst.bytes());
+}
+
+void CpuBackend::zero(const Tensor& dst) {
+  if (dst.bytes()) std::memset(dst.raw(), 0, dst.bytes());
+}
+
+void CpuBackend::fill(const Tensor& dst, float value) {
+  float* p = dst.data<float>();
+  std::fill(p, p + dst.numel(), value);
+}
+
+// ---- element-wise ------------------------------------------------------------------------------------------
+void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_same_numel(a, b, "add");
+  check_same_numel(a, out, "add");
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float* po = out.data<float>();
+  pool_.parallel_for(a.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) po[i] = pa[i] + pb[i];
+  }, kGrain);
+}
+
+void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "axpy");
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) py[i] += alpha * px[i];
+  }, kGrain);
+}
+
+void CpuBackend::scale(float alpha, const Tensor& x) {
+  float* p = x.data<float>();
+  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) p[i] *= alpha;
+  }, kGrain);
+}
+
+void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "relu");
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) py[i] = px[i] > 0.f ? px[i] : 0.f;
+  }, kGrain);
+}
+
+void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  check_same_numel(y, dy, "relu_backward");
+  check_same_numel(y, dx, "relu_backward");
+  const float *py = y.data<float>(), *pdy = dy.data<float>();
+  float* pdx = dx.data<float>();
+  pool_.parallel_for(y.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) pdx[i] = py[i] > 0.f ? pdy[i] : 0.f;
+  }, kGrain);
+}
+
+void CpuBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+                                 PhiloxKey key, uint32_t step, uint32_t salt) {
+  check_same_numel(x, y, "dropout");
+  check_same_numel(x, mask, "dropout");
+  TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  uint8_t* pm = mask.data<uint8_t>();
+  const float inv = 1.f / keep_prob;
+  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
+      pm[i] = keep;
+      py[i] = keep ? px[i] * inv : 0.f;
+    }
+  }, kGrain);
+}
+
+void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
+  check_same_numel(dy, dx, "dropout_backward");
+  const float* pdy = dy.data<float>();
+  const uint8_t* pm = mask.data<uint8_t>();
+  float* pdx = dx.data<float>();
+  const float inv = 1.f / keep_prob;
+  pool_.parallel_for(dy.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) pdx[i] = pm[i] ? pdy[i] * inv : 0.f;
+  }, kGrain);
+}
+
+void CpuBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
+  const int64_t c_out = out.shape().dim(-1);
+  const int64_t rows = out.numel() / c_out;  // N*H*W
+  float* po = out.data<float>();
+  int64_t offset = 0;
+  for (const Tensor& p : parts) {
+    const int64_t c = p.shape().dim(-1);
+    TG_CHECK(p.numel() == rows * c, "concat: part {} does not match output {}", p.str(), out.str());
+    const float* pp = p.data<float>();
+    pool_.parallel_for(rows, [&](int64_t s, int64_t e) {
+      for (int64_t r = s; r < e; ++r) std::memcpy(po + r * c_out + offset, pp + r * c, c * sizeof(float));
+    }, 256);
+    offset += c;
+  }
+  TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
+}
+
+void CpuBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
+  const int64_t c_out = dout.shape().dim(-1);
+  const int64_t rows = dout.numel() / c_out;
+  const float* po = dout.data<float>();
+  int64_t offset = 0;
+  for (const Tensor& p : dparts) {
+    const int64_t c = p.shape().dim(-1);
+    if (p) {
+      float* pp = p.data<float>();
+      pool_.parallel_for(rows, [&](int64_t s, int64_t e) {
+        for (int64_t r = s; r < e; ++r) std::memcpy(pp + r * c, po + r * c_out + offset, c * sizeof(float));
+      }, 256);
+    }
+    offset += c;
+  }
+}
+
+// ---- reductions (double accumulation, fixed chunking: same result for the same thread count) ----------
+double CpuBackend::sum(const Tensor& x) {
+  const float* p = x.data<float>();
+  double total = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
+  return total;
+}
+
+double CpuBackend::sum_squares(const Tensor& x) {
+  const float* p = x.data<float>();
+  double total = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(p[i]) * p[i];
+  return total;
+}
+
+float CpuBackend::max_abs(const Tensor& x) {
+  const float* p = x.data<float>();
+  float m = 0.f;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float a = std::fabs(p[i]);
+    if (!(a <= m)) m = a;  // NaN propagates
+  }
+  return m;
+}
+
+// ---- softmax cross-entropy ------------------------------------------------------------------------------------
+void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                      const Tensor& probs, const Tensor& losses) {
+  const int64_t n = logits.shape().dim(0), k = logits.shape().dim(1);
+  const float* pl = logits.data<float>();
+  const int32_t* py = labels.data<int32_t>();
+  float* pp = probs.data<float>();
+  float* pout = losses.data<float>();
+  for (int64_t r = 0; r < n; ++r)
+    TG_CHECK(py[r] >= 0 && py[r] < k, "label {} of example {} is outside [0, {})", py[r], r, k);
+  const float off = label_smoothing / static_cast<float>(k);
+  const float on = 1.f - label_smoothing + off;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = pl + r * k;
+    float* prow = pp + r * k;
+    float mx = row[0];
+    for (int64_t j = 1; j < k; ++j) mx = std::max(mx, row[j]);
+    double z = 0;
+    for (int64_t j = 0; j < k; ++j) z += std::exp(static_cast<double>(row[j] - mx));
+    const double log_z = std::log(z);
+    double loss = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      double log_p = static_cast<double>(row[j] - mx) - log_z;
+      prow[j] = static_cast<float>(std::exp(log_p));
+      double target = (j == py[r]) ? on : off;
+      if (target != 0) loss -= target * log_p;
+    }
+    pout[r] = static_cast<float>(loss);
+  }
+}
+
+void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                       float scale, const Tensor& dlogits) {
+  const int64_t n = probs.shape().dim(0), k = probs.shape().dim(1);
+  const float* pp = probs.data<float>();
+  const int32_t* py = labels.data<int32_t>();
+  float* pd = dlogits.data<float>();
+  const float off = label_smoothing / static_cast<float>(k);
+  const float on = 1.f - label_smoothing + off;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < k; ++j) pd[r * k + j] = scale * (pp[r * k + j] - (j == py[r] ? on : off));
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------------------
+void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                                  const Tensor& s2) {
+  check_same_numel(w, g, "optimizer_update");
+  float* pw = w.data<float>();
+  const float* pg = g.data<float>();
+  float* p1 = s1 ? s1.data<float>() : nullptr;
+  float* p2 = s2 ? s2.data<float>() : nullptr;
+  const bool needs1 = step.kind != OptimizerKind::GD;
+  const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+  TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
+  TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
+  pool_.parallel_for(w.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i)
+      optimizer_update_one(step, pw[i], pg[i], p1 ? p1 + i : nullptr, p2 ? p2 + i : nullptr);
+  }, kGrain);
+}
+
+void CpuBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
+  check_same_numel(w, ema, "ema_update");
+  const float* pw = w.data<float>();
+  float* pe = ema.data<float>();
+  pool_.parallel_for(w.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) ema_update_one(pe[i], pw[i], decay);
+  }, kGrain);
+}
+
+}  // namespace tg

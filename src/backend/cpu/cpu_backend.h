@@ -1,0 +1,119 @@
+// CpuBackend: the complete CPU implementation of Backend and the oracle for every other backend.
+// oneDNN primitives (convolution, pooling, LRN, batch norm, inner product) are created once per op
+// descriptor and kept in `cache_`, with their memory descriptors and scratch buffers, so a training step
+// creates no primitive and allocates nothing. Element-wise ops, losses and optimizer updates are plain
+// loops over the shared TG_HOST_DEVICE math, split over the thread pool.
+//
+// Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
+// cpu_lrn.cc, cpu_batch_norm.cc, cpu_inner_product.cc (oneDNN ops).
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/core/thread_pool.h"
+
+namespace tg {
+
+// oneDNN reports failures by throwing dnnl::error; TG_DNNL_CALL turns one into a tg::Error naming the
+// call, file and line.
+#define TG_DNNL_CALL(...)                                                                            \
+  do {                                                                                               \
+    try {                                                                                            \
+      __VA_ARGS__;                                                                                   \
+    } catch (const dnnl::error& e_) {                                                                \
+      ::tg::detail::throw_call_failed("oneDNN", #__VA_ARGS__, e_.what(), __FILE__, __LINE__);        \
+    }                                                                                                \
+  } while (0)
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads);
+  ~CpuBackend() override;
+
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override;
+  Allocator& allocator() override { return host_allocator(); }
+  void synchronize() override {}
+
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void zero(const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(float alpha, const Tensor& x) override;
+  void relu_forward(const Tensor& x, const Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
+                       uint32_t step, uint32_t salt) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) override;
+  void concat_channels(const std::vector<Tensor>& parts, const Tensor& out) override;
+  void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) override;
+
+  double sum(const Tensor& x) override;
+  double sum_squares(const Tensor& x) override;
+  float max_abs(const Tensor& x) override;
+
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
+                            const Tensor& losses) override;
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
+                             const Tensor& dlogits) override;
+
+  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y) override;
+  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                       const Tensor& dw, const Tensor& db) override;
+  size_t pool_workspace_bytes(const PoolDesc& d) override;
+  void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
+                     const Tensor& dx) override;
+  size_t lrn_workspace_bytes(const LrnDesc& d) override;
+  void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                    const Tensor& dx) override;
+  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& y, const Tensor& mean, const Tensor& var) override;
+  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& mean, const Tensor& var, const Tensor& y) override;
+  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                           const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
+                           const Tensor& dbeta) override;
+  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                             const Tensor& y) override;
+  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                              const Tensor& dx, const Tensor& dw, const Tensor& db) override;
+
+  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                        const Tensor& s2) override;
+  void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
+
+  ThreadPool& pool() { return pool_; }
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  // Cached per-descriptor state of the oneDNN ops (defined in each op's file).
+  struct CachedOp {
+    virtual ~CachedOp() = default;
+  };
+  // Returns the entry for `key`, creating it with make() on first use.
+  template <typename T, typename Make> T& cached(const std::string& key, Make&& make) {
+    auto it = cache_.find(key);
+    if (it == cache_.end()) it = cache_.emplace(key, std::unique_ptr<CachedOp>(make())).first;
+    return static_cast<T&>(*it->second);
+  }
+  size_t cache_size() const { return cache_.size(); }
+
+ private:
+  int threads_;
+  ThreadPool pool_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<std::string, std::unique_ptr<CachedOp>> cache_;
+};
+
+}  // namespace tg

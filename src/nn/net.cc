@@ -1,0 +1,282 @@
+// Net: DAG bookkeeping, shape inference and allocation, forward/backward execution with fan-out gradient
+// accumulation, weight decay; ParameterStore initialisation.
+#include "terngrad/nn/net.h"
+
+#include <cmath>
+
+namespace tg {
+
+// ---- ParameterStore -------------------------------------------------------------------------------------------
+ParameterStore::ParameterStore(const std::vector<ParamSpec>& params, const std::vector<StateSpec>& states,
+                               Backend& backend)
+    : backend_(backend), param_specs_(params), state_specs_(states) {
+  for (const auto& p : param_specs_) params_.add(p.name, p.shape);
+  for (const auto& s : state_specs_) state_.add(s.name, s.shape);
+  params_.allocate(backend.allocator());
+  state_.allocate(backend.allocator());
+}
+
+void ParameterStore::initialize(uint64_t seed) {
+  // Draw on the host (the bits do not depend on the device), then copy.
+  for (int i = 0; i < params_.size(); ++i) {
+    const ParamSpec& spec = param_specs_[i];
+    Buffer host(host_allocator(), static_cast<size_t>(spec.shape.numel()) * sizeof(float));
+    Tensor h(host.data(), spec.shape, DType::F32, Device::cpu());
+    initialize_host(spec.init, h, seed, static_cast<uint32_t>(i));
+    backend_.copy(params_.view(i), h);
+  }
+  for (int i = 0; i < state_.size(); ++i) backend_.fill(state_.view(i), state_specs_[i].init_value);
+}
+
+int64_t ParameterStore::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : param_specs_) n += p.shape.numel();
+  return n;
+}
+
+// ---- building ---------------------------------------------------------------------------------------------------
+void Net::set_input_shape(int64_t height, int64_t width, int64_t channels) {
+  TG_CHECK(tensors_.empty(), "set_input_shape must come before any layer");
+  TG_CHECK(height > 0 && width > 0 && channels > 0, "input shape {}x{}x{} must be positive", height, width,
+           channels);
+  input_shape_ = Shape{height, width, channels};
+  tensors_.push_back({"images", Shape{}, DType::F32, -1, {}, -1, -1, {}});
+  tensors_.push_back({"labels", Shape{}, DType::I32, -1, {}, -1, -1, {}});
+  tensor_ids_["images"] = 0;
+  tensor_ids_["labels"] = 1;
+}
+
+int Net::tensor_id(const std::string& name) const {
+  auto it = tensor_ids_.find(name);
+  if (it == tensor_ids_.end()) {
+    std::string known;
+    for (const auto& t : tensors_) known += (known.empty() ? "" : ", ") + t.name;
+    TG_THROW("no tensor named '{}' in the net (known: {})", name, known);
+  }
+  return it->second;
+}
+
+const std::string& Net::add(LayerPtr layer, const std::vector<std::string>& inputs) {
+  TG_CHECK(!tensors_.empty(), "set_input_shape must come before layer '{}'", layer->name());
+  TG_CHECK(backend_ == nullptr, "cannot add layer '{}' after setup", layer->name());
+  TG_CHECK(tensor_ids_.count(layer->name()) == 0, "duplicate layer name '{}'", layer->name());
+  Node node;
+  for (const auto& in : inputs) node.inputs.push_back(tensor_id(in));
+  const int node_index = static_cast<int>(nodes_.size());
+  for (int t : node.inputs) tensors_[t].consumers.push_back(node_index);
+  TensorInfo out;
+  out.name = layer->name();
+  out.producer = node_index;
+  node.output = static_cast<int>(tensors_.size());
+  tensor_ids_[out.name] = node.output;
+  tensors_.push_back(out);
+  node.layer = std::move(layer);
+  nodes_.push_back(std::move(node));
+  return tensors_.back().name;
+}
+
+const std::string& Net::add(LayerPtr layer) {
+  TG_CHECK(!nodes_.empty(), "layer '{}' has no previous layer to read; name its inputs", layer->name());
+  std::string prev = tensors_[nodes_.back().output].name;
+  return add(std::move(layer), {prev});
+}
+
+// ---- setup ------------------------------------------------------------------------------------------------------
+void Net::setup(Backend& backend, int64_t batch) {
+  TG_CHECK(backend_ == nullptr, "Net::setup called twice");
+  TG_CHECK(batch > 0, "batch size {} must be positive", batch);
+  TG_CHECK(!nodes_.empty(), "the net has no layers");
+  TG_CHECK(!loss_.empty(), "the net has no loss");
+  tensors_[0].shape = Shape{batch, input_shape_[0], input_shape_[1], input_shape_[2]};
+  tensors_[1].shape = Shape{batch};
+
+  // Shapes, parameters, state and saved tensors, layer by layer.
+  for (auto& node : nodes_) {
+    std::vector<Shape> in_shapes;
+    for (int t : node.inputs) in_shapes.push_back(tensors_[t].shape);
+    SetupContext ctx(backend, node.layer->name(), in_shapes);
+    std::vector<Shape> outs = node.layer->setup(ctx);
+    tensors_[node.output].shape = outs[0];
+    node.params = ctx.params();
+    node.states = ctx.states();
+    for (const auto& s : ctx.saveds()) node.saved_ids.push_back(saved_.add(s.name, s.shape, s.dtype));
+  }
+
+  // Which tensors need a gradient: losses, and anything read differentiably by a node whose output does.
+  std::vector<bool> needs(tensors_.size(), false);
+  needs[tensor_id(loss_)] = true;
+  for (const auto& a : aux_losses_) needs[tensor_id(a.tensor)] = true;
+  for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
+    const Node& node = nodes_[i];
+    if (!needs[node.output]) continue;
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (node.layer->input_differentiable(static_cast<int>(k)) && tensors_[node.inputs[k]].producer >= 0)
+        needs[node.inputs[k]] = true;
+  }
+
+  for (auto& t : tensors_) t.act = acts_.add(t.name, t.shape, t.dtype);
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    if (needs[t]) tensors_[t].grad = act_grads_.add(tensors_[t].name, tensors_[t].shape);
+
+  // Gradient slot per (node, input): direct when the tensor has one differentiable reader, else a part.
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    node.input_grad_slot.assign(node.inputs.size(), -1);
+    if (!needs[node.output]) continue;
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      TensorInfo& t = tensors_[node.inputs[k]];
+      if (t.grad < 0 || !node.layer->input_differentiable(static_cast<int>(k))) continue;
+      int readers = 0;
+      for (size_t j = 0; j < nodes_.size(); ++j) {
+        if (!needs[nodes_[j].output]) continue;
+        for (size_t q = 0; q < nodes_[j].inputs.size(); ++q)
+          if (nodes_[j].inputs[q] == node.inputs[k] && nodes_[j].layer->input_differentiable(static_cast<int>(q)))
+            ++readers;
+      }
+      if (readers == 1) {
+        node.input_grad_slot[k] = t.grad;
+      } else {
+        int part = act_grads_.add(fmt::format("{}@{}#{}", t.name, node.layer->name(), k), t.shape);
+        t.grad_parts.push_back(part);
+        node.input_grad_slot[k] = part;
+      }
+    }
+  }
+
+  for (const auto& node : nodes_)
+    for (const auto& p : node.params) grads_.add(p.name, p.shape);
+
+  acts_.allocate(backend.allocator());
+  act_grads_.allocate(backend.allocator());
+  saved_.allocate(backend.allocator());
+  grads_.allocate(backend.allocator());
+  backend.zero(Tensor(grads_.data(), Shape{static_cast<int64_t>(grads_.bytes())}, DType::U8, backend.device()));
+  backend_ = &backend;
+  batch_ = batch;
+
+  // Pre-built views: a step only fills in the step, key and mode.
+  int param_index = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    LayerIO& io = node.io;
+    io.backend = &backend;
+    io.layer_id = static_cast<uint32_t>(i);
+    for (int t : node.inputs) io.in.push_back(acts_.view(tensors_[t].act));
+    io.out.push_back(acts_.view(tensors_[node.output].act));
+    for (int slot : node.input_grad_slot) io.din.push_back(slot >= 0 ? act_grads_.view(slot) : Tensor());
+    const TensorInfo& out = tensors_[node.output];
+    io.dout.push_back(out.grad >= 0 ? act_grads_.view(out.grad) : Tensor());
+    for (int s : node.saved_ids) io.saved.push_back(saved_.view(s));
+    for (size_t p = 0; p < node.params.size(); ++p) io.dparams.push_back(grads_.view(param_index++));
+  }
+}
+
+std::vector<ParamSpec> Net::param_specs() const {
+  TG_CHECK(backend_ != nullptr, "param_specs() needs setup() first");
+  std::vector<ParamSpec> all;
+  for (const auto& node : nodes_) all.insert(all.end(), node.params.begin(), node.params.end());
+  return all;
+}
+
+std::vector<StateSpec> Net::state_specs() const {
+  TG_CHECK(backend_ != nullptr, "state_specs() needs setup() first");
+  std::vector<StateSpec> all;
+  for (const auto& node : nodes_) all.insert(all.end(), node.states.begin(), node.states.end());
+  return all;
+}
+
+void Net::bind(ParameterStore& store) {
+  TG_CHECK(backend_ != nullptr, "bind() needs setup() first");
+  store_ = &store;
+  for (auto& node : nodes_) {
+    node.io.params.clear();
+    node.io.state.clear();
+    for (const auto& p : node.params) {
+      Tensor v = store.params().view(p.name);
+      TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name,
+               v.shape().str(), p.shape.str());
+      node.io.params.push_back(v);
+    }
+    for (const auto& s : node.states) node.io.state.push_back(store.state().view(s.name));
+  }
+}
+
+Tensor Net::tensor(const std::string& name) const {
+  TG_CHECK(backend_ != nullptr, "tensor('{}') needs setup() first", name);
+  return acts_.view(tensors_[tensor_id(name)].act);
+}
+
+// ---- running ----------------------------------------------------------------------------------------------------
+static float read_scalar(Backend& be, const Tensor& t) {
+  float v = 0.f;
+  be.copy(Tensor(&v, Shape{1}, DType::F32, Device::cpu()), t);
+  return v;
+}
+
+float Net::forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step, PhiloxKey key) {
+  TG_CHECK(store_ != nullptr, "Net::forward before bind()");
+  Backend& be = *backend_;
+  const Tensor in_images = acts_.view(tensors_[0].act), in_labels = acts_.view(tensors_[1].act);
+  TG_CHECK(images.shape() == in_images.shape(), "images have shape {}, the net expects {}", images.shape().str(),
+           in_images.shape().str());
+  TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::I32,
+           "labels are {}, the net expects i32{}", labels.str(), in_labels.shape().str());
+  be.copy(in_images, images);
+  be.copy(in_labels, labels);
+  for (auto& node : nodes_) {
+    node.io.training = training;
+    node.io.step = step;
+    node.io.key = key;
+    node.layer->forward(node.io);
+  }
+  double xent = read_scalar(be, acts_.view(tensors_[tensor_id(loss_)].act));
+  double total = xent;
+  for (const auto& a : aux_losses_) total += a.weight * read_scalar(be, acts_.view(tensors_[tensor_id(a.tensor)].act));
+  double reg = 0;
+  const auto& specs = store_->param_specs();
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].weight_decay > 0.f)
+      reg += 0.5 * specs[i].weight_decay * be.sum_squares(store_->params().view(static_cast<int>(i)));
+  last_xent_ = static_cast<float>(xent);
+  last_reg_ = static_cast<float>(reg);
+  total += reg;
+  TG_CHECK(std::isfinite(total), "loss is not finite at step {}: cross-entropy {}, regularization {}", step, xent,
+           reg);
+  forward_was_training_ = training;
+  return static_cast<float>(total);
+}
+
+void Net::backward() {
+  TG_CHECK(forward_was_training_, "Net::backward needs a training-mode forward first");
+  Backend& be = *backend_;
+  be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), 1.f);
+  for (const auto& a : aux_losses_) be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight);
+  for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
+    Node& node = nodes_[i];
+    const TensorInfo& out = tensors_[node.output];
+    if (out.grad < 0) continue;
+    if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
+      const Tensor g = act_grads_.view(out.grad);
+      be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);
+      for (size_t p = 2; p < out.grad_parts.size(); ++p) be.axpy(1.f, act_grads_.view(out.grad_parts[p]), g);
+    }
+    node.layer->backward(node.io);
+  }
+  // d(wd * |w|^2 / 2)/dw = wd * w
+  const auto& specs = store_->param_specs();
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].weight_decay > 0.f)
+      be.axpy(specs[i].weight_decay, store_->params().view(static_cast<int>(i)), grads_.view(specs[i].name));
+}
+
+std::vector<Net::LayerSummary> Net::summary() const {
+  std::vector<LayerSummary> rows;
+  for (const auto& node : nodes_) {
+    int64_t n = 0;
+    for (const auto& p : node.params) n += p.shape.numel();
+    rows.push_back({node.layer->name(), node.layer->type(), tensors_[node.output].shape, n});
+  }
+  return rows;
+}
+
+}  // namespace tg

@@ -1,0 +1,51 @@
+// Softmax cross-entropy with optional label smoothing: inputs logits (N, K) and labels (N) i32, output the
+// mean loss over the batch (1). The softmax is saved for backward: dlogits = dloss/N * (softmax - target).
+#include "terngrad/nn/layers.h"
+
+namespace tg {
+namespace {
+class SoftmaxXentLayer final : public Layer {
+ public:
+  SoftmaxXentLayer(const std::string& name, float ls) : Layer(name), label_smoothing_(ls) {
+    TG_CHECK(ls >= 0.f && ls < 1.f, "layer '{}': label smoothing {} is not in [0, 1)", name, ls);
+  }
+  const char* type() const override { return "softmax_cross_entropy"; }
+  int num_inputs() const override { return 2; }
+  bool input_differentiable(int i) const override { return i == 0; }
+
+ protected:
+  std::vector<Shape> setup_impl(SetupContext& ctx) override {
+    const Shape& logits = ctx.input(0);
+    const Shape& labels = ctx.input(1);
+    TG_CHECK(logits.rank() == 2, "layer '{}': logits must be (N, K), got {}", name(), logits.str());
+    TG_CHECK(labels.rank() == 1 && labels[0] == logits[0], "layer '{}': labels {} do not match logits {}", name(),
+             labels.str(), logits.str());
+    ctx.saved("softmax", logits);       // (N, K)
+    ctx.saved("losses", Shape{logits[0]});  // (N)
+    return {Shape{1}};
+  }
+  void forward_impl(LayerIO& io) override {
+    Backend& be = *io.backend;
+    be.softmax_xent_forward(io.in[0], io.in[1], label_smoothing_, io.saved[0], io.saved[1]);
+    const double mean = be.sum(io.saved[1]) / static_cast<double>(io.in[0].shape()[0]);
+    be.fill(io.out[0], static_cast<float>(mean));
+  }
+  void backward_impl(LayerIO& io) override {
+    if (!io.din[0]) return;
+    Backend& be = *io.backend;
+    float dloss = 0.f;
+    be.copy(Tensor(&dloss, Shape{1}, DType::F32, Device::cpu()), io.dout[0]);
+    const float scale = dloss / static_cast<float>(io.in[0].shape()[0]);
+    be.softmax_xent_backward(io.saved[0], io.in[1], label_smoothing_, scale, io.din[0]);
+  }
+
+ private:
+  float label_smoothing_;
+};
+}  // namespace
+
+LayerPtr softmax_cross_entropy(const std::string& name, float label_smoothing) {
+  return std::make_unique<SoftmaxXentLayer>(name, label_smoothing);
+}
+
+}  // namespace tg

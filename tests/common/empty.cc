@@ -1,0 +1,1 @@
+// Keeps tg_test_common non-empty when tests/common has no other sources.
