@@ -32,4 +32,8 @@ Tensor Slab::view(int i) const {
   return Tensor(static_cast<char*>(buffer_.data()) + e.offset, e.shape, e.dtype, buffer_.device());
 }
 
+Tensor Slab::flat_bytes() const {
+  return Tensor(buffer_.data(), Shape{static_cast<int64_t>(bytes_)}, DType::U8, buffer_.device());
+}
+
 }  // namespace tg

@@ -14,6 +14,9 @@ ParameterStore::ParameterStore(const std::vector<ParamSpec>& params, const std::
   for (const auto& s : state_specs_) state_.add(s.name, s.shape);
   params_.allocate(backend.allocator());
   state_.allocate(backend.allocator());
+  // Zeroed padding: a checksum over a whole slab then compares replicas.
+  backend.zero(params_.flat_bytes());
+  backend.zero(state_.flat_bytes());
 }
 
 void ParameterStore::initialize(uint64_t seed) {
@@ -150,7 +153,8 @@ void Net::setup(Backend& backend, int64_t batch) {
   act_grads_.allocate(backend.allocator());
   saved_.allocate(backend.allocator());
   grads_.allocate(backend.allocator());
-  backend.zero(Tensor(grads_.data(), Shape{static_cast<int64_t>(grads_.bytes())}, DType::U8, backend.device()));
+  backend.zero(grads_.flat_bytes());
+  backend.zero(act_grads_.flat_bytes());
   backend_ = &backend;
   batch_ = batch;
 

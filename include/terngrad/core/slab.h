@@ -40,6 +40,7 @@ class Slab {
   Tensor view(const std::string& name) const { return view(index_of(name)); }
   // The whole slab as one flat tensor (for memset, fused collectives, checksums).
   void* data() const { return buffer_.data(); }
+  Tensor flat_bytes() const;  // (bytes) u8 view of the whole slab, padding included
   size_t bytes() const { return bytes_; }
   Device device() const { return buffer_.device(); }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "terngrad/math/activation_math.h"
 #include "terngrad/math/optim_math.h"
 
 namespace tg {
@@ -89,7 +90,7 @@ void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) py[i] = px[i] > 0.f ? px[i] : 0.f;
+    for (int64_t i = s; i < e; ++i) py[i] = relu_one(px[i]);
   }, kGrain);
 }
 
@@ -99,7 +100,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& 
   const float *py = y.data<float>(), *pdy = dy.data<float>();
   float* pdx = dx.data<float>();
   pool_.parallel_for(y.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) pdx[i] = py[i] > 0.f ? pdy[i] : 0.f;
+    for (int64_t i = s; i < e; ++i) pdx[i] = relu_grad_one(py[i], pdy[i]);
   }, kGrain);
 }
 

@@ -1,0 +1,82 @@
+// Communicator: the collectives data-parallel workers use (all-reduce, all-gather, broadcast, barrier) and
+// the byte counters every call adds to. Implementations: LocalCommunicator (N workers inside one process,
+// terngrad/comm/local_communicator.h), MpiCommunicator (one worker per process, mpi_communicator.h); NCCL
+// later. Buffers are raw pointers plus the Device they live on (or Tensors), so a device communicator drops
+// in behind the same interface; an implementation refuses devices it cannot reach with an error naming both.
+//
+// Byte accounting, per call and per rank (N = size(), n = payload bytes of this rank):
+//   allreduce: payload n, moved 2(N-1)/N * n   (ring all-reduce: reduce-scatter + all-gather)
+//   allgather: payload n (the send block), moved (N-1) * n   (every other rank's block arrives)
+//   broadcast: payload n, moved n on every rank when N > 1   (pipelined ring)
+//   barrier:   nothing.
+// These are the algorithm's costs, the same for every implementation, so runs compare across transports.
+// The public methods are non-virtual: they check arguments, count bytes and call the *_impl.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "terngrad/core/device.h"
+#include "terngrad/core/dtype.h"
+#include "terngrad/core/tensor.h"
+
+namespace tg {
+
+enum class ReduceOp : uint8_t { Sum, Max };
+const char* reduce_op_name(ReduceOp op);
+
+struct CommStats {
+  uint64_t calls = 0;
+  uint64_t payload_bytes = 0;  // bytes handed to the collectives by this rank
+  uint64_t moved_bytes = 0;    // bytes the algorithm moves into this rank (see the file comment)
+  CommStats& operator+=(const CommStats& o) {
+    calls += o.calls;
+    payload_bytes += o.payload_bytes;
+    moved_bytes += o.moved_bytes;
+    return *this;
+  }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "local (rank 2 of 4)", "mpi (rank 0 of 16)"
+
+  // In place: buffer (count elements of dtype) becomes the element-wise reduction over all ranks.
+  // Supported: F32 Sum/Max, I8 Sum/Max (int8 sums wrap past 127: callers keep |sum| <= 127), I32 Sum/Max,
+  // F16 Sum (each combination adds in fp32 and rounds to fp16: LocalCommunicator sums all ranks in rank order
+  // and rounds once; MPI rounds after each pairwise combination, so for more than two ranks the bits may
+  // differ between the two).
+  void allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device = Device::cpu());
+  void allreduce(const Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op, t.device()); }
+  // recv (size() * send_bytes) = every rank's send block in rank order.
+  void allgather(const void* send, void* recv, size_t send_bytes, Device device = Device::cpu());
+  // buffer on every rank becomes root's buffer.
+  void broadcast(void* buffer, size_t bytes, int root, Device device = Device::cpu());
+  void barrier();
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+  // The byte model of the file comment, exposed for reports and tests.
+  static uint64_t allreduce_moved_bytes(uint64_t payload, int size);
+  static uint64_t allgather_moved_bytes(uint64_t payload, int size);
+
+ protected:
+  virtual void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) = 0;
+  virtual void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) = 0;
+  virtual void broadcast_impl(void* buffer, size_t bytes, int root, Device device) = 0;
+  virtual void barrier_impl() = 0;
+
+ private:
+  CommStats stats_;
+};
+
+// Checks that dtype/op is one of the supported combinations (names the communicator on failure).
+void check_reduce_supported(const std::string& who, DType dtype, ReduceOp op);
+
+}  // namespace tg

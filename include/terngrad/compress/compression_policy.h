@@ -1,0 +1,65 @@
+// CompressionPolicy: which coding each parameter tensor's gradient travels in, from the reference's flags
+// (--grad_bits, --clip_factor, --size_to_binarize, --quantize_logits), and the layout of the fused buffers.
+//
+// A tensor is "compressed" unless numel < size_to_binarize, or quantize_logits is false and it is one of
+// the last two parameter tensors (the logits weights and biases). Compressed tensors travel as ternary
+// codes (grad_bits 1) or fp16 (grad_bits 16); everything else, and everything under grad_bits 32, as fp32.
+// Layout: ternary tensors back to back in one packed byte buffer (each starting at a byte boundary,
+// ceil(numel/4) bytes) with one scaler each; fp16 and fp32 tensors back to back in one fused buffer each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tg {
+
+enum class GradCoding : uint8_t { F32, F16, Ternary };
+const char* grad_coding_name(GradCoding c);  // "fp32", "fp16", "ternary"
+
+struct CompressionFlags {
+  int grad_bits = 32;            // 1 (ternary), 16 (fp16) or 32 (fp32)
+  float clip_factor = 0.f;       // c in s = min(c*sigma, max|g|); 0: s = max|g|
+  int64_t size_to_binarize = 1;  // tensors with fewer elements stay fp32
+  bool quantize_logits = false;  // false: the last two parameter tensors stay fp32
+  // Throws tg::Error naming the flag and its accepted values.
+  void validate() const;
+};
+
+struct ParamInfo {
+  std::string name;  // "conv1/weights"
+  int64_t numel = 0;
+};
+
+struct TensorCodingPlan {
+  std::string name;
+  int64_t numel = 0;
+  GradCoding coding = GradCoding::F32;
+  int64_t offset = 0;     // ternary: byte offset in the packed buffer; fp16/fp32: element offset in its buffer
+  int scaler_index = -1;  // ternary: index in the scaler vector; -1 otherwise
+};
+
+class CompressionPolicy {
+ public:
+  CompressionPolicy() = default;
+  // params in the trainer's parameter order (creation order; the logits tensors last).
+  CompressionPolicy(const CompressionFlags& flags, const std::vector<ParamInfo>& params);
+
+  const CompressionFlags& flags() const { return flags_; }
+  const std::vector<TensorCodingPlan>& tensors() const { return tensors_; }
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  int num_ternary() const { return num_ternary_; }
+  int64_t packed_bytes() const { return packed_bytes_; }  // fused ternary buffer
+  int64_t f16_elements() const { return f16_elements_; }  // fused fp16 buffer
+  int64_t f32_elements() const { return f32_elements_; }  // fused fp32 buffer
+  int64_t total_elements() const { return total_elements_; }
+  std::string summary() const;  // "ternary: 4 tensors (431080 elements, 107772 bytes); fp32: 4 tensors (...)"
+
+ private:
+  CompressionFlags flags_;
+  std::vector<TensorCodingPlan> tensors_;
+  int num_ternary_ = 0;
+  int64_t packed_bytes_ = 0, f16_elements_ = 0, f32_elements_ = 0, total_elements_ = 0;
+};
+
+}  // namespace tg

@@ -1,0 +1,110 @@
+// InputPipeline: sharded TFRecord files of image tf.Examples -> batches of preprocessed images for one worker.
+//
+//   readers (num_readers threads, one bounded queue each; a file is read by one reader)
+//     -> sequencer (1 thread: merges the readers' records back into the epoch's file order, then the
+//        bounded shuffle buffer of serialized records, shuffle_buffer records; train only)
+//     -> preprocess (num_preprocess_threads threads: parse Example, check label, decode, augment)
+//     -> reorder window (bounded) -> batcher (1 thread) -> prefetch queue (prefetch_batches batches)
+//     -> next().
+// The shuffle buffer holds serialized records rather than decoded images, as the reference's
+// RandomShuffleQueue did: an ImageNet JPEG is ~110 KB, its 224x224x3 float image 600 KB.
+//
+// Determinism: the record sequence (file order per epoch, shuffle-buffer draws) and every augmentation draw
+// come from Philox keyed by the seed and counters naming (epoch, file, record), and preprocessing results are
+// put back in sequence order before batching, so the batches are the same whatever num_readers and
+// num_preprocess_threads are.
+//
+// Sharding over workers: with at least as many files as workers, worker w reads files w, w + N, w + 2N, ...
+// (sorted names); otherwise every worker reads every file and keeps record k of file f iff (k + f) % N == w.
+// Either way each record belongs to exactly one worker. Training reshuffles this worker's file order every
+// epoch and runs forever (the shuffle buffer mixes across epoch boundaries, as the reference's queue did).
+//
+// Eval (train = false): one pass over the worker's records, files in sorted order, records in file order,
+// no shuffling, no augmentation, every record exactly once. The last batch may be partial: Batch::count
+// says how many rows are valid (rows past count are zero images with label -1); after it next() returns
+// false.
+//
+// Bad input: a corrupt record (CRC, truncation, not an Example, no image/encoded or label, label outside
+// [0, num_classes), undecodable image, image smaller than the crop) stops the pipeline; next() then throws a
+// tg::Error naming the file and byte offset. With skip_corrupt_records the record is counted, logged (the
+// first few individually) and skipped; a truncated file or bad length CRC loses the rest of that file.
+//
+// Memory is bounded: every queue has a fixed capacity. The destructor stops and joins every thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tg {
+
+struct PipelineOptions {
+  std::string data_dir;
+  std::string subset = "train";     // files "<data_dir>/<subset>-*"
+  std::string dataset = "mnist";    // mnist, fashion_mnist, cifar10, imagenet
+  std::string net;                  // imagenet: "alexnet" (and vgg*) -> AlexNet preprocessing; else Inception
+  int image_size = 0;               // 0: dataset default (28, 24, 224)
+  int batch_size = 64;              // this pipeline's batch (the trainer passes its worker's slice)
+  bool train = true;
+  int num_readers = 1;
+  int num_preprocess_threads = 2;
+  int shuffle_buffer = 4096;        // serialized records; <= 1 disables shuffling
+  int prefetch_batches = 2;
+  uint64_t seed = 0;
+  int worker_index = 0;
+  int num_workers = 1;
+  bool skip_corrupt_records = false;
+  int num_classes = 0;              // 0: dataset default (10, 10, 1001 with background 0)
+  int64_t start_epoch = 0;          // first epoch (train: resume; changes file order and augmentation)
+};
+
+struct Batch {
+  int batch_size = 0, image_size = 0, channels = 0;
+  int count = 0;                 // valid rows (== batch_size except eval's last batch)
+  int64_t epoch = 0;             // epoch of the last valid row
+  std::vector<float> images;     // (batch_size, image_size, image_size, channels), NHWC
+  std::vector<int32_t> labels;   // (batch_size); -1 in rows past count
+};
+
+// "<data_dir>/<subset>-*" regular files, sorted by name. Throws tg::Error naming --data_dir/--subset when
+// data_dir is empty, missing, or has no such file.
+std::vector<std::string> list_data_files(const std::string& data_dir, const std::string& subset);
+
+// Which files a worker reads and whether records are strided (see above). Exposed for tests.
+struct ShardAssignment {
+  std::vector<int> files;  // indices into the sorted file list
+  bool strided = false;    // keep record k of file f iff (k + f) % num_workers == worker_index
+};
+ShardAssignment assign_shards(int num_files, int worker_index, int num_workers);
+
+// Dataset defaults.
+int default_image_size(const std::string& dataset);
+int default_num_classes(const std::string& dataset);
+
+class InputPipeline {
+ public:
+  explicit InputPipeline(const PipelineOptions& options);  // validates options, lists files, starts threads
+  ~InputPipeline();                                        // stops and joins every thread
+  InputPipeline(const InputPipeline&) = delete;
+  InputPipeline& operator=(const InputPipeline&) = delete;
+
+  // Fills *batch (its buffers are reused). Train: always true. Eval: false once every batch was returned.
+  // Throws tg::Error when a stage failed (bad record without skip_corrupt_records, I/O error).
+  bool next(Batch* batch);
+
+  int64_t epoch() const;            // epoch of the last row handed out
+  int64_t skipped_records() const;  // corrupt records skipped so far (skip_corrupt_records)
+  int64_t records_delivered() const;
+  const PipelineOptions& options() const;  // with defaults filled in
+  const std::vector<std::string>& files() const;  // every file of the subset, sorted
+  const ShardAssignment& assignment() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tg

@@ -1,0 +1,72 @@
+// Checkpoints: `train_dir/model.ckpt-<step>` files (format in proto/checkpoint.proto: magic, protobuf header
+// with a tensor table, raw data, crc32c per tensor) and the text index `train_dir/checkpoint` naming the
+// latest, in TensorFlow's format (model_checkpoint_path: "model.ckpt-<step>"). Files are written to a
+// temporary name, fsynced and renamed, so a crash never leaves a torn checkpoint under its final name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "terngrad/core/tensor.h"
+
+namespace tg {
+
+constexpr uint32_t kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  std::string model, dataset;
+  int64_t image_size = 0, channels = 0, num_classes = 0;
+  int64_t step = 0;
+  uint64_t data_cursor = 0;
+  std::map<std::string, std::string> flags;
+  std::string parameter_digest;  // filled by the writer from the tensors whose names start with "params/"
+};
+
+// A named host tensor to save (the caller copies device tensors to the host first).
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;  // host
+};
+
+// Writes path atomically; returns the parameter digest it recorded.
+std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const std::vector<NamedTensor>& tensors);
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);  // reads and verifies the header; errors name the file
+  const CheckpointMeta& meta() const { return meta_; }
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const { return table_.count(name) != 0; }
+  std::vector<std::string> names() const;
+  Shape shape(const std::string& name) const;
+  // Reads tensor `name` into a host tensor of the same shape and dtype, verifying its crc32c.
+  void read(const std::string& name, const Tensor& dst) const;
+
+ private:
+  struct Entry {
+    Shape shape;
+    DType dtype;
+    uint64_t offset, bytes;
+    uint32_t crc;
+  };
+  std::string path_;
+  CheckpointMeta meta_;
+  uint64_t data_offset_ = 0;
+  std::map<std::string, Entry> table_;
+};
+
+std::string checkpoint_path(const std::string& train_dir, int64_t step);  // train_dir/model.ckpt-<step>
+// Updates train_dir/checkpoint to name `step` as the latest (and lists the kept ones), atomically.
+void write_checkpoint_index(const std::string& train_dir, const std::vector<int64_t>& kept_steps);
+// The latest checkpoint's path from train_dir/checkpoint, or nullopt when there is none.
+std::optional<std::string> latest_checkpoint(const std::string& train_dir);
+// Steps of the model.ckpt-* files present in train_dir, ascending.
+std::vector<int64_t> list_checkpoint_steps(const std::string& train_dir);
+
+// crc32c of bytes as 8 hex digits (the digest logged at every save).
+std::string digest_hex(uint32_t crc);
+
+}  // namespace tg

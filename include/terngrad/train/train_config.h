@@ -1,0 +1,80 @@
+// TrainConfig: every setting of terngrad-train, named as the reference's flags, with the checks that run
+// before any work starts (one line naming the flag and its accepted values), and dataset facts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace tg {
+
+struct DatasetInfo {
+  std::string name;
+  int64_t num_classes;        // 1001 for ImageNet (label 0 is background)
+  int64_t channels;
+  int64_t train_examples;     // examples per epoch of the training subset
+  int64_t eval_examples;      // of the evaluation subset
+  std::string eval_subset;    // "test" or "validation"
+  int64_t default_image_size;
+};
+// "mnist", "fashion_mnist", "cifar10", "imagenet"; anything else is an error listing them.
+const DatasetInfo& dataset_info(const std::string& name);
+
+struct TrainConfig {
+  // where
+  std::string train_dir = "/tmp/terngrad_train";
+  std::string data_dir;
+  std::string dataset = "fashion_mnist";
+  std::string subset = "train";
+  std::string device = "cpu";  // cpu | cuda | cuda:<k>
+  int num_gpus = 1;
+  int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
+  int threads = 0;     // CPU threads (0: all)
+  // model
+  std::string net = "lenet";
+  int64_t image_size = 0;   // 0: the dataset's default
+  int64_t num_classes = 0;  // 0: the dataset's
+  float weight_decay = 0.0005f;
+  float dropout_keep_prob = 0.5f;
+  float label_smoothing = -1.f;  // < 0: the network's default (0.1 for inception_v3, else 0)
+  // optimisation
+  int64_t batch_size = 64;  // total over all workers
+  int64_t max_steps = 1000;
+  std::string optimizer = "momentum";
+  double initial_learning_rate = 0.01;
+  std::string learning_rate_decay_type = "exponential";
+  double num_epochs_per_decay = 20.0;
+  double learning_rate_decay_factor = 0.1;
+  int64_t warmup_steps = 0;
+  float momentum = 0.9f;
+  float moving_average_decay = 0.9999f;
+  // gradient exchange
+  int grad_bits = 32;
+  float clip_factor = 0.f;
+  int64_t size_to_binarize = 1;
+  bool quantize_logits = false;
+  std::string exchange = "auto";
+  // run
+  uint64_t seed = 1;
+  int64_t save_iter = 5000;
+  int keep_checkpoints = 5;
+  int64_t log_every = 10;
+  std::string metrics_jsonl;
+  bool benchmark_mode = false;
+  int64_t check_replicas_every = 0;
+  // input pipeline
+  int num_readers = 2;
+  int num_preprocess_threads = 2;
+  int64_t shuffle_buffer = 4096;
+  bool skip_corrupt_records = false;
+
+  int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
+  // Checks every value and their consistency for `num_processes` processes; throws naming the flag.
+  void validate(int num_processes) const;
+  // Fills the dataset-dependent defaults (image size, classes, label smoothing).
+  void resolve_defaults();
+  // The effective configuration as flag name -> value (logged at start, stored in checkpoints).
+  std::map<std::string, std::string> to_flags() const;
+};
+
+}  // namespace tg

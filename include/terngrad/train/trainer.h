@@ -1,0 +1,53 @@
+// Trainer: one process's part of data-parallel training (DESIGN.md section 3). It holds one replica per
+// device (backend, parameter store, optimizer, EMA) and `--num_nodes` workers (towers) spread over the
+// replicas round-robin; workers on one device share its parameters and optimizer state, each computes the
+// gradient of its slice of the batch, and every worker's gradient goes through the GradientExchange
+// (scalers all-reduce MAX, ternary codes, fp32 remainder), which leaves the same averaged gradient on every
+// worker. Each replica then applies one optimizer update and one EMA update, so replicas stay identical.
+//
+// Workers of one process meet through a LocalGroup; several processes (mpirun) through the MPI
+// communicator, one worker per process. Checkpoints (train/checkpoint.h) are written by process 0 every
+// --save_iter steps and at the end; a train_dir with checkpoints is resumed from the latest one, which gives
+// parameters bit-identical to an uninterrupted run.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/train/train_config.h"
+
+namespace tg {
+
+class Communicator;
+
+struct TrainResult {
+  int64_t start_step = 0;  // > 0 when resumed
+  int64_t steps_done = 0;  // iterations completed in total (the last checkpoint's step)
+  bool interrupted = false;
+  float final_loss = 0.f;
+  double median_examples_per_sec = 0;
+  uint64_t bytes_moved = 0;       // by worker 0's exchange, all steps of this run
+  uint64_t fp32_bytes_moved = 0;  // what fp32 gradients would have moved
+  std::string parameter_digest;   // of the final parameters
+};
+
+class Trainer {
+ public:
+  // process_comm: the MPI communicator when several processes train together, else nullptr.
+  Trainer(const TrainConfig& config, Communicator* process_comm = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains up to --max_steps; stops early (after saving a checkpoint) when *stop becomes true.
+  TrainResult run(const std::atomic<bool>* stop = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tg

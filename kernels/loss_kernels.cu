@@ -1,0 +1,98 @@
+// Softmax cross-entropy with label smoothing on the CUDA backend, mirroring the CPU backend's arithmetic:
+// target = on for the label (on = 1 - ls + ls/K), off = ls/K elsewhere; max in float, the partition
+// function and the loss in double. One block per row for the forward (K may be 1001). A label outside
+// [0, K) is not used: its row is atomicMin'd into *bad_row, which the backend checks after the kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "src/backend/cuda/cuda_kernels.h"
+#include "src/backend/cuda/cuda_launch.h"
+#include "terngrad/backend/cuda_check.h"
+
+namespace tg::cuda_kernels {
+namespace {
+
+constexpr int kRowThreads = 128;
+
+template <typename T, typename Combine> __device__ T block_combine(T v, Combine combine) {
+  __shared__ T shared[kRowThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = combine(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  T total = shared[0];
+  __syncthreads();  // shared is reused by the next call
+  return total;
+}
+
+__global__ void softmax_xent_forward_kernel(const float* logits, const int32_t* labels, int64_t n, int64_t k,
+                                            float on, float off, float* probs, float* losses, int* bad_row) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const int32_t label = labels[r];
+    if (label < 0 || label >= k) {
+      if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(r));
+      continue;  // uniform across the block
+    }
+    const float* row = logits + r * k;
+    float* prow = probs + r * k;
+    float mx = row[0];
+    for (int64_t j = threadIdx.x; j < k; j += kRowThreads) mx = fmaxf(mx, row[j]);
+    mx = block_combine<float>(mx, [](float a, float b) { return fmaxf(a, b); });
+    double z = 0;
+    for (int64_t j = threadIdx.x; j < k; j += kRowThreads) z += exp(static_cast<double>(row[j] - mx));
+    z = block_combine<double>(z, [](double a, double b) { return a + b; });
+    const double log_z = log(z);
+    double loss = 0;
+    for (int64_t j = threadIdx.x; j < k; j += kRowThreads) {
+      double log_p = static_cast<double>(row[j] - mx) - log_z;
+      prow[j] = static_cast<float>(exp(log_p));
+      double target = (j == label) ? on : off;
+      if (target != 0) loss -= target * log_p;
+    }
+    loss = block_combine<double>(loss, [](double a, double b) { return a + b; });
+    if (threadIdx.x == 0) losses[r] = static_cast<float>(loss);
+  }
+}
+
+__global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                                             float on, float off, float scale, float* dlogits, int* bad_row) {
+  TG_GRID_STRIDE_LOOP(i, n * k) {
+    const int64_t r = i / k, j = i % k;
+    const int32_t label = labels[r];
+    if (label < 0 || label >= k) {
+      if (j == 0) atomicMin(bad_row, static_cast<int>(r));
+      continue;
+    }
+    dlogits[i] = scale * (probs[i] - (j == label ? on : off));
+  }
+}
+
+}  // namespace
+
+void softmax_xent_forward_f32(const float* logits, const int32_t* labels, int64_t n, int64_t k,
+                              float label_smoothing, float* probs, float* losses, int* bad_row,
+                              cudaStream_t stream) {
+  if (n == 0 || k == 0) return;
+  const float off = label_smoothing / static_cast<float>(k);
+  const float on = 1.f - label_smoothing + off;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, kMaxBlocks));
+  softmax_xent_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(logits, labels, n, k, on, off, probs, losses,
+                                                                  bad_row);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_xent_backward_f32(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                               float label_smoothing, float scale, float* dlogits, int* bad_row,
+                               cudaStream_t stream) {
+  if (n * k == 0) return;
+  const float off = label_smoothing / static_cast<float>(k);
+  const float on = 1.f - label_smoothing + off;
+  softmax_xent_backward_kernel<<<grid_for(n * k), kThreads, 0, stream>>>(probs, labels, n, k, on, off, scale,
+                                                                        dlogits, bad_row);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tg::cuda_kernels

@@ -1,0 +1,109 @@
+// Max and average pooling of NHWC tensors on the CUDA backend, written directly rather than through cuDNN:
+// cuDNN pooling pads symmetrically, while TensorFlow's SAME padding puts the odd pixel after (before/after
+// come from the PoolDesc), and TF's average divides by the number of in-image cells. Max ignores padded
+// cells. The backward gathers (one thread per input element, no atomics: deterministic): for max it
+// recomputes each covering window's arg-max (first maximum in row-major window order), so the forward
+// keeps no workspace.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+
+#include "src/backend/cuda/cuda_kernels.h"
+#include "src/backend/cuda/cuda_launch.h"
+#include "terngrad/backend/cuda_check.h"
+
+namespace tg::cuda_kernels {
+namespace {
+
+struct Window {
+  int64_t h0, h1, w0, w1;  // in-image rows [h0, h1), columns [w0, w1)
+};
+
+__device__ Window window_of(const PoolDesc& d, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * d.stride_h - d.pad_top, ws = ow * d.stride_w - d.pad_left;
+  return {max(hs, int64_t{0}), min(hs + d.kh, d.h), max(ws, int64_t{0}), min(ws + d.kw, d.w)};
+}
+
+// Position (h * W + w) of the first maximum of window (b, oh, ow, ch); -1 if the window is empty.
+__device__ int64_t window_argmax(const PoolDesc& d, const float* x, int64_t b, int64_t oh, int64_t ow, int64_t ch) {
+  Window win = window_of(d, oh, ow);
+  int64_t best = -1;
+  float best_v = -FLT_MAX;
+  for (int64_t h = win.h0; h < win.h1; ++h)
+    for (int64_t w = win.w0; w < win.w1; ++w) {
+      float v = x[((b * d.h + h) * d.w + w) * d.c + ch];
+      if (best < 0 || v > best_v) best = h * d.w + w, best_v = v;
+    }
+  return best;
+}
+
+__global__ void pool_forward_kernel(PoolDesc d, const float* x, float* y) {
+  TG_GRID_STRIDE_LOOP(i, d.n * d.out_h * d.out_w * d.c) {
+    int64_t ch = i % d.c, rest = i / d.c;
+    int64_t ow = rest % d.out_w;
+    rest /= d.out_w;
+    int64_t oh = rest % d.out_h, b = rest / d.out_h;
+    Window win = window_of(d, oh, ow);
+    if (d.kind == PoolKind::MAX) {
+      float m = -FLT_MAX;
+      bool any = false;
+      for (int64_t h = win.h0; h < win.h1; ++h)
+        for (int64_t w = win.w0; w < win.w1; ++w) {
+          float v = x[((b * d.h + h) * d.w + w) * d.c + ch];
+          if (!any || v > m) m = v, any = true;
+        }
+      y[i] = any ? m : 0.f;
+    } else {
+      float s = 0.f;
+      for (int64_t h = win.h0; h < win.h1; ++h)
+        for (int64_t w = win.w0; w < win.w1; ++w) s += x[((b * d.h + h) * d.w + w) * d.c + ch];
+      int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
+      y[i] = count > 0 ? s / static_cast<float>(count) : 0.f;
+    }
+  }
+}
+
+__global__ void pool_backward_kernel(PoolDesc d, const float* x, const float* dy, float* dx) {
+  TG_GRID_STRIDE_LOOP(i, d.n * d.h * d.w * d.c) {
+    int64_t ch = i % d.c, rest = i / d.c;
+    int64_t w = rest % d.w;
+    rest /= d.w;
+    int64_t h = rest % d.h, b = rest / d.h;
+    // Output rows whose window [oh*s - pad, oh*s - pad + k) contains h.
+    const int64_t hp = h + d.pad_top, wp = w + d.pad_left;
+    int64_t oh0 = hp - d.kh + 1 > 0 ? (hp - d.kh + 1 + d.stride_h - 1) / d.stride_h : 0;
+    int64_t oh1 = min(hp / d.stride_h + 1, d.out_h);
+    int64_t ow0 = wp - d.kw + 1 > 0 ? (wp - d.kw + 1 + d.stride_w - 1) / d.stride_w : 0;
+    int64_t ow1 = min(wp / d.stride_w + 1, d.out_w);
+    float g = 0.f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const float gy = dy[((b * d.out_h + oh) * d.out_w + ow) * d.c + ch];
+        if (d.kind == PoolKind::MAX) {
+          if (window_argmax(d, x, b, oh, ow, ch) == h * d.w + w) g += gy;
+        } else {
+          Window win = window_of(d, oh, ow);
+          g += gy / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+        }
+      }
+    dx[i] = g;
+  }
+}
+
+}  // namespace
+
+void pool_forward_f32(const PoolDesc& d, const float* x, float* y, cudaStream_t stream) {
+  const int64_t total = d.n * d.out_h * d.out_w * d.c;
+  if (total == 0) return;
+  pool_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(d, x, y);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void pool_backward_f32(const PoolDesc& d, const float* x, const float* dy, float* dx, cudaStream_t stream) {
+  const int64_t total = d.n * d.h * d.w * d.c;
+  if (total == 0) return;
+  pool_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(d, x, dy, dx);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tg::cuda_kernels

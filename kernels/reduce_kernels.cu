@@ -1,0 +1,108 @@
+// Reductions of the CUDA backend: sum and sum of squares in double, max |x|, and per-column sums of a
+// row-major matrix (bias gradients). Both full reductions are two-pass with a grid that depends only on n
+// and a fixed tree inside blocks, so the same input always gives the same bits (no atomics).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/backend/cuda/cuda_kernels.h"
+#include "src/backend/cuda/cuda_launch.h"
+#include "terngrad/backend/cuda_check.h"
+
+namespace tg::cuda_kernels {
+namespace {
+
+constexpr int kReduceThreads = 256;
+
+struct SumOp {
+  __device__ static double identity() { return 0.0; }
+  __device__ static double combine(double a, double b) { return a + b; }
+};
+struct MaxAbsOp {  // values are |x| >= 0; NaN wins
+  __device__ static double identity() { return 0.0; }
+  __device__ static double combine(double a, double b) { return (isnan(a) || isnan(b)) ? NAN : fmax(a, b); }
+};
+
+// Tree reduction of one value per thread over a block of kReduceThreads; thread 0 gets the result.
+template <typename Op> __device__ double block_reduce(double v) {
+  __shared__ double shared[kReduceThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = Op::combine(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+// mode 0: x, 1: x^2, 2: |x|
+template <typename Op, int kMode> __global__ void reduce_pass1(const float* x, int64_t n, double* partials) {
+  double acc = Op::identity();
+  TG_GRID_STRIDE_LOOP(i, n) {
+    double v = kMode == 0 ? static_cast<double>(x[i])
+             : kMode == 1 ? static_cast<double>(x[i]) * static_cast<double>(x[i])
+                          : static_cast<double>(fabsf(x[i]));
+    acc = Op::combine(acc, v);
+  }
+  double total = block_reduce<Op>(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+template <typename Op> __global__ void reduce_pass2(const double* partials, int count, double* result) {
+  double acc = Op::identity();
+  for (int i = threadIdx.x; i < count; i += kReduceThreads) acc = Op::combine(acc, partials[i]);
+  double total = block_reduce<Op>(acc);
+  if (threadIdx.x == 0) *result = total;
+}
+
+unsigned reduce_blocks(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + 4 * kReduceThreads - 1) / (4 * kReduceThreads), 1,
+                                                   kReduceMaxBlocks));
+}
+
+// Block (32, 32) sums 32 columns: thread (tx, ty) walks rows ty, ty+32, ...; then a fixed tree over ty.
+__global__ void column_sum_kernel(const float* x, int64_t rows, int64_t cols, float* out) {
+  __shared__ float shared[32][33];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 32) acc += x[r * cols + col];
+  shared[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = 16; s > 0; s >>= 1) {
+    if (threadIdx.y < s) shared[threadIdx.y][threadIdx.x] += shared[threadIdx.y + s][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < cols) out[col] = shared[0][threadIdx.x];
+}
+
+}  // namespace
+
+void reduce_sum_f64(const float* x, int64_t n, bool squares, double* partials, double* result,
+                    cudaStream_t stream) {
+  const unsigned blocks = reduce_blocks(n);
+  if (squares)
+    reduce_pass1<SumOp, 1><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
+  else
+    reduce_pass1<SumOp, 0><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
+  TG_CUDA_CHECK_LAUNCH();
+  reduce_pass2<SumOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void reduce_max_abs(const float* x, int64_t n, double* partials, double* result, cudaStream_t stream) {
+  const unsigned blocks = reduce_blocks(n);
+  reduce_pass1<MaxAbsOp, 2><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
+  TG_CUDA_CHECK_LAUNCH();
+  reduce_pass2<MaxAbsOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void column_sum_f32(const float* x, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
+  if (cols == 0) return;
+  column_sum_kernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 32), 0, stream>>>(x, rows, cols, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tg::cuda_kernels

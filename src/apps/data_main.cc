@@ -1,0 +1,94 @@
+// terngrad-data: dataset converters and the shard inspector (CLI11 subcommands).
+//   convert-idx       MNIST / Fashion-MNIST idx(.gz) -> <subset>-NNNNN-of-NNNNN shards (PNG, or --format raw)
+//   convert-cifar10   CIFAR-10 binary batches -> train-* and test-* shards (PNG)
+//   build-image-data  a folder per class of JPEG/PNG images + labels file -> train-* / validation-* (ImageNet)
+//   inspect           count records, check every CRC, list feature keys, label histogram and image sizes
+// Errors end with one line "terngrad-data: error: ..." and exit status 1.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "terngrad/core/error.h"
+#include "terngrad/core/logging.h"
+#include "terngrad/data/converters.h"
+#include "terngrad/data/input_pipeline.h"
+
+namespace {
+
+void print_written(const std::vector<std::string>& paths) {
+  for (const auto& p : paths) std::printf("wrote %s\n", p.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"terngrad-data: convert datasets to TFRecord shards of tf.Example and inspect them"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log_level", log_level, "trace, debug, info, warn, error");
+
+  tg::ConvertIdxOptions idx;
+  CLI::App* c_idx = app.add_subcommand("convert-idx", "MNIST/Fashion-MNIST idx(.gz) files -> TFRecord shards");
+  c_idx->add_option("--images", idx.images, "idx3 image file (.gz or plain)")->required();
+  c_idx->add_option("--labels", idx.labels, "idx1 label file (.gz or plain)")->required();
+  c_idx->add_option("--output_dir", idx.output_dir, "output folder (created if missing)")->required();
+  c_idx->add_option("--subset", idx.subset, "shard prefix: train or test (default: from the file name)");
+  c_idx->add_option("--num_shards", idx.num_shards, "number of shards")->capture_default_str();
+  c_idx->add_option("--format", idx.format, "png (as the reference) or raw")->capture_default_str();
+  c_idx->add_option("--num_threads", idx.num_threads, "encoding threads")->capture_default_str();
+
+  tg::ConvertCifar10Options cifar;
+  CLI::App* c_cifar = app.add_subcommand("convert-cifar10", "CIFAR-10 binary batches -> TFRecord shards");
+  c_cifar->add_option("--input_dir", cifar.input_dir, "folder with data_batch_{1..5}.bin and test_batch.bin")->required();
+  c_cifar->add_option("--output_dir", cifar.output_dir, "output folder")->required();
+  c_cifar->add_option("--train_shards", cifar.train_shards, "train shards")->capture_default_str();
+  c_cifar->add_option("--test_shards", cifar.test_shards, "test shards")->capture_default_str();
+  c_cifar->add_option("--num_threads", cifar.num_threads, "encoding threads")->capture_default_str();
+
+  tg::BuildImageDataOptions img;
+  CLI::App* c_img = app.add_subcommand("build-image-data", "class folders of JPEG/PNG images -> TFRecord shards");
+  c_img->add_option("--train_directory", img.train_directory, "folder with one sub-folder per class");
+  c_img->add_option("--validation_directory", img.validation_directory, "folder with one sub-folder per class");
+  c_img->add_option("--labels_file", img.labels_file, "one class folder name per line (label = line + 1)")->required();
+  c_img->add_option("--output_dir", img.output_dir, "output folder")->required();
+  c_img->add_option("--train_shards", img.train_shards, "train shards")->capture_default_str();
+  c_img->add_option("--validation_shards", img.validation_shards, "validation shards")->capture_default_str();
+  c_img->add_option("--num_threads", img.num_threads, "threads")->capture_default_str();
+  c_img->add_option("--resize", img.resize, "resize every image to RESIZE x RESIZE (0: keep)")->capture_default_str();
+  c_img->add_option("--quality", img.quality, "JPEG quality of re-encoded images")->capture_default_str();
+  c_img->add_flag("--raw_pixel", img.raw_pixel, "store decoded RGB pixels (image/format RAW)");
+  c_img->add_option("--seed", img.seed, "seed of the image order shuffle")->capture_default_str();
+
+  std::string data_dir, subset = "train";
+  std::vector<std::string> files;
+  bool decode = false;
+  CLI::App* c_inspect = app.add_subcommand("inspect", "summarise shards and check every CRC");
+  c_inspect->add_option("--data_dir", data_dir, "folder of shards (with --subset)");
+  c_inspect->add_option("--subset", subset, "shard prefix")->capture_default_str();
+  c_inspect->add_option("files", files, "shard files (instead of --data_dir/--subset)");
+  c_inspect->add_flag("--decode", decode, "decode every image too");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    tg::setup_logging(log_level);
+    if (c_idx->parsed()) {
+      print_written(tg::convert_idx(idx));
+    } else if (c_cifar->parsed()) {
+      print_written(tg::convert_cifar10(cifar));
+    } else if (c_img->parsed()) {
+      print_written(tg::build_image_data(img));
+    } else if (c_inspect->parsed()) {
+      if (files.empty()) files = tg::list_data_files(data_dir, subset);
+      tg::InspectReport r = tg::inspect_files(files, decode);
+      std::fputs(tg::format_report(r).c_str(), stdout);
+      if (r.corrupt > 0 || r.undecodable > 0)
+        TG_THROW("{} corrupt records and {} undecodable images", r.corrupt, r.undecodable);
+    }
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "terngrad-data: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,189 @@
+// terngrad-eval: evaluates checkpoints of a train_dir (or one --checkpoint_path) on a whole subset, with the
+// EMA weights by default, and prints the reference's line:
+//   <time>: precision @ 1 = 0.XXXX recall @ 5 = 0.XXXX [N examples]
+// --run_once evaluates the latest checkpoint once; otherwise it polls every --eval_interval_secs, evaluates
+// each new checkpoint once and exits after the checkpoint of step >= --max_steps.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/core/logging.h"
+#include "terngrad/data/input_pipeline.h"
+#include "terngrad/models/registry.h"
+#include "terngrad/optim/moving_average.h"
+#include "terngrad/train/batch_source.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/train_config.h"
+
+namespace {
+
+struct EvalConfig {
+  std::string checkpoint_dir = "/tmp/terngrad_train";
+  std::string checkpoint_path;
+  std::string data_dir;
+  std::string subset;  // default: the dataset's eval subset
+  std::string device = "cpu";
+  int64_t batch_size = 100;
+  bool restore_avg_var = true;
+  bool run_once = false;
+  double eval_interval_secs = 60;
+  int64_t max_steps = 0;  // 0: the trainer's --max_steps from the checkpoint
+  int threads = 0;
+  int num_preprocess_threads = 2;
+  bool skip_corrupt_records = false;
+};
+
+std::string now_string() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+// Evaluates one checkpoint; returns its step.
+int64_t evaluate(const EvalConfig& ec, const std::string& path) {
+  tg::CheckpointReader reader(path);
+  const tg::CheckpointMeta& m = reader.meta();
+  const tg::DatasetInfo& data = tg::dataset_info(m.dataset);
+  tg::ModelConfig mc;
+  mc.image_size = m.image_size;
+  mc.channels = m.channels;
+  mc.num_classes = m.num_classes;
+  tg::BackendOptions bo;
+  bo.threads = ec.threads;
+  auto be = tg::make_backend(ec.device, bo);
+  tg::Net net;
+  tg::build_model(m.model, mc, net);
+  net.setup(*be, ec.batch_size);
+  tg::ParameterStore store(net.param_specs(), net.state_specs(), *be);
+  net.bind(store);
+  auto load = [&](const std::string& prefix, tg::Slab& slab) {
+    for (int i = 0; i < slab.size(); ++i) {
+      const auto& e = slab.entry(i);
+      const std::string ema_name = tg::ExponentialMovingAverage::shadow_name(e.name);
+      const std::string name = ec.restore_avg_var ? "ema/" + ema_name : prefix + e.name;
+      tg::Buffer host(tg::host_allocator(), static_cast<size_t>(e.shape.numel()) * tg::dtype_size(e.dtype));
+      tg::Tensor h(host.data(), e.shape, e.dtype, tg::Device::cpu());
+      reader.read(name, h);
+      be->copy(slab.view(i), h);
+    }
+  };
+  load("params/", store.params());
+  load("state/", store.state());
+  spdlog::info("Successfully loaded model from {} at step={} (parameter digest {}{})", path, m.step,
+               m.parameter_digest, ec.restore_avg_var ? ", using the moving averages" : "");
+
+  tg::PipelineOptions po;
+  po.data_dir = ec.data_dir;
+  po.subset = ec.subset.empty() ? data.eval_subset : ec.subset;
+  po.dataset = m.dataset;
+  po.net = m.model;
+  po.image_size = static_cast<int>(m.image_size);
+  po.batch_size = static_cast<int>(ec.batch_size);
+  po.num_preprocess_threads = ec.num_preprocess_threads;
+  po.num_classes = static_cast<int>(m.num_classes);
+  po.skip_corrupt_records = ec.skip_corrupt_records;
+  auto source = tg::make_eval_batch_source(po);
+
+  tg::Buffer images(tg::host_allocator(),
+                    static_cast<size_t>(ec.batch_size * m.image_size * m.image_size * m.channels) * sizeof(float));
+  tg::Buffer labels(tg::host_allocator(), static_cast<size_t>(ec.batch_size) * sizeof(int32_t));
+  tg::Tensor x(images.data(), tg::Shape{ec.batch_size, m.image_size, m.image_size, m.channels}, tg::DType::F32,
+               tg::Device::cpu());
+  tg::Tensor y(labels.data(), tg::Shape{ec.batch_size}, tg::DType::I32, tg::Device::cpu());
+  std::vector<float> logits(static_cast<size_t>(ec.batch_size * m.num_classes));
+  int64_t examples = 0, top1 = 0, top5 = 0, batches = 0;
+  for (;;) {
+    const int64_t n = source->next(x, y);
+    if (n == 0) break;
+    net.forward(x, y, false);
+    be->copy(tg::Tensor(logits.data(), tg::Shape{ec.batch_size, m.num_classes}, tg::DType::F32, tg::Device::cpu()),
+             net.tensor(net.logits_name()));
+    const int32_t* lab = y.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * m.num_classes;
+      const float target = row[lab[i]];
+      int64_t rank = 0;  // classes scoring strictly higher than the label (TF in_top_k)
+      for (int64_t k = 0; k < m.num_classes; ++k) rank += row[k] > target;
+      top1 += rank < 1;
+      top5 += rank < 5;
+    }
+    examples += n;
+    if (++batches % 100 == 0) spdlog::info("[{} batches, {} examples]", batches, examples);
+  }
+  TG_CHECK(examples > 0, "--data_dir {}: the subset '{}' has no examples", ec.data_dir, po.subset);
+  std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(),
+              double(top1) / double(examples), double(top5) / double(examples), static_cast<long long>(examples));
+  std::fflush(stdout);
+  return m.step;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"terngrad-eval: precision@1 / recall@5 of terngrad checkpoints"};
+  EvalConfig ec;
+  std::string log_level = "info";
+  app.set_config("--config", "", "read flags from an INI/TOML file");
+  app.add_option("--checkpoint_dir", ec.checkpoint_dir, "train_dir whose checkpoints to evaluate")
+      ->capture_default_str();
+  app.add_option("--checkpoint_path", ec.checkpoint_path, "evaluate this checkpoint file once");
+  app.add_option("--data_dir", ec.data_dir, "folder of <subset>-* TFRecord shards")->required();
+  app.add_option("--subset", ec.subset, "test | validation | train (default: the dataset's eval subset)");
+  app.add_option("--device", ec.device, "cpu | cuda | cuda:<k>")->capture_default_str();
+  app.add_option("--batch_size", ec.batch_size, "evaluation batch")->capture_default_str();
+  app.add_option("--restore_avg_var", ec.restore_avg_var, "evaluate the EMA of the weights (true) or the weights")
+      ->capture_default_str();
+  app.add_flag("--run_once", ec.run_once, "evaluate the latest checkpoint once and exit");
+  app.add_option("--eval_interval_secs", ec.eval_interval_secs, "poll period")->capture_default_str();
+  app.add_option("--max_steps", ec.max_steps, "exit after evaluating a checkpoint of this step (0: the trainer's)")
+      ->capture_default_str();
+  app.add_option("--threads", ec.threads, "CPU threads (0: all)")->capture_default_str();
+  app.add_option("--num_preprocess_threads", ec.num_preprocess_threads, "decode threads")->capture_default_str();
+  app.add_flag("--skip_corrupt_records", ec.skip_corrupt_records, "count and skip bad records");
+  app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    tg::setup_logging(log_level);
+    TG_CHECK(ec.batch_size >= 1, "--batch_size {} must be at least 1", ec.batch_size);
+    TG_CHECK(ec.eval_interval_secs > 0, "--eval_interval_secs {} must be positive", ec.eval_interval_secs);
+    if (!ec.checkpoint_path.empty()) {
+      evaluate(ec, ec.checkpoint_path);
+      return 0;
+    }
+    int64_t last_step = -1;
+    for (;;) {
+      std::optional<std::string> latest = tg::latest_checkpoint(ec.checkpoint_dir);
+      if (!latest) {
+        TG_CHECK(!ec.run_once, "--checkpoint_dir {} has no checkpoint", ec.checkpoint_dir);
+      } else {
+        tg::CheckpointReader reader(*latest);
+        const int64_t step = reader.meta().step;
+        if (step != last_step) {
+          evaluate(ec, *latest);
+          last_step = step;
+          int64_t max_steps = ec.max_steps;
+          if (max_steps == 0) {
+            auto it = reader.meta().flags.find("max_steps");
+            if (it != reader.meta().flags.end()) max_steps = std::stoll(it->second);
+          }
+          if (ec.run_once || (max_steps > 0 && step >= max_steps)) return 0;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(ec.eval_interval_secs));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "terngrad-eval: error: %s\n", e.what());
+    return 1;
+  }
+}

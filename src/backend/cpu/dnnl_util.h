@@ -1,0 +1,85 @@
+// Small helpers shared by the oneDNN ops of the CPU backend (cpu_conv.cc, cpu_pool.cc, cpu_lrn.cc,
+// cpu_batch_norm.cc, cpu_inner_product.cc).
+//
+// Pattern: every cached op keeps its primitive, its dnnl::memory objects created WITHOUT a data handle
+// (DNNL_MEMORY_NONE) and its argument map. A call only points those memories at the caller's tensors
+// (set_data_handle) and executes, so repeated calls create no primitive and allocate nothing. Primitives
+// use a user-managed scratchpad that lives in the cache entry.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "src/backend/cpu/cpu_backend.h"
+#include "terngrad/core/buffer.h"
+#include "terngrad/core/error.h"
+#include "terngrad/core/tensor.h"
+
+namespace tg::dnnl_util {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+using Dims = dnnl::memory::dims;
+using Args = std::unordered_map<int, dnnl::memory>;
+
+inline dnnl::memory::desc f32_desc(const Dims& dims, tag t) { return dnnl::memory::desc(dims, dt::f32, t); }
+
+// A memory object over no data yet; bind() points it at a tensor at each call.
+inline dnnl::memory unbound(const dnnl::memory::desc& md, const dnnl::engine& eng) {
+  dnnl::memory m;
+  TG_DNNL_CALL(m = dnnl::memory(md, eng, DNNL_MEMORY_NONE));
+  return m;
+}
+
+// A memory object over a buffer owned by the cache entry (reordered weights, scratch outputs).
+inline dnnl::memory owned(const dnnl::memory::desc& md, const dnnl::engine& eng, Buffer& storage) {
+  size_t bytes = md.get_size();
+  storage = Buffer(host_allocator(), bytes == 0 ? 64 : bytes);
+  dnnl::memory m;
+  TG_DNNL_CALL(m = dnnl::memory(md, eng, storage.data()));
+  return m;
+}
+
+// Checks that `t` is a defined f32 CPU tensor of `numel` elements, naming the op and the argument.
+inline void check_f32(const Tensor& t, int64_t numel, const char* op, const char* arg) {
+  TG_CHECK(t.raw() != nullptr, "{}: tensor `{}` is undefined", op, arg);
+  TG_CHECK(t.dtype() == DType::F32 && t.device().is_cpu() && t.numel() == numel,
+           "{}: tensor `{}` is {}, expected {} f32 elements on the cpu", op, arg, t.str(), numel);
+}
+
+inline void bind(dnnl::memory& m, const Tensor& t) { m.set_data_handle(t.raw()); }
+inline void bind(dnnl::memory& m, void* p) { m.set_data_handle(p); }
+
+// Attributes every cached primitive is created with: scratchpad owned by us, not by the library.
+inline dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Executes `prim` with `args` and waits (CPU streams are in order; waiting keeps the contract synchronous).
+inline void execute(dnnl::stream& s, const dnnl::primitive& prim, const Args& args) {
+  TG_DNNL_CALL(prim.execute(s, args); s.wait());
+}
+
+// A reorder between two descriptors, with its memories (unbound) and argument map.
+struct Reorder {
+  dnnl::reorder prim;
+  dnnl::memory src, dst;
+  Args args;
+  void init(const dnnl::memory::desc& from, const dnnl::memory::desc& to, const dnnl::engine& eng) {
+    src = unbound(from, eng);
+    dst = unbound(to, eng);
+    TG_DNNL_CALL(prim = dnnl::reorder(src, dst));
+    args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+  }
+  void run(dnnl::stream& s, void* from, void* to) {
+    src.set_data_handle(from);
+    dst.set_data_handle(to);
+    execute(s, prim, args);
+  }
+};
+
+}  // namespace tg::dnnl_util

@@ -1,0 +1,366 @@
+// CudaBackend: construction (stream, cuBLAS/cuDNN handles bound to it, small reduction buffers), the
+// cudaMalloc allocator, the workspace arena, memory ops, element-wise ops, reductions, softmax
+// cross-entropy, optimizer updates and make_cuda_backend. The layer ops live in cuda_conv.cc, cuda_pool.cc,
+// cuda_lrn.cc, cuda_batch_norm.cc and cuda_inner_product.cc; kernels in kernels/*.cu.
+#include "src/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "src/backend/cuda/cuda_kernels.h"
+#include "terngrad/backend/cuda_check.h"
+
+namespace tg {
+
+namespace {
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  TG_CHECK(a.numel() == b.numel(), "{}: element counts differ: {} vs {}", op, a.str(), b.str());
+}
+constexpr size_t kWorkspaceGranule = size_t{1} << 20;  // the arena grows in whole MiB
+}  // namespace
+
+// ---- device guard and allocator ------------------------------------------------------------------------
+CudaDeviceGuard::CudaDeviceGuard(int index) {
+  TG_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != index) {
+    TG_CUDA_CHECK(cudaSetDevice(index));
+    changed_ = true;
+  }
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (changed_) cudaSetDevice(previous_);  // best effort: destructors must not throw
+}
+
+void* CudaAllocator::allocate(size_t bytes) {
+  CudaDeviceGuard guard(index_);
+  void* p = nullptr;
+  cudaError_t status = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free allocation error
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    TG_THROW("cuda:{}: cannot allocate {} bytes of device memory ({}; {} of {} bytes free)", index_, bytes,
+             cudaGetErrorString(status), free_bytes, total_bytes);
+  }
+  return p;
+}
+
+void CudaAllocator::deallocate(void* ptr) noexcept {
+  if (!ptr) return;
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (previous != index_) cudaSetDevice(index_);
+  cudaFree(ptr);
+  if (previous != index_ && previous >= 0) cudaSetDevice(previous);
+}
+
+// ---- construction ----------------------------------------------------------------------------------------
+CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+  CudaDeviceGuard guard(index_);
+  cudaDeviceProp prop{};
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
+  name_ = fmt::format("cuda:{} ({}, sm_{}{}, {} MiB, cuDNN {})", index_, prop.name, prop.major, prop.minor,
+                      prop.totalGlobalMem >> 20, cudnnGetVersion());
+  TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TG_CUBLAS_CHECK(cublasCreate(&cublas_));
+  TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Plain fp32 GEMMs (no TF32 tensor-core rounding): results stay comparable with the CPU backend.
+  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  TG_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  reduce_partials_ = Buffer(allocator_, cuda_kernels::kReduceMaxBlocks * sizeof(double));
+  reduce_result_ = Buffer(allocator_, sizeof(double));
+  label_flag_ = Buffer(allocator_, sizeof(int));
+  TG_CUDA_CHECK(cudaMallocHost(&host_pinned_, 64));
+}
+
+CudaBackend::~CudaBackend() {
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(index_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  cache_.clear();  // cuDNN descriptors before the handle
+  workspace_ = Buffer();
+  reduce_partials_ = Buffer();
+  reduce_result_ = Buffer();
+  label_flag_ = Buffer();
+  if (host_pinned_) cudaFreeHost(host_pinned_);
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+void CudaBackend::synchronize() {
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void* CudaBackend::workspace(size_t bytes) {
+  if (bytes <= workspace_.bytes()) return workspace_.data();
+  const size_t rounded = (bytes + kWorkspaceGranule - 1) / kWorkspaceGranule * kWorkspaceGranule;
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may read the old arena
+  workspace_ = Buffer();
+  workspace_ = Buffer(allocator_, rounded);
+  ++workspace_grows_;
+  return workspace_.data();
+}
+
+void CudaBackend::check_on_device(const Tensor& t, const char* op, const char* what) const {
+  TG_CHECK(t.raw() != nullptr || t.numel() == 0, "{}: {} is undefined", op, what);
+  TG_CHECK(t.device() == device(), "{}: {} {} is not on {}", op, what, t.str(), device().str());
+}
+
+// ---- memory ------------------------------------------------------------------------------------------------
+void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
+  TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
+  for (const Tensor* t : {&dst, &src})
+    TG_CHECK(t->device().is_cpu() || t->device() == device(), "copy on {}: {} is on another device", device().str(),
+             t->str());
+  if (dst.bytes() == 0 || dst.raw() == src.raw()) return;
+  CudaDeviceGuard guard(index_);
+  cudaMemcpyKind kind = dst.device().is_cpu() ? (src.device().is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
+                                              : (src.device().is_cpu() ? cudaMemcpyHostToDevice
+                                                                       : cudaMemcpyDeviceToDevice);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream_));
+  // A host destination is read by the caller right after: wait for it. (A host source may be reused at
+  // once too: pageable sources are staged before cudaMemcpyAsync returns, pinned ones are not, so wait.)
+  if (dst.device().is_cpu() || src.device().is_cpu()) TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::zero(const Tensor& dst) {
+  if (dst.bytes() == 0) return;
+  check_on_device(dst, "zero", "dst");
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaMemsetAsync(dst.raw(), 0, dst.bytes(), stream_));
+}
+
+void CudaBackend::fill(const Tensor& dst, float value) {
+  check_on_device(dst, "fill", "dst");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::fill_f32(dst.data<float>(), dst.numel(), value, stream_);
+}
+
+// ---- element-wise --------------------------------------------------------------------------------------------
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_same_numel(a, b, "add");
+  check_same_numel(a, out, "add");
+  check_on_device(a, "add", "a"), check_on_device(b, "add", "b"), check_on_device(out, "add", "out");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::add_f32(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
+}
+
+void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "axpy");
+  check_on_device(x, "axpy", "x"), check_on_device(y, "axpy", "y");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::axpy_f32(alpha, x.data<float>(), y.data<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::scale(float alpha, const Tensor& x) {
+  check_on_device(x, "scale", "x");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::scale_f32(alpha, x.data<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::relu_forward(const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "relu");
+  check_on_device(x, "relu", "x"), check_on_device(y, "relu", "y");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::relu_forward_f32(x.data<float>(), y.data<float>(), x.numel(), stream_);
+}
+
+void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  check_same_numel(y, dy, "relu_backward");
+  check_same_numel(y, dx, "relu_backward");
+  check_on_device(y, "relu_backward", "y"), check_on_device(dy, "relu_backward", "dy");
+  check_on_device(dx, "relu_backward", "dx");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::relu_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel(), stream_);
+}
+
+void CudaBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+                                  PhiloxKey key, uint32_t step, uint32_t salt) {
+  check_same_numel(x, y, "dropout");
+  check_same_numel(x, mask, "dropout");
+  TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
+  check_on_device(x, "dropout", "x"), check_on_device(y, "dropout", "y"), check_on_device(mask, "dropout", "mask");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::dropout_forward_f32(x.data<float>(), y.data<float>(), mask.data<uint8_t>(), x.numel(), keep_prob,
+                                    key, step, salt, stream_);
+}
+
+void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
+  check_same_numel(dy, dx, "dropout_backward");
+  check_same_numel(dy, mask, "dropout_backward");
+  check_on_device(dy, "dropout_backward", "dy"), check_on_device(mask, "dropout_backward", "mask");
+  check_on_device(dx, "dropout_backward", "dx");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::dropout_backward_f32(dy.data<float>(), mask.data<uint8_t>(), keep_prob, dx.data<float>(),
+                                     dy.numel(), stream_);
+}
+
+// Channel concat/split are strided 2-D copies: rows = N*H*W, a part's row is c floats at offset `offset`.
+void CudaBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
+  check_on_device(out, "concat", "out");
+  const int64_t c_out = out.shape().dim(-1);
+  const int64_t rows = c_out ? out.numel() / c_out : 0;
+  float* po = out.data<float>();
+  CudaDeviceGuard guard(index_);
+  int64_t offset = 0;
+  for (const Tensor& p : parts) {
+    const int64_t c = p.shape().dim(-1);
+    TG_CHECK(p.numel() == rows * c, "concat: part {} does not match output {}", p.str(), out.str());
+    TG_CHECK(offset + c <= c_out, "concat: parts have more channels than the output {}", out.str());
+    check_on_device(p, "concat", "part");
+    if (rows * c > 0)
+      TG_CUDA_CHECK(cudaMemcpy2DAsync(po + offset, c_out * sizeof(float), p.data<float>(), c * sizeof(float),
+                                      c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+    offset += c;
+  }
+  TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
+}
+
+void CudaBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
+  check_on_device(dout, "split", "dout");
+  const int64_t c_out = dout.shape().dim(-1);
+  const int64_t rows = c_out ? dout.numel() / c_out : 0;
+  const float* po = dout.data<float>();
+  CudaDeviceGuard guard(index_);
+  int64_t offset = 0;
+  for (const Tensor& p : dparts) {
+    const int64_t c = p.shape().dim(-1);
+    TG_CHECK(offset + c <= c_out, "split: parts have more channels than {}", dout.str());
+    if (p) {
+      TG_CHECK(p.numel() == rows * c, "split: part {} does not match {}", p.str(), dout.str());
+      check_on_device(p, "split", "part");
+      if (rows * c > 0)
+        TG_CUDA_CHECK(cudaMemcpy2DAsync(p.data<float>(), c * sizeof(float), po + offset, c_out * sizeof(float),
+                                        c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+    }
+    offset += c;
+  }
+  TG_CHECK(offset == c_out, "split: parts have {} channels, dout {}", offset, c_out);
+}
+
+// ---- reductions -----------------------------------------------------------------------------------------------
+double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op) {
+  check_on_device(x, op, "x");
+  if (x.numel() == 0) return 0.0;
+  CudaDeviceGuard guard(index_);
+  auto* partials = static_cast<double*>(reduce_partials_.data());
+  auto* result = static_cast<double*>(reduce_result_.data());
+  cuda_kernels::reduce_sum_f64(x.data<float>(), x.numel(), squares, partials, result, stream_);
+  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  double v;
+  std::memcpy(&v, host_pinned_, sizeof(double));
+  return v;
+}
+
+double CudaBackend::sum(const Tensor& x) { return reduce_to_host(x, false, "sum"); }
+double CudaBackend::sum_squares(const Tensor& x) { return reduce_to_host(x, true, "sum_squares"); }
+
+float CudaBackend::max_abs(const Tensor& x) {
+  check_on_device(x, "max_abs", "x");
+  if (x.numel() == 0) return 0.f;
+  CudaDeviceGuard guard(index_);
+  auto* partials = static_cast<double*>(reduce_partials_.data());
+  auto* result = static_cast<double*>(reduce_result_.data());
+  cuda_kernels::reduce_max_abs(x.data<float>(), x.numel(), partials, result, stream_);
+  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  double v;
+  std::memcpy(&v, host_pinned_, sizeof(double));
+  return static_cast<float>(v);  // exact: v holds a float
+}
+
+// ---- softmax cross-entropy --------------------------------------------------------------------------------------
+void CudaBackend::check_label_flag(const Tensor& labels, int64_t k) {
+  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, label_flag_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  int bad_row;
+  std::memcpy(&bad_row, host_pinned_, sizeof(int));
+  if (bad_row == cuda_kernels::kNoBadLabel) return;
+  int32_t label = 0;
+  TG_CUDA_CHECK(cudaMemcpy(&label, labels.data<int32_t>() + bad_row, sizeof(int32_t), cudaMemcpyDeviceToHost));
+  TG_THROW("label {} of example {} is outside [0, {})", label, bad_row, k);
+}
+
+void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                       const Tensor& probs, const Tensor& losses) {
+  TG_CHECK(logits.shape().rank() == 2, "softmax_xent: logits {} must be (N, K)", logits.str());
+  const int64_t n = logits.shape()[0], k = logits.shape()[1];
+  TG_CHECK(labels.numel() == n && probs.numel() == n * k && losses.numel() == n,
+           "softmax_xent: logits {}, labels {}, probs {}, losses {} do not match", logits.str(), labels.str(),
+           probs.str(), losses.str());
+  TG_CHECK(n < (int64_t{1} << 31), "softmax_xent: {} examples exceed the label check's int range", n);
+  check_on_device(logits, "softmax_xent", "logits"), check_on_device(labels, "softmax_xent", "labels");
+  check_on_device(probs, "softmax_xent", "probs"), check_on_device(losses, "softmax_xent", "losses");
+  if (n == 0) return;
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0x7f, sizeof(int), stream_));
+  cuda_kernels::softmax_xent_forward_f32(logits.data<float>(), labels.data<int32_t>(), n, k, label_smoothing,
+                                         probs.data<float>(), losses.data<float>(),
+                                         static_cast<int*>(label_flag_.data()), stream_);
+  check_label_flag(labels, k);
+}
+
+void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                        float scale, const Tensor& dlogits) {
+  TG_CHECK(probs.shape().rank() == 2, "softmax_xent_backward: probs {} must be (N, K)", probs.str());
+  const int64_t n = probs.shape()[0], k = probs.shape()[1];
+  TG_CHECK(labels.numel() == n && dlogits.numel() == n * k,
+           "softmax_xent_backward: probs {}, labels {}, dlogits {} do not match", probs.str(), labels.str(),
+           dlogits.str());
+  check_on_device(probs, "softmax_xent_backward", "probs"), check_on_device(labels, "softmax_xent_backward", "labels");
+  check_on_device(dlogits, "softmax_xent_backward", "dlogits");
+  if (n == 0) return;
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0x7f, sizeof(int), stream_));
+  cuda_kernels::softmax_xent_backward_f32(probs.data<float>(), labels.data<int32_t>(), n, k, label_smoothing, scale,
+                                          dlogits.data<float>(), static_cast<int*>(label_flag_.data()), stream_);
+  check_label_flag(labels, k);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------------------------
+void CudaBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                                   const Tensor& s2) {
+  check_same_numel(w, g, "optimizer_update");
+  check_on_device(w, "optimizer_update", "w"), check_on_device(g, "optimizer_update", "g");
+  const bool needs1 = step.kind != OptimizerKind::GD;
+  const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+  TG_CHECK(!needs1 || (s1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
+  TG_CHECK(!needs2 || (s2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
+  if (needs1) check_on_device(s1, "optimizer_update", "slot 1");
+  if (needs2) check_on_device(s2, "optimizer_update", "slot 2");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::optimizer_update_f32(step, w.data<float>(), g.data<float>(), needs1 ? s1.data<float>() : nullptr,
+                                     needs2 ? s2.data<float>() : nullptr, w.numel(), stream_);
+}
+
+void CudaBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
+  check_same_numel(w, ema, "ema_update");
+  check_on_device(w, "ema_update", "w"), check_on_device(ema, "ema_update", "ema");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::ema_update_f32(decay, w.data<float>(), ema.data<float>(), w.numel(), stream_);
+}
+
+// ---- factory ----------------------------------------------------------------------------------------------------------
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& /*options*/) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear it: a later CUDA call must not report this one
+    TG_THROW("--device cuda: no CUDA device is available (cudaGetDeviceCount: {}: {})", cudaGetErrorName(status),
+             cudaGetErrorString(status));
+  }
+  if (count == 0) TG_THROW("--device cuda: no CUDA device is available (cudaGetDeviceCount: 0 devices)");
+  TG_CHECK(index >= 0 && index < count, "--device cuda:{}: this machine has {} CUDA device(s), cuda:0..cuda:{}",
+           index, count, count - 1);
+  return std::make_unique<CudaBackend>(index);
+}
+
+}  // namespace tg

@@ -1,0 +1,172 @@
+// CudaBackend: the Backend of one CUDA device ("cuda:<k>"). It owns everything device-specific, so layers
+// stay free of library state:
+//   - a cudaMalloc allocator (plain device memory, never managed) behind tg::Buffer;
+//   - one non-blocking stream, on which every op is enqueued in order;
+//   - one cuBLAS and one cuDNN handle, both bound to that stream;
+//   - a workspace arena: one growable device buffer shared by all ops (they run in stream order, so one
+//     op's scratch is free again when the next starts). It grows when an op descriptor is first seen
+//     (cache creation), never in steady state;
+//   - a cache of per-descriptor state (cuDNN descriptors and chosen algorithms) keyed by op key().
+// Element-wise ops, reductions, losses and optimizer updates are kernels in kernels/*.cu that call the
+// shared TG_HOST_DEVICE math (compiled with -fmad=false: the CPU's bits). Reductions and the loss's label
+// check synchronize the stream (their results are read on the host).
+//
+// Files: cuda_backend.cc (construction, memory, element-wise, reductions, loss, optimizer, factory),
+// cuda_conv.cc (cuDNN convolution), cuda_pool.cc (pooling kernels), cuda_lrn.cc (LRN kernels),
+// cuda_batch_norm.cc (cuDNN batch norm), cuda_inner_product.cc (cuBLAS). Kernel launchers: cuda_kernels.h.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "terngrad/backend/backend.h"
+
+namespace tg {
+
+// Creates the backend of CUDA device `index`. Throws tg::Error when no device is present or the index is
+// out of range ("--device cuda: no CUDA device is available (cudaGetDeviceCount: ...)").
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options);
+
+// Makes device `index` current for the calling thread for the guard's lifetime, restoring the previous one.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int index);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool changed_ = false;
+};
+
+// cudaMalloc/cudaFree on one device.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int index) : index_(index) {}
+  Device device() const override { return Device::cuda(index_); }
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) noexcept override;
+
+ private:
+  int index_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::cuda(index_); }
+  std::string name() const override { return name_; }
+  Allocator& allocator() override { return allocator_; }
+  void synchronize() override;
+
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void zero(const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(float alpha, const Tensor& x) override;
+  void relu_forward(const Tensor& x, const Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
+                       uint32_t step, uint32_t salt) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) override;
+  void concat_channels(const std::vector<Tensor>& parts, const Tensor& out) override;
+  void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) override;
+
+  double sum(const Tensor& x) override;
+  double sum_squares(const Tensor& x) override;
+  float max_abs(const Tensor& x) override;
+
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
+                            const Tensor& losses) override;
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
+                             const Tensor& dlogits) override;
+
+  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y) override;
+  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                       const Tensor& dw, const Tensor& db) override;
+  size_t pool_workspace_bytes(const PoolDesc& d) override;
+  void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
+                     const Tensor& dx) override;
+  size_t lrn_workspace_bytes(const LrnDesc& d) override;
+  void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                    const Tensor& dx) override;
+  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& y, const Tensor& mean, const Tensor& var) override;
+  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& mean, const Tensor& var, const Tensor& y) override;
+  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                           const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
+                           const Tensor& dbeta) override;
+  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                             const Tensor& y) override;
+  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                              const Tensor& dx, const Tensor& dw, const Tensor& db) override;
+
+  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                        const Tensor& s2) override;
+  void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
+
+  // ---- what the op files share --------------------------------------------------------------------------
+  int index() const { return index_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+
+  // The arena, at least `bytes` long. Growing it synchronizes the stream first (pending ops may still
+  // read the old one); op caches reserve what they need when an entry is created, so steady-state calls
+  // never grow it.
+  void* workspace(size_t bytes);
+  size_t workspace_bytes() const { return workspace_.bytes(); }
+  int workspace_grow_count() const { return workspace_grows_; }
+
+  // Throws unless `t` is defined and lives on this device; `op` and `what` name it in the message.
+  void check_on_device(const Tensor& t, const char* op, const char* what) const;
+
+  // Cached per-descriptor state (descriptors, algorithms; defined in each op's file).
+  struct CachedOp {
+    virtual ~CachedOp() = default;
+  };
+  // The entry for `key`, created with make() on first use.
+  template <typename T, typename Make> T& cached(const std::string& key, Make&& make) {
+    auto it = cache_.find(key);
+    if (it == cache_.end()) it = cache_.emplace(key, std::unique_ptr<CachedOp>(make())).first;
+    return static_cast<T&>(*it->second);
+  }
+  size_t cache_size() const { return cache_.size(); }
+
+ private:
+  double reduce_to_host(const Tensor& x, bool squares, const char* op);
+  // Throws naming the first example whose label is outside [0, k) if the last loss kernel flagged one.
+  void check_label_flag(const Tensor& labels, int64_t k);
+
+  int index_;
+  std::string name_;
+  CudaAllocator allocator_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  Buffer workspace_;
+  int workspace_grows_ = 0;
+  Buffer reduce_partials_;  // per-block partial sums of the reductions (double)
+  Buffer reduce_result_;    // one double on the device
+  Buffer label_flag_;       // one int: the first bad example's row, or kNoBadLabel
+  void* host_pinned_ = nullptr;  // 64 bytes of page-locked host memory for the values read back
+  std::unordered_map<std::string, std::unique_ptr<CachedOp>> cache_;
+};
+
+}  // namespace tg

@@ -1,0 +1,62 @@
+// Communicator base: argument checks and byte accounting around the implementations' collectives.
+#include "terngrad/comm/communicator.h"
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
+
+void check_reduce_supported(const std::string& who, DType dtype, ReduceOp op) {
+  const bool ok =
+      dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::Sum);
+  if (!ok)
+    TG_THROW("{}: all-reduce {} over {} is not supported (supported: f32/i8/i32 sum and max, f16 sum)", who,
+             reduce_op_name(op), dtype_name(dtype));
+}
+
+uint64_t Communicator::allreduce_moved_bytes(uint64_t payload, int size) {
+  if (size <= 1) return 0;
+  return 2 * static_cast<uint64_t>(size - 1) * payload / static_cast<uint64_t>(size);
+}
+
+uint64_t Communicator::allgather_moved_bytes(uint64_t payload, int size) {
+  if (size <= 1) return 0;
+  return static_cast<uint64_t>(size - 1) * payload;
+}
+
+void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) {
+  TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
+  TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
+  check_reduce_supported(name(), dtype, op);
+  const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
+  allreduce_impl(buffer, count, dtype, op, device);
+  stats_.calls += 1;
+  stats_.payload_bytes += payload;
+  stats_.moved_bytes += allreduce_moved_bytes(payload, size());
+}
+
+void Communicator::allgather(const void* send, void* recv, size_t send_bytes, Device device) {
+  TG_CHECK(send_bytes == 0 || (send != nullptr && recv != nullptr), "{}: all-gather of {} bytes from/to null", name(),
+           send_bytes);
+  allgather_impl(send, recv, send_bytes, device);
+  stats_.calls += 1;
+  stats_.payload_bytes += send_bytes;
+  stats_.moved_bytes += allgather_moved_bytes(send_bytes, size());
+}
+
+void Communicator::broadcast(void* buffer, size_t bytes, int root, Device device) {
+  TG_CHECK(root >= 0 && root < size(), "{}: broadcast root {} outside [0, {})", name(), root, size());
+  TG_CHECK(bytes == 0 || buffer != nullptr, "{}: broadcast of {} bytes from a null buffer", name(), bytes);
+  broadcast_impl(buffer, bytes, root, device);
+  stats_.calls += 1;
+  stats_.payload_bytes += bytes;
+  stats_.moved_bytes += size() > 1 ? bytes : 0;
+}
+
+void Communicator::barrier() {
+  barrier_impl();
+  stats_.calls += 1;
+}
+
+}  // namespace tg

@@ -1,0 +1,79 @@
+// CompressionPolicy: per-tensor coding decisions and fused-buffer layout (see the header).
+#include "terngrad/compress/compression_policy.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+const char* grad_coding_name(GradCoding c) {
+  switch (c) {
+    case GradCoding::F32:
+      return "fp32";
+    case GradCoding::F16:
+      return "fp16";
+    case GradCoding::Ternary:
+      return "ternary";
+  }
+  return "?";
+}
+
+void CompressionFlags::validate() const {
+  if (grad_bits != 1 && grad_bits != 16 && grad_bits != 32)
+    TG_THROW("--grad_bits {} is not supported; accepted values: 1 (ternary), 16 (fp16), 32 (fp32)", grad_bits);
+  if (!(clip_factor >= 0.f) || !std::isfinite(clip_factor))
+    TG_THROW("--clip_factor {} is invalid; accepted values: a finite number >= 0 (0 disables clipping)", clip_factor);
+  if (size_to_binarize < 1)
+    TG_THROW("--size_to_binarize {} is invalid; accepted values: an integer >= 1 (1 compresses every tensor)",
+             size_to_binarize);
+}
+
+CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::vector<ParamInfo>& params)
+    : flags_(flags) {
+  flags_.validate();
+  const int n = static_cast<int>(params.size());
+  tensors_.reserve(params.size());
+  for (int i = 0; i < n; ++i) {
+    const ParamInfo& p = params[i];
+    TG_CHECK(p.numel >= 0, "parameter '{}' has a negative element count {}", p.name, p.numel);
+    TensorCodingPlan t;
+    t.name = p.name;
+    t.numel = p.numel;
+    const bool is_logits = !flags_.quantize_logits && i >= n - 2;
+    const bool compressed = flags_.grad_bits != 32 && !is_logits && p.numel >= flags_.size_to_binarize;
+    if (compressed && flags_.grad_bits == 1) {
+      t.coding = GradCoding::Ternary;
+      t.offset = packed_bytes_;
+      t.scaler_index = num_ternary_++;
+      packed_bytes_ += (p.numel + 3) / 4;
+    } else if (compressed && flags_.grad_bits == 16) {
+      t.coding = GradCoding::F16;
+      t.offset = f16_elements_;
+      f16_elements_ += p.numel;
+    } else {
+      t.coding = GradCoding::F32;
+      t.offset = f32_elements_;
+      f32_elements_ += p.numel;
+    }
+    total_elements_ += p.numel;
+    tensors_.push_back(std::move(t));
+  }
+}
+
+std::string CompressionPolicy::summary() const {
+  int64_t ternary_elems = 0, f16_count = 0, f32_count = 0;
+  for (const auto& t : tensors_) {
+    if (t.coding == GradCoding::Ternary) ternary_elems += t.numel;
+    if (t.coding == GradCoding::F16) ++f16_count;
+    if (t.coding == GradCoding::F32) ++f32_count;
+  }
+  return fmt::format(
+      "ternary: {} tensors ({} elements, {} bytes); fp16: {} tensors ({} elements); fp32: {} "
+      "tensors ({} elements)",
+      num_ternary_, ternary_elems, packed_bytes_, f16_count, f16_elements_, f32_count, f32_elements_);
+}
+
+}  // namespace tg

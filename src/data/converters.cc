@@ -1,0 +1,360 @@
+// Dataset converters (idx, CIFAR-10 binary, class folders) and the shard inspector; see converters.h.
+#include "terngrad/data/converters.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "terngrad/core/error.h"
+#include "terngrad/core/philox.h"
+#include "terngrad/data/example.h"
+#include "terngrad/data/image_codec.h"
+#include "terngrad/data/tfrecord.h"
+
+namespace fs = std::filesystem;
+
+namespace tg {
+
+std::string shard_name(const std::string& prefix, int shard, int num_shards) {
+  return fmt::format("{}-{:05d}-of-{:05d}", prefix, shard, num_shards);
+}
+
+std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& output_dir,
+                                       const std::string& prefix, int num_threads,
+                                       const std::function<std::string(size_t)>& make_example) {
+  if (num_shards < 1) TG_THROW("number of shards {} must be at least 1", num_shards);
+  if (num_examples < static_cast<size_t>(num_shards))
+    TG_THROW("{} examples cannot fill {} shards of '{}'", num_examples, num_shards, prefix);
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (!fs::is_directory(output_dir)) TG_THROW("cannot create output directory '{}': {}", output_dir, ec.message());
+  std::vector<std::string> paths(num_shards);
+  for (int s = 0; s < num_shards; ++s) paths[s] = (fs::path(output_dir) / shard_name(prefix, s, num_shards)).string();
+
+  std::atomic<int> next_shard{0};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      for (int s; (s = next_shard.fetch_add(1)) < num_shards;) {
+        {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error) return;
+        }
+        const size_t begin = num_examples * s / num_shards, end = num_examples * (s + 1) / num_shards;
+        TfRecordWriter writer(paths[s]);
+        for (size_t i = begin; i < end; ++i) writer.write(make_example(i));
+        writer.close();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+  };
+  const int n = std::max(1, std::min(num_threads, num_shards));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return paths;
+}
+
+// ---- idx ----------------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string read_gz_or_plain(const std::string& path) {
+  if (!fs::is_regular_file(path)) TG_THROW("cannot open '{}': no such file", path);
+  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files transparently
+  if (!f) TG_THROW("cannot open '{}'", path);
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  std::string why = err < 0 ? msg : "";
+  gzclose(f);
+  if (n < 0 || err < 0) TG_THROW("cannot read '{}': {}", path, why);
+  return out;
+}
+
+uint32_t be32(const std::string& s, size_t off) {
+  return (static_cast<uint32_t>(static_cast<uint8_t>(s[off])) << 24) |
+         (static_cast<uint32_t>(static_cast<uint8_t>(s[off + 1])) << 16) |
+         (static_cast<uint32_t>(static_cast<uint8_t>(s[off + 2])) << 8) | static_cast<uint8_t>(s[off + 3]);
+}
+
+}  // namespace
+
+IdxImages read_idx_images(const std::string& path) {
+  std::string d = read_gz_or_plain(path);
+  if (d.size() < 16 || be32(d, 0) != 0x803)
+    TG_THROW("'{}' is not an idx3 image file (magic 0x00000803 expected)", path);
+  IdxImages im;
+  im.count = static_cast<int>(be32(d, 4));
+  im.rows = static_cast<int>(be32(d, 8));
+  im.cols = static_cast<int>(be32(d, 12));
+  const size_t want = 16 + static_cast<size_t>(im.count) * im.rows * im.cols;
+  if (d.size() != want) TG_THROW("'{}': {} images of {}x{} need {} bytes, file has {}", path, im.count, im.rows, im.cols, want, d.size());
+  im.pixels.assign(d.begin() + 16, d.end());
+  return im;
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  std::string d = read_gz_or_plain(path);
+  if (d.size() < 8 || be32(d, 0) != 0x801) TG_THROW("'{}' is not an idx1 label file (magic 0x00000801 expected)", path);
+  const size_t count = be32(d, 4);
+  if (d.size() != 8 + count) TG_THROW("'{}': {} labels need {} bytes, file has {}", path, count, 8 + count, d.size());
+  return std::vector<uint8_t>(d.begin() + 8, d.end());
+}
+
+std::vector<std::string> convert_idx(const ConvertIdxOptions& opt) {
+  if (opt.images.empty()) TG_THROW("--images is required");
+  if (opt.labels.empty()) TG_THROW("--labels is required");
+  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
+  if (opt.format != "png" && opt.format != "raw") TG_THROW("--format '{}' is not png or raw", opt.format);
+  IdxImages im = read_idx_images(opt.images);
+  std::vector<uint8_t> labels = read_idx_labels(opt.labels);
+  if (labels.size() != static_cast<size_t>(im.count))
+    TG_THROW("--images has {} images but --labels has {} labels", im.count, labels.size());
+  std::string subset = opt.subset;
+  if (subset.empty()) subset = fs::path(opt.images).filename().string().rfind("t10k", 0) == 0 ? "test" : "train";
+  const size_t pixels = static_cast<size_t>(im.rows) * im.cols;
+  return write_sharded(im.count, opt.num_shards, opt.output_dir, subset, opt.num_threads, [&](size_t i) {
+    Image img;
+    img.height = im.rows;
+    img.width = im.cols;
+    img.channels = 1;
+    img.pixels.assign(im.pixels.begin() + i * pixels, im.pixels.begin() + (i + 1) * pixels);
+    ImageExample ex;
+    ex.encoded = opt.format == "png" ? encode_png(img) : std::string(img.pixels.begin(), img.pixels.end());
+    ex.format = opt.format == "png" ? "png" : "RAW";
+    ex.label = labels[i];
+    ex.height = im.rows;
+    ex.width = im.cols;
+    ex.channels = 1;
+    return build_image_example(ex);
+  });
+}
+
+// ---- CIFAR-10 -------------------------------------------------------------------------------------------
+
+std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
+  if (opt.input_dir.empty()) TG_THROW("--input_dir is required");
+  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
+  fs::path dir = opt.input_dir;
+  if (!fs::exists(dir / "test_batch.bin") && fs::exists(dir / "cifar-10-batches-bin" / "test_batch.bin"))
+    dir = dir / "cifar-10-batches-bin";
+  constexpr size_t kRecord = 1 + 3 * 32 * 32;
+  auto load = [&](const std::vector<std::string>& names) {
+    std::string all;
+    for (const auto& n : names) {
+      fs::path p = dir / n;
+      std::ifstream in(p, std::ios::binary);
+      if (!in) TG_THROW("cannot open '{}' (--input_dir should hold the CIFAR-10 binary batches)", p.string());
+      std::string d((std::istreambuf_iterator<char>(in)), {});
+      if (d.empty() || d.size() % kRecord != 0)
+        TG_THROW("'{}': {} bytes is not a whole number of {}-byte CIFAR-10 records", p.string(), d.size(), kRecord);
+      all += d;
+    }
+    return all;
+  };
+  auto make = [&](const std::string& all) {
+    return [&all](size_t i) {
+      const uint8_t* r = reinterpret_cast<const uint8_t*>(all.data()) + i * kRecord;
+      if (r[0] > 9) TG_THROW("CIFAR-10 record {} has label {} outside 0..9", i, r[0]);
+      Image img;
+      img.height = img.width = 32;
+      img.channels = 3;
+      img.pixels.resize(32 * 32 * 3);
+      for (int p = 0; p < 1024; ++p)  // planes R, G, B -> interleaved
+        for (int c = 0; c < 3; ++c) img.pixels[p * 3 + c] = r[1 + c * 1024 + p];
+      ImageExample ex;
+      ex.encoded = encode_png(img);
+      ex.format = "png";
+      ex.label = r[0];
+      ex.height = ex.width = 32;
+      ex.channels = 3;
+      return build_image_example(ex);
+    };
+  };
+  std::string train = load({"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"});
+  std::string test = load({"test_batch.bin"});
+  std::vector<std::string> out =
+      write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train", opt.num_threads, make(train));
+  std::vector<std::string> t =
+      write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test", opt.num_threads, make(test));
+  out.insert(out.end(), t.begin(), t.end());
+  return out;
+}
+
+// ---- class folders ----------------------------------------------------------------------------------------
+
+namespace {
+
+struct LabeledFile {
+  std::string path, class_name;
+  int64_t label;
+};
+
+std::vector<LabeledFile> list_class_folders(const std::string& root, const std::vector<std::string>& classes,
+                                            uint64_t seed) {
+  std::vector<LabeledFile> out;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    fs::path d = fs::path(root) / classes[k];
+    if (!fs::is_directory(d)) TG_THROW("class folder '{}' (from --labels_file) does not exist", d.string());
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.is_regular_file()) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    for (auto& n : names) out.push_back({n, classes[k], static_cast<int64_t>(k + 1)});
+  }
+  if (out.empty()) TG_THROW("no images under '{}'", root);
+  // Fisher-Yates with Philox: the same order on every machine.
+  PhiloxKey key = philox_key(seed, 0x4f524452u /* "ORDR" */);
+  for (size_t i = out.size(); i > 1; --i) {
+    size_t j = std::min(i - 1, static_cast<size_t>(philox_uniform(key, i, 0, 0, 0) * static_cast<float>(i)));
+    std::swap(out[i - 1], out[j]);
+  }
+  return out;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TG_THROW("cannot open '{}'", path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions& opt) {
+  std::string bytes = read_file_bytes(f.path);
+  ImageFormat fmt = detect_image_format("", bytes);
+  if (fmt == ImageFormat::kUnknown) TG_THROW("'{}' is neither JPEG nor PNG", f.path);
+  Image img = decode_image(bytes, "", 0, 0, 0, 0, f.path);
+  const bool colour = img.channels == 3;
+  img = convert_channels(std::move(img), 3);
+  if (opt.resize > 0) img = resize_bilinear_u8(img, opt.resize, opt.resize);
+  ImageExample ex;
+  ex.height = img.height;
+  ex.width = img.width;
+  ex.channels = 3;
+  ex.label = f.label;
+  ex.colorspace = "RGB";
+  ex.class_text = f.class_name;
+  ex.filename = fs::path(f.path).filename().string();
+  if (opt.raw_pixel) {
+    ex.format = "RAW";
+    ex.encoded.assign(img.pixels.begin(), img.pixels.end());
+  } else {
+    ex.format = "JPEG";
+    const bool keep = fmt == ImageFormat::kJpeg && colour && opt.resize <= 0;
+    ex.encoded = keep ? std::move(bytes) : encode_jpeg(img, opt.quality);
+  }
+  return build_image_example(ex);
+}
+
+}  // namespace
+
+std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
+  if (opt.labels_file.empty()) TG_THROW("--labels_file is required");
+  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
+  if (opt.train_directory.empty() && opt.validation_directory.empty())
+    TG_THROW("give --train_directory and/or --validation_directory");
+  if (opt.quality < 1 || opt.quality > 100) TG_THROW("--quality {} outside 1..100", opt.quality);
+  std::ifstream in(opt.labels_file);
+  if (!in) TG_THROW("cannot open --labels_file '{}'", opt.labels_file);
+  std::vector<std::string> classes;
+  for (std::string line; std::getline(in, line);) {
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    line.erase(0, line.find_first_not_of(" \t"));
+    if (!line.empty()) classes.push_back(line);
+  }
+  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", opt.labels_file);
+  std::vector<std::string> out;
+  auto run = [&](const std::string& dir, const std::string& prefix, int shards) {
+    if (dir.empty()) return;
+    std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
+    auto paths = write_sharded(files.size(), shards, opt.output_dir, prefix, opt.num_threads,
+                               [&](size_t i) { return make_image_example(files[i], opt); });
+    out.insert(out.end(), paths.begin(), paths.end());
+  };
+  run(opt.train_directory, "train", opt.train_shards);
+  run(opt.validation_directory, "validation", opt.validation_shards);
+  return out;
+}
+
+// ---- inspect ----------------------------------------------------------------------------------------------
+
+InspectReport inspect_files(const std::vector<std::string>& files, bool decode) {
+  InspectReport r;
+  auto problem = [&](const std::string& msg) {
+    if (r.errors.size() < 20) r.errors.push_back(msg);
+  };
+  for (const auto& path : files) {
+    TfRecordReader reader(path);
+    std::string rec, err;
+    uint64_t off = 0;
+    int64_t n = 0;
+    for (;;) {
+      RecordStatus st = reader.read(&rec, &off, &err);
+      if (st == RecordStatus::kEnd) break;
+      if (st != RecordStatus::kOk) {
+        ++r.corrupt;
+        problem(err);
+        if (st == RecordStatus::kCorruptFile) break;
+        continue;
+      }
+      ++n;
+      const std::string where = fmt::format("{}: record at byte offset {}", path, off);
+      try {
+        for (const auto& k : example_feature_keys(rec, where)) ++r.feature_keys[k];
+        ImageExample ex = parse_image_example(rec, where);
+        ++r.labels[ex.label];
+        ++r.formats[ex.format.empty() ? "(none)" : ex.format];
+        int64_t h = ex.height, w = ex.width, c = ex.channels;
+        if (decode) {
+          try {
+            Image img = decode_image(ex.encoded, ex.format, ex.height, ex.width, ex.channels, 0, where);
+            h = img.height, w = img.width, c = img.channels;
+          } catch (const Error& e) {
+            ++r.undecodable;
+            problem(e.what());
+            continue;
+          }
+        }
+        ++r.image_sizes[h > 0 ? fmt::format("{}x{}x{}", h, w, c) : std::string("(not recorded)")];
+      } catch (const Error& e) {
+        ++r.corrupt;
+        problem(e.what());
+      }
+    }
+    r.records += n;
+    r.records_per_file[path] = n;
+  }
+  return r;
+}
+
+std::string format_report(const InspectReport& r) {
+  std::string s = fmt::format("files: {}\nrecords: {}\ncorrupt records: {}\n", r.records_per_file.size(), r.records, r.corrupt);
+  if (r.undecodable) s += fmt::format("undecodable images: {}\n", r.undecodable);
+  for (const auto& [f, n] : r.records_per_file) s += fmt::format("  {}: {} records\n", f, n);
+  s += "feature keys:\n";
+  for (const auto& [k, n] : r.feature_keys) s += fmt::format("  {} ({})\n", k, n);
+  s += "image formats:\n";
+  for (const auto& [k, n] : r.formats) s += fmt::format("  {}: {}\n", k, n);
+  s += "image sizes (HxWxC):\n";
+  for (const auto& [k, n] : r.image_sizes) s += fmt::format("  {}: {}\n", k, n);
+  s += "labels:\n";
+  for (const auto& [k, n] : r.labels) s += fmt::format("  {}: {}\n", k, n);
+  for (const auto& e : r.errors) s += fmt::format("error: {}\n", e);
+  return s;
+}
+
+}  // namespace tg

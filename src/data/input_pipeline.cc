@@ -1,0 +1,422 @@
+// InputPipeline: threads, queues and ordering (the contract is in input_pipeline.h).
+#include "terngrad/data/input_pipeline.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "terngrad/core/error.h"
+#include "terngrad/core/philox.h"
+#include "terngrad/data/bounded_queue.h"
+#include "terngrad/data/example.h"
+#include "terngrad/data/image_codec.h"
+#include "terngrad/data/preprocess.h"
+#include "terngrad/data/tfrecord.h"
+
+namespace fs = std::filesystem;
+
+namespace tg {
+
+std::vector<std::string> list_data_files(const std::string& data_dir, const std::string& subset) {
+  if (data_dir.empty()) TG_THROW("--data_dir is empty");
+  if (subset.empty()) TG_THROW("--subset is empty");
+  std::error_code ec;
+  if (!fs::is_directory(data_dir, ec)) TG_THROW("--data_dir '{}' is not a directory", data_dir);
+  std::vector<std::string> files;
+  const std::string prefix = subset + "-";
+  for (const auto& e : fs::directory_iterator(data_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.is_regular_file()) files.push_back(e.path().string());
+  }
+  if (ec) TG_THROW("cannot list --data_dir '{}': {}", data_dir, ec.message());
+  if (files.empty()) TG_THROW("no files '{}-*' in --data_dir '{}' (check --data_dir and --subset)", subset, data_dir);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+ShardAssignment assign_shards(int num_files, int worker_index, int num_workers) {
+  TG_CHECK(num_workers >= 1 && worker_index >= 0 && worker_index < num_workers,
+           "worker index {} outside [0, {})", worker_index, num_workers);
+  ShardAssignment a;
+  if (num_files >= num_workers) {
+    for (int f = worker_index; f < num_files; f += num_workers) a.files.push_back(f);
+  } else {
+    for (int f = 0; f < num_files; ++f) a.files.push_back(f);
+    a.strided = num_workers > 1;
+  }
+  return a;
+}
+
+int default_image_size(const std::string& dataset) {
+  if (dataset == "mnist" || dataset == "fashion_mnist") return 28;
+  if (dataset == "cifar10") return 24;
+  return 224;
+}
+
+int default_num_classes(const std::string& dataset) { return dataset == "imagenet" ? 1001 : 10; }
+
+namespace {
+
+// A serialized record travelling from a reader to the sequencer.
+struct RawRecord {
+  enum Kind { kRecord, kEndOfFile } kind = kRecord;
+  int64_t epoch = 0;
+  int file = 0;        // index in the sorted file list
+  uint32_t index = 0;  // record number within the file
+  uint64_t offset = 0;
+  std::string bytes;
+};
+
+// A record in sequence order, handed to a preprocess thread. kEnd closes an eval pass.
+struct WorkItem {
+  uint64_t seq = 0;
+  bool end = false;
+  RawRecord rec;
+};
+
+// A preprocessed example waiting in the reorder window.
+struct Example {
+  bool ready = false, skipped = false, end = false;
+  int32_t label = 0;
+  int64_t epoch = 0;
+  std::vector<float> image;  // (S, S, C)
+};
+
+constexpr uint32_t kStreamFiles = 0x46494c45u;    // "FILE"
+constexpr uint32_t kStreamShuffle = 0x53485546u;  // "SHUF"
+
+}  // namespace
+
+struct InputPipeline::State {
+  PipelineOptions opt;
+  PreprocessSpec spec;
+  std::vector<std::string> files;
+  ShardAssignment assignment;
+  int num_readers = 1;
+  size_t example_floats = 0;
+
+  std::vector<std::unique_ptr<BoundedQueue<RawRecord>>> reader_queues;
+  std::unique_ptr<BoundedQueue<WorkItem>> work;
+  std::unique_ptr<BoundedQueue<Batch>> prefetch;
+
+  // Reorder window: slot seq % window holds the example of sequence number seq.
+  std::mutex window_mu;
+  std::condition_variable window_cv;
+  std::vector<Example> window;
+  uint64_t next_consume = 0;
+
+  std::mutex free_mu;
+  std::vector<Batch> free_batches;
+
+  std::atomic<bool> stop{false};
+  std::mutex error_mu;
+  std::string error;
+  std::atomic<int64_t> skipped{0}, delivered{0}, last_epoch{0};
+
+  std::vector<std::thread> threads;
+
+  void fail(const std::string& msg) {
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (error.empty()) error = msg;
+    }
+    shutdown();
+  }
+
+  void shutdown() {
+    stop = true;
+    for (auto& q : reader_queues) q->close();
+    if (work) work->close();
+    if (prefetch) prefetch->close();
+    std::lock_guard<std::mutex> lock(window_mu);
+    window_cv.notify_all();
+  }
+
+  // Counts a corrupt record when skipping is on (and says so), else stops the pipeline with the message.
+  void corrupt(const std::string& msg) {
+    if (!opt.skip_corrupt_records) {
+      fail(msg);
+      return;
+    }
+    int64_t n = ++skipped;
+    if (n <= 10 || n % 1000 == 0)
+      spdlog::warn("skipping corrupt record ({} skipped so far): {}", n, msg);
+  }
+
+  // File order of an epoch: train shuffles this worker's files with Philox(seed, epoch); eval keeps them sorted.
+  std::vector<int> epoch_order(int64_t epoch) const {
+    std::vector<int> order = assignment.files;
+    if (!opt.train) return order;
+    PhiloxKey key = philox_key(opt.seed, kStreamFiles);
+    for (size_t i = order.size(); i > 1; --i) {
+      float u = philox_uniform(key, i, static_cast<uint32_t>(epoch), static_cast<uint32_t>(epoch >> 32), 0);
+      size_t j = std::min(i - 1, static_cast<size_t>(u * static_cast<float>(i)));
+      std::swap(order[i - 1], order[j]);
+    }
+    return order;
+  }
+
+  bool owns_record(int file, uint32_t index) const {
+    if (!assignment.strided) return true;
+    return (static_cast<uint64_t>(index) + file) % opt.num_workers == static_cast<uint64_t>(opt.worker_index);
+  }
+
+  // Reader r reads positions r, r + R, ... of each epoch's file order into its own queue, ending every file
+  // with a kEndOfFile marker so the sequencer can move to the next position.
+  void reader_loop(int r) {
+    try {
+      for (int64_t epoch = opt.start_epoch; !stop; ++epoch) {
+        std::vector<int> order = epoch_order(epoch);
+        for (size_t p = r; p < order.size() && !stop; p += num_readers) read_file(r, epoch, order[p]);
+        if (!opt.train) break;
+      }
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
+  void read_file(int r, int64_t epoch, int file) {
+    TfRecordReader reader(files[file]);
+    BoundedQueue<RawRecord>& q = *reader_queues[r];
+    std::string error;
+    for (uint32_t index = 0; !stop; ++index) {
+      RawRecord rec;
+      rec.epoch = epoch;
+      rec.file = file;
+      rec.index = index;
+      const bool mine = owns_record(file, index);
+      RecordStatus st = mine ? reader.read(&rec.bytes, &rec.offset, &error) : reader.skip(&rec.offset, &error);
+      if (st == RecordStatus::kEnd) break;
+      if (st == RecordStatus::kCorruptFile) {
+        corrupt(error);
+        break;
+      }
+      if (st == RecordStatus::kCorruptRecord) {
+        if (mine) corrupt(error);
+        continue;
+      }
+      if (mine && !q.push(std::move(rec))) return;
+    }
+    RawRecord eof;
+    eof.kind = RawRecord::kEndOfFile;
+    q.push(std::move(eof));
+  }
+
+  // Merges the readers' queues in file-order position, runs the shuffle buffer, numbers the records.
+  void sequencer_loop() {
+    try {
+      uint64_t seq = 0, draws = 0;
+      std::vector<RawRecord> buffer;
+      const size_t cap = opt.train ? static_cast<size_t>(std::max(1, opt.shuffle_buffer)) : 1;
+      if (cap > 1) buffer.reserve(cap);
+      const PhiloxKey key = philox_key(opt.seed ^ (static_cast<uint64_t>(opt.worker_index) << 32), kStreamShuffle);
+      auto emit = [&](RawRecord&& rec) {
+        WorkItem item;
+        item.seq = seq++;
+        item.rec = std::move(rec);
+        return work->push(std::move(item));
+      };
+      const size_t files_per_epoch = assignment.files.size();
+      for (int64_t epoch = opt.start_epoch; !stop; ++epoch) {
+        for (size_t p = 0; p < files_per_epoch && !stop; ++p) {
+          BoundedQueue<RawRecord>& q = *reader_queues[p % num_readers];
+          RawRecord rec;
+          while (q.pop(&rec) && rec.kind == RawRecord::kRecord) {
+            if (cap <= 1) {
+              if (!emit(std::move(rec))) return;
+              continue;
+            }
+            buffer.push_back(std::move(rec));
+            if (buffer.size() < cap) continue;
+            const uint64_t d = draws++;
+            float u = philox_uniform(key, d, 0, 0, 0);
+            size_t j = std::min(buffer.size() - 1, static_cast<size_t>(u * static_cast<float>(buffer.size())));
+            std::swap(buffer[j], buffer.back());
+            RawRecord out = std::move(buffer.back());
+            buffer.pop_back();
+            if (!emit(std::move(out))) return;
+          }
+          if (stop) return;
+        }
+        if (!opt.train) break;
+      }
+      // Eval only (train never leaves the loop but through stop): everything is emitted, then the end marker.
+      WorkItem end;
+      end.seq = seq;
+      end.end = true;
+      work->push(std::move(end));
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
+  void preprocess_loop() {
+    try {
+      WorkItem item;
+      while (work->pop(&item)) {
+        Example ex;
+        ex.end = item.end;
+        if (!item.end) process(item.rec, &ex);
+        ex.ready = true;
+        std::unique_lock<std::mutex> lock(window_mu);
+        window_cv.wait(lock, [&] { return stop || item.seq < next_consume + window.size(); });
+        if (stop) return;
+        window[item.seq % window.size()] = std::move(ex);
+        window_cv.notify_all();
+      }
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
+  void process(const RawRecord& rec, Example* ex) {
+    const std::string where = fmt::format("{}: record at byte offset {}", files[rec.file], rec.offset);
+    ex->epoch = rec.epoch;
+    try {
+      ImageExample parsed = parse_image_example(rec.bytes, where);
+      if (parsed.label < 0 || parsed.label >= opt.num_classes)
+        TG_THROW("{}: label {} outside [0, {}) (--num_classes)", where, parsed.label, opt.num_classes);
+      Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels,
+                               spec.channels, where);
+      AugmentRng rng(opt.seed, static_cast<uint32_t>(rec.epoch), static_cast<uint32_t>(rec.file), rec.index);
+      ex->image.resize(example_floats);
+      preprocess_image(img, spec, rng, ex->image.data(), where);
+      ex->label = static_cast<int32_t>(parsed.label);
+    } catch (const Error& e) {
+      if (!opt.skip_corrupt_records) throw;
+      corrupt(e.what());
+      ex->skipped = true;
+      ex->image.clear();
+    }
+  }
+
+  Batch fresh_batch() {
+    Batch b;
+    {
+      std::lock_guard<std::mutex> lock(free_mu);
+      if (!free_batches.empty()) {
+        b = std::move(free_batches.back());
+        free_batches.pop_back();
+      }
+    }
+    b.batch_size = opt.batch_size;
+    b.image_size = opt.image_size;
+    b.channels = spec.channels;
+    b.count = 0;
+    b.images.resize(static_cast<size_t>(opt.batch_size) * example_floats);
+    b.labels.assign(opt.batch_size, -1);
+    return b;
+  }
+
+  void batcher_loop() {
+    try {
+      Batch batch = fresh_batch();
+      for (;;) {
+        Example ex;
+        {
+          std::unique_lock<std::mutex> lock(window_mu);
+          Example* slot = &window[next_consume % window.size()];
+          window_cv.wait(lock, [&] { return stop || slot->ready; });
+          if (stop) return;
+          ex = std::move(*slot);
+          *slot = Example();
+          ++next_consume;
+          window_cv.notify_all();
+        }
+        if (ex.end) {
+          if (batch.count > 0) {
+            std::fill(batch.images.begin() + static_cast<size_t>(batch.count) * example_floats, batch.images.end(), 0.0f);
+            prefetch->push(std::move(batch));
+          }
+          prefetch->close();
+          return;
+        }
+        if (ex.skipped) continue;
+        std::copy(ex.image.begin(), ex.image.end(), batch.images.begin() + static_cast<size_t>(batch.count) * example_floats);
+        batch.labels[batch.count] = ex.label;
+        batch.epoch = ex.epoch;
+        if (++batch.count == opt.batch_size) {
+          if (!prefetch->push(std::move(batch))) return;
+          batch = fresh_batch();
+        }
+      }
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+};
+
+InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.opt = options;
+  PipelineOptions& o = s.opt;
+  PreprocessKind kind = preprocess_kind_for(o.dataset, o.net);  // validates --dataset
+  if (o.image_size == 0) o.image_size = default_image_size(o.dataset);
+  if (o.num_classes == 0) o.num_classes = default_num_classes(o.dataset);
+  if (o.image_size < 1) TG_THROW("--image_size {} must be positive", o.image_size);
+  if (o.batch_size < 1) TG_THROW("--batch_size {} must be positive", o.batch_size);
+  if (o.num_classes < 1) TG_THROW("--num_classes {} must be positive", o.num_classes);
+  if (o.num_readers < 1) TG_THROW("--num_readers {} must be at least 1", o.num_readers);
+  if (o.num_preprocess_threads < 1) TG_THROW("--num_preprocess_threads {} must be at least 1", o.num_preprocess_threads);
+  if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers)
+    TG_THROW("worker index {} outside [0, {})", o.worker_index, o.num_workers);
+  if (o.prefetch_batches < 1) o.prefetch_batches = 1;
+  s.spec = PreprocessSpec{kind, o.image_size, dataset_channels(o.dataset), o.train};
+  s.example_floats = static_cast<size_t>(o.image_size) * o.image_size * s.spec.channels;
+  s.files = list_data_files(o.data_dir, o.subset);
+  s.assignment = assign_shards(static_cast<int>(s.files.size()), o.worker_index, o.num_workers);
+  s.num_readers = std::min<int>(o.num_readers, static_cast<int>(s.assignment.files.size()));
+
+  for (int r = 0; r < s.num_readers; ++r) s.reader_queues.push_back(std::make_unique<BoundedQueue<RawRecord>>(64));
+  s.work = std::make_unique<BoundedQueue<WorkItem>>(2 * o.num_preprocess_threads + 2);
+  s.prefetch = std::make_unique<BoundedQueue<Batch>>(o.prefetch_batches);
+  s.window.resize(std::max<size_t>(16, 4 * static_cast<size_t>(o.num_preprocess_threads)));
+
+  try {
+    for (int r = 0; r < s.num_readers; ++r) s.threads.emplace_back([&s, r] { s.reader_loop(r); });
+    s.threads.emplace_back([&s] { s.sequencer_loop(); });
+    for (int t = 0; t < o.num_preprocess_threads; ++t) s.threads.emplace_back([&s] { s.preprocess_loop(); });
+    s.threads.emplace_back([&s] { s.batcher_loop(); });
+  } catch (...) {
+    s.shutdown();
+    for (auto& t : s.threads) t.join();
+    throw;
+  }
+}
+
+InputPipeline::~InputPipeline() {
+  s_->shutdown();
+  for (auto& t : s_->threads) t.join();
+  if (s_->skipped > 0) spdlog::warn("input pipeline skipped {} corrupt records in total", s_->skipped.load());
+}
+
+bool InputPipeline::next(Batch* out) {
+  State& s = *s_;
+  Batch b;
+  const bool got = s.prefetch->pop(&b);
+  {
+    std::lock_guard<std::mutex> lock(s.error_mu);
+    if (!s.error.empty()) throw Error(s.error);
+  }
+  if (!got) return false;
+  std::swap(*out, b);
+  if (b.images.size() == out->images.size()) {  // recycle the caller's previous buffers
+    std::lock_guard<std::mutex> lock(s.free_mu);
+    if (s.free_batches.size() < 2) s.free_batches.push_back(std::move(b));
+  }
+  s.delivered += out->count;
+  s.last_epoch = out->epoch;
+  return true;
+}
+
+int64_t InputPipeline::epoch() const { return s_->last_epoch; }
+int64_t InputPipeline::skipped_records() const { return s_->skipped; }
+int64_t InputPipeline::records_delivered() const { return s_->delivered; }
+const PipelineOptions& InputPipeline::options() const { return s_->opt; }
+const std::vector<std::string>& InputPipeline::files() const { return s_->files; }
+const ShardAssignment& InputPipeline::assignment() const { return s_->assignment; }
+
+}  // namespace tg

@@ -1,0 +1,127 @@
+// Learning-rate schedules (fixed, staircase exponential, polynomial, cosine with linear warm-up) and the
+// checks of their flags.
+#include "terngrad/optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+}
+
+LearningRateDecay parse_learning_rate_decay(const std::string& name) {
+  if (name == "fixed") return LearningRateDecay::FIXED;
+  if (name == "exponential") return LearningRateDecay::EXPONENTIAL;
+  if (name == "polynomial") return LearningRateDecay::POLYNOMIAL;
+  if (name == "cosine") return LearningRateDecay::COSINE;
+  TG_THROW("--learning_rate_decay_type '{}' is not one of fixed, exponential, polynomial, cosine", name);
+}
+
+const char* learning_rate_decay_name(LearningRateDecay decay) {
+  switch (decay) {
+    case LearningRateDecay::FIXED:
+      return "fixed";
+    case LearningRateDecay::EXPONENTIAL:
+      return "exponential";
+    case LearningRateDecay::POLYNOMIAL:
+      return "polynomial";
+    case LearningRateDecay::COSINE:
+      return "cosine";
+  }
+  return "?";
+}
+
+LearningRateSchedule::LearningRateSchedule(const LearningRateOptions& options) : options_(options) {
+  const LearningRateOptions& o = options_;
+  TG_CHECK(std::isfinite(o.initial_learning_rate) && o.initial_learning_rate >= 0,
+           "--initial_learning_rate must be finite and >= 0, got {}", o.initial_learning_rate);
+  TG_CHECK(o.warmup_steps >= 0, "--warmup_steps must be >= 0, got {}", o.warmup_steps);
+  TG_CHECK(o.warmup_steps == 0 || o.decay_type == LearningRateDecay::COSINE,
+           "--warmup_steps {} is only used by --learning_rate_decay_type cosine, not {}", o.warmup_steps,
+           learning_rate_decay_name(o.decay_type));
+  effective_ = o.optimizer == OptimizerKind::ADAM ? LearningRateDecay::FIXED : o.decay_type;
+
+  switch (effective_) {
+    case LearningRateDecay::FIXED:
+      break;
+    case LearningRateDecay::EXPONENTIAL: {
+      TG_CHECK(o.examples_per_epoch > 0,
+               "exponential learning-rate decay needs the dataset's examples per epoch "
+               "(> 0), got {}",
+               o.examples_per_epoch);
+      TG_CHECK(o.batch_size > 0, "--batch_size must be > 0, got {}", o.batch_size);
+      TG_CHECK(std::isfinite(o.num_epochs_per_decay) && o.num_epochs_per_decay > 0,
+               "--num_epochs_per_decay must be finite and > 0, got {}", o.num_epochs_per_decay);
+      TG_CHECK(std::isfinite(o.learning_rate_decay_factor) && o.learning_rate_decay_factor > 0,
+               "--learning_rate_decay_factor must be finite and > 0, got {}", o.learning_rate_decay_factor);
+      const double steps =
+          static_cast<double>(o.examples_per_epoch) / static_cast<double>(o.batch_size) * o.num_epochs_per_decay;
+      TG_CHECK(steps >= 1 && steps < 9.2e18,
+               "--num_epochs_per_decay {}: decay_steps = int({} / {} * {}) = {:.0f}, must be >= 1; raise "
+               "--num_epochs_per_decay",
+               o.num_epochs_per_decay, o.examples_per_epoch, o.batch_size, o.num_epochs_per_decay, std::floor(steps));
+      decay_steps_ = static_cast<int64_t>(steps);  // truncation, as Python's int()
+      break;
+    }
+    case LearningRateDecay::POLYNOMIAL:
+      TG_CHECK(o.max_steps > 0, "--max_steps must be > 0 for polynomial learning-rate decay, got {}", o.max_steps);
+      break;
+    case LearningRateDecay::COSINE:
+      TG_CHECK(o.max_steps > 0, "--max_steps must be > 0 for cosine learning-rate decay, got {}", o.max_steps);
+      TG_CHECK(o.warmup_steps < o.max_steps, "--warmup_steps ({}) must be less than --max_steps ({})", o.warmup_steps,
+               o.max_steps);
+      break;
+  }
+}
+
+double LearningRateSchedule::rate(int64_t step) const {
+  TG_CHECK(step >= 0, "learning-rate schedule: step must be >= 0, got {}", step);
+  const LearningRateOptions& o = options_;
+  const double lr0 = o.initial_learning_rate;
+  switch (effective_) {
+    case LearningRateDecay::FIXED:
+      return lr0;
+    case LearningRateDecay::EXPONENTIAL:
+      return lr0 * std::pow(o.learning_rate_decay_factor, static_cast<double>(step / decay_steps_));
+    case LearningRateDecay::POLYNOMIAL: {
+      const double t = static_cast<double>(std::min(step, o.max_steps));
+      return lr0 * std::sqrt(1.0 - t / static_cast<double>(o.max_steps));
+    }
+    case LearningRateDecay::COSINE: {
+      if (step < o.warmup_steps) return lr0 * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+      const double progress = static_cast<double>(std::min(step, o.max_steps) - o.warmup_steps) /
+                              static_cast<double>(o.max_steps - o.warmup_steps);
+      return 0.5 * lr0 * (1.0 + std::cos(kPi * progress));
+    }
+  }
+  return lr0;
+}
+
+std::string LearningRateSchedule::describe() const {
+  const LearningRateOptions& o = options_;
+  switch (effective_) {
+    case LearningRateDecay::FIXED:
+      if (o.optimizer == OptimizerKind::ADAM && o.decay_type != LearningRateDecay::FIXED)
+        return fmt::format(
+            "fixed: {} (adam keeps the learning rate constant; --learning_rate_decay_type {} "
+            "is not used)",
+            o.initial_learning_rate, learning_rate_decay_name(o.decay_type));
+      return fmt::format("fixed: {}", o.initial_learning_rate);
+    case LearningRateDecay::EXPONENTIAL:
+      return fmt::format("exponential: {} * {}^floor(t / {})", o.initial_learning_rate, o.learning_rate_decay_factor,
+                         decay_steps_);
+    case LearningRateDecay::POLYNOMIAL:
+      return fmt::format("polynomial: {} * (1 - min(t, {}) / {})^0.5", o.initial_learning_rate, o.max_steps,
+                         o.max_steps);
+    case LearningRateDecay::COSINE:
+      return fmt::format("cosine: {} with {} linear warm-up steps, reaching 0 at step {}", o.initial_learning_rate,
+                         o.warmup_steps, o.max_steps);
+  }
+  return "?";
+}
+
+}  // namespace tg

@@ -1,0 +1,200 @@
+// Optimizer: slot allocation with TF names, hyper-parameter checks, and the per-step update (fused over the
+// whole slab when the parameter and gradient slabs share the layout the optimizer was built for).
+#include "terngrad/optim/optimizer.h"
+
+#include <cmath>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+
+constexpr size_t kSlabAlign = 64;  // Slab's entry alignment (slab.cc)
+
+size_t align_up(size_t n) { return (n + kSlabAlign - 1) / kSlabAlign * kSlabAlign; }
+
+std::vector<std::string> suffixes_of(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::GD:
+      return {};
+    case OptimizerKind::MOMENTUM:
+      return {"Momentum"};
+    case OptimizerKind::ADAM:
+      return {"Adam", "Adam_1"};
+    case OptimizerKind::RMSPROP:
+      return {"RMSProp", "RMSProp_1"};
+  }
+  TG_THROW("unknown optimizer kind {}", static_cast<int>(kind));
+}
+
+void check_finite(float v, const char* option) { TG_CHECK(std::isfinite(v), "{} must be finite, got {}", option, v); }
+
+void check_options(const OptimizerOptions& o) {
+  switch (o.kind) {
+    case OptimizerKind::GD:
+      break;
+    case OptimizerKind::MOMENTUM:
+    case OptimizerKind::RMSPROP:
+      check_finite(o.momentum, "--momentum");
+      TG_CHECK(o.momentum >= 0.f, "--momentum must be >= 0, got {}", o.momentum);
+      break;
+    case OptimizerKind::ADAM:
+      TG_CHECK(o.adam_beta1 >= 0.f && o.adam_beta1 < 1.f, "adam beta1 must be in [0, 1), got {}", o.adam_beta1);
+      TG_CHECK(o.adam_beta2 >= 0.f && o.adam_beta2 < 1.f, "adam beta2 must be in [0, 1), got {}", o.adam_beta2);
+      check_finite(o.adam_epsilon, "adam epsilon");
+      TG_CHECK(o.adam_epsilon > 0.f, "adam epsilon must be > 0, got {}", o.adam_epsilon);
+      break;
+  }
+  if (o.kind == OptimizerKind::RMSPROP) {
+    TG_CHECK(o.rmsprop_decay >= 0.f && o.rmsprop_decay <= 1.f, "rmsprop decay must be in [0, 1], got {}",
+             o.rmsprop_decay);
+    check_finite(o.rmsprop_epsilon, "rmsprop epsilon");
+    TG_CHECK(o.rmsprop_epsilon > 0.f, "rmsprop epsilon must be > 0, got {}", o.rmsprop_epsilon);
+  }
+}
+
+}  // namespace
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  if (name == "gd") return OptimizerKind::GD;
+  if (name == "momentum") return OptimizerKind::MOMENTUM;
+  if (name == "adam") return OptimizerKind::ADAM;
+  if (name == "rmsprop") return OptimizerKind::RMSPROP;
+  TG_THROW("--optimizer '{}' is not one of gd, momentum, adam, rmsprop", name);
+}
+
+const char* optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::GD:
+      return "gd";
+    case OptimizerKind::MOMENTUM:
+      return "momentum";
+    case OptimizerKind::ADAM:
+      return "adam";
+    case OptimizerKind::RMSPROP:
+      return "rmsprop";
+  }
+  return "?";
+}
+
+Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backend& backend)
+    : options_(options), slot_suffixes_(suffixes_of(options.kind)) {
+  check_options(options_);
+  size_t end = 0;
+  for (const Slab::Entry& e : params.entries()) {
+    TG_CHECK(e.dtype == DType::F32, "optimizer: parameter '{}' is {}, only f32 parameters are trained", e.name,
+             dtype_name(e.dtype));
+    params_.push_back({e.name, e.shape});
+    param_offsets_.push_back(e.offset);
+    end = e.offset + static_cast<size_t>(e.shape.numel()) * sizeof(float);
+  }
+  param_slab_bytes_ = align_up(end);
+  // Slot by slot: group g holds every parameter's g-th slot, laid out exactly like the parameter slab.
+  for (const std::string& suffix : slot_suffixes_)
+    for (const ParamEntry& p : params_) slots_.add(slot_name(p.name, suffix), p.shape, DType::F32);
+  for (int i = 0; i < slots_.size(); ++i)
+    TG_CHECK(slots_.entry(i).offset == (i / params_.size()) * param_slab_bytes_ + param_offsets_[i % params_.size()],
+             "optimizer: slot '{}' is not where the slot-group layout expects it", slots_.entry(i).name);
+  slots_.allocate(backend.allocator());
+  reset(backend);
+}
+
+void Optimizer::reset(Backend& backend) {
+  const int n = static_cast<int>(params_.size());
+  for (int g = 0; g < slots_per_param(); ++g) {
+    // TF 1.x RMSProp starts its mean-square slot at 1 (so the first steps are not huge); all else at 0.
+    const bool ones = options_.kind == OptimizerKind::RMSPROP && g == 0;
+    if (n == 0) continue;
+    Tensor group = slot_group(g);
+    if (ones)
+      backend.fill(group, 1.f);
+    else
+      backend.zero(group);
+  }
+}
+
+Tensor Optimizer::slot_group(int group) const {
+  const size_t count = param_slab_bytes_ / sizeof(float);
+  char* base = static_cast<char*>(slots_.data()) + static_cast<size_t>(group) * param_slab_bytes_;
+  return Tensor(base, Shape{static_cast<int64_t>(count)}, DType::F32, slots_.device());
+}
+
+double Optimizer::adam_corrected_lr(double lr, double beta1, double beta2, int64_t step) {
+  TG_CHECK(step >= 0, "optimizer step must be >= 0, got {}", step);
+  const double t = static_cast<double>(step) + 1.0;
+  return lr * std::sqrt(1.0 - std::pow(beta2, t)) / (1.0 - std::pow(beta1, t));
+}
+
+OptimizerStep Optimizer::step_descriptor(int64_t step, float lr) const {
+  TG_CHECK(std::isfinite(lr) && lr >= 0.f, "learning rate at step {} must be finite and >= 0, got {}", step, lr);
+  TG_CHECK(step >= 0, "optimizer step must be >= 0, got {}", step);
+  OptimizerStep s;
+  s.kind = options_.kind;
+  s.lr = lr;
+  switch (options_.kind) {
+    case OptimizerKind::GD:
+      break;
+    case OptimizerKind::MOMENTUM:
+      s.momentum = options_.momentum;
+      break;
+    case OptimizerKind::ADAM:
+      s.lr = static_cast<float>(adam_corrected_lr(lr, options_.adam_beta1, options_.adam_beta2, step));
+      s.beta1 = options_.adam_beta1;
+      s.beta2 = options_.adam_beta2;
+      s.epsilon = options_.adam_epsilon;
+      break;
+    case OptimizerKind::RMSPROP:
+      s.momentum = options_.momentum;
+      s.decay = options_.rmsprop_decay;
+      s.epsilon = options_.rmsprop_epsilon;
+      break;
+  }
+  return s;
+}
+
+void Optimizer::check_slab(const Slab& slab, const char* what) const {
+  TG_CHECK(slab.allocated(), "optimizer: the {} slab is not allocated", what);
+  for (const ParamEntry& p : params_) {
+    TG_CHECK(slab.contains(p.name), "optimizer: the {} slab has no tensor '{}'", what, p.name);
+    const Slab::Entry& e = slab.entry(slab.index_of(p.name));
+    TG_CHECK(e.shape == p.shape && e.dtype == DType::F32,
+             "optimizer: {} tensor '{}' is {}{}, the optimizer was built for f32{}", what, p.name, dtype_name(e.dtype),
+             e.shape.str(), p.shape.str());
+  }
+}
+
+bool Optimizer::same_layout(const Slab& slab) const {
+  if (slab.size() != static_cast<int>(params_.size()) || slab.bytes() != param_slab_bytes_) return false;
+  for (int i = 0; i < slab.size(); ++i) {
+    const Slab::Entry& e = slab.entry(i);
+    if (e.name != params_[i].name || e.offset != param_offsets_[i]) return false;
+  }
+  return true;
+}
+
+void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr) {
+  check_slab(params, "parameter");
+  check_slab(grads, "gradient");
+  if (params_.empty()) return;
+  const OptimizerStep desc = step_descriptor(step, lr);
+  const int groups = slots_per_param();
+
+  if (same_layout(params) && same_layout(grads)) {
+    // One call over the whole slab; every view has param_slab_bytes_ / 4 elements.
+    const int64_t count = static_cast<int64_t>(param_slab_bytes_ / sizeof(float));
+    Tensor w(params.data(), Shape{count}, DType::F32, params.device());
+    Tensor g(grads.data(), Shape{count}, DType::F32, grads.device());
+    backend.optimizer_update(desc, w, g, groups > 0 ? slot_group(0) : Tensor(), groups > 1 ? slot_group(1) : Tensor());
+    return;
+  }
+  // Different layouts (e.g. a gradient slab in another order): one call per tensor, matched by name.
+  const int n = static_cast<int>(params_.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string& name = params_[i].name;
+    backend.optimizer_update(desc, params.view(name), grads.view(name), groups > 0 ? slots_.view(i) : Tensor(),
+                             groups > 1 ? slots_.view(n + i) : Tensor());
+  }
+}
+
+}  // namespace tg

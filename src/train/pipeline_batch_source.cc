@@ -1,0 +1,88 @@
+// BatchSource over the data layer's InputPipeline (train: endless, shuffled, augmented; eval: one ordered
+// pass). A resumed run re-creates the pipeline and discards the batches the checkpoint had consumed: the
+// pipeline is deterministic (Philox-keyed order and augmentation), so the batches that follow are exactly
+// those the uninterrupted run saw.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "terngrad/data/input_pipeline.h"
+#include "terngrad/train/batch_source.h"
+#include "terngrad/train/train_config.h"
+
+namespace tg {
+
+namespace {
+void copy_batch(const Batch& b, const Tensor& images, const Tensor& labels, int64_t rows) {
+  TG_CHECK(static_cast<int64_t>(b.images.size()) == images.numel() && b.batch_size == labels.numel(),
+           "pipeline batch {}x{}x{}x{} does not match the trainer's {}", b.batch_size, b.image_size, b.image_size,
+           b.channels, images.shape().str());
+  std::memcpy(images.raw(), b.images.data(), b.images.size() * sizeof(float));
+  int32_t* y = labels.data<int32_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i) y[i] = i < rows ? b.labels[i] : 0;
+}
+
+class PipelineBatchSource final : public BatchSource {
+ public:
+  PipelineBatchSource(const PipelineOptions& o, uint64_t start_batch) : pipeline_(o), batches_(0) {
+    if (start_batch > 0) spdlog::info("input pipeline: skipping the {} batches already trained on", start_batch);
+    for (; batches_ < start_batch; ++batches_) pipeline_.next(&batch_);
+  }
+  void next(const Tensor& images, const Tensor& labels) override {
+    pipeline_.next(&batch_);
+    copy_batch(batch_, images, labels, batch_.count);
+    ++batches_;
+  }
+  uint64_t batches() const override { return batches_; }
+  uint64_t skipped_records() const override { return static_cast<uint64_t>(pipeline_.skipped_records()); }
+
+ private:
+  InputPipeline pipeline_;
+  Batch batch_;
+  uint64_t batches_;
+};
+
+class PipelineEvalSource final : public EvalBatchSource {
+ public:
+  explicit PipelineEvalSource(const PipelineOptions& o) : pipeline_(o) {}
+  int64_t next(const Tensor& images, const Tensor& labels) override {
+    if (!pipeline_.next(&batch_)) return 0;
+    copy_batch(batch_, images, labels, batch_.count);
+    return batch_.count;
+  }
+
+ private:
+  InputPipeline pipeline_;
+  Batch batch_;
+};
+}  // namespace
+
+std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, int rank, int num_processes,
+                                                        int64_t batch, uint64_t start_batch) {
+  PipelineOptions o;
+  o.data_dir = c.data_dir;
+  o.subset = c.subset;
+  o.dataset = c.dataset;
+  o.net = c.net;
+  o.image_size = static_cast<int>(c.image_size);
+  o.batch_size = static_cast<int>(batch);
+  o.train = true;
+  o.num_readers = c.num_readers;
+  o.num_preprocess_threads = c.num_preprocess_threads;
+  o.shuffle_buffer = static_cast<int>(std::min<int64_t>(c.shuffle_buffer, 1 << 30));
+  o.seed = c.seed;
+  o.worker_index = rank;
+  o.num_workers = num_processes;
+  o.skip_corrupt_records = c.skip_corrupt_records;
+  o.num_classes = static_cast<int>(c.num_classes);
+  return std::make_unique<PipelineBatchSource>(o, start_batch);
+}
+
+std::unique_ptr<EvalBatchSource> make_eval_batch_source(const PipelineOptions& options) {
+  PipelineOptions o = options;
+  o.train = false;
+  return std::make_unique<PipelineEvalSource>(o);
+}
+
+}  // namespace tg

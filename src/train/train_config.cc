@@ -1,0 +1,117 @@
+// TrainConfig checks and dataset facts.
+#include "terngrad/train/train_config.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+const DatasetInfo& dataset_info(const std::string& name) {
+  static const std::vector<DatasetInfo> table = {
+      {"mnist", 10, 1, 60000, 10000, "test", 28},
+      {"fashion_mnist", 10, 1, 60000, 10000, "test", 28},
+      {"cifar10", 10, 3, 50000, 10000, "test", 24},
+      {"imagenet", 1001, 3, 1281167, 50000, "validation", 224},
+  };
+  for (const auto& d : table)
+    if (d.name == name) return d;
+  TG_THROW("--dataset '{}' is not one of mnist, fashion_mnist, cifar10, imagenet", name);
+}
+
+void TrainConfig::resolve_defaults() {
+  const DatasetInfo& d = dataset_info(dataset);
+  if (image_size == 0) image_size = d.default_image_size;
+  if (num_classes == 0) num_classes = d.num_classes;
+  if (label_smoothing < 0.f) label_smoothing = (net == "inception_v3") ? 0.1f : 0.f;
+}
+
+void TrainConfig::validate(int num_processes) const {
+  dataset_info(dataset);
+  TG_CHECK(!train_dir.empty(), "--train_dir must not be empty");
+  TG_CHECK(benchmark_mode || !data_dir.empty(), "--data_dir is required (or --benchmark_mode for synthetic input)");
+  TG_CHECK(num_gpus >= 1, "--num_gpus {} must be at least 1", num_gpus);
+  TG_CHECK(num_nodes == -1 || num_nodes >= 1, "--num_nodes {} must be at least 1 (or -1: one per GPU)", num_nodes);
+  TG_CHECK(threads >= 0, "--threads {} must be >= 0 (0: all cores)", threads);
+  TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);
+  TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
+  TG_CHECK(batch_size >= 1, "--batch_size {} must be at least 1", batch_size);
+  const int64_t workers = static_cast<int64_t>(workers_per_process()) * num_processes;
+  TG_CHECK(batch_size % workers == 0,
+           "--batch_size {} is not divisible by the {} workers (--num_nodes x processes): it is the total batch, "
+           "split evenly",
+           batch_size, workers);
+  TG_CHECK(max_steps >= 1, "--max_steps {} must be at least 1", max_steps);
+  TG_CHECK(optimizer == "gd" || optimizer == "momentum" || optimizer == "adam" || optimizer == "rmsprop",
+           "--optimizer '{}' is not one of gd, momentum, adam, rmsprop", optimizer);
+  TG_CHECK(initial_learning_rate > 0, "--initial_learning_rate {} must be positive", initial_learning_rate);
+  TG_CHECK(weight_decay >= 0.f, "--weight_decay {} must be >= 0", weight_decay);
+  TG_CHECK(dropout_keep_prob > 0.f && dropout_keep_prob <= 1.f, "--dropout_keep_prob {} is not in (0, 1]",
+           dropout_keep_prob);
+  TG_CHECK(momentum >= 0.f && momentum < 1.f, "--momentum {} is not in [0, 1)", momentum);
+  TG_CHECK(moving_average_decay >= 0.f && moving_average_decay < 1.f, "--moving_average_decay {} is not in [0, 1)",
+           moving_average_decay);
+  TG_CHECK(grad_bits == 1 || grad_bits == 16 || grad_bits == 32,
+           "--grad_bits {} is not one of 1 (TernGrad), 16 (fp16), 32 (fp32)", grad_bits);
+  TG_CHECK(clip_factor >= 0.f, "--clip_factor {} must be >= 0 (0: no clipping)", clip_factor);
+  TG_CHECK(size_to_binarize >= 1, "--size_to_binarize {} must be at least 1", size_to_binarize);
+  TG_CHECK(exchange == "auto" || exchange == "allgather2" || exchange == "allreduce8",
+           "--exchange '{}' is not one of auto, allgather2, allreduce8", exchange);
+  TG_CHECK(save_iter >= 1, "--save_iter {} must be at least 1", save_iter);
+  TG_CHECK(keep_checkpoints >= 1, "--keep_checkpoints {} must be at least 1", keep_checkpoints);
+  TG_CHECK(log_every >= 1, "--log_every {} must be at least 1", log_every);
+  TG_CHECK(warmup_steps >= 0, "--warmup_steps {} must be >= 0", warmup_steps);
+  TG_CHECK(num_readers >= 1, "--num_readers {} must be at least 1", num_readers);
+  TG_CHECK(num_preprocess_threads >= 1, "--num_preprocess_threads {} must be at least 1", num_preprocess_threads);
+  TG_CHECK(shuffle_buffer >= 1, "--shuffle_buffer {} must be at least 1", shuffle_buffer);
+  TG_CHECK(check_replicas_every >= 0, "--check_replicas_every {} must be >= 0", check_replicas_every);
+  TG_CHECK(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
+           "--device '{}' is not one of cpu, cuda, cuda:<index>", device);
+  TG_CHECK(device != "cpu" || num_gpus == 1, "--num_gpus {} needs --device cuda", num_gpus);
+}
+
+std::map<std::string, std::string> TrainConfig::to_flags() const {
+  std::map<std::string, std::string> f;
+  f["train_dir"] = train_dir;
+  f["data_dir"] = data_dir;
+  f["dataset"] = dataset;
+  f["subset"] = subset;
+  f["device"] = device;
+  f["num_gpus"] = std::to_string(num_gpus);
+  f["num_nodes"] = std::to_string(num_nodes);
+  f["threads"] = std::to_string(threads);
+  f["net"] = net;
+  f["image_size"] = std::to_string(image_size);
+  f["num_classes"] = std::to_string(num_classes);
+  f["weight_decay"] = fmt::format("{}", weight_decay);
+  f["dropout_keep_prob"] = fmt::format("{}", dropout_keep_prob);
+  f["label_smoothing"] = fmt::format("{}", label_smoothing);
+  f["batch_size"] = std::to_string(batch_size);
+  f["max_steps"] = std::to_string(max_steps);
+  f["optimizer"] = optimizer;
+  f["initial_learning_rate"] = fmt::format("{}", initial_learning_rate);
+  f["learning_rate_decay_type"] = learning_rate_decay_type;
+  f["num_epochs_per_decay"] = fmt::format("{}", num_epochs_per_decay);
+  f["learning_rate_decay_factor"] = fmt::format("{}", learning_rate_decay_factor);
+  f["warmup_steps"] = std::to_string(warmup_steps);
+  f["momentum"] = fmt::format("{}", momentum);
+  f["moving_average_decay"] = fmt::format("{}", moving_average_decay);
+  f["grad_bits"] = std::to_string(grad_bits);
+  f["clip_factor"] = fmt::format("{}", clip_factor);
+  f["size_to_binarize"] = std::to_string(size_to_binarize);
+  f["quantize_logits"] = quantize_logits ? "true" : "false";
+  f["exchange"] = exchange;
+  f["seed"] = std::to_string(seed);
+  f["save_iter"] = std::to_string(save_iter);
+  f["keep_checkpoints"] = std::to_string(keep_checkpoints);
+  f["log_every"] = std::to_string(log_every);
+  f["benchmark_mode"] = benchmark_mode ? "true" : "false";
+  f["num_readers"] = std::to_string(num_readers);
+  f["num_preprocess_threads"] = std::to_string(num_preprocess_threads);
+  f["shuffle_buffer"] = std::to_string(shuffle_buffer);
+  return f;
+}
+
+}  // namespace tg

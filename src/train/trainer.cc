@@ -1,0 +1,409 @@
+// Trainer: replicas, workers, the step loop, logging, metrics and checkpoints.
+#include "terngrad/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/comm/local_communicator.h"
+#include "terngrad/data/crc32c.h"
+#include "terngrad/models/registry.h"
+#include "terngrad/optim/lr_schedule.h"
+#include "terngrad/optim/moving_average.h"
+#include "terngrad/optim/optimizer.h"
+#include "terngrad/train/batch_source.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/metrics.h"
+
+namespace tg {
+
+namespace fs = std::filesystem;
+
+namespace {
+struct Replica {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ParameterStore> store;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<ExponentialMovingAverage> ema;
+  std::vector<int> workers;  // indices into Impl::workers
+};
+
+struct Worker {
+  int replica = 0;
+  int global_index = 0;
+  std::unique_ptr<Net> net;
+  std::unique_ptr<GradientExchange> exchange;
+  Buffer host_grads;              // staging copy of the gradient slab when the device is not the host
+  std::vector<Tensor> grad_views;  // host views handed to the exchange, in parameter order
+  ExchangeStats last_stats;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string human_duration(double s) {
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+}  // namespace
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  Communicator* process_comm = nullptr;
+  int rank = 0, num_processes = 1;
+  int64_t worker_batch = 0, process_batch = 0;
+  std::vector<Replica> replicas;
+  std::vector<Worker> workers;
+  std::unique_ptr<LocalGroup> group;
+  std::unique_ptr<LearningRateSchedule> schedule;
+  std::unique_ptr<BatchSource> source;
+  CompressionPolicy policy;
+  Buffer host_images, host_labels;
+  int64_t start_step = 0;
+  std::vector<int64_t> kept_steps;
+  std::string last_digest;
+
+  void build();
+  void resume_or_initialize();
+  void step(int64_t t, float lr);
+  std::string save(int64_t steps_done);
+  std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
+  bool is_chief() const { return rank == 0; }
+};
+
+Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = config;
+  impl_->process_comm = process_comm;
+  if (process_comm) {
+    impl_->rank = process_comm->rank();
+    impl_->num_processes = process_comm->size();
+  }
+  impl_->cfg.resolve_defaults();
+  impl_->cfg.validate(impl_->num_processes);
+  impl_->build();
+  impl_->resume_or_initialize();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::Impl::build() {
+  const int n_workers = cfg.workers_per_process();
+  TG_CHECK(num_processes == 1 || n_workers == 1,
+           "--num_nodes {} with {} MPI processes: use one worker per process (--num_nodes 1) across processes",
+           n_workers, num_processes);
+  const DatasetInfo& data = dataset_info(cfg.dataset);
+  worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
+  process_batch = worker_batch * n_workers;
+
+  // Replicas: one per device.
+  const int n_devices = cfg.device == "cpu" ? 1 : cfg.num_gpus;
+  BackendOptions bo;
+  bo.threads = cfg.threads;
+  ModelConfig mc;
+  mc.image_size = cfg.image_size;
+  mc.channels = data.channels;
+  mc.num_classes = cfg.num_classes;
+  mc.weight_decay = cfg.weight_decay;
+  mc.dropout_keep_prob = cfg.dropout_keep_prob;
+  mc.label_smoothing = cfg.label_smoothing;
+  for (int d = 0; d < n_devices; ++d) {
+    Replica r;
+    std::string dev = cfg.device;
+    if (cfg.device != "cpu" && cfg.num_gpus > 1) dev = fmt::format("cuda:{}", d);
+    r.backend = make_backend(dev, bo);
+    replicas.push_back(std::move(r));
+  }
+  for (int w = 0; w < n_workers; ++w) {
+    Worker wk;
+    wk.replica = w % n_devices;
+    wk.global_index = rank * n_workers + w;
+    wk.net = std::make_unique<Net>();
+    build_model(cfg.net, mc, *wk.net);
+    wk.net->setup(*replicas[wk.replica].backend, worker_batch);
+    replicas[wk.replica].workers.push_back(w);
+    workers.push_back(std::move(wk));
+  }
+  for (auto& r : replicas) {
+    TG_CHECK(!r.workers.empty(), "--num_gpus {} exceeds the {} workers (--num_nodes)", n_devices, n_workers);
+    const Net& net = *workers[r.workers[0]].net;
+    r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
+    for (int w : r.workers) workers[w].net->bind(*r.store);
+    OptimizerOptions oo;
+    oo.kind = parse_optimizer_kind(cfg.optimizer);
+    oo.momentum = cfg.momentum;
+    r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
+  }
+
+  // Gradient exchange over all workers of all processes.
+  CompressionFlags cf;
+  cf.grad_bits = cfg.grad_bits;
+  cf.clip_factor = cfg.clip_factor;
+  cf.size_to_binarize = cfg.size_to_binarize;
+  cf.quantize_logits = cfg.quantize_logits;
+  std::vector<ParamInfo> infos;
+  for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
+  policy = CompressionPolicy(cf, infos);
+  const ExchangeMode mode = parse_exchange_mode(cfg.exchange);
+  if (!process_comm) group = std::make_unique<LocalGroup>(n_workers);
+  for (int w = 0; w < n_workers; ++w) {
+    Worker& wk = workers[w];
+    Communicator& comm = process_comm ? *process_comm : static_cast<Communicator&>(group->communicator(w));
+    wk.exchange = std::make_unique<GradientExchange>(policy, comm, mode, cfg.seed);
+    Slab& g = wk.net->grads();
+    if (!replicas[wk.replica].backend->device().is_cpu())
+      wk.host_grads = Buffer(host_allocator(), g.bytes());
+    for (int i = 0; i < g.size(); ++i) {
+      if (wk.host_grads.empty()) {
+        wk.grad_views.push_back(g.view(i));
+      } else {
+        const auto& e = g.entry(i);
+        wk.grad_views.push_back(
+            Tensor(static_cast<char*>(wk.host_grads.data()) + e.offset, e.shape, e.dtype, Device::cpu()));
+      }
+    }
+  }
+
+  LearningRateOptions lo;
+  lo.decay_type = parse_learning_rate_decay(cfg.learning_rate_decay_type);
+  lo.initial_learning_rate = cfg.initial_learning_rate;
+  lo.num_epochs_per_decay = cfg.num_epochs_per_decay;
+  lo.learning_rate_decay_factor = cfg.learning_rate_decay_factor;
+  lo.examples_per_epoch = data.train_examples;
+  lo.batch_size = cfg.batch_size;
+  lo.max_steps = cfg.max_steps;
+  lo.warmup_steps = cfg.warmup_steps;
+  lo.optimizer = parse_optimizer_kind(cfg.optimizer);
+  schedule = std::make_unique<LearningRateSchedule>(lo);
+
+  host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
+                                                             data.channels) * sizeof(float));
+  host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
+}
+
+void Trainer::Impl::resume_or_initialize() {
+  const DatasetInfo& data = dataset_info(cfg.dataset);
+  if (is_chief()) fs::create_directories(cfg.train_dir);
+  std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
+  uint64_t cursor = 0;
+  if (latest) {
+    CheckpointReader reader(*latest);
+    const CheckpointMeta& m = reader.meta();
+    TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
+                 m.num_classes == cfg.num_classes,
+             "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
+             "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
+             cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
+             cfg.num_classes);
+    for (auto& r : replicas) {
+      r.ema = std::make_unique<ExponentialMovingAverage>(*r.backend, std::vector<const Slab*>{&r.store->params(),
+                                                                                             &r.store->state()},
+                                                         cfg.moving_average_decay);
+      auto load_slab = [&](const std::string& prefix, Slab& slab) {
+        for (int i = 0; i < slab.size(); ++i) {
+          const auto& e = slab.entry(i);
+          Buffer host(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+          Tensor h(host.data(), e.shape, e.dtype, Device::cpu());
+          reader.read(prefix + e.name, h);
+          r.backend->copy(slab.view(i), h);
+        }
+      };
+      load_slab("params/", r.store->params());
+      load_slab("state/", r.store->state());
+      load_slab("ema/", r.ema->shadow());
+      load_slab("slots/", r.optimizer->slots());
+    }
+    start_step = m.step;
+    cursor = m.data_cursor;
+    kept_steps = list_checkpoint_steps(cfg.train_dir);
+    if (is_chief())
+      spdlog::info("resumed from {} at step {} (parameter digest {})", *latest, start_step, m.parameter_digest);
+  } else {
+    for (auto& r : replicas) {
+      r.store->initialize(cfg.seed);
+      r.ema = std::make_unique<ExponentialMovingAverage>(*r.backend, std::vector<const Slab*>{&r.store->params(),
+                                                                                             &r.store->state()},
+                                                         cfg.moving_average_decay);
+    }
+  }
+  if (cfg.benchmark_mode) {
+    source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank), data.num_classes, cursor);
+  } else {
+    source = make_pipeline_batch_source(cfg, rank, num_processes, process_batch, cursor);
+  }
+}
+
+void Trainer::Impl::step(int64_t t, float lr) {
+  const DatasetInfo& data = dataset_info(cfg.dataset);
+  const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
+  Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
+  Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
+  source->next(images, labels);
+  const uint32_t step32 = static_cast<uint32_t>(t);
+  for (size_t w = 0; w < workers.size(); ++w) {
+    Worker& wk = workers[w];
+    const int64_t b0 = static_cast<int64_t>(w) * worker_batch;
+    wk.net->forward(images.slice0(b0, b0 + worker_batch), labels.slice0(b0, b0 + worker_batch), true, step32,
+                    philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
+    wk.net->backward();
+    if (!wk.host_grads.empty()) {
+      Slab& g = wk.net->grads();
+      replicas[wk.replica].backend->copy(Tensor(wk.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
+                                                DType::U8, Device::cpu()),
+                                         g.flat_bytes());
+    }
+  }
+  // Exchange: every worker's gradient becomes the average over all workers.
+  if (process_comm) {
+    workers[0].last_stats = workers[0].exchange->run(workers[0].grad_views, step32);
+  } else {
+    group->run_all([&](LocalCommunicator& c) {
+      Worker& wk = workers[c.rank()];
+      wk.last_stats = wk.exchange->run(wk.grad_views, step32);
+    });
+  }
+  for (auto& r : replicas) {
+    Worker& first = workers[r.workers[0]];
+    if (!first.host_grads.empty()) {
+      Slab& g = first.net->grads();
+      r.backend->copy(g.flat_bytes(), Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
+                                             DType::U8, Device::cpu()));
+    }
+    r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr);
+    r.ema->update(*r.backend, t);
+  }
+}
+
+std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
+  std::vector<NamedTensor> out;
+  Replica& r = replicas[0];
+  auto add_slab = [&](const std::string& prefix, const Slab& slab) {
+    for (int i = 0; i < slab.size(); ++i) {
+      const auto& e = slab.entry(i);
+      storage.emplace_back(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+      Tensor h(storage.back().data(), e.shape, e.dtype, Device::cpu());
+      r.backend->copy(h, slab.view(i));
+      out.push_back({prefix + e.name, h});
+    }
+  };
+  add_slab("params/", r.store->params());
+  add_slab("state/", r.store->state());
+  add_slab("ema/", r.ema->shadow());
+  add_slab("slots/", r.optimizer->slots());
+  return out;
+}
+
+std::string Trainer::Impl::save(int64_t steps_done) {
+  std::vector<Buffer> storage;
+  std::vector<NamedTensor> tensors = host_snapshot(storage);
+  if (!is_chief()) return "";
+  const DatasetInfo& data = dataset_info(cfg.dataset);
+  CheckpointMeta meta;
+  meta.model = cfg.net;
+  meta.dataset = cfg.dataset;
+  meta.image_size = cfg.image_size;
+  meta.channels = data.channels;
+  meta.num_classes = cfg.num_classes;
+  meta.step = steps_done;
+  meta.data_cursor = source->batches();
+  meta.flags = cfg.to_flags();
+  const std::string path = checkpoint_path(cfg.train_dir, steps_done);
+  const std::string digest = write_checkpoint(path, meta, tensors);
+  if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
+  while (static_cast<int>(kept_steps.size()) > cfg.keep_checkpoints) {
+    fs::remove(checkpoint_path(cfg.train_dir, kept_steps.front()));
+    kept_steps.erase(kept_steps.begin());
+  }
+  write_checkpoint_index(cfg.train_dir, kept_steps);
+  spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
+  return digest;
+}
+
+TrainResult Trainer::run(const std::atomic<bool>* stop) {
+  Impl& m = *impl_;
+  const TrainConfig& cfg = m.cfg;
+  TrainResult result;
+  result.start_step = m.start_step;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (m.is_chief() && !cfg.metrics_jsonl.empty()) metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
+  if (m.is_chief()) {
+    spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", m.replicas[0].backend->name(), cfg.net,
+                 m.replicas[0].store->num_parameters(), m.workers.size() * m.num_processes, m.worker_batch,
+                 m.policy.summary());
+    spdlog::info("exchange {} | learning rate {}", exchange_mode_name(m.workers[0].exchange->mode()),
+                 m.schedule->describe());
+  }
+  std::vector<double> rates;
+  double first_window_rate = 0;
+  double window_secs = 0;
+  int64_t window_steps = 0;
+  const auto run_start = std::chrono::steady_clock::now();
+  int64_t t = m.start_step;
+  float loss = 0.f;
+  for (; t < cfg.max_steps; ++t) {
+    if (stop && stop->load()) {
+      result.interrupted = true;
+      break;
+    }
+    const float lr = (*m.schedule)(t);
+    const auto t0 = std::chrono::steady_clock::now();
+    m.step(t, lr);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    window_secs += secs;
+    ++window_steps;
+    const ExchangeStats& xs = m.workers[0].last_stats;
+    result.bytes_moved += xs.moved_bytes;
+    result.fp32_bytes_moved += xs.fp32_moved_bytes;
+    const Net& last = *m.workers.back().net;
+    loss = last.last_cross_entropy() + last.last_regularization();
+    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) {
+      const double sec_per_batch = window_secs / window_steps;
+      const double eps = cfg.batch_size / sec_per_batch;
+      if (t + 1 - m.start_step > cfg.log_every) rates.push_back(eps);  // the first window is warm-up
+      first_window_rate = eps;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      const double eta = elapsed / (t + 1 - m.start_step) * (cfg.max_steps - t - 1);
+      if (m.is_chief()) {
+        spdlog::info(
+            "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
+            "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}]",
+            t + 1, last.last_cross_entropy(), last.last_regularization(), loss, eps, sec_per_batch, lr,
+            human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), t + 1, cfg.max_steps,
+            100.0 * (t + 1) / cfg.max_steps, human_duration(eta));
+        if (metrics)
+          metrics->step(t + 1, last.last_cross_entropy(), last.last_regularization(), loss, lr, eps, sec_per_batch,
+                        xs.moved_bytes, xs.fp32_moved_bytes, xs.payload_bytes);
+      }
+      window_secs = 0;
+      window_steps = 0;
+    }
+    if ((t + 1) % cfg.save_iter == 0 && t + 1 < cfg.max_steps) m.last_digest = m.save(t + 1);
+  }
+  result.steps_done = t;
+  if (t > m.start_step || m.kept_steps.empty() || result.interrupted) m.last_digest = m.save(t);
+  if (result.interrupted && m.is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
+  result.final_loss = loss;
+  if (!rates.empty()) {
+    std::sort(rates.begin(), rates.end());
+    result.median_examples_per_sec = rates[rates.size() / 2];
+  } else {
+    result.median_examples_per_sec = first_window_rate;
+  }
+  result.parameter_digest = m.last_digest;
+  if (metrics)
+    metrics->summary(result.steps_done, result.median_examples_per_sec, result.bytes_moved, result.fp32_bytes_moved,
+                     result.final_loss, result.parameter_digest);
+  return result;
+}
+
+}  // namespace tg

@@ -1,0 +1,512 @@
+// The CUDA backend op by op against the CPU backend (the oracle), on random inputs, in the style of ggml's
+// test-backend-ops: every output is pre-filled with NaN (so an unwritten element fails) and followed by guard
+// bytes that must survive (no overrun), on both backends. Ops built on the shared TG_HOST_DEVICE math
+// (element-wise, dropout masks, optimizer and EMA updates, the loss backward) must match bit for bit; library
+// ops (cuBLAS, cuDNN) and reductions whose order differs are compared with a tolerance normalized by the
+// largest CPU magnitude.
+//
+// Without a CUDA build or without a device every test reports SKIPPED with the reason, except the factory's
+// error message check, which is exactly the no-device case.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/core/error.h"
+#ifdef TG_HAVE_CUDA
+#include "src/backend/cuda/cuda_backend.h"
+#endif
+
+namespace tg {
+namespace {
+
+constexpr size_t kGuardBytes = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+
+// The backends, created once; `skip` says why there is no CUDA one.
+struct Backends {
+  std::unique_ptr<Backend> cpu, cuda;
+  std::string skip;
+};
+Backends& backends() {
+  static Backends b = [] {
+    Backends r;
+    r.cpu = make_backend("cpu", BackendOptions{2});
+    if (!cuda_backend_compiled()) {
+      r.skip = "this build has no CUDA backend (configure with -DTG_CUDA=ON)";
+      return r;
+    }
+    try {
+      r.cuda = make_backend("cuda:0");
+    } catch (const Error& e) {
+      r.skip = std::string("no usable CUDA device: ") + e.what();
+    }
+    return r;
+  }();
+  return b;
+}
+
+Tensor host_bytes(std::vector<uint8_t>& v) {
+  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::U8, Device::cpu());
+}
+
+// One tensor's memory on one backend, followed by kGuardBytes guard bytes; all access through Backend::copy.
+class Mem {
+ public:
+  Mem(Backend& be, const Shape& s, DType dt)
+      : be_(&be), buf_(be.allocator(), static_cast<size_t>(s.numel()) * dtype_size(dt) + kGuardBytes) {
+    t = Tensor(buf_.data(), s, dt, be.device());
+    std::vector<uint8_t> guard(kGuardBytes, kGuardByte);
+    be.copy(guard_tensor(), host_bytes(guard));
+    std::vector<uint8_t> nan(t.bytes(), 0xFF);  // f32 NaN; any dtype: "not written yet"
+    if (!nan.empty()) be.copy(t, Tensor(nan.data(), s, dt, Device::cpu()));
+  }
+  bool guard_intact() const {
+    std::vector<uint8_t> guard(kGuardBytes);
+    be_->copy(host_bytes(guard), guard_tensor());
+    return std::all_of(guard.begin(), guard.end(), [](uint8_t b) { return b == kGuardByte; });
+  }
+  template <typename T> std::vector<T> read() const {
+    std::vector<T> v(t.numel());
+    if (!v.empty()) be_->copy(Tensor(v.data(), t.shape(), t.dtype(), Device::cpu()), t);
+    return v;
+  }
+  template <typename T> void write(std::vector<T> v) {
+    if (!v.empty()) be_->copy(t, Tensor(v.data(), t.shape(), t.dtype(), Device::cpu()));
+  }
+  Tensor t;
+
+ private:
+  Tensor guard_tensor() const {
+    return Tensor(static_cast<uint8_t*>(buf_.data()) + t.bytes(), Shape{static_cast<int64_t>(kGuardBytes)},
+                  DType::U8, be_->device());
+  }
+  Backend* be_;
+  Buffer buf_;
+};
+
+// The same tensor on the CPU (c) and the GPU (g).
+struct Pair {
+  Mem c, g;
+  Pair(const Shape& s, DType dt = DType::F32) : c(*backends().cpu, s, dt), g(*backends().cuda, s, dt) {}
+  template <typename T> void set(const std::vector<T>& v) { c.write(v), g.write(v); }
+};
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(gen);
+  return v;
+}
+
+void expect_guards(const Pair& p, const std::string& what) {
+  EXPECT_TRUE(p.c.guard_intact()) << what << ": CPU wrote past the end";
+  EXPECT_TRUE(p.g.guard_intact()) << what << ": CUDA wrote past the end";
+}
+
+// Bit-identical outputs (any dtype).
+void expect_same_bits(const Pair& p, const std::string& what) {
+  expect_guards(p, what);
+  auto a = p.c.read<uint8_t>(), b = p.g.read<uint8_t>();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      size_t e = i / dtype_size(p.c.t.dtype());
+      FAIL() << what << ": CPU and CUDA differ first at element " << e << " (byte " << i << ")";
+    }
+}
+
+// |gpu - cpu| <= tol * max(1, max |cpu|) everywhere; NaN/Inf fail explicitly.
+void expect_close(const Pair& p, const std::string& what, double tol = 1e-5) {
+  expect_guards(p, what);
+  auto a = p.c.read<float>(), b = p.g.read<float>();
+  ASSERT_EQ(a.size(), b.size());
+  double scale = 1.0;
+  for (float v : a) {
+    ASSERT_TRUE(std::isfinite(v)) << what << ": CPU produced a non-finite value";
+    scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  }
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(b[i])) << what << ": CUDA non-finite value at " << i;
+    double e = std::fabs(static_cast<double>(b[i]) - a[i]);
+    if (e > worst) worst = e, worst_i = i;
+  }
+  EXPECT_LE(worst / scale, tol) << what << ": worst element " << worst_i << " cpu " << a[worst_i] << " cuda "
+                                << b[worst_i] << " (normalized error " << worst / scale << ")";
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!backends().cuda) GTEST_SKIP() << backends().skip;
+  }
+  Backend& cpu() { return *backends().cpu; }
+  Backend& gpu() { return *backends().cuda; }
+#ifdef TG_HAVE_CUDA
+  CudaBackend& cuda() { return dynamic_cast<CudaBackend&>(gpu()); }
+#endif
+};
+
+// ---- factory --------------------------------------------------------------------------------------------
+TEST(CudaBackendFactory, MissingDeviceIsAClearError) {
+  if (!cuda_backend_compiled()) GTEST_SKIP() << backends().skip;
+  if (backends().cuda) GTEST_SKIP() << "a CUDA device is present: the no-device message cannot be observed";
+  try {
+    make_backend("cuda");
+    FAIL() << "make_backend(\"cuda\") succeeded without a device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cuda: no CUDA device is available (cudaGetDeviceCount: "),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(CudaBackendTest, FactoryRejectsOutOfRangeIndex) {
+  try {
+    make_backend("cuda:999");
+    FAIL() << "cuda:999 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:999"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(gpu().device(), Device::cuda(0));
+  EXPECT_NE(gpu().name().find("cuda:0"), std::string::npos) << gpu().name();
+}
+
+// ---- memory ---------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, CopyZeroFill) {
+  const Shape s{3, 5, 7, 11};
+  auto v = random_floats(s.numel(), 1);
+  Pair a(s), b(s);
+  a.set(v);                      // host -> device (and host -> host)
+  cpu().copy(b.c.t, a.c.t);      // device -> device
+  gpu().copy(b.g.t, a.g.t);
+  expect_same_bits(b, "copy");
+  EXPECT_EQ(b.g.read<float>(), v);  // device -> host
+  cpu().zero(a.c.t), gpu().zero(a.g.t);
+  expect_same_bits(a, "zero");
+  cpu().fill(b.c.t, -2.5f), gpu().fill(b.g.t, -2.5f);
+  expect_same_bits(b, "fill");
+  EXPECT_EQ(b.g.read<float>()[17], -2.5f);
+}
+
+// ---- element-wise -----------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
+  const Shape s{100003};  // odd: partial blocks
+  Pair a(s), b(s), out(s);
+  a.set(random_floats(s.numel(), 2)), b.set(random_floats(s.numel(), 3));
+  cpu().add(a.c.t, b.c.t, out.c.t), gpu().add(a.g.t, b.g.t, out.g.t);
+  expect_same_bits(out, "add");
+  cpu().axpy(-0.37f, a.c.t, b.c.t), gpu().axpy(-0.37f, a.g.t, b.g.t);
+  expect_same_bits(b, "axpy");
+  cpu().scale(1.7f, a.c.t), gpu().scale(1.7f, a.g.t);
+  expect_same_bits(a, "scale");
+  Pair y(s), dx(s);
+  cpu().relu_forward(a.c.t, y.c.t), gpu().relu_forward(a.g.t, y.g.t);
+  expect_same_bits(y, "relu_forward");
+  cpu().relu_backward(y.c.t, b.c.t, dx.c.t), gpu().relu_backward(y.g.t, b.g.t, dx.g.t);
+  expect_same_bits(dx, "relu_backward");
+}
+
+TEST_F(CudaBackendTest, DropoutMasksAndValuesAreBitIdentical) {
+  const Shape s{4, 9, 9, 33};
+  for (float keep : {0.5f, 0.9f, 1.0f}) {
+    Pair x(s), y(s), mask(s, DType::U8), dy(s), dx(s);
+    x.set(random_floats(s.numel(), 4)), dy.set(random_floats(s.numel(), 5));
+    const PhiloxKey key = philox_key(1234, 3);
+    cpu().dropout_forward(x.c.t, y.c.t, mask.c.t, keep, key, 17, 2);
+    gpu().dropout_forward(x.g.t, y.g.t, mask.g.t, keep, key, 17, 2);
+    const std::string what = "dropout keep " + std::to_string(keep);
+    expect_same_bits(mask, what + " mask");
+    expect_same_bits(y, what + " y");
+    auto m = mask.g.read<uint8_t>();
+    const double kept = std::count(m.begin(), m.end(), uint8_t{1}) / static_cast<double>(m.size());
+    EXPECT_NEAR(kept, keep, 0.02) << what;  // the mask is a real Bernoulli(keep) draw
+    cpu().dropout_backward(dy.c.t, mask.c.t, keep, dx.c.t), gpu().dropout_backward(dy.g.t, mask.g.t, keep, dx.g.t);
+    expect_same_bits(dx, what + " backward");
+  }
+}
+
+TEST_F(CudaBackendTest, ConcatAndSplitChannels) {
+  Pair p1(Shape{2, 3, 5, 4}), p2(Shape{2, 3, 5, 1}), p3(Shape{2, 3, 5, 7}), out(Shape{2, 3, 5, 12});
+  p1.set(random_floats(120, 6)), p2.set(random_floats(30, 7)), p3.set(random_floats(210, 8));
+  cpu().concat_channels({p1.c.t, p2.c.t, p3.c.t}, out.c.t);
+  gpu().concat_channels({p1.g.t, p2.g.t, p3.g.t}, out.g.t);
+  expect_same_bits(out, "concat");
+  Pair d1(Shape{2, 3, 5, 4}), d3(Shape{2, 3, 5, 7});
+  const Tensor skipped_c(nullptr, Shape{2, 3, 5, 1}, DType::F32, Device::cpu());
+  const Tensor skipped_g(nullptr, Shape{2, 3, 5, 1}, DType::F32, gpu().device());
+  cpu().split_channels(out.c.t, {d1.c.t, skipped_c, d3.c.t});
+  gpu().split_channels(out.g.t, {d1.g.t, skipped_g, d3.g.t});
+  expect_same_bits(d1, "split part 1");
+  expect_same_bits(d3, "split part 3");
+  EXPECT_EQ(d3.g.read<float>(), p3.c.read<float>());
+}
+
+// ---- reductions ----------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, Reductions) {
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1234567}}) {
+    Pair x(Shape{n});
+    auto v = random_floats(n, 9, -3.f, 2.f);
+    x.set(v);
+    double abs_sum = 0;
+    for (float f : v) abs_sum += std::fabs(f);
+    EXPECT_NEAR(gpu().sum(x.g.t), cpu().sum(x.c.t), 1e-12 * abs_sum + 1e-300) << "n=" << n;
+    const double sq = cpu().sum_squares(x.c.t);
+    EXPECT_NEAR(gpu().sum_squares(x.g.t), sq, 1e-12 * sq) << "n=" << n;
+    EXPECT_EQ(gpu().max_abs(x.g.t), cpu().max_abs(x.c.t)) << "n=" << n;
+    EXPECT_EQ(gpu().sum(x.g.t), gpu().sum(x.g.t)) << "not deterministic, n=" << n;
+  }
+}
+
+// ---- loss ------------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
+  for (int64_t k : {int64_t{10}, int64_t{1001}}) {
+    for (float ls : {0.f, 0.1f}) {
+      const int64_t n = 37;
+      Pair logits(Shape{n, k}), labels(Shape{n}, DType::I32), probs(Shape{n, k}), losses(Shape{n});
+      logits.set(random_floats(n * k, 10, -8.f, 8.f));
+      std::vector<int32_t> lab(n);
+      for (int64_t i = 0; i < n; ++i) lab[i] = static_cast<int32_t>((i * 7919) % k);
+      labels.set(lab);
+      cpu().softmax_xent_forward(logits.c.t, labels.c.t, ls, probs.c.t, losses.c.t);
+      gpu().softmax_xent_forward(logits.g.t, labels.g.t, ls, probs.g.t, losses.g.t);
+      const std::string what = "xent k=" + std::to_string(k) + " ls=" + std::to_string(ls);
+      expect_close(probs, what + " probs", 1e-6);
+      expect_close(losses, what + " losses", 1e-6);
+      // The backward of the same probs is pure shared arithmetic: bit-identical.
+      Pair dlogits(Shape{n, k});
+      gpu().copy(probs.g.t, probs.c.t);
+      cpu().softmax_xent_backward(probs.c.t, labels.c.t, ls, 1.f / n, dlogits.c.t);
+      gpu().softmax_xent_backward(probs.g.t, labels.g.t, ls, 1.f / n, dlogits.g.t);
+      expect_same_bits(dlogits, what + " backward");
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, SoftmaxCrossEntropyRejectsBadLabelNamingTheExample) {
+  const int64_t n = 8, k = 5;
+  Mem logits(gpu(), Shape{n, k}, DType::F32), labels(gpu(), Shape{n}, DType::I32), probs(gpu(), Shape{n, k}, DType::F32),
+      losses(gpu(), Shape{n}, DType::F32);
+  logits.write(random_floats(n * k, 11));
+  for (int32_t bad : {5, -1}) {
+    std::vector<int32_t> lab = {0, 1, 2, 3, 4, 0, 1, 2};
+    lab[6] = bad, lab[7] = 99;  // the first bad example (6) is the one named
+    labels.write(lab);
+    try {
+      gpu().softmax_xent_forward(logits.t, labels.t, 0.f, probs.t, losses.t);
+      FAIL() << "label " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("label " + std::to_string(bad) + " of example 6 is outside [0, 5)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(gpu().softmax_xent_backward(probs.t, labels.t, 0.f, 1.f, logits.t), Error);
+  }
+  // The flag is reset: valid labels work afterwards.
+  labels.write(std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2});
+  EXPECT_NO_THROW(gpu().softmax_xent_forward(logits.t, labels.t, 0.f, probs.t, losses.t));
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, OptimizerUpdatesAreBitIdentical) {
+  const Shape s{50001};
+  struct Case {
+    const char* name;
+    OptimizerStep step;
+    float s1_init, s2_init;
+  };
+  OptimizerStep gd, mom, adam, rms;
+  gd.kind = OptimizerKind::GD, gd.lr = 0.1f;
+  mom.kind = OptimizerKind::MOMENTUM, mom.lr = 0.05f, mom.momentum = 0.9f;
+  adam.kind = OptimizerKind::ADAM, adam.lr = 0.001f;
+  rms.kind = OptimizerKind::RMSPROP, rms.lr = 0.01f, rms.momentum = 0.5f, rms.decay = 0.9f, rms.epsilon = 1e-10f;
+  for (const Case& c : {Case{"gd", gd, 0, 0}, Case{"momentum", mom, 0, 0}, Case{"adam", adam, 0, 0},
+                        Case{"rmsprop", rms, 1.f, 0}}) {
+    Pair w(s), g(s), s1(s), s2(s);
+    w.set(random_floats(s.numel(), 12));
+    s1.set(std::vector<float>(s.numel(), c.s1_init)), s2.set(std::vector<float>(s.numel(), c.s2_init));
+    for (int it = 0; it < 3; ++it) {
+      g.set(random_floats(s.numel(), 13 + it));
+      cpu().optimizer_update(c.step, w.c.t, g.c.t, s1.c.t, s2.c.t);
+      gpu().optimizer_update(c.step, w.g.t, g.g.t, s1.g.t, s2.g.t);
+    }
+    expect_same_bits(w, std::string(c.name) + " w");
+    expect_same_bits(s1, std::string(c.name) + " slot 1");
+    expect_same_bits(s2, std::string(c.name) + " slot 2");
+  }
+  Pair w(s), ema(s);
+  w.set(random_floats(s.numel(), 20)), ema.set(random_floats(s.numel(), 21));
+  cpu().ema_update(0.999f, w.c.t, ema.c.t), gpu().ema_update(0.999f, w.g.t, ema.g.t);
+  expect_same_bits(ema, "ema");
+}
+
+// ---- inner product ---------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, InnerProduct) {
+  for (bool bias : {true, false}) {
+    InnerProductDesc d;
+    d.n = 13, d.in = 97, d.out = 29, d.has_bias = bias;
+    Pair x(Shape{d.n, d.in}), w(Shape{d.in, d.out}), b(Shape{d.out}), y(Shape{d.n, d.out}), dy(Shape{d.n, d.out});
+    x.set(random_floats(d.n * d.in, 30)), w.set(random_floats(d.in * d.out, 31)), b.set(random_floats(d.out, 32));
+    dy.set(random_floats(d.n * d.out, 33));
+    cpu().inner_product_forward(d, x.c.t, w.c.t, bias ? b.c.t : Tensor(), y.c.t);
+    gpu().inner_product_forward(d, x.g.t, w.g.t, bias ? b.g.t : Tensor(), y.g.t);
+    expect_close(y, "ip forward");
+    Pair dx(Shape{d.n, d.in}), dw(Shape{d.in, d.out}), db(Shape{d.out});
+    cpu().inner_product_backward(d, x.c.t, w.c.t, dy.c.t, dx.c.t, dw.c.t, bias ? db.c.t : Tensor());
+    gpu().inner_product_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, bias ? db.g.t : Tensor());
+    expect_close(dx, "ip dx");
+    expect_close(dw, "ip dw");
+    if (bias) expect_close(db, "ip db");
+  }
+}
+
+// ---- convolution ---------------------------------------------------------------------------------------------------------
+struct ConvCase {
+  int64_t n, h, w, c, k, o, stride;
+  Padding pad;
+  int64_t groups;
+  bool bias;
+};
+
+TEST_F(CudaBackendTest, Conv2dForwardBackward) {
+  const ConvCase cases[] = {
+      {2, 9, 9, 3, 3, 8, 1, Padding::SAME, 1, true},    // symmetric padding: cuDNN pads
+      {3, 10, 11, 4, 3, 6, 2, Padding::SAME, 1, true},  // odd pixel after: explicit padding
+      {2, 14, 14, 3, 7, 5, 2, Padding::SAME, 1, false}, // ResNet stem shape, asymmetric
+      {2, 8, 9, 4, 5, 4, 2, Padding::VALID, 2, true},   // groups
+      {1, 6, 6, 8, 1, 16, 1, Padding::SAME, 1, true},   // 1x1
+  };
+  for (const ConvCase& cc : cases) {
+    ConvDesc d = make_conv_desc(cc.n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, cc.pad, cc.groups, cc.bias);
+    const std::string what = d.key();
+    const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c / d.groups, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
+    Pair x(xs), w(ws), b(Shape{d.out_c}), y(ys), dy(ys), dx(xs), dw(ws), db(Shape{d.out_c});
+    x.set(random_floats(xs.numel(), 40)), w.set(random_floats(ws.numel(), 41)), b.set(random_floats(d.out_c, 42));
+    dy.set(random_floats(ys.numel(), 43));
+    const Tensor bc = cc.bias ? b.c.t : Tensor(), bg = cc.bias ? b.g.t : Tensor();
+    cpu().conv2d_forward(d, x.c.t, w.c.t, bc, y.c.t), gpu().conv2d_forward(d, x.g.t, w.g.t, bg, y.g.t);
+    expect_close(y, what + " forward", 1e-5);
+    cpu().conv2d_backward(d, x.c.t, w.c.t, dy.c.t, dx.c.t, dw.c.t, cc.bias ? db.c.t : Tensor());
+    gpu().conv2d_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, cc.bias ? db.g.t : Tensor());
+    expect_close(dx, what + " dx", 1e-5);
+    expect_close(dw, what + " dw", 1e-5);
+    if (cc.bias) expect_close(db, what + " db", 1e-5);
+#ifdef TG_HAVE_CUDA
+    // Steady state: the same descriptor again neither adds a cache entry nor grows the arena.
+    const size_t entries = cuda().cache_size();
+    const int grows = cuda().workspace_grow_count();
+    gpu().conv2d_forward(d, x.g.t, w.g.t, bg, y.g.t);
+    gpu().conv2d_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, cc.bias ? db.g.t : Tensor());
+    expect_close(dw, what + " dw (second call)", 1e-5);
+    EXPECT_EQ(cuda().cache_size(), entries) << what;
+    EXPECT_EQ(cuda().workspace_grow_count(), grows) << what;
+#endif
+  }
+}
+
+// ---- pooling ----------------------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, PoolForwardBackward) {
+  struct PoolCase {
+    PoolKind kind;
+    int64_t h, w, k, stride;
+    Padding pad;
+  };
+  const PoolCase cases[] = {
+      {PoolKind::MAX, 9, 9, 3, 2, Padding::VALID}, {PoolKind::MAX, 10, 11, 3, 2, Padding::SAME},
+      {PoolKind::MAX, 8, 8, 2, 2, Padding::SAME},  {PoolKind::AVG, 9, 10, 3, 2, Padding::SAME},
+      {PoolKind::AVG, 7, 7, 3, 1, Padding::SAME},  {PoolKind::AVG, 8, 8, 2, 2, Padding::VALID},
+  };
+  for (const PoolCase& pc : cases) {
+    PoolDesc d = make_pool_desc(pc.kind, 2, pc.h, pc.w, 5, pc.k, pc.k, pc.stride, pc.pad);
+    const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
+    Pair x(xs), y(ys), dy(ys), dx(xs);
+    x.set(random_floats(xs.numel(), 50)), dy.set(random_floats(ys.numel(), 51));
+    const size_t wsc = cpu().pool_workspace_bytes(d), wsg = gpu().pool_workspace_bytes(d);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::U8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::U8);
+    const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
+    cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, twg);
+    expect_close(y, d.key() + " forward", 1e-6);
+    cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t), gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, twg, dx.g.t);
+    expect_close(dx, d.key() + " backward", 1e-6);
+  }
+}
+
+// ---- LRN ------------------------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, LrnForwardBackward) {
+  for (int64_t radius : {int64_t{2}, int64_t{5}}) {
+    LrnDesc d;
+    d.n = 2, d.h = 5, d.w = 6, d.c = 16, d.depth_radius = radius, d.bias = 1.f, d.alpha = 0.05f, d.beta = 0.75f;
+    const Shape s{d.n, d.h, d.w, d.c};
+    Pair x(s), y(s), dy(s), dx(s);
+    x.set(random_floats(s.numel(), 60, -2.f, 2.f)), dy.set(random_floats(s.numel(), 61));
+    const size_t wsc = cpu().lrn_workspace_bytes(d), wsg = gpu().lrn_workspace_bytes(d);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::U8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::U8);
+    const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
+    cpu().lrn_forward(d, x.c.t, y.c.t, twc), gpu().lrn_forward(d, x.g.t, y.g.t, twg);
+    expect_close(y, d.key() + " forward", 1e-5);
+    cpu().lrn_backward(d, x.c.t, dy.c.t, twc, dx.c.t), gpu().lrn_backward(d, x.g.t, dy.g.t, twg, dx.g.t);
+    expect_close(dx, d.key() + " backward", 1e-5);
+  }
+  // A wide window (cuDNN's LRN would stop at depth_radius 7) works too.
+  LrnDesc wide;
+  wide.n = 1, wide.h = 2, wide.w = 3, wide.c = 40, wide.depth_radius = 9, wide.alpha = 0.01f;
+  const Shape s{wide.n, wide.h, wide.w, wide.c};
+  Pair x(s), y(s);
+  x.set(random_floats(s.numel(), 62, -2.f, 2.f));
+  cpu().lrn_forward(wide, x.c.t, y.c.t, Tensor()), gpu().lrn_forward(wide, x.g.t, y.g.t, Tensor());
+  expect_close(y, wide.key() + " forward", 1e-5);
+}
+
+// ---- batch norm -------------------------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, BatchNormTrainingInferenceBackward) {
+  for (bool has_gamma : {true, false}) {
+    BatchNormDesc d;
+    d.rows = 2 * 5 * 5, d.c = 7, d.epsilon = 0.001f, d.has_gamma = has_gamma;
+    const Shape xs{2, 5, 5, 7}, cs{d.c};
+    const std::string what = d.key();
+    Pair x(xs), gamma(cs), beta(cs), y(xs), mean(cs), var(cs);
+    auto xv = random_floats(xs.numel(), 70, -1.f, 3.f);
+    x.set(xv), gamma.set(random_floats(d.c, 71, 0.5f, 1.5f)), beta.set(random_floats(d.c, 72));
+    const Tensor gc = has_gamma ? gamma.c.t : Tensor(), gg = has_gamma ? gamma.g.t : Tensor();
+    cpu().batch_norm_forward_training(d, x.c.t, gc, beta.c.t, y.c.t, mean.c.t, var.c.t);
+    gpu().batch_norm_forward_training(d, x.g.t, gg, beta.g.t, y.g.t, mean.g.t, var.g.t);
+    expect_close(y, what + " training y", 1e-5);
+    expect_close(mean, what + " mean", 1e-6);
+    expect_close(var, what + " var (population)", 1e-5);
+    // The population variance, checked directly in double (not only against the CPU).
+    auto vg = var.g.read<float>();
+    for (int64_t ch = 0; ch < d.c; ++ch) {
+      double m = 0, v = 0;
+      for (int64_t r = 0; r < d.rows; ++r) m += xv[r * d.c + ch];
+      m /= d.rows;
+      for (int64_t r = 0; r < d.rows; ++r) v += (xv[r * d.c + ch] - m) * (xv[r * d.c + ch] - m);
+      EXPECT_NEAR(vg[ch], v / d.rows, 1e-5 * (1 + v / d.rows)) << what << " channel " << ch;
+    }
+    Pair dy(xs), dx(xs), dgamma(cs), dbeta(cs);
+    dy.set(random_floats(xs.numel(), 73));
+    cpu().batch_norm_backward(d, x.c.t, gc, mean.c.t, var.c.t, dy.c.t, dx.c.t, has_gamma ? dgamma.c.t : Tensor(),
+                              dbeta.c.t);
+    gpu().batch_norm_backward(d, x.g.t, gg, mean.g.t, var.g.t, dy.g.t, dx.g.t, has_gamma ? dgamma.g.t : Tensor(),
+                              dbeta.g.t);
+    expect_close(dx, what + " dx", 1e-4);
+    if (has_gamma) expect_close(dgamma, what + " dgamma", 1e-5);
+    expect_close(dbeta, what + " dbeta", 1e-5);
+    Pair yi(xs);
+    gpu().copy(mean.g.t, mean.c.t), gpu().copy(var.g.t, var.c.t);  // the same statistics on both
+    cpu().batch_norm_forward_inference(d, x.c.t, gc, beta.c.t, mean.c.t, var.c.t, yi.c.t);
+    gpu().batch_norm_forward_inference(d, x.g.t, gg, beta.g.t, mean.g.t, var.g.t, yi.g.t);
+    expect_close(yi, what + " inference y", 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace tg

@@ -1,0 +1,211 @@
+// Tests of MpiCommunicator with real MPI processes. Run plainly (ctest), every test re-launches this binary
+// under `mpirun --allow-run-as-root --oversubscribe -np 2` with a filter naming itself and checks that both
+// ranks ran and passed it; under mpirun (OMPI_COMM_WORLD_SIZE set) the test bodies run on every rank.
+// Without an mpirun on PATH the tests report SKIPPED.
+#include "terngrad/comm/mpi_communicator.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/comm/local_communicator.h"
+#include "terngrad/core/error.h"
+
+namespace tg {
+namespace {
+
+bool g_under_mpi = false;
+constexpr int kRanks = 2;
+
+std::string self_path() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// Runs the current test on kRanks MPI processes and checks that every rank ran it and passed.
+void launch_current_test_under_mpirun() {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found on PATH";
+  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
+  char log_template[] = "/tmp/tg_mpi_test_XXXXXX";
+  int fd = mkstemp(log_template);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string log = log_template;
+  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(kRanks) + " " +
+                          self_path() + " --gtest_color=no --gtest_filter=" + filter + " > " + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string out = read_file(log);
+  std::remove(log.c_str());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+  // Guard against a vacuous pass (e.g. a filter matching nothing): each rank must report one passed test.
+  EXPECT_EQ(count_of(out, "[  PASSED  ] 1 test."), kRanks) << out;
+}
+
+#define TG_RUN_ON_MPI_RANKS()             \
+  do {                                    \
+    if (!g_under_mpi) {                   \
+      launch_current_test_under_mpirun(); \
+      return;                             \
+    }                                     \
+  } while (0)
+
+TEST(MpiCommunicator, CollectivesAndByteCounters) {
+  TG_RUN_ON_MPI_RANKS();
+  MpiCommunicator c;
+  ASSERT_EQ(c.size(), kRanks);
+  const int r = c.rank(), N = c.size();
+  const int64_t n = 1001;
+  auto value = [](int rank, int64_t i) { return static_cast<float>(0.5 * rank - 0.01 * i); };
+  std::vector<float> sum(n), mx(n);
+  std::vector<int8_t> s8(n);
+  std::vector<int32_t> m32(n);
+  std::vector<half_bits> h(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i] = mx[i] = value(r, i);
+    s8[i] = static_cast<int8_t>((i + r) % 3 - 1);
+    m32[i] = static_cast<int32_t>((r - 1) * i);
+    h[i] = float_to_half(value(r, i));
+  }
+  c.allreduce(sum.data(), n, DType::F32, ReduceOp::Sum);
+  c.allreduce(mx.data(), n, DType::F32, ReduceOp::Max);
+  c.allreduce(s8.data(), n, DType::I8, ReduceOp::Sum);
+  c.allreduce(m32.data(), n, DType::I32, ReduceOp::Max);
+  c.allreduce(h.data(), n, DType::F16, ReduceOp::Sum);
+  for (int64_t i = 0; i < n; ++i) {
+    float es = 0.f, em = -1e30f, eh = 0.f;
+    int e8 = 0, e32 = std::numeric_limits<int>::min();
+    for (int w = 0; w < N; ++w) {
+      es += value(w, i);
+      em = std::max(em, value(w, i));
+      e8 += (i + w) % 3 - 1;
+      e32 = std::max<int>(e32, static_cast<int>((w - 1) * i));
+      eh += half_to_float(float_to_half(value(w, i)));
+    }
+    ASSERT_EQ(sum[i], es) << i;
+    ASSERT_EQ(mx[i], em) << i;
+    ASSERT_EQ(s8[i], e8) << i;
+    ASSERT_EQ(m32[i], e32) << i;
+    ASSERT_EQ(h[i].bits, float_to_half(eh).bits) << i;
+  }
+  std::vector<uint8_t> send(7), recv(7 * N);
+  for (int k = 0; k < 7; ++k) send[k] = static_cast<uint8_t>(10 * r + k);
+  c.allgather(send.data(), recv.data(), 7);
+  for (int w = 0; w < N; ++w)
+    for (int k = 0; k < 7; ++k) ASSERT_EQ(recv[w * 7 + k], 10 * w + k);
+  std::vector<int32_t> b = {r, r + 5};
+  c.broadcast(b.data(), 8, 1);
+  EXPECT_EQ(b, (std::vector<int32_t>{1, 6}));
+  c.barrier();
+  const uint64_t p4 = 4 * n, p1 = n, p2 = 2 * n;
+  EXPECT_EQ(c.stats().calls, 8u);
+  EXPECT_EQ(c.stats().payload_bytes, 3 * p4 + p1 + p2 + 7 + 8);
+  EXPECT_EQ(c.stats().moved_bytes, 3 * Communicator::allreduce_moved_bytes(p4, N) +
+                                       Communicator::allreduce_moved_bytes(p1, N) +
+                                       Communicator::allreduce_moved_bytes(p2, N) + 7u * (N - 1) + 8u);
+}
+
+TEST(MpiCommunicator, FailedCallNamesIt) {
+  TG_RUN_ON_MPI_RANKS();
+  int rank = 0;
+  try {
+    TG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_NULL, &rank));
+    FAIL() << "expected an MPI error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI_Comm_rank"), std::string::npos) << e.what();
+  }
+  MpiCommunicator c;
+  float x = 0.f;
+  EXPECT_THROW(c.allreduce(&x, 1, DType::F32, ReduceOp::Sum, Device::cuda(0)), Error);
+}
+
+// Both ranks build the same deterministic workload; each contributes its own worker's gradient. The MPI
+// result must equal, bit for bit, two in-process workers exchanging through a LocalGroup.
+TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
+  TG_RUN_ON_MPI_RANKS();
+  MpiCommunicator c;
+  const int N = c.size();
+  const std::vector<ParamInfo> params = {
+      {"conv1/weights", 75}, {"conv1/biases", 3}, {"fc/weights", 1000}, {"logits/weights", 20}, {"logits/biases", 2}};
+  auto make_grads = [&](int w) {
+    std::mt19937 rng(77 + w);
+    std::normal_distribution<float> d(0.f, 0.02f);
+    std::vector<std::vector<float>> g;
+    for (auto& p : params) {
+      std::vector<float> v(p.numel);
+      for (auto& x : v) x = d(rng);
+      g.push_back(std::move(v));
+    }
+    return g;
+  };
+  auto views = [](std::vector<std::vector<float>>& g) {
+    std::vector<Tensor> v;
+    for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
+    return v;
+  };
+  for (int bits : {1, 16, 32}) {
+    for (ExchangeMode mode : {ExchangeMode::Allgather2, ExchangeMode::Allreduce8}) {
+      CompressionFlags f;
+      f.grad_bits = bits;
+      f.clip_factor = 2.5f;
+      f.size_to_binarize = 4;
+      const CompressionPolicy pol(f, params);
+      const uint32_t step = 5;
+      auto mine = make_grads(c.rank());
+      GradientExchange ex(pol, c, mode, 99);
+      ExchangeStats st = ex.run(views(mine), step);
+      // The single-process computation of the same step.
+      std::vector<std::vector<std::vector<float>>> local(N);
+      for (int w = 0; w < N; ++w) local[w] = make_grads(w);
+      LocalGroup group(N);
+      std::vector<ExchangeStats> lst(N);
+      group.run_all([&](LocalCommunicator& lc) {
+        GradientExchange lex(pol, lc, mode, 99);
+        lst[lc.rank()] = lex.run(views(local[lc.rank()]), step);
+      });
+      for (size_t t = 0; t < params.size(); ++t)
+        ASSERT_EQ(mine[t], local[c.rank()][t])
+            << "grad_bits " << bits << " mode " << exchange_mode_name(mode) << " tensor " << params[t].name;
+      EXPECT_EQ(st.payload_bytes, lst[0].payload_bytes);
+      EXPECT_EQ(st.moved_bytes, lst[0].moved_bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tg
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  tg::g_under_mpi = tg::launched_by_mpi();
+  std::unique_ptr<tg::MpiEnvironment> env;
+  if (tg::g_under_mpi) env = std::make_unique<tg::MpiEnvironment>();
+  const int rc = RUN_ALL_TESTS();
+  env.reset();
+  return rc;
+}
