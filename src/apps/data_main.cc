@@ -69,7 +69,16 @@ int main(int argc, char** argv) {
   c_inspect->add_option("files", files, "shard files (instead of --data_dir/--subset)");
   c_inspect->add_flag("--decode", decode, "decode every image too");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "terngrad-data: error: %s (see --help)\n", e.what());
+    return 1;
+  }
   try {
     tg::setup_logging(log_level);
     if (c_idx->parsed()) {

@@ -1,0 +1,267 @@
+// Trainer end to end on real data: a small TFRecord dataset written from Fashion-MNIST, TernGrad with two
+// workers, checkpoints, bit-identical resume, refusal of a foreign train_dir, flag errors, divergence,
+// SIGINT, terngrad-eval's report line, and training across two real MPI processes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "common/fashion_mnist.h"
+#include "terngrad/data/example.h"
+#include "terngrad/data/image_codec.h"
+#include "terngrad/data/tfrecord.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/trainer.h"
+
+namespace tg {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes the first `count` images of a Fashion-MNIST subset as PNG tf.Examples into `shards` shards.
+void write_subset(const testing::IdxDataset& d, const std::string& dir, const std::string& subset, int count,
+                  int shards) {
+  for (int s = 0; s < shards; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s-%05d-of-%05d", subset.c_str(), s, shards);
+    TfRecordWriter w((fs::path(dir) / name).string());
+    for (int i = s; i < count; i += shards) {
+      Image img;
+      img.height = img.width = 28;
+      img.channels = 1;
+      img.pixels.resize(784);
+      for (int p = 0; p < 784; ++p)  // undo the loader's (x/255 - 0.5) * 2
+        img.pixels[p] = static_cast<uint8_t>(std::lround((d.images[i * 784 + p] / 2.f + 0.5f) * 255.f));
+      ImageExample ex;
+      ex.encoded = encode_png(img);
+      ex.format = "png";
+      ex.label = d.labels[i];
+      ex.height = ex.width = 28;
+      ex.channels = 1;
+      w.write(build_image_example(ex));
+    }
+    w.close();
+  }
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (testing::fashion_mnist_dir().empty()) return;
+    data_dir_ = (fs::temp_directory_path() / ("tg_trainer_data_" + std::to_string(::getpid()))).string();
+    fs::create_directories(data_dir_);
+    write_subset(testing::load_fashion_mnist("train"), data_dir_, "train", 1024, 2);
+    write_subset(testing::load_fashion_mnist("t10k"), data_dir_, "test", 500, 1);
+  }
+  static void TearDownTestSuite() {
+    if (!data_dir_.empty()) fs::remove_all(data_dir_);
+  }
+  void SetUp() override {
+    if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
+    root_ = fs::temp_directory_path() / ("tg_trainer_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+
+  TrainConfig config(const std::string& train_dir) const {
+    TrainConfig c;
+    c.train_dir = (root_ / train_dir).string();
+    c.data_dir = data_dir_;
+    c.dataset = "fashion_mnist";
+    c.net = "lenet";
+    c.num_nodes = 2;
+    c.batch_size = 32;
+    c.max_steps = 12;
+    c.save_iter = 6;
+    c.grad_bits = 1;
+    c.clip_factor = 2.5f;
+    c.optimizer = "momentum";
+    c.threads = 1;
+    c.num_readers = 1;
+    c.num_preprocess_threads = 2;
+    c.shuffle_buffer = 256;
+    c.log_every = 3;
+    c.seed = 5;
+    return c;
+  }
+
+  static std::string bin(const std::string& name) { return std::string(TG_BINARY_DIR) + "/" + name; }
+  static int run(const std::string& cmd, std::string* out = nullptr) {
+    const std::string log = (fs::temp_directory_path() / ("tg_cmd_" + std::to_string(::getpid()))).string();
+    int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (out) *out = ss.str();
+    fs::remove(log);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+
+  static std::vector<char> param_bytes(const std::string& ckpt) {
+    CheckpointReader r(ckpt);
+    std::vector<char> all;
+    for (const auto& name : r.names()) {
+      Shape s = r.shape(name);
+      std::vector<char> buf(static_cast<size_t>(s.numel()) * 4);
+      r.read(name, Tensor(buf.data(), s, DType::F32, Device::cpu()));
+      all.insert(all.end(), buf.begin(), buf.end());
+    }
+    return all;
+  }
+
+  static std::string data_dir_;
+  fs::path root_;
+};
+std::string TrainerTest::data_dir_;
+
+TEST_F(TrainerTest, ResumeGivesBitIdenticalParameters) {
+  TrainConfig a = config("a");
+  a.metrics_jsonl = (root_ / "a.jsonl").string();
+  TrainResult ra = Trainer(a).run();
+  EXPECT_EQ(ra.steps_done, 12);
+  EXPECT_LT(ra.bytes_moved * 10, ra.fp32_bytes_moved);  // ternary moves > 10x less than fp32
+
+  TrainConfig b = config("b");
+  b.max_steps = 6;
+  TrainResult rb1 = Trainer(b).run();
+  EXPECT_EQ(rb1.steps_done, 6);
+  b.max_steps = 12;
+  b.num_preprocess_threads = 1;  // the input pipeline's thread count does not change the batches
+  TrainResult rb2 = Trainer(b).run();
+  EXPECT_EQ(rb2.start_step, 6);
+  EXPECT_EQ(rb2.steps_done, 12);
+  EXPECT_EQ(ra.parameter_digest, rb2.parameter_digest);
+  EXPECT_TRUE(param_bytes(checkpoint_path(a.train_dir, 12)) == param_bytes(checkpoint_path(b.train_dir, 12)))
+      << "parameters, EMA, BN state and optimizer slots must all match";
+
+  // metrics: one line per logged step and a summary
+  std::ifstream in(a.metrics_jsonl);
+  std::string line, last;
+  int lines = 0;
+  while (std::getline(in, line)) ++lines, last = line;
+  EXPECT_EQ(lines, 12 / 3 + 1);
+  EXPECT_NE(last.find("\"summary\": true"), std::string::npos) << last;
+  EXPECT_NE(last.find(ra.parameter_digest), std::string::npos) << last;
+}
+
+TEST_F(TrainerTest, ForeignTrainDirIsRefused) {
+  TrainConfig a = config("a");
+  a.max_steps = 2;
+  Trainer(a).run();
+  TrainConfig other = a;
+  other.dataset = "mnist";
+  try {
+    Trainer t(other);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use another --train_dir"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
+  struct Case {
+    std::function<void(TrainConfig&)> mutate;
+    const char* flag;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainConfig& c) { c.batch_size = 33; }, "--batch_size"},
+      {[](TrainConfig& c) { c.grad_bits = 7; }, "--grad_bits"},
+      {[](TrainConfig& c) { c.clip_factor = -1; }, "--clip_factor"},
+      {[](TrainConfig& c) { c.optimizer = "sgd"; }, "--optimizer"},
+      {[](TrainConfig& c) { c.learning_rate_decay_type = "step"; }, "--learning_rate_decay_type"},
+      {[](TrainConfig& c) { c.data_dir = ""; }, "--data_dir"},
+      {[](TrainConfig& c) { c.exchange = "ring"; }, "--exchange"},
+      {[](TrainConfig& c) { c.net = "vgg"; }, "--net"},
+      {[](TrainConfig& c) { c.data_dir = "/nonexistent/data"; }, "--data_dir"},
+  };
+  for (const auto& k : cases) {
+    TrainConfig c = config("bad");
+    k.mutate(c);
+    try {
+      Trainer t(c);
+      ADD_FAILURE() << "no error for " << k.flag;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.flag), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(root_ / "bad" / "checkpoint"));
+  // The binary: one line on stderr, exit 1.
+  std::string out;
+  EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --grad_bits 7 --train_dir " + (root_ / "cli").string(),
+                &out),
+            1);
+  EXPECT_NE(out.find("--grad_bits 7 is not one of 1 (TernGrad), 16 (fp16), 32 (fp32)"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST_F(TrainerTest, DivergenceStopsNamingTheStepAndKeepsTheLastCheckpoint) {
+  TrainConfig c = config("diverge");
+  c.grad_bits = 32;
+  c.initial_learning_rate = 1e6;
+  c.save_iter = 1;
+  c.max_steps = 40;
+  try {
+    Trainer(c).run();
+    FAIL() << "a learning rate of 1e6 must diverge";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step"), std::string::npos) << e.what();
+  }
+  auto latest = latest_checkpoint(c.train_dir);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_NO_THROW(param_bytes(*latest));  // every tensor present with a valid checksum
+}
+
+TEST_F(TrainerTest, SigintSavesACheckpointAndExitsCleanly) {
+  const std::string dir = (root_ / "sigint").string();
+  std::string out;
+  int rc = run("timeout --preserve-status -s INT 6 " + bin("terngrad-train") +
+                   " --benchmark_mode --net lenet --dataset fashion_mnist --max_steps 1000000 --threads 1 "
+                   "--train_dir " + dir,
+               &out);
+  EXPECT_EQ(rc, 0) << out;
+  auto latest = latest_checkpoint(dir);
+  ASSERT_TRUE(latest.has_value()) << out;
+  CheckpointReader r(*latest);
+  EXPECT_LT(r.meta().step, 1000000);
+  EXPECT_NE(out.find("checkpoint saved"), std::string::npos) << out;
+}
+
+TEST_F(TrainerTest, EvalPrintsTheReferenceLine) {
+  TrainConfig a = config("a");
+  a.max_steps = 6;
+  Trainer(a).run();
+  std::string out;
+  ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + a.train_dir + " --data_dir " + data_dir_ +
+                    " --run_once --batch_size 64 --threads 1",
+                &out),
+            0)
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
+      << out;
+}
+
+TEST_F(TrainerTest, TrainsAcrossTwoMpiProcesses) {
+  if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
+  const std::string dir = (root_ / "mpi").string();
+  std::string out;
+  int rc = run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
+                   " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet --num_nodes 1 --batch_size 32"
+                   " --grad_bits 1 --clip_factor 2.5 --max_steps 6 --save_iter 3 --log_every 3 --threads 1"
+                   " --num_readers 1 --num_preprocess_threads 1 --train_dir " + dir,
+               &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 workers x 16 examples"), std::string::npos) << out;
+  auto latest = latest_checkpoint(dir);
+  ASSERT_TRUE(latest.has_value()) << out;
+  EXPECT_EQ(CheckpointReader(*latest).meta().step, 6);
+}
+
+}  // namespace
+}  // namespace tg
