@@ -6,6 +6,11 @@ namespace tg {
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models = {
       {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, build_lenet},
+      {"cifarnet", "CifarNet (TF CIFAR-10 tutorial net with LRN), 24x24x3", 1, build_cifarnet},
+      {"cifar10_alexnet", "alias of cifarnet (the reference's name)", 1, build_cifarnet},
+      {"alexnet", "AlexNet, the reference's two-branch variant with BN on every conv, 224x224x3", 57, build_alexnet},
+      {"resnet50", "ResNet-50 v1.5 (stride 2 on the 3x3 conv), 224x224x3", 32, build_resnet50},
+      {"inception_v3", "Inception-v3 with the auxiliary head, 299x299x3", 75, build_inception_v3},
   };
   return models;
 }

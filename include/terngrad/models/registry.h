@@ -17,6 +17,8 @@ struct ModelConfig {
   float weight_decay = 0.0005f;
   float dropout_keep_prob = 0.5f;
   float label_smoothing = 0.f;
+  bool zero_init_last_bn_gamma = false;  // ResNet-50: zero gamma of the last BN of each block
+  bool aux_logits = true;                // Inception-v3: auxiliary head (loss weight 0.4)
 };
 
 using ModelBuilder = std::function<void(Net&, const ModelConfig&)>;
@@ -35,6 +37,10 @@ const ModelInfo& find_model(const std::string& name);  // throws listing the kno
 void build_model(const std::string& name, const ModelConfig& config, Net& net);
 
 // Builders (one file each in models/).
-void build_lenet(Net& net, const ModelConfig& config);
+void build_lenet(Net& net, const ModelConfig& config);         // models/lenet.cc
+void build_cifarnet(Net& net, const ModelConfig& config);      // models/cifarnet.cc
+void build_alexnet(Net& net, const ModelConfig& config);       // models/alexnet.cc
+void build_resnet50(Net& net, const ModelConfig& config);      // models/resnet50.cc
+void build_inception_v3(Net& net, const ModelConfig& config);  // models/inception_v3.cc
 
 }  // namespace tg

@@ -1,5 +1,5 @@
 // CpuBackend: construction, memory, element-wise ops, reductions, softmax cross-entropy and optimizer
-// updates as plain loops over the thread pool. The oneDNN ops live in cpu_conv.cc, cpu_pool.cc,
+// updates as plain loops over the backend's OpenMP threads (the ones oneDNN uses). The oneDNN ops live in cpu_conv.cc, cpu_pool.cc,
 // cpu_lrn.cc, cpu_batch_norm.cc and cpu_inner_product.cc.
 #include "src/backend/cpu/cpu_backend.h"
 
@@ -30,8 +30,36 @@ constexpr int64_t kGrain = 16384;  // elements per chunk below which loops run o
 }  // namespace
 
 CpuBackend::CpuBackend(int threads)
-    : threads_(resolve_threads(threads)), pool_(threads_), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    : threads_(resolve_threads(threads)), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
   omp_set_num_threads(threads_);  // oneDNN's runtime on Debian is OpenMP
+}
+
+template <typename Fn> void CpuBackend::parallel_for(int64_t n, const Fn& fn, int64_t grain) {
+  const int64_t chunks = std::min<int64_t>(threads_, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  if (chunks <= 1) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    if (begin < end) fn(begin, end);
+  }
+}
+
+OpKey::OpKey(CpuOp o, std::initializer_list<int64_t> values) : op(o), size(static_cast<int32_t>(values.size())) {
+  TG_CHECK(values.size() <= fields.size(), "OpKey: {} fields, at most {}", values.size(), fields.size());
+  std::copy(values.begin(), values.end(), fields.begin());
+}
+
+size_t OpKeyHash::operator()(const OpKey& k) const {
+  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(k.op);  // FNV-1a over the fields
+  for (int i = 0; i < k.size; ++i) {
+    h ^= static_cast<uint64_t>(k.fields[i]);
+    h *= 1099511628211ull;
+  }
+  return static_cast<size_t>(h ^ (h >> 29));
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -64,7 +92,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, out, "add");
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float* po = out.data<float>();
-  pool_.parallel_for(a.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(a.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) po[i] = pa[i] + pb[i];
   }, kGrain);
 }
@@ -73,14 +101,14 @@ void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "axpy");
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) py[i] += alpha * px[i];
   }, kGrain);
 }
 
 void CpuBackend::scale(float alpha, const Tensor& x) {
   float* p = x.data<float>();
-  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) p[i] *= alpha;
   }, kGrain);
 }
@@ -89,7 +117,7 @@ void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) py[i] = relu_one(px[i]);
   }, kGrain);
 }
@@ -99,7 +127,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& 
   check_same_numel(y, dx, "relu_backward");
   const float *py = y.data<float>(), *pdy = dy.data<float>();
   float* pdx = dx.data<float>();
-  pool_.parallel_for(y.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(y.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) pdx[i] = relu_grad_one(py[i], pdy[i]);
   }, kGrain);
 }
@@ -113,7 +141,7 @@ void CpuBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor&
   float* py = y.data<float>();
   uint8_t* pm = mask.data<uint8_t>();
   const float inv = 1.f / keep_prob;
-  pool_.parallel_for(x.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) {
       uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
       pm[i] = keep;
@@ -128,7 +156,7 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float ke
   const uint8_t* pm = mask.data<uint8_t>();
   float* pdx = dx.data<float>();
   const float inv = 1.f / keep_prob;
-  pool_.parallel_for(dy.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(dy.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) pdx[i] = pm[i] ? pdy[i] * inv : 0.f;
   }, kGrain);
 }
@@ -142,7 +170,7 @@ void CpuBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor&
     const int64_t c = p.shape().dim(-1);
     TG_CHECK(p.numel() == rows * c, "concat: part {} does not match output {}", p.str(), out.str());
     const float* pp = p.data<float>();
-    pool_.parallel_for(rows, [&](int64_t s, int64_t e) {
+    parallel_for(rows, [&](int64_t s, int64_t e) {
       for (int64_t r = s; r < e; ++r) std::memcpy(po + r * c_out + offset, pp + r * c, c * sizeof(float));
     }, 256);
     offset += c;
@@ -159,7 +187,7 @@ void CpuBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& d
     const int64_t c = p.shape().dim(-1);
     if (p) {
       float* pp = p.data<float>();
-      pool_.parallel_for(rows, [&](int64_t s, int64_t e) {
+      parallel_for(rows, [&](int64_t s, int64_t e) {
         for (int64_t r = s; r < e; ++r) std::memcpy(pp + r * c, po + r * c_out + offset, c * sizeof(float));
       }, 256);
     }
@@ -247,7 +275,7 @@ void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, co
   const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
   TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
-  pool_.parallel_for(w.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(w.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i)
       optimizer_update_one(step, pw[i], pg[i], p1 ? p1 + i : nullptr, p2 ? p2 + i : nullptr);
   }, kGrain);
@@ -257,7 +285,7 @@ void CpuBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
   check_same_numel(w, ema, "ema_update");
   const float* pw = w.data<float>();
   float* pe = ema.data<float>();
-  pool_.parallel_for(w.numel(), [&](int64_t s, int64_t e) {
+  parallel_for(w.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) ema_update_one(pe[i], pw[i], decay);
   }, kGrain);
 }

@@ -1,8 +1,11 @@
 // CpuBackend: the complete CPU implementation of Backend and the oracle for every other backend.
 // oneDNN primitives (convolution, pooling, LRN, batch norm, inner product) are created once per op
-// descriptor and kept in `cache_`, with their memory descriptors and scratch buffers, so a training step
-// creates no primitive and allocates nothing. Element-wise ops, losses and optimizer updates are plain
-// loops over the shared TG_HOST_DEVICE math, split over the thread pool.
+// descriptor and kept in `cache_` (keyed by an OpKey: the op and the descriptor's numbers, hashed without
+// formatting a string), with their memory descriptors, argument arrays and scratch buffers, so a training
+// step creates no primitive and allocates nothing of ours (oneDNN's own execute path still allocates a few
+// small objects per call). Element-wise ops, losses and optimizer updates are plain loops over the shared
+// TG_HOST_DEVICE math, split over the same OpenMP threads oneDNN runs on: a second pool of threads would
+// compete for the cores with OpenMP's spin-waiting workers (measured: 2-thread LeNet 8x slower).
 //
 // Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
 // cpu_lrn.cc, cpu_batch_norm.cc, cpu_inner_product.cc (oneDNN ops).
@@ -10,12 +13,15 @@
 
 #include <dnnl.hpp>
 
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "terngrad/backend/backend.h"
-#include "terngrad/core/thread_pool.h"
 
 namespace tg {
 
@@ -29,6 +35,34 @@ namespace tg {
       ::tg::detail::throw_call_failed("oneDNN", #__VA_ARGS__, e_.what(), __FILE__, __LINE__);        \
     }                                                                                                \
   } while (0)
+
+// The oneDNN ops the CPU backend caches (one primitive per op and descriptor).
+enum class CpuOp : int32_t {
+  CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS,
+  POOL_FWD_TRAIN, POOL_FWD_INFER, POOL_BWD,
+  LRN_FWD_TRAIN, LRN_FWD_INFER, LRN_BWD,
+  BN_FWD_TRAIN, BN_FWD_INFER, BN_BWD,
+  IP_FWD, IP_BWD_DATA, IP_BWD_WEIGHTS,
+};
+
+// Cache key: the op and up to kMaxFields numbers of its descriptor (floats by their bits). Built on the
+// stack; hashing and comparing it allocate nothing (a formatted string per lookup did, ~30 times a step).
+struct OpKey {
+  static constexpr int kMaxFields = 16;
+  CpuOp op;
+  int32_t size = 0;
+  std::array<int64_t, kMaxFields> fields{};
+  OpKey(CpuOp o, std::initializer_list<int64_t> values);
+  static int64_t bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  }
+  bool operator==(const OpKey& o) const { return op == o.op && size == o.size && fields == o.fields; }
+};
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -92,7 +126,7 @@ class CpuBackend final : public Backend {
                         const Tensor& s2) override;
   void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
 
-  ThreadPool& pool() { return pool_; }
+  int threads() const { return threads_; }
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
@@ -101,7 +135,7 @@ class CpuBackend final : public Backend {
     virtual ~CachedOp() = default;
   };
   // Returns the entry for `key`, creating it with make() on first use.
-  template <typename T, typename Make> T& cached(const std::string& key, Make&& make) {
+  template <typename T, typename Make> T& cached(const OpKey& key, Make&& make) {
     auto it = cache_.find(key);
     if (it == cache_.end()) it = cache_.emplace(key, std::unique_ptr<CachedOp>(make())).first;
     return static_cast<T&>(*it->second);
@@ -109,11 +143,14 @@ class CpuBackend final : public Backend {
   size_t cache_size() const { return cache_.size(); }
 
  private:
+  // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ OpenMP threads, no chunk shorter
+  // than `grain` (short ranges run on the caller alone). fn must not throw. Defined in cpu_backend.cc.
+  template <typename Fn> void parallel_for(int64_t n, const Fn& fn, int64_t grain);
+
   int threads_;
-  ThreadPool pool_;
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::unordered_map<std::string, std::unique_ptr<CachedOp>> cache_;
+  std::unordered_map<OpKey, std::unique_ptr<CachedOp>, OpKeyHash> cache_;
 };
 
 }  // namespace tg

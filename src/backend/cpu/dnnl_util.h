@@ -2,15 +2,18 @@
 // cpu_batch_norm.cc, cpu_inner_product.cc).
 //
 // Pattern: every cached op keeps its primitive, its dnnl::memory objects created WITHOUT a data handle
-// (DNNL_MEMORY_NONE) and its argument map. A call only points those memories at the caller's tensors
-// (set_data_handle) and executes, so repeated calls create no primitive and allocate nothing. Primitives
-// use a user-managed scratchpad that lives in the cache entry.
+// (DNNL_MEMORY_NONE) and its argument list (Args, which also keeps the C array the primitive executes
+// with). A call only points those memories at the caller's tensors (set_data_handle) and executes, so
+// repeated calls create no primitive and allocate nothing on our side. Primitives use a user-managed
+// scratchpad that lives in the cache entry.
 #pragma once
 
 #include <dnnl.hpp>
 
 #include <cstdint>
-#include <unordered_map>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "terngrad/core/buffer.h"
@@ -22,7 +25,33 @@ namespace tg::dnnl_util {
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
-using Args = std::unordered_map<int, dnnl::memory>;
+// A primitive's arguments: (DNNL_ARG_*, memory) pairs, plus the C array dnnl_primitive_execute takes,
+// built once (the C++ execute() builds a fresh vector at every call). The array holds the memories' C
+// handles, which set_data_handle does not change, so it stays valid while the memories are re-pointed.
+class Args {
+ public:
+  Args() = default;
+  Args(std::initializer_list<std::pair<int, dnnl::memory>> args) : args_(args) {}
+  // Adds or replaces an argument.
+  dnnl::memory& operator[](int arg) {
+    c_args_.clear();
+    for (auto& a : args_)
+      if (a.first == arg) return a.second;
+    args_.emplace_back(arg, dnnl::memory());
+    return args_.back().second;
+  }
+  const std::vector<dnnl_exec_arg_t>& c_args() {
+    if (c_args_.size() != args_.size()) {
+      c_args_.clear();
+      for (auto& a : args_) c_args_.push_back({a.first, a.second.get()});
+    }
+    return c_args_;
+  }
+
+ private:
+  std::vector<std::pair<int, dnnl::memory>> args_;
+  std::vector<dnnl_exec_arg_t> c_args_;
+};
 
 inline dnnl::memory::desc f32_desc(const Dims& dims, tag t) { return dnnl::memory::desc(dims, dt::f32, t); }
 
@@ -60,8 +89,12 @@ inline dnnl::primitive_attr user_scratchpad_attr() {
 }
 
 // Executes `prim` with `args` and waits (CPU streams are in order; waiting keeps the contract synchronous).
-inline void execute(dnnl::stream& s, const dnnl::primitive& prim, const Args& args) {
-  TG_DNNL_CALL(prim.execute(s, args); s.wait());
+inline void execute(dnnl::stream& s, const dnnl::primitive& prim, Args& args) {
+  const std::vector<dnnl_exec_arg_t>& c = args.c_args();
+  TG_DNNL_CALL(dnnl::error::wrap_c_api(
+                   dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(c.size()), c.data()),
+                   "could not execute a primitive");
+               s.wait());
 }
 
 // A reorder between two descriptors, with its memories (unbound) and argument map.
