@@ -45,8 +45,9 @@
 // Loss: softmax cross-entropy with config.label_smoothing on the logits, plus 0.4 x the same loss on the
 // aux logits (net.add_aux_loss). The aux head's parameters come before Mixed_7a's, so the main logits are
 // the last two parameter tensors (what --quantize_logits refers to).
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/layers.h"

@@ -6,17 +6,20 @@
 // each residual block starts as the identity (Goyal et al. 2017).
 //
 // Padding is TF SAME throughout; for every size it gives the same output sizes as torchvision's explicit
-// padding (ceil(H / stride)). Output sizes below are for a 224x224x3 input.
+// padding (ceil(H / stride)). The smallest --image_size is 32, the network's total stride: the last stage is
+// then 1x1 (smaller inputs would still compute, on maps made mostly of padding; Keras' ResNet50 has the same
+// minimum). Output sizes below are for a 224x224x3 input.
 //
-//   conv1            7x7/2, 64            (N, 112, 112, 64)     9,408 + BN 128
-//   pool1            max 3x3/2 SAME       (N, 56, 56, 64)
-//   block1 x3        [1x1 64, 3x3 64, 1x1 256]        (N, 56, 56, 256)     212,992 + BN 2,816
-//   block2 x4        [1x1 128, 3x3 128 (/2 in unit_1), 1x1 512]  (N, 28, 28, 512)   1,212,416 + BN 7,168
-//   block3 x6        [1x1 256, 3x3 256 (/2), 1x1 1024]           (N, 14, 14, 1024)  7,077,888 + BN 20,480
-//   block4 x3        [1x1 512, 3x3 512 (/2), 1x1 2048]           (N, 7, 7, 2048)   14,942,208 + BN 22,528
-//   pool5            avg 7x7 VALID (global)                      (N, 1, 1, 2048)
-//   flatten                                                      (N, 2048)
-//   logits           fc K, trunc-normal 0.01                      (N, K)              2048*K + K
+//   layer    operation                                        output               parameters
+//   conv1    7x7/2, 64                                        (N, 112, 112, 64)         9,408 + BN 128
+//   pool1    max 3x3/2 SAME                                   (N, 56, 56, 64)
+//   block1   3 x [1x1 64, 3x3 64, 1x1 256]                    (N, 56, 56, 256)        212,992 + BN 2,816
+//   block2   4 x [1x1 128, 3x3 128 (/2 in unit_1), 1x1 512]   (N, 28, 28, 512)      1,212,416 + BN 7,168
+//   block3   6 x [1x1 256, 3x3 256 (/2 in unit_1), 1x1 1024]  (N, 14, 14, 1024)     7,077,888 + BN 20,480
+//   block4   3 x [1x1 512, 3x3 512 (/2 in unit_1), 1x1 2048]  (N, 7, 7, 2048)      14,942,208 + BN 22,528
+//   pool5    avg 7x7 VALID (global)                           (N, 1, 1, 2048)
+//   flatten                                                   (N, 2048)
+//   logits   fc K, truncated normal 0.01                      (N, K)               2048*K + K
 // (each block's unit_1 has a projection shortcut: 1x1 conv, stride of the block, + BN)
 // Total: 23,508,032 + 2049*K = 25,557,032 for K = 1000, 25,559,081 for K = 1001 (torchvision's counts).
 //

@@ -31,27 +31,6 @@ EVAL_INTERVAL_SECS=${EVAL_INTERVAL_SECS:-10}
 RESTORE_AVG_VAR=${RESTORE_AVG_VAR:-true}
 SEED=${SEED:-123}
 
-DATE=$(date | tr ' ' '_' | tr ':' '-')
-FOLDER_NAME=${DATASET_NAME}_${NET}_${IMAGE_SIZE}_${OPTIMIZER}_${GRAD_BITS}_${BASE_LR}_${CLIP_FACTOR}_${WEIGHT_DECAY}_${MOMENTUM}_${SIZE_TO_BINARIZE}_${TRAIN_BATCH_SIZE}_${NUM_NODES}_${DATE}
-TRAIN_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_training_data/$FOLDER_NAME
-EVAL_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_eval_data/$FOLDER_NAME
-INFO_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_info
-mkdir -p "$TRAIN_DIR" "$EVAL_DIR" "$INFO_DIR"
-echo "training into $TRAIN_DIR; logs in $INFO_DIR"
-
-"$BUILD_DIR/terngrad-eval" --checkpoint_dir "$TRAIN_DIR" --data_dir "$DATA_DIR" --subset test \
-  --batch_size "$VAL_BATCH_SIZE" --eval_interval_secs "$EVAL_INTERVAL_SECS" --max_steps "$MAX_STEPS" \
-  --restore_avg_var "$RESTORE_AVG_VAR" --device "${DEVICE/cuda/cuda:0}" > "$INFO_DIR/eval_${FOLDER_NAME}_info.txt" 2>&1 &
-EVAL_PID=$!
-trap 'kill $EVAL_PID 2>/dev/null || true' INT TERM
-
-"$BUILD_DIR/terngrad-train" --train_dir "$TRAIN_DIR" --data_dir "$DATA_DIR" --dataset "$DATASET_NAME" \
-  --device "$DEVICE" --num_gpus "$NUM_GPUS" --num_nodes "$NUM_NODES" --net "$NET" --image_size "$IMAGE_SIZE" \
-  --optimizer "$OPTIMIZER" --initial_learning_rate "$BASE_LR" --learning_rate_decay_type "$LR_DECAY_TYPE" --num_epochs_per_decay "${NUM_EPOCHS_PER_DECAY:-200}" \
-  --grad_bits "$GRAD_BITS" --clip_factor "$CLIP_FACTOR" --weight_decay "$WEIGHT_DECAY" --momentum "$MOMENTUM" \
-  --size_to_binarize "$SIZE_TO_BINARIZE" --batch_size "$TRAIN_BATCH_SIZE" --save_iter "$SAVE_ITER" \
-  --quantize_logits="$QUANTIZE_LOGITS" --max_steps "$MAX_STEPS" --seed "$SEED" \
-  --metrics_jsonl "$INFO_DIR/training_${FOLDER_NAME}_metrics.jsonl" 2>&1 | tee "$INFO_DIR/training_${FOLDER_NAME}_info.txt"
-
-wait $EVAL_PID
-tail -n 1 "$INFO_DIR/eval_${FOLDER_NAME}_info.txt"
+EVAL_SUBSET=test
+EXTRA_TRAIN_FLAGS=(--num_epochs_per_decay "${NUM_EPOCHS_PER_DECAY:-200}")
+source "$HERE/scripts/lib/launch_training.sh"

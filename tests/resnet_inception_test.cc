@@ -1,8 +1,9 @@
 // ResNet-50 v1.5 and Inception-v3: every output shape and parameter count at the real input sizes (224 and
 // 299; shape inference only), the totals torchvision reports, parameter names / decay / init options, the
-// minimum image sizes, and a CPU smoke test per network at a reduced size on one thread: forward, backward
-// and momentum update on a fixed batch with a finite, decreasing loss; batch-norm moving statistics updated
-// in training, left alone and used in inference; Inception-v3's aux loss counted with weight 0.4.
+// minimum image sizes, and a CPU smoke test per network at a reduced size on one thread (ResNet-50 64x64
+// batch 2, Inception-v3 75x75 batch 4): forward, backward and momentum update on a fixed batch with a finite,
+// decreasing loss; batch-norm moving statistics updated in training, left alone and used in inference;
+// Inception-v3's aux loss counted with weight 0.4.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -26,8 +27,8 @@ struct Expect {
 using ExpectMap = std::map<std::string, Expect>;
 
 // conv without bias (kh x kw, cin -> cout) + BN with gamma and beta [+ ReLU], output (n, hw, hw, cout).
-void expect_conv_bn(ExpectMap& m, const std::string& name, int64_t n, int64_t hw, int64_t cin, int64_t cout,
-                    int64_t kh, int64_t kw, bool with_relu = true) {
+void expect_conv_bn(ExpectMap& m, const std::string& name, int64_t n, int64_t hw, int64_t cin, int64_t cout, int64_t kh,
+                    int64_t kw, bool with_relu = true) {
   const Shape s{n, hw, hw, cout};
   m[name] = {s, kh * kw * cin * cout};
   m[name + "/BatchNorm"] = {s, 2 * cout};
@@ -139,8 +140,9 @@ TEST(ResNet50, NamesDecayInitAndZeroGammaOption) {
     // At the minimum size 32 (the network's total stride) the last stage is 1x1.
     const auto rows = net.summary();
     for (const auto& r : rows)
-      if (r.name == "pool5" || r.name == "block4/unit_3/relu")
+      if (r.name == "pool5" || r.name == "block4/unit_3/relu") {
         EXPECT_EQ(r.output, (Shape{1, 1, 1, 2048})) << r.name;
+      }
   }
   Net net;
   build_model("resnet50", imagenet_config(224, 1000), net);
@@ -336,12 +338,13 @@ struct SmokeSpec {
   int steps;
   float learning_rate;
   std::string probe_bn;  // a BN layer whose moving statistics the test checks and perturbs
+  int64_t batch = 2;
 };
 
-// Trains `steps` momentum steps on one fixed batch of 2 on one CPU thread, then checks inference mode.
+// Trains `steps` momentum steps on one fixed batch on one CPU thread, then checks inference mode.
 void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& check_loss_terms = {}) {
   auto be = make_backend("cpu", {1});
-  const int64_t batch = 2, size = spec.config.image_size, classes = spec.config.num_classes;
+  const int64_t batch = spec.batch, size = spec.config.image_size, classes = spec.config.num_classes;
   Net net;
   build_model(spec.net, spec.config, net);
   net.setup(*be, batch);
@@ -357,7 +360,8 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   for (float& v : images) v = uni(rng);
-  std::vector<int32_t> labels = {3, static_cast<int32_t>(classes - 1)};
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>((3 + 7 * i) % classes);
   Tensor x(images.data(), Shape{batch, size, size, 3}, DType::F32, Device::cpu());
   Tensor y(labels.data(), Shape{batch}, DType::I32, Device::cpu());
 
@@ -381,12 +385,14 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
     }
     opt.apply(*be, store.params(), net.grads(), step, spec.learning_rate);
     losses.push_back(loss);
+    std::printf("  step %d: total %.4f = cross-entropy %.4f + aux/regularization %.4f\n", step, loss,
+                net.last_cross_entropy(), loss - net.last_cross_entropy());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string trace;
   for (float l : losses) trace += std::to_string(l) + " ";
-  std::printf("%s %lldx%lld, batch 2, 1 thread: losses %s(%.2f s/step)\n", spec.net.c_str(), (long long)size,
-              (long long)size, trace.c_str(), secs / spec.steps);
+  std::printf("%s %lldx%lld, batch %lld, 1 thread: losses %s(%.2f s/step)\n", spec.net.c_str(), (long long)size,
+              (long long)size, (long long)batch, trace.c_str(), secs / spec.steps);
   EXPECT_LT(losses.back(), losses.front()) << trace;
   EXPECT_TRUE(all_finite(host_copy(*be, store.params().view(store.param_specs().back().name))));
 
@@ -416,8 +422,8 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
 
   std::vector<float> shifted = mean_trained;
   for (float& v : shifted) v += 1.f;
-  be->copy(store.state().view(mean_name), Tensor(shifted.data(), Shape{int64_t(shifted.size())}, DType::F32,
-                                                 Device::cpu()));
+  be->copy(store.state().view(mean_name),
+           Tensor(shifted.data(), Shape{int64_t(shifted.size())}, DType::F32, Device::cpu()));
   net.forward(x, y, false);
   const std::vector<float> logits_shifted = host_copy(*be, net.tensor(net.logits_name()));
   EXPECT_GT(max_abs_diff(logits_shifted, logits_a), 1e-6) << "inference ignored " << mean_name;
@@ -426,11 +432,12 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
 TEST(ResNet50, CpuSmokeTrainsAndInfersAt64) {
   ModelConfig c = imagenet_config(64, 10);
   c.label_smoothing = 0.1f;
-  run_smoke({"resnet50", c, 4, 0.05f, "block3/unit_2/conv2/BatchNorm"});
+  run_smoke({"resnet50", c, 5, 0.0005f, "block3/unit_2/conv2/BatchNorm"});
 }
 
 TEST(InceptionV3, CpuSmokeTrainsAndInfersAt75WithTheAuxLoss) {
   ModelConfig c = imagenet_config(75, 10);
+  c.weight_decay = 4e-5f;  // configs/imagenet_inception_v3_terngrad.ini
   c.label_smoothing = 0.1f;
   c.dropout_keep_prob = 0.8f;
   c.aux_logits = true;
@@ -440,12 +447,18 @@ TEST(InceptionV3, CpuSmokeTrainsAndInfersAt75WithTheAuxLoss) {
     build_model("inception_v3", c, net);
     net.setup(*be, 2);
     EXPECT_EQ(count_parameters(net), 21785568 + 2557696 + 2818 * 10);
+    const std::map<std::string, Shape> want = {{"Mixed_6e", {2, 3, 3, 768}},
+                                               {"AuxLogits/AvgPool_1a_5x5", {2, 1, 1, 768}},
+                                               {"AuxLogits/Conv2d_2a_5x5", {2, 1, 1, 768}},
+                                               {"Mixed_7c", {2, 1, 1, 2048}}};
+    int found = 0;
     for (const auto& r : net.summary()) {
-      if (r.name == "Mixed_6e") EXPECT_EQ(r.output, (Shape{2, 3, 3, 768}));
-      if (r.name == "AuxLogits/AvgPool_1a_5x5") EXPECT_EQ(r.output, (Shape{2, 1, 1, 768}));
-      if (r.name == "AuxLogits/Conv2d_2a_5x5") EXPECT_EQ(r.output, (Shape{2, 1, 1, 768}));
-      if (r.name == "Mixed_7c") EXPECT_EQ(r.output, (Shape{2, 1, 1, 2048}));
+      auto it = want.find(r.name);
+      if (it == want.end()) continue;
+      EXPECT_EQ(r.output, it->second) << r.name;
+      ++found;
     }
+    EXPECT_EQ(found, 4);
   }
   // total = cross-entropy + 0.4 * aux cross-entropy + weight decay
   auto loss_terms = [](Net& net, float total) {
@@ -456,7 +469,10 @@ TEST(InceptionV3, CpuSmokeTrainsAndInfersAt75WithTheAuxLoss) {
     EXPECT_GT(aux, 0.f);
     EXPECT_NEAR(total, net.last_cross_entropy() + 0.4f * aux + net.last_regularization(), 1e-4f * std::fabs(total));
   };
-  run_smoke({"inception_v3", c, 4, 0.05f, "Mixed_6b/Branch_1/Conv2d_0b_1x7/BatchNorm"}, loss_terms);
+  // Batch 4, not 2: at 75x75 Mixed_7a-7c run on 1x1 maps, where batch norm over 2 values per channel is
+  // degenerate (each normalized value is about +-1 and the backward divides by near-zero deviations: measured
+  // |grad| of Conv2d_1a_3x3 ~9e5 at batch 2 against ~3e2 at batch 4 and ~15 at 299x299).
+  run_smoke({"inception_v3", c, 5, 0.002f, "Mixed_6b/Branch_1/Conv2d_0b_1x7/BatchNorm", 4}, loss_terms);
 }
 
 }  // namespace

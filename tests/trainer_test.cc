@@ -124,6 +124,7 @@ std::string TrainerTest::data_dir_;
 TEST_F(TrainerTest, ResumeGivesBitIdenticalParameters) {
   TrainConfig a = config("a");
   a.metrics_jsonl = (root_ / "a.jsonl").string();
+  a.check_replicas_every = 4;
   TrainResult ra = Trainer(a).run();
   EXPECT_EQ(ra.steps_done, 12);
   EXPECT_LT(ra.bytes_moved * 10, ra.fp32_bytes_moved);  // ternary moves > 10x less than fp32
@@ -254,7 +255,7 @@ TEST_F(TrainerTest, TrainsAcrossTwoMpiProcesses) {
   int rc = run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
                    " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet --num_nodes 1 --batch_size 32"
                    " --grad_bits 1 --clip_factor 2.5 --max_steps 6 --save_iter 3 --log_every 3 --threads 1"
-                   " --num_readers 1 --num_preprocess_threads 1 --train_dir " + dir,
+                   " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " + dir,
                &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("2 workers x 16 examples"), std::string::npos) << out;

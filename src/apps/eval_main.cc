@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 
 #include "terngrad/backend/backend.h"
@@ -37,6 +38,7 @@ struct EvalConfig {
   int threads = 0;
   int num_preprocess_threads = 2;
   bool skip_corrupt_records = false;
+  std::string eval_dir;  // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
 };
 
 std::string now_string() {
@@ -55,6 +57,8 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path) {
   mc.image_size = m.image_size;
   mc.channels = m.channels;
   mc.num_classes = m.num_classes;
+  auto aux = m.flags.find("aux_logits");  // the structure the checkpoint was trained with
+  if (aux != m.flags.end()) mc.aux_logits = aux->second == "true";
   tg::BackendOptions bo;
   bo.threads = ec.threads;
   auto be = tg::make_backend(ec.device, bo);
@@ -121,6 +125,17 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path) {
   std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(),
               double(top1) / double(examples), double(top5) / double(examples), static_cast<long long>(examples));
   std::fflush(stdout);
+  if (!ec.eval_dir.empty()) {
+    std::filesystem::create_directories(ec.eval_dir);
+    const std::string jsonl = (std::filesystem::path(ec.eval_dir) / "eval.jsonl").string();
+    std::FILE* f = std::fopen(jsonl.c_str(), "a");
+    TG_CHECK(f != nullptr, "--eval_dir {}: cannot open {}", ec.eval_dir, jsonl);
+    std::fprintf(f, "{\"step\": %lld, \"precision_at_1\": %.6f, \"recall_at_5\": %.6f, \"examples\": %lld, "
+                 "\"checkpoint\": \"%s\", \"parameter_digest\": \"%s\"}\n",
+                 static_cast<long long>(m.step), double(top1) / double(examples), double(top5) / double(examples),
+                 static_cast<long long>(examples), path.c_str(), m.parameter_digest.c_str());
+    std::fclose(f);
+  }
   return m.step;
 }
 
@@ -131,10 +146,12 @@ int main(int argc, char** argv) {
   EvalConfig ec;
   std::string log_level = "info";
   app.set_config("--config", "", "read flags from an INI/TOML file");
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--checkpoint_dir", ec.checkpoint_dir, "train_dir whose checkpoints to evaluate")
       ->capture_default_str();
   app.add_option("--checkpoint_path", ec.checkpoint_path, "evaluate this checkpoint file once");
   app.add_option("--data_dir", ec.data_dir, "folder of <subset>-* TFRecord shards")->required();
+  app.add_option("--eval_dir", ec.eval_dir, "append one JSON line per evaluated checkpoint to EVAL_DIR/eval.jsonl");
   app.add_option("--subset", ec.subset, "test | validation | train (default: the dataset's eval subset)");
   app.add_option("--device", ec.device, "cpu | cuda | cuda:<k>")->capture_default_str();
   app.add_option("--batch_size", ec.batch_size, "evaluation batch")->capture_default_str();

@@ -23,6 +23,7 @@ extern "C" void on_signal(int) { g_stop.store(true); }
 
 void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& summary) {
   app.set_config("--config", "", "read flags from an INI/TOML file (the command line overrides it)");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // an unknown key in a config file is an error
   app.add_option("--train_dir", c.train_dir, "checkpoints and logs; an existing one is resumed")
       ->capture_default_str();
   app.add_option("--data_dir", c.data_dir, "folder of <subset>-* TFRecord shards");
@@ -40,6 +41,11 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
   app.add_option("--weight_decay", c.weight_decay, "L2 coefficient")->capture_default_str();
   app.add_option("--dropout_keep_prob", c.dropout_keep_prob, "dropout keep probability")->capture_default_str();
   app.add_option("--label_smoothing", c.label_smoothing, "label smoothing (<0: 0.1 for inception_v3, else 0)")
+      ->capture_default_str();
+  app.add_option("--aux_logits", c.aux_logits, "inception_v3: auxiliary head, weight 0.4 in the loss")
+      ->capture_default_str();
+  app.add_option("--zero_init_last_bn_gamma", c.zero_init_last_bn_gamma,
+                 "resnet50: start each block's last BN gamma at 0")
       ->capture_default_str();
   app.add_option("--batch_size", c.batch_size, "TOTAL batch over all workers")->capture_default_str();
   app.add_option("--max_steps", c.max_steps, "iterations")->capture_default_str();
@@ -82,13 +88,7 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
 
 int print_summary(tg::TrainConfig c) {
   c.resolve_defaults();
-  tg::ModelConfig mc;
-  mc.image_size = c.image_size;
-  mc.channels = tg::dataset_info(c.dataset).channels;
-  mc.num_classes = c.num_classes;
-  mc.weight_decay = c.weight_decay;
-  mc.dropout_keep_prob = c.dropout_keep_prob;
-  mc.label_smoothing = c.label_smoothing;
+  const tg::ModelConfig mc = c.model_config();
   auto be = tg::make_backend("cpu", {1});
   tg::Net net;
   tg::build_model(c.net, mc, net);

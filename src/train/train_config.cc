@@ -23,7 +23,7 @@ const DatasetInfo& dataset_info(const std::string& name) {
 
 void TrainConfig::resolve_defaults() {
   const DatasetInfo& d = dataset_info(dataset);
-  if (image_size == 0) image_size = d.default_image_size;
+  if (image_size == 0) image_size = net == "inception_v3" ? 299 : d.default_image_size;
   if (num_classes == 0) num_classes = d.num_classes;
   if (label_smoothing < 0.f) label_smoothing = (net == "inception_v3") ? 0.1f : 0.f;
 }
@@ -72,6 +72,19 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(device != "cpu" || num_gpus == 1, "--num_gpus {} needs --device cuda", num_gpus);
 }
 
+ModelConfig TrainConfig::model_config() const {
+  ModelConfig mc;
+  mc.image_size = image_size;
+  mc.channels = dataset_info(dataset).channels;
+  mc.num_classes = num_classes;
+  mc.weight_decay = weight_decay;
+  mc.dropout_keep_prob = dropout_keep_prob;
+  mc.label_smoothing = label_smoothing;
+  mc.aux_logits = aux_logits;
+  mc.zero_init_last_bn_gamma = zero_init_last_bn_gamma;
+  return mc;
+}
+
 std::map<std::string, std::string> TrainConfig::to_flags() const {
   std::map<std::string, std::string> f;
   f["train_dir"] = train_dir;
@@ -88,6 +101,8 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["weight_decay"] = fmt::format("{}", weight_decay);
   f["dropout_keep_prob"] = fmt::format("{}", dropout_keep_prob);
   f["label_smoothing"] = fmt::format("{}", label_smoothing);
+  f["aux_logits"] = aux_logits ? "true" : "false";
+  f["zero_init_last_bn_gamma"] = zero_init_last_bn_gamma ? "true" : "false";
   f["batch_size"] = std::to_string(batch_size);
   f["max_steps"] = std::to_string(max_steps);
   f["optimizer"] = optimizer;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "terngrad/backend/backend.h"
+#include "terngrad/comm/communicator.h"
 #include "terngrad/comm/gradient_exchange.h"
 #include "terngrad/comm/local_communicator.h"
 #include "terngrad/data/crc32c.h"
@@ -78,6 +79,7 @@ struct Trainer::Impl {
   void resume_or_initialize();
   void step(int64_t t, float lr);
   std::string save(int64_t steps_done);
+  void check_replicas(int64_t steps_done);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };
@@ -110,13 +112,7 @@ void Trainer::Impl::build() {
   const int n_devices = cfg.device == "cpu" ? 1 : cfg.num_gpus;
   BackendOptions bo;
   bo.threads = cfg.threads;
-  ModelConfig mc;
-  mc.image_size = cfg.image_size;
-  mc.channels = data.channels;
-  mc.num_classes = cfg.num_classes;
-  mc.weight_decay = cfg.weight_decay;
-  mc.dropout_keep_prob = cfg.dropout_keep_prob;
-  mc.label_smoothing = cfg.label_smoothing;
+  const ModelConfig mc = cfg.model_config();
   for (int d = 0; d < n_devices; ++d) {
     Replica r;
     std::string dev = cfg.device;
@@ -284,6 +280,29 @@ void Trainer::Impl::step(int64_t t, float lr) {
   }
 }
 
+// --check_replicas_every: every replica of every process must hold the same parameter bits.
+void Trainer::Impl::check_replicas(int64_t steps_done) {
+  std::vector<uint32_t> local;
+  for (auto& r : replicas) {
+    Slab& p = r.store->params();
+    Buffer host(host_allocator(), p.bytes());
+    r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::U8, Device::cpu()),
+                    p.flat_bytes());
+    local.push_back(crc32c(host.data(), p.bytes()));
+  }
+  for (size_t i = 1; i < local.size(); ++i)
+    TG_CHECK(local[i] == local[0], "replica check at step {}: replica {} has parameter digest {}, replica 0 {}",
+             steps_done, i, digest_hex(local[i]), digest_hex(local[0]));
+  if (process_comm) {
+    std::vector<uint32_t> all(static_cast<size_t>(num_processes));
+    process_comm->allgather(&local[0], all.data(), sizeof(uint32_t));
+    for (int p = 1; p < num_processes; ++p)
+      TG_CHECK(all[p] == all[0], "replica check at step {}: process {} has parameter digest {}, process 0 {}",
+               steps_done, p, digest_hex(all[p]), digest_hex(all[0]));
+  }
+  spdlog::debug("replica check at step {}: digest {} everywhere", steps_done, digest_hex(local[0]));
+}
+
 std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
   std::vector<NamedTensor> out;
   Replica& r = replicas[0];
@@ -337,6 +356,9 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   std::unique_ptr<MetricsWriter> metrics;
   if (m.is_chief() && !cfg.metrics_jsonl.empty()) metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   if (m.is_chief()) {
+    std::string flags;
+    for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
+    spdlog::info("effective configuration:{}", flags);
     spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", m.replicas[0].backend->name(), cfg.net,
                  m.replicas[0].store->num_parameters(), m.workers.size() * m.num_processes, m.worker_batch,
                  m.policy.summary());
@@ -387,6 +409,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
       window_secs = 0;
       window_steps = 0;
     }
+    if (cfg.check_replicas_every > 0 && (t + 1) % cfg.check_replicas_every == 0) m.check_replicas(t + 1);
     if ((t + 1) % cfg.save_iter == 0 && t + 1 < cfg.max_steps) m.last_digest = m.save(t + 1);
   }
   result.steps_done = t;

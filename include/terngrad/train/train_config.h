@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "terngrad/models/registry.h"
+
 namespace tg {
 
 struct DatasetInfo {
@@ -37,6 +39,8 @@ struct TrainConfig {
   float weight_decay = 0.0005f;
   float dropout_keep_prob = 0.5f;
   float label_smoothing = -1.f;  // < 0: the network's default (0.1 for inception_v3, else 0)
+  bool aux_logits = true;                // inception_v3: auxiliary head (loss weight 0.4)
+  bool zero_init_last_bn_gamma = false;  // resnet50: zero gamma of each block's last BN
   // optimisation
   int64_t batch_size = 64;  // total over all workers
   int64_t max_steps = 1000;
@@ -73,6 +77,8 @@ struct TrainConfig {
   void validate(int num_processes) const;
   // Fills the dataset-dependent defaults (image size, classes, label smoothing).
   void resolve_defaults();
+  // The network's settings (call after resolve_defaults).
+  ModelConfig model_config() const;
   // The effective configuration as flag name -> value (logged at start, stored in checkpoints).
   std::map<std::string, std::string> to_flags() const;
 };
