@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include "common/fashion_mnist.h"
+#include "event.pb.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
@@ -246,6 +248,57 @@ TEST_F(TrainerTest, EvalPrintsTheReferenceLine) {
       << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
       << out;
+}
+
+// Reads every tensorflow.Event of the one events.out.tfevents.* file in dir.
+std::vector<tensorflow::Event> read_events(const std::string& dir) {
+  std::vector<tensorflow::Event> events;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    ++files;
+    TfRecordReader reader(entry.path().string());
+    std::string record;
+    while (reader.next(&record)) {
+      tensorflow::Event e;
+      EXPECT_TRUE(e.ParseFromString(record));
+      events.push_back(e);
+    }
+  }
+  EXPECT_EQ(files, 1) << dir;
+  return events;
+}
+
+TEST_F(TrainerTest, WritesTensorBoardEventFiles) {
+  TrainConfig a = config("a");
+  a.max_steps = 6;
+  Trainer(a).run();
+  std::vector<tensorflow::Event> ev = read_events(a.train_dir);
+  ASSERT_EQ(ev.size(), 1u + 6 / 3);  // file_version, then one event per logged step
+  EXPECT_EQ(ev[0].file_version(), "brain.Event:2");
+  EXPECT_EQ(ev[2].step(), 6);
+  std::map<std::string, float> tags;
+  for (const auto& v : ev[2].summary().value()) tags[v.tag()] = v.simple_value();
+  EXPECT_GT(tags.at("losses/total_loss"), 0.f);
+  EXPECT_FLOAT_EQ(tags.at("learning_rate"), 0.01f);
+  EXPECT_GT(tags.at("scaler/conv1/weights"), 0.f);
+  const float zf = tags.at("zero_fraction/fc3/weights");  // most of fc3's gradient rounds to 0
+  EXPECT_GT(zf, 0.5f);
+  EXPECT_LT(zf, 1.f);
+  EXPECT_LT(tags.at("exchange/bytes_per_step") * 10, tags.at("exchange/fp32_bytes_per_step"));
+
+  const std::string eval_dir = (root_ / "eval").string();
+  std::string out;
+  ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + a.train_dir + " --data_dir " + data_dir_ +
+                    " --run_once --threads 1 --eval_dir " + eval_dir,
+                &out),
+            0)
+      << out;
+  std::vector<tensorflow::Event> eval = read_events(eval_dir);
+  ASSERT_EQ(eval.size(), 2u);
+  EXPECT_EQ(eval[1].step(), 6);
+  EXPECT_EQ(eval[1].summary().value(0).tag(), "Accuracy @ 1");
+  EXPECT_TRUE(fs::exists(fs::path(eval_dir) / "eval.jsonl"));
 }
 
 TEST_F(TrainerTest, TrainsAcrossTwoMpiProcesses) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "terngrad/backend/backend.h"
@@ -20,6 +21,7 @@
 #include "terngrad/optim/moving_average.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/event_writer.h"
 #include "terngrad/train/train_config.h"
 
 namespace {
@@ -49,7 +51,7 @@ std::string now_string() {
 }
 
 // Evaluates one checkpoint; returns its step.
-int64_t evaluate(const EvalConfig& ec, const std::string& path) {
+int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter* events) {
   tg::CheckpointReader reader(path);
   const tg::CheckpointMeta& m = reader.meta();
   const tg::DatasetInfo& data = tg::dataset_info(m.dataset);
@@ -135,6 +137,8 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path) {
                  static_cast<long long>(m.step), double(top1) / double(examples), double(top5) / double(examples),
                  static_cast<long long>(examples), path.c_str(), m.parameter_digest.c_str());
     std::fclose(f);
+    events->scalars(m.step, {{"Accuracy @ 1", static_cast<float>(double(top1) / examples)},
+                             {"Accuracy @ 5", static_cast<float>(double(top5) / examples)}});
   }
   return m.step;
 }
@@ -174,8 +178,10 @@ int main(int argc, char** argv) {
     tg::setup_logging(log_level);
     TG_CHECK(ec.batch_size >= 1, "--batch_size {} must be at least 1", ec.batch_size);
     TG_CHECK(ec.eval_interval_secs > 0, "--eval_interval_secs {} must be positive", ec.eval_interval_secs);
+    std::unique_ptr<tg::EventWriter> events;
+    if (!ec.eval_dir.empty()) events = std::make_unique<tg::EventWriter>(ec.eval_dir);
     if (!ec.checkpoint_path.empty()) {
-      evaluate(ec, ec.checkpoint_path);
+      evaluate(ec, ec.checkpoint_path, events.get());
       return 0;
     }
     int64_t last_step = -1;
@@ -187,7 +193,7 @@ int main(int argc, char** argv) {
         tg::CheckpointReader reader(*latest);
         const int64_t step = reader.meta().step;
         if (step != last_step) {
-          evaluate(ec, *latest);
+          evaluate(ec, *latest, events.get());
           last_step = step;
           int64_t max_steps = ec.max_steps;
           if (max_steps == 0) {

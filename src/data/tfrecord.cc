@@ -173,14 +173,19 @@ void TfRecordWriter::abandon() noexcept {
   }
 }
 
+RecordFraming frame_record(const void* data, size_t n) {
+  RecordFraming f;
+  put_u64(f.header, n);
+  put_u32(f.header + 8, crc32c_mask(crc32c(f.header, 8)));
+  put_u32(f.footer, crc32c_mask(crc32c(data, n)));
+  return f;
+}
+
 void TfRecordWriter::write(const void* data, size_t n) {
   TG_CHECK(file_ != nullptr, "write to closed TFRecord writer for {}", final_path_);
-  char header[12], footer[4];
-  put_u64(header, n);
-  put_u32(header + 8, crc32c_mask(crc32c(header, 8)));
-  put_u32(footer, crc32c_mask(crc32c(data, n)));
-  if (std::fwrite(header, 1, 12, file_) != 12 || std::fwrite(data, 1, n, file_) != n ||
-      std::fwrite(footer, 1, 4, file_) != 4) {
+  const RecordFraming f = frame_record(data, n);
+  if (std::fwrite(f.header, 1, 12, file_) != 12 || std::fwrite(data, 1, n, file_) != n ||
+      std::fwrite(f.footer, 1, 4, file_) != 4) {
     std::string why = std::strerror(errno);
     abandon();
     TG_THROW("write error on {}: {}", temp_path_, why);

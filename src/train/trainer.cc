@@ -19,6 +19,7 @@
 #include "terngrad/optim/optimizer.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/event_writer.h"
 #include "terngrad/train/metrics.h"
 
 namespace tg {
@@ -80,6 +81,7 @@ struct Trainer::Impl {
   void step(int64_t t, float lr);
   std::string save(int64_t steps_done);
   void check_replicas(int64_t steps_done);
+  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };
@@ -280,6 +282,31 @@ void Trainer::Impl::step(int64_t t, float lr) {
   }
 }
 
+// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
+// tensor the shared scaler and worker 0's zero fraction.
+void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec) {
+  const Net& last = *workers.back().net;
+  const Worker& w0 = workers[0];
+  std::vector<std::pair<std::string, float>> v = {
+      {"losses/entropy_loss", last.last_cross_entropy()},
+      {"losses/reg_loss", last.last_regularization()},
+      {"losses/total_loss", last.last_cross_entropy() + last.last_regularization()},
+      {"learning_rate", lr},
+      {"examples_per_sec", static_cast<float>(examples_per_sec)},
+      {"exchange/bytes_per_step", static_cast<float>(w0.last_stats.moved_bytes)},
+      {"exchange/fp32_bytes_per_step", static_cast<float>(w0.last_stats.fp32_moved_bytes)},
+  };
+  const auto& scalers = w0.exchange->shared_scalers();
+  const auto& zeros = w0.exchange->zero_codes();
+  for (const auto& t : policy.tensors()) {
+    if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
+    v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
+    if (t.scaler_index < static_cast<int>(zeros.size()) && t.numel > 0)
+      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.scaler_index]) / double(t.numel))});
+  }
+  events.scalars(step, v);
+}
+
 // --check_replicas_every: every replica of every process must hold the same parameter bits.
 void Trainer::Impl::check_replicas(int64_t steps_done) {
   std::vector<uint32_t> local;
@@ -355,6 +382,8 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   result.start_step = m.start_step;
   std::unique_ptr<MetricsWriter> metrics;
   if (m.is_chief() && !cfg.metrics_jsonl.empty()) metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
+  std::unique_ptr<EventWriter> events;
+  if (m.is_chief()) events = std::make_unique<EventWriter>(cfg.train_dir);
   if (m.is_chief()) {
     std::string flags;
     for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
@@ -402,6 +431,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
             t + 1, last.last_cross_entropy(), last.last_regularization(), loss, eps, sec_per_batch, lr,
             human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), t + 1, cfg.max_steps,
             100.0 * (t + 1) / cfg.max_steps, human_duration(eta));
+        if (events) m.write_summaries(*events, t + 1, lr, eps);
         if (metrics)
           metrics->step(t + 1, last.last_cross_entropy(), last.last_regularization(), loss, lr, eps, sec_per_batch,
                         xs.moved_bytes, xs.fp32_moved_bytes, xs.payload_bytes);

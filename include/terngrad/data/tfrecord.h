@@ -26,6 +26,14 @@ enum class RecordStatus {
   kCorruptFile,    // truncated file or bad length CRC; nothing more can be read
 };
 
+// The 12-byte header (length, masked crc of the length) and 4-byte footer (masked crc of the data) that frame
+// one record: header + data + footer is what a TFRecord file holds (also used by the event-file writer).
+struct RecordFraming {
+  char header[12];
+  char footer[4];
+};
+RecordFraming frame_record(const void* data, size_t n);
+
 class TfRecordReader {
  public:
   explicit TfRecordReader(const std::string& path);  // throws tg::Error when the file cannot be opened
