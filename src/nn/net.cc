@@ -192,6 +192,7 @@ std::vector<StateSpec> Net::state_specs() const {
 void Net::bind(ParameterStore& store) {
   TG_CHECK(backend_ != nullptr, "bind() needs setup() first");
   store_ = &store;
+  decayed_.clear();
   for (auto& node : nodes_) {
     node.io.params.clear();
     node.io.state.clear();
@@ -200,6 +201,7 @@ void Net::bind(ParameterStore& store) {
       TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name,
                v.shape().str(), p.shape.str());
       node.io.params.push_back(v);
+      if (p.weight_decay > 0.f) decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
     }
     for (const auto& s : node.states) node.io.state.push_back(store.state().view(s.name));
   }
@@ -237,10 +239,7 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   double total = xent;
   for (const auto& a : aux_losses_) total += a.weight * read_scalar(be, acts_.view(tensors_[tensor_id(a.tensor)].act));
   double reg = 0;
-  const auto& specs = store_->param_specs();
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].weight_decay > 0.f)
-      reg += 0.5 * specs[i].weight_decay * be.sum_squares(store_->params().view(static_cast<int>(i)));
+  for (const Decayed& d : decayed_) reg += 0.5 * d.weight_decay * be.sum_squares(d.param);
   last_xent_ = static_cast<float>(xent);
   last_reg_ = static_cast<float>(reg);
   total += reg;
@@ -267,10 +266,7 @@ void Net::backward() {
     node.layer->backward(node.io);
   }
   // d(wd * |w|^2 / 2)/dw = wd * w
-  const auto& specs = store_->param_specs();
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].weight_decay > 0.f)
-      be.axpy(specs[i].weight_decay, store_->params().view(static_cast<int>(i)), grads_.view(specs[i].name));
+  for (const Decayed& d : decayed_) be.axpy(d.weight_decay, d.param, d.grad);
 }
 
 std::vector<Net::LayerSummary> Net::summary() const {

@@ -126,7 +126,11 @@ class Net {
   ParameterStore* store_ = nullptr;
   int64_t batch_ = 0;
   Slab acts_, act_grads_, saved_, grads_;
-  Buffer host_loss_;
+  struct Decayed {  // a parameter with weight decay, as this net declared it
+    Tensor param, grad;
+    float weight_decay;
+  };
+  std::vector<Decayed> decayed_;  // filled by bind()
   float last_xent_ = 0.f, last_reg_ = 0.f;
   bool forward_was_training_ = false;
 };
