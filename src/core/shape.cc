@@ -7,12 +7,14 @@
 
 namespace tg {
 
-Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(dims)) {}
+// Both constructors copy straight into the fixed array: building a Shape never allocates.
+Shape::Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.size()); }
 
-Shape::Shape(const std::vector<int64_t>& dims) {
-  TG_CHECK(dims.size() <= static_cast<size_t>(kMaxRank), "shape of rank {} exceeds the maximum rank {}",
-           dims.size(), kMaxRank);
-  rank_ = static_cast<int>(dims.size());
+Shape::Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.size()); }
+
+void Shape::assign(const int64_t* dims, size_t n) {
+  TG_CHECK(n <= static_cast<size_t>(kMaxRank), "shape of rank {} exceeds the maximum rank {}", n, kMaxRank);
+  rank_ = static_cast<int>(n);
   for (int i = 0; i < rank_; ++i) {
     TG_CHECK(dims[i] >= 0, "negative dimension {} in a shape", dims[i]);
     dims_[i] = dims[i];

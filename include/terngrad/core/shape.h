@@ -29,6 +29,7 @@ class Shape {
   bool operator!=(const Shape& o) const { return !(*this == o); }
 
  private:
+  void assign(const int64_t* dims, size_t n);
   std::array<int64_t, kMaxRank> dims_{};
   int rank_ = 0;
 };

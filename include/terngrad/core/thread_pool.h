@@ -1,4 +1,6 @@
-// ThreadPool: a fixed set of workers for the CPU backend's element-wise loops and the data pipeline.
+// ThreadPool: a fixed set of workers for host loops that run beside (not inside) the CPU backend: the
+// gradient codec and tests. (The CPU backend's own loops share oneDNN's OpenMP threads instead, so two pools
+// never fight over the cores.)
 // parallel_for splits [0, n) into contiguous chunks, one per thread (the caller runs one of them), and
 // returns when all are done; exceptions thrown by a chunk are rethrown in the caller.
 #pragma once

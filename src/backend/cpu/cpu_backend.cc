@@ -1,6 +1,6 @@
 // CpuBackend: construction, memory, element-wise ops, reductions, softmax cross-entropy and optimizer
-// updates as plain loops over the backend's OpenMP threads (the ones oneDNN uses). The oneDNN ops live in cpu_conv.cc, cpu_pool.cc,
-// cpu_lrn.cc, cpu_batch_norm.cc and cpu_inner_product.cc.
+// updates as plain loops over the backend's OpenMP threads (the ones oneDNN uses). The oneDNN ops live in
+// cpu_conv.cc, cpu_pool.cc, cpu_lrn.cc and cpu_inner_product.cc; batch norm (loops) in cpu_batch_norm.cc.
 #include "src/backend/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -32,20 +32,6 @@ constexpr int64_t kGrain = 16384;  // elements per chunk below which loops run o
 CpuBackend::CpuBackend(int threads)
     : threads_(resolve_threads(threads)), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
   omp_set_num_threads(threads_);  // oneDNN's runtime on Debian is OpenMP
-}
-
-template <typename Fn> void CpuBackend::parallel_for(int64_t n, const Fn& fn, int64_t grain) {
-  const int64_t chunks = std::min<int64_t>(threads_, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
-  if (chunks <= 1) {
-    if (n > 0) fn(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel num_threads(static_cast<int>(chunks))
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    if (begin < end) fn(begin, end);
-  }
 }
 
 OpKey::OpKey(CpuOp o, std::initializer_list<int64_t> values) : op(o), size(static_cast<int32_t>(values.size())) {
@@ -195,19 +181,27 @@ void CpuBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& d
   }
 }
 
-// ---- reductions (double accumulation, fixed chunking: same result for the same thread count) ----------
+// ---- reductions (double accumulation in a fixed order: the result depends only on the data) ------------
+// Eight independent accumulators, element i going to accumulator i % 8, then added in a fixed tree: the
+// compiler vectorizes the eight chains (a single chain is bound by the latency of one double add per
+// element; sum_squares over ResNet-50's weights was 4% of its training step).
+namespace {
+template <typename Term> double sum8(const float* p, int64_t n, Term term) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += term(p[i + j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += term(p[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+}  // namespace
+
 double CpuBackend::sum(const Tensor& x) {
-  const float* p = x.data<float>();
-  double total = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
-  return total;
+  return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v); });
 }
 
 double CpuBackend::sum_squares(const Tensor& x) {
-  const float* p = x.data<float>();
-  double total = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(p[i]) * p[i];
-  return total;
+  return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v) * v; });
 }
 
 float CpuBackend::max_abs(const Tensor& x) {
@@ -275,9 +269,26 @@ void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, co
   const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
   TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
+  // One loop per kind (the same shared per-element functions as optimizer_update_one, so the same bits):
+  // with the kind switch hoisted out the compiler vectorizes them.
+  const float lr = step.lr;
   parallel_for(w.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i)
-      optimizer_update_one(step, pw[i], pg[i], p1 ? p1 + i : nullptr, p2 ? p2 + i : nullptr);
+    switch (step.kind) {
+      case OptimizerKind::GD:
+        for (int64_t i = s; i < e; ++i) gd_update(pw[i], pg[i], lr);
+        break;
+      case OptimizerKind::MOMENTUM:
+        for (int64_t i = s; i < e; ++i) momentum_update(pw[i], pg[i], p1[i], lr, step.momentum);
+        break;
+      case OptimizerKind::ADAM:
+        for (int64_t i = s; i < e; ++i)
+          adam_update(pw[i], pg[i], p1[i], p2[i], lr, step.beta1, step.beta2, step.epsilon);
+        break;
+      case OptimizerKind::RMSPROP:
+        for (int64_t i = s; i < e; ++i)
+          rmsprop_update(pw[i], pg[i], p1[i], p2[i], lr, step.decay, step.momentum, step.epsilon);
+        break;
+    }
   }, kGrain);
 }
 

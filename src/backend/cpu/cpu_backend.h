@@ -1,5 +1,5 @@
 // CpuBackend: the complete CPU implementation of Backend and the oracle for every other backend.
-// oneDNN primitives (convolution, pooling, LRN, batch norm, inner product) are created once per op
+// oneDNN primitives (convolution, pooling, LRN, inner product) are created once per op
 // descriptor and kept in `cache_` (keyed by an OpKey: the op and the descriptor's numbers, hashed without
 // formatting a string), with their memory descriptors, argument arrays and scratch buffers, so a training
 // step creates no primitive and allocates nothing of ours (oneDNN's own execute path still allocates a few
@@ -8,11 +8,13 @@
 // compete for the cores with OpenMP's spin-waiting workers (measured: 2-thread LeNet 8x slower).
 //
 // Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
-// cpu_lrn.cc, cpu_batch_norm.cc, cpu_inner_product.cc (oneDNN ops).
+// cpu_lrn.cc, cpu_inner_product.cc (oneDNN ops), cpu_batch_norm.cc (plain loops; see there why).
 #pragma once
 
 #include <dnnl.hpp>
+#include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -144,8 +146,20 @@ class CpuBackend final : public Backend {
 
  private:
   // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ OpenMP threads, no chunk shorter
-  // than `grain` (short ranges run on the caller alone). fn must not throw. Defined in cpu_backend.cc.
-  template <typename Fn> void parallel_for(int64_t n, const Fn& fn, int64_t grain);
+  // than `grain` (short ranges run on the caller alone). fn must not throw.
+  template <typename Fn> void parallel_for(int64_t n, const Fn& fn, int64_t grain) {
+    const int64_t chunks = std::min<int64_t>(threads_, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+    if (chunks <= 1) {
+      if (n > 0) fn(int64_t{0}, n);
+      return;
+    }
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+      if (begin < end) fn(begin, end);
+    }
+  }
 
   int threads_;
   dnnl::engine engine_;

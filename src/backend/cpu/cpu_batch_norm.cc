@@ -1,14 +1,24 @@
-// CpuBackend batch normalization on oneDNN: forward (training: batch statistics; inference: given
-// statistics) and backward.
+// CpuBackend batch normalization: forward (training: batch statistics; inference: given statistics) and
+// backward, as plain loops over the data (rows = N*H*W, C), channels contiguous.
 //
-// The data (rows = N*H*W, C) is seen by oneDNN as NHWC with dims (rows, C, 1, 1): the same bytes, and the
-// channels-last layout its optimized kernels handle. Statistics are per channel; the variance is the
-// population variance of the batch (what oneDNN computes). beta is always present (use_shift); gamma only
-// when the descriptor has it (use_scale); without gamma the scale is 1 and no dgamma exists.
-#include <dnnl.hpp>
-
+// Why not oneDNN: its batch norm (bnorm_jit, 2.6) reduces the statistics across threads with a spin
+// barrier inside one parallel region. When the machine runs other work and a thread is descheduled, the
+// others spin through whole time slices: with 2 threads on a loaded 2-core machine ResNet-50's batch
+// norms took 1.3 s a step instead of 77 ms, and the step ran 2x slower than on 1 thread. These loops
+// synchronise only at the end of each OpenMP region (where waiting threads can sleep).
+//
+// Determinism: the rows are cut into fixed chunks (kChunkRows, independent of the thread count); each
+// chunk's per-channel sums are accumulated in double and the chunks are added in order, so the statistics,
+// and therefore every output, are the same bits for any thread count. The variance is the population
+// variance of the batch, from a second pass over x - mean (no cancellation of E[x^2] - E[x]^2).
+//
+// Backward of the training forward (x^ = (x - mean) * inv_std, inv_std = 1 / sqrt(var + eps)):
+//   dbeta = sum dy,  dgamma = sum dy * x^,  dx = gamma * inv_std * (dy - dbeta / R - x^ * dgamma / R)
+// with gamma = 1 when the descriptor has none (dgamma is still needed for dx, just not returned).
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/dnnl_util.h"
@@ -16,75 +26,62 @@
 namespace tg {
 namespace {
 
-using namespace dnnl_util;
-using dnnl::normalization_flags;
-using dnnl::prop_kind;
+constexpr int64_t kChunkRows = 256;
 
-dnnl::memory::desc data_desc(const BatchNormDesc& d) { return f32_desc({d.rows, d.c, 1, 1}, tag::nhwc); }
+int64_t num_chunks(const BatchNormDesc& d) { return (d.rows + kChunkRows - 1) / kChunkRows; }
 
-normalization_flags flags(const BatchNormDesc& d, bool global_stats) {
-  normalization_flags f = normalization_flags::use_shift;
-  if (d.has_gamma) f = f | normalization_flags::use_scale;
-  if (global_stats) f = f | normalization_flags::use_global_stats;
-  return f;
-}
-
-dnnl::batch_normalization_forward::desc forward_desc(const BatchNormDesc& d, bool training) {
-  return dnnl::batch_normalization_forward::desc(
-      training ? prop_kind::forward_training : prop_kind::forward_inference, data_desc(d), d.epsilon,
-      flags(d, /*global_stats=*/!training));
-}
-
-// Forward, training or inference: the memories differ only in whether mean/var are outputs or inputs.
-struct BnForward : CpuBackend::CachedOp {
-  dnnl::batch_normalization_forward prim;
-  dnnl::memory src, dst, mean, var, scale, shift, scratch;
-  Buffer scratch_storage;
-  Args args;
+// Per-chunk partial sums and per-channel coefficients, sized once per descriptor.
+struct BnScratch : CpuBackend::CachedOp {
+  std::vector<double> partial;   // (chunks, 2, C): two per-channel sums per chunk
+  std::vector<double> sums;      // (2, C): the chunks' sums added in order
+  std::vector<float> scale, shift;  // (C) each: y = x * scale + shift; backward: gamma * inv_std, mean dy
+  std::vector<float> inv_std;       // (C) backward: 1 / sqrt(var + eps)
+  std::vector<float> mean_dy_xhat;  // (C) backward: sum(dy * x^) / R
 };
 
-struct BnBackward : CpuBackend::CachedOp {
-  dnnl::batch_normalization_backward prim;
-  dnnl::memory src, mean, var, diff_dst, scale, shift, diff_src, diff_scale, diff_shift, scratch;
-  Buffer scratch_storage;
-  Buffer shift_storage;  // (C) oneDNN 2.6 insists on a shift input to the backward; its value is unused
-  Buffer diff_scale_storage, diff_shift_storage;  // (C) each: gradients nobody asked for
-  Buffer diff_src_storage;                        // (rows, C), only allocated if a caller omits dx
-  Args args;
-};
+OpKey bn_key(CpuOp op, const BatchNormDesc& d) {
+  return OpKey(op, {d.rows, d.c, OpKey::bits(d.epsilon), d.has_gamma});
+}
 
 void check_common(const BatchNormDesc& d, const char* op, const Tensor& x, const Tensor& gamma) {
   TG_CHECK(d.rows > 0 && d.c > 0, "{}: empty batch norm {}", op, d.key());
-  check_f32(x, d.rows * d.c, op, "x");
-  if (d.has_gamma) check_f32(gamma, d.c, op, "gamma");
+  dnnl_util::check_f32(x, d.rows * d.c, op, "x");
+  if (d.has_gamma) dnnl_util::check_f32(gamma, d.c, op, "gamma");
   else TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
+}
+
+// y = x * scale[c] + shift[c] over rows [r0, r1).
+void affine_rows(const float* __restrict x, float* __restrict y, const float* __restrict scale,
+                 const float* __restrict shift, int64_t c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * scale[j] + shift[j];
+  }
 }
 
 }  // namespace
 
-static BnForward& bn_forward_entry(CpuBackend& be, const BatchNormDesc& d, bool training) {
-  return be.cached<BnForward>((training ? "bn_fwd_train:" : "bn_fwd_infer:") + d.key(), [&] {
-    auto e = std::make_unique<BnForward>();
-    dnnl::batch_normalization_forward::primitive_desc pd;
-    TG_DNNL_CALL(pd = dnnl::batch_normalization_forward::primitive_desc(forward_desc(d, training),
-                                                                         user_scratchpad_attr(), be.engine()));
-    TG_DNNL_CALL(e->prim = dnnl::batch_normalization_forward(pd));
-    const dnnl::engine& eng = be.engine();
-    dnnl::memory::desc channel = f32_desc({d.c}, tag::x);
-    e->src = unbound(pd.src_desc(), eng);
-    e->dst = unbound(pd.dst_desc(), eng);
-    e->mean = unbound(pd.mean_desc(), eng);
-    e->var = unbound(pd.variance_desc(), eng);
-    e->shift = unbound(channel, eng);
-    e->scratch = owned(pd.scratchpad_desc(), eng, e->scratch_storage);
-    e->args = {{DNNL_ARG_SRC, e->src},   {DNNL_ARG_DST, e->dst},     {DNNL_ARG_MEAN, e->mean},
-               {DNNL_ARG_VARIANCE, e->var}, {DNNL_ARG_SHIFT, e->shift}, {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    if (d.has_gamma) {
-      e->scale = unbound(channel, eng);
-      e->args[DNNL_ARG_SCALE] = e->scale;
-    }
+static BnScratch& bn_scratch(CpuBackend& be, CpuOp op, const BatchNormDesc& d) {
+  return be.cached<BnScratch>(bn_key(op, d), [&] {
+    auto e = std::make_unique<BnScratch>();
+    e->partial.assign(static_cast<size_t>(num_chunks(d) * 2 * d.c), 0.0);
+    e->sums.assign(static_cast<size_t>(2 * d.c), 0.0);
+    e->scale.assign(static_cast<size_t>(d.c), 0.f);
+    e->shift.assign(static_cast<size_t>(d.c), 0.f);
+    e->inv_std.assign(static_cast<size_t>(d.c), 0.f);
+    e->mean_dy_xhat.assign(static_cast<size_t>(d.c), 0.f);
     return e;
   });
+}
+
+// Adds the chunks' partial sums (chunks, 2, C) in order into sums (2, C).
+static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
+  std::fill(s.sums.begin(), s.sums.end(), 0.0);
+  for (int64_t k = 0; k < chunks; ++k) {
+    const double* p = s.partial.data() + k * 2 * c;
+    for (int64_t j = 0; j < 2 * c; ++j) s.sums[j] += p[j];
+  }
 }
 
 void CpuBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -92,18 +89,59 @@ void CpuBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tenso
                                              const Tensor& var) {
   const char* op = "batch_norm_forward_training";
   check_common(d, op, x, gamma);
-  check_f32(beta, d.c, op, "beta");
-  check_f32(y, x.numel(), op, "y");
-  check_f32(mean, d.c, op, "mean");
-  check_f32(var, d.c, op, "var");
-  BnForward& e = bn_forward_entry(*this, d, /*training=*/true);
-  bind(e.src, x);
-  bind(e.dst, y);
-  bind(e.mean, mean);
-  bind(e.var, var);
-  bind(e.shift, beta);
-  if (d.has_gamma) bind(e.scale, gamma);
-  execute(stream_, e.prim, e.args);
+  dnnl_util::check_f32(beta, d.c, op, "beta");
+  dnnl_util::check_f32(y, x.numel(), op, "y");
+  dnnl_util::check_f32(mean, d.c, op, "mean");
+  dnnl_util::check_f32(var, d.c, op, "var");
+  BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_TRAIN, d);
+  const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
+  const float* px = x.data<float>();
+  double* partial = s.partial.data();
+
+  // Pass 1: per-chunk sums of x -> mean.
+  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* __restrict acc = partial + k * 2 * c;
+      std::fill(acc, acc + c, 0.0);
+      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+        const float* __restrict xr = px + r * c;
+        for (int64_t j = 0; j < c; ++j) acc[j] += xr[j];
+      }
+    }
+  }, 1);
+  reduce_chunks(s, chunks, c);  // only the first C sums are meaningful here
+  float* pmean = mean.data<float>();
+  for (int64_t j = 0; j < c; ++j) pmean[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
+
+  // Pass 2: per-chunk sums of (x - mean)^2 -> population variance.
+  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* __restrict acc = partial + k * 2 * c + c;
+      std::fill(acc, acc + c, 0.0);
+      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+        const float* __restrict xr = px + r * c;
+        for (int64_t j = 0; j < c; ++j) {
+          const double t = static_cast<double>(xr[j] - pmean[j]);
+          acc[j] += t * t;
+        }
+      }
+    }
+  }, 1);
+  reduce_chunks(s, chunks, c);
+  float* pvar = var.data<float>();
+  const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
+  const float* pbeta = beta.data<float>();
+  for (int64_t j = 0; j < c; ++j) {
+    pvar[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
+    const float inv_std = 1.f / std::sqrt(pvar[j] + d.epsilon);
+    s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
+    s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
+  }
+
+  // Pass 3: y = x * scale + shift.
+  float* py = y.data<float>();
+  parallel_for(rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), c, r0, r1); },
+               std::max<int64_t>(1, 16384 / c));
 }
 
 void CpuBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -111,18 +149,23 @@ void CpuBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Tens
                                               const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
   check_common(d, op, x, gamma);
-  check_f32(beta, d.c, op, "beta");
-  check_f32(y, x.numel(), op, "y");
-  check_f32(mean, d.c, op, "mean");
-  check_f32(var, d.c, op, "var");
-  BnForward& e = bn_forward_entry(*this, d, /*training=*/false);
-  bind(e.src, x);
-  bind(e.dst, y);
-  bind(e.mean, mean);
-  bind(e.var, var);
-  bind(e.shift, beta);
-  if (d.has_gamma) bind(e.scale, gamma);
-  execute(stream_, e.prim, e.args);
+  dnnl_util::check_f32(beta, d.c, op, "beta");
+  dnnl_util::check_f32(y, x.numel(), op, "y");
+  dnnl_util::check_f32(mean, d.c, op, "mean");
+  dnnl_util::check_f32(var, d.c, op, "var");
+  BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_INFER, d);
+  const float *pmean = mean.data<float>(), *pvar = var.data<float>(), *pbeta = beta.data<float>();
+  const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
+  for (int64_t j = 0; j < d.c; ++j) {
+    const float inv_std = 1.f / std::sqrt(pvar[j] + d.epsilon);
+    s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
+    s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
+  }
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  parallel_for(d.rows, [&](int64_t r0, int64_t r1) {
+    affine_rows(px, py, s.scale.data(), s.shift.data(), d.c, r0, r1);
+  }, std::max<int64_t>(1, 16384 / d.c));
 }
 
 void CpuBackend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -130,60 +173,68 @@ void CpuBackend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, co
                                      const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";
   check_common(d, op, x, gamma);
-  check_f32(mean, d.c, op, "mean");
-  check_f32(var, d.c, op, "var");
-  check_f32(dy, x.numel(), op, "dy");
-  if (dx) check_f32(dx, x.numel(), op, "dx");
-  if (dbeta) check_f32(dbeta, d.c, op, "dbeta");
+  dnnl_util::check_f32(mean, d.c, op, "mean");
+  dnnl_util::check_f32(var, d.c, op, "var");
+  dnnl_util::check_f32(dy, x.numel(), op, "dy");
+  if (dx) dnnl_util::check_f32(dx, x.numel(), op, "dx");
+  if (dbeta) dnnl_util::check_f32(dbeta, d.c, op, "dbeta");
   if (dgamma) {
     TG_CHECK(d.has_gamma, "{}: dgamma requested from a batch norm without gamma ({})", op, d.key());
-    check_f32(dgamma, d.c, op, "dgamma");
+    dnnl_util::check_f32(dgamma, d.c, op, "dgamma");
   }
-  auto& e = cached<BnBackward>("bn_bwd:" + d.key(), [&] {
-    auto e = std::make_unique<BnBackward>();
-    dnnl::batch_normalization_forward::primitive_desc hint;
-    dnnl::batch_normalization_backward::primitive_desc pd;
-    TG_DNNL_CALL(hint = dnnl::batch_normalization_forward::primitive_desc(forward_desc(d, true), engine_));
-    dnnl::batch_normalization_backward::desc bd(prop_kind::backward, data_desc(d), data_desc(d), d.epsilon,
-                                                flags(d, /*global_stats=*/false));
-    TG_DNNL_CALL(pd = dnnl::batch_normalization_backward::primitive_desc(bd, user_scratchpad_attr(), engine_, hint));
-    TG_DNNL_CALL(e->prim = dnnl::batch_normalization_backward(pd));
-    dnnl::memory::desc channel = f32_desc({d.c}, tag::x);
-    e->src = unbound(pd.src_desc(), engine_);
-    e->mean = unbound(pd.mean_desc(), engine_);
-    e->var = unbound(pd.variance_desc(), engine_);
-    e->diff_dst = unbound(pd.diff_dst_desc(), engine_);
-    e->diff_src = unbound(pd.diff_src_desc(), engine_);
-    e->diff_shift = unbound(channel, engine_);
-    e->diff_shift_storage = Buffer(host_allocator(), d.c * sizeof(float));
-    e->shift = owned(channel, engine_, e->shift_storage);
-    std::fill_n(static_cast<float*>(e->shift_storage.data()), d.c, 0.f);
-    e->scratch = owned(pd.scratchpad_desc(), engine_, e->scratch_storage);
-    e->args = {{DNNL_ARG_SRC, e->src},           {DNNL_ARG_MEAN, e->mean},
-               {DNNL_ARG_VARIANCE, e->var},      {DNNL_ARG_DIFF_DST, e->diff_dst},
-               {DNNL_ARG_DIFF_SRC, e->diff_src}, {DNNL_ARG_DIFF_SHIFT, e->diff_shift},
-               {DNNL_ARG_SHIFT, e->shift},       {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    if (d.has_gamma) {
-      e->scale = unbound(channel, engine_);
-      e->diff_scale = unbound(channel, engine_);
-      e->diff_scale_storage = Buffer(host_allocator(), d.c * sizeof(float));
-      e->args[DNNL_ARG_SCALE] = e->scale;
-      e->args[DNNL_ARG_DIFF_SCALE] = e->diff_scale;
+  BnScratch& s = bn_scratch(*this, CpuOp::BN_BWD, d);
+  const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
+  const float *px = x.data<float>(), *pdy = dy.data<float>(), *pmean = mean.data<float>();
+  const float* pvar = var.data<float>();
+  float* inv_std = s.inv_std.data();
+  for (int64_t j = 0; j < c; ++j) inv_std[j] = 1.f / std::sqrt(pvar[j] + d.epsilon);
+  double* partial = s.partial.data();
+
+  // Pass 1: per-chunk sums of dy and dy * x^ (x^ = (x - mean) * inv_std).
+  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* __restrict sum_dy = partial + k * 2 * c;
+      double* __restrict sum_dy_xhat = sum_dy + c;
+      std::fill(sum_dy, sum_dy + 2 * c, 0.0);
+      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+        const float* __restrict xr = px + r * c;
+        const float* __restrict dyr = pdy + r * c;
+        for (int64_t j = 0; j < c; ++j) {
+          const float xhat = (xr[j] - pmean[j]) * inv_std[j];
+          sum_dy[j] += dyr[j];
+          sum_dy_xhat[j] += static_cast<double>(dyr[j] * xhat);
+        }
+      }
     }
-    return e;
-  });
-  if (!dx && e.diff_src_storage.empty()) e.diff_src_storage = Buffer(host_allocator(), x.bytes());
-  bind(e.src, x);
-  bind(e.mean, mean);
-  bind(e.var, var);
-  bind(e.diff_dst, dy);
-  bind(e.diff_src, dx ? dx.raw() : e.diff_src_storage.data());
-  bind(e.diff_shift, dbeta ? dbeta.raw() : e.diff_shift_storage.data());
-  if (d.has_gamma) {
-    bind(e.scale, gamma);
-    bind(e.diff_scale, dgamma ? dgamma.raw() : e.diff_scale_storage.data());
+  }, 1);
+  reduce_chunks(s, chunks, c);
+  const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
+  float* pdbeta = dbeta ? dbeta.data<float>() : nullptr;
+  float* pdgamma = dgamma ? dgamma.data<float>() : nullptr;
+  // dx = k * (dy - mean_dy - x^ * mean_dy_xhat) with k = gamma * inv_std (scale) and mean_dy (shift).
+  for (int64_t j = 0; j < c; ++j) {
+    if (pdbeta) pdbeta[j] = static_cast<float>(s.sums[j]);
+    if (pdgamma) pdgamma[j] = static_cast<float>(s.sums[c + j]);
+    s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
+    s.shift[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
+    s.mean_dy_xhat[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
   }
-  execute(stream_, e.prim, e.args);
+  if (!dx) return;
+
+  // Pass 2: dx.
+  float* pdx = dx.data<float>();
+  const float *k = s.scale.data(), *mean_dy = s.shift.data(), *mean_dy_xhat = s.mean_dy_xhat.data();
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* __restrict xr = px + r * c;
+      const float* __restrict dyr = pdy + r * c;
+      float* __restrict dxr = pdx + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const float xhat = (xr[j] - pmean[j]) * inv_std[j];
+        dxr[j] = k[j] * (dyr[j] - mean_dy[j] - xhat * mean_dy_xhat[j]);
+      }
+    }
+  }, std::max<int64_t>(1, 16384 / c));
 }
 
 }  // namespace tg

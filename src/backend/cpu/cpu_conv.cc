@@ -41,6 +41,11 @@ dnnl::memory::desc tf_weight_desc(const ConvDesc& d) {
   return dnnl::memory::desc(weight_dims(d), dt::f32, s);
 }
 
+OpKey conv_key(CpuOp op, const ConvDesc& d) {
+  return OpKey(op, {d.n, d.h, d.w, d.c, d.kh, d.kw, d.out_c, d.groups, d.stride_h, d.stride_w, d.pad_top,
+                    d.pad_bottom, d.pad_left, d.pad_right, d.has_bias});
+}
+
 dnnl::memory::desc any_weight_desc(const ConvDesc& d) { return f32_desc(weight_dims(d), tag::any); }
 dnnl::memory::desc act_desc(const Dims& dims) { return f32_desc(dims, tag::nhwc); }
 dnnl::memory::desc bias_desc(const ConvDesc& d) { return f32_desc({d.out_c}, tag::x); }
@@ -121,7 +126,7 @@ void CpuBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor
   check_f32(y, d.n * d.out_h * d.out_w * d.out_c, op, "y");
   if (d.has_bias) check_f32(b, d.out_c, op, "b");
 
-  auto& e = cached<ConvForward>("conv_fwd:" + d.key(), [&] {
+  auto& e = cached<ConvForward>(conv_key(CpuOp::CONV_FWD, d), [&] {
     auto e = std::make_unique<ConvForward>();
     dnnl::convolution_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::convolution_forward::primitive_desc(forward_desc(d), user_scratchpad_attr(), engine_));
@@ -159,7 +164,7 @@ void CpuBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tenso
   }
 
   if (dx) {
-    auto& e = cached<ConvBackwardData>("conv_bwd_data:" + d.key(), [&] {
+    auto& e = cached<ConvBackwardData>(conv_key(CpuOp::CONV_BWD_DATA, d), [&] {
       auto e = std::make_unique<ConvBackwardData>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_data::primitive_desc pd;
@@ -185,7 +190,7 @@ void CpuBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tenso
   }
 
   if (dw || db) {
-    auto& e = cached<ConvBackwardWeights>("conv_bwd_weights:" + d.key(), [&] {
+    auto& e = cached<ConvBackwardWeights>(conv_key(CpuOp::CONV_BWD_WEIGHTS, d), [&] {
       auto e = std::make_unique<ConvBackwardWeights>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_weights::primitive_desc pd;

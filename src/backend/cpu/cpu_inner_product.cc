@@ -26,6 +26,8 @@ dnnl::memory::desc user_weight_desc(const InnerProductDesc& d) { return f32_desc
 dnnl::memory::desc prim_weight_desc(const InnerProductDesc& d) { return f32_desc({d.out, d.in}, kWeightFormat); }
 dnnl::memory::desc bias_desc(const InnerProductDesc& d) { return f32_desc({d.out}, tag::x); }
 
+OpKey ip_key(CpuOp op, const InnerProductDesc& d) { return OpKey(op, {d.n, d.in, d.out, d.has_bias}); }
+
 dnnl::inner_product_forward::desc forward_desc(const InnerProductDesc& d) {
   if (d.has_bias)
     return dnnl::inner_product_forward::desc(prop_kind::forward_training, src_desc(d), prim_weight_desc(d),
@@ -79,7 +81,7 @@ void CpuBackend::inner_product_forward(const InnerProductDesc& d, const Tensor& 
   check_args(d, op, x, w);
   check_f32(y, d.n * d.out, op, "y");
   if (d.has_bias) check_f32(b, d.out, op, "b");
-  auto& e = cached<IpForward>("ip_fwd:" + d.key(), [&] {
+  auto& e = cached<IpForward>(ip_key(CpuOp::IP_FWD, d), [&] {
     auto e = std::make_unique<IpForward>();
     dnnl::inner_product_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::inner_product_forward::primitive_desc(forward_desc(d), user_scratchpad_attr(), engine_));
@@ -122,7 +124,7 @@ void CpuBackend::inner_product_backward(const InnerProductDesc& d, const Tensor&
   }
 
   if (dx) {
-    auto& e = cached<IpBackwardData>("ip_bwd_data:" + d.key(), [&] {
+    auto& e = cached<IpBackwardData>(ip_key(CpuOp::IP_BWD_DATA, d), [&] {
       auto e = std::make_unique<IpBackwardData>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_data::primitive_desc pd;
@@ -151,7 +153,7 @@ void CpuBackend::inner_product_backward(const InnerProductDesc& d, const Tensor&
   }
 
   if (dw || db) {
-    auto& e = cached<IpBackwardWeights>("ip_bwd_weights:" + d.key(), [&] {
+    auto& e = cached<IpBackwardWeights>(ip_key(CpuOp::IP_BWD_WEIGHTS, d), [&] {
       auto e = std::make_unique<IpBackwardWeights>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_weights::primitive_desc pd;

@@ -43,6 +43,11 @@ struct LrnBackward : CpuBackend::CachedOp {
   Args args;
 };
 
+OpKey lrn_key(CpuOp op, const LrnDesc& d) {
+  return OpKey(op, {d.n, d.h, d.w, d.c, d.depth_radius, OpKey::bits(d.bias), OpKey::bits(d.alpha),
+                    OpKey::bits(d.beta)});
+}
+
 void check_desc(const LrnDesc& d, const char* op) {
   TG_CHECK(d.depth_radius >= 0 && d.c > 0, "{}: bad LRN descriptor {}", op, d.key());
 }
@@ -50,7 +55,7 @@ void check_desc(const LrnDesc& d, const char* op) {
 }  // namespace
 
 static LrnForward& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training) {
-  return be.cached<LrnForward>((training ? "lrn_fwd_train:" : "lrn_fwd_infer:") + d.key(), [&] {
+  return be.cached<LrnForward>(lrn_key(training ? CpuOp::LRN_FWD_TRAIN : CpuOp::LRN_FWD_INFER, d), [&] {
     auto e = std::make_unique<LrnForward>();
     dnnl::lrn_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
@@ -102,7 +107,7 @@ void CpuBackend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& d
   check_f32(x, numel, op, "x");
   check_f32(dy, numel, op, "dy");
   check_f32(dx, numel, op, "dx");
-  auto& e = cached<LrnBackward>("lrn_bwd:" + d.key(), [&] {
+  auto& e = cached<LrnBackward>(lrn_key(CpuOp::LRN_BWD, d), [&] {
     auto e = std::make_unique<LrnBackward>();
     dnnl::lrn_forward::primitive_desc hint;
     dnnl::lrn_backward::primitive_desc pd;

@@ -23,6 +23,11 @@ algorithm pool_algorithm(const PoolDesc& d) {
   return d.kind == PoolKind::MAX ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
 }
 
+OpKey pool_key(CpuOp op, const PoolDesc& d) {
+  return OpKey(op, {static_cast<int64_t>(d.kind), d.n, d.h, d.w, d.c, d.kh, d.kw, d.stride_h, d.stride_w, d.pad_top,
+                    d.pad_bottom, d.pad_left, d.pad_right});
+}
+
 dnnl::pooling_forward::desc forward_desc(const PoolDesc& d, prop_kind pk) {
   return dnnl::pooling_forward::desc(pk, pool_algorithm(d), f32_desc({d.n, d.c, d.h, d.w}, tag::nhwc),
                                      f32_desc({d.n, d.c, d.out_h, d.out_w}, tag::nhwc), {d.stride_h, d.stride_w},
@@ -54,7 +59,7 @@ void check_desc(const PoolDesc& d, const char* op) {
 
 // The training forward primitive for `d` (it also defines the workspace the backward reads).
 static PoolForward& pool_forward_entry(CpuBackend& be, const PoolDesc& d, bool training) {
-  return be.cached<PoolForward>((training ? "pool_fwd_train:" : "pool_fwd_infer:") + d.key(), [&] {
+  return be.cached<PoolForward>(pool_key(training ? CpuOp::POOL_FWD_TRAIN : CpuOp::POOL_FWD_INFER, d), [&] {
     auto e = std::make_unique<PoolForward>();
     dnnl::pooling_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::pooling_forward::primitive_desc(
@@ -104,7 +109,7 @@ void CpuBackend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor&
   check_f32(y, d.n * d.out_h * d.out_w * d.c, op, "y");
   check_f32(dy, y.numel(), op, "dy");
   check_f32(dx, x.numel(), op, "dx");
-  auto& e = cached<PoolBackward>("pool_bwd:" + d.key(), [&] {
+  auto& e = cached<PoolBackward>(pool_key(CpuOp::POOL_BWD, d), [&] {
     auto e = std::make_unique<PoolBackward>();
     dnnl::pooling_forward::primitive_desc hint;
     dnnl::pooling_backward::primitive_desc pd;

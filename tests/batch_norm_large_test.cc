@@ -1,0 +1,82 @@
+// The CPU batch norm (plain loops over fixed row chunks, double accumulation) on shapes large enough to span
+// many chunks: against the double-precision reference, and bit-identical on 1 and 2 threads (the chunking,
+// not the thread count, fixes the summation order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/reference_ops.h"
+#include "src/backend/cpu/cpu_backend.h"
+
+namespace tg {
+namespace {
+
+Tensor view(std::vector<float>& v) { return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::cpu()); }
+
+struct BnOut {
+  std::vector<float> y, mean, var, dx, dgamma, dbeta;
+};
+
+BnOut run_bn(int threads, const BatchNormDesc& d, std::vector<float>& x, std::vector<float>& gamma,
+             std::vector<float>& beta, std::vector<float>& dy) {
+  CpuBackend be(threads);
+  const size_t n = x.size(), c = static_cast<size_t>(d.c);
+  BnOut o{std::vector<float>(n), std::vector<float>(c), std::vector<float>(c), std::vector<float>(n),
+          std::vector<float>(c), std::vector<float>(c)};
+  Tensor g = d.has_gamma ? view(gamma) : Tensor();
+  be.batch_norm_forward_training(d, view(x), g, view(beta), view(o.y), view(o.mean), view(o.var));
+  be.batch_norm_backward(d, view(x), g, view(o.mean), view(o.var), view(dy), view(o.dx),
+                         d.has_gamma ? view(o.dgamma) : Tensor(), view(o.dbeta));
+  return o;
+}
+
+double max_rel_error(const std::vector<float>& a, const ref::Vec& r) {
+  double e = 0, scale = 1;
+  for (size_t i = 0; i < r.size(); ++i) {
+    e = std::max(e, std::fabs(a[i] - r[i]));
+    scale = std::max(scale, std::fabs(r[i]));
+  }
+  return e / scale;
+}
+
+TEST(BatchNormLarge, MatchesReferenceAndIsThreadCountIndependent) {
+  for (bool has_gamma : {false, true}) {
+    for (auto [rows, channels] : {std::pair<int64_t, int64_t>{1000, 7}, {25088, 64}, {300, 2048}}) {
+      BatchNormDesc d;
+      d.rows = rows, d.c = channels, d.epsilon = 0.001f, d.has_gamma = has_gamma;
+      std::mt19937 rng(5);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      const int64_t n = rows * channels;
+      std::vector<float> x(n), dy(n), gamma(channels), beta(channels, 0.3f);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = 3.f + 2.f * nd(rng) + 0.1f * float(i % channels);
+        dy[i] = nd(rng);
+      }
+      for (int64_t j = 0; j < channels; ++j) gamma[j] = has_gamma ? 0.5f + 0.1f * float(j) / channels : 1.f;
+      if (has_gamma) gamma[0] = 0.f;  // a zero gamma must not break anything
+      BnOut one = run_bn(1, d, x, gamma, beta, dy);
+      BnOut two = run_bn(2, d, x, gamma, beta, dy);
+      const std::string where = "rows " + std::to_string(rows) + " channels " + std::to_string(channels) +
+                                (has_gamma ? " gamma" : " beta only");
+      EXPECT_EQ(one.y, two.y) << where;
+      EXPECT_EQ(one.dx, two.dx) << where;
+      EXPECT_EQ(one.var, two.var) << where;
+      EXPECT_EQ(one.dbeta, two.dbeta) << where;
+
+      ref::Vec X(x.begin(), x.end()), G(gamma.begin(), gamma.end()), B(beta.begin(), beta.end()),
+          DY(dy.begin(), dy.end()), rm, rv, rdx, rdg, rdb;
+      ref::Vec ry = ref::batch_norm_forward_training(d, X, has_gamma ? G : ref::Vec(), B, &rm, &rv);
+      ref::batch_norm_backward(d, X, has_gamma ? G : ref::Vec(), rm, rv, DY, &rdx, &rdg, &rdb);
+      EXPECT_LT(max_rel_error(one.y, ry), 1e-4) << where;
+      EXPECT_LT(max_rel_error(one.mean, rm), 1e-4) << where;
+      EXPECT_LT(max_rel_error(one.var, rv), 1e-4) << where;
+      EXPECT_LT(max_rel_error(one.dx, rdx), 1e-4) << where;
+      EXPECT_LT(max_rel_error(one.dbeta, rdb), 1e-4) << where;
+      if (has_gamma) EXPECT_LT(max_rel_error(one.dgamma, rdg), 1e-4) << where;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tg
