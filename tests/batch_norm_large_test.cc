@@ -73,7 +73,9 @@ TEST(BatchNormLarge, MatchesReferenceAndIsThreadCountIndependent) {
       EXPECT_LT(max_rel_error(one.var, rv), 1e-4) << where;
       EXPECT_LT(max_rel_error(one.dx, rdx), 1e-4) << where;
       EXPECT_LT(max_rel_error(one.dbeta, rdb), 1e-4) << where;
-      if (has_gamma) EXPECT_LT(max_rel_error(one.dgamma, rdg), 1e-4) << where;
+      if (has_gamma) {
+        EXPECT_LT(max_rel_error(one.dgamma, rdg), 1e-4) << where;
+      }
     }
   }
 }
