@@ -105,6 +105,24 @@ TEST(TernaryEncode, PackedPathMatchesPerElementDefinition) {
   }
 }
 
+TEST(TernaryEncode, VectorLanesMatchTheDefinitionAndCountZeros) {
+  // Sizes around the 64-element lane groups of the vectorized path, and a large one.
+  const PhiloxKey key = philox_key(99, 1);
+  for (int64_t n : {63, 64, 65, 127, 129, 100003}) {
+    std::vector<float> g = normal_gradient(n, 5 + n);
+    const float s = 2e-3f;
+    std::vector<uint8_t> packed((n + 3) / 4);
+    const int64_t zeros = ternary_encode_cpu(g.data(), n, s, key, 7, 3, packed.data());
+    int64_t counted = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int code = unpack_ternary(packed.data(), i);
+      ASSERT_EQ(code, ternarize_one(g[i], s, key, i, 7, 3)) << "n=" << n << " i=" << i;
+      counted += code == 0;
+    }
+    EXPECT_EQ(zeros, counted) << "n=" << n;
+  }
+}
+
 TEST(TernaryEncode, ThreadPoolGivesSameBits) {
   const int64_t n = 200003;
   std::vector<float> g = normal_gradient(n, 5);
