@@ -98,16 +98,7 @@ struct ConvBackwardData : CpuBackend::CachedOp {
   Args args;
 };
 
-struct ConvBackwardWeights : CpuBackend::CachedOp {
-  dnnl::convolution_backward_weights prim;
-  dnnl::memory src, diff_dst, diff_wei, diff_bias, scratch;
-  Buffer scratch_storage;
-  bool reorder = false;  // primitive's weight format differs from the caller's
-  Reorder to_user;
-  Buffer diff_wei_storage;   // primitive-format weight gradient (used when reordering or when dw is unwanted)
-  Buffer diff_bias_storage;  // bias gradient when db is unwanted
-  Args args;
-};
+using ConvBackwardWeights = BackwardWeightsOp<dnnl::convolution_backward_weights>;
 
 void check_args(const ConvDesc& d, const char* op, const Tensor& x, const Tensor& w) {
   TG_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.out_c % d.groups == 0,
@@ -206,30 +197,10 @@ void CpuBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tenso
       };
       TG_DNNL_CALL(pd = dnnl::convolution_backward_weights::primitive_desc(make(), user_scratchpad_attr(), engine_,
                                                                            hint));
-      TG_DNNL_CALL(e->prim = dnnl::convolution_backward_weights(pd));
-      e->src = unbound(pd.src_desc(), engine_);
-      e->diff_dst = unbound(pd.diff_dst_desc(), engine_);
-      e->diff_wei = unbound(pd.diff_weights_desc(), engine_);
-      e->scratch = owned(pd.scratchpad_desc(), engine_, e->scratch_storage);
-      e->diff_wei_storage = Buffer(host_allocator(), pd.diff_weights_desc().get_size());
-      e->reorder = pd.diff_weights_desc() != tf_weight_desc(d);
-      if (e->reorder) e->to_user.init(pd.diff_weights_desc(), tf_weight_desc(d), engine_);
-      e->args = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, e->diff_wei},
-                 {DNNL_ARG_SCRATCHPAD, e->scratch}};
-      if (d.has_bias) {
-        e->diff_bias = unbound(pd.diff_bias_desc(), engine_);
-        e->diff_bias_storage = Buffer(host_allocator(), pd.diff_bias_desc().get_size());
-        e->args[DNNL_ARG_DIFF_BIAS] = e->diff_bias;
-      }
+      e->init(pd, tf_weight_desc(d), d.has_bias, engine_);
       return e;
     });
-    bool direct = dw && !e.reorder;  // the primitive writes straight into dw
-    bind(e.src, x);
-    bind(e.diff_dst, dy);
-    bind(e.diff_wei, direct ? dw.raw() : e.diff_wei_storage.data());
-    if (d.has_bias) bind(e.diff_bias, db ? db.raw() : e.diff_bias_storage.data());
-    execute(stream_, e.prim, e.args);
-    if (dw && e.reorder) e.to_user.run(stream_, e.diff_wei_storage.data(), dw.raw());
+    e.run(stream_, x, dy, dw, db, d.has_bias);
   }
 }
 

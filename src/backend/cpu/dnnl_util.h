@@ -115,4 +115,51 @@ struct Reorder {
   }
 };
 
+// The cached state of a backward-weights primitive (convolution or inner product): the primitive, its
+// memories and scratchpad, and, when its weight format differs from the caller's, a reorder into the
+// caller's layout. dw and db may be unwanted: the primitive then writes into storage of the entry.
+template <typename Primitive>
+struct BackwardWeightsOp : CpuBackend::CachedOp {
+  Primitive prim;
+  dnnl::memory src, diff_dst, diff_wei, diff_bias, scratch;
+  Buffer scratch_storage;
+  bool reorder = false;      // the primitive's weight format differs from the caller's
+  Reorder to_user;
+  Buffer diff_wei_storage;   // primitive-format dw (when reordering, or when dw is unwanted)
+  Buffer diff_bias_storage;  // db when unwanted
+  Args args;
+
+  // Everything but the primitive itself, from its descriptor; user_weights is the caller's weight layout.
+  template <typename PrimitiveDesc>
+  void init(const PrimitiveDesc& pd, const dnnl::memory::desc& user_weights, bool has_bias,
+            const dnnl::engine& eng) {
+    TG_DNNL_CALL(prim = Primitive(pd));
+    src = unbound(pd.src_desc(), eng);
+    diff_dst = unbound(pd.diff_dst_desc(), eng);
+    diff_wei = unbound(pd.diff_weights_desc(), eng);
+    scratch = owned(pd.scratchpad_desc(), eng, scratch_storage);
+    diff_wei_storage = Buffer(host_allocator(), pd.diff_weights_desc().get_size());
+    reorder = pd.diff_weights_desc() != user_weights;
+    if (reorder) to_user.init(pd.diff_weights_desc(), user_weights, eng);
+    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
+            {DNNL_ARG_SCRATCHPAD, scratch}};
+    if (has_bias) {
+      diff_bias = unbound(pd.diff_bias_desc(), eng);
+      diff_bias_storage = Buffer(host_allocator(), pd.diff_bias_desc().get_size());
+      args[DNNL_ARG_DIFF_BIAS] = diff_bias;
+    }
+  }
+
+  // dw, db (either may be undefined) from x and dy.
+  void run(dnnl::stream& s, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db, bool has_bias) {
+    const bool direct = dw && !reorder;  // the primitive writes straight into dw
+    bind(src, x);
+    bind(diff_dst, dy);
+    bind(diff_wei, direct ? dw.raw() : diff_wei_storage.data());
+    if (has_bias) bind(diff_bias, db ? db.raw() : diff_bias_storage.data());
+    execute(s, prim, args);
+    if (dw && reorder) to_user.run(s, diff_wei_storage.data(), dw.raw());
+  }
+};
+
 }  // namespace tg::dnnl_util
