@@ -99,9 +99,7 @@ void build_alexnet(Net& net, const ModelConfig& c) {
   fc.out = c.num_classes;
   fc.bias_init = 0.f;
   fc.weight_init = Initializer::truncated_normal(0.01f, 13);
-  const std::string& logits = net.add(fully_connected("logits", fc));
-  net.set_logits(logits);
-  net.set_loss(net.add(softmax_cross_entropy("loss", c.label_smoothing), {logits, "labels"}));
+  add_logits_and_loss(net, fc, c.label_smoothing);
 }
 
 }  // namespace tg

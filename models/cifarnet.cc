@@ -64,9 +64,7 @@ void build_cifarnet(Net& net, const ModelConfig& c) {
   fc.weight_init = Initializer::truncated_normal(1.f / 192.f, 5);
   fc.weight_decay = 0.f;
   fc.bias_init = 0.f;
-  const std::string& logits = net.add(fully_connected("logits", fc));
-  net.set_logits(logits);
-  net.set_loss(net.add(softmax_cross_entropy("loss", c.label_smoothing), {logits, "labels"}));
+  add_logits_and_loss(net, fc, c.label_smoothing);
 }
 
 }  // namespace tg

@@ -219,9 +219,7 @@ class InceptionBuilder {
     fc.out = c_.num_classes;
     fc.weight_init = Initializer::truncated_normal(0.001f, 0);
     fc.weight_decay = c_.weight_decay;
-    const std::string& logits = net_.add(fully_connected("logits", fc));
-    net_.set_logits(logits);
-    net_.set_loss(net_.add(softmax_cross_entropy("loss", c_.label_smoothing), {logits, "labels"}));
+    add_logits_and_loss(net_, fc, c_.label_smoothing);
   }
 
  private:

@@ -3,6 +3,12 @@
 
 namespace tg {
 
+void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing) {
+  const std::string& logits = net.add(fully_connected("logits", fc));
+  net.set_logits(logits);
+  net.set_loss(net.add(softmax_cross_entropy("loss", label_smoothing), {logits, "labels"}));
+}
+
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models = {
       {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, build_lenet},

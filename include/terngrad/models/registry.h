@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/nn/layers.h"
 #include "terngrad/nn/net.h"
 
 namespace tg {
@@ -35,6 +36,10 @@ const ModelInfo& find_model(const std::string& name);  // throws listing the kno
 
 // Builds `name` into `net` after checking the configuration (image size, classes).
 void build_model(const std::string& name, const ModelConfig& config, Net& net);
+
+// The classifier tail every network ends with: the fully connected layer "logits" (fc.out classes) reading
+// the previous layer, marked as the net's logits, and the softmax cross-entropy loss on it and the labels.
+void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing);
 
 // Builders (one file each in models/).
 void build_lenet(Net& net, const ModelConfig& config);         // models/lenet.cc
