@@ -56,47 +56,57 @@ constexpr int kLanes = 16;
 #endif
 
 // Encodes bytes [b0, b0 + kLanes), all of whose elements lie inside the tensor; returns the non-zero codes.
+// The 32-bit Philox words live in 64-bit lanes so the 32x32->64 multiplies map onto vpmuludq; the uniforms
+// are then laid out in element order so the compare-and-pack loop reads the gradient contiguously.
 TG_VECTOR_CLONES int64_t encode_16_bytes(const float* g, int64_t b0, float s, PhiloxKey key, uint32_t step,
                                          uint32_t tensor, uint8_t* packed) {
-  uint32_t w0[kLanes], w1[kLanes], w2[kLanes], w3[kLanes];
+  if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
+    for (int l = 0; l < kLanes; ++l) packed[b0 + l] = 0;
+    return 0;
+  }
+  uint64_t w0[kLanes], w1[kLanes], w2[kLanes], w3[kLanes];
   for (int l = 0; l < kLanes; ++l) {
     w0[l] = static_cast<uint32_t>(b0 + l);
     w1[l] = step;
     w2[l] = tensor;
     w3[l] = kTernaryPurpose;
   }
-  uint32_t k0 = key.k[0], k1 = key.k[1];
+  uint64_t k0 = key.k[0], k1 = key.k[1];
   for (int r = 0; r < 10; ++r) {
     if (r > 0) {
-      k0 += philox_detail::kW0;
-      k1 += philox_detail::kW1;
+      k0 = static_cast<uint32_t>(k0 + philox_detail::kW0);
+      k1 = static_cast<uint32_t>(k1 + philox_detail::kW1);
     }
     for (int l = 0; l < kLanes; ++l) {
-      const uint64_t p0 = static_cast<uint64_t>(philox_detail::kM0) * w0[l];
-      const uint64_t p1 = static_cast<uint64_t>(philox_detail::kM1) * w2[l];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ w1[l] ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ w3[l] ^ k1;
-      w1[l] = static_cast<uint32_t>(p1);
-      w3[l] = static_cast<uint32_t>(p0);
+      const uint64_t p0 = uint64_t{philox_detail::kM0} * (w0[l] & 0xffffffffu);
+      const uint64_t p1 = uint64_t{philox_detail::kM1} * (w2[l] & 0xffffffffu);
+      const uint64_t n0 = (p1 >> 32) ^ w1[l] ^ k0;
+      const uint64_t n2 = (p0 >> 32) ^ w3[l] ^ k1;
+      w1[l] = p1 & 0xffffffffu;
+      w3[l] = p0 & 0xffffffffu;
       w0[l] = n0;
       w2[l] = n2;
     }
   }
-  const float* x = g + b0 * 4;  // (kLanes, 4)
-  const bool live = s > 0.f;
-  int64_t nonzero = 0;
+  float u[4 * kLanes];  // element 4l + k draws word k of lane l, as in ternarize_pack_byte
   for (int l = 0; l < kLanes; ++l) {
-    const uint32_t words[4] = {w0[l], w1[l], w2[l], w3[l]};
-    uint32_t byte = 0;
-    for (int k = 0; k < 4; ++k) {
-      const float v = x[l * 4 + k];
-      const bool keep = live && uniform_from_bits(words[k]) * s < fabsf(v);
-      const uint32_t field = keep ? (v > 0.f ? 1u : 2u) : 0u;
-      byte |= field << (2 * k);
-      nonzero += keep;
-    }
-    packed[b0 + l] = static_cast<uint8_t>(byte);
+    u[4 * l + 0] = uniform_from_bits(static_cast<uint32_t>(w0[l]));
+    u[4 * l + 1] = uniform_from_bits(static_cast<uint32_t>(w1[l]));
+    u[4 * l + 2] = uniform_from_bits(static_cast<uint32_t>(w2[l]));
+    u[4 * l + 3] = uniform_from_bits(static_cast<uint32_t>(w3[l]));
   }
+  const float* x = g + b0 * 4;  // (kLanes * 4) elements
+  uint32_t field[4 * kLanes];
+  int32_t nonzero = 0;
+  for (int e = 0; e < 4 * kLanes; ++e) {
+    const float v = x[e];
+    const uint32_t keep = u[e] * s < fabsf(v);  // ternarize_with_uniform's rule; NaN compares false
+    field[e] = keep << (v > 0.f ? 0 : 1);       // 01 for +1, 10 for -1, 00 for 0
+    nonzero += static_cast<int32_t>(keep);
+  }
+  for (int l = 0; l < kLanes; ++l)
+    packed[b0 + l] = static_cast<uint8_t>(field[4 * l] | (field[4 * l + 1] << 2) | (field[4 * l + 2] << 4) |
+                                          (field[4 * l + 3] << 6));
   return nonzero;
 }
 
