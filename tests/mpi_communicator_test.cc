@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/comm/hierarchical_communicator.h"
 #include "terngrad/comm/local_communicator.h"
 #include "terngrad/core/error.h"
 
@@ -195,6 +196,41 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
       EXPECT_EQ(st.moved_bytes, lst[0].moved_bytes);
     }
   }
+}
+
+// Two processes x three worker threads = one communicator of 6 ranks (rank = process * 3 + worker).
+TEST(HierarchicalCommunicator, SixRanksAcrossTwoProcesses) {
+  TG_RUN_ON_MPI_RANKS();
+  MpiCommunicator processes;
+  constexpr int kLocal = 3;
+  LocalGroup group(kLocal);
+  std::vector<std::string> failures(kLocal);
+  group.run_all([&](LocalCommunicator& local) {
+    HierarchicalCommunicator c(local, processes);
+    const int r = c.rank(), n = c.size();
+    auto fail = [&](const std::string& what) { failures[local.rank()] += what + "; "; };
+    if (n != kRanks * kLocal || r != processes.rank() * kLocal + local.rank()) fail("rank/size");
+    std::vector<float> v = {float(r + 1), float(-r)};
+    c.allreduce(v.data(), 2, DType::F32, ReduceOp::Sum);
+    if (v[0] != n * (n + 1) / 2.f || v[1] != -(n * (n - 1) / 2.f)) fail("allreduce sum");
+    std::vector<int8_t> codes = {int8_t(r % 2 ? 1 : -1)};
+    c.allreduce(codes.data(), 1, DType::I8, ReduceOp::Sum);
+    if (codes[0] != 0) fail("allreduce int8");
+    float m = float(r * 10);
+    c.allreduce(&m, 1, DType::F32, ReduceOp::Max);
+    if (m != float((n - 1) * 10)) fail("allreduce max");
+    int32_t mine = 100 + r;
+    std::vector<int32_t> all(n, -1);
+    c.allgather(&mine, all.data(), sizeof(int32_t));
+    for (int k = 0; k < n; ++k)
+      if (all[k] != 100 + k) fail("allgather order");
+    int32_t b = r == 4 ? 77 : 0;  // root 4 = process 1, worker 1
+    c.broadcast(&b, sizeof b, 4);
+    if (b != 77) fail("broadcast");
+    c.barrier();
+    if (c.stats().calls != 6) fail("byte counters count the calls");
+  });
+  for (int w = 0; w < kLocal; ++w) EXPECT_EQ(failures[w], "") << "worker " << w;
 }
 
 }  // namespace

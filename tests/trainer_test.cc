@@ -317,5 +317,21 @@ TEST_F(TrainerTest, TrainsAcrossTwoMpiProcesses) {
   EXPECT_EQ(CheckpointReader(*latest).meta().step, 6);
 }
 
+TEST_F(TrainerTest, TwoMpiProcessesOfTwoWorkersEach) {
+  if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
+  const std::string dir = (root_ / "mpi2x2").string();
+  std::string out;
+  int rc = run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
+                   " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet --num_nodes 2 --batch_size 32"
+                   " --grad_bits 1 --clip_factor 2.5 --max_steps 4 --save_iter 4 --log_every 2 --threads 1"
+                   " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " + dir,
+               &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("4 workers x 8 examples"), std::string::npos) << out;
+  auto latest = latest_checkpoint(dir);
+  ASSERT_TRUE(latest.has_value()) << out;
+  EXPECT_EQ(CheckpointReader(*latest).meta().step, 4);
+}
+
 }  // namespace
 }  // namespace tg

@@ -29,7 +29,12 @@ MpiEnvironment::MpiEnvironment() {
   TG_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    TG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    // SERIALIZED: a worker thread (not only the main one) may call MPI, one call at a time
+    // (HierarchicalCommunicator's leader does).
+    TG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    TG_CHECK(provided >= MPI_THREAD_SERIALIZED,
+             "this MPI library provides thread level {}, terngrad needs MPI_THREAD_SERIALIZED ({})", provided,
+             static_cast<int>(MPI_THREAD_SERIALIZED));
     owns_ = true;
     // Failures come back as return codes, turned into tg::Error by TG_MPI_CHECK, instead of aborting.
     TG_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

@@ -11,6 +11,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/comm/hierarchical_communicator.h"
 #include "terngrad/comm/local_communicator.h"
 #include "terngrad/data/crc32c.h"
 #include "terngrad/models/registry.h"
@@ -67,7 +68,9 @@ struct Trainer::Impl {
   int64_t worker_batch = 0, process_batch = 0;
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
-  std::unique_ptr<LocalGroup> group;
+  std::unique_ptr<LocalGroup> group;  // the workers of this process (when there are several)
+  std::vector<std::unique_ptr<HierarchicalCommunicator>> spanning;  // several processes x several workers
+  bool threaded_exchange() const { return group != nullptr; }
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
@@ -103,9 +106,6 @@ Trainer::~Trainer() = default;
 
 void Trainer::Impl::build() {
   const int n_workers = cfg.workers_per_process();
-  TG_CHECK(num_processes == 1 || n_workers == 1,
-           "--num_nodes {} with {} MPI processes: use one worker per process (--num_nodes 1) across processes",
-           n_workers, num_processes);
   const DatasetInfo& data = dataset_info(cfg.dataset);
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
@@ -153,10 +153,17 @@ void Trainer::Impl::build() {
   for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
   policy = CompressionPolicy(cf, infos);
   const ExchangeMode mode = parse_exchange_mode(cfg.exchange);
-  if (!process_comm) group = std::make_unique<LocalGroup>(n_workers);
+  // Who meets whom: workers of this process through a LocalGroup (their own threads); processes through MPI;
+  // both at once through a HierarchicalCommunicator spanning every worker of every process.
+  if (!process_comm || n_workers > 1) group = std::make_unique<LocalGroup>(n_workers);
+  if (process_comm && n_workers > 1)
+    for (int w = 0; w < n_workers; ++w)
+      spanning.push_back(std::make_unique<HierarchicalCommunicator>(group->communicator(w), *process_comm));
   for (int w = 0; w < n_workers; ++w) {
     Worker& wk = workers[w];
-    Communicator& comm = process_comm ? *process_comm : static_cast<Communicator&>(group->communicator(w));
+    Communicator& comm = !spanning.empty() ? static_cast<Communicator&>(*spanning[w])
+                         : process_comm    ? *process_comm
+                                           : static_cast<Communicator&>(group->communicator(w));
     wk.exchange = std::make_unique<GradientExchange>(policy, comm, mode, cfg.seed);
     Slab& g = wk.net->grads();
     if (!replicas[wk.replica].backend->device().is_cpu())
@@ -262,7 +269,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
     }
   }
   // Exchange: every worker's gradient becomes the average over all workers.
-  if (process_comm) {
+  if (!threaded_exchange()) {  // one worker per process: MPI from this thread
     workers[0].last_stats = workers[0].exchange->run(workers[0].grad_views, step32);
   } else {
     group->run_all([&](LocalCommunicator& c) {

@@ -22,7 +22,7 @@ bool launched_by_mpi();
 
 class MpiEnvironment {
  public:
-  // Initialises MPI (MPI_THREAD_FUNNELED) unless it already is; finalises in the destructor if it did.
+  // Initialises MPI (MPI_THREAD_SERIALIZED) unless it already is; finalises in the destructor if it did.
   MpiEnvironment();
   ~MpiEnvironment();
   MpiEnvironment(const MpiEnvironment&) = delete;
