@@ -333,5 +333,30 @@ TEST_F(TrainerTest, TwoMpiProcessesOfTwoWorkersEach) {
   EXPECT_EQ(CheckpointReader(*latest).meta().step, 4);
 }
 
+TEST_F(TrainerTest, CorruptRecordStopsNamingFileAndOffsetOrIsSkippedAndCounted) {
+  const fs::path bad = root_ / "bad_data";
+  fs::create_directories(bad);
+  for (const auto& entry : fs::directory_iterator(data_dir_)) fs::copy_file(entry.path(), bad / entry.path().filename());
+  {
+    std::fstream f(bad / "train-00000-of-00002", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);  // inside the data of the first record: its data CRC no longer matches
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  const std::string common = bin("terngrad-train") + " --data_dir " + bad.string() +
+                             " --dataset fashion_mnist --net lenet --batch_size 32 --max_steps 3 --threads 1"
+                             " --num_readers 1 --num_preprocess_threads 1 --shuffle_buffer 64";
+  std::string out;
+  EXPECT_EQ(run(common + " --train_dir " + (root_ / "t1").string(), &out), 1) << out;
+  EXPECT_NE(out.find("train-00000-of-00002"), std::string::npos) << out;
+  EXPECT_NE(out.find("offset 0"), std::string::npos) << out;
+  EXPECT_FALSE(latest_checkpoint((root_ / "t1").string()).has_value()) << "no checkpoint of a failed start";
+  EXPECT_EQ(run(common + " --skip_corrupt_records --train_dir " + (root_ / "t2").string(), &out), 0) << out;
+  EXPECT_NE(out.find("skipped 1 corrupt records"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tg

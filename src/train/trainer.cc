@@ -452,6 +452,9 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   result.steps_done = t;
   if (t > m.start_step || m.kept_steps.empty() || result.interrupted) m.last_digest = m.save(t);
   if (result.interrupted && m.is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
+  if (m.source->skipped_records() > 0)
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", m.source->skipped_records(),
+                 m.rank);
   result.final_loss = loss;
   if (!rates.empty()) {
     std::sort(rates.begin(), rates.end());
