@@ -358,5 +358,38 @@ TEST_F(TrainerTest, CorruptRecordStopsNamingFileAndOffsetOrIsSkippedAndCounted) 
   EXPECT_NE(out.find("skipped 1 corrupt records"), std::string::npos) << out;
 }
 
+TEST_F(TrainerTest, ResumeWithAnotherDataLayoutIsRefusedAndTheIndexNamesAKeptFile) {
+  TrainConfig a = config("a");
+  a.max_steps = 4;
+  a.save_iter = 1;
+  a.keep_checkpoints = 1;
+  Trainer(a).run();
+  EXPECT_EQ(list_checkpoint_steps(a.train_dir), (std::vector<int64_t>{4}));
+  EXPECT_EQ(*latest_checkpoint(a.train_dir), checkpoint_path(a.train_dir, 4));
+  TrainConfig b = a;
+  b.max_steps = 8;
+  b.batch_size = 64;
+  try {
+    Trainer t(b);
+    FAIL() << "a different --batch_size must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--batch_size 64 differs"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, AnErrorInOneMpiProcessEndsTheWholeJob) {
+  if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
+  // Only process 0 creates the train_dir, so only it fails; the other waits in a collective and must not
+  // keep the job alive.
+  std::string out;
+  const int rc = run("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
+                         " --benchmark_mode --net lenet --dataset fashion_mnist --num_nodes 1 --batch_size 32"
+                         " --max_steps 5 --threads 1 --train_dir /proc/no_such_dir/train",
+                     &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(rc, 124) << "the job hung instead of ending\n" << out;
+  EXPECT_NE(out.find("terngrad-train: error:"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tg

@@ -198,7 +198,11 @@ int main(int argc, char** argv) {
           int64_t max_steps = ec.max_steps;
           if (max_steps == 0) {
             auto it = reader.meta().flags.find("max_steps");
-            if (it != reader.meta().flags.end()) max_steps = std::stoll(it->second);
+            if (it != reader.meta().flags.end()) {
+              TG_CHECK(!it->second.empty() && it->second.find_first_not_of("0123456789") == std::string::npos,
+                       "{}: flag max_steps '{}' is not a number; pass --max_steps", *latest, it->second);
+              max_steps = std::stoll(it->second);
+            }
           }
           if (ec.run_once || (max_steps > 0 && step >= max_steps)) return 0;
         }

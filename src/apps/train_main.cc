@@ -19,7 +19,11 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop.store(true); }
+// First SIGINT/SIGTERM: finish the step, save, exit. A second one gets the default action (stops at once).
+extern "C" void on_signal(int sig) {
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);
+}
 
 void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& summary) {
   app.set_config("--config", "", "read flags from an INI/TOML file (the command line overrides it)");
@@ -119,11 +123,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Outside the try: when one process fails, its error is printed and the whole job aborted (MPI_Abort)
+  // before MPI would be finalized, which would wait for the other processes forever.
+  std::unique_ptr<tg::MpiEnvironment> mpi;
+  std::unique_ptr<tg::MpiCommunicator> comm;
   try {
     tg::setup_logging(log_level);
     if (summary) return print_summary(config);
-    std::unique_ptr<tg::MpiEnvironment> mpi;
-    std::unique_ptr<tg::MpiCommunicator> comm;
     if (tg::launched_by_mpi()) {
       mpi = std::make_unique<tg::MpiEnvironment>();
       if (mpi->world_size() > 1) comm = std::make_unique<tg::MpiCommunicator>();
@@ -142,6 +148,8 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "terngrad-train: error: %s\n", e.what());
+    std::fflush(stderr);
+    if (mpi && mpi->world_size() > 1) tg::MpiEnvironment::abort_all(1);
     return 1;
   }
 }

@@ -41,6 +41,11 @@ MpiEnvironment::MpiEnvironment() {
   }
 }
 
+void MpiEnvironment::abort_all(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this only satisfies [[noreturn]]
+}
+
 MpiEnvironment::~MpiEnvironment() {
   if (!owns_) return;
   int finalized = 0;

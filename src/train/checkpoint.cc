@@ -10,6 +10,9 @@
 #include <regex>
 #include <sstream>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "checkpoint.pb.h"
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/data/crc32c.h"
@@ -64,7 +67,13 @@ std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const
   const size_t upper = 16 + h.ByteSizeLong() + 4;
   const uint64_t data_offset = (upper + 63) / 64 * 64;
   h.set_data_offset(data_offset);
-  std::string header = h.SerializeAsString();
+  std::string header;
+  {  // deterministic: the flags map is written in key order, so equal checkpoints are equal bytes
+    google::protobuf::io::StringOutputStream raw(&header);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    coded.SetSerializationDeterministic(true);
+    TG_CHECK(h.SerializeToCodedStream(&coded), "{}: cannot serialize the checkpoint header", path);
+  }
   TG_CHECK(16 + header.size() + 4 <= data_offset, "checkpoint header layout error");
 
   AtomicFile f(path);
@@ -75,7 +84,8 @@ std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const
   uint32_t hcrc = crc32c(header.data(), header.size());
   f.write(&hcrc, 4);
   static const char zeros[64] = {};
-  f.write(zeros, data_offset - f.bytes_written());
+  while (f.bytes_written() < data_offset)
+    f.write(zeros, std::min<uint64_t>(sizeof zeros, data_offset - f.bytes_written()));
   for (const auto& nt : tensors) {
     f.write(nt.tensor.raw(), nt.tensor.bytes());
     size_t pad = (64 - nt.tensor.bytes() % 64) % 64;
@@ -118,8 +128,12 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   for (const auto& e : h.tensors()) {
     std::vector<int64_t> dims(e.shape().begin(), e.shape().end());
     Entry entry{Shape(dims), parse_dtype(e.dtype(), path), e.offset(), e.bytes(), e.crc32c()};
-    TG_CHECK(data_offset_ + entry.offset + entry.bytes <= file_size, "{}: tensor {} lies beyond the end of the file",
-             path, e.name());
+    TG_CHECK(entry.bytes == static_cast<uint64_t>(entry.shape.numel()) * dtype_size(entry.dtype),
+             "{}: tensor {} declares {} bytes for {}{} (corrupt header)", path, e.name(), entry.bytes,
+             dtype_name(entry.dtype), entry.shape.str());
+    TG_CHECK(entry.offset <= file_size && entry.bytes <= file_size &&
+                 data_offset_ + entry.offset + entry.bytes <= file_size,
+             "{}: tensor {} lies beyond the end of the file", path, e.name());
     table_[e.name()] = entry;
   }
 }

@@ -70,6 +70,11 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
            "--device '{}' is not one of cpu, cuda, cuda:<index>", device);
   TG_CHECK(device != "cpu" || num_gpus == 1, "--num_gpus {} needs --device cuda", num_gpus);
+  TG_CHECK(num_gpus == 1 || device == "cuda",
+           "--device {} names one GPU; with --num_gpus {} use --device cuda (GPUs 0..{})", device, num_gpus,
+           num_gpus - 1);
+  TG_CHECK(label_smoothing < 1.f, "--label_smoothing {} must be below 1 (negative: the network's default)",
+           label_smoothing);
 }
 
 ModelConfig TrainConfig::model_config() const {
@@ -95,6 +100,10 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["num_gpus"] = std::to_string(num_gpus);
   f["num_nodes"] = std::to_string(num_nodes);
   f["threads"] = std::to_string(threads);
+  f["num_processes"] = std::to_string(num_processes);
+  f["check_replicas_every"] = std::to_string(check_replicas_every);
+  f["skip_corrupt_records"] = skip_corrupt_records ? "true" : "false";
+  f["metrics_jsonl"] = metrics_jsonl;
   f["net"] = net;
   f["image_size"] = std::to_string(image_size);
   f["num_classes"] = std::to_string(num_classes);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
@@ -84,6 +85,9 @@ struct Trainer::Impl {
   void step(int64_t t, float lr);
   std::string save(int64_t steps_done);
   void check_replicas(int64_t steps_done);
+  uint32_t parameter_crc(Replica& r);
+  void verify_processes_agree();
+  bool stop_requested(const std::atomic<bool>* stop);
   void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
@@ -96,6 +100,7 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
     impl_->rank = process_comm->rank();
     impl_->num_processes = process_comm->size();
   }
+  impl_->cfg.num_processes = impl_->num_processes;
   impl_->cfg.resolve_defaults();
   impl_->cfg.validate(impl_->num_processes);
   impl_->build();
@@ -210,6 +215,16 @@ void Trainer::Impl::resume_or_initialize() {
              "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
              cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
              cfg.num_classes);
+    // The data cursor counts this process's batches: resuming is exact only with the same data layout.
+    const std::map<std::string, std::string> now = cfg.to_flags();
+    for (const char* key : {"batch_size", "num_nodes", "num_processes", "seed", "subset", "shuffle_buffer"}) {
+      auto was = m.flags.find(key);
+      if (was == m.flags.end()) continue;
+      TG_CHECK(was->second == now.at(key),
+               "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
+               "data the uninterrupted run sees; use the same value or another --train_dir",
+               key, now.at(key), was->second, cfg.train_dir);
+    }
     for (auto& r : replicas) {
       r.ema = std::make_unique<ExponentialMovingAverage>(*r.backend, std::vector<const Slab*>{&r.store->params(),
                                                                                              &r.store->state()},
@@ -241,6 +256,7 @@ void Trainer::Impl::resume_or_initialize() {
                                                          cfg.moving_average_decay);
     }
   }
+  verify_processes_agree();
   if (cfg.benchmark_mode) {
     source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank), data.num_classes, cursor);
   } else {
@@ -314,16 +330,43 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
   events.scalars(step, v);
 }
 
+uint32_t Trainer::Impl::parameter_crc(Replica& r) {
+  Slab& p = r.store->params();
+  Buffer host(host_allocator(), p.bytes());
+  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::U8, Device::cpu()),
+                  p.flat_bytes());
+  return crc32c(host.data(), p.bytes());
+}
+
+// Every process must start from the same step and parameters (a train_dir on a node-local disk, or a stale
+// network file system, would let one process resume and another start afresh).
+void Trainer::Impl::verify_processes_agree() {
+  if (!process_comm) return;
+  struct Start {
+    int64_t step;
+    uint32_t crc, pad;
+  } mine{start_step, parameter_crc(replicas[0]), 0};
+  std::vector<Start> all(static_cast<size_t>(num_processes));
+  process_comm->allgather(&mine, all.data(), sizeof(Start));
+  for (int p = 1; p < num_processes; ++p)
+    TG_CHECK(all[p].step == all[0].step && all[p].crc == all[0].crc,
+             "process {} starts at step {} with parameter digest {}, process 0 at step {} with {}: every process "
+             "must see the same --train_dir {} (a shared folder)",
+             p, all[p].step, digest_hex(all[p].crc), all[0].step, digest_hex(all[0].crc), cfg.train_dir);
+}
+
+// A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
+// each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
+bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
+  int32_t flag = stop && stop->load() ? 1 : 0;
+  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::Max);
+  return flag != 0;
+}
+
 // --check_replicas_every: every replica of every process must hold the same parameter bits.
 void Trainer::Impl::check_replicas(int64_t steps_done) {
   std::vector<uint32_t> local;
-  for (auto& r : replicas) {
-    Slab& p = r.store->params();
-    Buffer host(host_allocator(), p.bytes());
-    r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::U8, Device::cpu()),
-                    p.flat_bytes());
-    local.push_back(crc32c(host.data(), p.bytes()));
-  }
+  for (auto& r : replicas) local.push_back(parameter_crc(r));
   for (size_t i = 1; i < local.size(); ++i)
     TG_CHECK(local[i] == local[0], "replica check at step {}: replica {} has parameter digest {}, replica 0 {}",
              steps_done, i, digest_hex(local[i]), digest_hex(local[0]));
@@ -357,9 +400,9 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
 }
 
 std::string Trainer::Impl::save(int64_t steps_done) {
+  if (!is_chief()) return "";  // replicas are identical: process 0 writes
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors = host_snapshot(storage);
-  if (!is_chief()) return "";
   const DatasetInfo& data = dataset_info(cfg.dataset);
   CheckpointMeta meta;
   meta.model = cfg.net;
@@ -373,11 +416,14 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   const std::string path = checkpoint_path(cfg.train_dir, steps_done);
   const std::string digest = write_checkpoint(path, meta, tensors);
   if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
+  std::vector<int64_t> pruned;
   while (static_cast<int>(kept_steps.size()) > cfg.keep_checkpoints) {
-    fs::remove(checkpoint_path(cfg.train_dir, kept_steps.front()));
+    pruned.push_back(kept_steps.front());
     kept_steps.erase(kept_steps.begin());
   }
+  // The index first: a crash between the two leaves an index naming files that all exist.
   write_checkpoint_index(cfg.train_dir, kept_steps);
+  for (int64_t s : pruned) fs::remove(checkpoint_path(cfg.train_dir, s));
   spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
   return digest;
 }
@@ -409,7 +455,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   int64_t t = m.start_step;
   float loss = 0.f;
   for (; t < cfg.max_steps; ++t) {
-    if (stop && stop->load()) {
+    if (m.stop_requested(stop)) {
       result.interrupted = true;
       break;
     }
@@ -459,8 +505,11 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (!rates.empty()) {
     std::sort(rates.begin(), rates.end());
     result.median_examples_per_sec = rates[rates.size() / 2];
-  } else {
+  } else if (first_window_rate > 0) {
     result.median_examples_per_sec = first_window_rate;
+  } else if (t > m.start_step) {  // stopped before the first log line: the mean of what ran
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    result.median_examples_per_sec = double(cfg.batch_size) * double(t - m.start_step) / secs;
   }
   result.parameter_digest = m.last_digest;
   if (metrics)

@@ -29,6 +29,9 @@ class MpiEnvironment {
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
   int world_rank() const;
   int world_size() const;
+  // Ends every process of the job with `code` (MPI_Abort): what a failing process does so that the others,
+  // waiting in a collective, do not wait forever.
+  [[noreturn]] static void abort_all(int code);
 
  private:
   bool owns_ = false;

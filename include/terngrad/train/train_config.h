@@ -32,6 +32,7 @@ struct TrainConfig {
   int num_gpus = 1;
   int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
   int threads = 0;     // CPU threads (0: all)
+  int num_processes = 1;  // MPI processes training together (set by the trainer, recorded in checkpoints)
   // model
   std::string net = "lenet";
   int64_t image_size = 0;   // 0: the dataset's default
