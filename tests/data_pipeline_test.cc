@@ -225,6 +225,28 @@ TEST(InputPipeline, SameBatchesWhateverTheThreadCounts) {
     EXPECT_EQ(a[i].images, b[i].images) << "batch " << i;
   }
   EXPECT_NE(a[0].labels, a[1].labels);
+
+  // Resume: a pipeline told to skip the records batch k had consumed (records_end) continues with batch k+1,
+  // across epoch boundaries (30 records, 7 per batch) and through the shuffle buffer.
+  for (int k : {0, 4, 8}) {
+    PipelineOptions o;
+    o.data_dir = dir.string();
+    o.dataset = "cifar10";
+    o.batch_size = 7;
+    o.num_preprocess_threads = 2;
+    o.shuffle_buffer = 9;
+    o.seed = 5;
+    o.skip_records = a[k].records_end;
+    EXPECT_EQ(a[k].records_end, static_cast<uint64_t>(7 * (k + 1)));
+    InputPipeline p(o);
+    Batch resumed;
+    for (size_t i = k + 1; i < a.size(); ++i) {
+      ASSERT_TRUE(p.next(&resumed));
+      EXPECT_EQ(resumed.labels, a[i].labels) << "resumed after batch " << k << ", batch " << i;
+      EXPECT_EQ(resumed.images, a[i].images) << "resumed after batch " << k << ", batch " << i;
+      EXPECT_EQ(resumed.records_end, a[i].records_end);
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -208,12 +208,16 @@ struct InputPipeline::State {
   // Merges the readers' queues in file-order position, runs the shuffle buffer, numbers the records.
   void sequencer_loop() {
     try {
-      uint64_t seq = 0, draws = 0;
+      uint64_t seq = 0, draws = 0, dropped = 0;
       std::vector<RawRecord> buffer;
       const size_t cap = opt.train ? static_cast<size_t>(std::max(1, opt.shuffle_buffer)) : 1;
       if (cap > 1) buffer.reserve(cap);
       const PhiloxKey key = philox_key(opt.seed ^ (static_cast<uint64_t>(opt.worker_index) << 32), kStreamShuffle);
       auto emit = [&](RawRecord&& rec) {
+        if (dropped < opt.skip_records) {  // resume: already trained on; the shuffle draws above still ran
+          ++dropped;
+          return true;
+        }
         WorkItem item;
         item.seq = seq++;
         item.rec = std::move(rec);
@@ -316,6 +320,7 @@ struct InputPipeline::State {
       Batch batch = fresh_batch();
       for (;;) {
         Example ex;
+        uint64_t consumed = 0;  // sequence records consumed once this example is taken
         {
           std::unique_lock<std::mutex> lock(window_mu);
           Example* slot = &window[next_consume % window.size()];
@@ -323,7 +328,7 @@ struct InputPipeline::State {
           if (stop) return;
           ex = std::move(*slot);
           *slot = Example();
-          ++next_consume;
+          consumed = ++next_consume;
           window_cv.notify_all();
         }
         if (ex.end) {
@@ -335,6 +340,7 @@ struct InputPipeline::State {
           return;
         }
         if (ex.skipped) continue;
+        batch.records_end = opt.skip_records + consumed;
         std::copy(ex.image.begin(), ex.image.end(), batch.images.begin() + static_cast<size_t>(batch.count) * example_floats);
         batch.labels[batch.count] = ex.label;
         batch.epoch = ex.epoch;

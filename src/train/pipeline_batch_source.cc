@@ -1,7 +1,8 @@
 // BatchSource over the data layer's InputPipeline (train: endless, shuffled, augmented; eval: one ordered
-// pass). A resumed run re-creates the pipeline and discards the batches the checkpoint had consumed: the
-// pipeline is deterministic (Philox-keyed order and augmentation), so the batches that follow are exactly
-// those the uninterrupted run saw.
+// pass). The cursor is the pipeline's record position (Batch::records_end): a resumed run re-creates the
+// pipeline with skip_records = cursor, which drops those records after the shuffle buffer and before any
+// decoding. The record order and every augmentation draw are keyed by the seed and the record, so the
+// batches that follow are exactly those the uninterrupted run saw.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -25,22 +26,21 @@ void copy_batch(const Batch& b, const Tensor& images, const Tensor& labels, int6
 
 class PipelineBatchSource final : public BatchSource {
  public:
-  PipelineBatchSource(const PipelineOptions& o, uint64_t start_batch) : pipeline_(o), batches_(0) {
-    if (start_batch > 0) spdlog::info("input pipeline: skipping the {} batches already trained on", start_batch);
-    for (; batches_ < start_batch; ++batches_) pipeline_.next(&batch_);
+  PipelineBatchSource(const PipelineOptions& o) : pipeline_(o), cursor_(o.skip_records) {
+    if (cursor_ > 0) spdlog::info("input pipeline: resuming after the {} records already trained on", cursor_);
   }
   void next(const Tensor& images, const Tensor& labels) override {
     pipeline_.next(&batch_);
     copy_batch(batch_, images, labels, batch_.count);
-    ++batches_;
+    cursor_ = batch_.records_end;
   }
-  uint64_t batches() const override { return batches_; }
+  uint64_t cursor() const override { return cursor_; }
   uint64_t skipped_records() const override { return static_cast<uint64_t>(pipeline_.skipped_records()); }
 
  private:
   InputPipeline pipeline_;
   Batch batch_;
-  uint64_t batches_;
+  uint64_t cursor_;
 };
 
 class PipelineEvalSource final : public EvalBatchSource {
@@ -59,7 +59,7 @@ class PipelineEvalSource final : public EvalBatchSource {
 }  // namespace
 
 std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, int rank, int num_processes,
-                                                        int64_t batch, uint64_t start_batch) {
+                                                        int64_t batch, uint64_t cursor) {
   PipelineOptions o;
   o.data_dir = c.data_dir;
   o.subset = c.subset;
@@ -76,7 +76,8 @@ std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, in
   o.num_workers = num_processes;
   o.skip_corrupt_records = c.skip_corrupt_records;
   o.num_classes = static_cast<int>(c.num_classes);
-  return std::make_unique<PipelineBatchSource>(o, start_batch);
+  o.skip_records = cursor;
+  return std::make_unique<PipelineBatchSource>(o);
 }
 
 std::unique_ptr<EvalBatchSource> make_eval_batch_source(const PipelineOptions& options) {

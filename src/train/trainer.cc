@@ -411,7 +411,7 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   meta.channels = data.channels;
   meta.num_classes = cfg.num_classes;
   meta.step = steps_done;
-  meta.data_cursor = source->batches();
+  meta.data_cursor = source->cursor();
   meta.flags = cfg.to_flags();
   const std::string path = checkpoint_path(cfg.train_dir, steps_done);
   const std::string digest = write_checkpoint(path, meta, tensors);

@@ -58,12 +58,16 @@ struct PipelineOptions {
   bool skip_corrupt_records = false;
   int num_classes = 0;              // 0: dataset default (10, 10, 1001 with background 0)
   int64_t start_epoch = 0;          // first epoch (train: resume; changes file order and augmentation)
+  uint64_t skip_records = 0;        // train: drop the first records of the sequence before decoding (resume
+                                    // at Batch::records_end of the last batch trained on)
 };
 
 struct Batch {
   int batch_size = 0, image_size = 0, channels = 0;
   int count = 0;                 // valid rows (== batch_size except eval's last batch)
   int64_t epoch = 0;             // epoch of the last valid row
+  uint64_t records_end = 0;      // records of the sequence consumed up to this batch, skipped corrupt ones
+                                 // included: the position to resume from (PipelineOptions::skip_records)
   std::vector<float> images;     // (batch_size, image_size, image_size, channels), NHWC
   std::vector<int32_t> labels;   // (batch_size); -1 in rows past count
 };

@@ -15,18 +15,20 @@ class BatchSource {
   virtual ~BatchSource() = default;
   // Fills images (B, S, S, C) f32 and labels (B) i32 on the host with the next training batch.
   virtual void next(const Tensor& images, const Tensor& labels) = 0;
-  // Batches handed out so far (the data cursor stored in checkpoints).
-  virtual uint64_t batches() const = 0;
+  // Where the next batch starts, stored in checkpoints as the data cursor: records of the input sequence
+  // consumed (pipeline) or batches handed out (synthetic). A source created at this cursor continues with
+  // exactly the batches the uninterrupted run saw.
+  virtual uint64_t cursor() const = 0;
   virtual uint64_t skipped_records() const { return 0; }
 };
 
 // Constant 0.5 images; labels from Philox keyed by (seed, batch index), so a resumed run sees the same ones.
 class SyntheticBatchSource final : public BatchSource {
  public:
-  SyntheticBatchSource(uint64_t seed, int64_t num_classes, uint64_t start_batch = 0)
-      : seed_(seed), num_classes_(num_classes), batches_(start_batch) {}
+  SyntheticBatchSource(uint64_t seed, int64_t num_classes, uint64_t cursor = 0)
+      : seed_(seed), num_classes_(num_classes), batches_(cursor) {}
   void next(const Tensor& images, const Tensor& labels) override;
-  uint64_t batches() const override { return batches_; }
+  uint64_t cursor() const override { return batches_; }
 
  private:
   uint64_t seed_;
@@ -36,10 +38,10 @@ class SyntheticBatchSource final : public BatchSource {
 
 struct TrainConfig;
 struct PipelineOptions;
-// The training pipeline over `<data_dir>/<subset>-*` for process `rank` of `num_processes`, positioned
-// after `start_batch` batches of `batch` examples (a resumed run continues where the checkpoint left off).
+// The training pipeline over `<data_dir>/<subset>-*` for process `rank` of `num_processes`, batches of
+// `batch` examples, starting at `cursor` (a resumed run continues where the checkpoint left off).
 std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& config, int rank, int num_processes,
-                                                        int64_t batch, uint64_t start_batch);
+                                                        int64_t batch, uint64_t cursor);
 
 // Eval input: one pass over `<data_dir>/<subset>-*` in order, every record exactly once. next() fills up to
 // `batch` rows and returns how many are valid (rows past it are zero images, label 0); 0 at the end.
