@@ -70,15 +70,9 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter*
   tg::ParameterStore store(net.param_specs(), net.state_specs(), *be);
   net.bind(store);
   auto load = [&](const std::string& prefix, tg::Slab& slab) {
-    for (int i = 0; i < slab.size(); ++i) {
-      const auto& e = slab.entry(i);
-      const std::string ema_name = tg::ExponentialMovingAverage::shadow_name(e.name);
-      const std::string name = ec.restore_avg_var ? "ema/" + ema_name : prefix + e.name;
-      tg::Buffer host(tg::host_allocator(), static_cast<size_t>(e.shape.numel()) * tg::dtype_size(e.dtype));
-      tg::Tensor h(host.data(), e.shape, e.dtype, tg::Device::cpu());
-      reader.read(name, h);
-      be->copy(slab.view(i), h);
-    }
+    tg::read_slab(reader, *be, slab, [&](const std::string& name) {
+      return ec.restore_avg_var ? "ema/" + tg::ExponentialMovingAverage::shadow_name(name) : prefix + name;
+    });
   };
   load("params/", store.params());
   load("state/", store.state());

@@ -1,6 +1,8 @@
 // GradientCodec: fused encode/decode of a worker's gradient per the CompressionPolicy (host tensors).
 #include "terngrad/compress/gradient_codec.h"
 
+#include <functional>
+
 #include <cmath>
 
 #include "terngrad/compress/ternary_codec.h"
@@ -98,32 +100,31 @@ void GradientCodec::unpack_codes(const uint8_t* packed, int8_t* codes) const {
   ternary_unpack_cpu(packed, 4 * policy_.packed_bytes(), codes);
 }
 
-void GradientCodec::decode_ternary_sums(const int8_t* code_sums, const std::vector<float>& scalers, int num_workers,
-                                        const std::vector<Tensor>& grads) const {
+void GradientCodec::for_each_ternary(const std::vector<float>& scalers, int num_workers,
+                                     const std::vector<Tensor>& grads,
+                                     const std::function<void(const TensorCodingPlan&, float, float*)>& decode) const {
   check_grads(grads);
   TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
   TG_CHECK(static_cast<int>(scalers.size()) == policy_.num_ternary(), "gradient codec: got {} scalers, expected {}",
            scalers.size(), policy_.num_ternary());
   for (size_t i = 0; i < grads.size(); ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
-    ternary_decode_sums_cpu(code_sums + 4 * t.offset, t.numel, scalers[t.scaler_index], num_workers,
-                            grads[i].data<float>());
+    if (t.coding == GradCoding::Ternary) decode(t, scalers[t.scaler_index], grads[i].data<float>());
   }
+}
+
+void GradientCodec::decode_ternary_sums(const int8_t* code_sums, const std::vector<float>& scalers, int num_workers,
+                                        const std::vector<Tensor>& grads) const {
+  for_each_ternary(scalers, num_workers, grads, [&](const TensorCodingPlan& t, float s, float* g) {
+    ternary_decode_sums_cpu(code_sums + 4 * t.offset, t.numel, s, num_workers, g);
+  });
 }
 
 void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, const std::vector<float>& scalers, int num_workers,
                                             const std::vector<Tensor>& grads) const {
-  check_grads(grads);
-  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
-  TG_CHECK(static_cast<int>(scalers.size()) == policy_.num_ternary(), "gradient codec: got {} scalers, expected {}",
-           scalers.size(), policy_.num_ternary());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
-    ternary_decode_gathered_cpu(gathered + t.offset, policy_.packed_bytes(), num_workers, t.numel,
-                                scalers[t.scaler_index], grads[i].data<float>());
-  }
+  for_each_ternary(scalers, num_workers, grads, [&](const TensorCodingPlan& t, float s, float* g) {
+    ternary_decode_gathered_cpu(gathered + t.offset, policy_.packed_bytes(), num_workers, t.numel, s, g);
+  });
 }
 
 void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, const std::vector<Tensor>& grads) const {

@@ -14,6 +14,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "checkpoint.pb.h"
+#include "terngrad/backend/backend.h"
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/data/crc32c.h"
 
@@ -162,6 +163,20 @@ void CheckpointReader::read(const std::string& name, const Tensor& dst) const {
   in.read(static_cast<char*>(dst.raw()), static_cast<std::streamsize>(e.bytes));
   TG_CHECK(in.good(), "{}: truncated data of tensor '{}'", path_, name);
   TG_CHECK(crc32c(dst.raw(), e.bytes) == e.crc, "{}: checksum mismatch in tensor '{}' (corrupt file)", path_, name);
+}
+
+void read_slab(const CheckpointReader& reader, Backend& backend, const Slab& slab,
+               const std::function<std::string(const std::string&)>& name_of) {
+  size_t largest = 0;
+  for (const auto& e : slab.entries())
+    largest = std::max(largest, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+  Buffer host(host_allocator(), largest);
+  for (int i = 0; i < slab.size(); ++i) {
+    const auto& e = slab.entry(i);
+    Tensor h(host.data(), e.shape, e.dtype, Device::cpu());
+    reader.read(name_of(e.name), h);
+    backend.copy(slab.view(i), h);
+  }
 }
 
 std::string checkpoint_path(const std::string& train_dir, int64_t step) {

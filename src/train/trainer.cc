@@ -230,13 +230,7 @@ void Trainer::Impl::resume_or_initialize() {
                                                                                              &r.store->state()},
                                                          cfg.moving_average_decay);
       auto load_slab = [&](const std::string& prefix, Slab& slab) {
-        for (int i = 0; i < slab.size(); ++i) {
-          const auto& e = slab.entry(i);
-          Buffer host(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
-          Tensor h(host.data(), e.shape, e.dtype, Device::cpu());
-          reader.read(prefix + e.name, h);
-          r.backend->copy(slab.view(i), h);
-        }
+        read_slab(reader, *r.backend, slab, [&](const std::string& name) { return prefix + name; });
       };
       load_slab("params/", r.store->params());
       load_slab("state/", r.store->state());

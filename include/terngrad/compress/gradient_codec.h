@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "terngrad/compress/compression_policy.h"
@@ -61,6 +62,10 @@ class GradientCodec {
 
  private:
   void check_grads(const std::vector<Tensor>& grads) const;
+  // Checks the arguments of a ternary decode, then calls decode(plan, shared scaler, gradient data) for every
+  // ternary tensor.
+  void for_each_ternary(const std::vector<float>& scalers, int num_workers, const std::vector<Tensor>& grads,
+                        const std::function<void(const TensorCodingPlan&, float, float*)>& decode) const;
 
   CompressionPolicy policy_;
   uint64_t seed_;

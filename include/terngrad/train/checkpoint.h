@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "terngrad/core/slab.h"
 #include "terngrad/core/tensor.h"
 
 namespace tg {
@@ -57,6 +59,12 @@ class CheckpointReader {
   uint64_t data_offset_ = 0;
   std::map<std::string, Entry> table_;
 };
+
+class Backend;
+// Fills every tensor of `slab` (on backend's device) from the checkpoint tensor named name_of(entry name),
+// staged through one host buffer; shapes, dtypes and checksums are checked by read().
+void read_slab(const CheckpointReader& reader, Backend& backend, const Slab& slab,
+               const std::function<std::string(const std::string&)>& name_of);
 
 std::string checkpoint_path(const std::string& train_dir, int64_t step);  // train_dir/model.ckpt-<step>
 // Updates train_dir/checkpoint to name `step` as the latest (and lists the kept ones), atomically.
