@@ -31,7 +31,7 @@ constexpr int64_t kGrain = 16384;  // elements per chunk below which loops run o
 
 CpuBackend::CpuBackend(int threads)
     : threads_(resolve_threads(threads)), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-  omp_set_num_threads(threads_);  // oneDNN's runtime on Debian is OpenMP
+  set_compute_threads(threads_);  // oneDNN's runtime on Debian is OpenMP: one team for everything
 }
 
 OpKey::OpKey(CpuOp o, std::initializer_list<int64_t> values) : op(o), size(static_cast<int32_t>(values.size())) {

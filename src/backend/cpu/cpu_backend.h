@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "terngrad/backend/backend.h"
+#include "terngrad/core/parallel.h"
 
 namespace tg {
 
@@ -145,20 +146,9 @@ class CpuBackend final : public Backend {
   size_t cache_size() const { return cache_.size(); }
 
  private:
-  // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ OpenMP threads, no chunk shorter
-  // than `grain` (short ranges run on the caller alone). fn must not throw.
+  // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ compute threads (core/parallel.h).
   template <typename Fn> void parallel_for(int64_t n, const Fn& fn, int64_t grain) {
-    const int64_t chunks = std::min<int64_t>(threads_, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
-    if (chunks <= 1) {
-      if (n > 0) fn(int64_t{0}, n);
-      return;
-    }
-#pragma omp parallel num_threads(static_cast<int>(chunks))
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-      if (begin < end) fn(begin, end);
-    }
+    tg::parallel_for(n, grain, fn, threads_);
   }
 
   int threads_;
