@@ -12,8 +12,11 @@ namespace tg::cuda_kernels {
 namespace {
 
 __global__ void optimizer_update_kernel(OptimizerStep step, float* w, const float* g, float* s1, float* s2,
-                                        int64_t n) {
-  TG_GRID_STRIDE_LOOP(i, n) optimizer_update_one(step, w[i], g[i], s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr);
+                                        float* ema, int64_t n) {
+  TG_GRID_STRIDE_LOOP(i, n) {
+    optimizer_update_one(step, w[i], g[i], s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr);
+    if (ema) ema_update_one(ema[i], w[i], step.ema_decay);
+  }
 }
 
 __global__ void ema_update_kernel(float decay, const float* w, float* ema, int64_t n) {
@@ -22,10 +25,10 @@ __global__ void ema_update_kernel(float decay, const float* w, float* ema, int64
 
 }  // namespace
 
-void optimizer_update_f32(const OptimizerStep& step, float* w, const float* g, float* s1, float* s2, int64_t n,
-                          cudaStream_t stream) {
+void optimizer_update_f32(const OptimizerStep& step, float* w, const float* g, float* s1, float* s2, float* ema,
+                          int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  optimizer_update_kernel<<<grid_for(n), kThreads, 0, stream>>>(step, w, g, s1, s2, n);
+  optimizer_update_kernel<<<grid_for(n), kThreads, 0, stream>>>(step, w, g, s1, s2, ema, n);
   TG_CUDA_CHECK_LAUNCH();
 }
 

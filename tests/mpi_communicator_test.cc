@@ -19,8 +19,6 @@
 #include <vector>
 
 #include "terngrad/comm/gradient_exchange.h"
-#include "terngrad/comm/hierarchical_communicator.h"
-#include "terngrad/comm/local_communicator.h"
 #include "terngrad/core/error.h"
 
 namespace tg {
@@ -145,12 +143,17 @@ TEST(MpiCommunicator, FailedCallNamesIt) {
   EXPECT_THROW(c.allreduce(&x, 1, DType::F32, ReduceOp::Sum, Device::cuda(0)), Error);
 }
 
-// Both ranks build the same deterministic workload; each contributes its own worker's gradient. The MPI
-// result must equal, bit for bit, two in-process workers exchanging through a LocalGroup.
+// Two processes x L local workers (global index = process * L + local). Both ranks build the same deterministic
+// workload; each process contributes its L workers' gradients. For every coding, both exchange modes, serial
+// and overlapped (several buckets, tensors reported ready one by one as backward would):
+// - ternary tensors equal, bit for bit, one process exchanging all workers' gradients alone (integer code
+//   sums do not depend on the grouping);
+// - fp32/fp16 tensors are sums formed inside each process (worker order), then across the processes: with one
+//   worker per process that is the single-process sum; with three it is (w0+w1+w2)+(w3+w4+w5), checked
+//   against that grouping explicitly (float addition is not associative).
 TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
   TG_RUN_ON_MPI_RANKS();
   MpiCommunicator c;
-  const int N = c.size();
   const std::vector<ParamInfo> params = {
       {"conv1/weights", 75}, {"conv1/biases", 3}, {"fc/weights", 1000}, {"logits/weights", 20}, {"logits/biases", 2}};
   auto make_grads = [&](int w) {
@@ -169,68 +172,99 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
     for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
     return v;
   };
-  for (int bits : {1, 16, 32}) {
-    for (ExchangeMode mode : {ExchangeMode::Allgather2, ExchangeMode::Allreduce8}) {
-      CompressionFlags f;
-      f.grad_bits = bits;
-      f.clip_factor = 2.5f;
-      f.size_to_binarize = 4;
-      const CompressionPolicy pol(f, params);
-      const uint32_t step = 5;
-      auto mine = make_grads(c.rank());
-      GradientExchange ex(pol, c, mode, 99);
-      ExchangeStats st = ex.run(views(mine), step);
-      // The single-process computation of the same step.
-      std::vector<std::vector<std::vector<float>>> local(N);
-      for (int w = 0; w < N; ++w) local[w] = make_grads(w);
-      LocalGroup group(N);
-      std::vector<ExchangeStats> lst(N);
-      group.run_all([&](LocalCommunicator& lc) {
-        GradientExchange lex(pol, lc, mode, 99);
-        lst[lc.rank()] = lex.run(views(local[lc.rank()]), step);
-      });
-      for (size_t t = 0; t < params.size(); ++t)
-        ASSERT_EQ(mine[t], local[c.rank()][t])
-            << "grad_bits " << bits << " mode " << exchange_mode_name(mode) << " tensor " << params[t].name;
-      EXPECT_EQ(st.payload_bytes, lst[0].payload_bytes);
-      EXPECT_EQ(st.moved_bytes, lst[0].moved_bytes);
+  for (int local : {1, 3}) {
+    const int N = c.size() * local;
+    for (int bits : {1, 16, 32}) {
+      for (ExchangeMode mode : {ExchangeMode::Allgather2, ExchangeMode::Allreduce8}) {
+        for (bool overlap : {false, true}) {
+          CompressionFlags f;
+          f.grad_bits = bits;
+          f.clip_factor = 2.5f;
+          f.size_to_binarize = 4;
+          const CompressionPolicy pol(f, params);
+          const uint32_t step = 5;
+          ExchangeOptions o;
+          o.mode = mode;
+          o.seed = 99;
+          o.overlap = overlap;
+          o.bucket_mb = 1.0 / 1024;  // 1 KiB of fp32 gradient: several buckets
+          std::vector<std::vector<std::vector<float>>> mine(local);
+          std::vector<std::vector<Tensor>> mine_views;
+          for (int l = 0; l < local; ++l) mine[l] = make_grads(c.rank() * local + l);
+          for (int l = 0; l < local; ++l) mine_views.push_back(views(mine[l]));
+          GradientExchange ex(pol, mine_views, {0}, &c, o);
+          ASSERT_EQ(ex.num_workers(), N);
+          ASSERT_EQ(ex.overlapped(), overlap);
+          if (overlap) ASSERT_EQ(ex.num_buckets(), 2);  // {conv1}, {fc, logits}
+          ex.begin(step);
+          for (int first = pol.num_tensors(); first >= 0; --first) {  // as backward reports them
+            ex.tensors_ready(first);
+            ex.progress();
+          }
+          const ExchangeStats st = ex.finish();
+          // The single-process computation of the same step.
+          std::vector<std::vector<std::vector<float>>> all(N);
+          std::vector<std::vector<Tensor>> all_views;
+          for (int w = 0; w < N; ++w) all[w] = make_grads(w);
+          for (int w = 0; w < N; ++w) all_views.push_back(views(all[w]));
+          o.overlap = false;
+          GradientExchange alone(pol, all_views, {0}, nullptr, o);
+          const ExchangeStats ast = alone.run(step);
+          const std::string what = fmt::format("{} local, grad_bits {}, {}, {}", local, bits,
+                                               exchange_mode_name(mode), overlap ? "overlapped" : "serial");
+          for (size_t t = 0; t < params.size(); ++t) {
+            const GradCoding coding = pol.tensors()[t].coding;
+            if (coding == GradCoding::Ternary || local == 1) {
+              ASSERT_EQ(mine[0][t], all[0][t]) << what << ", tensor " << params[t].name;
+              continue;
+            }
+            for (size_t i = 0; i < mine[0][t].size(); ++i) {  // grouped sums, as the two processes form them
+              float part[2] = {0.f, 0.f};
+              for (int p = 0; p < 2; ++p)
+                for (int l = 0; l < local; ++l) {
+                  const float g = make_grads(p * local + l)[t][i];
+                  part[p] += coding == GradCoding::F16 ? half_to_float(float_to_half(g)) : g;
+                }
+              float expected = part[0] + part[1];
+              if (coding == GradCoding::F16)
+                expected = half_to_float(float_to_half(half_to_float(float_to_half(part[0])) +
+                                                       half_to_float(float_to_half(part[1]))));
+              ASSERT_EQ(mine[0][t][i], expected / N) << what << ", tensor " << params[t].name << " element " << i;
+            }
+          }
+          EXPECT_EQ(st.payload_bytes, ast.payload_bytes) << what;
+          EXPECT_EQ(st.moved_bytes, ast.moved_bytes) << what;
+          EXPECT_GT(st.process_wire_bytes, 0u) << what;
+        }
+      }
     }
   }
 }
 
-// Two processes x three worker threads = one communicator of 6 ranks (rank = process * 3 + worker).
-TEST(HierarchicalCommunicator, SixRanksAcrossTwoProcesses) {
+// A non-finite gradient on one process stops every process with the same error, in the overlapped path too
+// (none is left waiting in a collective).
+TEST(MpiGradientExchange, NonFiniteGradientStopsEveryProcess) {
   TG_RUN_ON_MPI_RANKS();
-  MpiCommunicator processes;
-  constexpr int kLocal = 3;
-  LocalGroup group(kLocal);
-  std::vector<std::string> failures(kLocal);
-  group.run_all([&](LocalCommunicator& local) {
-    HierarchicalCommunicator c(local, processes);
-    const int r = c.rank(), n = c.size();
-    auto fail = [&](const std::string& what) { failures[local.rank()] += what + "; "; };
-    if (n != kRanks * kLocal || r != processes.rank() * kLocal + local.rank()) fail("rank/size");
-    std::vector<float> v = {float(r + 1), float(-r)};
-    c.allreduce(v.data(), 2, DType::F32, ReduceOp::Sum);
-    if (v[0] != n * (n + 1) / 2.f || v[1] != -(n * (n - 1) / 2.f)) fail("allreduce sum");
-    std::vector<int8_t> codes = {int8_t(r % 2 ? 1 : -1)};
-    c.allreduce(codes.data(), 1, DType::I8, ReduceOp::Sum);
-    if (codes[0] != 0) fail("allreduce int8");
-    float m = float(r * 10);
-    c.allreduce(&m, 1, DType::F32, ReduceOp::Max);
-    if (m != float((n - 1) * 10)) fail("allreduce max");
-    int32_t mine = 100 + r;
-    std::vector<int32_t> all(n, -1);
-    c.allgather(&mine, all.data(), sizeof(int32_t));
-    for (int k = 0; k < n; ++k)
-      if (all[k] != 100 + k) fail("allgather order");
-    int32_t b = r == 4 ? 77 : 0;  // root 4 = process 1, worker 1
-    c.broadcast(&b, sizeof b, 4);
-    if (b != 77) fail("broadcast");
-    c.barrier();
-    if (c.stats().calls != 6) fail("byte counters count the calls");
-  });
-  for (int w = 0; w < kLocal; ++w) EXPECT_EQ(failures[w], "") << "worker " << w;
+  MpiCommunicator c;
+  const std::vector<ParamInfo> params = {{"conv1/weights", 300}, {"fc/weights", 500}, {"logits/weights", 20}};
+  CompressionFlags f;
+  f.grad_bits = 1;
+  const CompressionPolicy pol(f, params);
+  std::vector<std::vector<float>> g;
+  for (auto& p : params) g.emplace_back(p.numel, 0.01f * (c.rank() + 1));
+  if (c.rank() == 1) g[0][7] = std::numeric_limits<float>::infinity();
+  std::vector<Tensor> v;
+  for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
+  ExchangeOptions o;
+  o.bucket_mb = 1.0 / 1024;
+  GradientExchange ex(pol, {v}, {0}, &c, o);
+  try {
+    ex.run(11);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv1/weights"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step 11"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -72,12 +72,18 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
       ->capture_default_str();
   app.add_flag("--quantize_logits", c.quantize_logits, "also ternarize the logits layer (--quantize_logits=true)");
   app.add_option("--exchange", c.exchange, "auto | allgather2 | allreduce8")->capture_default_str();
+  app.add_option("--overlap", c.overlap, "exchange gradient buckets while backward runs (--overlap=false: after)")
+      ->capture_default_str();
+  app.add_option("--bucket_mb", c.bucket_mb, "MiB of fp32 gradient per exchanged bucket")->capture_default_str();
   app.add_option("--seed", c.seed, "seed of initialisation, ternarization, dropout, augmentation")
       ->capture_default_str();
   app.add_option("--save_iter", c.save_iter, "checkpoint every N steps (and at the end)")->capture_default_str();
   app.add_option("--keep_checkpoints", c.keep_checkpoints, "checkpoints kept")->capture_default_str();
   app.add_option("--log_every", c.log_every, "log line every N steps")->capture_default_str();
   app.add_option("--metrics_jsonl", c.metrics_jsonl, "append one JSON object per logged step and a summary");
+  app.add_option("--timeline", c.timeline, "write a Chrome trace (Perfetto, chrome://tracing) of --timeline_steps");
+  app.add_option("--timeline_steps", c.timeline_steps, "steps traced by --timeline: A-B or A (1-based)")
+      ->capture_default_str();
   app.add_flag("--benchmark_mode", c.benchmark_mode, "synthetic input (0.5 images, random labels)");
   app.add_option("--check_replicas_every", c.check_replicas_every, "(debug) compare replica checksums every N steps")
       ->capture_default_str();

@@ -1,10 +1,16 @@
-// GradientExchange: scalers, codes and the fp32/fp16 remainder of one step over a Communicator.
+// GradientExchange: buckets, their stages (scalers, share, encode, exchange, decode) and the order in which
+// the compute thread and the communication thread move them along.
 #include "terngrad/comm/gradient_exchange.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "terngrad/comm/communication_thread.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/parallel.h"
+#include "terngrad/core/timeline.h"
 
 namespace tg {
 
@@ -32,58 +38,371 @@ ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers) {
   return num_workers < 8 ? ExchangeMode::Allgather2 : ExchangeMode::Allreduce8;
 }
 
-GradientExchange::GradientExchange(const CompressionPolicy& policy, Communicator& comm, ExchangeMode mode,
-                                   uint64_t seed, ThreadPool* pool)
-    : codec_(policy, seed, pool), comm_(comm), mode_(resolve_exchange_mode(mode, comm.size())) {
+namespace {
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+GradientExchange::GradientExchange(const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
+                                   std::vector<int> targets, Communicator* processes, const ExchangeOptions& options,
+                                   Timeline* timeline)
+    : codec_(policy, options.seed),
+      grads_(std::move(worker_grads)),
+      targets_(std::move(targets)),
+      processes_(processes),
+      timeline_(timeline) {
+  TG_CHECK(!grads_.empty(), "gradient exchange: no local workers");
+  for (const auto& g : grads_) codec_.check_grads(g);
+  for (const auto& g : grads_) grad_ptrs_.push_back(&g);
+  TG_CHECK(!targets_.empty(), "gradient exchange: no target worker for the average");
+  for (int t : targets_)
+    TG_CHECK(t >= 0 && t < static_cast<int>(grads_.size()), "gradient exchange: target worker {} outside [0, {})", t,
+             grads_.size());
+  TG_CHECK(std::isfinite(options.bucket_mb) && options.bucket_mb > 0,
+           "--bucket_mb must be a positive number of MiB, got {}", options.bucket_mb);
+  if (processes_ && processes_->size() > 1) {
+    num_processes_ = processes_->size();
+    process_rank_ = processes_->rank();
+  } else {
+    processes_ = nullptr;
+  }
+  local_ = static_cast<int>(grads_.size());
+  num_workers_ = num_processes_ * local_;
+  mode_ = resolve_exchange_mode(options.mode, num_workers_);
   if (mode_ == ExchangeMode::Allreduce8 && policy.num_ternary() > 0)
-    TG_CHECK(comm.size() <= 127,
-             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2", comm.size());
-  codec_.allocate(encoded_);
+    TG_CHECK(num_workers_ <= 127,
+             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2", num_workers_);
+
+  const bool overlap = options.overlap && processes_ != nullptr;
+  plan_buckets(options.bucket_mb, !overlap);
+  allocate_buffers();
+  local_scalers_.assign(static_cast<size_t>(local_) * policy.num_ternary(), 0.f);
+  shared_scalers_.assign(policy.num_ternary(), 0.f);
+  zero_codes_.assign(policy.num_ternary(), 0);
+  if (overlap) comm_thread_ = std::make_unique<CommunicationThread>(2 * num_buckets());
+  if (timeline_) {
+    exchange_track_ = timeline_->add_track(fmt::format("exchange (process {})", process_rank_));
+    if (overlap) comm_track_ = timeline_->add_track(fmt::format("communication (process {})", process_rank_));
+  }
+
+  // The byte model of a step, per worker over all N workers (communicator.h), one collective per fused buffer.
+  const int n = num_workers_;
+  ExchangeStats& s = step_stats_;
+  auto allreduce = [&](uint64_t bytes) {
+    s.payload_bytes += bytes;
+    s.moved_bytes += Communicator::allreduce_moved_bytes(bytes, n);
+  };
+  if (policy.num_ternary() > 0) {
+    allreduce(4ull * policy.num_ternary());
+    if (mode_ == ExchangeMode::Allgather2) {
+      s.payload_bytes += policy.packed_bytes();
+      s.moved_bytes += Communicator::allgather_moved_bytes(policy.packed_bytes(), n);
+    } else {
+      allreduce(4ull * policy.packed_bytes());
+    }
+  }
+  if (policy.f16_elements() > 0) allreduce(2ull * policy.f16_elements());
+  if (policy.f32_elements() > 0) allreduce(4ull * policy.f32_elements());
+  s.fp32_payload_bytes = 4ull * policy.total_elements();
+  s.fp32_moved_bytes = Communicator::allreduce_moved_bytes(s.fp32_payload_bytes, n);
 }
 
-ExchangeStats GradientExchange::run(const std::vector<Tensor>& grads, uint32_t step) {
-  const CompressionPolicy& policy = codec_.policy();
-  const int n = comm_.size();
-  const CommStats before = comm_.stats();
+GradientExchange::~GradientExchange() = default;
 
-  if (policy.num_ternary() > 0) {
-    // Scaler sharing. A non-finite local scaler becomes +inf so the MAX carries it to every worker and
-    // all of them stop with the same error (none is left waiting in the next collective).
-    std::vector<float> scalers = codec_.local_scalers(grads);
-    for (float& s : scalers)
-      if (!std::isfinite(s)) s = std::numeric_limits<float>::infinity();
-    comm_.allreduce(scalers.data(), static_cast<int64_t>(scalers.size()), DType::F32, ReduceOp::Max);
-    codec_.encode(grads, scalers, step, static_cast<uint32_t>(comm_.rank()), encoded_);
-    const int64_t packed = policy.packed_bytes();
-    if (mode_ == ExchangeMode::Allgather2) {
-      gathered_.resize(static_cast<size_t>(packed) * n);
-      comm_.allgather(encoded_.packed.data(), gathered_.data(), static_cast<size_t>(packed));
-      codec_.decode_ternary_gathered(gathered_.data(), encoded_.scalers, n, grads);
-    } else {
-      code_sums_.resize(static_cast<size_t>(4 * packed));
-      codec_.unpack_codes(encoded_.packed.data(), code_sums_.data());
-      comm_.allreduce(code_sums_.data(), 4 * packed, DType::I8, ReduceOp::Sum);
-      codec_.decode_ternary_sums(code_sums_.data(), encoded_.scalers, n, grads);
+// Buckets in backward order: from the last tensor down, a bucket closes once it holds bucket_mb MiB of fp32
+// gradient (the tensor that crosses the limit included, as DDP's buckets).
+void GradientExchange::plan_buckets(double bucket_mb, bool one_bucket) {
+  const int T = codec_.policy().num_tensors();
+  const double limit = one_bucket ? std::numeric_limits<double>::infinity() : bucket_mb * 1024.0 * 1024.0;
+  int end = T;
+  double bytes = 0;
+  for (int i = T - 1; i >= 0; --i) {
+    bytes += 4.0 * static_cast<double>(codec_.policy().tensors()[i].numel);
+    if (bytes >= limit || i == 0) {
+      Bucket b;
+      b.range = {i, end};
+      b.layout = codec_.layout(b.range);
+      buckets_.push_back(b);
+      end = i;
+      bytes = 0;
     }
-  } else {
-    codec_.encode(grads, {}, step, static_cast<uint32_t>(comm_.rank()), encoded_);
   }
-  if (policy.f16_elements() > 0) {
-    comm_.allreduce(encoded_.f16.data(), policy.f16_elements(), DType::F16, ReduceOp::Sum);
-    codec_.decode_f16_sum(encoded_.f16.data(), n, grads);
+  if (T == 0) {
+    Bucket b;
+    b.layout = codec_.layout(b.range);
+    buckets_.push_back(b);
   }
-  if (policy.f32_elements() > 0) {
-    comm_.allreduce(encoded_.f32.data(), policy.f32_elements(), DType::F32, ReduceOp::Sum);
-    codec_.decode_f32_sum(encoded_.f32.data(), n, grads);
-  }
+}
 
-  const CommStats& after = comm_.stats();
-  ExchangeStats st;
-  st.payload_bytes = after.payload_bytes - before.payload_bytes;
-  st.moved_bytes = after.moved_bytes - before.moved_bytes;
-  st.fp32_payload_bytes = 4 * static_cast<uint64_t>(policy.total_elements());
-  st.fp32_moved_bytes = Communicator::allreduce_moved_bytes(st.fp32_payload_bytes, n);
+void GradientExchange::allocate_buffers() {
+  size_t total = 0;
+  auto reserve = [&](size_t bytes) {
+    const size_t at = total;
+    total += align_up(bytes);
+    return at;
+  };
+  struct Offsets {
+    size_t local, gathered, sums, f16, f32;
+  };
+  std::vector<Offsets> off;
+  const bool gather = mode_ == ExchangeMode::Allgather2 && num_processes_ > 1;
+  const bool sums = mode_ == ExchangeMode::Allreduce8;
+  for (const Bucket& b : buckets_) {
+    const size_t pb = static_cast<size_t>(b.layout.packed_bytes());
+    Offsets o{};
+    o.local = reserve(static_cast<size_t>(local_) * pb);
+    o.gathered = gather ? reserve(static_cast<size_t>(num_workers_) * pb) : 0;
+    o.sums = sums ? reserve(4 * pb) : 0;
+    o.f16 = reserve(2 * static_cast<size_t>(b.layout.f16_elements()));
+    o.f32 = reserve(4 * static_cast<size_t>(b.layout.f32_elements()));
+    off.push_back(o);
+  }
+  storage_ = Buffer(host_allocator(), std::max<size_t>(total, kAlign));
+  std::memset(storage_.data(), 0, storage_.bytes());  // first touch now, not inside a step
+  char* base = static_cast<char*>(storage_.data());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    b.local_codes = reinterpret_cast<uint8_t*>(base + off[i].local);
+    b.gathered = gather ? reinterpret_cast<uint8_t*>(base + off[i].gathered) : nullptr;
+    b.code_sums = sums ? reinterpret_cast<int8_t*>(base + off[i].sums) : nullptr;
+    b.f16 = reinterpret_cast<half_bits*>(base + off[i].f16);
+    b.f32 = reinterpret_cast<float*>(base + off[i].f32);
+  }
+}
+
+template <typename Fn> void GradientExchange::timed(Phase phase, const char* name, int64_t arg, Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const auto t1 = std::chrono::steady_clock::now();
+  times_.add(phase, std::chrono::duration<double>(t1 - t0).count());
+  if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, name, t0, t1, arg);
+}
+
+// A collective called on this thread: blocked for as long as it is in flight.
+template <typename Fn> void GradientExchange::blocking_collective(Bucket& b, const char* name, Fn&& fn) {
+  if (!processes_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const auto t1 = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  times_.add(Phase::CommBlocked, secs);
+  times_.add(Phase::CommInFlight, secs);
+  if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, name, t0, t1, &b - buckets_.data());
+}
+
+// ---- stages -----------------------------------------------------------------------------------------------
+void GradientExchange::compute_scalers(Bucket& b) {
+  const RangeLayout& l = b.layout;
+  if (l.num_scalers() > 0) {
+    timed(Phase::Scalers, "scalers", &b - buckets_.data(), [&] {
+      const int T = codec_.policy().num_ternary();
+      for (int w = 0; w < local_; ++w) codec_.local_scalers(grads_[w], b.range, &local_scalers_[size_t(w) * T]);
+      // The max over local workers; a non-finite scaler becomes +inf so the MAX carries it to every worker and
+      // all of them stop with the same error (none is left waiting in the next collective).
+      for (int k = l.scaler_begin; k < l.scaler_end; ++k) {
+        float m = 0.f;
+        for (int w = 0; w < local_; ++w) {
+          float s = local_scalers_[size_t(w) * T + k];
+          if (!std::isfinite(s)) s = std::numeric_limits<float>::infinity();
+          m = std::max(m, s);
+        }
+        shared_scalers_[k] = m;
+      }
+    });
+  }
+  b.stage = Stage::ScalersReady;
+}
+
+void GradientExchange::share_scalers(Bucket& b) {
+  const RangeLayout& l = b.layout;
+  if (processes_ && l.num_scalers() > 0)
+    processes_->allreduce(&shared_scalers_[l.scaler_begin], l.num_scalers(), DType::F32, ReduceOp::Max);
+}
+
+void GradientExchange::encode(Bucket& b) {
+  const RangeLayout& l = b.layout;
+  const int64_t index = &b - buckets_.data();
+  timed(Phase::Encode, "encode", index, [&] {
+    if (l.packed_bytes() > 0) {
+      for (int w = 0; w < local_; ++w)
+        codec_.encode_ternary(grads_[w], b.range, shared_scalers_.data(), step_,
+                              static_cast<uint32_t>(process_rank_ * local_ + w),
+                              b.local_codes + static_cast<size_t>(w) * l.packed_bytes(),
+                              w == 0 ? zero_codes_.data() : nullptr);
+      if (mode_ == ExchangeMode::Allreduce8)
+        codec_.sum_codes(b.local_codes, l.packed_bytes(), local_, b.range, b.code_sums);
+    }
+    if (l.f16_elements() > 0) codec_.encode_f16(grad_ptrs_, b.range, b.f16);
+    if (l.f32_elements() > 0 && num_workers_ > 1) codec_.encode_f32(grad_ptrs_, b.range, b.f32);
+  });
+  b.stage = Stage::Encoded;
+}
+
+void GradientExchange::exchange_data(Bucket& b) {
+  if (!processes_) return;
+  const RangeLayout& l = b.layout;
+  if (l.packed_bytes() > 0) {
+    if (mode_ == ExchangeMode::Allgather2)
+      processes_->allgather(b.local_codes, b.gathered, static_cast<size_t>(local_) * l.packed_bytes());
+    else
+      processes_->allreduce(b.code_sums, 4 * l.packed_bytes(), DType::I8, ReduceOp::Sum);
+  }
+  if (l.f16_elements() > 0) processes_->allreduce(b.f16, l.f16_elements(), DType::F16, ReduceOp::Sum);
+  if (l.f32_elements() > 0) processes_->allreduce(b.f32, l.f32_elements(), DType::F32, ReduceOp::Sum);
+}
+
+void GradientExchange::decode(Bucket& b) {
+  const RangeLayout& l = b.layout;
+  timed(Phase::Decode, "decode", &b - buckets_.data(), [&] {
+    const std::vector<Tensor>& out = grads_[targets_[0]];
+    if (l.packed_bytes() > 0) {
+      if (mode_ == ExchangeMode::Allgather2)
+        codec_.decode_ternary_gathered(processes_ ? b.gathered : b.local_codes, l.packed_bytes(), num_workers_,
+                                       b.range, shared_scalers_.data(), out);
+      else
+        codec_.decode_ternary_sums(b.code_sums, num_workers_, b.range, shared_scalers_.data(), out);
+    }
+    if (l.f16_elements() > 0) codec_.decode_f16_sum(b.f16, num_workers_, b.range, out);
+    // One worker: the fp32 average is the gradient itself (g / 1 is g, bit for bit).
+    if (l.f32_elements() > 0 && num_workers_ > 1) codec_.decode_f32_sum(b.f32, num_workers_, b.range, out);
+    for (size_t k = 1; k < targets_.size(); ++k)
+      for (int i = b.range.begin; i < b.range.end; ++i) {
+        const Tensor& src = out[i];
+        const Tensor& dst = grads_[targets_[k]][i];
+        parallel_for(static_cast<int64_t>(src.bytes()), 1 << 20, [&](int64_t s, int64_t e) {
+          std::memcpy(static_cast<char*>(dst.raw()) + s, static_cast<const char*>(src.raw()) + s,
+                      static_cast<size_t>(e - s));
+        });
+      }
+  });
+  b.stage = Stage::Decoded;
+}
+
+// ---- the step ----------------------------------------------------------------------------------------------
+void GradientExchange::begin(uint32_t step) {
+  TG_CHECK(!in_step_, "gradient exchange: begin() of step {} while step {} is still in progress", step, step_);
+  in_step_ = true;
+  step_ = step;
+  ready_from_ = codec_.policy().num_tensors();
+  next_post_ = 0;
+  for (Bucket& b : buckets_) b.stage = Stage::Waiting;
+  times_.clear();
+  wire_before_ = processes_ ? processes_->stats().moved_bytes : 0;
+}
+
+void GradientExchange::tensors_ready(int first) {
+  TG_CHECK(in_step_, "gradient exchange: tensors_ready() outside a step");
+  TG_CHECK(first >= 0 && first <= codec_.policy().num_tensors(), "gradient exchange: tensor {} outside [0, {}]",
+           first, codec_.policy().num_tensors());
+  ready_from_ = std::min(ready_from_, first);
+  for (Bucket& b : buckets_)
+    if (b.stage == Stage::Waiting && b.range.begin >= ready_from_) compute_scalers(b);
+  if (comm_thread_) post_next();
+}
+
+void GradientExchange::run_share_scalers(void* self, int64_t bucket) {
+  auto* ex = static_cast<GradientExchange*>(self);
+  ex->share_scalers(ex->buckets_[bucket]);
+}
+
+void GradientExchange::run_exchange_data(void* self, int64_t bucket) {
+  auto* ex = static_cast<GradientExchange*>(self);
+  ex->exchange_data(ex->buckets_[bucket]);
+}
+
+// The fixed order of collectives: scalers(0), data(0), scalers(1), data(1), ... (a bucket without ternary
+// tensors has no scaler collective). A collective is posted only when all before it are.
+void GradientExchange::post_next() {
+  const int total = 2 * num_buckets();
+  while (next_post_ < total) {
+    Bucket& b = buckets_[next_post_ / 2];
+    if (next_post_ % 2 == 0) {
+      if (b.stage != Stage::ScalersReady) return;
+      if (b.layout.num_scalers() == 0) {
+        b.stage = Stage::ScalersShared;
+      } else {
+        b.ticket = comm_thread_->post({&run_share_scalers, this, next_post_ / 2});
+        b.stage = Stage::ScalersPosted;
+      }
+    } else {
+      if (b.stage != Stage::Encoded) return;
+      b.ticket = comm_thread_->post({&run_exchange_data, this, next_post_ / 2});
+      b.stage = Stage::DataPosted;
+    }
+    ++next_post_;
+  }
+}
+
+void GradientExchange::collect(Bucket& b) {
+  const auto begin = comm_thread_->begin_time(b.ticket), end = comm_thread_->end_time(b.ticket);
+  times_.add(Phase::CommInFlight, std::chrono::duration<double>(end - begin).count());
+  const bool scalers = b.stage == Stage::ScalersPosted;
+  if (timeline_ && timeline_->recording())
+    timeline_->record(comm_track_, scalers ? "share scalers" : "exchange codes", begin, end, &b - buckets_.data());
+  b.stage = scalers ? Stage::ScalersShared : Stage::DataDone;
+}
+
+bool GradientExchange::advance(bool block) {
+  bool moved = false;
+  Bucket* oldest = nullptr;  // the first bucket with a posted job: jobs finish in post order
+  for (Bucket& b : buckets_) {
+    if (b.stage == Stage::ScalersPosted || b.stage == Stage::DataPosted) {
+      if (!oldest) oldest = &b;
+      if (comm_thread_->done(b.ticket)) {
+        collect(b);
+        moved = true;
+      }
+    }
+    if (b.stage == Stage::ScalersShared) {
+      encode(b);
+      post_next();
+      moved = true;
+    }
+    if (b.stage == Stage::DataDone) {
+      decode(b);
+      moved = true;
+    }
+  }
+  if (!moved && block && oldest) {
+    const auto t0 = std::chrono::steady_clock::now();
+    comm_thread_->wait(oldest->ticket);
+    const auto t1 = std::chrono::steady_clock::now();
+    times_.add(Phase::CommBlocked, std::chrono::duration<double>(t1 - t0).count());
+    if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, "wait", t0, t1, oldest - buckets_.data());
+    moved = true;
+  }
+  return moved;
+}
+
+void GradientExchange::progress() {
+  TG_CHECK(in_step_, "gradient exchange: progress() outside a step");
+  if (comm_thread_) advance(false);
+}
+
+ExchangeStats GradientExchange::finish() {
+  TG_CHECK(in_step_, "gradient exchange: finish() outside a step");
+  if (ready_from_ > 0) tensors_ready(0);  // whatever the caller did not report is final now
+  if (comm_thread_) {
+    while (std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.stage != Stage::Decoded; }))
+      TG_CHECK(advance(true), "gradient exchange: no bucket can move at step {} (internal error)", step_);
+  } else {
+    for (Bucket& b : buckets_) {
+      blocking_collective(b, "share scalers", [&] { share_scalers(b); });
+      encode(b);
+      blocking_collective(b, "exchange codes", [&] { exchange_data(b); });
+      decode(b);
+    }
+  }
+  in_step_ = false;
+  ExchangeStats st = step_stats_;
+  if (processes_) st.process_wire_bytes = processes_->stats().moved_bytes - wire_before_;
   return st;
+}
+
+ExchangeStats GradientExchange::run(uint32_t step) {
+  begin(step);
+  tensors_ready(0);
+  return finish();
 }
 
 }  // namespace tg

@@ -1,26 +1,62 @@
-// GradientCodec: fused encode/decode of a worker's gradient per the CompressionPolicy (host tensors).
+// GradientCodec: scalers, encode and decode of any range of tensors over the policy's fused layout.
 #include "terngrad/compress/gradient_codec.h"
-
-#include <functional>
 
 #include <cmath>
 
 #include "terngrad/compress/ternary_codec.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/parallel.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/math/ternary_math.h"
 
 namespace tg {
 
-GradientCodec::GradientCodec(CompressionPolicy policy, uint64_t seed, ThreadPool* pool)
-    : policy_(std::move(policy)), seed_(seed), pool_(pool) {}
+namespace {
+constexpr int64_t kGrain = 32768;  // elements below which a loop stays on one thread
+}  // namespace
 
-void GradientCodec::allocate(EncodedGradient& e) const {
-  e.scalers.assign(policy_.num_ternary(), 0.f);
-  e.packed.assign(policy_.packed_bytes(), 0);
-  e.f16.assign(policy_.f16_elements(), half_bits{0});
-  e.f32.assign(policy_.f32_elements(), 0.f);
-  e.zero_codes.assign(policy_.num_ternary(), 0);
+GradientCodec::GradientCodec(CompressionPolicy policy, uint64_t seed) : policy_(std::move(policy)), seed_(seed) {}
+
+void GradientCodec::check_range(TensorRange r) const {
+  TG_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= policy_.num_tensors(),
+           "gradient codec: tensor range [{}, {}) outside the policy's {} tensors", r.begin, r.end,
+           policy_.num_tensors());
+}
+
+RangeLayout GradientCodec::layout(TensorRange r) const {
+  check_range(r);
+  // Each coding's tensors are laid out back to back in policy order, so a range of tensors occupies one
+  // contiguous piece of each fused buffer: it starts where the first tensor of that coding at or after
+  // r.begin starts (or where the buffer's part after r.begin would start).
+  RangeLayout l;
+  l.packed_begin = l.packed_end = policy_.packed_bytes();
+  l.f16_begin = l.f16_end = policy_.f16_elements();
+  l.f32_begin = l.f32_end = policy_.f32_elements();
+  l.scaler_begin = l.scaler_end = policy_.num_ternary();
+  int64_t packed = 0, f16 = 0, f32 = 0;
+  int scaler = 0;
+  for (int i = 0; i <= policy_.num_tensors(); ++i) {
+    if (i == r.begin) l.packed_begin = packed, l.f16_begin = f16, l.f32_begin = f32, l.scaler_begin = scaler;
+    if (i == r.end) {
+      l.packed_end = packed, l.f16_end = f16, l.f32_end = f32, l.scaler_end = scaler;
+      break;
+    }
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (i >= r.begin) l.elements += t.numel;
+    switch (t.coding) {
+      case GradCoding::Ternary:
+        packed += (t.numel + 3) / 4;
+        ++scaler;
+        break;
+      case GradCoding::F16:
+        f16 += t.numel;
+        break;
+      case GradCoding::F32:
+        f32 += t.numel;
+        break;
+    }
+  }
+  return l;
 }
 
 void GradientCodec::check_grads(const std::vector<Tensor>& grads) const {
@@ -33,31 +69,27 @@ void GradientCodec::check_grads(const std::vector<Tensor>& grads) const {
              dtype_name(g.dtype()));
     TG_CHECK(g.numel() == t.numel, "gradient codec: gradient of '{}' has {} elements, the policy expects {}", t.name,
              g.numel(), t.numel);
-    TG_CHECK(g.device().is_cpu(),
-             "gradient codec: gradient of '{}' is on {}; the codec runs on host tensors (the CUDA kernels in "
-             "kernels/ternary_kernels.cu are not wired into it yet)",
+    TG_CHECK(g.device().is_cpu(), "gradient codec: gradient of '{}' is on {}; the codec runs on host tensors",
              t.name, g.device().str());
     TG_CHECK(t.numel == 0 || g.raw() != nullptr, "gradient codec: gradient of '{}' has no data", t.name);
   }
 }
 
-std::vector<float> GradientCodec::local_scalers(const std::vector<Tensor>& grads) const {
-  check_grads(grads);
-  std::vector<float> s(policy_.num_ternary(), 0.f);
-  for (size_t i = 0; i < grads.size(); ++i) {
+void GradientCodec::local_scalers(const std::vector<Tensor>& grads, TensorRange r, float* scalers) const {
+  check_range(r);
+  for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
-    s[t.scaler_index] = ternary_scaler_cpu(grads[i].data<float>(), t.numel, policy_.flags().clip_factor);
+    if (t.coding == GradCoding::Ternary)
+      scalers[t.scaler_index] = ternary_scaler_cpu(grads[i].data<float>(), t.numel, policy_.flags().clip_factor);
   }
-  return s;
 }
 
-void GradientCodec::check_scalers(const std::vector<float>& scalers, uint32_t step) const {
-  TG_CHECK(static_cast<int>(scalers.size()) == policy_.num_ternary(),
-           "gradient codec: got {} scalers, the policy has {} ternary tensors", scalers.size(), policy_.num_ternary());
-  for (const TensorCodingPlan& t : policy_.tensors()) {
+void GradientCodec::check_scalers(const float* scalers, TensorRange r, uint32_t step) const {
+  check_range(r);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::Ternary) continue;
-    float s = scalers[t.scaler_index];
+    const float s = scalers[t.scaler_index];
     if (!std::isfinite(s))
       TG_THROW(
           "non-finite gradient scaler {} for tensor '{}' at step {} (its gradient holds NaN or Inf on at "
@@ -66,89 +98,152 @@ void GradientCodec::check_scalers(const std::vector<float>& scalers, uint32_t st
   }
 }
 
+void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange r, const float* scalers,
+                                   uint32_t step, uint32_t worker, uint8_t* packed, int64_t* zero_codes) const {
+  check_scalers(scalers, r, step);
+  const int64_t base = layout(r).packed_begin;
+  const PhiloxKey key = philox_key(seed_, worker);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::Ternary) continue;
+    const int64_t zeros = ternary_encode_cpu(grads[i].data<float>(), t.numel, scalers[t.scaler_index], key, step,
+                                             static_cast<uint32_t>(i), packed + (t.offset - base));
+    if (zero_codes) zero_codes[t.scaler_index] = zeros;
+  }
+}
+
+void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                               half_bits* f16) const {
+  const int64_t base = layout(r).f16_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F16) continue;
+    half_bits* out = f16 + (t.offset - base);
+    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        float acc = 0.f;  // each worker sends fp16; the sum is formed in fp32 and rounded once
+        for (const std::vector<Tensor>* w : workers) acc += half_to_float(float_to_half((*w)[i].data<float>()[k]));
+        out[k] = float_to_half(acc);
+      }
+    });
+  }
+}
+
+void GradientCodec::encode_f32(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                               float* f32) const {
+  const int64_t base = layout(r).f32_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F32) continue;
+    float* out = f32 + (t.offset - base);
+    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+      const float* first = (*workers[0])[i].data<float>();
+      for (int64_t k = b; k < e; ++k) out[k] = first[k];
+      for (size_t w = 1; w < workers.size(); ++w) {  // worker order, as a reduction in rank order
+        const float* g = (*workers[w])[i].data<float>();
+        for (int64_t k = b; k < e; ++k) out[k] += g[k];
+      }
+    });
+  }
+}
+
+void GradientCodec::sum_codes(const uint8_t* packed, int64_t stride, int num_workers, TensorRange r,
+                              int8_t* code_sums) const {
+  const int64_t bytes = layout(r).packed_bytes();
+  parallel_for(bytes, kGrain / 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int sum[4] = {0, 0, 0, 0};
+      for (int w = 0; w < num_workers; ++w)
+        for (int k = 0; k < 4; ++k) sum[k] += unpack_ternary_field(packed[w * stride + b], k);
+      for (int k = 0; k < 4; ++k) code_sums[4 * b + k] = static_cast<int8_t>(sum[k]);
+    }
+  });
+}
+
+void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, int64_t stride, int num_workers, TensorRange r,
+                                            const float* scalers, const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).packed_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::Ternary)
+      ternary_decode_gathered_cpu(gathered + (t.offset - base), stride, num_workers, t.numel,
+                                  scalers[t.scaler_index], grads[i].data<float>());
+  }
+}
+
+void GradientCodec::decode_ternary_sums(const int8_t* code_sums, int num_workers, TensorRange r, const float* scalers,
+                                        const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).packed_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::Ternary)
+      ternary_decode_sums_cpu(code_sums + 4 * (t.offset - base), t.numel, scalers[t.scaler_index], num_workers,
+                              grads[i].data<float>());
+  }
+}
+
+void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, TensorRange r,
+                                   const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).f16_begin;
+  const float n = static_cast<float>(num_workers);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F16) continue;
+    const half_bits* in = sum + (t.offset - base);
+    float* g = grads[i].data<float>();
+    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) g[k] = half_to_float(in[k]) / n;
+    });
+  }
+}
+
+void GradientCodec::decode_f32_sum(const float* sum, int num_workers, TensorRange r,
+                                   const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).f32_begin;
+  const float n = static_cast<float>(num_workers);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F32) continue;
+    const float* in = sum + (t.offset - base);
+    float* g = grads[i].data<float>();
+    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) g[k] = in[k] / n;
+    });
+  }
+}
+
+// ---- whole-gradient forms ---------------------------------------------------------------------------------
+void GradientCodec::allocate(EncodedGradient& e) const {
+  e.scalers.assign(policy_.num_ternary(), 0.f);
+  e.packed.assign(policy_.packed_bytes(), 0);
+  e.f16.assign(policy_.f16_elements(), half_bits{0});
+  e.f32.assign(policy_.f32_elements(), 0.f);
+  e.zero_codes.assign(policy_.num_ternary(), 0);
+}
+
+std::vector<float> GradientCodec::local_scalers(const std::vector<Tensor>& grads) const {
+  check_grads(grads);
+  std::vector<float> s(policy_.num_ternary(), 0.f);
+  local_scalers(grads, all(), s.data());
+  return s;
+}
+
 void GradientCodec::encode(const std::vector<Tensor>& grads, const std::vector<float>& shared_scalers, uint32_t step,
                            uint32_t worker, EncodedGradient& out) const {
   check_grads(grads);
-  check_scalers(shared_scalers, step);
-  if (out.packed.size() != static_cast<size_t>(policy_.packed_bytes()) ||
-      out.f16.size() != static_cast<size_t>(policy_.f16_elements()) ||
-      out.f32.size() != static_cast<size_t>(policy_.f32_elements()) ||
-      out.zero_codes.size() != static_cast<size_t>(policy_.num_ternary()))
-    allocate(out);
+  TG_CHECK(static_cast<int>(shared_scalers.size()) == policy_.num_ternary(),
+           "gradient codec: got {} scalers, the policy has {} ternary tensors", shared_scalers.size(),
+           policy_.num_ternary());
+  allocate(out);
   out.scalers = shared_scalers;
-  const PhiloxKey key = philox_key(seed_, worker);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    const float* g = grads[i].data<float>();
-    switch (t.coding) {
-      case GradCoding::Ternary:
-        out.zero_codes[t.scaler_index] =
-            ternary_encode_cpu(g, t.numel, shared_scalers[t.scaler_index], key, step, static_cast<uint32_t>(i),
-                               out.packed.data() + t.offset, pool_);
-        break;
-      case GradCoding::F16:
-        for (int64_t k = 0; k < t.numel; ++k) out.f16[t.offset + k] = float_to_half(g[k]);
-        break;
-      case GradCoding::F32:
-        for (int64_t k = 0; k < t.numel; ++k) out.f32[t.offset + k] = g[k];
-        break;
-    }
-  }
-}
-
-void GradientCodec::unpack_codes(const uint8_t* packed, int8_t* codes) const {
-  ternary_unpack_cpu(packed, 4 * policy_.packed_bytes(), codes);
-}
-
-void GradientCodec::for_each_ternary(const std::vector<float>& scalers, int num_workers,
-                                     const std::vector<Tensor>& grads,
-                                     const std::function<void(const TensorCodingPlan&, float, float*)>& decode) const {
-  check_grads(grads);
-  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
-  TG_CHECK(static_cast<int>(scalers.size()) == policy_.num_ternary(), "gradient codec: got {} scalers, expected {}",
-           scalers.size(), policy_.num_ternary());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary) decode(t, scalers[t.scaler_index], grads[i].data<float>());
-  }
-}
-
-void GradientCodec::decode_ternary_sums(const int8_t* code_sums, const std::vector<float>& scalers, int num_workers,
-                                        const std::vector<Tensor>& grads) const {
-  for_each_ternary(scalers, num_workers, grads, [&](const TensorCodingPlan& t, float s, float* g) {
-    ternary_decode_sums_cpu(code_sums + 4 * t.offset, t.numel, s, num_workers, g);
-  });
-}
-
-void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, const std::vector<float>& scalers, int num_workers,
-                                            const std::vector<Tensor>& grads) const {
-  for_each_ternary(scalers, num_workers, grads, [&](const TensorCodingPlan& t, float s, float* g) {
-    ternary_decode_gathered_cpu(gathered + t.offset, policy_.packed_bytes(), num_workers, t.numel, s, g);
-  });
-}
-
-void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, const std::vector<Tensor>& grads) const {
-  check_grads(grads);
-  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
-  const float n = static_cast<float>(num_workers);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F16) continue;
-    float* g = grads[i].data<float>();
-    for (int64_t k = 0; k < t.numel; ++k) g[k] = half_to_float(sum[t.offset + k]) / n;
-  }
-}
-
-void GradientCodec::decode_f32_sum(const float* sum, int num_workers, const std::vector<Tensor>& grads) const {
-  check_grads(grads);
-  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
-  const float n = static_cast<float>(num_workers);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F32) continue;
-    float* g = grads[i].data<float>();
-    for (int64_t k = 0; k < t.numel; ++k) g[k] = sum[t.offset + k] / n;
-  }
+  encode_ternary(grads, all(), shared_scalers.data(), step, worker, out.packed.data(), out.zero_codes.data());
+  const std::vector<const std::vector<Tensor>*> one = {&grads};
+  encode_f16(one, all(), out.f16.data());
+  encode_f32(one, all(), out.f32.data());
 }
 
 }  // namespace tg

@@ -171,6 +171,7 @@ void Net::setup(Backend& backend, int64_t batch) {
     const TensorInfo& out = tensors_[node.output];
     io.dout.push_back(out.grad >= 0 ? act_grads_.view(out.grad) : Tensor());
     for (int s : node.saved_ids) io.saved.push_back(saved_.view(s));
+    node.first_param = param_index;
     for (size_t p = 0; p < node.params.size(); ++p) io.dparams.push_back(grads_.view(param_index++));
   }
 }
@@ -196,12 +197,16 @@ void Net::bind(ParameterStore& store) {
   for (auto& node : nodes_) {
     node.io.params.clear();
     node.io.state.clear();
+    node.decayed.clear();
     for (const auto& p : node.params) {
       Tensor v = store.params().view(p.name);
       TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name,
                v.shape().str(), p.shape.str());
       node.io.params.push_back(v);
-      if (p.weight_decay > 0.f) decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
+      if (p.weight_decay > 0.f) {
+        node.decayed.push_back(static_cast<int>(decayed_.size()));
+        decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
+      }
     }
     for (const auto& s : node.states) node.io.state.push_back(store.state().view(s.name));
   }
@@ -249,7 +254,7 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   return static_cast<float>(total);
 }
 
-void Net::backward() {
+void Net::backward(GradientListener* listener) {
   TG_CHECK(forward_was_training_, "Net::backward needs a training-mode forward first");
   Backend& be = *backend_;
   be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), 1.f);
@@ -257,16 +262,18 @@ void Net::backward() {
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
-    if (out.grad < 0) continue;
-    if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
-      const Tensor g = act_grads_.view(out.grad);
-      be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);
-      for (size_t p = 2; p < out.grad_parts.size(); ++p) be.axpy(1.f, act_grads_.view(out.grad_parts[p]), g);
+    if (out.grad >= 0) {  // else nothing downstream needs this layer's gradient
+      if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
+        const Tensor g = act_grads_.view(out.grad);
+        be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);
+        for (size_t p = 2; p < out.grad_parts.size(); ++p) be.axpy(1.f, act_grads_.view(out.grad_parts[p]), g);
+      }
+      node.layer->backward(node.io);
     }
-    node.layer->backward(node.io);
+    // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now
+    for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
+    if (listener) listener->gradients_ready(node.first_param);
   }
-  // d(wd * |w|^2 / 2)/dw = wd * w
-  for (const Decayed& d : decayed_) be.axpy(d.weight_decay, d.param, d.grad);
 }
 
 std::vector<Net::LayerSummary> Net::summary() const {

@@ -96,10 +96,16 @@ double ExponentialMovingAverage::decay_at(double decay, int64_t step) {
   return std::min(decay, (1.0 + t) / (10.0 + t));
 }
 
-void ExponentialMovingAverage::update(Backend& backend, int64_t step) {
+void ExponentialMovingAverage::update(Backend& backend, int64_t step, const Slab* except) {
   const float d = static_cast<float>(decay_at(step));
   for (const Pair& p : pairs_)
-    if (p.live.numel() > 0) backend.ema_update(d, p.live, p.shadow);
+    if (p.live.numel() > 0 && !(except && p.live.raw() == except->data())) backend.ema_update(d, p.live, p.shadow);
+}
+
+Tensor ExponentialMovingAverage::flat_average(const Slab& tracked) const {
+  for (const Pair& p : pairs_)
+    if (p.live.raw() == tracked.data() && p.live.bytes() == tracked.bytes()) return p.shadow;
+  return Tensor();
 }
 
 void ExponentialMovingAverage::swap(Backend& backend) {

@@ -173,19 +173,24 @@ bool Optimizer::same_layout(const Slab& slab) const {
   return true;
 }
 
-void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr) {
+void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr,
+                      const ExponentialMovingAverage* ema) {
   check_slab(params, "parameter");
   check_slab(grads, "gradient");
   if (params_.empty()) return;
-  const OptimizerStep desc = step_descriptor(step, lr);
+  OptimizerStep desc = step_descriptor(step, lr);
   const int groups = slots_per_param();
+  const Tensor flat_ema = ema ? ema->flat_average(params) : Tensor();
+  TG_CHECK(!ema || flat_ema.defined(), "optimizer: the moving average given to apply() does not track this parameter slab");
+  if (ema) desc.ema_decay = static_cast<float>(ema->decay_at(step));
 
   if (same_layout(params) && same_layout(grads)) {
     // One call over the whole slab; every view has param_slab_bytes_ / 4 elements.
     const int64_t count = static_cast<int64_t>(param_slab_bytes_ / sizeof(float));
     Tensor w(params.data(), Shape{count}, DType::F32, params.device());
     Tensor g(grads.data(), Shape{count}, DType::F32, grads.device());
-    backend.optimizer_update(desc, w, g, groups > 0 ? slot_group(0) : Tensor(), groups > 1 ? slot_group(1) : Tensor());
+    backend.optimizer_update(desc, w, g, groups > 0 ? slot_group(0) : Tensor(), groups > 1 ? slot_group(1) : Tensor(),
+                             flat_ema);
     return;
   }
   // Different layouts (e.g. a gradient slab in another order): one call per tensor, matched by name.
@@ -193,7 +198,7 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
   for (int i = 0; i < n; ++i) {
     const std::string& name = params_[i].name;
     backend.optimizer_update(desc, params.view(name), grads.view(name), groups > 0 ? slots_.view(i) : Tensor(),
-                             groups > 1 ? slots_.view(n + i) : Tensor());
+                             groups > 1 ? slots_.view(n + i) : Tensor(), ema ? ema->average(name) : Tensor());
   }
 }
 

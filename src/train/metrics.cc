@@ -29,22 +29,35 @@ void MetricsWriter::line(const std::string& json) {
            "--metrics_jsonl {}: write failed: {}", path_, std::strerror(errno));
 }
 
-void MetricsWriter::step(int64_t step, double entropy_loss, double reg_loss, double total_loss, double lr,
-                         double examples_per_sec, double sec_per_batch, uint64_t bytes_moved,
-                         uint64_t fp32_bytes_moved, uint64_t payload_bytes) {
+namespace {
+std::string phases_json(const PhaseTimes& t) {
+  std::string out = "{";
+  for (const auto& [name, secs] : t.named("")) out += fmt::format("{}\"{}\": {}", out.size() > 1 ? ", " : "", name, num(secs));
+  return out + "}";
+}
+}  // namespace
+
+void MetricsWriter::step(const StepMetrics& m) {
+  std::string processes, workers;
+  for (const PhaseTimes& p : m.process_time) processes += (processes.empty() ? "" : ", ") + phases_json(p);
+  for (double w : m.worker_forward_backward) workers += (workers.empty() ? "" : ", ") + num(w);
   line(fmt::format("{{\"step\": {}, \"entropy_loss\": {}, \"reg_loss\": {}, \"total_loss\": {}, "
                    "\"learning_rate\": {}, \"examples_per_sec\": {}, \"sec_per_batch\": {}, "
-                   "\"bytes_exchanged\": {}, \"fp32_bytes\": {}, \"payload_bytes\": {}}}",
-                   step, num(entropy_loss), num(reg_loss), num(total_loss), num(lr), num(examples_per_sec),
-                   num(sec_per_batch), bytes_moved, fp32_bytes_moved, payload_bytes));
+                   "\"bytes_exchanged\": {}, \"fp32_bytes\": {}, \"payload_bytes\": {}, \"wire_bytes\": {}, "
+                   "\"time\": {}, \"process_time\": [{}], \"worker_forward_backward\": [{}]}}",
+                   m.step, num(m.entropy_loss), num(m.reg_loss), num(m.total_loss), num(m.learning_rate),
+                   num(m.examples_per_sec), num(m.sec_per_batch), m.bytes_exchanged, m.fp32_bytes, m.payload_bytes,
+                   m.wire_bytes, phases_json(m.time), processes, workers));
 }
 
 void MetricsWriter::summary(int64_t steps, double median_examples_per_sec, uint64_t bytes_moved,
-                            uint64_t fp32_bytes_moved, double final_loss, const std::string& parameter_digest) {
+                            uint64_t fp32_bytes_moved, double final_loss, const std::string& parameter_digest,
+                            const PhaseTimes& time) {
   line(fmt::format("{{\"summary\": true, \"steps\": {}, \"median_examples_per_sec\": {}, "
-                   "\"bytes_exchanged\": {}, \"fp32_bytes\": {}, \"final_loss\": {}, \"parameter_digest\": \"{}\"}}",
+                   "\"bytes_exchanged\": {}, \"fp32_bytes\": {}, \"final_loss\": {}, \"parameter_digest\": \"{}\", "
+                   "\"time\": {}}}",
                    steps, num(median_examples_per_sec), bytes_moved, fp32_bytes_moved, num(final_loss),
-                   parameter_digest));
+                   parameter_digest, phases_json(time)));
 }
 
 }  // namespace tg

@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <vector>
 
 #include "terngrad/core/error.h"
+#include "terngrad/core/timeline.h"
 
 namespace tg {
 
@@ -59,6 +61,11 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(size_to_binarize >= 1, "--size_to_binarize {} must be at least 1", size_to_binarize);
   TG_CHECK(exchange == "auto" || exchange == "allgather2" || exchange == "allreduce8",
            "--exchange '{}' is not one of auto, allgather2, allreduce8", exchange);
+  TG_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0, "--bucket_mb {} must be a positive number of MiB", bucket_mb);
+  if (!timeline.empty()) {
+    Timeline::check_path(timeline);
+    Timeline::parse_steps(timeline_steps);
+  }
   TG_CHECK(save_iter >= 1, "--save_iter {} must be at least 1", save_iter);
   TG_CHECK(keep_checkpoints >= 1, "--keep_checkpoints {} must be at least 1", keep_checkpoints);
   TG_CHECK(log_every >= 1, "--log_every {} must be at least 1", log_every);
@@ -127,6 +134,10 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["size_to_binarize"] = std::to_string(size_to_binarize);
   f["quantize_logits"] = quantize_logits ? "true" : "false";
   f["exchange"] = exchange;
+  f["overlap"] = overlap ? "true" : "false";
+  f["bucket_mb"] = fmt::format("{}", bucket_mb);
+  f["timeline"] = timeline;
+  f["timeline_steps"] = timeline_steps;
   f["seed"] = std::to_string(seed);
   f["save_iter"] = std::to_string(save_iter);
   f["keep_checkpoints"] = std::to_string(keep_checkpoints);

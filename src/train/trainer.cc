@@ -6,14 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/gradient_exchange.h"
-#include "terngrad/comm/hierarchical_communicator.h"
-#include "terngrad/comm/local_communicator.h"
+#include "terngrad/core/phase_times.h"
+#include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/lr_schedule.h"
@@ -41,10 +42,30 @@ struct Worker {
   int replica = 0;
   int global_index = 0;
   std::unique_ptr<Net> net;
-  std::unique_ptr<GradientExchange> exchange;
-  Buffer host_grads;              // staging copy of the gradient slab when the device is not the host
+  Buffer host_grads;               // staging copy of the gradient slab when the device is not the host
   std::vector<Tensor> grad_views;  // host views handed to the exchange, in parameter order
-  ExchangeStats last_stats;
+  int track = -1;                  // its timeline track
+  double forward_backward = 0;     // seconds in the last step, exchange work inside backward excluded
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Hands the exchange, layer by layer, the gradients the last worker's backward has finished (--overlap), and
+// lets it encode and decode the buckets whose collectives came back.
+class ExchangeFeeder final : public GradientListener {
+ public:
+  explicit ExchangeFeeder(GradientExchange& exchange) : exchange_(exchange) {}
+  void gradients_ready(int first) override {
+    const Clock::time_point t0 = Clock::now();
+    exchange_.tensors_ready(first);
+    exchange_.progress();
+    seconds += seconds_between(t0, Clock::now());
+  }
+  double seconds = 0;  // spent inside backward on the exchange's work
+
+ private:
+  GradientExchange& exchange_;
 };
 
 std::string human_bytes(double b) {
@@ -69,9 +90,11 @@ struct Trainer::Impl {
   int64_t worker_batch = 0, process_batch = 0;
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
-  std::unique_ptr<LocalGroup> group;  // the workers of this process (when there are several)
-  std::vector<std::unique_ptr<HierarchicalCommunicator>> spanning;  // several processes x several workers
-  bool threaded_exchange() const { return group != nullptr; }
+  std::unique_ptr<Timeline> timeline;  // --timeline
+  std::unique_ptr<GradientExchange> exchange;
+  bool overlap = false;  // the exchange runs inside the last worker's backward
+  PhaseTimes step_times;  // of the last step
+  ExchangeStats last_stats;
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
@@ -83,12 +106,14 @@ struct Trainer::Impl {
   void build();
   void resume_or_initialize();
   void step(int64_t t, float lr);
+  void write_timeline();
+  std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
   std::string save(int64_t steps_done);
   void check_replicas(int64_t steps_done);
   uint32_t parameter_crc(Replica& r);
   void verify_processes_agree();
   bool stop_requested(const std::atomic<bool>* stop);
-  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec);
+  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec, const PhaseTimes& time);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };
@@ -157,22 +182,15 @@ void Trainer::Impl::build() {
   std::vector<ParamInfo> infos;
   for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
   policy = CompressionPolicy(cf, infos);
-  const ExchangeMode mode = parse_exchange_mode(cfg.exchange);
-  // Who meets whom: workers of this process through a LocalGroup (their own threads); processes through MPI;
-  // both at once through a HierarchicalCommunicator spanning every worker of every process.
-  if (!process_comm || n_workers > 1) group = std::make_unique<LocalGroup>(n_workers);
-  if (process_comm && n_workers > 1)
-    for (int w = 0; w < n_workers; ++w)
-      spanning.push_back(std::make_unique<HierarchicalCommunicator>(group->communicator(w), *process_comm));
-  for (int w = 0; w < n_workers; ++w) {
-    Worker& wk = workers[w];
-    Communicator& comm = !spanning.empty() ? static_cast<Communicator&>(*spanning[w])
-                         : process_comm    ? *process_comm
-                                           : static_cast<Communicator&>(group->communicator(w));
-    wk.exchange = std::make_unique<GradientExchange>(policy, comm, mode, cfg.seed);
+  // Host views of every worker's gradient (a staging copy when the device is not the host).
+  bool host_gradients = true;
+  for (Worker& wk : workers) {
     Slab& g = wk.net->grads();
-    if (!replicas[wk.replica].backend->device().is_cpu())
+    if (!replicas[wk.replica].backend->device().is_cpu()) {
       wk.host_grads = Buffer(host_allocator(), g.bytes());
+      std::memset(wk.host_grads.data(), 0, g.bytes());  // touched now, not inside a step
+      host_gradients = false;
+    }
     for (int i = 0; i < g.size(); ++i) {
       if (wk.host_grads.empty()) {
         wk.grad_views.push_back(g.view(i));
@@ -183,6 +201,26 @@ void Trainer::Impl::build() {
       }
     }
   }
+  if (!cfg.timeline.empty()) {
+    const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
+    timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, rank);
+    for (Worker& wk : workers) wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
+  }
+  // One exchange for the process: its workers' gradients in, the average out to the first worker of each
+  // replica (the one whose gradient slab the replica's optimizer reads); processes meet through MPI.
+  std::vector<std::vector<Tensor>> views;
+  for (const Worker& wk : workers) views.push_back(wk.grad_views);
+  std::vector<int> targets;
+  for (const Replica& r : replicas) targets.push_back(r.workers[0]);
+  ExchangeOptions xo;
+  xo.mode = parse_exchange_mode(cfg.exchange);
+  xo.seed = cfg.seed;
+  xo.bucket_mb = cfg.bucket_mb;
+  // Overlap needs the gradients where the exchange reads them while backward runs: on the host.
+  xo.overlap = cfg.overlap && host_gradients;
+  exchange = std::make_unique<GradientExchange>(policy, std::move(views), std::move(targets), process_comm, xo,
+                                                timeline.get());
+  overlap = exchange->overlapped();
 
   LearningRateOptions lo;
   lo.decay_type = parse_learning_rate_decay(cfg.learning_rate_decay_type);
@@ -199,6 +237,8 @@ void Trainer::Impl::build() {
   host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
                                                              data.channels) * sizeof(float));
   host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
+  std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
+  std::memset(host_labels.data(), 0, host_labels.bytes());
 }
 
 void Trainer::Impl::resume_or_initialize() {
@@ -260,61 +300,118 @@ void Trainer::Impl::resume_or_initialize() {
 
 void Trainer::Impl::step(int64_t t, float lr) {
   const DatasetInfo& data = dataset_info(cfg.dataset);
+  const Clock::time_point step_begin = Clock::now();
+  step_times.clear();
+  if (timeline) timeline->set_step(t + 1);
+  Timeline* tl = timeline.get();
   const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
   Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
   Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
-  source->next(images, labels);
+  {
+    ScopedPhase input(step_times, Phase::InputWait, tl, workers[0].track);
+    source->next(images, labels);
+  }
   const uint32_t step32 = static_cast<uint32_t>(t);
+  exchange->begin(step32);
+  ExchangeFeeder feeder(*exchange);
   for (size_t w = 0; w < workers.size(); ++w) {
     Worker& wk = workers[w];
     const int64_t b0 = static_cast<int64_t>(w) * worker_batch;
+    const Clock::time_point t0 = Clock::now();
     wk.net->forward(images.slice0(b0, b0 + worker_batch), labels.slice0(b0, b0 + worker_batch), true, step32,
                     philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
-    wk.net->backward();
+    const Clock::time_point t1 = Clock::now();
+    // The last worker's backward completes every bucket of the process: the exchange starts inside it.
+    const bool feeds = overlap && w + 1 == workers.size();
+    const double fed_before = feeder.seconds;
+    wk.net->backward(feeds ? &feeder : nullptr);
     if (!wk.host_grads.empty()) {
       Slab& g = wk.net->grads();
       replicas[wk.replica].backend->copy(Tensor(wk.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
                                                 DType::U8, Device::cpu()),
                                          g.flat_bytes());
     }
-  }
-  // Exchange: every worker's gradient becomes the average over all workers.
-  if (!threaded_exchange()) {  // one worker per process: MPI from this thread
-    workers[0].last_stats = workers[0].exchange->run(workers[0].grad_views, step32);
-  } else {
-    group->run_all([&](LocalCommunicator& c) {
-      Worker& wk = workers[c.rank()];
-      wk.last_stats = wk.exchange->run(wk.grad_views, step32);
-    });
-  }
-  for (auto& r : replicas) {
-    Worker& first = workers[r.workers[0]];
-    if (!first.host_grads.empty()) {
-      Slab& g = first.net->grads();
-      r.backend->copy(g.flat_bytes(), Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
-                                             DType::U8, Device::cpu()));
+    const Clock::time_point t2 = Clock::now();
+    wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
+    step_times.add(Phase::ForwardBackward, wk.forward_backward);
+    if (tl && tl->recording()) {
+      tl->record(wk.track, "forward", t0, t1);
+      tl->record(wk.track, "backward", t1, t2);
     }
-    r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr);
-    r.ema->update(*r.backend, t);
+  }
+  last_stats = exchange->finish();
+  step_times += exchange->times();
+  {
+    ScopedPhase update(step_times, Phase::OptimizerEma, tl, workers[0].track, "optimizer + EMA");
+    for (auto& r : replicas) {
+      Worker& first = workers[r.workers[0]];
+      if (!first.host_grads.empty()) {
+        Slab& g = first.net->grads();
+        r.backend->copy(g.flat_bytes(), Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
+                                               DType::U8, Device::cpu()));
+      }
+      // One pass over the parameters: the update and the moving average of the new values; then the
+      // moving average of the rest (batch-norm statistics).
+      r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());
+      r.ema->update(*r.backend, t, &r.store->params());
+    }
+  }
+  const double total = seconds_between(step_begin, Clock::now());
+  step_times.add(Phase::Other, std::max(0.0, total - step_times.total_excluding_in_flight()));
+}
+
+// Every process's phase times (one all-gather; processes call it at the same steps).
+std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
+  std::vector<PhaseTimes> all(static_cast<size_t>(num_processes));
+  if (!process_comm) {
+    all[0] = mine;
+    return all;
+  }
+  process_comm->allgather(mine.seconds, all.data(), sizeof(mine.seconds));
+  return all;
+}
+
+// --timeline: every process's events into one file, written by process 0 (all processes call this at the
+// same point: when the window ends, or at the end of a run that stopped inside it).
+void Trainer::Impl::write_timeline() {
+  std::string mine = timeline->events_json();
+  std::vector<std::string> fragments;
+  if (!process_comm) {
+    fragments.push_back(std::move(mine));
+  } else {
+    const uint64_t size = mine.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(num_processes));
+    process_comm->allgather(&size, sizes.data(), sizeof(size));
+    const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+    mine.resize(longest, ' ');
+    std::string all(longest * static_cast<size_t>(num_processes), ' ');
+    process_comm->allgather(mine.data(), all.data(), longest);
+    for (int p = 0; p < num_processes; ++p) fragments.push_back(all.substr(p * longest, sizes[p]));
+  }
+  if (is_chief()) {
+    Timeline::write_trace(cfg.timeline, fragments);
+    spdlog::info("timeline of steps {}-{} written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+                 timeline->first_step(), timeline->last_step(), cfg.timeline);
   }
 }
 
 // TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
 // tensor the shared scaler and worker 0's zero fraction.
-void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec) {
+void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
+                                    const PhaseTimes& time) {
   const Net& last = *workers.back().net;
-  const Worker& w0 = workers[0];
   std::vector<std::pair<std::string, float>> v = {
       {"losses/entropy_loss", last.last_cross_entropy()},
       {"losses/reg_loss", last.last_regularization()},
       {"losses/total_loss", last.last_cross_entropy() + last.last_regularization()},
       {"learning_rate", lr},
       {"examples_per_sec", static_cast<float>(examples_per_sec)},
-      {"exchange/bytes_per_step", static_cast<float>(w0.last_stats.moved_bytes)},
-      {"exchange/fp32_bytes_per_step", static_cast<float>(w0.last_stats.fp32_moved_bytes)},
+      {"exchange/bytes_per_step", static_cast<float>(last_stats.moved_bytes)},
+      {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
   };
-  const auto& scalers = w0.exchange->shared_scalers();
-  const auto& zeros = w0.exchange->zero_codes();
+  for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
+  const auto& scalers = exchange->shared_scalers();
+  const auto& zeros = exchange->zero_codes();
   for (const auto& t : policy.tensors()) {
     if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
     v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
@@ -438,14 +535,19 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", m.replicas[0].backend->name(), cfg.net,
                  m.replicas[0].store->num_parameters(), m.workers.size() * m.num_processes, m.worker_batch,
                  m.policy.summary());
-    spdlog::info("exchange {} | learning rate {}", exchange_mode_name(m.workers[0].exchange->mode()),
-                 m.schedule->describe());
+    spdlog::info("exchange {}, {} bucket{}{} | learning rate {}", exchange_mode_name(m.exchange->mode()),
+                 m.exchange->num_buckets(), m.exchange->num_buckets() == 1 ? "" : "s",
+                 m.overlap ? " overlapped with backward" : "", m.schedule->describe());
   }
   std::vector<double> rates;
-  double first_window_rate = 0;
+  double last_window_rate = 0;
   double window_secs = 0;
   int64_t window_steps = 0;
-  const auto run_start = std::chrono::steady_clock::now();
+  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the first window
+  int64_t run_time_steps = 0;
+  std::vector<double> window_worker_fb(m.workers.size(), 0.0);
+  bool timeline_written = false;
+  const auto run_start = Clock::now();
   int64_t t = m.start_step;
   float loss = 0.f;
   for (; t < cfg.max_steps; ++t) {
@@ -454,12 +556,18 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
       break;
     }
     const float lr = (*m.schedule)(t);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     m.step(t, lr);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    window_secs += secs;
+    window_secs += seconds_between(t0, Clock::now());
     ++window_steps;
-    const ExchangeStats& xs = m.workers[0].last_stats;
+    window_times += m.step_times;
+    for (size_t w = 0; w < m.workers.size(); ++w) window_worker_fb[w] += m.workers[w].forward_backward;
+    const bool warm = t + 1 - m.start_step > cfg.log_every;  // the first window is warm-up
+    if (warm) {
+      run_times += m.step_times;
+      ++run_time_steps;
+    }
+    const ExchangeStats& xs = m.last_stats;
     result.bytes_moved += xs.moved_bytes;
     result.fp32_bytes_moved += xs.fp32_moved_bytes;
     const Net& last = *m.workers.back().net;
@@ -467,29 +575,54 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) {
       const double sec_per_batch = window_secs / window_steps;
       const double eps = cfg.batch_size / sec_per_batch;
-      if (t + 1 - m.start_step > cfg.log_every) rates.push_back(eps);  // the first window is warm-up
-      first_window_rate = eps;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      if (warm) rates.push_back(eps);
+      last_window_rate = eps;
+      const double elapsed = seconds_between(run_start, Clock::now());
       const double eta = elapsed / (t + 1 - m.start_step) * (cfg.max_steps - t - 1);
+      const PhaseTimes mean = window_times.scaled(1.0 / window_steps);
+      const std::vector<PhaseTimes> per_process = m.gather_times(mean);  // every process: same steps
       if (m.is_chief()) {
         spdlog::info(
             "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
-            "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}]",
+            "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
             t + 1, last.last_cross_entropy(), last.last_regularization(), loss, eps, sec_per_batch, lr,
             human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), t + 1, cfg.max_steps,
-            100.0 * (t + 1) / cfg.max_steps, human_duration(eta));
-        if (events) m.write_summaries(*events, t + 1, lr, eps);
-        if (metrics)
-          metrics->step(t + 1, last.last_cross_entropy(), last.last_regularization(), loss, lr, eps, sec_per_batch,
-                        xs.moved_bytes, xs.fp32_moved_bytes, xs.payload_bytes);
+            100.0 * (t + 1) / cfg.max_steps, human_duration(eta), mean.compact());
+        if (events) m.write_summaries(*events, t + 1, lr, eps, mean);
+        if (metrics) {
+          StepMetrics sm;
+          sm.step = t + 1;
+          sm.entropy_loss = last.last_cross_entropy();
+          sm.reg_loss = last.last_regularization();
+          sm.total_loss = loss;
+          sm.learning_rate = lr;
+          sm.examples_per_sec = eps;
+          sm.sec_per_batch = sec_per_batch;
+          sm.bytes_exchanged = xs.moved_bytes;
+          sm.fp32_bytes = xs.fp32_moved_bytes;
+          sm.payload_bytes = xs.payload_bytes;
+          sm.wire_bytes = xs.process_wire_bytes;
+          sm.time = mean;
+          if (m.num_processes > 1) sm.process_time = per_process;
+          for (double fb : window_worker_fb) sm.worker_forward_backward.push_back(fb / window_steps);
+          metrics->step(sm);
+        }
       }
       window_secs = 0;
       window_steps = 0;
+      window_times.clear();
+      std::fill(window_worker_fb.begin(), window_worker_fb.end(), 0.0);
+    }
+    if (m.timeline && !timeline_written && t + 1 == m.timeline->last_step()) {
+      m.write_timeline();
+      timeline_written = true;
     }
     if (cfg.check_replicas_every > 0 && (t + 1) % cfg.check_replicas_every == 0) m.check_replicas(t + 1);
     if ((t + 1) % cfg.save_iter == 0 && t + 1 < cfg.max_steps) m.last_digest = m.save(t + 1);
   }
   result.steps_done = t;
+  // A run that ended inside the window still leaves the steps it traced.
+  if (m.timeline && !timeline_written && t >= m.timeline->first_step()) m.write_timeline();
   if (t > m.start_step || m.kept_steps.empty() || result.interrupted) m.last_digest = m.save(t);
   if (result.interrupted && m.is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
   if (m.source->skipped_records() > 0)
@@ -499,17 +632,28 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (!rates.empty()) {
     std::sort(rates.begin(), rates.end());
     result.median_examples_per_sec = rates[rates.size() / 2];
-  } else if (first_window_rate > 0) {
-    result.median_examples_per_sec = first_window_rate;
+  } else if (last_window_rate > 0) {
+    result.median_examples_per_sec = last_window_rate;
   } else if (t > m.start_step) {  // stopped before the first log line: the mean of what ran
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    result.median_examples_per_sec = double(cfg.batch_size) * double(t - m.start_step) / secs;
+    result.median_examples_per_sec = double(cfg.batch_size) * double(t - m.start_step) /
+                                     seconds_between(run_start, Clock::now());
   }
+  result.time_per_step = run_time_steps > 0 ? run_times.scaled(1.0 / run_time_steps) : window_times;
   result.parameter_digest = m.last_digest;
   if (metrics)
     metrics->summary(result.steps_done, result.median_examples_per_sec, result.bytes_moved, result.fp32_bytes_moved,
-                     result.final_loss, result.parameter_digest);
+                     result.final_loss, result.parameter_digest, result.time_per_step);
   return result;
+}
+
+PhaseTimes Trainer::run_steps(int64_t steps) {
+  Impl& m = *impl_;
+  PhaseTimes sum;
+  for (int64_t k = 0; k < steps; ++k, ++m.start_step) {
+    m.step(m.start_step, (*m.schedule)(m.start_step));
+    sum += m.step_times;
+  }
+  return steps > 0 ? sum.scaled(1.0 / steps) : sum;
 }
 
 }  // namespace tg

@@ -101,9 +101,10 @@ class Backend {
 
   // ---- optimizer --------------------------------------------------------------------------------------
   // One update of w with gradient g; s1/s2 are the optimizer's slots (momentum accumulator; adam m, v;
-  // rmsprop ms, mom), undefined when the optimizer has fewer.
+  // rmsprop ms, mom), undefined when the optimizer has fewer. With step.ema_decay >= 0 the same pass also
+  // updates ema (w's moving average) from the new w: one pass over the parameters instead of two.
   virtual void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                const Tensor& s2) = 0;
+                                const Tensor& s2, const Tensor& ema) = 0;
   // ema = decay * ema + (1 - decay) * w
   virtual void ema_update(float decay, const Tensor& w, const Tensor& ema) = 0;
 };

@@ -74,6 +74,7 @@ struct OptimizerStep {
   float momentum = 0.f;  // momentum, rmsprop momentum
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
   float decay = 0.9f;    // rmsprop decay
+  float ema_decay = -1.f;  // >= 0: the same pass folds the updated w into its moving average (ema_update_one)
 };
 
 }  // namespace tg

@@ -1,22 +1,43 @@
-// GradientExchange: one training step's gradient exchange for one worker (DESIGN.md section 3, steps 3-7):
-//   1. local per-tensor scalers -> all-reduce MAX (every worker then uses the same s per tensor),
-//   2. ternary codes: allgather2 (gather every worker's packed 2-bit codes, sum locally) or allreduce8
-//      (unpack to int8, all-reduce SUM; exact up to 127 workers),
-//   3. fp16 tensors: one fused all-reduce SUM in fp16; fp32 tensors: one fused all-reduce SUM in fp32,
-//   4. decode: the gradient tensors are overwritten with the average over workers.
-// --exchange auto picks allgather2 below 8 workers and allreduce8 from 8 on. Each worker owns one
-// GradientExchange (its scratch buffers) and calls run() with its own communicator; the worker index that
-// keys the ternary randomness is the communicator's rank.
+// GradientExchange: one process's part of a step's gradient exchange (DESIGN.md section 3, steps 3-7) for
+// its L local workers, among P processes: N = P * L workers in all, global worker index = process * L + local.
+//   1. scalers: each local worker's per-tensor scalers, the max over local workers, then all-reduce MAX over
+//      the processes (every worker then uses the same s per tensor);
+//   2. codes: each local worker's ternary codes (Philox keyed by its global index); allgather2 gathers every
+//      worker's packed 2-bit codes (the process sends its L blocks), allreduce8 sums codes as int8 (local
+//      workers summed first; exact up to 127 workers); fp16/fp32 tensors are summed over the local workers,
+//      then all-reduced over the processes;
+//   3. decode: the gradient tensors of the target workers (the first worker of each replica) are overwritten
+//      with the average over all N workers.
+// Results are the same bits for any bucketing and any split of the N workers into processes.
+//
+// Buckets and overlap (--bucket_mb, --overlap): tensors are grouped into buckets of about bucket_mb of fp32
+// gradient in the order backward produces them (the last tensors first). The trainer reports progress from
+// inside the last local worker's backward (tensors_ready); a bucket's scalers are computed as soon as it is
+// complete, and a communication thread runs its collectives while backward computes the next bucket. All
+// CPU work (scalers, encode, decode) runs on the compute thread's team, between layers (progress) or in
+// finish(); the communication thread only waits on the network. Collectives are posted in one fixed order,
+// scalers(0), data(0), scalers(1), data(1), ..., identical on every process, as MPI requires. Without
+// overlap (or with a single process) the whole gradient is one bucket exchanged in finish() on the calling
+// thread.
+//
+// --exchange auto picks allgather2 below 8 workers and allreduce8 from 8 on.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "terngrad/comm/communicator.h"
 #include "terngrad/compress/gradient_codec.h"
+#include "terngrad/core/buffer.h"
+#include "terngrad/core/phase_times.h"
 
 namespace tg {
+
+class CommunicationThread;
+class Timeline;
 
 enum class ExchangeMode : uint8_t { Auto, Allgather2, Allreduce8 };
 // "auto" | "allgather2" | "allreduce8"; anything else is an error naming --exchange and the choices.
@@ -25,34 +46,113 @@ const char* exchange_mode_name(ExchangeMode m);
 // Auto -> Allgather2 for num_workers < 8, Allreduce8 otherwise; explicit modes stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
+struct ExchangeOptions {
+  ExchangeMode mode = ExchangeMode::Auto;
+  uint64_t seed = 1;
+  double bucket_mb = 25;  // MiB of fp32 gradient per bucket (with overlap)
+  bool overlap = true;    // buckets exchanged by a communication thread while backward runs
+};
+
+// Bytes of one step. The per-worker figures follow the byte model of communicator.h over all N workers, as if
+// every worker were its own rank, so runs compare across process layouts; process_wire_bytes is what this
+// process's collectives moved (0 with a single process).
 struct ExchangeStats {
-  uint64_t payload_bytes = 0;       // bytes this worker handed to collectives in the step
-  uint64_t moved_bytes = 0;         // bytes the algorithms move per rank (Communicator's byte model)
-  uint64_t fp32_payload_bytes = 0;  // payload of the same step sent as fp32 (4 bytes per element)
-  uint64_t fp32_moved_bytes = 0;    // ... and what a ring all-reduce of it moves per rank
+  uint64_t payload_bytes = 0;       // bytes a worker hands to collectives
+  uint64_t moved_bytes = 0;         // bytes the algorithms move per worker
+  uint64_t fp32_payload_bytes = 0;  // the same step sent as fp32 (4 bytes per element)
+  uint64_t fp32_moved_bytes = 0;    // ... and what a ring all-reduce of it moves per worker
+  uint64_t process_wire_bytes = 0;  // moved into this process by its collectives (byte model, P ranks)
 };
 
 class GradientExchange {
  public:
-  GradientExchange(const CompressionPolicy& policy, Communicator& comm, ExchangeMode mode, uint64_t seed,
-                   ThreadPool* pool = nullptr);
+  // worker_grads[l]: local worker l's gradient, one f32 host tensor per policy tensor (read; the targets'
+  // are overwritten with the average). targets: local workers whose gradients receive the average.
+  // processes: the communicator over processes, or nullptr for this process alone; with overlap its
+  // collectives are called from the communication thread only, while a step is in progress.
+  GradientExchange(const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
+                   std::vector<int> targets, Communicator* processes, const ExchangeOptions& options,
+                   Timeline* timeline = nullptr);
+  ~GradientExchange();
+  GradientExchange(const GradientExchange&) = delete;
+  GradientExchange& operator=(const GradientExchange&) = delete;
 
-  // grads: one f32 host tensor per policy tensor (this worker's gradient); overwritten with the average.
-  ExchangeStats run(const std::vector<Tensor>& grads, uint32_t step);
+  // ---- one step, from the compute thread ----
+  void begin(uint32_t step);
+  // Tensors [first, num_tensors) are final on every local worker (backward runs from the last tensor down).
+  void tensors_ready(int first);
+  // Encodes and decodes the buckets whose collectives finished; never blocks on the network.
+  void progress();
+  // Blocks until every bucket is decoded into the targets; returns the step's bytes.
+  ExchangeStats finish();
+  // begin + tensors_ready(0) + finish.
+  ExchangeStats run(uint32_t step);
 
-  ExchangeMode mode() const { return mode_; }  // resolved (never Auto)
+  ExchangeMode mode() const { return mode_; }
+  int num_workers() const { return num_workers_; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  TensorRange bucket(int b) const { return buckets_[b].range; }
+  bool overlapped() const { return comm_thread_ != nullptr; }
   const GradientCodec& codec() const { return codec_; }
-  // Of the last run: the shared scalers and this worker's zero-code count per ternary tensor (summaries).
-  const std::vector<float>& shared_scalers() const { return encoded_.scalers; }
-  const std::vector<int64_t>& zero_codes() const { return encoded_.zero_codes; }
+  // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
+  const PhaseTimes& times() const { return times_; }
+  // Of the last step: the shared scalers and local worker 0's zero-code count per ternary tensor (summaries).
+  const std::vector<float>& shared_scalers() const { return shared_scalers_; }
+  const std::vector<int64_t>& zero_codes() const { return zero_codes_; }
 
  private:
+  enum class Stage : uint8_t {
+    Waiting, ScalersReady, ScalersPosted, ScalersShared, Encoded, DataPosted, DataDone, Decoded
+  };
+  struct Bucket {
+    TensorRange range;
+    RangeLayout layout;
+    uint8_t* local_codes = nullptr;  // (L, packed_bytes) this process's workers' codes
+    uint8_t* gathered = nullptr;     // (N, packed_bytes) allgather2 with several processes
+    int8_t* code_sums = nullptr;     // (4 * packed_bytes) allreduce8
+    half_bits* f16 = nullptr;        // (f16_elements)
+    float* f32 = nullptr;            // (f32_elements)
+    Stage stage = Stage::Waiting;
+    uint64_t ticket = 0;             // the communication thread's job of the current stage
+  };
+  void plan_buckets(double bucket_mb, bool one_bucket);
+  void allocate_buffers();
+  // Stages of one bucket (compute thread unless noted).
+  void compute_scalers(Bucket& b);
+  void share_scalers(Bucket& b);   // collective (communication thread with overlap)
+  void encode(Bucket& b);
+  void exchange_data(Bucket& b);   // collectives (communication thread with overlap)
+  void decode(Bucket& b);
+  void post_next();                 // posts the next collective of the fixed order when its input is ready
+  bool advance(bool block);         // one round of post / collect / encode / decode; true if anything moved
+  void collect(Bucket& b);          // after its job finished: timings, next stage
+  static void run_share_scalers(void* self, int64_t bucket);
+  static void run_exchange_data(void* self, int64_t bucket);
+  template <typename Fn> void timed(Phase phase, const char* name, int64_t arg, Fn&& fn);
+  template <typename Fn> void blocking_collective(Bucket& b, const char* name, Fn&& fn);
+
   GradientCodec codec_;
-  Communicator& comm_;
+  std::vector<std::vector<Tensor>> grads_;  // (L) local workers' gradients
+  std::vector<const std::vector<Tensor>*> grad_ptrs_;
+  std::vector<int> targets_;
+  Communicator* processes_;
+  int num_processes_ = 1, process_rank_ = 0, local_ = 1, num_workers_ = 1;
   ExchangeMode mode_;
-  EncodedGradient encoded_;
-  std::vector<uint8_t> gathered_;  // (N, packed_bytes) allgather2
-  std::vector<int8_t> code_sums_;  // (4 * packed_bytes) allreduce8
+  std::vector<Bucket> buckets_;  // in backward order: bucket 0 holds the last tensors
+  Buffer storage_;               // every bucket's buffers, allocated and touched once
+  std::vector<float> local_scalers_;   // (L, num_ternary)
+  std::vector<float> shared_scalers_;  // (num_ternary)
+  std::vector<int64_t> zero_codes_;    // (num_ternary)
+  ExchangeStats step_stats_;           // the byte model of one step (fixed by the policy)
+  uint32_t step_ = 0;
+  int ready_from_ = 0;     // tensors [ready_from_, num_tensors) are final
+  int next_post_ = 0;      // position in the fixed order: 2 * bucket + (0 scalers, 1 data)
+  bool in_step_ = false;
+  std::unique_ptr<CommunicationThread> comm_thread_;
+  Timeline* timeline_;
+  int exchange_track_ = -1, comm_track_ = -1;
+  PhaseTimes times_;
+  uint64_t wire_before_ = 0;
 };
 
 }  // namespace tg

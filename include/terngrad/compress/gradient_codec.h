@@ -1,15 +1,19 @@
-// GradientCodec: encodes one worker's gradient tensors into the fused payload the policy lays out (2-bit
-// ternary codes + one scaler per ternary tensor, fp16, fp32) and decodes summed payloads into the averaged
-// gradient. It knows nothing about transports: GradientExchange (terngrad/comm/gradient_exchange.h) moves
-// the payloads. Host tensors only for now (plain loops, optionally over a ThreadPool); the CUDA kernels of
-// the same operations are in kernels/ternary_kernels.cu (terngrad/compress/ternary_cuda.h).
+// GradientCodec: the math of one step's gradient exchange over the fused layout a CompressionPolicy lays out
+// (2-bit ternary codes + one scaler per ternary tensor, fp16, fp32), for any range of tensors (a bucket),
+// without knowing about transports: GradientExchange (terngrad/comm/gradient_exchange.h) moves the payloads.
+// Host tensors; loops run on the calling thread's compute team (terngrad/core/parallel.h). The CUDA
+// kernels of the ternary operations are in kernels/ternary_kernels.cu (terngrad/compress/ternary_cuda.h).
 //
-// Randomness: worker w draws its codes from philox_key(seed, w) with counter (step, parameter index i, element),
-// i being the tensor's index in the policy (all parameters), so codes do not depend on thread count or device.
+// Buffers of a range hold only that range: `packed` starts at the range's first packed byte, `f16`/`f32` at
+// its first element, `code_sums` (int8, 4 per packed byte) at element 4 * packed_begin. Scaler vectors are
+// always full-size (num_ternary) and indexed by scaler_index.
+//
+// Randomness: worker w draws its codes from philox_key(seed, w) with counter (step, parameter index i,
+// element), i being the tensor's index in the policy (all parameters), so codes do not depend on the
+// bucketing, the thread count or the device.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "terngrad/compress/compression_policy.h"
@@ -18,58 +22,92 @@
 
 namespace tg {
 
-class ThreadPool;
+// Tensors [begin, end) of the policy (a bucket).
+struct TensorRange {
+  int begin = 0, end = 0;
+};
 
-// One worker's encoded gradient of one step; sizes fixed by the policy (GradientCodec::allocate).
+// Where a range of tensors lives in the fused buffers.
+struct RangeLayout {
+  int64_t packed_begin = 0, packed_end = 0;  // bytes of the fused ternary buffer
+  int64_t f16_begin = 0, f16_end = 0;        // elements of the fused fp16 buffer
+  int64_t f32_begin = 0, f32_end = 0;        // elements of the fused fp32 buffer
+  int scaler_begin = 0, scaler_end = 0;      // scaler indices
+  int64_t elements = 0;                      // gradient elements of the range
+  int64_t packed_bytes() const { return packed_end - packed_begin; }
+  int64_t f16_elements() const { return f16_end - f16_begin; }
+  int64_t f32_elements() const { return f32_end - f32_begin; }
+  int num_scalers() const { return scaler_end - scaler_begin; }
+};
+
+// One worker's encoded gradient of one step over all tensors (tests and single-worker tools).
 struct EncodedGradient {
   std::vector<float> scalers;       // (num_ternary) the shared scalers the codes were drawn with
   std::vector<uint8_t> packed;      // (packed_bytes) fused 2-bit codes
   std::vector<half_bits> f16;       // (f16_elements)
   std::vector<float> f32;           // (f32_elements)
-  std::vector<int64_t> zero_codes;  // (num_ternary) number of zero codes per ternary tensor (summaries)
+  std::vector<int64_t> zero_codes;  // (num_ternary) zero codes per ternary tensor
 };
 
 class GradientCodec {
  public:
-  GradientCodec(CompressionPolicy policy, uint64_t seed, ThreadPool* pool = nullptr);
+  GradientCodec(CompressionPolicy policy, uint64_t seed);
 
   const CompressionPolicy& policy() const { return policy_; }
+  TensorRange all() const { return {0, policy_.num_tensors()}; }
+  RangeLayout layout(TensorRange r) const;
+  // grads: one f32 host tensor per policy tensor with the policy's element counts; throws naming the tensor.
+  void check_grads(const std::vector<Tensor>& grads) const;
+
+  // This worker's scaler of each ternary tensor of r -> scalers[scaler_index] (before sharing).
+  void local_scalers(const std::vector<Tensor>& grads, TensorRange r, float* scalers) const;
+  // Throws naming the tensor and the step when a shared scaler of r is not finite.
+  void check_scalers(const float* scalers, TensorRange r, uint32_t step) const;
+  // Ternary codes of r drawn with the shared scalers -> packed (the range's bytes); zero codes per tensor
+  // -> zero_codes[scaler_index] when zero_codes is not null.
+  void encode_ternary(const std::vector<Tensor>& grads, TensorRange r, const float* scalers, uint32_t step,
+                      uint32_t worker, uint8_t* packed, int64_t* zero_codes) const;
+  // Sum over `workers` (in order) of their fp16-rounded values, in fp32, rounded to fp16 once -> f16.
+  void encode_f16(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r, half_bits* f16) const;
+  // Sum over `workers` (in order) of their fp32 values -> f32.
+  void encode_f32(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r, float* f32) const;
+  // Sum over num_workers packed blocks (worker w at packed + w * stride) of the codes -> code_sums (int8).
+  void sum_codes(const uint8_t* packed, int64_t stride, int num_workers, TensorRange r, int8_t* code_sums) const;
+
+  // Decoders: each writes the tensors of its coding in r with the average over num_workers.
+  void decode_ternary_gathered(const uint8_t* gathered, int64_t stride, int num_workers, TensorRange r,
+                               const float* scalers, const std::vector<Tensor>& grads) const;
+  void decode_ternary_sums(const int8_t* code_sums, int num_workers, TensorRange r, const float* scalers,
+                           const std::vector<Tensor>& grads) const;
+  void decode_f16_sum(const half_bits* sum, int num_workers, TensorRange r, const std::vector<Tensor>& grads) const;
+  void decode_f32_sum(const float* sum, int num_workers, TensorRange r, const std::vector<Tensor>& grads) const;
+
+  // ---- whole-gradient forms (all tensors, one worker) ----
   void allocate(EncodedGradient& e) const;
-
-  // This worker's scaler per ternary tensor (before sharing), in scaler_index order.
   std::vector<float> local_scalers(const std::vector<Tensor>& grads) const;
-
-  // Encodes grads (one f32 host tensor per policy tensor) with the shared scalers. A non-finite scaler is
-  // an error naming the tensor and the step.
   void encode(const std::vector<Tensor>& grads, const std::vector<float>& shared_scalers, uint32_t step,
               uint32_t worker, EncodedGradient& out) const;
-
-  // Decoders: each writes the tensors of its coding in grads with the average over num_workers.
-  // code_sums (4 * packed_bytes): sum over workers of the unpacked codes (element 4b+k <-> byte b, field k).
+  // code_sums (4 * packed_bytes); gathered (num_workers, packed_bytes).
   void decode_ternary_sums(const int8_t* code_sums, const std::vector<float>& scalers, int num_workers,
-                           const std::vector<Tensor>& grads) const;
-  // gathered (num_workers, packed_bytes): every worker's packed buffer.
+                           const std::vector<Tensor>& grads) const {
+    decode_ternary_sums(code_sums, num_workers, all(), scalers.data(), grads);
+  }
   void decode_ternary_gathered(const uint8_t* gathered, const std::vector<float>& scalers, int num_workers,
-                               const std::vector<Tensor>& grads) const;
-  void decode_f16_sum(const half_bits* sum, int num_workers, const std::vector<Tensor>& grads) const;
-  void decode_f32_sum(const float* sum, int num_workers, const std::vector<Tensor>& grads) const;
-
-  // Fused packed (packed_bytes) -> codes (4 * packed_bytes), the layout allreduce8 sums.
-  void unpack_codes(const uint8_t* packed, int8_t* codes) const;
-
-  // Throws unless non-finite scalers are absent: names the tensor and the step.
-  void check_scalers(const std::vector<float>& scalers, uint32_t step) const;
+                               const std::vector<Tensor>& grads) const {
+    decode_ternary_gathered(gathered, policy_.packed_bytes(), num_workers, all(), scalers.data(), grads);
+  }
+  void decode_f16_sum(const half_bits* sum, int num_workers, const std::vector<Tensor>& grads) const {
+    decode_f16_sum(sum, num_workers, all(), grads);
+  }
+  void decode_f32_sum(const float* sum, int num_workers, const std::vector<Tensor>& grads) const {
+    decode_f32_sum(sum, num_workers, all(), grads);
+  }
+  void unpack_codes(const uint8_t* packed, int8_t* codes) const { sum_codes(packed, 0, 1, all(), codes); }
 
  private:
-  void check_grads(const std::vector<Tensor>& grads) const;
-  // Checks the arguments of a ternary decode, then calls decode(plan, shared scaler, gradient data) for every
-  // ternary tensor.
-  void for_each_ternary(const std::vector<float>& scalers, int num_workers, const std::vector<Tensor>& grads,
-                        const std::function<void(const TensorCodingPlan&, float, float*)>& decode) const;
-
+  void check_range(TensorRange r) const;
   CompressionPolicy policy_;
   uint64_t seed_;
-  ThreadPool* pool_;
 };
 
 }  // namespace tg

@@ -39,6 +39,16 @@ class ParameterStore {
   Slab params_, state_;
 };
 
+// Told during backward which parameter gradients are final, so a gradient exchange can start on them while
+// backward goes on (the trainer's overlap).
+class GradientListener {
+ public:
+  virtual ~GradientListener() = default;
+  // Called after every layer's backward: parameters [first, num_params) hold their final gradient, weight
+  // decay included (backward runs from the last layer down, and parameters are numbered in layer order).
+  virtual void gradients_ready(int first) = 0;
+};
+
 struct AuxLoss {
   std::string tensor;  // a (1) loss tensor
   float weight;
@@ -76,7 +86,8 @@ class Net {
   float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0,
                 PhiloxKey key = {});
   // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
-  void backward();
+  // A listener hears, layer by layer, which gradients are final.
+  void backward(GradientListener* listener = nullptr);
 
   Slab& grads() { return grads_; }          // one tensor per parameter, same names and order as params
   Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
@@ -101,6 +112,8 @@ class Net {
     std::vector<ParamSpec> params;
     std::vector<StateSpec> states;
     std::vector<int> input_grad_slot;  // per input: index into grad-slab entries (-1 = no gradient)
+    int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
+    std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
     LayerIO io;
   };
   struct TensorInfo {

@@ -43,8 +43,12 @@ class ExponentialMovingAverage {
   double decay_at(int64_t step) const { return decay_at(decay_, step); }
 
   // Folds the current values in with t = step: the trainer passes the 0-based index of the iteration
-  // whose update it has just applied.
-  void update(Backend& backend, int64_t step);
+  // whose update it has just applied. `except`: a tracked slab whose average the optimizer already updated
+  // in its own pass (Optimizer::apply with this EMA), skipped here.
+  void update(Backend& backend, int64_t step, const Slab* except = nullptr);
+  // The averages of a slab tracked as a whole, as one flat f32 tensor laid out like the slab (undefined when
+  // the slab is not tracked as a whole).
+  Tensor flat_average(const Slab& tracked) const;
 
   // Exchanges averages and live values (evaluate with averaged weights, then swap back).
   void swap(Backend& backend);

@@ -22,6 +22,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/slab.h"
+#include "terngrad/optim/moving_average.h"
 
 namespace tg {
 
@@ -47,8 +48,11 @@ class Optimizer {
 
   // Updates every parameter in `params` with the gradient of the same name in `grads` (same shapes; the
   // entries must be the ones the optimizer was built for). `lr` is this step's learning rate (from the
-  // schedule); `step` is the 0-based iteration index.
-  void apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr);
+  // schedule); `step` is the 0-based iteration index. With `ema` (an average that tracks `params`), the same
+  // pass over the parameters also folds the new values into their averages (decay of `step`); the caller
+  // then updates the rest of the EMA with ema->update(backend, step, &params).
+  void apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr,
+             const ExponentialMovingAverage* ema = nullptr);
 
   // The per-call descriptor apply() hands to Backend::optimizer_update (adam: lr already bias-corrected).
   OptimizerStep step_descriptor(int64_t step, float lr) const;

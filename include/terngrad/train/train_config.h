@@ -59,12 +59,16 @@ struct TrainConfig {
   int64_t size_to_binarize = 1;
   bool quantize_logits = false;
   std::string exchange = "auto";
+  bool overlap = true;     // exchange buckets while backward runs (several processes, host gradients)
+  double bucket_mb = 25;   // MiB of fp32 gradient per bucket (DDP's default)
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;
   int keep_checkpoints = 5;
   int64_t log_every = 10;
   std::string metrics_jsonl;
+  std::string timeline;                // Chrome trace of the steps in timeline_steps
+  std::string timeline_steps = "5-9";  // "A-B" or "A": 1-based steps, inclusive
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
   // input pipeline

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/phase_times.h"
 #include "terngrad/train/train_config.h"
 
 namespace tg {
@@ -32,6 +33,7 @@ struct TrainResult {
   uint64_t bytes_moved = 0;       // by worker 0's exchange, all steps of this run
   uint64_t fp32_bytes_moved = 0;  // what fp32 gradients would have moved
   std::string parameter_digest;   // of the final parameters
+  PhaseTimes time_per_step;       // process 0's mean phase times per step after the first log window
 };
 
 class Trainer {
@@ -44,6 +46,9 @@ class Trainer {
 
   // Trains up to --max_steps; stops early (after saving a checkpoint) when *stop becomes true.
   TrainResult run(const std::atomic<bool>* stop = nullptr);
+  // Runs `steps` more steps with nothing else (no logs, checkpoints or stop checks): benchmarks and tests of
+  // the step itself. Returns their mean phase times.
+  PhaseTimes run_steps(int64_t steps);
 
  private:
   struct Impl;

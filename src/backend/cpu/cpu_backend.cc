@@ -258,8 +258,20 @@ void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------------
+namespace {
+// One chunk of the update: the kind's per-element function, then (kEma) the moving average of the new value,
+// in the same loop so w is read once; the kind and kEma are template parameters so each loop vectorizes.
+template <bool kEma, typename Update>
+void update_chunk(int64_t s, int64_t e, float* pw, float* pe, float ema_decay, const Update& update) {
+  for (int64_t i = s; i < e; ++i) {
+    update(i);
+    if constexpr (kEma) ema_update_one(pe[i], pw[i], ema_decay);
+  }
+}
+}  // namespace
+
 void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                  const Tensor& s2) {
+                                  const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   float* pw = w.data<float>();
   const float* pg = g.data<float>();
@@ -269,24 +281,33 @@ void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, co
   const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
   TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
-  // One loop per kind (the same shared per-element functions as optimizer_update_one, so the same bits):
-  // with the kind switch hoisted out the compiler vectorizes them.
-  const float lr = step.lr;
+  const bool with_ema = step.ema_decay >= 0.f;
+  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}",
+           w.str());
+  float* pe = with_ema ? ema.data<float>() : nullptr;
+  // One loop per kind (the same shared per-element functions as optimizer_update_one, so the same bits).
+  const float lr = step.lr, d = step.ema_decay;
+  auto run = [&](int64_t s, int64_t e, const auto& update) {
+    if (with_ema)
+      update_chunk<true>(s, e, pw, pe, d, update);
+    else
+      update_chunk<false>(s, e, pw, pe, d, update);
+  };
   parallel_for(w.numel(), [&](int64_t s, int64_t e) {
     switch (step.kind) {
       case OptimizerKind::GD:
-        for (int64_t i = s; i < e; ++i) gd_update(pw[i], pg[i], lr);
+        run(s, e, [&](int64_t i) { gd_update(pw[i], pg[i], lr); });
         break;
       case OptimizerKind::MOMENTUM:
-        for (int64_t i = s; i < e; ++i) momentum_update(pw[i], pg[i], p1[i], lr, step.momentum);
+        run(s, e, [&](int64_t i) { momentum_update(pw[i], pg[i], p1[i], lr, step.momentum); });
         break;
       case OptimizerKind::ADAM:
-        for (int64_t i = s; i < e; ++i)
-          adam_update(pw[i], pg[i], p1[i], p2[i], lr, step.beta1, step.beta2, step.epsilon);
+        run(s, e, [&](int64_t i) { adam_update(pw[i], pg[i], p1[i], p2[i], lr, step.beta1, step.beta2, step.epsilon); });
         break;
       case OptimizerKind::RMSPROP:
-        for (int64_t i = s; i < e; ++i)
+        run(s, e, [&](int64_t i) {
           rmsprop_update(pw[i], pg[i], p1[i], p2[i], lr, step.decay, step.momentum, step.epsilon);
+        });
         break;
     }
   }, kGrain);

@@ -126,7 +126,7 @@ class CpuBackend final : public Backend {
                               const Tensor& dx, const Tensor& dw, const Tensor& db) override;
 
   void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                        const Tensor& s2) override;
+                        const Tensor& s2, const Tensor& ema) override;
   void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
 
   int threads() const { return threads_; }

@@ -327,7 +327,7 @@ void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& label
 
 // ---- optimizer ------------------------------------------------------------------------------------------------------
 void CudaBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                   const Tensor& s2) {
+                                   const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   check_on_device(w, "optimizer_update", "w"), check_on_device(g, "optimizer_update", "g");
   const bool needs1 = step.kind != OptimizerKind::GD;
@@ -336,9 +336,14 @@ void CudaBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, c
   TG_CHECK(!needs2 || (s2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
   if (needs1) check_on_device(s1, "optimizer_update", "slot 1");
   if (needs2) check_on_device(s2, "optimizer_update", "slot 2");
+  const bool with_ema = step.ema_decay >= 0.f;
+  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}",
+           w.str());
+  if (with_ema) check_on_device(ema, "optimizer_update", "ema");
   CudaDeviceGuard guard(index_);
   cuda_kernels::optimizer_update_f32(step, w.data<float>(), g.data<float>(), needs1 ? s1.data<float>() : nullptr,
-                                     needs2 ? s2.data<float>() : nullptr, w.numel(), stream_);
+                                     needs2 ? s2.data<float>() : nullptr, with_ema ? ema.data<float>() : nullptr,
+                                     w.numel(), stream_);
 }
 
 void CudaBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {

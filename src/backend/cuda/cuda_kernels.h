@@ -61,9 +61,10 @@ void softmax_xent_backward_f32(const float* probs, const int32_t* labels, int64_
                                cudaStream_t stream);
 
 // ---- kernels/optimizer_kernels.cu --------------------------------------------------------------------------
-// optimizer_update_one (include/terngrad/math/optim_math.h) per element; s1/s2 may be null when unused.
-void optimizer_update_f32(const OptimizerStep& step, float* w, const float* g, float* s1, float* s2, int64_t n,
-                          cudaStream_t stream);
+// optimizer_update_one (include/terngrad/math/optim_math.h) per element; s1/s2 may be null when unused; with
+// ema (step.ema_decay >= 0) ema_update_one of the new w in the same pass.
+void optimizer_update_f32(const OptimizerStep& step, float* w, const float* g, float* s1, float* s2, float* ema,
+                          int64_t n, cudaStream_t stream);
 void ema_update_f32(float decay, const float* w, float* ema, int64_t n, cudaStream_t stream);
 
 // ---- kernels/pool_kernels.cu -------------------------------------------------------------------------------
