@@ -1,7 +1,7 @@
 // PhaseTimes (arithmetic, log-line and metrics forms), ScopedPhase, and Timeline: the step window, concurrent
 // recording from two threads, no allocation while recording, the Chrome trace file (parsed with python3's
 // json module, which the tests need; they report SKIPPED without it), flag checks and atomic writes.
-#include "terngrad/train/timeline.h"
+#include "terngrad/core/timeline.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "terngrad/core/error.h"
-#include "terngrad/train/phase_times.h"
+#include "terngrad/core/phase_times.h"
 
 // Counts every allocation of the program, so a test can show that a stretch of code allocates nothing. GCC
 // cannot see that these new and delete are a matching malloc/free pair and would warn where they inline.

@@ -23,11 +23,21 @@ void append_escaped(std::string& out, const char* s) {
   for (; *s; ++s) {
     const unsigned char c = static_cast<unsigned char>(*s);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", c);
@@ -54,8 +64,7 @@ bool parse_step(const std::string& text, int64_t& step) {
 
 }  // namespace
 
-Timeline::Timeline(const std::string& path, int64_t first_step, int64_t last_step, int process_index,
-                   size_t max_events)
+Timeline::Timeline(const std::string& path, int64_t first_step, int64_t last_step, int process_index, size_t max_events)
     : path_(path), first_(first_step), last_(last_step), process_(process_index), zero_(Clock::now()) {
   TG_CHECK(first_step >= 1 && last_step >= first_step, "timeline window {}-{}: steps are 1-based, first <= last",
            first_step, last_step);
@@ -80,9 +89,9 @@ void Timeline::check_path(const std::string& path) {
 TimelineSteps Timeline::parse_steps(const std::string& value) {
   const auto dash = value.find('-');
   TimelineSteps steps;
-  const bool ok = dash == std::string::npos
-                      ? parse_step(value, steps.first)
-                      : parse_step(value.substr(0, dash), steps.first) && parse_step(value.substr(dash + 1), steps.last);
+  const bool ok = dash == std::string::npos ? parse_step(value, steps.first)
+                                            : parse_step(value.substr(0, dash), steps.first) &&
+                                                  parse_step(value.substr(dash + 1), steps.last);
   if (!ok) TG_THROW("--timeline_steps {}: expected a step A or a range A-B (e.g. 100-110)", value);
   if (dash == std::string::npos) steps.last = steps.first;
   if (steps.first < 1) TG_THROW("--timeline_steps {}: steps start at 1", value);
@@ -147,8 +156,8 @@ std::string Timeline::events_json() const {
     append_escaped(out, e.name);
     out += R"(,"cat":)";
     append_escaped(out, e.category);
-    out += fmt::format(R"(,"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{"step":{})", process_,
-                       e.track, e.ts_us, e.dur_us, e.step);
+    out += fmt::format(R"(,"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{"step":{})", process_, e.track,
+                       e.ts_us, e.dur_us, e.step);
     if (e.arg >= 0) {
       out += ',';
       append_escaped(out, e.arg_name);
