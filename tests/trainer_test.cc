@@ -183,6 +183,10 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
       {[](TrainConfig& c) { c.exchange = "ring"; }, "--exchange"},
       {[](TrainConfig& c) { c.net = "vgg"; }, "--net"},
       {[](TrainConfig& c) { c.data_dir = "/nonexistent/data"; }, "--data_dir"},
+      {[](TrainConfig& c) { c.bucket_mb = 0; }, "--bucket_mb"},
+      {[](TrainConfig& c) { c.bucket_mb = -3; }, "--bucket_mb"},
+      {[](TrainConfig& c) { c.timeline = "/nonexistent/folder/trace.json"; }, "--timeline"},
+      {[](TrainConfig& c) { c.timeline = "t.json", c.timeline_steps = "9-2"; }, "--timeline_steps"},
   };
   for (const auto& k : cases) {
     TrainConfig c = config("bad");
@@ -202,6 +206,100 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
             1);
   EXPECT_NE(out.find("--grad_bits 7 is not one of 1 (TernGrad), 16 (fp16), 32 (fp32)"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --bucket_mb 0 --train_dir " + (root_ / "cli").string(),
+                &out),
+            1);
+  EXPECT_NE(out.find("--bucket_mb 0 must be a positive number of MiB"), std::string::npos) << out;
+  EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --timeline /nonexistent/folder/t.json --train_dir " +
+                    (root_ / "cli").string(),
+                &out),
+            1);
+  EXPECT_NE(out.find("/nonexistent/folder"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(fs::exists(root_ / "cli")) << "nothing is written before the flags are checked";
+}
+
+// Reads a JSON (or JSON lines) file with python3 and prints what `expr` (over `d`, the parsed document) gives.
+std::string python_json(const std::string& path, const std::string& expr) {
+  const std::string expr_file = path + ".expr";
+  std::ofstream(expr_file) << expr;
+  const std::string cmd =
+      "python3 -c \"import json,sys; p=sys.argv[1]; d=[json.loads(l) for l in open(p)] if p.endswith('.jsonl') "
+      "else json.load(open(p)); print(eval(open(sys.argv[2]).read()))\" " + path + " " + expr_file + " 2>&1";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "popen failed";
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  pclose(pipe);
+  fs::remove(expr_file);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// Where the time goes: every logged step carries the phase times (log line, metrics JSON, TensorBoard), and
+// --timeline writes a Chrome trace of the chosen steps with a track per worker and the exchange's work.
+TEST_F(TrainerTest, PhaseTimesAndTimeline) {
+  if (run("command -v python3") != 0) GTEST_SKIP() << "python3 not found (needed to parse the JSON)";
+  TrainConfig c = config("phases");
+  c.max_steps = 9;
+  c.save_iter = 100;
+  c.metrics_jsonl = (root_ / "metrics.jsonl").string();
+  c.timeline = (root_ / "trace.json").string();
+  c.timeline_steps = "4-5";
+  Trainer(c).run();
+  const std::string trace = c.timeline, metrics = c.metrics_jsonl;
+  ASSERT_TRUE(fs::exists(trace));
+  EXPECT_EQ(python_json(trace, "sorted(set(e['args']['name'] for e in d['traceEvents'] if e['name']=='thread_name'))"),
+            "['exchange (process 0)', 'worker 0', 'worker 1']");
+  EXPECT_EQ(python_json(trace, "sorted(set(e['args']['step'] for e in d['traceEvents'] if e['ph']=='X'))"), "[4, 5]");
+  EXPECT_EQ(python_json(trace, "sorted(set(e['name'] for e in d['traceEvents'] if e['ph']=='X'))"),
+            "['backward', 'decode', 'encode', 'forward', 'input_wait', 'optimizer + EMA', 'scalers']");
+  // Every phase is in the metrics; the compute thread's phases add up to the step's wall time.
+  EXPECT_EQ(python_json(metrics, "sorted(d[0]['time'].keys())"),
+            "['comm_blocked', 'comm_in_flight', 'decode', 'encode', 'forward_backward', 'input_wait', "
+            "'optimizer_ema', 'other', 'scalers']");
+  EXPECT_EQ(python_json(metrics, "all(abs(sum(v for k,v in l['time'].items() if k!='comm_in_flight') - "
+                                 "l['sec_per_batch']) < 0.05*l['sec_per_batch'] + 1e-3 for l in d if 'time' in l and "
+                                 "'step' in l)"),
+            "True");
+  EXPECT_EQ(python_json(metrics, "[len(l['worker_forward_backward']) for l in d if 'step' in l]"), "[2, 2, 2]");
+  EXPECT_EQ(python_json(metrics, "d[-1]['summary'] and d[-1]['time']['forward_backward'] > 0"), "True");
+}
+
+// --overlap (buckets exchanged by a communication thread while backward runs) gives the serial path's bits,
+// across two MPI processes of two workers each; the timeline shows both processes' communication threads.
+TEST_F(TrainerTest, OverlapIsBitIdenticalToSerialAcrossTwoMpiProcesses) {
+  if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
+  if (run("command -v python3") != 0) GTEST_SKIP() << "python3 not found (needed to parse the JSON)";
+  auto train = [&](const std::string& name, const std::string& extra) {
+    const std::string dir = (root_ / name).string();
+    std::string out;
+    const int rc = run("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
+                           " --data_dir " + data_dir_ +
+                           " --dataset fashion_mnist --net lenet --num_nodes 2 --batch_size 32 --grad_bits 1"
+                           " --clip_factor 2.5 --max_steps 5 --save_iter 100 --log_every 5 --threads 1"
+                           " --num_readers 1 --num_preprocess_threads 1 --train_dir " + dir + " " + extra,
+                       &out);
+    EXPECT_EQ(rc, 0) << out;
+    auto latest = latest_checkpoint(dir);
+    EXPECT_TRUE(latest.has_value()) << out;
+    return latest ? param_bytes(*latest) : std::vector<char>();
+  };
+  const std::string trace = (root_ / "trace.json").string(), metrics = (root_ / "m.jsonl").string();
+  const auto overlapped = train("overlap", "--overlap=true --bucket_mb 0.25 --timeline " + trace +
+                                               " --timeline_steps 2-3 --metrics_jsonl " + metrics);
+  const auto serial = train("serial", "--overlap=false");
+  ASSERT_FALSE(serial.empty());
+  EXPECT_TRUE(overlapped == serial) << "overlapped and serial exchanges must give the same parameters";
+  EXPECT_EQ(python_json(trace, "sorted(set(e['args']['name'] for e in d['traceEvents'] if e['name']=='thread_name'))"),
+            "['communication (process 0)', 'communication (process 1)', 'exchange (process 0)', "
+            "'exchange (process 1)', 'worker 0', 'worker 1', 'worker 2', 'worker 3']");
+  EXPECT_EQ(python_json(trace, "sorted(set(e['pid'] for e in d['traceEvents']))"), "[0, 1]");
+  EXPECT_EQ(python_json(trace, "len([e for e in d['traceEvents'] if e['name']=='exchange codes']) > 4"), "True");
+  // Both processes' phase times are in the metrics; the wire carried bytes.
+  EXPECT_EQ(python_json(metrics, "[len(l['process_time']) for l in d if 'step' in l]"), "[2]");
+  EXPECT_EQ(python_json(metrics, "[l['wire_bytes'] > 0 for l in d if 'step' in l]"), "[True]");
 }
 
 TEST_F(TrainerTest, DivergenceStopsNamingTheStepAndKeepsTheLastCheckpoint) {
