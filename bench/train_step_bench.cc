@@ -8,16 +8,20 @@
 //             know reports an error for its benchmark and the others still run. "all" = every network.
 // --threads:  comma-separated thread counts (default 1,2).
 // --batch:    overrides the per-network default batch (lenet 64, cifarnet 128, the ImageNet nets 8).
+// --trainer=fp32,terngrad: also times terngrad-train's whole step (tg::Trainer in benchmark mode: synthetic
+//             input, the gradient exchange, the optimizer with the EMA) with gradients exchanged in fp32 or as
+//             TernGrad codes (clip 2.5), per-worker batch as above, each worker count of --workers=1,2
+//             (workers of one process, like --num_nodes). Rows "trainer_step/..." also report the mean phase
+//             times (ms_<phase>) of the trainer's log line.
 // --count_allocs: also runs 5 steady-state steps with the host allocator (malloc & co.) counted and prints
 //             how many allocations each step made (0 means the step allocates nothing).
 // --trace_allocs: with --count_allocs, prints a raw backtrace of every counted allocation on stderr.
 //
 // Each benchmark reports `images/s` (a rate counter over wall time), `allocs/step` (heap allocations per
-// timed step, from the malloc interposer below) and `faults/step` (minor page faults per timed step). Inputs are fixed
+// timed step, from tests/alloc_counter) and `faults/step` (minor page faults per timed step). Inputs are fixed
 // random images and labels; the learning rate is small (1e-3) so the loss stays finite on random data for any number of
 // steps.
 #include <benchmark/benchmark.h>
-#include <execinfo.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,79 +30,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "alloc_counter/alloc_counter.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
 #include "terngrad/optim/optimizer.h"
-
-// ---- heap allocation counter ---------------------------------------------------------------------------
-// The executable defines malloc & co. and forwards to glibc's implementations, so every allocation in the
-// process (ours, oneDNN's, libstdc++'s, OpenMP's) passes through here. Counting is switched on only around
-// the steps being measured.
-extern "C" {
-void* __libc_malloc(size_t);
-void __libc_free(void*);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void* __libc_memalign(size_t, size_t);
-}
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<bool> g_tracing{false};  // --trace_allocs: a raw backtrace per counted allocation, on stderr
-std::atomic<int64_t> g_allocations{0};
-thread_local bool t_in_trace = false;
-inline void note_allocation() {
-  if (!g_counting.load(std::memory_order_relaxed)) return;
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (g_tracing.load(std::memory_order_relaxed) && !t_in_trace) {
-    t_in_trace = true;  // backtrace() may allocate on its first call
-    void* frames[16];
-    int n = backtrace(frames, 16);
-    static const char kSep[] = "---- allocation\n";
-    (void)!write(2, kSep, sizeof(kSep) - 1);
-    backtrace_symbols_fd(frames, n, 2);  // "exe(+offset)": resolve with addr2line -f -C -e exe offset
-    t_in_trace = false;
-  }
-}
-}  // namespace
-
-extern "C" {
-void* malloc(size_t n) {
-  note_allocation();
-  return __libc_malloc(n);
-}
-void free(void* p) { __libc_free(p); }
-void* calloc(size_t n, size_t s) {
-  note_allocation();
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, size_t n) {
-  note_allocation();
-  return __libc_realloc(p, n);
-}
-void* memalign(size_t a, size_t n) {
-  note_allocation();
-  return __libc_memalign(a, n);
-}
-void* aligned_alloc(size_t a, size_t n) {
-  note_allocation();
-  return __libc_memalign(a, n);
-}
-int posix_memalign(void** out, size_t a, size_t n) {
-  note_allocation();
-  void* p = __libc_memalign(a, n);
-  if (!p) return ENOMEM;
-  *out = p;
-  return 0;
-}
-}
+#include "terngrad/train/trainer.h"
 
 namespace tg {
 namespace {
@@ -170,13 +114,6 @@ struct Trainee {
   }
 };
 
-// Minor page faults of the process so far: a step that touches only memory it touched before takes none.
-long minor_page_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
 // Google Benchmark calls a benchmark function several times (growing iteration counts); the replica is
 // built once per (net, threads, batch) and kept until another one is needed.
 Trainee& trainee_for(const NetCase& c, int threads, int64_t batch) {
@@ -204,16 +141,16 @@ void bm_train_step(benchmark::State& state, NetCase c, int threads, int64_t batc
     }
     return;
   }
-  const int64_t before = g_allocations.load();
-  const long faults_before = minor_page_faults();
-  g_counting = true;
+  const int64_t before = alloc_counter::count();
+  const long faults_before = alloc_counter::minor_page_faults();
+  alloc_counter::start();
   float loss = 0.f;
   for (auto _ : state) loss = t->train_step();
-  g_counting = false;
+  alloc_counter::stop();
   const double steps = static_cast<double>(state.iterations());
-  state.counters["faults/step"] = static_cast<double>(minor_page_faults() - faults_before) / steps;
+  state.counters["faults/step"] = static_cast<double>(alloc_counter::minor_page_faults() - faults_before) / steps;
   state.counters["images/s"] = benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
-  state.counters["allocs/step"] = static_cast<double>(g_allocations.load() - before) / steps;
+  state.counters["allocs/step"] = static_cast<double>(alloc_counter::count() - before) / steps;
   state.counters["loss"] = loss;
   state.SetItemsProcessed(state.iterations() * batch);
 }
@@ -226,16 +163,77 @@ void report_allocations(const NetCase& c, int threads, int64_t batch) {
     std::printf("%s threads=%d batch=%lld heap allocations per steady-state step:", c.name.c_str(), threads,
                 static_cast<long long>(batch));
     for (int i = 0; i < 5; ++i) {
-      const int64_t before = g_allocations.load();
-      g_counting = true;
+      const int64_t before = alloc_counter::count();
+      alloc_counter::start();
       t.train_step();
-      g_counting = false;
-      std::printf(" %lld", static_cast<long long>(g_allocations.load() - before));
+      alloc_counter::stop();
+      std::printf(" %lld", static_cast<long long>(alloc_counter::count() - before));
     }
     std::printf("\n");
   } catch (const std::exception& e) {
     std::printf("%s: %s\n", c.name.c_str(), e.what());
   }
+}
+
+// ---- the whole trainer step (--trainer) ---------------------------------------------------------------------
+// terngrad-train's own step in benchmark mode (synthetic input, the exchange, optimizer + EMA), on one
+// process: `workers` workers of batch/workers examples each, gradients in grad_bits (32 fp32, 1 TernGrad
+// with clip 2.5).
+struct TrainerCase {
+  NetCase net;
+  int threads, workers, grad_bits;
+  int64_t batch;  // total over the workers
+};
+
+struct TrainerRun {
+  std::string dir;
+  std::unique_ptr<Trainer> trainer;
+  explicit TrainerRun(const TrainerCase& c) {
+    dir = (std::filesystem::temp_directory_path() / ("tg_train_step_bench_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    TrainConfig cfg;
+    cfg.train_dir = dir;
+    cfg.benchmark_mode = true;
+    cfg.dataset = c.net.num_classes == 10 ? (c.net.channels == 1 ? "fashion_mnist" : "cifar10") : "imagenet";
+    cfg.net = c.net.name;
+    cfg.image_size = c.net.image_size;
+    cfg.threads = c.threads;
+    cfg.num_nodes = c.workers;
+    cfg.batch_size = c.batch;
+    cfg.grad_bits = c.grad_bits;
+    cfg.clip_factor = c.grad_bits == 1 ? 2.5f : 0.f;
+    cfg.learning_rate_decay_type = "fixed";
+    cfg.initial_learning_rate = 1e-3;
+    cfg.label_smoothing = c.net.label_smoothing;
+    cfg.max_steps = 1 << 30;
+    trainer = std::make_unique<Trainer>(cfg);
+    trainer->run_steps(2);  // primitives created, caches warm
+  }
+  ~TrainerRun() { std::filesystem::remove_all(dir); }
+};
+
+void bm_trainer_step(benchmark::State& state, TrainerCase c) {
+  std::unique_ptr<TrainerRun> run;
+  try {
+    run = std::make_unique<TrainerRun>(c);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const int64_t before = alloc_counter::count();
+  const long faults_before = alloc_counter::minor_page_faults();
+  PhaseTimes sum;
+  alloc_counter::start();
+  for (auto _ : state) sum += run->trainer->run_steps(1);
+  alloc_counter::stop();
+  const double steps = static_cast<double>(state.iterations());
+  state.counters["faults/step"] = static_cast<double>(alloc_counter::minor_page_faults() - faults_before) / steps;
+  state.counters["images/s"] = benchmark::Counter(steps * static_cast<double>(c.batch), benchmark::Counter::kIsRate);
+  state.counters["allocs/step"] = static_cast<double>(alloc_counter::count() - before) / steps;
+  for (const auto& [name, secs] : sum.scaled(1e3 / steps).named("ms_")) state.counters[name] = secs;
+  state.SetItemsProcessed(state.iterations() * c.batch);
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -263,6 +261,7 @@ int main(int argc, char** argv) {
   std::string nets = "lenet", threads = "1,2";
   int64_t batch_override = 0;
   bool count_allocs = false;
+  std::string trainer_bits, workers = "1";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -275,10 +274,14 @@ int main(int argc, char** argv) {
       threads = v;
     } else if (const char* v = value("--batch=")) {
       batch_override = std::atoll(v);
+    } else if (const char* v = value("--trainer=")) {
+      trainer_bits = v;
+    } else if (const char* v = value("--workers=")) {
+      workers = v;
     } else if (a == "--count_allocs") {
       count_allocs = true;
     } else if (a == "--trace_allocs") {  // with --count_allocs: where each counted allocation comes from
-      g_tracing = true;
+      tg::alloc_counter::set_tracing(true);
     } else {
       std::fprintf(stderr, "train_step_bench: unknown flag %s (see the header of bench/train_step_bench.cc)\n",
                    argv[i]);
@@ -301,6 +304,19 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(bm.c_str(), tg::bm_train_step, c, th, batch)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
+        for (const std::string& bits : tg::split_commas(trainer_bits)) {
+          TG_CHECK(bits == "fp32" || bits == "terngrad", "--trainer={}: the codings are fp32, terngrad", bits);
+          for (const std::string& w : tg::split_commas(workers)) {
+            const int nw = std::atoi(w.c_str());
+            TG_CHECK(nw >= 1, "--workers={}: counts of at least 1", w);
+            tg::TrainerCase tc{c, th, nw, bits == "fp32" ? 32 : 1, batch * nw};
+            std::string tb = "trainer_step/" + c.name + "/" + bits + "/workers:" + w + "x" + std::to_string(batch) +
+                             "/threads:" + t;
+            benchmark::RegisterBenchmark(tb.c_str(), tg::bm_trainer_step, tc)
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+        }
       }
     }
   } catch (const std::exception& e) {
