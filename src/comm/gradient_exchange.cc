@@ -153,8 +153,9 @@ void GradientExchange::allocate_buffers() {
     o.local = reserve(static_cast<size_t>(local_) * pb);
     o.gathered = gather ? reserve(static_cast<size_t>(num_workers_) * pb) : 0;
     o.sums = sums ? reserve(4 * pb) : 0;
-    o.f16 = reserve(2 * static_cast<size_t>(b.layout.f16_elements()));
-    o.f32 = reserve(4 * static_cast<size_t>(b.layout.f32_elements()));
+    // Alone, fp16/fp32 tensors are averaged in place (GradientCodec::average_local): no send buffers.
+    o.f16 = processes_ ? reserve(2 * static_cast<size_t>(b.layout.f16_elements())) : 0;
+    o.f32 = processes_ ? reserve(4 * static_cast<size_t>(b.layout.f32_elements())) : 0;
     off.push_back(o);
   }
   storage_ = Buffer(host_allocator(), std::max<size_t>(total, kAlign));
@@ -165,8 +166,8 @@ void GradientExchange::allocate_buffers() {
     b.local_codes = reinterpret_cast<uint8_t*>(base + off[i].local);
     b.gathered = gather ? reinterpret_cast<uint8_t*>(base + off[i].gathered) : nullptr;
     b.code_sums = sums ? reinterpret_cast<int8_t*>(base + off[i].sums) : nullptr;
-    b.f16 = reinterpret_cast<half_bits*>(base + off[i].f16);
-    b.f32 = reinterpret_cast<float*>(base + off[i].f32);
+    b.f16 = processes_ ? reinterpret_cast<half_bits*>(base + off[i].f16) : nullptr;
+    b.f32 = processes_ ? reinterpret_cast<float*>(base + off[i].f32) : nullptr;
   }
 }
 
@@ -232,8 +233,9 @@ void GradientExchange::encode(Bucket& b) {
       if (mode_ == ExchangeMode::Allreduce8)
         codec_.sum_codes(b.local_codes, l.packed_bytes(), local_, b.range, b.code_sums);
     }
-    if (l.f16_elements() > 0) codec_.encode_f16(grad_ptrs_, b.range, b.f16);
-    if (l.f32_elements() > 0 && num_workers_ > 1) codec_.encode_f32(grad_ptrs_, b.range, b.f32);
+    // Alone, the fp16/fp32 tensors are averaged in place by decode(): nothing to send.
+    if (processes_ && l.f16_elements() > 0) codec_.encode_f16(grad_ptrs_, b.range, b.f16);
+    if (processes_ && l.f32_elements() > 0) codec_.encode_f32(grad_ptrs_, b.range, b.f32);
   });
   b.stage = Stage::Encoded;
 }
@@ -262,9 +264,12 @@ void GradientExchange::decode(Bucket& b) {
       else
         codec_.decode_ternary_sums(b.code_sums, num_workers_, b.range, shared_scalers_.data(), out);
     }
-    if (l.f16_elements() > 0) codec_.decode_f16_sum(b.f16, num_workers_, b.range, out);
-    // One worker: the fp32 average is the gradient itself (g / 1 is g, bit for bit).
-    if (l.f32_elements() > 0 && num_workers_ > 1) codec_.decode_f32_sum(b.f32, num_workers_, b.range, out);
+    if (!processes_) {
+      codec_.average_local(grad_ptrs_, b.range, out);
+    } else {
+      if (l.f16_elements() > 0) codec_.decode_f16_sum(b.f16, num_workers_, b.range, out);
+      if (l.f32_elements() > 0) codec_.decode_f32_sum(b.f32, num_workers_, b.range, out);
+    }
     for (size_t k = 1; k < targets_.size(); ++k)
       for (int i = b.range.begin; i < b.range.end; ++i) {
         const Tensor& src = out[i];

@@ -147,6 +147,32 @@ void GradientCodec::encode_f32(const std::vector<const std::vector<Tensor>*>& wo
   }
 }
 
+void GradientCodec::average_local(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                                  const std::vector<Tensor>& out) const {
+  check_range(r);
+  const int n = static_cast<int>(workers.size());
+  const float nf = static_cast<float>(n);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::Ternary || (t.coding == GradCoding::F32 && n == 1)) continue;  // g / 1 is g
+    float* o = out[i].data<float>();
+    const bool f16 = t.coding == GradCoding::F16;
+    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        float acc = 0.f;
+        if (f16) {
+          for (const std::vector<Tensor>* w : workers) acc += half_to_float(float_to_half((*w)[i].data<float>()[k]));
+          o[k] = half_to_float(float_to_half(acc)) / nf;
+        } else {
+          acc = (*workers[0])[i].data<float>()[k];
+          for (int w = 1; w < n; ++w) acc += (*workers[w])[i].data<float>()[k];
+          o[k] = acc / nf;
+        }
+      }
+    });
+  }
+}
+
 void GradientCodec::sum_codes(const uint8_t* packed, int64_t stride, int num_workers, TensorRange r,
                               int8_t* code_sums) const {
   const int64_t bytes = layout(r).packed_bytes();

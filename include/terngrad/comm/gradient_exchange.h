@@ -110,8 +110,8 @@ class GradientExchange {
     uint8_t* local_codes = nullptr;  // (L, packed_bytes) this process's workers' codes
     uint8_t* gathered = nullptr;     // (N, packed_bytes) allgather2 with several processes
     int8_t* code_sums = nullptr;     // (4 * packed_bytes) allreduce8
-    half_bits* f16 = nullptr;        // (f16_elements)
-    float* f32 = nullptr;            // (f32_elements)
+    half_bits* f16 = nullptr;        // (f16_elements) with several processes
+    float* f32 = nullptr;            // (f32_elements) with several processes
     Stage stage = Stage::Waiting;
     uint64_t ticket = 0;             // the communication thread's job of the current stage
   };

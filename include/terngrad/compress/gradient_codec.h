@@ -71,6 +71,11 @@ class GradientCodec {
   void encode_f16(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r, half_bits* f16) const;
   // Sum over `workers` (in order) of their fp32 values -> f32.
   void encode_f32(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r, float* f32) const;
+  // One process alone: the fp16 and fp32 tensors of r in `out` become the average over `workers` directly,
+  // the same bits as encode_f16/encode_f32 followed by decode_f16_sum/decode_f32_sum (out may be one of the
+  // workers' gradients: each element is read before it is written).
+  void average_local(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                     const std::vector<Tensor>& out) const;
   // Sum over num_workers packed blocks (worker w at packed + w * stride) of the codes -> code_sums (int8).
   void sum_codes(const uint8_t* packed, int64_t stride, int num_workers, TensorRange r, int8_t* code_sums) const;
 
