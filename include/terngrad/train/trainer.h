@@ -1,14 +1,15 @@
 // Trainer: one process's part of data-parallel training (DESIGN.md section 3). It holds one replica per
 // device (backend, parameter store, optimizer, EMA) and `--num_nodes` workers (towers) spread over the
 // replicas round-robin; workers on one device share its parameters and optimizer state, each computes the
-// gradient of its slice of the batch, and every worker's gradient goes through the GradientExchange
-// (scalers all-reduce MAX, ternary codes, fp32 remainder), which leaves the same averaged gradient on every
-// worker. Each replica then applies one optimizer update and one EMA update, so replicas stay identical.
+// gradient of its slice of the batch, one after another. The process's GradientExchange (scalers all-reduce
+// MAX, ternary codes, fp32/fp16 remainder, by buckets) leaves the average over all workers of all processes
+// in each replica's first worker's gradient; with --overlap it starts inside the last worker's backward.
+// Each replica then applies one fused pass of optimizer update and EMA, so replicas stay identical.
 //
-// Workers of one process meet through a LocalGroup; several processes (mpirun) through the MPI
-// communicator, one worker per process. Checkpoints (train/checkpoint.h) are written by process 0 every
-// --save_iter steps and at the end; a train_dir with checkpoints is resumed from the latest one, which gives
-// parameters bit-identical to an uninterrupted run.
+// Several processes (mpirun) meet through the MPI communicator. Every step is timed by phase (PhaseTimes:
+// log line, --metrics_jsonl, TensorBoard) and --timeline traces chosen steps. Checkpoints
+// (train/checkpoint.h) are written by process 0 every --save_iter steps and at the end; a train_dir with
+// checkpoints is resumed from the latest one, which gives parameters bit-identical to an uninterrupted run.
 #pragma once
 
 #include <atomic>
