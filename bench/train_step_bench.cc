@@ -131,28 +131,39 @@ Trainee& trainee_for(const NetCase& c, int threads, int64_t batch) {
   return *current;
 }
 
-void bm_train_step(benchmark::State& state, NetCase c, int threads, int64_t batch) {
-  Trainee* t = nullptr;
-  try {
-    t = &trainee_for(c, threads, batch);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    for (auto _ : state) {
-    }
-    return;
-  }
+// The timed loop of a benchmark: step() per iteration with heap allocations and minor page faults counted;
+// sets images/s, allocs/step and faults/step.
+template <typename Step> void run_counted(benchmark::State& state, int64_t batch, Step&& step) {
   const int64_t before = alloc_counter::count();
   const long faults_before = alloc_counter::minor_page_faults();
   alloc_counter::start();
-  float loss = 0.f;
-  for (auto _ : state) loss = t->train_step();
+  for (auto _ : state) step();
   alloc_counter::stop();
   const double steps = static_cast<double>(state.iterations());
   state.counters["faults/step"] = static_cast<double>(alloc_counter::minor_page_faults() - faults_before) / steps;
   state.counters["images/s"] = benchmark::Counter(steps * static_cast<double>(batch), benchmark::Counter::kIsRate);
   state.counters["allocs/step"] = static_cast<double>(alloc_counter::count() - before) / steps;
-  state.counters["loss"] = loss;
   state.SetItemsProcessed(state.iterations() * batch);
+}
+
+// make() for a benchmark's setup; on failure the benchmark reports the error and runs nothing.
+template <typename Make> auto setup_or_skip(benchmark::State& state, Make&& make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    for (auto _ : state) {
+    }
+    return nullptr;
+  }
+}
+
+void bm_train_step(benchmark::State& state, NetCase c, int threads, int64_t batch) {
+  Trainee* t = setup_or_skip(state, [&] { return &trainee_for(c, threads, batch); });
+  if (!t) return;
+  float loss = 0.f;
+  run_counted(state, batch, [&] { loss = t->train_step(); });
+  state.counters["loss"] = loss;
 }
 
 // Runs a few steady-state steps with allocation counting on and prints the count of each.
@@ -213,27 +224,12 @@ struct TrainerRun {
 };
 
 void bm_trainer_step(benchmark::State& state, TrainerCase c) {
-  std::unique_ptr<TrainerRun> run;
-  try {
-    run = std::make_unique<TrainerRun>(c);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    for (auto _ : state) {
-    }
-    return;
-  }
-  const int64_t before = alloc_counter::count();
-  const long faults_before = alloc_counter::minor_page_faults();
+  std::unique_ptr<TrainerRun> run = setup_or_skip(state, [&] { return std::make_unique<TrainerRun>(c); });
+  if (!run) return;
   PhaseTimes sum;
-  alloc_counter::start();
-  for (auto _ : state) sum += run->trainer->run_steps(1);
-  alloc_counter::stop();
-  const double steps = static_cast<double>(state.iterations());
-  state.counters["faults/step"] = static_cast<double>(alloc_counter::minor_page_faults() - faults_before) / steps;
-  state.counters["images/s"] = benchmark::Counter(steps * static_cast<double>(c.batch), benchmark::Counter::kIsRate);
-  state.counters["allocs/step"] = static_cast<double>(alloc_counter::count() - before) / steps;
-  for (const auto& [name, secs] : sum.scaled(1e3 / steps).named("ms_")) state.counters[name] = secs;
-  state.SetItemsProcessed(state.iterations() * c.batch);
+  run_counted(state, c.batch, [&] { sum += run->trainer->run_steps(1); });
+  for (const auto& [name, ms] : sum.scaled(1e3 / static_cast<double>(state.iterations())).named("ms_"))
+    state.counters[name] = ms;
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
