@@ -1,7 +1,6 @@
 // Communicator: the collectives data-parallel workers use (all-reduce, all-gather, broadcast, barrier) and
-// the byte counters every call adds to. Implementations: LocalCommunicator (N workers inside one process,
-// terngrad/comm/local_communicator.h), MpiCommunicator (one worker per process, mpi_communicator.h); NCCL
-// later. Buffers are raw pointers plus the Device they live on (or Tensors), so a device communicator drops
+// the byte counters every call adds to, among processes (the workers inside a process are the
+// GradientExchange's business). Implementations: MpiCommunicator (mpi_communicator.h); NCCL later. Buffers are raw pointers plus the Device they live on (or Tensors), so a device communicator drops
 // in behind the same interface; an implementation refuses devices it cannot reach with an error naming both.
 //
 // Byte accounting, per call and per rank (N = size(), n = payload bytes of this rank):
@@ -48,9 +47,7 @@ class Communicator {
 
   // In place: buffer (count elements of dtype) becomes the element-wise reduction over all ranks.
   // Supported: F32 Sum/Max, I8 Sum/Max (int8 sums wrap past 127: callers keep |sum| <= 127), I32 Sum/Max,
-  // F16 Sum (each combination adds in fp32 and rounds to fp16: LocalCommunicator sums all ranks in rank order
-  // and rounds once; MPI rounds after each pairwise combination, so for more than two ranks the bits may
-  // differ between the two).
+  // F16 Sum (each combination adds in fp32 and rounds to fp16).
   void allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device = Device::cpu());
   void allreduce(const Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op, t.device()); }
   // recv (size() * send_bytes) = every rank's send block in rank order.
