@@ -1,21 +1,30 @@
 // Tests of MpiCommunicator with real MPI processes. Run plainly (ctest), every test re-launches this binary
-// under `mpirun --allow-run-as-root --oversubscribe -np 2` with a filter naming itself and checks that both
-// ranks ran and passed it; under mpirun (OMPI_COMM_WORLD_SIZE set) the test bodies run on every rank.
+// under `mpirun --allow-run-as-root --oversubscribe -np 2` (3 for the MpiCommunicatorThreeRanks suite) with a
+// filter naming itself and checks that every rank ran and passed it; under mpirun (OMPI_COMM_WORLD_SIZE set)
+// the test bodies run on every rank.
 // Without an mpirun on PATH the tests report SKIPPED.
 #include "terngrad/comm/mpi_communicator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "terngrad/comm/gradient_exchange.h"
@@ -46,8 +55,8 @@ int count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-// Runs the current test on kRanks MPI processes and checks that every rank ran it and passed.
-void launch_current_test_under_mpirun() {
+// Runs the current test on `ranks` MPI processes and checks that every rank ran it and passed.
+void launch_current_test_under_mpirun(int ranks = kRanks) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found on PATH";
   const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
   const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
@@ -56,14 +65,14 @@ void launch_current_test_under_mpirun() {
   ASSERT_GE(fd, 0);
   close(fd);
   const std::string log = log_template;
-  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(kRanks) + " " +
+  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
                           self_path() + " --gtest_color=no --gtest_filter=" + filter + " > " + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
   const std::string out = read_file(log);
   std::remove(log.c_str());
   EXPECT_EQ(rc, 0) << cmd << "\n" << out;
   // Guard against a vacuous pass (e.g. a filter matching nothing): each rank must report one passed test.
-  EXPECT_EQ(count_of(out, "[  PASSED  ] 1 test."), kRanks) << out;
+  EXPECT_EQ(count_of(out, "[  PASSED  ] 1 test."), ranks) << out;
 }
 
 #define TG_RUN_ON_MPI_RANKS()             \
@@ -72,6 +81,14 @@ void launch_current_test_under_mpirun() {
       launch_current_test_under_mpirun(); \
       return;                             \
     }                                     \
+  } while (0)
+
+#define TG_RUN_ON_N_MPI_RANKS(n)           \
+  do {                                     \
+    if (!g_under_mpi) {                    \
+      launch_current_test_under_mpirun(n); \
+      return;                              \
+    }                                      \
   } while (0)
 
 TEST(MpiCommunicator, CollectivesAndByteCounters) {
@@ -265,6 +282,173 @@ TEST(MpiGradientExchange, NonFiniteGradientStopsEveryProcess) {
     EXPECT_NE(std::string(e.what()).find("conv1/weights"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("step 11"), std::string::npos) << e.what();
   }
+}
+
+// ---- the non-blocking path: large collectives (pipelined ring) against the blocking MPI calls ----------
+
+// fp16 sum as the communicator defines it, for the blocking reference.
+void half_sum_reference(void* in, void* inout, int* len, MPI_Datatype*) {
+  const half_bits* a = static_cast<const half_bits*>(in);
+  half_bits* b = static_cast<half_bits*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_half(half_to_float(a[i]) + half_to_float(b[i]));
+}
+
+template <typename T>
+std::vector<T> random_values(int64_t n, uint32_t seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    if constexpr (std::is_same_v<T, half_bits>)
+      x = float_to_half(static_cast<float>(d(rng)));
+    else if constexpr (std::is_floating_point_v<T>)
+      x = static_cast<T>(d(rng));
+    else
+      x = static_cast<T>(std::lround(d(rng)));
+  }
+  return v;
+}
+
+// Every large all-reduce (f32/i32/i8 sum and max, f16 sum) and all-gather through MpiCommunicator equals the
+// blocking MPI_Allreduce/MPI_Allgather of the same data, bit for bit, on every rank (float sums over more than
+// two ranks: identical on every rank and within rounding); twice in a row (the second reuses the ring's
+// buffers). Counts are odd and not multiples of the ring's 4 MiB segments.
+void check_large_collectives_match_blocking_mpi() {
+  MpiCommunicator c;
+  const int r = c.rank(), N = c.size();
+  MPI_Comm ref;
+  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &ref), MPI_SUCCESS);
+  MPI_Op half_sum;
+  ASSERT_EQ(MPI_Op_create(&half_sum_reference, 1, &half_sum), MPI_SUCCESS);
+  auto check = [&](auto tag, int64_t n, DType dtype, ReduceOp op, MPI_Datatype type, MPI_Op mop, double lo, double hi) {
+    using T = decltype(tag);
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<T> input = random_values<T>(n, 1000u * static_cast<uint32_t>(round) + 17u * r + 1, lo, hi);
+      std::vector<T> ours = input, want = input;
+      c.allreduce(ours.data(), n, dtype, op);
+      ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), type, mop, ref), MPI_SUCCESS);
+      const std::string what = fmt::format("{} {} n={} round {}", dtype_name(dtype), reduce_op_name(op), n, round);
+      // Two ranks, or integers, or max: the reduction is the same whatever the order, so the bits must match.
+      // Float sums over more ranks depend on the order (the ring's differs from Open MPI's): every rank must
+      // hold the same bits (replicas stay identical) and be within rounding of the blocking result.
+      const bool exact = N == 2 || op == ReduceOp::Max || dtype == DType::I8 || dtype == DType::I32;
+      if (exact) {
+        ASSERT_EQ(std::memcmp(ours.data(), want.data(), n * sizeof(T)), 0) << what;
+        continue;
+      }
+      std::vector<T> rank0 = ours;
+      ASSERT_EQ(MPI_Bcast(rank0.data(), static_cast<int>(n * sizeof(T)), MPI_BYTE, 0, ref), MPI_SUCCESS);
+      ASSERT_EQ(std::memcmp(ours.data(), rank0.data(), n * sizeof(T)), 0) << what << ": ranks differ";
+      const double tol = dtype == DType::F16 ? 4e-3 * N : 1e-6 * N;  // inputs are within [-2, 2]
+      for (int64_t i = 0; i < n; ++i) {
+        double a, b;
+        if constexpr (std::is_same_v<T, half_bits>) {
+          a = half_to_float(ours[i]);
+          b = half_to_float(want[i]);
+        } else {
+          a = ours[i];
+          b = want[i];
+        }
+        ASSERT_NEAR(a, b, tol * std::max(1.0, std::abs(b))) << what << " element " << i;
+      }
+    }
+  };
+  const int64_t m = 1 << 20;
+  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::Sum, MPI_FLOAT, MPI_SUM, -1.0, 1.0);  // 6 MB
+  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::Max, MPI_FLOAT, MPI_MAX, -1.0, 1.0);
+  check(int32_t{}, m + 1, DType::I32, ReduceOp::Sum, MPI_INT32_T, MPI_SUM, -1e6, 1e6);     // 4 MB
+  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::Sum, MPI_INT8_T, MPI_SUM, -40.0, 40.0);  // 5 MB
+  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::Max, MPI_INT8_T, MPI_MAX, -127.0, 127.0);
+  check(half_bits{}, 5 * m / 2 + 5, DType::F16, ReduceOp::Sum, MPI_UINT16_T, half_sum, -2.0, 2.0);  // 5 MB
+  for (size_t bytes : {size_t{3} * m + 1, size_t{9} * m + 7}) {
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<uint8_t> send = random_values<uint8_t>(bytes, 31u * r + round, 0.0, 255.0);
+      std::vector<uint8_t> ours(N * bytes, 0xEE), want(N * bytes);
+      c.allgather(send.data(), ours.data(), bytes);
+      ASSERT_EQ(MPI_Allgather(send.data(), static_cast<int>(bytes), MPI_BYTE, want.data(), static_cast<int>(bytes),
+                              MPI_BYTE, ref),
+                MPI_SUCCESS);
+      ASSERT_EQ(ours, want) << "allgather of " << bytes << " bytes, round " << round;
+    }
+  }
+  // The byte counters follow the model whatever the path.
+  const uint64_t calls = 2 * 6 + 2 * 2;
+  EXPECT_EQ(c.stats().calls, calls);
+  MPI_Op_free(&half_sum);
+  MPI_Comm_free(&ref);
+}
+
+TEST(MpiCommunicator, LargeCollectivesMatchBlockingMpi) {
+  TG_RUN_ON_MPI_RANKS();
+  check_large_collectives_match_blocking_mpi();
+}
+
+// Three ranks: uneven ring blocks, a reduce-scatter of two steps.
+TEST(MpiCommunicatorThreeRanks, LargeCollectivesMatchBlockingMpi) {
+  TG_RUN_ON_N_MPI_RANKS(3);
+  check_large_collectives_match_blocking_mpi();
+}
+
+double thread_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Rank 1 enters each collective late; rank 0 waits in it on a separate thread (as the overlapped exchange's
+// communication thread does) and must leave the core to others: its thread's CPU time (user + sys) stays
+// under 20% of the wait. A blocking Open MPI collective busy-polls and uses ~100% (printed for reference).
+TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
+  TG_RUN_ON_MPI_RANKS();
+  MpiCommunicator c;
+  const int r = c.rank();
+  std::vector<float> big((size_t{4} << 20) / sizeof(float), 1.f), small(16, 1.f);
+  std::vector<uint8_t> send(size_t{2} << 20, 1), gathered(2 * send.size());
+  struct Case {
+    const char* what;
+    int late_ms;
+    std::function<void()> call;
+  };
+  const std::vector<Case> cases = {
+      {"all-reduce 4 MB (ring)", 1000,
+       [&] { c.allreduce(big.data(), int64_t(big.size()), DType::F32, ReduceOp::Sum); }},
+      {"all-reduce 64 B (MPI_Iallreduce)", 500,
+       [&] { c.allreduce(small.data(), int64_t(small.size()), DType::F32, ReduceOp::Sum); }},
+      {"all-gather 2 MB (ring)", 500, [&] { c.allgather(send.data(), gathered.data(), send.size()); }},
+      {"broadcast 64 B", 500, [&] { c.broadcast(small.data(), 64, 1); }},
+      {"barrier", 500, [&] { c.barrier(); }},
+  };
+  for (const Case& k : cases) {
+    c.barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(k.late_ms));
+      k.call();
+      continue;
+    }
+    double wall = 0, cpu = 0;
+    std::thread waiter([&] {
+      const double c0 = thread_cpu_seconds();
+      const auto t0 = std::chrono::steady_clock::now();
+      k.call();
+      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      cpu = thread_cpu_seconds() - c0;
+    });
+    waiter.join();
+    EXPECT_GT(wall, 0.8 * k.late_ms / 1e3) << k.what << ": did not wait for the late rank";
+    EXPECT_LT(cpu, 0.2 * wall) << k.what << ": the waiting thread used " << cpu << " s of CPU in " << wall << " s";
+    std::printf("%s, peer %d ms late: waited %.3f s, waiting thread's CPU %.3f s (%.1f%%)\n", k.what, k.late_ms, wall,
+                cpu, 100 * cpu / wall);
+  }
+  // For reference: the blocking call, in the same conditions.
+  c.barrier();
+  if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double c0 = thread_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, small.data(), 16, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), MPI_SUCCESS);
+  if (r == 0)
+    std::printf("blocking MPI_Allreduce, peer 500 ms late: waited %.3f s, CPU %.3f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                thread_cpu_seconds() - c0);
 }
 
 }  // namespace
