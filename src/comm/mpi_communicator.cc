@@ -59,7 +59,7 @@ MpiEnvironment::MpiEnvironment() {
     setenv("OMPI_MCA_btl_tcp_eager_limit", std::to_string(kEagerLimit).c_str(), /*overwrite=*/0);
     int provided = 0;
     // SERIALIZED: a worker thread (not only the main one) may call MPI, one call at a time
-    // (HierarchicalCommunicator's leader does).
+    // (the GradientExchange's communication thread does, while the compute thread waits).
     TG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
     TG_CHECK(provided >= MPI_THREAD_SERIALIZED,
              "this MPI library provides thread level {}, terngrad needs MPI_THREAD_SERIALIZED ({})", provided,
