@@ -14,11 +14,14 @@ CommunicationThread::CommunicationThread(int capacity) : state_(std::make_shared
 CommunicationThread::~CommunicationThread() {
   bool busy;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::unique_lock<std::mutex> lock(state_->mu);
     state_->stop = true;
+    state_->work_cv.notify_all();
+    // Jobs every process posted finish on their own (the compute thread may have failed between posting and
+    // collecting one): give them a moment so their buffers are not freed under them.
+    state_->done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return state_->completed == state_->posted; });
     busy = state_->completed < state_->posted;
   }
-  state_->work_cv.notify_all();
   if (busy)
     thread_.detach();
   else

@@ -32,8 +32,9 @@ class CommunicationThread {
 
   // capacity: the most jobs posted and not yet known to be done (post() refuses more).
   explicit CommunicationThread(int capacity);
-  // Joins the thread. A thread still inside a job (a peer that never came: the process is failing and
-  // the launcher aborts the job) is detached instead of waited for forever.
+  // Waits (up to 2 s) for the posted jobs, then joins the thread. A thread still inside a job after that (a
+  // peer that never came: the process is failing, and terngrad-train aborts the MPI job right after) is
+  // detached instead of waited for forever.
   ~CommunicationThread();
   CommunicationThread(const CommunicationThread&) = delete;
   CommunicationThread& operator=(const CommunicationThread&) = delete;
