@@ -84,7 +84,7 @@ void GradientCodec::encode(const std::vector<Tensor>& grads, const std::vector<f
       case GradCoding::Ternary:
         out.zero_codes[t.scaler_index] =
             ternary_encode_cpu(g, t.numel, shared_scalers[t.scaler_index], key, step, static_cast<uint32_t>(i),
-                               out.packed.data() + t.offset, pool_);
+                               out.packed.data() + t.offset);
         break;
       case GradCoding::F16:
         for (int64_t k = 0; k < t.numel; ++k) out.f16[t.offset + k] = float_to_half(g[k]);
