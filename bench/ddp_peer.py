@@ -16,7 +16,8 @@ Methods (DDP communication hooks, torch.distributed.algorithms.ddp_comm_hooks):
   fp32      no hook: DDP's bucketed all-reduce of fp32 gradients (25 MB buckets, overlapped with backward)
   fp16      default_hooks.fp16_compress_hook (gradients cast to fp16 for the all-reduce)
   powersgd  powerSGD_hook.powerSGD_hook, PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=2):
-            compression from the second step on (the warm-up steps cover the uncompressed ones)
+            compression from the second step on (the warm-up steps cover the uncompressed ones); all
+            gradients in one bucket (see below), so no overlap with the backward
 
 Rank 0 prints one JSON line: net, method, batch, timed steps, median and mean s/step, parameters, gradient
 bytes (fp32), and the bytes per timed step that crossed --iface (rx and tx, from
@@ -64,6 +65,8 @@ def main():
     ap.add_argument("--iface", default="", help="network interface whose byte counters are read")
     ap.add_argument("--torchvision_alexnet", action="store_true")
     ap.add_argument("--json_out", default="", help="also write rank 0's JSON line to this file")
+    ap.add_argument("--bucket_cap_mb", type=float, default=0,
+                    help="DDP bucket size (0: DDP's 25, one bucket for powersgd)")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         ap.error("--steps and --batch must be >= 1, --warmup >= 0")
@@ -73,7 +76,11 @@ def main():
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     model, size, channels, classes = build(args.net, args.torchvision_alexnet)
-    model = DDP(model.train())
+    # PowerSGD on gloo: with several buckets the hook's chained collectives are issued in the order their
+    # futures fire, which differs between ranks (AlexNet in 25 MB buckets failed with "gloo enforce fail
+    # op.preamble.length <= op.nbytes"); one bucket for every gradient keeps them in order.
+    bucket_mb = args.bucket_cap_mb or (100000 if args.method == "powersgd" else 25)
+    model = DDP(model.train(), bucket_cap_mb=bucket_mb)
     state = None
     if args.method == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -107,7 +114,7 @@ def main():
     dist.barrier()
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
-        out = {"net": args.net, "method": args.method, "batch": args.batch, "steps": args.steps,
+        out = {"net": args.net, "method": args.method, "batch": args.batch, "steps": args.steps, "bucket_cap_mb": bucket_mb,
                "median_s": statistics.median(secs), "mean_s": statistics.fmean(secs), "params": params,
                "grad_bytes": 4 * params, "wire_rx_per_step": (rx1 - rx0) / args.steps,
                "wire_tx_per_step": (tx1 - tx0) / args.steps, "torch": torch.__version__}

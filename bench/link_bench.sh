@@ -22,6 +22,7 @@ usage: bench/link_bench.sh [options] RATE [RATE...]
   -B BATCHES       per-worker batch per net, e.g. lenet=3584,alexnet=40 (defaults below)
   -s STEPS         steps per run (default 12); the first -w are warm-up, the rest are timed
   -w WARMUP        untimed first steps (default 2)
+  -r REPEATS       run the whole matrix this many times, interleaved; the table shows medians (default 1)
   -d DELAY_MS      one-way delay added by netem on each direction (default 0: none)
   -x "FLAGS"       extra terngrad-train flags, passed through (e.g. "--exchange allreduce8")
   -o FILE          also write the raw results as TSV to FILE
@@ -57,6 +58,7 @@ OUT=""
 PEER=1
 COMPUTE=1
 COMM_BENCH=0
+REPEATS=1
 RATES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -64,7 +66,7 @@ while [ $# -gt 0 ]; do
       usage
       exit 0
       ;;
-    -b | -n | -m | -P | -B | -s | -w | -d | -x | -o)
+    -b | -n | -m | -P | -B | -s | -w | -r | -d | -x | -o)
       [ $# -ge 2 ] || die "$1 needs a value (--help)"
       case "$1" in
         -b) BUILD_DIR=$2 ;;
@@ -74,6 +76,7 @@ while [ $# -gt 0 ]; do
         -B) BATCHES=$2 ;;
         -s) STEPS=$2 ;;
         -w) WARMUP=$2 ;;
+        -r) REPEATS=$2 ;;
         -d) DELAY_MS=$2 ;;
         -x) EXTRA=$2 ;;
         -o) OUT=$2 ;;
@@ -130,6 +133,7 @@ for r in "${RATES[@]}"; do
   rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit (>= 8kbit), or none"
 done
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ ]] || die "-s and -w take integers"
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
 [ "$WARMUP" -ge 1 ] || die "-w must be >= 1 (the first step is always a warm-up)"
 [ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
 [[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d takes milliseconds (a number)"
@@ -345,11 +349,14 @@ EOF
 }
 
 RESULTS=$TMP/results.tsv
-printf 'rate\tmodel\timpl\tmethod\tbatch_per_worker\ttimed_steps\tmedian_s\tbytes_trainer\tpayload_trainer\twire_rx_per_step\twire_tx_per_step\tstatus\n' >"$RESULTS"
+printf 'rep\tload1\trate\tmodel\timpl\tmethod\tbatch_per_worker\ttimed_steps\tmedian_s\tbytes_trainer\tpayload_trainer\twire_rx_per_step\twire_tx_per_step\tstatus\n' >"$RESULTS"
+REP=1
+LOAD=0
 record() { # rate model impl method batch steps median bytes payload rx tx status
   local IFS=$'\t'
-  echo "$*" >>"$RESULTS"
+  echo "$REP$IFS$LOAD$IFS$*" >>"$RESULTS"
 }
+note_load() { LOAD=$(cut -d' ' -f1 /proc/loadavg); }
 
 RUN=0
 fail_log() {
@@ -369,6 +376,7 @@ run_ours() {
       ;;
   esac
   RUN=$((RUN + 1))
+  note_load
   local dir=$TMP/run$RUN log=$TMP/run$RUN.log
   mkdir -p "$dir"
   ip netns exec "$NS1" python3 "$SAMPLER" "$dir/metrics.jsonl" "$IF" "$WARMUP" "$STEPS" "$dir/wire" $((STEPS * 120 + 300)) &
@@ -403,6 +411,7 @@ run_ours() {
 run_ddp() {
   local rate=$1 net=$2 method=$3 b=$4
   RUN=$((RUN + 1))
+  note_load
   local out=$TMP/ddp$RUN.json log0=$TMP/ddp$RUN.0.log log1=$TMP/ddp$RUN.1.log port=$((29500 + RUN))
   local common=(--net "$net" --batch "$b" --method "$method" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" --iface "$IF")
   local limit=$((STEPS * 300 + 300))
@@ -426,22 +435,35 @@ run_ddp() {
   fi
 }
 
-# One process, one worker, no exchange: the compute a step costs.
+# One worker, no exchange: the compute a step costs, with one process alone and with two processes at once
+# (one per namespace, as the 2-worker runs place them; on 2 cores they share the machine as those do).
 run_compute() {
-  local net=$1 b=$2
+  local net=$1 b=$2 procs=$3
   RUN=$((RUN + 1))
-  local dir=$TMP/run$RUN log=$TMP/run$RUN.log rc=0
+  note_load
+  local dir=$TMP/run$RUN rc=0 k pids=()
   mkdir -p "$dir"
-  run ip netns exec "$NS1" "$TRAIN" --benchmark_mode --net "$net" --dataset "$(dataset_of "$net")" --num_nodes 1 --threads 1 \
-    --batch_size "$b" --grad_bits 32 --max_steps "$STEPS" --log_every 1 --save_iter 100000000 \
-    --metrics_jsonl "$dir/metrics.jsonl" --train_dir "$dir/train" --log_level warn "${EXTRA_FLAGS[@]}" >"$log" 2>&1 || rc=$?
-  local s
-  if [ "$rc" = 0 ] && s=$(metrics_summary "$dir/metrics.jsonl"); then
+  local cmd=("$TRAIN" --benchmark_mode --net "$net" --dataset "$(dataset_of "$net")" --num_nodes 1 --threads 1
+    --batch_size "$b" --grad_bits 32 --max_steps "$STEPS" --log_every 1 --save_iter 100000000 --log_level warn
+    "${EXTRA_FLAGS[@]}")
+  for k in $(seq "$procs"); do
+    local ns=$NS1
+    [ "$k" = 2 ] && ns=$NS2
+    ip netns exec "$ns" "${cmd[@]}" --metrics_jsonl "$dir/metrics$k.jsonl" --train_dir "$dir/train$k" \
+      >"$dir/log$k" 2>&1 &
+    pids+=("$!")
+  done
+  for k in "${pids[@]}"; do
+    wait "$k" || rc=$?
+  done
+  local s name="compute only (1 process)"
+  [ "$procs" = 2 ] && name="compute only (2 processes at once)"
+  if [ "$rc" = 0 ] && s=$(metrics_summary "$dir/metrics1.jsonl"); then
     read -r med steps _ _ <<<"$s"
-    record - "$net" compute "compute only" "$b" "$steps" "$med" 0 0 0 0 ok
+    record - "$net" compute "$name" "$b" "$steps" "$med" 0 0 0 0 ok
   else
-    fail_log "compute-only $net" "$log"
-    record - "$net" compute "compute only" "$b" 0 0 0 0 0 0 failed
+    fail_log "$name $net" "$dir/log1"
+    record - "$net" compute "$name" "$b" 0 0 0 0 0 0 failed
   fi
   rm -rf "$dir"
 }
@@ -451,61 +473,73 @@ echo "# link_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$HERE" 
   "$(nproc) cores, ISA $(grep -o 'avx512f\|avx2' /proc/cpuinfo | sort -u | paste -sd' '), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# nets $NETS, ours $METHODS, DDP $([ "$PEER" = 1 ] && echo "$PEER_METHODS" || echo off), $STEPS steps ($WARMUP warm-up)," \
   "delay ${DELAY_MS} ms, extra flags: ${EXTRA:-none}"
-if [ "$COMPUTE" = 1 ]; then
-  for net in "${NET_LIST[@]}"; do
-    echo "# compute-only $net (batch $(batch_of "$net")) ..." >&2
-    run_compute "$net" "$(batch_of "$net")"
-  done
-fi
-for rate in "${RATES[@]}"; do
-  shape "$rate"
-  if [ "$COMM_BENCH" = 1 ]; then
-    echo "## comm_bench across the link: rate $rate, delay ${DELAY_MS} ms"
-    before=$(wire)
-    run timeout 1800 "${MPIRUN[@]}" "$COMM" --reps 3 --sizes_mb 1,16,64,256 --late_ms 1000 2>&1 || echo "link_bench.sh: comm_bench failed" >&2
-    after=$(wire)
-    echo "(rank 0's end of the link: rx+tx $(awk -v a="$before" -v b="$after" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.1f MB\n", (y[1] - x[1] + y[2] - x[2]) / 1e6 }'))"
-  fi
-  for net in "${NET_LIST[@]}"; do
-    b=$(batch_of "$net")
-    for method in "${METHOD_LIST[@]}"; do
-      echo "# $rate $net ours $method (batch $b per worker) ..." >&2
-      run_ours "$rate" "$net" "$method" "$b"
+for REP in $(seq "$REPEATS"); do
+  [ "$REPEATS" = 1 ] || echo "# repetition $REP of $REPEATS" >&2
+  if [ "$COMPUTE" = 1 ]; then
+    for net in "${NET_LIST[@]}"; do
+      echo "# compute-only $net (batch $(batch_of "$net")), 1 and 2 processes ..." >&2
+      run_compute "$net" "$(batch_of "$net")" 1
+      run_compute "$net" "$(batch_of "$net")" 2
     done
-    if [ "$PEER" = 1 ]; then
-      for method in "${PEER_LIST[@]}"; do
-        echo "# $rate $net DDP $method (batch $b per worker) ..." >&2
-        run_ddp "$rate" "$net" "$method" "$b"
-      done
+  fi
+  for rate in "${RATES[@]}"; do
+    shape "$rate"
+    if [ "$COMM_BENCH" = 1 ] && [ "$REP" = 1 ]; then
+      echo "## comm_bench across the link: rate $rate, delay ${DELAY_MS} ms, load $(cut -d' ' -f1-3 /proc/loadavg)"
+      before=$(wire)
+      run timeout 1800 "${MPIRUN[@]}" "$COMM" --reps 3 --sizes_mb 1,16,64,256 --late_ms 1000 2>&1 || echo "link_bench.sh: comm_bench failed" >&2
+      after=$(wire)
+      echo "(rank 0's end of the link: rx+tx $(awk -v a="$before" -v b="$after" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.1f MB\n", (y[1] - x[1] + y[2] - x[2]) / 1e6 }'))"
     fi
+    for net in "${NET_LIST[@]}"; do
+      b=$(batch_of "$net")
+      for method in "${METHOD_LIST[@]}"; do
+        echo "# $rate $net ours $method (batch $b per worker) ..." >&2
+        run_ours "$rate" "$net" "$method" "$b"
+      done
+      if [ "$PEER" = 1 ]; then
+        for method in "${PEER_LIST[@]}"; do
+          echo "# $rate $net DDP $method (batch $b per worker) ..." >&2
+          run_ddp "$rate" "$net" "$method" "$b"
+        done
+      fi
+    done
   done
 done
 
 # ---- the table --------------------------------------------------------------------------------------------
 python3 - "$RESULTS" <<'EOF'
-import csv, sys
+import collections, csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-def mb(v):
-    return "-" if v in ("-", "", None) else "%.2f MB" % (float(v) / 1e6)
-ref = {}
+groups = collections.OrderedDict()
 for r in rows:
-    if r["status"] == "ok" and r["method"] == "fp32":
-        ref[(r["rate"], r["model"], r["impl"])] = float(r["median_s"])
-print("| rate | model | method | batch/worker | median s/step | bytes/step (trainer: moved into a rank) | bytes/step on the wire (into rank 0) | speed-up vs our fp32 | speed-up vs DDP fp32 |")
-print("|---|---|---|---|---|---|---|---|---|")
-for r in rows:
-    name = {"ours": "terngrad " + r["method"], "ddp": "DDP " + r["method"], "compute": "compute only (1 process)"}[r["impl"]]
-    if r["status"] != "ok":
-        print("| %s | %s | %s | %s | failed | | | | |" % (r["rate"], r["model"], name, r["batch_per_worker"]))
+    groups.setdefault((r["rate"], r["model"], r["impl"], r["method"]), []).append(r)
+def med(rs, field):
+    v = [float(r[field]) for r in rs if r[field] not in ("-", "")]
+    return statistics.median(v) if v else None
+ok = {k: [r for r in rs if r["status"] == "ok"] for k, rs in groups.items()}
+ref = {(k[0], k[1], k[2]): med(rs, "median_s") for k, rs in ok.items() if k[3] == "fp32" and rs}
+print("| rate | model | method | batch/worker | median s/step (runs: min-max) | bytes/step, trainer (moved into a rank) "
+      "| bytes/step on the wire (into rank 0) | vs our fp32 | vs DDP fp32 | load avg |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for k, rs in groups.items():
+    rate, model, impl, method = k
+    name = {"ours": "terngrad " + method, "ddp": "DDP " + method}.get(impl, method)
+    good = ok[k]
+    if not good:
+        print("| %s | %s | %s | %s | failed (%d runs) | | | | | |" % (rate, model, name, rs[0]["batch_per_worker"], len(rs)))
         continue
-    t = float(r["median_s"])
-    def up(impl):
-        k = (r["rate"], r["model"], impl)
-        return "%.2fx" % (ref[k] / t) if k in ref and r["impl"] != "compute" else "-"
-    wire = "-" if r["impl"] == "compute" else mb(r["wire_rx_per_step"])
-    trainer = mb(r["bytes_trainer"]) if r["impl"] == "ours" else "-"
-    print("| %s | %s | %s | %s | %.3f | %s | %s | %s | %s |" % (r["rate"], r["model"], name, r["batch_per_worker"], t,
-                                                             trainer, wire, up("ours"), up("ddp")))
+    t = med(good, "median_s")
+    times = sorted(float(r["median_s"]) for r in good)
+    spread = " (%d: %.3f-%.3f)" % (len(times), times[0], times[-1]) if len(times) > 1 else ""
+    fails = " (%d failed)" % (len(rs) - len(good)) if len(rs) > len(good) else ""
+    def up(other):
+        x = ref.get((rate, model, other))
+        return "%.2fx" % (x / t) if x and impl != "compute" else "-"
+    trainer = "%.2f MB" % (med(good, "bytes_trainer") / 1e6) if impl == "ours" else "-"
+    wire = "%.2f MB" % (med(good, "wire_rx_per_step") / 1e6) if impl != "compute" else "-"
+    print("| %s | %s | %s | %s | %.3f%s%s | %s | %s | %s | %s | %.1f |" % (rate, model, name, good[0]["batch_per_worker"], t,
+          spread, fails, trainer, wire, up("ours"), up("ddp"), med(good, "load1")))
 EOF
 if [ -n "$OUT" ]; then
   cp "$RESULTS" "$OUT"

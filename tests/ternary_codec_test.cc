@@ -1,20 +1,28 @@
-// Tests of the ternary gradient math and codecs: 2-bit packing format, scaler formula, determinism of the
-// Philox-keyed rounding, statistical unbiasedness and zero fraction (tolerances derived from the
-// per-element variance s|g| - g^2), decoding of summed codes, the compression policy and its flag errors.
+// Tests of the ternary gradient math and codecs: the 2-bit packing format, the one-pass statistics and the
+// scaler formula, the definition of the Philox draw (16-bit uniforms, 8 elements per block) and its rounding
+// bias bound, the vectorized and threaded CPU loops against the plain per-element definitions (bit for bit,
+// tails included, same bits at 1 and 2 threads), statistical unbiasedness and zero fraction (tolerances
+// derived from the per-element variance s|g| - g^2 and the documented bias bound), code sums and decoding,
+// the compression policy and its flag errors, and the CUDA kernels against the CPU (SKIPPED without a GPU).
 #include "terngrad/compress/ternary_codec.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/compress/gradient_codec.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/thread_pool.h"
+#include "terngrad/core/parallel.h"
 #include "terngrad/math/ternary_math.h"
 
 #if defined(TG_HAVE_CUDA)
@@ -38,6 +46,14 @@ std::vector<float> normal_gradient(int64_t n, uint32_t seed, float stddev = 1e-3
   return g;
 }
 
+std::vector<uint8_t> random_bytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, 255);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(d(rng));
+  return v;
+}
+
 std::vector<int> encode_codes(const std::vector<float>& g, float s, PhiloxKey key, uint32_t step, uint32_t tensor) {
   const int64_t n = static_cast<int64_t>(g.size());
   std::vector<uint8_t> packed((n + 3) / 4);
@@ -47,7 +63,7 @@ std::vector<int> encode_codes(const std::vector<float>& g, float s, PhiloxKey ke
   return codes;
 }
 
-// Population statistics in double: the oracle of the scaler.
+// Population statistics in double, two passes: the oracle of the scaler.
 void reference_stats(const std::vector<float>& g, double* sigma, double* max_abs) {
   double mean = 0;
   for (float x : g) mean += x;
@@ -61,6 +77,50 @@ void reference_stats(const std::vector<float>& g, double* sigma, double* max_abs
   *max_abs = mx;
 }
 
+// Runs the test body's calls on `n` compute threads and restores the previous count.
+class ComputeThreads {
+ public:
+  explicit ComputeThreads(int n) : saved_(compute_threads()) { set_compute_threads(n); }
+  ~ComputeThreads() { set_compute_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+template <typename T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Forces one instruction-set path of the CPU loops for a scope, then returns to the best one.
+class ForcedIsa {
+ public:
+  explicit ForcedIsa(CodecIsa isa) : used_(set_ternary_codec_isa(isa)) {}
+  ~ForcedIsa() { set_ternary_codec_isa(CodecIsa::Auto); }
+  CodecIsa used() const { return used_; }
+
+ private:
+  CodecIsa used_;
+};
+
+// The paths this CPU can run (generic always; AVX2 and AVX-512 where supported).
+std::vector<CodecIsa> available_isas() {
+  std::vector<CodecIsa> out;
+  for (CodecIsa isa : {CodecIsa::Generic, CodecIsa::Avx2, CodecIsa::Avx512}) {
+    ForcedIsa f(isa);
+    if (f.used() == isa) out.push_back(isa);
+  }
+  return out;
+}
+
+// The bias bound of the 16-bit uniform (ternary_math.h): |P(code != 0) - |g|/s| <= 2^-17 + 2^-24.
+constexpr double kUniformBias = 1.0 / 131072 + 1.0 / 16777216;
+
+// Sizes around every boundary of the fast paths: bytes (4), Philox blocks (8), decode steps (64), encode
+// units (128), and some larger ones.
+const std::vector<int64_t> kTailSizes = {1,  2,  3,  4,   5,   7,   8,   9,   15,  16,  17,   31,   32,    33,
+                                         63, 64, 65, 127, 128, 129, 255, 256, 257, 383, 1001, 4097, 100003};
+
 TEST(TernaryPack, FieldFormatIsDocumentedOne) {
   // element 0 in bits 0-1: +1 -> 01, element 1: -1 -> 10, element 2: 0 -> 00, element 3: +1 -> 01
   EXPECT_EQ(pack_ternary4(1, -1, 0, 1), 0x01 | (0x2 << 2) | (0x0 << 4) | (0x1 << 6));
@@ -72,7 +132,9 @@ TEST(TernaryPack, FieldFormatIsDocumentedOne) {
 TEST(TernaryPack, RoundTripAllSizes) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> d(-1, 1);
-  for (int64_t n : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 1001}) {
+  std::vector<int64_t> sizes = kTailSizes;
+  sizes.insert(sizes.begin(), 0);
+  for (int64_t n : sizes) {
     std::vector<int> codes(n);
     for (auto& c : codes) c = d(rng);
     std::vector<uint8_t> packed((n + 3) / 4, 0xFF);
@@ -84,102 +146,167 @@ TEST(TernaryPack, RoundTripAllSizes) {
       packed[b] = pack_ternary4(c[0], c[1], c[2], c[3]);
     }
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(unpack_ternary(packed.data(), i), codes[i]) << "n=" << n << " i=" << i;
-    std::vector<int8_t> unpacked(n);
+    std::vector<int8_t> unpacked(n + 8, 99);  // guard bytes after the output
     ternary_unpack_cpu(packed.data(), n, unpacked.data());
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(unpacked[i], codes[i]);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(unpacked[i], codes[i]) << "n=" << n << " i=" << i;
+    for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(unpacked[i], 99) << "unpack wrote past n=" << n;
     if (n % 4) {
       EXPECT_EQ(packed.back() >> (2 * (n % 4)), 0) << "padding fields must be 00, n=" << n;
     }
   }
 }
 
-TEST(TernaryEncode, PackedPathMatchesPerElementDefinition) {
-  const PhiloxKey key = philox_key(1234, 3);
-  for (int64_t n : {1, 3, 5, 10, 4097}) {
-    std::vector<float> g = normal_gradient(n, 11 + n);
-    g[0] = 0.f;  // exact zero stays zero
-    const float s = 1.5e-3f;
-    std::vector<int> codes = encode_codes(g, s, key, 42, 5);
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(codes[i], ternarize_one(g[i], s, key, i, 42, 5)) << "i=" << i;
-    EXPECT_EQ(codes[0], 0);
-  }
-}
-
-TEST(TernaryEncode, VectorLanesMatchTheDefinitionAndCountZeros) {
-  // Sizes around the 64-element lane groups of the vectorized path, and a large one.
-  const PhiloxKey key = philox_key(99, 1);
-  for (int64_t n : {63, 64, 65, 127, 129, 100003}) {
-    std::vector<float> g = normal_gradient(n, 5 + n);
-    const float s = 2e-3f;
-    std::vector<uint8_t> packed((n + 3) / 4);
-    const int64_t zeros = ternary_encode_cpu(g.data(), n, s, key, 7, 3, packed.data());
-    int64_t counted = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int code = unpack_ternary(packed.data(), i);
-      ASSERT_EQ(code, ternarize_one(g[i], s, key, i, 7, 3)) << "n=" << n << " i=" << i;
-      counted += code == 0;
+TEST(TernaryPack, UnpackReadsField11AsZeroAndMatchesDefinition) {
+  for (CodecIsa isa : available_isas()) {
+    for (int64_t n : kTailSizes) {
+      ForcedIsa forced(isa);
+      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      const std::vector<uint8_t> packed = random_bytes((n + 3) / 4, 3 + n);  // every byte value, 11 fields too
+      std::vector<int8_t> codes(n);
+      ternary_unpack_cpu(packed.data(), n, codes.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(codes[i], unpack_ternary(packed.data(), i)) << "n=" << n << " i=" << i;
     }
-    EXPECT_EQ(zeros, counted) << "n=" << n;
   }
 }
 
-TEST(TernaryEncode, ThreadPoolGivesSameBits) {
-  const int64_t n = 200003;
-  std::vector<float> g = normal_gradient(n, 5);
-  const PhiloxKey key = philox_key(99, 1);
-  std::vector<uint8_t> a((n + 3) / 4), b((n + 3) / 4);
-  int64_t za = ternary_encode_cpu(g.data(), n, 2e-3f, key, 3, 2, a.data());
-  ThreadPool pool(2);
-  int64_t zb = ternary_encode_cpu(g.data(), n, 2e-3f, key, 3, 2, b.data(), &pool);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(za, zb);
-  int64_t zeros = 0;
-  for (int64_t i = 0; i < n; ++i) zeros += unpack_ternary(a.data(), i) == 0;
-  EXPECT_EQ(za, zeros);
+// ---- the draw ------------------------------------------------------------------------------------------------
+
+TEST(TernaryDraw, BlockAndHalvesAreTheDocumentedOnes) {
+  const PhiloxKey key = philox_key(2024, 7);
+  for (uint64_t b : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, (uint64_t{1} << 32) + 5, (uint64_t{3} << 32) + 1}) {
+    // counter (low 32 bits of the block, step, tensor ^ high 32 bits of the block, kTernaryPurpose)
+    const Philox4x32 want = philox4x32_10(
+        Philox4x32{{static_cast<uint32_t>(b), 42u, 9u ^ static_cast<uint32_t>(b >> 32), kTernaryPurpose}}, key);
+    const Philox4x32 got = ternary_block(key, b, 42, 9);
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(got.v[j], want.v[j]) << "block " << b;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(ternary_half(got, 2 * j), want.v[j] & 0xFFFFu);  // element 8b + 2j: low half of word j
+      EXPECT_EQ(ternary_half(got, 2 * j + 1), want.v[j] >> 16);  // element 8b + 2j + 1: high half
+    }
+  }
+  // ternarize_one: u = (h + 0.5) * 2^-16 and code = sign(g) if u * s < |g| (element 8 * 12345 + 5: word 2, high)
+  const uint64_t i = 8 * 12345 + 5;
+  const uint32_t h = ternary_block(key, 12345, 42, 9).v[2] >> 16;
+  const float u = (static_cast<float>(h) + 0.5f) / 65536.f;
+  EXPECT_EQ(ternary_uniform16(h), u);
+  EXPECT_GT(u, 0.f);
+  EXPECT_LT(u, 1.f);
+  const float s = 1.f;
+  for (float g : {u * 0.999f, u * 1.001f, -u * 1.001f, -u * 0.999f, 0.f, 2.f, -2.f}) {
+    const int want = (u * s < std::fabs(g)) ? (g > 0 ? 1 : -1) : 0;
+    EXPECT_EQ(ternarize_one(g, s, key, i, 42, 9), want) << "g=" << g;
+  }
 }
 
-TEST(TernaryScaler, NoClipIsMaxAbs) {
-  std::vector<float> g = {0.5f, -3.f, 1.f, 2.f};
-  EXPECT_EQ(ternary_scaler_cpu(g.data(), 4, 0.f), 3.f);
+// The uniform's rounding bias, exhaustively over the 65536 values of h: for |g| < s the probability of a
+// non-zero code differs from |g|/s by at most 2^-17 + 2^-24 (ternary_math.h), for scalers of very different
+// magnitudes and for |g|/s at and next to the rounding midpoints (k + 1/2) / 65536.
+TEST(TernaryDraw, RoundingBiasWithinDocumentedBound) {
+  std::vector<float> ratios;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> r01(0.f, 1.f);
+  for (int k = 0; k < 200; ++k) ratios.push_back(r01(rng));
+  for (int k : {0, 1, 2, 100, 32767, 65534, 65535}) {
+    const float mid = (k + 0.5f) / 65536.f;
+    ratios.push_back(mid);
+    ratios.push_back(std::nextafter(mid, 0.f));
+    ratios.push_back(std::nextafter(mid, 1.f));
+  }
+  for (float s : {1.f, 3.7e-3f, 2.5e-7f, 6.1e4f}) {
+    for (float p : ratios) {
+      const float g = p * s;
+      if (!(g < s)) continue;
+      int64_t kept = 0;
+      for (uint32_t h = 0; h < 65536; ++h) kept += ternary_uniform16(h) * s < g;
+      const double prob = kept / 65536.0, exact = static_cast<double>(g) / s;
+      ASSERT_LE(std::fabs(prob - exact), kUniformBias) << "s=" << s << " g=" << g;
+    }
+    // and |g| >= s always keeps its sign: u < 1 and u * s rounds below s
+    EXPECT_LT(ternary_uniform16(65535) * s, s);
+  }
 }
 
-TEST(TernaryScaler, ClipAtCSigmaWhenSmallerThanMax) {
-  // Mostly small values and one outlier: 2.5 sigma < max|g|.
-  std::vector<float> g = normal_gradient(10000, 3);
-  g[17] = 1.f;
-  double sigma, mx;
-  reference_stats(g, &sigma, &mx);
-  ASSERT_LT(2.5 * sigma, mx);
-  const float s = ternary_scaler_cpu(g.data(), g.size(), 2.5f);
-  EXPECT_NEAR(s, 2.5 * sigma, 1e-6 * 2.5 * sigma);
+// ---- encode ------------------------------------------------------------------------------------------------
+
+// The vectorized, threaded encode (every path, 1 and 2 threads) against ternarize_one, element by element, at
+// every tail size; the shared block function (the CUDA kernel's) too; zero counts; padding fields 00; nothing
+// written past ceil(n/4).
+TEST(TernaryEncode, FastPathMatchesPerElementDefinition) {
+  const PhiloxKey key = philox_key(1234, 3);
+  for (CodecIsa isa : available_isas()) {
+    for (int threads : {1, 2}) {
+      ForcedIsa forced(isa);
+      ComputeThreads ct(threads);
+      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      for (int64_t n : kTailSizes) {
+        std::vector<float> g = normal_gradient(n, 11 + n);
+        g[0] = 0.f;     // exact zero stays zero
+        if (n > 200) {  // special values inside a vector unit and in the tail
+          g[5] = -0.f;
+          g[6] = std::numeric_limits<float>::infinity();
+          g[7] = -std::numeric_limits<float>::infinity();
+          g[8] = std::numeric_limits<float>::quiet_NaN();
+          g[9] = std::numeric_limits<float>::denorm_min();
+          g[n - 1] = std::numeric_limits<float>::quiet_NaN();
+          g[n - 2] = -std::numeric_limits<float>::infinity();
+        }
+        const float s = 1.5e-3f;
+        const int64_t nbytes = (n + 3) / 4;
+        std::vector<uint8_t> packed(nbytes + 4, 0x5A);  // guard bytes after the output
+        const int64_t zeros = ternary_encode_cpu(g.data(), n, s, key, 42, 5, packed.data());
+        int64_t counted = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int want = ternarize_one(g[i], s, key, i, 42, 5);
+          ASSERT_EQ(unpack_ternary(packed.data(), i), want) << "n=" << n << " i=" << i << " threads=" << threads;
+          counted += want == 0;
+        }
+        EXPECT_EQ(zeros, counted) << "n=" << n;
+        EXPECT_EQ(unpack_ternary(packed.data(), 0), 0);
+        if (n % 4) {
+          EXPECT_EQ(packed[nbytes - 1] >> (2 * (n % 4)), 0) << "padding fields must be 00, n=" << n;
+        }
+        for (int64_t b = nbytes; b < nbytes + 4; ++b) ASSERT_EQ(packed[b], 0x5A) << "encode wrote past n=" << n;
+        for (int64_t b = 0; b < (n + 7) / 8; ++b) {
+          const uint32_t bits = ternarize_pack_block(g.data(), n, b, s, key, 42, 5);
+          for (int e = 0; e < 8; ++e) {
+            const int64_t i = 8 * b + e;
+            ASSERT_EQ(ternary_code_of_field(bits >> (2 * e)), i < n ? ternarize_one(g[i], s, key, i, 42, 5) : 0);
+          }
+        }
+      }
+    }
+  }
 }
 
-TEST(TernaryScaler, MaxAbsWhenSmallerThanCSigma) {
-  // Values +-1 (sigma = 1, max = 1): c*sigma = 2.5 > max|g|, so s = max|g| (the paper), not 2.5 (the reference).
-  std::vector<float> g(1000);
-  for (size_t i = 0; i < g.size(); ++i) g[i] = (i % 2) ? 1.f : -1.f;
-  double sigma, mx;
-  reference_stats(g, &sigma, &mx);
-  ASSERT_NEAR(sigma, 1.0, 1e-12);
-  EXPECT_EQ(ternary_scaler_cpu(g.data(), g.size(), 2.5f), 1.f);
-  // mean is subtracted: a constant offset does not change sigma.
-  std::vector<float> h = {10.f, 12.f};  // mean 11, sigma 1, max 12
-  EXPECT_FLOAT_EQ(ternary_scaler_cpu(h.data(), 2, 2.5f), 2.5f);
+// Scalers below 2^-100 (where s * 2^-16 would lose bits) take the exact generic rule on every path.
+TEST(TernaryEncode, TinyScalersFollowTheDefinition) {
+  const int64_t n = 5003;
+  std::vector<float> g = normal_gradient(n, 91, 1e-36f);  // subnormal and tiny normal values
+  for (CodecIsa isa : available_isas()) {
+    ForcedIsa forced(isa);
+    for (float s : {ternary_scaler_cpu(g.data(), n, 2.5f), 0x1p-100f, 1e-44f}) {
+      const std::vector<int> codes = encode_codes(g, s, philox_key(8, 2), 1, 1);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(codes[i], ternarize_one(g[i], s, philox_key(8, 2), i, 1, 1))
+            << ternary_codec_isa_name(isa) << " s=" << s << " i=" << i;
+    }
+  }
 }
 
-TEST(TernaryScaler, NonFiniteGradientGivesNonFiniteScaler) {
-  std::vector<float> g = {1.f, std::numeric_limits<float>::quiet_NaN(), 2.f};
-  EXPECT_FALSE(std::isfinite(ternary_scaler_cpu(g.data(), 3, 0.f)));
-  EXPECT_FALSE(std::isfinite(ternary_scaler_cpu(g.data(), 3, 2.5f)));
-  g[1] = std::numeric_limits<float>::infinity();
-  EXPECT_FALSE(std::isfinite(ternary_scaler_cpu(g.data(), 3, 0.f)));
-  EXPECT_FALSE(std::isfinite(ternary_scaler_cpu(g.data(), 3, 2.5f)));
-}
-
-TEST(TernaryEncode, ZeroScalerGivesAllZeros) {
-  std::vector<float> g = normal_gradient(1001, 8);
-  std::vector<int> codes = encode_codes(g, 0.f, philox_key(1, 0), 0, 0);
-  for (int c : codes) ASSERT_EQ(c, 0);
+TEST(TernaryEncode, ZeroOrNaNScalerGivesAllZeros) {
+  for (int64_t n : {1001, 100003}) {
+    std::vector<float> g = normal_gradient(n, 8);
+    for (float s : {0.f, -1.f, std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<uint8_t> packed((n + 3) / 4, 0xFF);
+      EXPECT_EQ(ternary_encode_cpu(g.data(), n, s, philox_key(1, 0), 0, 0, packed.data()), n);
+      for (uint8_t byte : packed) ASSERT_EQ(byte, 0) << "s=" << s;
+      for (int64_t i = 0; i < n; i += 97) ASSERT_EQ(ternarize_one(g[i], s, philox_key(1, 0), i, 0, 0), 0);
+    }
+  }
+  // Empty tensors: nothing to do.
+  EXPECT_EQ(ternary_encode_cpu(nullptr, 0, 1.f, philox_key(1, 0), 0, 0, nullptr), 0);
+  ternary_decode_gathered_cpu(nullptr, 0, 2, 0, 1.f, nullptr);
+  ternary_sum_codes_cpu(nullptr, 0, 2, 0, nullptr);
   // A constant tensor has sigma 0, so s = min(c*0, max) = 0 under clipping.
   std::vector<float> k(37, 0.25f);
   EXPECT_EQ(ternary_scaler_cpu(k.data(), k.size(), 2.5f), 0.f);
@@ -206,18 +333,193 @@ TEST(TernaryEncode, DeterministicPerKeyAndDifferentPerWorkerAndStep) {
   EXPECT_GT(differ(a, encode_codes(g, s, philox_key(778, 0), 10, 1)), n / 5);  // other seed
 }
 
-// E[s * code] = clip(g, -s, s) =: gc, Var = s|gc| - gc^2. Over K encodings (steps 0..K-1):
+// ---- every path, every thread count -------------------------------------------------------------------------
+
+// Every path (AVX-512, AVX2, generic) at 1 and 2 threads gives the same bits: statistics and scaler, codes and
+// zero counts, code sums, unpacked codes, both decodes. The sizes split into several chunks per thread (the
+// largest has statistics chunks above the minimum size). The output says which paths ran.
+TEST(TernaryCpu, SameBitsOnEveryPathAndThreadCount) {
+  const std::vector<CodecIsa> isas = available_isas();
+  std::string names;
+  for (CodecIsa isa : isas) names += std::string(" ") + ternary_codec_isa_name(isa);
+  RecordProperty("instruction_sets", names);
+  std::printf("instruction sets tested:%s\n", names.c_str());
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{33}, int64_t{16384 + 77}, int64_t{300007}, int64_t{4500001}}) {
+    std::vector<float> g = normal_gradient(n, 61 + n);
+    const int64_t nbytes = (n + 3) / 4;
+    const std::vector<uint8_t> gathered = random_bytes(5 * nbytes, 67);
+    struct Out {
+      TensorStats st;
+      float s = 0.f;
+      std::vector<uint8_t> packed;
+      int64_t zeros = 0;
+      std::vector<int8_t> sums, codes;
+      std::vector<float> dec, dec_sums;
+    };
+    std::vector<Out> outs;
+    std::vector<std::string> labels;
+    for (CodecIsa isa : isas) {
+      for (int threads : {1, 2}) {
+        ForcedIsa forced(isa);
+        ComputeThreads ct(threads);
+        Out o;
+        o.st = tensor_stats_cpu(g.data(), n);
+        o.s = ternary_scaler_cpu(g.data(), n, 2.5f);
+        o.packed.resize(nbytes);
+        o.zeros = ternary_encode_cpu(g.data(), n, 1.5e-3f, philox_key(3, 1), 9, 4, o.packed.data());
+        o.sums.resize(n);
+        o.codes.resize(n);
+        o.dec.resize(n);
+        o.dec_sums.resize(n);
+        ternary_sum_codes_cpu(gathered.data(), nbytes, 5, n, o.sums.data());
+        ternary_unpack_cpu(gathered.data(), n, o.codes.data());
+        ternary_decode_gathered_cpu(gathered.data(), nbytes, 5, n, 0.7f, o.dec.data());
+        ternary_decode_sums_cpu(o.sums.data(), n, 0.7f, 5, o.dec_sums.data());
+        outs.push_back(std::move(o));
+        labels.push_back(std::string(ternary_codec_isa_name(isa)) + "/" + std::to_string(threads) + " threads");
+      }
+    }
+    for (size_t k = 1; k < outs.size(); ++k) {
+      const Out &a = outs[0], &b = outs[k];
+      SCOPED_TRACE(labels[k] + " vs " + labels[0] + ", n=" + std::to_string(n));
+      EXPECT_TRUE(same_bits(a.st.sum, b.st.sum) && same_bits(a.st.sumsq, b.st.sumsq) &&
+                  same_bits(a.st.max_abs, b.st.max_abs) && same_bits(a.st.sigma, b.st.sigma) && same_bits(a.s, b.s));
+      EXPECT_EQ(a.packed, b.packed);
+      EXPECT_EQ(a.zeros, b.zeros);
+      EXPECT_EQ(a.sums, b.sums);
+      EXPECT_EQ(a.codes, b.codes);
+      EXPECT_EQ(0, std::memcmp(a.dec.data(), b.dec.data(), n * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(a.dec_sums.data(), b.dec_sums.data(), n * sizeof(float)));
+    }
+  }
+}
+
+// ---- statistics and scaler ---------------------------------------------------------------------------------
+
+TEST(TernaryStats, OnePassMatchesDoubleReferenceAtEverySize) {
+  for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{16383}, int64_t{16385},
+                    int64_t{1000003}, int64_t{4194305}}) {
+    std::vector<float> g = normal_gradient(n, 13 + n);
+    for (auto& x : g) x += 2e-4f;  // a mean of 0.2 sigma
+    long double sum = 0, sumsq = 0;
+    float mx = 0.f;
+    for (float x : g) {
+      sum += x;
+      sumsq += static_cast<long double>(x) * x;
+      mx = std::max(mx, std::fabs(x));
+    }
+    double sigma_ref, max_ref;
+    reference_stats(g, &sigma_ref, &max_ref);
+    const TensorStats st = tensor_stats_cpu(g.data(), n);
+    // Double sums of n terms: error below n * 2^-53 * sum|x| (a loose bound; blocked sums do far better).
+    long double abs_sum = 0;
+    for (float x : g) abs_sum += std::fabs(x);
+    EXPECT_NEAR(st.sum, static_cast<double>(sum), 1.2e-16 * n * static_cast<double>(abs_sum)) << "n=" << n;
+    EXPECT_NEAR(st.sumsq, static_cast<double>(sumsq), 1.2e-16 * n * static_cast<double>(sumsq)) << "n=" << n;
+    EXPECT_EQ(st.max_abs, mx) << "n=" << n;
+    EXPECT_EQ(st.mean, st.sum / n);
+    EXPECT_NEAR(st.sigma, sigma_ref, 1e-9 * sigma_ref + 1e-300) << "n=" << n;
+  }
+}
+
+// The documented cancellation limit: sigma stays float-accurate with |mean| = 300 sigma.
+TEST(TernaryStats, OnePassSigmaAccurateFarFromZeroMean) {
+  const int64_t n = 1 << 20;
+  std::vector<float> g = normal_gradient(n, 17, 1.f);
+  for (auto& x : g) x += 300.f;
+  double sigma_ref, max_ref;
+  reference_stats(g, &sigma_ref, &max_ref);
+  const TensorStats st = tensor_stats_cpu(g.data(), n);
+  EXPECT_NEAR(st.sigma, sigma_ref, 6e-8 * sigma_ref);
+}
+
+TEST(TernaryStats, NaNAndInfPropagate) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {3, 40, 100003}) {
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {  // in the vector lanes and in the tails
+      std::vector<float> g = normal_gradient(n, 19);
+      g[at] = inf;
+      TensorStats st = tensor_stats_cpu(g.data(), n);
+      EXPECT_EQ(st.max_abs, inf) << "n=" << n << " at=" << at;
+      EXPECT_TRUE(std::isnan(st.sigma));
+      g[at] = -inf;
+      EXPECT_EQ(tensor_stats_cpu(g.data(), n).max_abs, inf);
+      g[at] = nan;
+      st = tensor_stats_cpu(g.data(), n);
+      EXPECT_TRUE(std::isnan(st.max_abs)) << "n=" << n << " at=" << at;
+      EXPECT_TRUE(std::isnan(st.sigma));
+      g[at] = -nan;
+      EXPECT_TRUE(std::isnan(tensor_stats_cpu(g.data(), n).max_abs));
+      g[n - 1 - at] = inf;  // NaN and Inf: NaN wins wherever they are
+      g[at] = nan;
+      EXPECT_TRUE(std::isnan(tensor_stats_cpu(g.data(), n).max_abs)) << "n=" << n << " at=" << at;
+      for (float c : {0.f, 2.5f}) EXPECT_TRUE(std::isnan(ternary_scaler_cpu(g.data(), n, c)));
+    }
+  }
+}
+
+TEST(TernaryScaler, NoClipIsMaxAbs) {
+  std::vector<float> g = {0.5f, -3.f, 1.f, 2.f};
+  EXPECT_EQ(ternary_scaler_cpu(g.data(), 4, 0.f), 3.f);
+  EXPECT_EQ(ternary_scaler_cpu(g.data(), 0, 0.f), 0.f);  // empty tensor
+}
+
+TEST(TernaryScaler, ClipAtCSigmaWhenSmallerThanMax) {
+  // Mostly small values and one outlier: 2.5 sigma < max|g|.
+  std::vector<float> g = normal_gradient(10000, 3);
+  g[17] = 1.f;
+  double sigma, mx;
+  reference_stats(g, &sigma, &mx);
+  ASSERT_LT(2.5 * sigma, mx);
+  const float s = ternary_scaler_cpu(g.data(), g.size(), 2.5f);
+  EXPECT_NEAR(s, 2.5 * sigma, 1e-6 * 2.5 * sigma);
+}
+
+TEST(TernaryScaler, MaxAbsWhenSmallerThanCSigma) {
+  // Values +-1 (sigma = 1, max = 1): c*sigma = 2.5 > max|g|, so s = max|g| (the paper), not 2.5 (the reference).
+  std::vector<float> g(1000);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = (i % 2) ? 1.f : -1.f;
+  double sigma, mx;
+  reference_stats(g, &sigma, &mx);
+  ASSERT_NEAR(sigma, 1.0, 1e-12);
+  EXPECT_EQ(ternary_scaler_cpu(g.data(), g.size(), 2.5f), 1.f);
+  // mean is subtracted: a constant offset does not change sigma.
+  std::vector<float> h = {10.f, 12.f};  // mean 11, sigma 1, max 12
+  EXPECT_FLOAT_EQ(ternary_scaler_cpu(h.data(), 2, 2.5f), 2.5f);
+}
+
+TEST(TernaryScaler, NonFiniteGradientGivesNaNScaler) {
+  std::vector<float> g = {1.f, std::numeric_limits<float>::quiet_NaN(), 2.f};
+  EXPECT_TRUE(std::isnan(ternary_scaler_cpu(g.data(), 3, 0.f)));
+  EXPECT_TRUE(std::isnan(ternary_scaler_cpu(g.data(), 3, 2.5f)));
+  g[1] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(ternary_scaler_cpu(g.data(), 3, 0.f)));
+  EXPECT_TRUE(std::isnan(ternary_scaler_cpu(g.data(), 3, 2.5f)));
+  // the shared formula itself
+  EXPECT_TRUE(std::isnan(ternary_scaler_from_stats(1.0, std::numeric_limits<float>::infinity(), 2.5f)));
+  EXPECT_TRUE(std::isnan(ternary_scaler_from_stats(std::numeric_limits<double>::quiet_NaN(), 1.f, 0.f)));
+  EXPECT_EQ(ternary_scaler_from_stats(0.1, 1.f, 2.5f), ternary_scaler(0.1f, 1.f, 2.5f));
+  EXPECT_EQ(ternary_sigma_from_sums(2.0, 0.9, 4), 0.0);  // sumsq/n - mean^2 < 0 (by rounding): 0, not NaN
+}
+
+// ---- statistics of the codes ---------------------------------------------------------------------------------
+
+// E[s * code] = clip(g, -s, s) =: gc up to the uniform's rounding bias b = s * (2^-17 + 2^-24) per element
+// (ternary_math.h), Var = s|gc| - gc^2 (+ O(b)). Over K encodings (steps 0..K-1):
 //  - clipped elements (|g| >= s) are always exactly +-s;
 //  - every element whose count of non-zero codes is near normal (K p (1-p) >= 10, p = |gc|/s) lies within
-//    6 standard errors, and the mean of their squared z-scores is 1 within 5 of its standard errors
-//    (Var z^2 = 2 + (1 - 6pq)/(Kpq) <= 2.1): this checks the variance too, not only the mean;
+//    6 standard errors + b, and the mean of their squared z-scores is 1 within 5 of its standard errors
+//    (Var z^2 = 2 + (1 - 6pq)/(Kpq) <= 2.1; b shifts each z by at most b/se < 0.002, negligible): this checks
+//    the variance too, not only the mean;
 //  - the sum of the deviations (signed by g) over all random elements is within 5 of its standard errors
-//    (catches a small bias in magnitude shared by all elements, including those with rare non-zero codes).
+//    + (their number) * b (catches a small bias in magnitude shared by all elements, including those with rare
+//    non-zero codes).
 TEST(TernaryStatistics, UnbiasedWithinStandardErrors) {
   const int64_t n = 2048;
   const int K = 1600;
   std::vector<float> g = normal_gradient(n, 21);
   const float s = ternary_scaler_cpu(g.data(), n, 2.5f);  // some elements are clipped
+  const double bias = s * kUniformBias;
   const PhiloxKey key = philox_key(2017, 4);
   std::vector<double> sum(n, 0.0);
   std::vector<uint8_t> packed((n + 3) / 4);
@@ -225,7 +527,7 @@ TEST(TernaryStatistics, UnbiasedWithinStandardErrors) {
     ternary_encode_cpu(g.data(), n, s, key, static_cast<uint32_t>(k), 0, packed.data());
     for (int64_t i = 0; i < n; ++i) sum[i] += s * unpack_ternary(packed.data(), i);
   }
-  int64_t clipped = 0, normal_elems = 0;
+  int64_t clipped = 0, normal_elems = 0, random_elems = 0;
   double z2 = 0.0, total_dev = 0.0, total_var = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const double gc = std::max<double>(-s, std::min<double>(s, g[i]));
@@ -235,23 +537,25 @@ TEST(TernaryStatistics, UnbiasedWithinStandardErrors) {
       ASSERT_EQ(mean, s * (g[i] > 0 ? 1.0 : -1.0)) << "clipped element " << i << " must always be +-s";
       continue;
     }
+    ++random_elems;
     const double var = s * std::fabs(gc) - gc * gc;  // of one draw of s * code
     total_dev += (gc > 0 ? 1 : -1) * (mean - gc);    // signed by g: a bias in magnitude adds up
     total_var += var / K;
     const double p = std::fabs(gc) / s;
     if (K * p * (1 - p) < 10) continue;
     const double se = std::sqrt(var / K);
-    ASSERT_LE(std::fabs(mean - gc), 6 * se) << "element " << i << " g=" << g[i] << " s=" << s;
+    ASSERT_LE(std::fabs(mean - gc), 6 * se + bias) << "element " << i << " g=" << g[i] << " s=" << s;
     z2 += (mean - gc) * (mean - gc) / (se * se);
     ++normal_elems;
   }
   EXPECT_GT(clipped, 0) << "the test gradient should exercise clipping at 2.5 sigma";
   ASSERT_GT(normal_elems, n / 2);
   EXPECT_NEAR(z2 / normal_elems, 1.0, 5 * std::sqrt(2.1 / normal_elems));
-  EXPECT_LE(std::fabs(total_dev), 5 * std::sqrt(total_var));
+  EXPECT_LE(std::fabs(total_dev), 5 * std::sqrt(total_var) + random_elems * bias);
 }
 
-// Zero fraction: E[#zeros] = sum(1 - min(|g|/s, 1)), Var = sum p(1-p); within 5 standard deviations.
+// Zero fraction: E[#zeros] = sum(1 - min(|g|/s, 1)) up to the bias bound per element, Var = sum p(1-p);
+// within 5 standard deviations + n * (2^-17 + 2^-24).
 TEST(TernaryStatistics, ZeroFractionMatchesExpectation) {
   const int64_t n = 100000;
   for (float c : {0.f, 2.5f}) {
@@ -265,7 +569,78 @@ TEST(TernaryStatistics, ZeroFractionMatchesExpectation) {
       expected += p_zero;
       var += p_zero * (1 - p_zero);
     }
-    EXPECT_NEAR(static_cast<double>(zeros), expected, 5 * std::sqrt(var)) << "clip_factor " << c;
+    EXPECT_NEAR(static_cast<double>(zeros), expected, 5 * std::sqrt(var) + n * kUniformBias) << "clip_factor " << c;
+  }
+}
+
+// ---- code sums and decoding -----------------------------------------------------------------------------------
+
+// The plain definitions, element by element.
+int reference_code_sum(const std::vector<uint8_t>& gathered, int64_t stride, int num_workers, int64_t i) {
+  int sum = 0;
+  for (int w = 0; w < num_workers; ++w) sum += unpack_ternary(gathered.data() + w * stride, i);
+  return sum;
+}
+
+TEST(TernaryDecode, GatheredAndSumsMatchPlainDefinition) {
+  const float s = 3.25e-3f;
+  for (CodecIsa isa : available_isas()) {
+    for (int num_workers : {1, 2, 3, 7, 127, 128, 130}) {
+      ForcedIsa forced(isa);
+      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{129}, int64_t{1001},
+                        int64_t{70001}}) {
+        if (num_workers > 7 && n > 1001) continue;                // keeps the test short
+        const int64_t nbytes = (n + 3) / 4, stride = nbytes + 3;  // a gap between the workers' blocks
+        const std::vector<uint8_t> gathered = random_bytes(stride * num_workers, 7 * n + num_workers);
+        std::vector<float> out(n + 4, -7.f);
+        ternary_decode_gathered_cpu(gathered.data(), stride, num_workers, n, s, out.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = ternary_decode_value(s, reference_code_sum(gathered, stride, num_workers, i), num_workers);
+          ASSERT_TRUE(same_bits(out[i], want)) << "workers=" << num_workers << " n=" << n << " i=" << i;
+        }
+        for (int64_t i = n; i < n + 4; ++i) ASSERT_EQ(out[i], -7.f) << "decode wrote past n";
+        if (num_workers > 127) {
+          std::vector<int8_t> sums(n);
+          EXPECT_THROW(ternary_sum_codes_cpu(gathered.data(), stride, num_workers, n, sums.data()), Error);
+          continue;
+        }
+        std::vector<int8_t> sums(n + 4, 99);
+        ternary_sum_codes_cpu(gathered.data(), stride, num_workers, n, sums.data());
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(sums[i], reference_code_sum(gathered, stride, num_workers, i)) << "workers=" << num_workers;
+        for (int64_t i = n; i < n + 4; ++i) ASSERT_EQ(sums[i], 99) << "code sums wrote past n";
+        std::vector<float> from_sums(n);
+        ternary_decode_sums_cpu(sums.data(), n, s, num_workers, from_sums.data());
+        for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(from_sums[i], out[i])) << "i=" << i;
+      }
+    }
+  }
+}
+
+// Decodes of more than 32 MiB into 64-byte aligned outputs (as slab tensors are) take the streaming-store
+// path: the same values, nothing written past n.
+TEST(TernaryDecode, LargeAlignedOutputMatchesPlainDefinition) {
+  const int64_t n = 8 * (int64_t{1} << 20) + 77, nbytes = (n + 3) / 4;
+  const std::vector<uint8_t> gathered = random_bytes(2 * nbytes, 71);
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  const int64_t padded = (n + 16 + 15) / 16 * 16;
+  std::unique_ptr<float[], Free> out(static_cast<float*>(std::aligned_alloc(64, padded * sizeof(float))));
+  ASSERT_TRUE(out);
+  for (CodecIsa isa : available_isas()) {
+    for (int threads : {1, 2}) {
+      ForcedIsa forced(isa);
+      ComputeThreads ct(threads);
+      std::fill(out.get(), out.get() + padded, -3.f);
+      ternary_decode_gathered_cpu(gathered.data(), nbytes, 2, n, 0.125f, out.get());
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = ternary_decode_value(0.125f, reference_code_sum(gathered, nbytes, 2, i), 2);
+        ASSERT_TRUE(same_bits(out[i], want)) << ternary_codec_isa_name(isa) << " threads=" << threads << " i=" << i;
+      }
+      for (int64_t i = n; i < padded; ++i) ASSERT_EQ(out[i], -3.f) << "decode wrote past n";
+    }
   }
 }
 
@@ -419,18 +794,18 @@ TEST(CompressionPolicy, InvalidFlagsNameTheFlag) {
 }
 
 #if defined(TG_HAVE_CUDA)
-// The CUDA kernels against the CPU loops: codes and decodes bit-identical given the same scaler; the scaler
-// itself within float rounding (double partial sums in a different order).
+// The CUDA kernels against the CPU loops: codes, code sums and decodes bit-identical given the same scaler;
+// the scaler itself within float rounding (the same one-pass formula, double partial sums in another order).
 TEST(TernaryCuda, MatchesCpu) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
-  const int64_t n = 300001;  // not a multiple of 4
+  const int64_t n = 300001;  // not a multiple of 4 or 8
   std::vector<float> g = normal_gradient(n, 77);
   g[3] = 0.05f;  // an outlier so that clipping matters
   auto ok = [](cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); };
   float *dg = nullptr, *ds = nullptr, *dout = nullptr;
   uint8_t* dpacked = nullptr;
-  int8_t* dcodes = nullptr;
+  int8_t *dcodes = nullptr, *dsums = nullptr;
   void* dws = nullptr;
   const int64_t nbytes = (n + 3) / 4;
   ok(cudaMalloc(&dg, n * sizeof(float)));
@@ -438,6 +813,7 @@ TEST(TernaryCuda, MatchesCpu) {
   ok(cudaMalloc(&dout, n * sizeof(float)));
   ok(cudaMalloc(&dpacked, 2 * nbytes));
   ok(cudaMalloc(&dcodes, n));
+  ok(cudaMalloc(&dsums, n));
   ok(cudaMalloc(&dws, ternary_scaler_workspace_bytes_cuda()));
   ok(cudaMemcpy(dg, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   for (float c : {0.f, 2.5f}) {
@@ -446,6 +822,18 @@ TEST(TernaryCuda, MatchesCpu) {
     ok(cudaMemcpy(&s_gpu, ds, sizeof(float), cudaMemcpyDeviceToHost));
     const float s_cpu = ternary_scaler_cpu(g.data(), n, c);
     EXPECT_NEAR(s_gpu, s_cpu, 2e-7 * s_cpu) << "clip_factor " << c;
+  }
+  {  // a NaN anywhere gives a NaN scaler, as on the CPU
+    std::vector<float> bad = g;
+    bad[n / 3] = std::numeric_limits<float>::quiet_NaN();
+    float* dbad = nullptr;
+    ok(cudaMalloc(&dbad, n * sizeof(float)));
+    ok(cudaMemcpy(dbad, bad.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    ternary_scaler_cuda(dbad, n, 2.5f, ds, dws, nullptr);
+    float s_gpu = 0.f;
+    ok(cudaMemcpy(&s_gpu, ds, sizeof(float), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(std::isnan(s_gpu));
+    cudaFree(dbad);
   }
   const float s = ternary_scaler_cpu(g.data(), n, 2.5f);
   ok(cudaMemcpy(ds, &s, sizeof(float), cudaMemcpyHostToDevice));
@@ -468,12 +856,17 @@ TEST(TernaryCuda, MatchesCpu) {
   ok(cudaMemcpy(codes.data(), dcodes, n, cudaMemcpyDeviceToHost));
   ternary_unpack_cpu(cpu_packed.data(), n, cpu_codes.data());
   ASSERT_EQ(codes, cpu_codes);
+  ternary_sum_codes_cuda(dpacked, nbytes, 2, n, dsums, nullptr);
+  std::vector<int8_t> sums(n), cpu_sums(n);
+  ok(cudaMemcpy(sums.data(), dsums, n, cudaMemcpyDeviceToHost));
+  ternary_sum_codes_cpu(cpu_packed.data(), nbytes, 2, n, cpu_sums.data());
+  ASSERT_EQ(sums, cpu_sums);
   ternary_decode_sums_cuda(dcodes, n, ds, 3, dout, nullptr);
   ternary_decode_sums_cpu(cpu_codes.data(), n, s, 3, cpu_out.data());
   ok(cudaMemcpy(gpu_out.data(), dout, n * sizeof(float), cudaMemcpyDeviceToHost));
   ASSERT_EQ(gpu_out, cpu_out);
   for (void* p : {static_cast<void*>(dg), static_cast<void*>(ds), static_cast<void*>(dout), static_cast<void*>(dpacked),
-                  static_cast<void*>(dcodes), dws})
+                  static_cast<void*>(dcodes), static_cast<void*>(dsums), dws})
     cudaFree(p);
 }
 #endif  // TG_HAVE_CUDA

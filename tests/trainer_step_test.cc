@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "alloc_counter/alloc_counter.h"
@@ -71,16 +72,23 @@ void check_trainer_step(int workers, int grad_bits) {
   {
     Trainer trainer(cfg);
     trainer.run_steps(3);  // warm: primitives created, every buffer touched
-    const int64_t before = alloc_counter::count();
-    const long faults = alloc_counter::minor_page_faults();
-    alloc_counter::start();
-    trainer.run_steps(kSteps);
-    alloc_counter::stop();
-    const long new_faults = alloc_counter::minor_page_faults() - faults;
-    const int64_t per_step = (alloc_counter::count() - before) / kSteps;
-    EXPECT_EQ(per_step, workers * per_net) << workers << " workers, grad_bits " << grad_bits
-                                           << ": the trainer's step allocates beyond its nets' oneDNN calls";
-    EXPECT_EQ(new_faults, 0) << workers << " workers, grad_bits " << grad_bits << ": memory first touched in a step";
+    // Three windows of kSteps: a step that first-touches memory faults in every window; the kernel's own
+    // reclaim of cold pages (a machine under memory pressure, DAMON) can fault a few back in one of them.
+    long fewest_faults = -1;
+    for (int window = 0; window < 3 && fewest_faults != 0; ++window) {
+      const int64_t before = alloc_counter::count();
+      const long faults = alloc_counter::minor_page_faults();
+      alloc_counter::start();
+      trainer.run_steps(kSteps);
+      alloc_counter::stop();
+      const long new_faults = alloc_counter::minor_page_faults() - faults;
+      const int64_t per_step = (alloc_counter::count() - before) / kSteps;
+      EXPECT_EQ(per_step, workers * per_net) << workers << " workers, grad_bits " << grad_bits
+                                             << ": the trainer's step allocates beyond its nets' oneDNN calls";
+      fewest_faults = fewest_faults < 0 ? new_faults : std::min(fewest_faults, new_faults);
+    }
+    EXPECT_EQ(fewest_faults, 0) << workers << " workers, grad_bits " << grad_bits
+                                << ": memory first touched in every window of steps";
   }
   fs::remove_all(dir);
 }

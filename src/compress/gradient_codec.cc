@@ -175,15 +175,8 @@ void GradientCodec::average_local(const std::vector<const std::vector<Tensor>*>&
 
 void GradientCodec::sum_codes(const uint8_t* packed, int64_t stride, int num_workers, TensorRange r,
                               int8_t* code_sums) const {
-  const int64_t bytes = layout(r).packed_bytes();
-  parallel_for(bytes, kGrain / 4, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      int sum[4] = {0, 0, 0, 0};
-      for (int w = 0; w < num_workers; ++w)
-        for (int k = 0; k < 4; ++k) sum[k] += unpack_ternary_field(packed[w * stride + b], k);
-      for (int k = 0; k < 4; ++k) code_sums[4 * b + k] = static_cast<int8_t>(sum[k]);
-    }
-  });
+  // Every byte of the range (the unused fields of a tensor's last byte are 00: code 0).
+  ternary_sum_codes_cpu(packed, stride, num_workers, 4 * layout(r).packed_bytes(), code_sums);
 }
 
 void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, int64_t stride, int num_workers, TensorRange r,

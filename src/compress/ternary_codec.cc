@@ -1,175 +1,721 @@
-// CPU loops of the ternary operations (scaler, encode, unpack, decode) over the shared host/device math.
+// CPU loops of the ternary operations (statistics and scaler, encode, unpack, code sums, decode) over the
+// shared host/device math of terngrad/math/ternary_math.h, on the compute team (terngrad/core/parallel.h).
+//
+// Instruction sets: every hot loop exists for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and baseline x86-64 / any
+// other CPU; the best one the CPU has is picked at run time (the default build keeps running on any x86-64).
+//   - statistics: one source over GCC vector extensions, compiled for each target (vectors of its width); 32
+//     independent lane accumulators, so the order of the floating-point operations is the same on every path;
+//   - encode: Philox4x32-10 with intrinsics, one block per 64-bit lane (vpmuludq), the words packed into element
+//     order, two compares per element, and the 2-bit fields made from the comparison masks (pdep);
+//   - code sums and decode: intrinsics adding every worker's codes in byte lanes (below), then int8 or
+//     s * sum / N per element; decode of int8 sums: a plain loop vectorized for each target;
+//   - generic: plain loops (16 Philox blocks side by side in 64-bit lanes; a 256-entry table of byte lanes).
+// All paths give the same bits (tested: set_ternary_codec_isa forces each), at any thread count: reductions
+// run over fixed chunks whose size depends on n only and are combined in chunk order.
 #include "terngrad/compress/ternary_codec.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
-#include "terngrad/core/thread_pool.h"
+#include "terngrad/core/error.h"
+#include "terngrad/core/parallel.h"
 #include "terngrad/math/ternary_math.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TG_CODEC_X86 1
+#define TG_TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define TG_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
+#else
+#define TG_CODEC_X86 0
+#endif
+#define TG_ALWAYS_INLINE inline __attribute__((always_inline))
+
 namespace tg {
+
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lane tricks below read little-endian words as bytes");
+
+// ---- instruction-set choice ----------------------------------------------------------------------------------
+std::atomic<int> g_forced_isa{static_cast<int>(CodecIsa::Auto)};
+
+CodecIsa best_isa() {
+#if TG_CODEC_X86
+  static const CodecIsa best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return CodecIsa::Avx512;
+    if (__builtin_cpu_supports("x86-64-v3")) return CodecIsa::Avx2;
+    return CodecIsa::Generic;
+  }();
+  return best;
+#else
+  return CodecIsa::Generic;
+#endif
+}
+
+CodecIsa active_isa() {
+  const int forced = g_forced_isa.load(std::memory_order_relaxed);
+  const CodecIsa best = best_isa();
+  if (forced == static_cast<int>(CodecIsa::Auto)) return best;
+  return static_cast<CodecIsa>(std::min(forced, static_cast<int>(best)));
+}
+
+// Generic vectors of one register width (GCC vector extensions) for the statistics: doubles, and floats /
+// int32 with as many lanes (half the width). Inside a function compiled for a target they become that
+// target's vector instructions.
+struct Vec64 {  // AVX-512
+  typedef double f64 __attribute__((vector_size(64)));
+  typedef float f32h __attribute__((vector_size(32)));
+  typedef int32_t i32h __attribute__((vector_size(32)));
+};
+struct Vec32 {  // AVX2
+  typedef double f64 __attribute__((vector_size(32)));
+  typedef float f32h __attribute__((vector_size(16)));
+  typedef int32_t i32h __attribute__((vector_size(16)));
+};
+struct Vec16 {  // SSE2 and any other target
+  typedef double f64 __attribute__((vector_size(16)));
+  typedef float f32h __attribute__((vector_size(8)));
+  typedef int32_t i32h __attribute__((vector_size(8)));
+};
+
+// ---- statistics ---------------------------------------------------------------------------------------------
+// Fixed chunks: at least kStatsMinChunk elements, at most kStatsMaxChunks of them (partials on the stack), a
+// multiple of kStatsLanes; the chunking depends on n only. Inside a chunk, element i goes to accumulator lane
+// i % kStatsLanes (32 independent sums: they hide the add latency and fill the widest vectors), and the lanes
+// are combined in a fixed pairwise order.
+constexpr int64_t kStatsMinChunk = 16384;
+constexpr int64_t kStatsMaxChunks = 256;
+constexpr int kStatsLanes = 32;
+
+struct StatsPartial {
+  double sum = 0.0, sumsq = 0.0;
+  int32_t max_bits = 0;  // max of the bits of |g| (as int32, all >= 0): for non-negative floats the integer
+                         // order is the float order, and every NaN (exponent all ones, mantissa != 0) is above +Inf
+};
+
+template <typename V>
+TG_ALWAYS_INLINE StatsPartial stats_body(const float* g, int64_t n) {
+  typedef typename V::f64 D;
+  typedef typename V::f32h F;
+  typedef typename V::i32h I;
+  constexpr int kWidth = sizeof(D) / sizeof(double), kVectors = kStatsLanes / kWidth;
+  D s[kVectors] = {}, q[kVectors] = {};
+  I m[kVectors] = {};
+  int64_t i = 0;
+  for (; i + kStatsLanes <= n; i += kStatsLanes) {
+    for (int v = 0; v < kVectors; ++v) {
+      F x;
+      I bits;
+      std::memcpy(&x, g + i + kWidth * v, sizeof x);
+      std::memcpy(&bits, g + i + kWidth * v, sizeof bits);
+      const D d = __builtin_convertvector(x, D);
+      s[v] += d;
+      q[v] += d * d;  // exact: a float squared fits in a double
+      bits &= 0x7FFFFFFF;
+      m[v] = bits > m[v] ? bits : m[v];
+    }
+  }
+  double ls[kStatsLanes], lq[kStatsLanes];
+  int32_t lm[kStatsLanes];
+  std::memcpy(ls, s, sizeof ls);
+  std::memcpy(lq, q, sizeof lq);
+  std::memcpy(lm, m, sizeof lm);
+  for (int l = 0; i < n; ++i, ++l) {  // the last n % 32 elements, lane by lane as above
+    int32_t bits;
+    std::memcpy(&bits, g + i, sizeof bits);
+    const double d = g[i];
+    ls[l] += d;
+    lq[l] += d * d;
+    lm[l] = std::max(lm[l], bits & 0x7FFFFFFF);
+  }
+  for (int w = kStatsLanes / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) {
+      ls[l] += ls[l + w];
+      lq[l] += lq[l + w];
+      lm[l] = std::max(lm[l], lm[l + w]);
+    }
+  }
+  StatsPartial p;
+  p.sum = ls[0];
+  p.sumsq = lq[0];
+  p.max_bits = lm[0];
+  return p;
+}
+
+using StatsFn = StatsPartial (*)(const float*, int64_t);
+StatsPartial stats_generic(const float* g, int64_t n) { return stats_body<Vec16>(g, n); }
+#if TG_CODEC_X86
+TG_TARGET_AVX2 StatsPartial stats_avx2(const float* g, int64_t n) { return stats_body<Vec32>(g, n); }
+TG_TARGET_AVX512 StatsPartial stats_avx512(const float* g, int64_t n) { return stats_body<Vec64>(g, n); }
+#endif
+
+StatsFn stats_fn(CodecIsa isa) {
+#if TG_CODEC_X86
+  if (isa == CodecIsa::Avx512) return stats_avx512;
+  if (isa == CodecIsa::Avx2) return stats_avx2;
+#endif
+  (void)isa;
+  return stats_generic;
+}
+
+// ---- encode -------------------------------------------------------------------------------------------------
+// Kernels encode whole units of kUnitBlocks Philox blocks (kUnitElements elements, kUnitBytes packed bytes)
+// starting at block block0 (a multiple of kUnitBlocks, so a unit never straddles a 2^32 boundary of the block
+// index: the counter's high word is the same for all its blocks). g and packed point at the first unit.
+// They return the number of non-zero codes.
+constexpr int kUnitBlocks = 32;
+constexpr int kUnitElements = kUnitBlocks * kTernaryBlockElements;  // 256
+constexpr int kUnitBytes = kUnitElements / 4;                       // 64
+constexpr int64_t kEncodeGrainUnits = 64;                           // 16K elements at least per thread
+using EncodeFn = int64_t (*)(const float*, uint64_t, int64_t, float, PhiloxKey, uint32_t, uint32_t, uint8_t*);
+
+// Plain C++: 16 blocks side by side, their 32-bit words in 64-bit lanes so the multiplies are 32x32->64.
+int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key, uint32_t step,
+                             uint32_t tensor, uint8_t* packed) {
+  constexpr int kLanes = 16, kElements = kLanes * kTernaryBlockElements;
+  int64_t kept = 0;
+  for (int64_t sub = 0; sub < units * (kUnitBlocks / kLanes); ++sub) {
+    const uint64_t b0 = block0 + static_cast<uint64_t>(sub) * kLanes;
+    uint64_t w0[kLanes], w1[kLanes], w2[kLanes], w3[kLanes];
+    for (int l = 0; l < kLanes; ++l) {  // the counter of ternary_block
+      w0[l] = static_cast<uint32_t>(b0 + l);
+      w1[l] = step;
+      w2[l] = tensor ^ static_cast<uint32_t>((b0 + l) >> 32);
+      w3[l] = kTernaryPurpose;
+    }
+    uint64_t k0 = key.k[0], k1 = key.k[1];
+    for (int r = 0; r < 10; ++r) {  // philox4x32_10, word for word
+      if (r > 0) {
+        k0 = static_cast<uint32_t>(k0 + philox_detail::kW0);
+        k1 = static_cast<uint32_t>(k1 + philox_detail::kW1);
+      }
+      for (int l = 0; l < kLanes; ++l) {
+        const uint64_t p0 = uint64_t{philox_detail::kM0} * (w0[l] & 0xffffffffu);
+        const uint64_t p1 = uint64_t{philox_detail::kM1} * (w2[l] & 0xffffffffu);
+        const uint64_t n0 = (p1 >> 32) ^ w1[l] ^ k0;
+        const uint64_t n2 = (p0 >> 32) ^ w3[l] ^ k1;
+        w1[l] = p1 & 0xffffffffu;
+        w3[l] = p0 & 0xffffffffu;
+        w0[l] = n0;
+        w2[l] = n2;
+      }
+    }
+    // Element 8l + 2j + k draws half k of word j of block l: the words stored little-endian in the order
+    // (block, word) put the halves in element order.
+    uint64_t pairs[2 * kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      pairs[2 * l] = w0[l] | (w1[l] << 32);
+      pairs[2 * l + 1] = w2[l] | (w3[l] << 32);
+    }
+    uint16_t h[kElements];
+    std::memcpy(h, pairs, sizeof h);
+    const float* x = g + sub * kElements;
+    uint8_t field[kElements];
+    for (int e = 0; e < kElements; ++e) {
+      const float v = x[e];
+      const uint32_t keep = ternary_uniform16(h[e]) * s < fabsf(v);  // ternarize_with_uniform's rule
+      field[e] = static_cast<uint8_t>(keep << (v > 0.f ? 0 : 1));    // 01 for +1, 10 for -1, 00 for 0
+      kept += keep;
+    }
+    uint8_t* out = packed + sub * (kElements / 4);
+    for (int q = 0; q < kElements / 4; ++q) {  // the four 2-bit fields of bytes 4q..4q+3 of `field` into one
+      uint32_t f;
+      std::memcpy(&f, field + 4 * q, sizeof f);
+      out[q] = static_cast<uint8_t>(f | (f >> 6) | (f >> 12) | (f >> 18));
+    }
+  }
+  return kept;
+}
+
+#if TG_CODEC_X86
+// GCC 12 reports the _mm512_undefined_* pass-through operands inside its own intrinsics as "may be used
+// uninitialized" (GCC bug 105593, fixed in 13): silenced for the intrinsic kernels only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+//
+// Both kernels keep one Philox block per 64-bit lane with only its low 32 bits meaningful: vpmuludq reads the
+// low halves and gives the whole 64-bit product, whose high half (>> 32) is the next xor's operand and whose
+// low half is the next round's w1/w3 as is (the garbage above it is never read as a number: it is shifted
+// out, multiplied away by vpmuludq, or dropped when the words are packed). Six instructions per round for
+// 8 blocks (AVX-512). The draws are then packed in element order: the low words of w0, w1 (w2, w3) as one
+// 64-bit lane, the two lanes of each block interleaved.
+//
+// Codes: with t = (h + 0.5) * (s * 2^-16) = ternary_uniform16(h) * s exactly (s * 2^-16 is exact for
+// s >= 2^-100; smaller scalers take the generic path), code +1 iff g > t and -1 iff g < -t, which is
+// ternarize_with_uniform's rule (t > 0 or t = +0; NaN compares false). The +1 and -1 masks become the low and
+// high bits of the 2-bit fields by pdep; each non-zero code sets exactly one bit, so popcount counts them.
+constexpr float kMinFastScaler = 0x1p-100f;
+
+TG_TARGET_AVX2 int64_t encode_units_avx2(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key,
+                                         uint32_t step, uint32_t tensor, uint8_t* packed) {
+  constexpr int kRegs = 2;  // 2 x 4 blocks in flight (16 registers hold the state)
+  const __m256i m0 = _mm256_set1_epi64x(philox_detail::kM0), m1 = _mm256_set1_epi64x(philox_detail::kM1);
+  const __m256i iota = _mm256_setr_epi64x(0, 1, 2, 3);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 vt = _mm256_set1_ps(s * 1.52587890625e-05f), vtn = _mm256_set1_ps(-s * 1.52587890625e-05f);
+  int64_t kept = 0;
+  for (int64_t sub = 0; sub < units * (kUnitBlocks / (4 * kRegs)); ++sub) {
+    const uint64_t b0 = block0 + static_cast<uint64_t>(sub) * (4 * kRegs);
+    __m256i w0[kRegs], w1[kRegs], w2[kRegs], w3[kRegs];
+    for (int v = 0; v < kRegs; ++v) {
+      w0[v] = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<uint32_t>(b0) + 4 * v), iota);
+      w1[v] = _mm256_set1_epi64x(step);
+      w2[v] = _mm256_set1_epi64x(tensor ^ static_cast<uint32_t>(b0 >> 32));
+      w3[v] = _mm256_set1_epi64x(kTernaryPurpose);
+    }
+    uint32_t k0 = key.k[0], k1 = key.k[1];
+    for (int r = 0; r < 10; ++r) {
+      if (r > 0) {
+        k0 += philox_detail::kW0;
+        k1 += philox_detail::kW1;
+      }
+      const __m256i kk0 = _mm256_set1_epi64x(k0), kk1 = _mm256_set1_epi64x(k1);
+      for (int v = 0; v < kRegs; ++v) {
+        const __m256i p0 = _mm256_mul_epu32(w0[v], m0), p1 = _mm256_mul_epu32(w2[v], m1);
+        w0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), w1[v]), kk0);
+        w2[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), w3[v]), kk1);
+        w1[v] = p1;
+        w3[v] = p0;
+      }
+    }
+    for (int v = 0; v < kRegs; ++v) {
+      const __m256i p01 = _mm256_blend_epi32(w0[v], _mm256_slli_epi64(w1[v], 32), 0xAA);
+      const __m256i p23 = _mm256_blend_epi32(w2[v], _mm256_slli_epi64(w3[v], 32), 0xAA);
+      const __m256i lo = _mm256_unpacklo_epi64(p01, p23), hi = _mm256_unpackhi_epi64(p01, p23);  // blocks 0|2, 1|3
+      const __m256i o[2] = {_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31)};
+      const int64_t first = (sub * kRegs + v) * 4;  // block, relative to block0
+      const float* x = g + first * kTernaryBlockElements;
+      for (int j = 0; j < 2; ++j) {  // blocks 2j, 2j + 1: 16 elements, 4 packed bytes
+        uint32_t pos = 0, neg = 0;
+        for (int q = 0; q < 2; ++q) {
+          const __m128i h = q ? _mm256_extracti128_si256(o[j], 1) : _mm256_castsi256_si128(o[j]);
+          const __m256 u = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h)), half);
+          const __m256 xv = _mm256_loadu_ps(x + 16 * j + 8 * q);
+          pos |= _mm256_movemask_ps(_mm256_cmp_ps(xv, _mm256_mul_ps(u, vt), _CMP_GT_OQ)) << (8 * q);
+          neg |= _mm256_movemask_ps(_mm256_cmp_ps(xv, _mm256_mul_ps(u, vtn), _CMP_LT_OQ)) << (8 * q);
+        }
+        const uint32_t bits = _pdep_u32(pos, 0x55555555u) | _pdep_u32(neg, 0xAAAAAAAAu);
+        kept += _mm_popcnt_u32(bits);
+        std::memcpy(packed + first * 2 + 4 * j, &bits, sizeof bits);
+      }
+    }
+  }
+  return kept;
+}
+
+TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key,
+                                             uint32_t step, uint32_t tensor, uint8_t* packed) {
+  constexpr int kRegs = kUnitBlocks / 8;  // 4 x 8 blocks in flight
+  const __m512i m0 = _mm512_set1_epi64(philox_detail::kM0), m1 = _mm512_set1_epi64(philox_detail::kM1);
+  const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i first4 = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11),
+                last4 = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512 vt = _mm512_set1_ps(s * 1.52587890625e-05f), vtn = _mm512_set1_ps(-s * 1.52587890625e-05f);
+  int64_t kept = 0;
+  for (int64_t unit = 0; unit < units; ++unit) {
+    const uint64_t b0 = block0 + static_cast<uint64_t>(unit) * kUnitBlocks;
+    __m512i w0[kRegs], w1[kRegs], w2[kRegs], w3[kRegs];
+    for (int v = 0; v < kRegs; ++v) {
+      w0[v] = _mm512_add_epi64(_mm512_set1_epi64(static_cast<uint32_t>(b0) + 8 * v), iota);
+      w1[v] = _mm512_set1_epi64(step);
+      w2[v] = _mm512_set1_epi64(tensor ^ static_cast<uint32_t>(b0 >> 32));
+      w3[v] = _mm512_set1_epi64(kTernaryPurpose);
+    }
+    uint32_t k0 = key.k[0], k1 = key.k[1];
+    for (int r = 0; r < 10; ++r) {
+      if (r > 0) {
+        k0 += philox_detail::kW0;
+        k1 += philox_detail::kW1;
+      }
+      const __m512i kk0 = _mm512_set1_epi64(k0), kk1 = _mm512_set1_epi64(k1);
+      for (int v = 0; v < kRegs; ++v) {
+        const __m512i p0 = _mm512_mul_epu32(w0[v], m0), p1 = _mm512_mul_epu32(w2[v], m1);
+        w0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), w1[v], kk0, 0x96);  // three-way xor
+        w2[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), w3[v], kk1, 0x96);
+        w1[v] = p1;
+        w3[v] = p0;
+      }
+    }
+    for (int v = 0; v < kRegs; ++v) {
+      const __m512i p01 = _mm512_mask_blend_epi32(0xAAAA, w0[v], _mm512_slli_epi64(w1[v], 32));
+      const __m512i p23 = _mm512_mask_blend_epi32(0xAAAA, w2[v], _mm512_slli_epi64(w3[v], 32));
+      const __m512i o[2] = {_mm512_permutex2var_epi64(p01, first4, p23), _mm512_permutex2var_epi64(p01, last4, p23)};
+      const int64_t first = unit * kUnitBlocks + 8 * v;  // block, relative to block0
+      const float* x = g + first * kTernaryBlockElements;
+      for (int j = 0; j < 2; ++j) {  // blocks 4j .. 4j + 3: 32 elements, 8 packed bytes
+        __mmask16 pos[2], neg[2];
+        for (int q = 0; q < 2; ++q) {
+          const __m256i h = q ? _mm512_extracti64x4_epi64(o[j], 1) : _mm512_castsi512_si256(o[j]);
+          const __m512 u = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(h)), half);
+          const __m512 xv = _mm512_loadu_ps(x + 32 * j + 16 * q);
+          pos[q] = _mm512_cmp_ps_mask(xv, _mm512_mul_ps(u, vt), _CMP_GT_OQ);
+          neg[q] = _mm512_cmp_ps_mask(xv, _mm512_mul_ps(u, vtn), _CMP_LT_OQ);
+        }
+        const uint64_t bits = _pdep_u64(_cvtmask32_u32(_mm512_kunpackw(pos[1], pos[0])), 0x5555555555555555ull) |
+                              _pdep_u64(_cvtmask32_u32(_mm512_kunpackw(neg[1], neg[0])), 0xAAAAAAAAAAAAAAAAull);
+        kept += _mm_popcnt_u64(bits);
+        std::memcpy(packed + first * 2 + 8 * j, &bits, sizeof bits);
+      }
+    }
+  }
+  return kept;
+}
+#pragma GCC diagnostic pop
+#endif  // TG_CODEC_X86
+
+EncodeFn encode_fn(CodecIsa isa, float s) {
+#if TG_CODEC_X86
+  if (s >= kMinFastScaler) {
+    if (isa == CodecIsa::Avx512) return encode_units_avx512;
+    if (isa == CodecIsa::Avx2) return encode_units_avx2;
+  }
+#endif
+  (void)isa;
+  (void)s;
+  return encode_units_generic;
+}
+
+// ---- code sums, unpack, decode ----------------------------------------------------------------------------
+// One packed byte b per 32-bit lane, spread into its 4 byte lanes (byte k = field k = (b >> 2k) & 3) and turned
+// into code + 1 (0, 1 or 2) per byte lane. Summing the lanes of up to 127 workers keeps every byte lane below
+// 256: lanes never carry into each other, and byte lane k of the sum is num_workers + the code sum of
+// element 4b + k, in element order when the 32-bit lanes are read as bytes.
+constexpr int kMaxLaneWorkers = 127;
+constexpr int kSumStepElements = 64;        // threads split the elements at multiples of this
+constexpr int64_t kDecodeGrainSteps = 256;  // 16K elements at least per thread
+
+// kBiasedCodes[b]: the same four byte lanes for one byte (the generic path).
+constexpr std::array<uint32_t, 256> make_biased_codes() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    for (int k = 0; k < 4; ++k) {  // ternary_code_of_field + 1 (that one is not constexpr: it is device code too)
+      const uint32_t field = (b >> (2 * k)) & 3u;
+      t[b] |= ((field & 1u) + 1u - (field >> 1)) << (8 * k);
+    }
+  }
+  return t;
+}
+constexpr std::array<uint32_t, 256> kBiasedCodes = make_biased_codes();
+
+// Kernels over `count` elements (a multiple of kSumStepElements) whose packed bytes start at packed (worker w's
+// at packed + w * stride).
+using SumCodesFn = void (*)(const uint8_t*, int64_t, int, int64_t, int8_t*);
+using DecodeGatheredFn = void (*)(const uint8_t*, int64_t, int, int64_t, float, float*, bool stream);
+using DecodeSumsFn = void (*)(const int8_t*, int64_t, float, int, float*);
+
+// lanes[e] = num_workers + the code sum of element e, for the 64 elements of 16 packed bytes.
+inline void biased_sums_generic(const uint8_t* packed, int64_t stride, int num_workers, uint8_t lanes[64]) {
+  uint32_t acc[16] = {};
+  for (int w = 0; w < num_workers; ++w)
+    for (int q = 0; q < 16; ++q) acc[q] += kBiasedCodes[packed[w * stride + q]];
+  std::memcpy(lanes, acc, sizeof acc);
+}
+
+void sum_codes_generic(const uint8_t* packed, int64_t stride, int num_workers, int64_t count, int8_t* code_sums) {
+  for (int64_t e = 0; e < count; e += 64) {
+    uint8_t lanes[64];
+    biased_sums_generic(packed + e / 4, stride, num_workers, lanes);
+    for (int k = 0; k < 64; ++k) code_sums[e + k] = static_cast<int8_t>(lanes[k] - num_workers);
+  }
+}
+
+void decode_gathered_generic(const uint8_t* gathered, int64_t stride, int num_workers, int64_t count, float s, float* g,
+                             bool /*stream*/) {
+  for (int64_t e = 0; e < count; e += 64) {
+    uint8_t lanes[64];
+    biased_sums_generic(gathered + e / 4, stride, num_workers, lanes);
+    for (int k = 0; k < 64; ++k) g[e + k] = ternary_decode_value(s, lanes[k] - num_workers, num_workers);
+  }
+}
+
+// g = ternary_decode_value of int8 code sums: a plain loop the compiler vectorizes for each target.
+TG_ALWAYS_INLINE void decode_sums_loop(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g) {
+  for (int64_t i = 0; i < n; ++i) g[i] = ternary_decode_value(s, code_sums[i], num_workers);
+}
+void decode_sums_generic(const int8_t* c, int64_t n, float s, int w, float* g) { decode_sums_loop(c, n, s, w, g); }
+
+#if TG_CODEC_X86
+// Streaming (non-temporal) stores for a decoded tensor larger than a last-level cache (32 MiB): its output
+// cannot stay cached anyway, and writing around the caches saves reading every output line first (memory
+// traffic 4 bytes an element instead of 8). Smaller tensors stay cached for the optimizer that reads them
+// next. Only for 64-byte aligned outputs (slab tensors are; every thread's range then is too).
+constexpr int64_t kStreamMinElements = (int64_t{32} << 20) / sizeof(float);
+inline bool stream_output(const float* g, int64_t n) {
+  return n >= kStreamMinElements && reinterpret_cast<uintptr_t>(g) % 64 == 0;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, as for the encode kernels
+TG_TARGET_AVX2 void decode_sums_avx2(const int8_t* c, int64_t n, float s, int w, float* g) {
+  decode_sums_loop(c, n, s, w, g);
+}
+TG_TARGET_AVX512 void decode_sums_avx512(const int8_t* c, int64_t n, float s, int w, float* g) {
+  decode_sums_loop(c, n, s, w, g);
+}
+
+// AVX2: 8 packed bytes (32 elements) per step; the byte lanes of the result in element order.
+TG_TARGET_AVX2 TG_ALWAYS_INLINE __m256i biased_sums32(const uint8_t* packed, int64_t stride, int num_workers) {
+  const __m256i ones = _mm256_set1_epi32(0x01010101), fields = _mm256_set1_epi32(0x03030303);
+  __m256i acc = _mm256_setzero_si256();
+  for (int w = 0; w < num_workers; ++w) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + w * stride)));
+    const __m256i f =
+        _mm256_and_si256(_mm256_or_si256(_mm256_or_si256(b, _mm256_slli_epi32(b, 6)),
+                                         _mm256_or_si256(_mm256_slli_epi32(b, 12), _mm256_slli_epi32(b, 18))),
+                         fields);
+    acc = _mm256_add_epi32(acc, _mm256_sub_epi32(_mm256_add_epi32(_mm256_and_si256(f, ones), ones),
+                                                 _mm256_and_si256(_mm256_srli_epi32(f, 1), ones)));
+  }
+  return acc;
+}
+
+TG_TARGET_AVX2 void sum_codes_avx2(const uint8_t* packed, int64_t stride, int num_workers, int64_t count,
+                                   int8_t* code_sums) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(num_workers));
+  for (int64_t e = 0; e < count; e += 32) {
+    const __m256i sums = _mm256_sub_epi8(biased_sums32(packed + e / 4, stride, num_workers), bias);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(code_sums + e), sums);
+  }
+}
+
+template <bool kStream>
+TG_TARGET_AVX2 TG_ALWAYS_INLINE void decode_gathered_avx2_loop(const uint8_t* gathered, int64_t stride, int num_workers,
+                                                               int64_t count, float s, float* g) {
+  const __m256 vs = _mm256_set1_ps(s), vn = _mm256_set1_ps(static_cast<float>(num_workers));
+  const __m256i bias = _mm256_set1_epi32(num_workers);
+  for (int64_t e = 0; e < count; e += 32) {
+    const __m256i acc = biased_sums32(gathered + e / 4, stride, num_workers);
+    const __m128i lo = _mm256_castsi256_si128(acc), hi = _mm256_extracti128_si256(acc, 1);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int q = 0; q < 4; ++q) {
+      const __m256i sum = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part[q]), bias);
+      const __m256 out = _mm256_div_ps(_mm256_mul_ps(vs, _mm256_cvtepi32_ps(sum)), vn);  // s * sum / N
+      if (kStream) {
+        _mm256_stream_ps(g + e + 8 * q, out);
+      } else {
+        _mm256_storeu_ps(g + e + 8 * q, out);
+      }
+    }
+  }
+  if (kStream) _mm_sfence();
+}
+
+TG_TARGET_AVX2 void decode_gathered_avx2(const uint8_t* gathered, int64_t stride, int num_workers, int64_t count,
+                                         float s, float* g, bool stream) {
+  if (stream) {
+    decode_gathered_avx2_loop<true>(gathered, stride, num_workers, count, s, g);
+  } else {
+    decode_gathered_avx2_loop<false>(gathered, stride, num_workers, count, s, g);
+  }
+}
+
+// AVX-512: 16 packed bytes (64 elements) per step.
+TG_TARGET_AVX512 TG_ALWAYS_INLINE __m512i biased_sums64(const uint8_t* packed, int64_t stride, int num_workers) {
+  const __m512i ones = _mm512_set1_epi32(0x01010101), fields = _mm512_set1_epi32(0x03030303);
+  __m512i acc = _mm512_setzero_si512();
+  for (int w = 0; w < num_workers; ++w) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + w * stride)));
+    const __m512i f =
+        _mm512_and_si512(_mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
+                                         _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18))),
+                         fields);
+    acc = _mm512_add_epi32(acc, _mm512_sub_epi32(_mm512_add_epi32(_mm512_and_si512(f, ones), ones),
+                                                 _mm512_and_si512(_mm512_srli_epi32(f, 1), ones)));
+  }
+  return acc;
+}
+
+TG_TARGET_AVX512 void sum_codes_avx512(const uint8_t* packed, int64_t stride, int num_workers, int64_t count,
+                                       int8_t* code_sums) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(num_workers));
+  for (int64_t e = 0; e < count; e += 64) {
+    const __m512i sums = _mm512_sub_epi8(biased_sums64(packed + e / 4, stride, num_workers), bias);
+    _mm512_storeu_si512(code_sums + e, sums);
+  }
+}
+
+template <bool kStream>
+TG_TARGET_AVX512 TG_ALWAYS_INLINE void decode_gathered_avx512_loop(const uint8_t* gathered, int64_t stride,
+                                                                   int num_workers, int64_t count, float s, float* g) {
+  const __m512 vs = _mm512_set1_ps(s), vn = _mm512_set1_ps(static_cast<float>(num_workers));
+  const __m512i bias = _mm512_set1_epi32(num_workers);
+  for (int64_t e = 0; e < count; e += 64) {
+    const __m512i acc = biased_sums64(gathered + e / 4, stride, num_workers);
+    const __m128i part[4] = {_mm512_castsi512_si128(acc), _mm512_extracti32x4_epi32(acc, 1),
+                             _mm512_extracti32x4_epi32(acc, 2), _mm512_extracti32x4_epi32(acc, 3)};
+    for (int q = 0; q < 4; ++q) {
+      const __m512i sum = _mm512_sub_epi32(_mm512_cvtepu8_epi32(part[q]), bias);
+      const __m512 out = _mm512_div_ps(_mm512_mul_ps(vs, _mm512_cvtepi32_ps(sum)), vn);  // s * sum / N
+      if (kStream) {
+        _mm512_stream_ps(g + e + 16 * q, out);
+      } else {
+        _mm512_storeu_ps(g + e + 16 * q, out);
+      }
+    }
+  }
+  if (kStream) _mm_sfence();
+}
+
+TG_TARGET_AVX512 void decode_gathered_avx512(const uint8_t* gathered, int64_t stride, int num_workers, int64_t count,
+                                             float s, float* g, bool stream) {
+  if (stream) {
+    decode_gathered_avx512_loop<true>(gathered, stride, num_workers, count, s, g);
+  } else {
+    decode_gathered_avx512_loop<false>(gathered, stride, num_workers, count, s, g);
+  }
+}
+#pragma GCC diagnostic pop
+#endif  // TG_CODEC_X86
+
+template <typename Fn>
+Fn pick(CodecIsa isa, Fn generic, Fn avx2, Fn avx512) {
+  if (isa == CodecIsa::Avx512) return avx512;
+  if (isa == CodecIsa::Avx2) return avx2;
+  return generic;
+}
+#if TG_CODEC_X86
+#define TG_CODEC_PICK(isa, name) pick(isa, name##_generic, name##_avx2, name##_avx512)
+#else
+#define TG_CODEC_PICK(isa, name) name##_generic
+#endif
+
+// Sum of the codes of element i over the workers: the plain definition (tails, and beyond 127 workers).
+inline int code_sum(const uint8_t* packed, int64_t stride, int num_workers, int64_t i) {
+  int sum = 0;
+  for (int w = 0; w < num_workers; ++w) sum += unpack_ternary(packed + w * stride, i);
+  return sum;
+}
+
+}  // namespace
+
+const char* ternary_codec_isa_name(CodecIsa isa) {
+  switch (isa) {
+    case CodecIsa::Auto:
+      return "auto";
+    case CodecIsa::Generic:
+      return "generic";
+    case CodecIsa::Avx2:
+      return "avx2";
+    case CodecIsa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+CodecIsa ternary_codec_isa() { return active_isa(); }
+
+CodecIsa set_ternary_codec_isa(CodecIsa isa) {
+  g_forced_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return active_isa();
+}
 
 TensorStats tensor_stats_cpu(const float* g, int64_t n) {
   TensorStats st;
   if (n <= 0) return st;
-  double sum = 0.0;
-  float max_abs = 0.f;
-  bool any_nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    sum += g[i];
-    float a = std::fabs(g[i]);
-    if (a > max_abs) max_abs = a;
-    any_nan |= std::isnan(a);  // comparisons with NaN are false: record it explicitly
+  const int64_t by_count = (n + kStatsMaxChunks - 1) / kStatsMaxChunks;
+  const int64_t chunk = std::max(kStatsMinChunk, (by_count + kStatsLanes - 1) / kStatsLanes * kStatsLanes);
+  const StatsFn fn = stats_fn(active_isa());
+  StatsPartial partial[kStatsMaxChunks];
+  parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, e - b); });
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  int32_t max_bits = 0;
+  for (int64_t k = 0; k < chunks; ++k) {  // chunk order
+    st.sum += partial[k].sum;
+    st.sumsq += partial[k].sumsq;
+    max_bits = std::max(max_bits, partial[k].max_bits);
   }
-  if (any_nan) max_abs = std::nanf("");
-  const double mean = sum / static_cast<double>(n);
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = static_cast<double>(g[i]) - mean;
-    ss += d * d;
-  }
-  st.mean = mean;
-  st.sigma = std::sqrt(ss / static_cast<double>(n));
-  st.max_abs = max_abs;
+  std::memcpy(&st.max_abs, &max_bits, sizeof max_bits);
+  st.mean = st.sum / static_cast<double>(n);
+  st.sigma = ternary_sigma_from_sums(st.sum, st.sumsq, n);
   return st;
 }
 
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
   if (n <= 0) return 0.f;
-  TensorStats st = tensor_stats_cpu(g, n);
-  if (std::isnan(st.max_abs) || std::isnan(st.sigma)) return std::nanf("");
-  return ternary_scaler(static_cast<float>(st.sigma), st.max_abs, clip_factor);
+  const TensorStats st = tensor_stats_cpu(g, n);
+  return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
 }
-
-namespace {
-// Philox lanes side by side: 16 consecutive bytes (64 elements) of a tensor, each byte's Philox block in one
-// lane of four word arrays, so the rounds are plain loops over lanes that the compiler vectorizes (vpmuludq
-// on AVX2/AVX-512; target_clones picks the best the CPU has at run time, the default build keeps running on
-// any x86-64). Same integer arithmetic, same float compare: the same bits as ternarize_pack_byte.
-constexpr int kLanes = 16;
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TG_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TG_VECTOR_CLONES
-#endif
-
-// Encodes bytes [b0, b0 + kLanes), all of whose elements lie inside the tensor; returns the non-zero codes.
-// The 32-bit Philox words live in 64-bit lanes so the 32x32->64 multiplies map onto vpmuludq; the uniforms
-// are then laid out in element order so the compare-and-pack loop reads the gradient contiguously.
-TG_VECTOR_CLONES int64_t encode_16_bytes(const float* g, int64_t b0, float s, PhiloxKey key, uint32_t step,
-                                         uint32_t tensor, uint8_t* packed) {
-  if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
-    for (int l = 0; l < kLanes; ++l) packed[b0 + l] = 0;
-    return 0;
-  }
-  uint64_t w0[kLanes], w1[kLanes], w2[kLanes], w3[kLanes];
-  for (int l = 0; l < kLanes; ++l) {
-    w0[l] = static_cast<uint32_t>(b0 + l);
-    w1[l] = step;
-    w2[l] = tensor;
-    w3[l] = kTernaryPurpose;
-  }
-  uint64_t k0 = key.k[0], k1 = key.k[1];
-  for (int r = 0; r < 10; ++r) {
-    if (r > 0) {
-      k0 = static_cast<uint32_t>(k0 + philox_detail::kW0);
-      k1 = static_cast<uint32_t>(k1 + philox_detail::kW1);
-    }
-    for (int l = 0; l < kLanes; ++l) {
-      const uint64_t p0 = uint64_t{philox_detail::kM0} * (w0[l] & 0xffffffffu);
-      const uint64_t p1 = uint64_t{philox_detail::kM1} * (w2[l] & 0xffffffffu);
-      const uint64_t n0 = (p1 >> 32) ^ w1[l] ^ k0;
-      const uint64_t n2 = (p0 >> 32) ^ w3[l] ^ k1;
-      w1[l] = p1 & 0xffffffffu;
-      w3[l] = p0 & 0xffffffffu;
-      w0[l] = n0;
-      w2[l] = n2;
-    }
-  }
-  float u[4 * kLanes];  // element 4l + k draws word k of lane l, as in ternarize_pack_byte
-  for (int l = 0; l < kLanes; ++l) {
-    u[4 * l + 0] = uniform_from_bits(static_cast<uint32_t>(w0[l]));
-    u[4 * l + 1] = uniform_from_bits(static_cast<uint32_t>(w1[l]));
-    u[4 * l + 2] = uniform_from_bits(static_cast<uint32_t>(w2[l]));
-    u[4 * l + 3] = uniform_from_bits(static_cast<uint32_t>(w3[l]));
-  }
-  const float* x = g + b0 * 4;  // (kLanes * 4) elements
-  uint32_t field[4 * kLanes];
-  int32_t nonzero = 0;
-  for (int e = 0; e < 4 * kLanes; ++e) {
-    const float v = x[e];
-    const uint32_t keep = u[e] * s < fabsf(v);  // ternarize_with_uniform's rule; NaN compares false
-    field[e] = keep << (v > 0.f ? 0 : 1);       // 01 for +1, 10 for -1, 00 for 0
-    nonzero += static_cast<int32_t>(keep);
-  }
-  for (int l = 0; l < kLanes; ++l)
-    packed[b0 + l] = static_cast<uint8_t>(field[4 * l] | (field[4 * l + 1] << 2) | (field[4 * l + 2] << 4) |
-                                          (field[4 * l + 3] << 6));
-  return nonzero;
-}
-
-int64_t encode_range(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
-                     uint8_t* packed, int64_t b0, int64_t b1) {
-  int64_t nonzero = 0;
-  // Bytes whose four elements all exist; the lanes assume the counter's high words of a tensor below 2^34
-  // elements (ternarize_pack_byte folds element >> 34 into the tensor word).
-  const int64_t full_bytes = n < (int64_t{1} << 34) ? n / 4 : 0;
-  int64_t b = b0;
-  for (; b + kLanes <= std::min(b1, full_bytes); b += kLanes)
-    nonzero += encode_16_bytes(g, b, s, key, step, tensor, packed);
-  for (; b < b1; ++b) {
-    uint8_t byte = ternarize_pack_byte(g, n, b, s, key, step, tensor);
-    packed[b] = byte;
-    for (int k = 0; k < 4; ++k) nonzero += unpack_ternary_field(byte, k) != 0;
-  }
-  return nonzero;
-}
-}  // namespace
 
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
-                           uint8_t* packed, ThreadPool* pool) {
+                           uint8_t* packed) {
+  if (n <= 0) return 0;
   const int64_t nbytes = (n + 3) / 4;
-  int64_t nonzero = 0;
-  if (pool && pool->num_threads() > 1 && nbytes >= 4096) {
-    std::atomic<int64_t> total{0};
-    pool->parallel_for(
-        nbytes, [&](int64_t b0, int64_t b1) { total += encode_range(g, n, s, key, step, tensor, packed, b0, b1); },
-        4096);
-    nonzero = total.load();
-  } else {
-    nonzero = encode_range(g, n, s, key, step, tensor, packed, 0, nbytes);
+  if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
+    parallel_for(nbytes, 1 << 16, [&](int64_t b, int64_t e) { std::memset(packed + b, 0, e - b); });
+    return n;
   }
-  return n - nonzero;
+  const EncodeFn fn = encode_fn(active_isa(), s);
+  const int64_t units = n / kUnitElements;
+  std::atomic<int64_t> nonzero{0};  // an integer count: the same whatever order the threads add in
+  parallel_for(units, kEncodeGrainUnits, [&](int64_t u0, int64_t u1) {
+    nonzero += fn(g + u0 * kUnitElements, static_cast<uint64_t>(u0) * kUnitBlocks, u1 - u0, s, key, step, tensor,
+                  packed + u0 * kUnitBytes);
+  });
+  int64_t kept = nonzero.load();
+  const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
+  for (int64_t b = units * kUnitBlocks; b < blocks; ++b) {  // the last partial unit, block by block
+    const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
+    packed[2 * b] = static_cast<uint8_t>(bits);
+    if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
+    for (int e = 0; e < kTernaryBlockElements; ++e) kept += ((bits >> (2 * e)) & 3u) != 0;
+  }
+  return n - kept;
+}
+
+void ternary_sum_codes_cpu(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums) {
+  TG_CHECK(num_workers >= 1 && num_workers <= kMaxLaneWorkers,
+           "ternary code sums: {} workers (an int8 sum holds 1 to 127 workers)", num_workers);
+  if (n <= 0) return;
+  const SumCodesFn fn = TG_CODEC_PICK(active_isa(), sum_codes);
+  const int64_t steps = n / kSumStepElements;
+  parallel_for(steps, kDecodeGrainSteps, [&](int64_t t0, int64_t t1) {
+    fn(packed + t0 * (kSumStepElements / 4), stride, num_workers, (t1 - t0) * kSumStepElements,
+       code_sums + t0 * kSumStepElements);
+  });
+  for (int64_t i = steps * kSumStepElements; i < n; ++i)
+    code_sums[i] = static_cast<int8_t>(code_sum(packed, stride, num_workers, i));
 }
 
 void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes) {
-  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<int8_t>(unpack_ternary(packed, i));
+  ternary_sum_codes_cpu(packed, 0, 1, n, codes);  // one worker's code sums are its codes
 }
 
 void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g) {
-  for (int64_t i = 0; i < n; ++i) g[i] = ternary_decode_value(s, code_sums[i], num_workers);
+  TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
+  const DecodeSumsFn fn = TG_CODEC_PICK(active_isa(), decode_sums);
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) { fn(code_sums + b, e - b, s, num_workers, g + b); });
 }
 
-// Byte by byte: the four fields of every worker's byte are summed, then scaled (the per-element unpack
-// recomputed the byte index and shift for every element and worker).
-TG_VECTOR_CLONES void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers,
-                                                  int64_t n, float s, float* g) {
-  const int64_t full_bytes = n / 4;
-  for (int64_t b = 0; b < full_bytes; ++b) {
-    int sum[4] = {0, 0, 0, 0};
-    for (int w = 0; w < num_workers; ++w) {
-      const uint32_t byte = gathered[w * stride + b];
-      for (int k = 0; k < 4; ++k) sum[k] += ternary_code_of_field(byte >> (2 * k));
-    }
-    for (int k = 0; k < 4; ++k) g[4 * b + k] = ternary_decode_value(s, sum[k], num_workers);
+void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n, float s,
+                                 float* g) {
+  TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
+  if (n <= 0) return;
+  if (num_workers > kMaxLaneWorkers) {  // byte lanes would carry: the plain definition
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
+    });
+    return;
   }
-  for (int64_t i = full_bytes * 4; i < n; ++i) {
-    int sum = 0;
-    for (int w = 0; w < num_workers; ++w) sum += unpack_ternary(gathered + w * stride, i);
-    g[i] = ternary_decode_value(s, sum, num_workers);
-  }
+  const DecodeGatheredFn fn = TG_CODEC_PICK(active_isa(), decode_gathered);
+#if TG_CODEC_X86
+  const bool stream = stream_output(g, n);
+#else
+  const bool stream = false;
+#endif
+  const int64_t steps = n / kSumStepElements;
+  parallel_for(steps, kDecodeGrainSteps, [&](int64_t t0, int64_t t1) {
+    fn(gathered + t0 * (kSumStepElements / 4), stride, num_workers, (t1 - t0) * kSumStepElements, s,
+       g + t0 * kSumStepElements, stream);
+  });
+  for (int64_t i = steps * kSumStepElements; i < n; ++i)
+    g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
 }  // namespace tg

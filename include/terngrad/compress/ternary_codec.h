@@ -1,6 +1,11 @@
-// CPU implementation of the per-tensor ternary operations (plain loops over host memory), built on the
-// shared math of terngrad/math/ternary_math.h; kernels/ternary_kernels.cu has the same operations for CUDA
-// (terngrad/compress/ternary_cuda.h). The packed format is documented in ternary_math.h.
+// CPU implementation of the per-tensor ternary operations over host memory, built on the shared math of
+// terngrad/math/ternary_math.h (the definitions: scaler, codes, packed format, decode); kernels/ternary_kernels.cu
+// has the same operations for CUDA (terngrad/compress/ternary_cuda.h).
+//
+// Every function runs on the calling thread's compute team (terngrad/core/parallel.h: call it from the
+// compute thread) with vectorized loops (AVX-512, AVX2 or baseline, picked at run time), and gives the same
+// bits at any thread count and on any instruction set: reductions are over fixed chunks of the tensor (their
+// size depends on n only), combined in chunk order; everything else is element-wise.
 #pragma once
 
 #include <cstdint>
@@ -9,32 +14,46 @@
 
 namespace tg {
 
-class ThreadPool;
+// Instruction-set paths of the loops (all give the same bits). Auto picks the best the CPU has; tests and
+// benchmarks force one with set_ternary_codec_isa (clamped to what the CPU supports; returns the path now in
+// use). Process-wide; not meant to change while the codec runs.
+enum class CodecIsa : int { Auto = -1, Generic = 0, Avx2 = 1, Avx512 = 2 };
+CodecIsa set_ternary_codec_isa(CodecIsa isa);
+CodecIsa ternary_codec_isa();  // the path in use
+const char* ternary_codec_isa_name(CodecIsa isa);
 
-// Statistics of one tensor, accumulated in double: mean, population std (mean subtracted, two passes) and
-// max |g|. NaN/Inf in g give a non-finite sigma or max_abs.
+// One-pass statistics of one tensor (ternary_math.h's scaler definition).
 struct TensorStats {
-  double mean = 0.0;
-  double sigma = 0.0;
-  float max_abs = 0.f;
+  double sum = 0.0;     // sum of g, in double
+  double sumsq = 0.0;   // sum of g^2, in double (each g^2 is exact in double)
+  float max_abs = 0.f;  // max |g|; NaN when any element is NaN, else +Inf when any is infinite
+  double mean = 0.0;    // sum / n
+  double sigma = 0.0;   // population std sqrt(max(0, sumsq/n - mean^2)); NaN when a sum is not finite
 };
-TensorStats tensor_stats_cpu(const float* g, int64_t n);
+TensorStats tensor_stats_cpu(const float* g, int64_t n);  // all zero for n <= 0
 
-// s = ternary_scaler(sigma, max|g|, clip_factor) of one tensor (0 for an empty tensor).
+// s = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of one tensor: NaN for a non-finite g, 0 for an
+// empty tensor.
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor);
 
-// g (n) -> packed (ceil(n/4) bytes), codes drawn from key with counter (step, tensor). With a pool the
-// bytes are split over its threads (same bits at any thread count). Returns the number of zero codes.
+// g (n) -> packed (ceil(n/4) bytes), codes drawn from key with counter (step, tensor) as ternarize_one
+// defines them. Returns the number of zero codes.
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
-                           uint8_t* packed, ThreadPool* pool = nullptr);
+                           uint8_t* packed);
 
 // packed (ceil(n/4) bytes) -> codes (n) in {-1, 0, +1}.
 void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes);
 
-// g[i] = s * code_sums[i] / num_workers for i < n.
+// code_sums[i] = sum_w code_w[i] for i < n, worker w's packed codes at packed + w * stride (the int8 sums
+// the allreduce8 exchange adds up). 1 <= num_workers <= 127 (an int8 holds the sum), else an Error.
+void ternary_sum_codes_cpu(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums);
+
+// g[i] = ternary_decode_value(s, code_sums[i], num_workers) = s * code_sums[i] / num_workers for i < n.
 void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g);
 
-// g[i] = s * sum_w code_w[i] / num_workers where worker w's packed codes start at gathered + w * stride.
+// g[i] = ternary_decode_value(s, sum_w code_w[i], num_workers) where worker w's packed codes start at
+// gathered + w * stride. num_workers >= 1 (vectorized up to 127 workers, a plain loop beyond). An output of
+// more than 32 MiB that is 64-byte aligned is written with streaming stores (it bypasses the caches).
 void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n, float s,
                                  float* g);
 

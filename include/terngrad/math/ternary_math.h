@@ -2,20 +2,37 @@
 // (kernels/ternary_kernels.cu): scaler, stochastic ternarization, 2-bit packing, unpacking and decoding.
 // Same bits on both devices (no FMA contraction: -ffp-contract=off / -fmad=false).
 //
-// Scaler (per tensor, per worker; DESIGN.md section 3): sigma = population std of g (mean subtracted),
+// Scaler (per tensor, per worker; DESIGN.md section 3), from one pass over g (n elements) accumulating
+// sum = sum g, sumsq = sum g^2 (double) and max|g|:
+//   mean = sum / n, sigma = sqrt(max(0, sumsq / n - mean^2))   (population std)
 //   s = min(c * sigma, max|g|)  for c > 0      (the paper's s = max|clip(g)|)
-//   s = max|g|                  for c = 0.
+//   s = max|g|                  for c = 0
+//   s = NaN when sigma or max|g| is not finite (NaN or Inf anywhere in g); the codec rejects it naming the
+//   tensor and the step. An empty tensor has s = 0.
 // Workers then share s = max over workers (all-reduce MAX) before ternarizing.
 //
 // Ternarization of element i of tensor t at `step` by a worker whose key is philox_key(seed, worker):
-//   u = philox_uniform(key, i, step, t, kTernaryPurpose) in [0, 1)
-//   code = sign(g) if u * s < |g| else 0        (strict '<'; s <= 0 gives code 0 everywhere)
-// so E[s * code] = clip(g, -s, s): unbiased for |g| <= s.
+// element i draws a 16-bit h from Philox4x32-10 block b = i / 8 with counter
+//   (low 32 bits of b, step, t ^ high 32 bits of b, kTernaryPurpose),
+// h = 16-bit half k (k = 0: bits 0..15, k = 1: bits 16..31) of word j of the block, for i = 8b + 2j + k;
+//   u = (h + 0.5) * 2^-16 in (0, 1)   (exact in float)
+//   code = sign(g) if u * s < |g| else 0        (strict '<'; s <= 0 or NaN gives code 0 everywhere; NaN g: 0)
+// One block serves 8 elements: the CPU encode is bound by the Philox rounds, and one 32-bit uniform per element
+// (4 per block, as before) made it ~1.5x slower (bench/README.md, "Codec"). The 16-bit uniform takes 65536 equally
+// likely values at the midpoints of [k/65536, (k+1)/65536), so for |g| < s, P(code != 0) is |g|/s rounded to a multiple
+// of 2^-16 (to nearest): with the float rounding of u * s (it can move the count by at most one h, only when |g|/s is
+// within 2^-8 of a rounding midpoint) |P(code != 0) - |g|/s| <= 2^-17 + 2^-24. Hence |E[s * code] - clip(g, -s, s)| <=
+// s * (2^-17 + 2^-24) per element, either way (unbiased up to that; |g| >= s gives code sign(g) always). The variance
+// is s|gc| - gc^2 (gc = clip(g)) up to the same order.
 //
 // Packed format ("2-bit codes"): 4 codes per byte; element i of a tensor lives in byte i / 4 at bits
 // 2*(i % 4) .. 2*(i % 4)+1 (element 0 in the least significant bits). Field values: 00 -> 0, 01 -> +1,
 // 10 -> -1; 11 is never written and reads as 0. A tensor of n elements takes ceil(n / 4) bytes; the unused
-// fields of its last byte are 00. In a fused buffer every tensor starts at a byte boundary.
+// fields of its last byte are 00. In a fused buffer every tensor starts at a byte boundary. A Philox block
+// (8 elements) fills bytes 2b and 2b + 1.
+//
+// Decoding: the average over N workers of element i is ternary_decode_value(s, sum_w code_w[i], N) =
+// s * sum / N, in that order of float operations.
 #pragma once
 
 #include <cmath>
@@ -28,8 +45,10 @@ namespace tg {
 
 // Third Philox counter word of the ternary rounding stream ("tern"): keeps it apart from dropout etc.
 constexpr uint32_t kTernaryPurpose = 0x7465726Eu;
+// Elements per Philox block (two 16-bit uniforms per 32-bit word).
+constexpr int kTernaryBlockElements = 8;
 
-// s from the statistics of one tensor (see the file comment).
+// s from sigma and max|g| (see the file comment); the plain formula, no check for non-finite inputs.
 TG_HOST_DEVICE float ternary_scaler(float sigma, float max_abs, float clip_factor) {
   if (clip_factor > 0.f) {
     float cs = clip_factor * sigma;
@@ -38,7 +57,28 @@ TG_HOST_DEVICE float ternary_scaler(float sigma, float max_abs, float clip_facto
   return max_abs;
 }
 
-// Code in {-1, 0, +1} for one element, given its uniform u in [0, 1).
+// Population sigma from the one-pass sums of n > 0 elements; NaN when a sum is not finite (NaN or Inf in g:
+// Inf - Inf). Cancellation limit: sumsq / n - mean^2 cancels the digits the two terms share. With e the
+// relative rounding error of the double sums (at most (m + 261) * 2^-53 for the CPU's sums, m = max(512,
+// n / 8192) additions per accumulator: about 1e-12 at 10^8 elements, typically far less; the CUDA kernel's
+// are of the same order), the relative error of sigma is at most about 1.5 e (1 + mean^2 / sigma^2): sigma
+// stays float-accurate while |mean| is below a few hundred sigma, and a gradient's mean is a fraction of its
+// sigma. A constant tensor can get sigma ~1e-7 |g| instead of exactly 0 (a tiny s: every code is sign(g)).
+TG_HOST_DEVICE double ternary_sigma_from_sums(double sum, double sumsq, int64_t n) {
+  const double mean = sum / static_cast<double>(n);
+  const double var = sumsq / static_cast<double>(n) - mean * mean;
+  return var > 0.0 ? sqrt(var) : (var == var ? 0.0 : var);  // negative by rounding -> 0; NaN stays NaN
+}
+
+// s from one-pass statistics: ternary_scaler(sigma, max_abs, c), or NaN when sigma or max_abs is not finite.
+TG_HOST_DEVICE float ternary_scaler_from_stats(double sigma, float max_abs, float clip_factor) {
+  const float sg = static_cast<float>(sigma);
+  const float bad = (sg - sg) + (max_abs - max_abs);  // 0 when both are finite, NaN otherwise (Inf - Inf)
+  if (bad != 0.f) return bad;
+  return ternary_scaler(sg, max_abs, clip_factor);
+}
+
+// Code in {-1, 0, +1} for one element, given its uniform u in (0, 1).
 TG_HOST_DEVICE int ternarize_with_uniform(float g, float s, float u) {
   if (!(s > 0.f)) return 0;
   float a = fabsf(g);
@@ -46,10 +86,22 @@ TG_HOST_DEVICE int ternarize_with_uniform(float g, float s, float u) {
   return 0;
 }
 
-// Code for element i of tensor `tensor` at `step` (the reference definition; the packed path below
-// draws the same uniforms a block of four at a time).
+// u = (h + 0.5) * 2^-16 for a 16-bit h: exact in float, strictly inside (0, 1).
+TG_HOST_DEVICE float ternary_uniform16(uint32_t h) { return (static_cast<float>(h) + 0.5f) * 1.52587890625e-05f; }
+
+// The Philox block of elements 8b .. 8b+7 of tensor `tensor` at `step`.
+TG_HOST_DEVICE Philox4x32 ternary_block(PhiloxKey key, uint64_t b, uint32_t step, uint32_t tensor) {
+  return philox_block(key, static_cast<uint32_t>(b), step, tensor ^ static_cast<uint32_t>(b >> 32), kTernaryPurpose);
+}
+
+// 16-bit draw of element 8b + e (e = 0..7) from its block: half e % 2 of word e / 2.
+TG_HOST_DEVICE uint32_t ternary_half(const Philox4x32& r, int e) { return (r.v[e >> 1] >> (16 * (e & 1))) & 0xFFFFu; }
+
+// Code for element i of tensor `tensor` at `step`: the reference definition, one element at a time (the
+// packed paths below and the CPU vector loops draw the same uniforms a block at a time).
 TG_HOST_DEVICE int ternarize_one(float g, float s, PhiloxKey key, uint64_t i, uint32_t step, uint32_t tensor) {
-  return ternarize_with_uniform(g, s, philox_uniform(key, i, step, tensor, kTernaryPurpose));
+  const Philox4x32 r = ternary_block(key, i >> 3, step, tensor);
+  return ternarize_with_uniform(g, s, ternary_uniform16(ternary_half(r, static_cast<int>(i & 7))));
 }
 
 // 2-bit field of a code: 0 -> 00, +1 -> 01, -1 -> 10.
@@ -76,19 +128,18 @@ TG_HOST_DEVICE int unpack_ternary_field(uint8_t byte, int k) {
   return ternary_code_of_field(static_cast<uint32_t>(byte) >> (2 * k));
 }
 
-// Byte b of the packed codes of a tensor g of n elements: ternarizes elements 4b .. min(4b+3, n-1) with one
-// Philox block (the same uniforms philox_uniform gives each element), elements past n are 00.
-TG_HOST_DEVICE uint8_t ternarize_pack_byte(const float* g, int64_t n, int64_t b, float s, PhiloxKey key, uint32_t step,
-                                           uint32_t tensor) {
-  const uint64_t first = static_cast<uint64_t>(b) << 2;
-  Philox4x32 r =
-      philox_block(key, static_cast<uint32_t>(b), step, tensor ^ static_cast<uint32_t>(first >> 34), kTernaryPurpose);
-  int c[4] = {0, 0, 0, 0};
-  for (int k = 0; k < 4; ++k) {
-    int64_t i = static_cast<int64_t>(first) + k;
-    if (i < n) c[k] = ternarize_with_uniform(g[i], s, uniform_from_bits(r.v[k]));
+// Packed bytes 2b (low 8 bits) and 2b + 1 (high 8 bits) of a tensor g of n elements: ternarizes elements
+// 8b .. min(8b+7, n-1) with one Philox block; elements past n are 00. The caller stores byte 2b + 1 only
+// when it exists (ceil(n / 4) > 2b + 1).
+TG_HOST_DEVICE uint32_t ternarize_pack_block(const float* g, int64_t n, int64_t b, float s, PhiloxKey key,
+                                             uint32_t step, uint32_t tensor) {
+  const Philox4x32 r = ternary_block(key, static_cast<uint64_t>(b), step, tensor);
+  uint32_t bits = 0;
+  for (int e = 0; e < kTernaryBlockElements; ++e) {
+    const int64_t i = b * kTernaryBlockElements + e;
+    if (i < n) bits |= ternary_field(ternarize_with_uniform(g[i], s, ternary_uniform16(ternary_half(r, e)))) << (2 * e);
   }
-  return pack_ternary4(c[0], c[1], c[2], c[3]);
+  return bits;
 }
 
 // Averaged gradient from the sum of codes over num_workers: s * sum / N.

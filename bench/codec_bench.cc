@@ -1,0 +1,287 @@
+// codec_bench: speed of the CPU ternary codec (src/compress/ternary_codec.cc) on whole-model gradients, as
+// GB/s of fp32 gradient (4n bytes per iteration), next to a memcpy of the same 4n bytes in the same run.
+//
+//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=avx512|avx2|generic] [benchmark flags]
+//
+// --sizes:   comma-separated gradient sizes in float elements (default: LeNet 1.25M, ResNet-50 25M, AlexNet
+//            61M); a suffix K or M multiplies by 10^3 or 10^6 (1.25M).
+// --threads: comma-separated compute thread counts (default 1,2); set_compute_threads before each benchmark.
+// --isa:     force one instruction-set path of the loops (set_ternary_codec_isa; default: the best the CPU has).
+//
+// Benchmarks per (size, threads), in this order:
+//   memcpy          copy of the gradient (4n bytes read, 4n written) split over the same threads (parallel_for):
+//                   the memory-speed yardstick
+//   scalers         tensor_stats_cpu + ternary_scaler (ternary_scaler_cpu, clip_factor 2.5)
+//   encode          ternary_encode_cpu with that scaler
+//   scalers_encode  both
+//   decode          ternary_decode_gathered_cpu of 2 workers' gathered codes
+//   total           scalers + encode + decode: one worker's codec work in a step of the allgather2 exchange
+// The gradient is one tensor of n normal(0, 1e-3) values (the exchange encodes a fused gradient tensor by
+// tensor; one large tensor is the best case for threading, the per-tensor calls add a little). Every buffer
+// is 64-byte aligned, as the trainer's slabs, and allocated and first-touched before timing. After the run a table
+// prints each benchmark's median time and GB/s and total's time as a multiple of memcpy's (target: at most 3x for 25M
+// and 61M).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/core/parallel.h"
+#include "terngrad/core/philox.h"
+
+namespace tg {
+namespace {
+
+constexpr float kClipFactor = 2.5f;
+
+// 64-byte aligned host memory, as the trainer's slabs (terngrad/core/buffer.h).
+template <typename T>
+struct Aligned {
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T[], Free> p;
+  explicit Aligned(int64_t count) : p(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))) {
+    if (!p) throw std::bad_alloc();
+    std::memset(p.get(), 0, count * sizeof(T));  // first touch, before any timing
+  }
+  T* data() { return p.get(); }
+};
+
+// Buffers of one gradient size, built once and kept for the whole run (the largest set is ~9n bytes).
+struct Gradient {
+  int64_t n = 0, nbytes = 0;
+  Aligned<float> g;         // (n) the gradient, normal(0, 1e-3)
+  Aligned<float> out;       // (n) memcpy destination and decoded average
+  Aligned<uint8_t> packed;  // (2, nbytes) two workers' gathered codes
+  float s = 0.f;            // its scaler
+
+  explicit Gradient(int64_t n_) : n(n_), nbytes((n_ + 3) / 4), g(n_), out(n_), packed(2 * nbytes) {
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::normal_distribution<float> dist(0.f, 1e-3f);
+    for (int64_t i = 0; i < n; ++i) g.data()[i] = dist(rng);
+    s = ternary_scaler_cpu(g.data(), n, kClipFactor);
+    // the other worker's codes (a different key), as received by the all-gather
+    ternary_encode_cpu(g.data(), n, s, philox_key(1, 1), 0, 0, packed.data() + nbytes);
+  }
+};
+
+Gradient& gradient(int64_t n) {
+  static std::map<int64_t, std::unique_ptr<Gradient>> cache;
+  auto& p = cache[n];
+  if (!p) p = std::make_unique<Gradient>(n);
+  return *p;
+}
+
+enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total };
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Memcpy:
+      return "memcpy";
+    case Op::Scalers:
+      return "scalers";
+    case Op::Encode:
+      return "encode";
+    case Op::ScalersEncode:
+      return "scalers_encode";
+    case Op::Decode:
+      return "decode";
+    case Op::Total:
+      return "total";
+  }
+  return "?";
+}
+constexpr Op kOps[] = {Op::Memcpy, Op::Scalers, Op::Encode, Op::ScalersEncode, Op::Decode, Op::Total};
+
+void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
+  Gradient& d = gradient(n);
+  set_compute_threads(threads);
+  const PhiloxKey key = philox_key(1, 0);
+  uint32_t step = 0;
+  for (auto _ : state) {
+    float s = d.s;
+    switch (op) {
+      case Op::Memcpy:  // on the same threads as the codec: the memory speed they can reach together
+        parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+          std::memcpy(d.out.data() + b, d.g.data() + b, (e - b) * sizeof(float));
+        });
+        break;
+      case Op::Scalers:
+        s = ternary_scaler_cpu(d.g.data(), n, kClipFactor);
+        break;
+      case Op::Encode:
+        ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
+        break;
+      case Op::ScalersEncode:
+        s = ternary_scaler_cpu(d.g.data(), n, kClipFactor);
+        ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
+        break;
+      case Op::Decode:
+        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, 2, n, s, d.out.data());
+        break;
+      case Op::Total:
+        s = ternary_scaler_cpu(d.g.data(), n, kClipFactor);
+        ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
+        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, 2, n, s, d.out.data());
+        break;
+    }
+    benchmark::DoNotOptimize(s);
+    benchmark::ClobberMemory();
+    ++step;  // fresh random bits each iteration, as in training
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
+
+// Console output as usual, plus every run's time per iteration kept for the summary table.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  struct Key {
+    int64_t n;
+    int threads;
+    Op op;
+    bool operator<(const Key& o) const { return std::tie(n, threads, op) < std::tie(o.n, o.threads, o.op); }
+  };
+  std::map<std::string, Key> keys;             // benchmark name -> what it measures
+  std::map<Key, std::vector<double>> seconds;  // per iteration, one entry per repetition
+
+  std::map<Key, double> median_seconds;  // Google Benchmark's own median aggregate, when reported
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      auto it = keys.find(r.run_name.function_name);
+      if (it == keys.end() || r.error_occurred || r.iterations == 0) continue;
+      const double per_iteration = r.real_accumulated_time / static_cast<double>(r.iterations);
+      if (r.run_type == Run::RT_Iteration) seconds[it->second].push_back(per_iteration);
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median") median_seconds[it->second] = per_iteration;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void print_summary() const {
+    std::printf("\nSummary (%s path): median over repetitions; GB/s of fp32 gradient (4n bytes); total / memcpy time\n",
+                ternary_codec_isa_name(ternary_codec_isa()));
+    std::printf("%12s %7s", "elements", "threads");
+    for (Op op : kOps) std::printf(" %15s", op_name(op));
+    std::printf(" %14s\n", "total/memcpy");
+    std::map<std::pair<int64_t, int>, std::map<Op, double>> rows;
+    for (const auto& [k, v] : seconds) {
+      std::vector<double> t = v;
+      std::sort(t.begin(), t.end());
+      const size_t m = t.size();
+      rows[{k.n, k.threads}][k.op] = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+    }
+    for (const auto& [k, t] : median_seconds) rows[{k.n, k.threads}][k.op] = t;
+    for (const auto& [nt, ops] : rows) {
+      std::printf("%12lld %7d", static_cast<long long>(nt.first), nt.second);
+      for (Op op : kOps) {
+        auto it = ops.find(op);
+        if (it == ops.end()) {
+          std::printf(" %15s", "-");
+        } else {
+          const double gbs = 4.0 * static_cast<double>(nt.first) / it->second * 1e-9;
+          std::printf(" %6.2fms %5.1fGB/s", it->second * 1e3, gbs);
+        }
+      }
+      auto m = ops.find(Op::Memcpy), t = ops.find(Op::Total);
+      if (m != ops.end() && t != ops.end()) std::printf(" %13.2fx", t->second / m->second);
+      std::printf("\n");
+    }
+  }
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// "1.25M" -> 1250000, "4K" -> 4000, "1000" -> 1000; 0 for anything else.
+int64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  double mult = 1.0;
+  if (end && (*end == 'M' || *end == 'm')) {
+    mult = 1e6;
+    ++end;
+  } else if (end && (*end == 'K' || *end == 'k')) {
+    mult = 1e3;
+    ++end;
+  }
+  if (!end || *end != '\0' || !(v > 0)) return 0;
+  return static_cast<int64_t>(std::llround(v * mult));
+}
+
+}  // namespace
+}  // namespace tg
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  std::string sizes = "1.25M,25M,61M", threads = "1,2";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--sizes=", 0) == 0) {
+      sizes = a.substr(8);
+    } else if (a.rfind("--threads=", 0) == 0) {
+      threads = a.substr(10);
+    } else if (a.rfind("--isa=", 0) == 0) {
+      const std::string isa = a.substr(6);
+      tg::CodecIsa want = tg::CodecIsa::Auto;
+      for (tg::CodecIsa c : {tg::CodecIsa::Generic, tg::CodecIsa::Avx2, tg::CodecIsa::Avx512})
+        if (isa == tg::ternary_codec_isa_name(c)) want = c;
+      if (want == tg::CodecIsa::Auto) {
+        std::fprintf(stderr, "codec_bench: --isa=%s is not one of avx512, avx2, generic\n", isa.c_str());
+        return 2;
+      }
+      if (tg::set_ternary_codec_isa(want) != want) {
+        std::fprintf(stderr, "codec_bench: this CPU cannot run the %s path\n", isa.c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "codec_bench: unknown flag %s (see the header of bench/codec_bench.cc)\n", argv[i]);
+      return 2;
+    }
+  }
+  tg::SummaryReporter reporter;
+  for (const std::string& sz : tg::split_commas(sizes)) {
+    const int64_t n = tg::parse_size(sz);
+    if (n <= 0) {
+      std::fprintf(stderr, "codec_bench: --sizes entry '%s' is not a positive element count\n", sz.c_str());
+      return 2;
+    }
+    tg::gradient(n);  // allocated, first-touched and filled before any timing
+    for (const std::string& t : tg::split_commas(threads)) {
+      const int th = std::atoi(t.c_str());
+      if (th < 1) {
+        std::fprintf(stderr, "codec_bench: --threads entry '%s' is not a positive count\n", t.c_str());
+        return 2;
+      }
+      for (tg::Op op : tg::kOps) {
+        const std::string name = std::string(tg::op_name(op)) + "/n:" + std::to_string(n) + "/threads:" + t;
+        reporter.keys[name] = {n, th, op};
+        benchmark::RegisterBenchmark(name.c_str(), tg::bm_codec, op, n, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  std::printf("codec path: %s\n", tg::ternary_codec_isa_name(tg::ternary_codec_isa()));
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_summary();
+  benchmark::Shutdown();
+  return 0;
+}
