@@ -1,5 +1,5 @@
 // Core: Philox known-answer vectors (Random123 kat_vectors), fp16/bf16 conversions, Shape, Slab, Tensor views,
-// ThreadPool, error messages.
+// parallel_for / parallel_chunks, error messages.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,7 +11,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/slab.h"
-#include "terngrad/core/thread_pool.h"
+#include "terngrad/core/parallel.h"
 
 namespace tg {
 namespace {
@@ -126,22 +126,24 @@ TEST(Tensor, SliceAndReshape) {
   EXPECT_THROW(t.slice0(4, 7), Error);
 }
 
-TEST(ThreadPool, CoversRangeOnceAndPropagatesErrors) {
-  ThreadPool pool(3);
-  std::vector<std::atomic<int>> hits(10007);
-  for (int rep = 0; rep < 20; ++rep) {
-    pool.parallel_for(static_cast<int64_t>(hits.size()), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) hits[i]++;
-    }, 1);
+TEST(Parallel, ForCoversTheRangeOnceAndChunksAreFixed) {
+  for (int threads : {1, 2, 3}) {
+    set_compute_threads(threads);
+    std::vector<std::atomic<int>> hits(10007);
+    for (int rep = 0; rep < 20; ++rep)
+      parallel_for(static_cast<int64_t>(hits.size()), 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 20) << threads << " threads";
+    // Short ranges stay on the caller; parallel_chunks' chunks do not depend on the thread count.
+    int calls = 0;
+    parallel_for(100, 1000, [&](int64_t b, int64_t e) { calls += (b == 0 && e == 100); });
+    EXPECT_EQ(calls, 1);
+    std::vector<std::pair<int64_t, int64_t>> chunks(4);
+    parallel_chunks(1000, 300, [&](int64_t k, int64_t b, int64_t e) { chunks[k] = {b, e}; });
+    EXPECT_EQ(chunks, (std::vector<std::pair<int64_t, int64_t>>{{0, 300}, {300, 600}, {600, 900}, {900, 1000}}));
   }
-  for (auto& h : hits) ASSERT_EQ(h.load(), 20);
-  EXPECT_THROW(pool.parallel_for(100, [](int64_t b, int64_t) {
-    if (b > 0) TG_THROW("chunk at {}", b);
-  }, 1), Error);
-  // still usable afterwards
-  std::atomic<int64_t> total{0};
-  pool.parallel_for(1000, [&](int64_t b, int64_t e) { total += e - b; }, 1);
-  EXPECT_EQ(total.load(), 1000);
+  set_compute_threads(1);
 }
 
 TEST(Error, CheckNamesExpressionFileAndLine) {
