@@ -11,6 +11,10 @@
 #include <ctime>
 #include <string>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "terngrad/core/error.h"
 
 namespace tg {
@@ -96,11 +100,38 @@ int MpiEnvironment::world_size() const {
 
 namespace {
 
-// fp16 sum: inout[i] = half(float(in[i]) + float(inout[i])).
+// fp16 sum, dst[i] = half(float(src[i]) + float(dst[i])), rounded to nearest even. With F16C the
+// conversions are one instruction per 8 elements (the software ones cost ~0.14 s per 30M elements, an
+// AlexNet fp16 reduce-scatter); the results are the same bits except for the payload of NaNs (checked
+// exhaustively over every fp16 value against 676 others).
+void half_sum_scalar(half_bits* dst, const half_bits* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_half(half_to_float(src[i]) + half_to_float(dst[i]));
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c,avx"))) void half_sum_f16c(half_bits* dst, const half_bits* src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
+  }
+  half_sum_scalar(dst + i, src + i, n - i);
+}
+#endif
+
+void half_sum(half_bits* dst, const half_bits* src, size_t n) {
+#if defined(__x86_64__)
+  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  if (f16c) return half_sum_f16c(dst, src, n);
+#endif
+  half_sum_scalar(dst, src, n);
+}
+
+// The MPI user op of the small (MPI_Iallreduce) path: inout = in + inout.
 void half_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const half_bits* a = static_cast<const half_bits*>(in);
-  half_bits* b = static_cast<half_bits*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = float_to_half(half_to_float(a[i]) + half_to_float(b[i]));
+  half_sum(static_cast<half_bits*>(inout), static_cast<const half_bits*>(in), static_cast<size_t>(*len));
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -221,13 +252,10 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       }
       return;
     }
-    case DType::F16: {  // sum only (checked by the caller); the same rounding as half_sum_op
-      half_bits* d = reinterpret_cast<half_bits*>(dst_bytes);
-      const half_bits* s = reinterpret_cast<const half_bits*>(src_bytes);
-      const size_t n = bytes / sizeof(half_bits);
-      for (size_t i = 0; i < n; ++i) d[i] = float_to_half(half_to_float(s[i]) + half_to_float(d[i]));
+    case DType::F16:  // sum only (checked by the caller)
+      half_sum(reinterpret_cast<half_bits*>(dst_bytes), reinterpret_cast<const half_bits*>(src_bytes),
+               bytes / sizeof(half_bits));
       return;
-    }
     default:
       TG_THROW("MPI communicator: no reduction for {}", dtype_name(dtype));
   }
