@@ -250,7 +250,8 @@ shape() {
     tc -n "$ns" qdisc del dev "$IF" root 2>/dev/null || true
     local parent=(root handle 1:)
     if [ "$DELAY_MS" != 0 ]; then
-      tc -n "$ns" qdisc add dev "$IF" root handle 1: netem delay "${DELAY_MS}ms" limit 100000
+      tc -n "$ns" qdisc add dev "$IF" root handle 1: netem delay "${DELAY_MS}ms" limit 100000 2>/dev/null ||
+        die "-d needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)"
       parent=(parent 1:1 handle 10:)
     fi
     if [ "$bits" != none ]; then
