@@ -11,6 +11,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/slab.h"
+#include "terngrad/core/half_convert.h"
 #include "terngrad/core/parallel.h"
 
 namespace tg {
@@ -124,6 +125,49 @@ TEST(Tensor, SliceAndReshape) {
   EXPECT_EQ(t.reshaped(Shape{24}).numel(), 24);
   EXPECT_THROW(t.reshaped(Shape{5}), Error);
   EXPECT_THROW(t.slice0(4, 7), Error);
+}
+
+// The bulk conversions (F16C when the CPU has it) against the scalar definitions, NaN payloads aside.
+TEST(HalfConvert, BulkMatchesScalarOnEveryHalfAndManyFloats) {
+  std::vector<half_bits> all(65536);
+  for (int i = 0; i < 65536; ++i) all[i] = half_bits{static_cast<uint16_t>(i)};
+  std::vector<float> f(all.size());
+  halves_to_floats(all.data(), f.data(), static_cast<int64_t>(all.size()));
+  for (int i = 0; i < 65536; ++i) {
+    const float ref = half_to_float(all[i]);
+    if (std::isnan(ref))
+      ASSERT_TRUE(std::isnan(f[i])) << i;
+    else
+      ASSERT_EQ(float_bits(f[i]), float_bits(ref)) << i;
+  }
+  // Floats around every fp16 value, ties, subnormals, overflow, infinities (odd count: the scalar tail too).
+  std::vector<float> in;
+  for (float v : f) {
+    if (std::isnan(v)) continue;
+    in.push_back(v);
+    in.push_back(std::nextafter(v, 1e30f));
+    in.push_back(v * 1.00048828125f);  // halfway to the next fp16 (1 + 2^-11)
+  }
+  for (float v : {65520.f, 65519.f, 1e-8f, -3e-8f, std::numeric_limits<float>::infinity(), 1e38f}) in.push_back(v);
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<half_bits> h(in.size()), dst(in.size());
+  floats_to_halves(in.data(), h.data(), n);
+  std::vector<float> acc(in.size(), 0.25f);
+  add_rounded_to_half(in.data(), acc.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(h[i].bits, float_to_half(in[i]).bits) << in[i];
+    ASSERT_EQ(float_bits(acc[i]), float_bits(0.25f + half_to_float(float_to_half(in[i])))) << in[i];
+  }
+  std::vector<half_bits> other(h.rbegin(), h.rend());
+  dst = h;
+  add_halves(dst.data(), other.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const half_bits ref = float_to_half(half_to_float(h[i]) + half_to_float(other[i]));
+    if (std::isnan(half_to_float(ref)))
+      ASSERT_TRUE(std::isnan(half_to_float(dst[i]))) << i;
+    else
+      ASSERT_EQ(dst[i].bits, ref.bits) << i;
+  }
 }
 
 TEST(Parallel, ForCoversTheRangeOnceAndChunksAreFixed) {

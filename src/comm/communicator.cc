@@ -7,12 +7,8 @@ namespace tg {
 
 const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
 
-void check_reduce_supported(const std::string& who, DType dtype, ReduceOp op) {
-  const bool ok =
-      dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::Sum);
-  if (!ok)
-    TG_THROW("{}: all-reduce {} over {} is not supported (supported: f32/i8/i32 sum and max, f16 sum)", who,
-             reduce_op_name(op), dtype_name(dtype));
+bool reduce_supported(DType dtype, ReduceOp op) {
+  return dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::Sum);
 }
 
 uint64_t Communicator::allreduce_moved_bytes(uint64_t payload, int size) {
@@ -28,7 +24,9 @@ uint64_t Communicator::allgather_moved_bytes(uint64_t payload, int size) {
 void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) {
   TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
   TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
-  check_reduce_supported(name(), dtype, op);
+  if (!reduce_supported(dtype, op))  // name() formats a string: only on failure (a step allocates nothing)
+    TG_THROW("{}: all-reduce {} over {} is not supported (supported: f32/i8/i32 sum and max, f16 sum)", name(),
+             reduce_op_name(op), dtype_name(dtype));
   const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
   allreduce_impl(buffer, count, dtype, op, device);
   stats_.calls += 1;

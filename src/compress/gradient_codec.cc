@@ -1,10 +1,12 @@
 // GradientCodec: scalers, encode and decode of any range of tensors over the policy's fused layout.
 #include "terngrad/compress/gradient_codec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "terngrad/compress/ternary_codec.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/half_convert.h"
 #include "terngrad/core/parallel.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/math/ternary_math.h"
@@ -112,6 +114,16 @@ void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange
   }
 }
 
+// fp16 of a sum of workers' fp16 payloads: chunks of kChunk elements accumulated in fp32 on the stack.
+namespace {
+constexpr int64_t kChunk = 2048;
+void sum_rounded_to_half(const std::vector<const std::vector<Tensor>*>& workers, int tensor, int64_t k, int64_t m,
+                         float* acc) {
+  std::fill(acc, acc + m, 0.f);
+  for (const std::vector<Tensor>* w : workers) add_rounded_to_half((*w)[tensor].data<float>() + k, acc, m);
+}
+}  // namespace
+
 void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
                                half_bits* f16) const {
   const int64_t base = layout(r).f16_begin;
@@ -119,11 +131,13 @@ void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& wo
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::F16) continue;
     half_bits* out = f16 + (t.offset - base);
+    // Each worker sends fp16; the sum is formed in fp32 and rounded once.
     parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        float acc = 0.f;  // each worker sends fp16; the sum is formed in fp32 and rounded once
-        for (const std::vector<Tensor>* w : workers) acc += half_to_float(float_to_half((*w)[i].data<float>()[k]));
-        out[k] = float_to_half(acc);
+      float acc[kChunk];
+      for (int64_t k = b; k < e; k += kChunk) {
+        const int64_t m = std::min(kChunk, e - k);
+        sum_rounded_to_half(workers, i, k, m, acc);
+        floats_to_halves(acc, out + k, m);
       }
     });
   }
@@ -156,18 +170,25 @@ void GradientCodec::average_local(const std::vector<const std::vector<Tensor>*>&
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::Ternary || (t.coding == GradCoding::F32 && n == 1)) continue;  // g / 1 is g
     float* o = out[i].data<float>();
-    const bool f16 = t.coding == GradCoding::F16;
+    if (t.coding == GradCoding::F16) {
+      parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
+        float acc[kChunk];
+        half_bits h[kChunk];
+        for (int64_t k = b; k < e; k += kChunk) {
+          const int64_t m = std::min(kChunk, e - k);
+          sum_rounded_to_half(workers, i, k, m, acc);
+          floats_to_halves(acc, h, m);  // the fp16 sum, as it would have travelled
+          halves_to_floats(h, o + k, m);
+          for (int64_t j = 0; j < m; ++j) o[k + j] /= nf;
+        }
+      });
+      continue;
+    }
     parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
-        float acc = 0.f;
-        if (f16) {
-          for (const std::vector<Tensor>* w : workers) acc += half_to_float(float_to_half((*w)[i].data<float>()[k]));
-          o[k] = half_to_float(float_to_half(acc)) / nf;
-        } else {
-          acc = (*workers[0])[i].data<float>()[k];
-          for (int w = 1; w < n; ++w) acc += (*workers[w])[i].data<float>()[k];
-          o[k] = acc / nf;
-        }
+        float acc = (*workers[0])[i].data<float>()[k];
+        for (int w = 1; w < n; ++w) acc += (*workers[w])[i].data<float>()[k];
+        o[k] = acc / nf;
       }
     });
   }
@@ -214,7 +235,8 @@ void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, Tensor
     const half_bits* in = sum + (t.offset - base);
     float* g = grads[i].data<float>();
     parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) g[k] = half_to_float(in[k]) / n;
+      halves_to_floats(in + b, g + b, e - b);
+      for (int64_t k = b; k < e; ++k) g[k] /= n;
     });
   }
 }
