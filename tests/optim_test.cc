@@ -281,6 +281,45 @@ TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
   }
 }
 
+// The trainer's one pass (update + moving average of the new values) gives the bits of two separate passes,
+// on the fused and the per-tensor path, for every kind.
+TEST_F(OptimTest, UpdateWithMovingAverageMatchesTwoPasses) {
+  for (OptimizerKind kind : {OptimizerKind::GD, OptimizerKind::MOMENTUM, OptimizerKind::ADAM, OptimizerKind::RMSPROP}) {
+    for (bool reorder : {false, true}) {
+      Model one(be()), two(be());
+      Slab reordered;
+      reordered.add("fc/biases", Shape{3});
+      reordered.add("fc/weights", Shape{2, 3});
+      reordered.allocate(be().allocator());
+      Optimizer a(options(kind), one.params, be()), b(options(kind), two.params, be());
+      ExponentialMovingAverage ea(be(), std::vector<const Slab*>{&one.params}, 0.99f),
+          eb(be(), std::vector<const Slab*>{&two.params}, 0.99f);
+      for (int k = 0; k < 3; ++k) {
+        Slab& g = reorder ? reordered : one.grads;
+        write(g.view("fc/weights"), weight_grad(k));
+        write(g.view("fc/biases"), bias_grad(k));
+        write(two.grads.view("fc/weights"), weight_grad(k));
+        write(two.grads.view("fc/biases"), bias_grad(k));
+        a.apply(be(), one.params, g, k, 0.05f, &ea);
+        ea.update(be(), k, &one.params);  // nothing else tracked: must not fold the parameters in twice
+        b.apply(be(), two.params, two.grads, k, 0.05f);
+        eb.update(be(), k);
+      }
+      for (const char* n : {"fc/weights", "fc/biases"}) {
+        EXPECT_EQ(read(one.params.view(n)), read(two.params.view(n))) << optimizer_kind_name(kind) << " " << n;
+        EXPECT_EQ(read(ea.average(n)), read(eb.average(n))) << optimizer_kind_name(kind) << " " << n;
+      }
+    }
+  }
+  Model m(be());
+  Optimizer opt(options(OptimizerKind::MOMENTUM), m.params, be());
+  Slab other;
+  other.add("x", Shape{4});
+  other.allocate(be().allocator());
+  ExponentialMovingAverage unrelated(be(), std::vector<const Slab*>{&other}, 0.9f);
+  expect_error([&] { opt.apply(be(), m.params, m.grads, 0, 0.1f, &unrelated); }, "does not track this parameter slab");
+}
+
 // Enough elements that the CPU backend splits the loop over threads; several tensors with padding.
 TEST_F(OptimTest, LargeSlabMatchesDoubleReference) {
   Slab params, grads;
