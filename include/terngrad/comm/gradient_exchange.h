@@ -8,7 +8,10 @@
 //      then all-reduced over the processes;
 //   3. decode: the gradient tensors of the target workers (the first worker of each replica) are overwritten
 //      with the average over all N workers.
-// Results are the same bits for any bucketing and any split of the N workers into processes.
+// Results are the same bits for any bucketing, overlapped or not. Ternary code sums are exact integers, so they
+// do not depend on how the N workers are split into processes either; fp32/fp16 sums are formed inside each
+// process first (worker order), then across processes, so with several workers per process their rounding
+// follows that grouping (as for any all-reduce).
 //
 // Buckets and overlap (--bucket_mb, --overlap): tensors are grouped into buckets of about bucket_mb of fp32
 // gradient in the order backward produces them (the last tensors first). The trainer reports progress from
