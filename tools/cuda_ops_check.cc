@@ -368,47 +368,28 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
     std::function<void(int64_t, double*, double*)> ref;
     int64_t samples;
   };
+  // sum_k a[k * sa] * b[k * sb] (+ init) in double, and its sum |term|
+  auto dot = [](const float* a, int64_t sa, const float* b, int64_t sb, int64_t k, double init, double* r,
+                double* s) {
+    double sum = init, abs = std::fabs(init);
+    for (int64_t i = 0; i < k; ++i) {
+      const double t = static_cast<double>(a[i * sa]) * (b ? b[i * sb] : 1.f);
+      sum += t, abs += std::fabs(t);
+    }
+    *r = sum, *s = abs;
+  };
+  const float *px = hx.data(), *pw = hw.data(), *pdy = hdy.data();
   const Part parts[] = {
       {"fwd", y.t, [&] { be.inner_product_forward(d, x.t, w.t, b.t, y.t); },
-       [&](int64_t i, double* r, double* s) {
-         const int64_t r0 = i / out, c = i % out;
-         double sum = hb[c], abs = std::fabs(hb[c]);
-         for (int64_t k = 0; k < in; ++k) {
-           const double t = static_cast<double>(hx[r0 * in + k]) * hw[k * out + c];
-           sum += t, abs += std::fabs(t);
-         }
-         *r = sum, *s = abs;
-       },
+       [&](int64_t i, double* r, double* s) { dot(px + i / out * in, 1, pw + i % out, out, in, hb[i % out], r, s); },
        2048},
       {"bwd data", dx.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); },
-       [&](int64_t i, double* r, double* s) {
-         const int64_t r0 = i / in, k = i % in;
-         double sum = 0, abs = 0;
-         for (int64_t c = 0; c < out; ++c) {
-           const double t = static_cast<double>(hdy[r0 * out + c]) * hw[k * out + c];
-           sum += t, abs += std::fabs(t);
-         }
-         *r = sum, *s = abs;
-       },
+       [&](int64_t i, double* r, double* s) { dot(pdy + i / in * out, 1, pw + i % in * out, 1, out, 0, r, s); },
        2048},
       {"bwd weights", dw.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); },
-       [&](int64_t i, double* r, double* s) {
-         const int64_t k = i / out, c = i % out;
-         double sum = 0, abs = 0;
-         for (int64_t r0 = 0; r0 < n; ++r0) {
-           const double t = static_cast<double>(hx[r0 * in + k]) * hdy[r0 * out + c];
-           sum += t, abs += std::fabs(t);
-         }
-         *r = sum, *s = abs;
-       },
-       4096},
+       [&](int64_t i, double* r, double* s) { dot(px + i / out, in, pdy + i % out, out, n, 0, r, s); }, 4096},
       {"bias grad", db.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t); },
-       [&](int64_t c, double* r, double* s) {
-         double sum = 0, abs = 0;
-         for (int64_t r0 = 0; r0 < n; ++r0) sum += hdy[r0 * out + c], abs += std::fabs(hdy[r0 * out + c]);
-         *r = sum, *s = abs;
-       },
-       out},
+       [&](int64_t c, double* r, double* s) { dot(pdy + c, out, nullptr, 0, n, 0, r, s); }, out},
   };
   for (const Part& p : parts) {
     guarded(op + " " + p.what, shape, [&] {
