@@ -481,7 +481,7 @@ void group_bn(CudaBackend& be, const Options& o) {
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------------------------------
-void check_optimizer(CudaBackend& be, const Options& o, const char* name, OptimizerStep step, int64_t n) {
+void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, OptimizerStep step, int64_t n) {
   const std::string shape = fmt::format("{} params + EMA", n);
   const std::string op = std::string("optimizer ") + name;
   guarded(op, shape, [&] {
