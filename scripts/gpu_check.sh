@@ -60,7 +60,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 # ---- cuDNN/NCCL: toolkit or system, else the pip wheels ---------------------------------------------------
 cmake_args=()
 wheel_dir() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
-if ! ls /usr/local/cuda/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h >/dev/null 2>&1; then
+any_file() { for f in "$@"; do [[ -f "$f" ]] && return 0; done; return 1; }
+if ! any_file /usr/local/cuda*/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h \
+    /usr/include/x86_64-linux-gnu/cudnn.h; then
   d="$(wheel_dir cudnn)"
   if [[ -n "$d" && -f "$d/include/cudnn.h" ]]; then
     cmake_args+=(-DCUDNN_INCLUDE_DIR="$d/include" -DCUDNN_LIBRARY="$(ls "$d"/lib/libcudnn.so* | head -1)")
@@ -70,7 +72,7 @@ if ! ls /usr/local/cuda/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64
     echo "no cuDNN found (toolkit, system or pip wheel): the build will fail"
   fi
 fi
-if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* >/dev/null 2>&1; then
+if ! any_file /usr/local/cuda*/lib64/libnccl.so* /usr/local/lib/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so*; then
   d="$(wheel_dir nccl)"
   if [[ -n "$d" ]] && ls "$d"/lib/libnccl.so* >/dev/null 2>&1; then
     cmake_args+=(-DNCCL_LIBRARY="$(ls "$d"/lib/libnccl.so* | head -1)")
@@ -78,7 +80,8 @@ if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 
   fi
 fi
 generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
+# Ninja when there (faster), unless the build folder was configured with another generator.
+command -v ninja >/dev/null && [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && generator=(-G Ninja)
 
 # ---- build (configure included) within T_BUILD ----------------------------------------------------------------
 echo "== build in $BUILD_DIR (-j$JOBS, limit ${T_BUILD}s)"
