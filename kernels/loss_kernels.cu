@@ -1,7 +1,8 @@
 // Softmax cross-entropy with label smoothing on the CUDA backend, mirroring the CPU backend's arithmetic:
 // target = on for the label (on = 1 - ls + ls/K), off = ls/K elsewhere; max in float, the partition
 // function and the loss in double. One block per row for the forward (K may be 1001). A label outside
-// [0, K) is not used: its row is atomicMin'd into *bad_row, which the backend checks after the kernel.
+// [0, K) is not used: (row << 32 | label) is atomicMin'd into *bad, so the flag ends up naming the first bad
+// example and its label; the backend reads it at its next host sync.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +15,10 @@ namespace tg::cuda_kernels {
 namespace {
 
 constexpr int kRowThreads = 128;
+
+__device__ unsigned long long bad_label_code(int64_t row, int32_t label) {
+  return (static_cast<unsigned long long>(row) << 32) | static_cast<uint32_t>(label);
+}
 
 template <typename T, typename Combine> __device__ T block_combine(T v, Combine combine) {
   __shared__ T shared[kRowThreads];
@@ -29,11 +34,11 @@ template <typename T, typename Combine> __device__ T block_combine(T v, Combine 
 }
 
 __global__ void softmax_xent_forward_kernel(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                                            float on, float off, float* probs, float* losses, int* bad_row) {
+                                            float on, float off, float* probs, float* losses, unsigned long long* bad) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const int32_t label = labels[r];
     if (label < 0 || label >= k) {
-      if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(r));
+      if (threadIdx.x == 0) atomicMin(bad, bad_label_code(r, label));
       continue;  // uniform across the block
     }
     const float* row = logits + r * k;
@@ -58,12 +63,13 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const int32_t* 
 }
 
 __global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* labels, int64_t n, int64_t k,
-                                             float on, float off, float scale, float* dlogits, int* bad_row) {
+                                             float on, float off, float scale, float* dlogits,
+                                             unsigned long long* bad) {
   TG_GRID_STRIDE_LOOP(i, n * k) {
     const int64_t r = i / k, j = i % k;
     const int32_t label = labels[r];
     if (label < 0 || label >= k) {
-      if (j == 0) atomicMin(bad_row, static_cast<int>(r));
+      if (j == 0) atomicMin(bad, bad_label_code(r, label));
       continue;
     }
     dlogits[i] = scale * (probs[i] - (j == label ? on : off));
@@ -73,25 +79,25 @@ __global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* 
 }  // namespace
 
 void softmax_xent_forward_f32(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                              float label_smoothing, float* probs, float* losses, int* bad_row,
+                              float label_smoothing, float* probs, float* losses, unsigned long long* bad,
                               cudaStream_t stream) {
   if (n == 0 || k == 0) return;
   const float off = label_smoothing / static_cast<float>(k);
   const float on = 1.f - label_smoothing + off;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, kMaxBlocks));
   softmax_xent_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(logits, labels, n, k, on, off, probs, losses,
-                                                                  bad_row);
+                                                                  bad);
   TG_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_xent_backward_f32(const float* probs, const int32_t* labels, int64_t n, int64_t k,
-                               float label_smoothing, float scale, float* dlogits, int* bad_row,
+                               float label_smoothing, float scale, float* dlogits, unsigned long long* bad,
                                cudaStream_t stream) {
   if (n * k == 0) return;
   const float off = label_smoothing / static_cast<float>(k);
   const float on = 1.f - label_smoothing + off;
   softmax_xent_backward_kernel<<<grid_for(n * k), kThreads, 0, stream>>>(probs, labels, n, k, on, off, scale,
-                                                                        dlogits, bad_row);
+                                                                        dlogits, bad);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -359,6 +360,18 @@ TEST(CpuOpsErrors, WrongTensorSizeIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("`w`"), std::string::npos) << e.what();
   }
+}
+
+// max_abs propagates a NaN wherever it is, also when finite values follow it (the CUDA backend does too).
+TEST(CpuOpsReductions, MaxAbsPropagatesNaN) {
+  CpuBackend be(1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Vec& v : {Vec{nan, 1.0, 2.0}, Vec{1.0, nan, -3.0}, Vec{-4.0, 2.0, nan}, Vec{nan}}) {
+    HostF32 x(Shape{static_cast<int64_t>(v.size())}, v);
+    EXPECT_TRUE(std::isnan(be.max_abs(x.t))) << v[0] << " " << v.back();
+  }
+  HostF32 finite(Shape{3}, Vec{1.0, -5.0, 2.0});
+  EXPECT_EQ(be.max_abs(finite.t), 5.f);
 }
 
 TEST(CpuOpsErrors, MaxPoolBackwardWithoutWorkspaceIsAnError) {

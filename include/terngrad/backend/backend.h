@@ -49,13 +49,16 @@ class Backend {
   virtual void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) = 0;
 
   // ---- reductions (synchronous; the result is on the host) -------------------------------------------
+  // max_abs: NaN anywhere gives NaN.
   virtual double sum(const Tensor& x) = 0;
   virtual double sum_squares(const Tensor& x) = 0;
   virtual float max_abs(const Tensor& x) = 0;
 
   // ---- loss -----------------------------------------------------------------------------------------
   // logits (N, K), labels (N) i32 in [0, K); target = (1-ls)*onehot + ls/K. probs (N, K) = softmax,
-  // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example.
+  // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example: thrown by this
+  // call on the CPU; on CUDA (which does not wait for the kernel) by the next call that synchronizes (a
+  // reduction, a copy to or from the host, synchronize()).
   virtual void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                     const Tensor& probs, const Tensor& losses) = 0;
   // dlogits = scale * (probs - target)
@@ -81,8 +84,11 @@ class Backend {
   virtual void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
                             const Tensor& dx) = 0;
 
-  // Training: batch mean/var (C) are computed and written to mean/var (population variance).
-  // gamma may be undefined (treated as 1); then dgamma must be undefined too.
+  // Batch norm over x (rows = N*H*W, C), per channel. gamma (C) is defined iff d.has_gamma (else 1 is used and
+  // dgamma must be undefined); beta (C) is required by both forwards. Training: the batch mean and the
+  // population variance (C) are computed and written to mean/var. Backward is the gradient of the training
+  // forward, computed from the given mean/var (the forward's); dx, dgamma and dbeta may each be undefined.
+  // Statistics are accumulated in double over fixed row chunks: the same bits on any thread count.
   virtual void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                            const Tensor& beta, const Tensor& y, const Tensor& mean,
                                            const Tensor& var) = 0;
@@ -111,6 +117,11 @@ class Backend {
 
 struct BackendOptions {
   int threads = 0;  // CPU threads (0: all hardware threads)
+  // CUDA: let fp32 convolutions and GEMMs use TF32 tensor cores (10-bit mantissa products, errors ~1e-3);
+  // off: FMA math, comparable with the CPU backend.
+  bool allow_tf32 = false;
+  // CUDA: only algorithms that give the same bits on every run (no atomics-based cuDNN algorithms).
+  bool deterministic = true;
 };
 
 // "cpu" or "cuda" / "cuda:<k>". Unknown names and unavailable devices are errors naming the choices.

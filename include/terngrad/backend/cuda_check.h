@@ -1,7 +1,8 @@
 // Check macros for the CUDA family of libraries, built on TG_CHECK_CALL (include/terngrad/core/error.h):
 // each names the call's text, the file, the line, the library's own error string and the current device.
 //   TG_CUDA_CHECK(cudaMemcpyAsync(...));      // CUDA runtime
-//   TG_CUDA_CHECK_LAUNCH();                   // after every kernel launch (cudaGetLastError)
+//   TG_CUDA_CHECK_LAUNCH();                   // after every kernel launch (cudaGetLastError; with
+//                                             // TG_CUDA_SYNC=1 also a device sync, naming the launcher)
 //   TG_CUDNN_CHECK(cudnnConvolutionForward(...));
 //   TG_CUBLAS_CHECK(cublasSgemm(...));
 //   TG_NCCL_CHECK(ncclAllReduce(...));
@@ -12,6 +13,8 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "terngrad/core/error.h"
@@ -23,6 +26,17 @@ inline std::string cuda_current_device_text() {
   if (cudaGetDevice(&dev) != cudaSuccess) return "device ?";
   return fmt::format("device {}", dev);
 }
+
+// TG_CUDA_SYNC=1 in the environment (read once): every TG_CUDA_CHECK_LAUNCH also synchronizes the device and
+// checks, so a fault inside a kernel is reported by the launcher that started it, not by a later call.
+// Slow: for finding a fault.
+inline bool cuda_sync_after_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("TG_CUDA_SYNC");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 }  // namespace tg::detail
 
 #define TG_CUDA_CHECK(call)                                                                                 \
@@ -31,7 +45,16 @@ inline std::string cuda_current_device_text() {
                               ::tg::detail::cuda_current_device_text()))
 
 // A kernel launch reports bad configurations through cudaGetLastError; call this right after each one.
-#define TG_CUDA_CHECK_LAUNCH() TG_CUDA_CHECK(cudaGetLastError())
+// With TG_CUDA_SYNC=1 it also waits for the kernel(s) and names the launching function in the error.
+#define TG_CUDA_CHECK_LAUNCH()                                                                              \
+  do {                                                                                                      \
+    TG_CUDA_CHECK(cudaGetLastError());                                                                      \
+    if (::tg::detail::cuda_sync_after_launch())                                                             \
+      TG_CHECK_CALL("CUDA", cudaDeviceSynchronize(), status_ == cudaSuccess,                                \
+                    ::fmt::format("{} ({}) in a kernel launched by {} (TG_CUDA_SYNC=1) on {}",              \
+                                  cudaGetErrorName(status_), cudaGetErrorString(status_), __func__,         \
+                                  ::tg::detail::cuda_current_device_text()));                              \
+  } while (0)
 
 #define TG_CUDNN_CHECK(call)                                                                                \
   TG_CHECK_CALL("cuDNN", call, status_ == CUDNN_STATUS_SUCCESS,                                             \

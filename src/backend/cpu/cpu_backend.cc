@@ -208,8 +208,9 @@ float CpuBackend::max_abs(const Tensor& x) {
   const float* p = x.data<float>();
   float m = 0.f;
   for (int64_t i = 0; i < x.numel(); ++i) {
-    float a = std::fabs(p[i]);
-    if (!(a <= m)) m = a;  // NaN propagates
+    const float a = std::fabs(p[i]);
+    if (std::isnan(a)) return a;  // NaN propagates (as on CUDA), whatever follows it
+    if (a > m) m = a;
   }
   return m;
 }

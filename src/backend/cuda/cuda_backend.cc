@@ -18,7 +18,25 @@ void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
   TG_CHECK(a.numel() == b.numel(), "{}: element counts differ: {} vs {}", op, a.str(), b.str());
 }
 constexpr size_t kWorkspaceGranule = size_t{1} << 20;  // the arena grows in whole MiB
+
+// Ordinary (pageable) host memory, as opposed to page-locked or managed memory.
+bool is_pageable(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;  // unknown: treat as pinned (wait)
+  }
+  return attr.type == cudaMemoryTypeUnregistered;
+}
 }  // namespace
+
+void debug_sync_after(const char* op) {
+  if (!detail::cuda_sync_after_launch()) return;
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (status != cudaSuccess)
+    TG_THROW("{}: {} ({}) in a library kernel (TG_CUDA_SYNC=1) on {}", op, cudaGetErrorName(status),
+             cudaGetErrorString(status), detail::cuda_current_device_text());
+}
 
 // ---- device guard and allocator ------------------------------------------------------------------------
 CudaDeviceGuard::CudaDeviceGuard(int index) {
@@ -57,7 +75,8 @@ void CudaAllocator::deallocate(void* ptr) noexcept {
 }
 
 // ---- construction ----------------------------------------------------------------------------------------
-CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+CudaBackend::CudaBackend(int index, const BackendOptions& options)
+    : index_(index), options_(options), allocator_(index) {
   CudaDeviceGuard guard(index_);
   cudaDeviceProp prop{};
   TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
@@ -66,13 +85,15 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
   TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TG_CUBLAS_CHECK(cublasCreate(&cublas_));
   TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  // Plain fp32 GEMMs (no TF32 tensor-core rounding): results stay comparable with the CPU backend.
-  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  // Plain fp32 GEMMs (no TF32 tensor-core rounding) unless allowed: results stay comparable with the CPU
+  // backend. cuBLAS's fp32 GEMMs give the same bits on every run (no atomics: the default atomics mode).
+  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
   TG_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   reduce_partials_ = Buffer(allocator_, cuda_kernels::kReduceMaxBlocks * sizeof(double));
   reduce_result_ = Buffer(allocator_, sizeof(double));
-  label_flag_ = Buffer(allocator_, sizeof(int));
+  label_flag_ = Buffer(allocator_, sizeof(unsigned long long));
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));
   TG_CUDA_CHECK(cudaMallocHost(&host_pinned_, 64));
 }
 
@@ -95,7 +116,27 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::synchronize() {
   CudaDeviceGuard guard(index_);
+  sync_and_check();
+}
+
+// host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag.
+void CudaBackend::sync_and_check() {
+  const bool read_flag = label_check_pending_;
+  auto* flag_host = static_cast<char*>(host_pinned_) + 8;
+  if (read_flag)
+    TG_CUDA_CHECK(cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                  stream_));
   TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!read_flag) return;
+  label_check_pending_ = false;
+  unsigned long long flag;
+  std::memcpy(&flag, flag_host, sizeof(flag));
+  if (flag == cuda_kernels::kNoBadLabel) return;
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));  // reset
+  const auto row = static_cast<int64_t>(flag >> 32);
+  const auto label = static_cast<int32_t>(static_cast<uint32_t>(flag & 0xFFFFFFFFull));
+  TG_THROW("label {} of example {} is outside [0, {}) (found by a softmax cross-entropy kernel)", label, row,
+           label_k_);
 }
 
 void* CudaBackend::workspace(size_t bytes) {
@@ -125,9 +166,10 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
                                               : (src.device().is_cpu() ? cudaMemcpyHostToDevice
                                                                        : cudaMemcpyDeviceToDevice);
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream_));
-  // A host destination is read by the caller right after: wait for it. (A host source may be reused at
-  // once too: pageable sources are staged before cudaMemcpyAsync returns, pinned ones are not, so wait.)
-  if (dst.device().is_cpu() || src.device().is_cpu()) TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // A host destination is read by the caller right after: wait for it. A host source may be reused at once
+  // too: pageable sources are staged before cudaMemcpyAsync returns, pinned (page-locked) ones are read
+  // later by the DMA engine, so wait for those only.
+  if (dst.device().is_cpu() || (src.device().is_cpu() && !is_pageable(src.raw()))) sync_and_check();
 }
 
 void CudaBackend::zero(const Tensor& dst) {
@@ -254,7 +296,7 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
   auto* result = static_cast<double*>(reduce_result_.data());
   cuda_kernels::reduce_sum_f64(x.data<float>(), x.numel(), squares, partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync_and_check();
   double v;
   std::memcpy(&v, host_pinned_, sizeof(double));
   return v;
@@ -271,24 +313,13 @@ float CudaBackend::max_abs(const Tensor& x) {
   auto* result = static_cast<double*>(reduce_result_.data());
   cuda_kernels::reduce_max_abs(x.data<float>(), x.numel(), partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync_and_check();
   double v;
   std::memcpy(&v, host_pinned_, sizeof(double));
   return static_cast<float>(v);  // exact: v holds a float
 }
 
 // ---- softmax cross-entropy --------------------------------------------------------------------------------------
-void CudaBackend::check_label_flag(const Tensor& labels, int64_t k) {
-  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, label_flag_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  int bad_row;
-  std::memcpy(&bad_row, host_pinned_, sizeof(int));
-  if (bad_row == cuda_kernels::kNoBadLabel) return;
-  int32_t label = 0;
-  TG_CUDA_CHECK(cudaMemcpy(&label, labels.data<int32_t>() + bad_row, sizeof(int32_t), cudaMemcpyDeviceToHost));
-  TG_THROW("label {} of example {} is outside [0, {})", label, bad_row, k);
-}
-
 void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                        const Tensor& probs, const Tensor& losses) {
   TG_CHECK(logits.shape().rank() == 2, "softmax_xent: logits {} must be (N, K)", logits.str());
@@ -301,11 +332,10 @@ void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& label
   check_on_device(probs, "softmax_xent", "probs"), check_on_device(losses, "softmax_xent", "losses");
   if (n == 0) return;
   CudaDeviceGuard guard(index_);
-  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0x7f, sizeof(int), stream_));
   cuda_kernels::softmax_xent_forward_f32(logits.data<float>(), labels.data<int32_t>(), n, k, label_smoothing,
                                          probs.data<float>(), losses.data<float>(),
-                                         static_cast<int*>(label_flag_.data()), stream_);
-  check_label_flag(labels, k);
+                                         static_cast<unsigned long long*>(label_flag_.data()), stream_);
+  label_check_pending_ = true, label_k_ = k;  // read at the next host sync (no wait here)
 }
 
 void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
@@ -319,10 +349,10 @@ void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& label
   check_on_device(dlogits, "softmax_xent_backward", "dlogits");
   if (n == 0) return;
   CudaDeviceGuard guard(index_);
-  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0x7f, sizeof(int), stream_));
   cuda_kernels::softmax_xent_backward_f32(probs.data<float>(), labels.data<int32_t>(), n, k, label_smoothing, scale,
-                                          dlogits.data<float>(), static_cast<int*>(label_flag_.data()), stream_);
-  check_label_flag(labels, k);
+                                          dlogits.data<float>(), static_cast<unsigned long long*>(label_flag_.data()),
+                                          stream_);
+  label_check_pending_ = true, label_k_ = k;
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------------------
@@ -354,7 +384,7 @@ void CudaBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
 }
 
 // ---- factory ----------------------------------------------------------------------------------------------------------
-std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& /*options*/) {
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -365,7 +395,7 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& /*op
   if (count == 0) TG_THROW("--device cuda: no CUDA device is available (cudaGetDeviceCount: 0 devices)");
   TG_CHECK(index >= 0 && index < count, "--device cuda:{}: this machine has {} CUDA device(s), cuda:0..cuda:{}",
            index, count, count - 1);
-  return std::make_unique<CudaBackend>(index);
+  return std::make_unique<CudaBackend>(index, options);
 }
 
 }  // namespace tg

@@ -13,13 +13,19 @@
 //
 // Files: cuda_backend.cc (construction, memory, element-wise, reductions, loss, optimizer, factory),
 // cuda_conv.cc (cuDNN convolution), cuda_pool.cc (pooling kernels), cuda_lrn.cc (LRN kernels),
-// cuda_batch_norm.cc (cuDNN batch norm), cuda_inner_product.cc (cuBLAS). Kernel launchers: cuda_kernels.h.
+// cuda_batch_norm.cc (batch norm kernels), cuda_inner_product.cc (cuBLAS). Kernel launchers: cuda_kernels.h.
+//
+// Host syncs: only where a value goes to the host (reductions, copies to or from host memory that is read or
+// reused at once) and when the arena grows (first use of a descriptor). Errors found by kernels (a bad
+// label) are read at the next of those syncs. TG_CUDA_SYNC=1 synchronizes after every launch
+// (include/terngrad/backend/cuda_check.h), so an asynchronous fault names the launcher that caused it.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -27,6 +33,10 @@
 #include "terngrad/backend/backend.h"
 
 namespace tg {
+
+// With TG_CUDA_SYNC=1: waits for the device after a library call (cuDNN, cuBLAS) that launched kernels and
+// throws naming `op` if one faulted (our own launches do this in TG_CUDA_CHECK_LAUNCH).
+void debug_sync_after(const char* op);
 
 // Creates the backend of CUDA device `index`. Throws tg::Error when no device is present or the index is
 // out of range ("--device cuda: no CUDA device is available (cudaGetDeviceCount: ...)").
@@ -57,9 +67,17 @@ class CudaAllocator final : public Allocator {
   int index_;
 };
 
+// The cuDNN algorithm a convolution direction runs with, once it has run (chosen is false before).
+struct ConvAlgorithm {
+  std::string name;            // "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ...
+  bool deterministic = false;  // cuDNN's CUDNN_DETERMINISTIC
+  bool tf32 = false;           // the descriptor allowed TF32 (BackendOptions::allow_tf32)
+  bool chosen = false;
+};
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int index);
+  explicit CudaBackend(int index, const BackendOptions& options = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -123,6 +141,7 @@ class CudaBackend final : public Backend {
 
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }
+  const BackendOptions& options() const { return options_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
@@ -148,13 +167,22 @@ class CudaBackend final : public Backend {
     return static_cast<T&>(*it->second);
   }
   size_t cache_size() const { return cache_.size(); }
+  const CachedOp* find_cached(const std::string& key) const {
+    auto it = cache_.find(key);
+    return it == cache_.end() ? nullptr : it->second.get();
+  }
+
+  // The algorithms conv `d` ran with: forward, backward-data, backward-filter (for reports; cuda_ops_check).
+  std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d) const;
 
  private:
   double reduce_to_host(const Tensor& x, bool squares, const char* op);
-  // Throws naming the first example whose label is outside [0, k) if the last loss kernel flagged one.
-  void check_label_flag(const Tensor& labels, int64_t k);
+  // Synchronizes the stream, then throws if a loss kernel since the last check flagged a bad label (naming
+  // the first example and its label).
+  void sync_and_check();
 
   int index_;
+  BackendOptions options_;
   std::string name_;
   CudaAllocator allocator_;
   cudaStream_t stream_ = nullptr;
@@ -164,7 +192,9 @@ class CudaBackend final : public Backend {
   int workspace_grows_ = 0;
   Buffer reduce_partials_;  // per-block partial sums of the reductions (double)
   Buffer reduce_result_;    // one double on the device
-  Buffer label_flag_;       // one int: the first bad example's row, or kNoBadLabel
+  Buffer label_flag_;       // one u64: (first bad example's row << 32 | its label), or kNoBadLabel
+  bool label_check_pending_ = false;  // a loss kernel ran since the flag was last read
+  int64_t label_k_ = 0;               // K of the last loss (for the message)
   void* host_pinned_ = nullptr;  // 64 bytes of page-locked host memory for the values read back
   std::unordered_map<std::string, std::unique_ptr<CachedOp>> cache_;
 };

@@ -1,6 +1,6 @@
 // CudaBackend 2-D convolution on cuDNN (legacy convolution API: cudnnConvolutionForward/BackwardData/
-// BackwardFilter with algorithms from the *_v7 heuristics, chosen once per ConvDesc and cached with the
-// descriptors). NHWC activations.
+// BackwardFilter with candidates from the *_v7 heuristics, per ConvDesc, cached with the descriptors). NHWC
+// activations.
 //
 // Layouts: our weights are TensorFlow's (KH, KW, Cin/g, Cout); cuDNN's NHWC filter is (Cout, KH, KW, Cin/g)
 // ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout), done per call into the
@@ -8,12 +8,17 @@
 // Padding: cuDNN pads symmetrically. TF's SAME puts the odd pixel after (pad_bottom = pad_top + 1), so a
 // desc with unequal pads runs on an explicitly zero-padded copy of x (VALID for cuDNN); its dx is computed
 // on the padded grid and cropped. Symmetric pads go to cuDNN directly.
-// Math: each direction's algorithm is taken with FMA math when the heuristics offer one (no TF32
-// rounding: results stay comparable with the CPU backend), else with what they return first.
+// Algorithms: per direction, the heuristics' list is filtered once (scratch within kMaxAlgoWorkspace; with
+// BackendOptions::deterministic only CUDNN_DETERMINISTIC ones, which excludes the atomics-based backward
+// algorithms; without allow_tf32 no tensor-op candidates) and kept in the heuristics' order. Without
+// allow_tf32 every candidate runs with the descriptor on CUDNN_FMA_MATH (plain fp32, comparable with the CPU
+// backend; CUDNN_DEFAULT_MATH would let sm_80+ round operands to TF32). The first call of a direction tries
+// the candidates in order until one executes, and that one is kept (conv_algorithms() reports it).
 //
 // Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx][cuDNN scratch].
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <vector>
 
 #include "src/backend/cuda/cuda_backend.h"
@@ -32,28 +37,104 @@ int as_int(int64_t v, const ConvDesc& d) {
   return static_cast<int>(v);
 }
 
-// The preferred result of a *_v7 heuristic query: FMA math first, then any other, within the scratch cap.
-template <typename Perf> const Perf& pick_algo(const std::vector<Perf>& perfs, int returned, const char* what,
-                                                const ConvDesc& d) {
-  const Perf* any = nullptr;
-  for (int i = 0; i < returned; ++i) {
-    const Perf& p = perfs[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxAlgoWorkspace) continue;
-    if (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH) return p;
-    if (!any) any = &p;
-  }
-  TG_CHECK(any != nullptr, "conv {}: cuDNN offers no {} algorithm", d.key(), what);
-  return *any;
+const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
+  static const char* const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
+                                      "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < 8 ? names[a] : "?";
 }
+const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
+  static const char* const names[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < 6 ? names[a] : "?";
+}
+const char* algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
+  static const char* const names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+                                      "FFT_TILING"};
+  return a >= 0 && a < 7 ? names[a] : "?";
+}
+bool is_tensor_op(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// One direction's acceptable algorithms, in the heuristics' order, and the one that executed first.
+template <typename Algo> struct AlgoChoice {
+  struct Candidate {
+    Algo algo;
+    cudnnMathType_t math;  // what the descriptor is set to when this candidate runs
+    bool deterministic;
+    size_t workspace;
+  };
+  std::vector<Candidate> candidates;
+  int chosen = -1;
+  std::string rejected;  // why the heuristics' other results were left out (for the error message)
+
+  // Filters a *_v7 result list; ws_size(algo, &bytes) asks cuDNN for an algorithm's scratch under the
+  // candidate's math type (set on `conv` first).
+  template <typename Perf, typename WsSize>
+  void fill(const std::vector<Perf>& perfs, int returned, const BackendOptions& o, cudnnConvolutionDescriptor_t conv,
+            WsSize ws_size) {
+    for (int i = 0; i < returned; ++i) {
+      const Perf& p = perfs[i];
+      const bool det = p.determinism == CUDNN_DETERMINISTIC;
+      std::string why;
+      if (p.status != CUDNN_STATUS_SUCCESS) why = cudnnGetErrorString(p.status);
+      else if (o.deterministic && !det) why = "nondeterministic";
+      else if (!o.allow_tf32 && is_tensor_op(p.mathType)) why = "tensor-op math";
+      Candidate c{p.algo, o.allow_tf32 ? p.mathType : CUDNN_FMA_MATH, det, 0};
+      if (why.empty()) {
+        TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
+        const cudnnStatus_t st = ws_size(p.algo, &c.workspace);
+        if (st != CUDNN_STATUS_SUCCESS) why = cudnnGetErrorString(st);
+        else if (c.workspace > kMaxAlgoWorkspace) why = fmt::format("{} bytes of scratch", c.workspace);
+      }
+      if (why.empty()) candidates.push_back(c);
+      else rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", algo_name(p.algo), why);
+    }
+    if (!candidates.empty()) TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[0].math));
+  }
+  size_t max_workspace() const {
+    size_t m = 0;
+    for (const Candidate& c : candidates) m = std::max(m, c.workspace);
+    return m;
+  }
+  // Runs the kept algorithm, or on first use the candidates in order until one executes.
+  template <typename Run> void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, Run r) {
+    if (chosen >= 0) {
+      const cudnnStatus_t st = r(candidates[chosen]);
+      TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
+               algo_name(candidates[chosen].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
+      debug_sync_after(what);
+      return;
+    }
+    TG_CHECK(!candidates.empty(), "conv {}: cuDNN offers no usable {} algorithm ({})", d.key(), what, rejected);
+    std::string failed;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[i].math));
+      const cudnnStatus_t st = r(candidates[i]);
+      if (st == CUDNN_STATUS_SUCCESS) {
+        chosen = static_cast<int>(i);
+        debug_sync_after(what);
+        return;
+      }
+      cudaGetLastError();  // a launch error of the failed try must not be reported by the next call
+      failed += fmt::format("{}{}: {}", failed.empty() ? "" : "; ", algo_name(candidates[i].algo),
+                            cudnnGetErrorString(st));
+    }
+    TG_THROW("conv {}: no {} algorithm executed ({})", d.key(), what, failed);
+  }
+  ConvAlgorithm report() const {
+    if (chosen < 0) return {};
+    const Candidate& c = candidates[chosen];
+    return {algo_name(c.algo), c.deterministic, c.math != CUDNN_FMA_MATH, true};
+  }
+};
 
 struct ConvEntry : CudaBackend::CachedOp {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;  // x: the (possibly padded) input cuDNN sees
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t fwd_conv = nullptr, data_conv = nullptr, filter_conv = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  AlgoChoice<cudnnConvolutionFwdAlgo_t> fwd_algo;
+  AlgoChoice<cudnnConvolutionBwdDataAlgo_t> data_algo;
+  AlgoChoice<cudnnConvolutionBwdFilterAlgo_t> filter_algo;
   bool explicit_pad = false;
   size_t filter_bytes = 0, padded_bytes = 0;
   size_t off_dw = 0, off_xp = 0, off_scratch = 0, total = 0;
@@ -105,16 +186,15 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
            d.n, d.out_h, d.out_w, d.out_c);
 
   cudnnHandle_t h = be.cudnn();
+  const BackendOptions& o = be.options();
   {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     int returned = 0;
     TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, e->fwd_conv, e->y,
                                                           static_cast<int>(perfs.size()), &returned, perfs.data()));
-    const auto& p = pick_algo(perfs, returned, "forward", d);
-    e->fwd_algo = p.algo;
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(e->fwd_conv, p.mathType));
-    TG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->w, e->fwd_conv, e->y, e->fwd_algo,
-                                                           &e->fwd_ws));
+    e->fwd_algo.fill(perfs, returned, o, e->fwd_conv, [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->w, e->fwd_conv, e->y, a, bytes);
+    });
   }
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
@@ -122,11 +202,9 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->w, e->y, e->data_conv, e->x,
                                                                static_cast<int>(perfs.size()), &returned,
                                                                perfs.data()));
-    const auto& p = pick_algo(perfs, returned, "backward-data", d);
-    e->data_algo = p.algo;
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(e->data_conv, p.mathType));
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, e->data_conv, e->x, e->data_algo,
-                                                                &e->data_ws));
+    e->data_algo.fill(perfs, returned, o, e->data_conv, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, e->data_conv, e->x, a, bytes);
+    });
   }
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
@@ -134,11 +212,9 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, e->filter_conv, e->w,
                                                                  static_cast<int>(perfs.size()), &returned,
                                                                  perfs.data()));
-    const auto& p = pick_algo(perfs, returned, "backward-filter", d);
-    e->filter_algo = p.algo;
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(e->filter_conv, p.mathType));
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->filter_conv, e->w,
-                                                                  e->filter_algo, &e->filter_ws));
+    e->filter_algo.fill(perfs, returned, o, e->filter_conv, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->filter_conv, e->w, a, bytes);
+    });
   }
 
   e->filter_bytes = static_cast<size_t>(d.kh * d.kw * (d.c / d.groups) * d.out_c) * sizeof(float);
@@ -146,7 +222,9 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
   e->off_dw = align256(e->filter_bytes);
   e->off_xp = e->off_dw + align256(e->filter_bytes);
   e->off_scratch = e->off_xp + align256(e->padded_bytes);
-  e->total = e->off_scratch + std::max({e->fwd_ws, e->data_ws, e->filter_ws, size_t{256}});
+  // Room for every candidate's scratch: the tries on first use must not grow the arena (it holds w KRSC).
+  e->total = e->off_scratch + std::max({e->fwd_algo.max_workspace(), e->data_algo.max_workspace(),
+                                        e->filter_algo.max_workspace(), size_t{256}});
   be.workspace(e->total);  // grow now, while the descriptor is new
   return e.release();
 }
@@ -185,8 +263,10 @@ void CudaBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tenso
     xin = xp;
   }
   const float one = 1.f, beta0 = 0.f;
-  TG_CUDNN_CHECK(cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, e.fwd_algo,
-                                         at(ws, e.off_scratch), e.fwd_ws, &beta0, e.y, y.data<float>()));
+  e.fwd_algo.run(e.fwd_conv, "forward", d, [&](const auto& c) {
+    return cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, c.algo, at(ws, e.off_scratch),
+                                   c.workspace, &beta0, e.y, y.data<float>());
+  });
   if (d.has_bias)
     cuda_kernels::add_bias_rows_f32(y.data<float>(), b.data<float>(), d.n * d.out_h * d.out_w, d.out_c, stream());
 }
@@ -202,7 +282,9 @@ void CudaBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tens
     TG_CHECK(d.has_bias && db.numel() == d.out_c, "conv2d_backward {}: db {} given for {} outputs", d.key(),
              db.str(), d.out_c);
     check_on_device(db, "conv2d_backward", "db");
-    cuda_kernels::column_sum_f32(dy.data<float>(), d.n * d.out_h * d.out_w, d.out_c, db.data<float>(), stream());
+    const int64_t rows = d.n * d.out_h * d.out_w;  // db: scratch from the arena, before the conv uses it
+    cuda_kernels::column_sum_f32(dy.data<float>(), rows, d.out_c, db.data<float>(),
+                                 workspace(cuda_kernels::column_sum_scratch_bytes(rows, d.out_c)), stream());
   }
   if (!dx && !dw) return;
   if (d.n == 0) {
@@ -224,9 +306,10 @@ void CudaBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tens
       xin = xp;
     }
     float* dwk = reinterpret_cast<float*>(at(ws, e.off_dw));
-    TG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.data<float>(), e.filter_conv,
-                                                  e.filter_algo, at(ws, e.off_scratch), e.filter_ws, &beta0, e.w,
-                                                  dwk));
+    e.filter_algo.run(e.filter_conv, "backward-filter", d, [&](const auto& c) {
+      return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.data<float>(), e.filter_conv, c.algo,
+                                            at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
+    });
     cuda_kernels::transpose_f32(dwk, dw.data<float>(), d.out_c, rows_w, stream());
   }
   if (dx) {
@@ -236,12 +319,20 @@ void CudaBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tens
     float* wk = reinterpret_cast<float*>(at(ws, 0));
     cuda_kernels::transpose_f32(w.data<float>(), wk, rows_w, d.out_c, stream());
     float* dxin = e.explicit_pad ? xp : dx.data<float>();
-    TG_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.data<float>(), e.data_conv,
-                                                e.data_algo, at(ws, e.off_scratch), e.data_ws, &beta0, e.x, dxin));
+    e.data_algo.run(e.data_conv, "backward-data", d, [&](const auto& c) {
+      return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.data<float>(), e.data_conv, c.algo,
+                                          at(ws, e.off_scratch), c.workspace, &beta0, e.x, dxin);
+    });
     if (e.explicit_pad)
       cuda_kernels::crop_nhwc_f32(xp, dx.data<float>(), d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left,
                                   d.pad_right, stream());
   }
+}
+
+std::array<ConvAlgorithm, 3> CudaBackend::conv_algorithms(const ConvDesc& d) const {
+  const auto* e = static_cast<const ConvEntry*>(find_cached("cuda_conv:" + d.key()));
+  if (!e) return {};
+  return {e->fwd_algo.report(), e->data_algo.report(), e->filter_algo.report()};
 }
 
 }  // namespace tg

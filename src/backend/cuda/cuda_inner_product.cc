@@ -5,7 +5,8 @@
 //   forward: y^T  = w^T * x^T         gemm(N, N, m=out, n=N,  k=in)
 //   dx:      dx^T = (w^T)^T * dy^T    gemm(T, N, m=in,  n=N,  k=out)
 //   dw:      dw^T = dy^T * (x^T)^T    gemm(N, T, m=out, n=in, k=N)
-// db is the column sum of dy. The handle's math mode is plain fp32 (no TF32).
+// db is the column sum of dy (scratch from the arena). The handle's math mode is plain fp32 unless
+// BackendOptions::allow_tf32.
 #include <climits>
 
 #include "src/backend/cuda/cuda_backend.h"
@@ -39,6 +40,7 @@ void CudaBackend::inner_product_forward(const InnerProductDesc& d, const Tensor&
                               static_cast<int>(d.in), &one, w.data<float>(), static_cast<int>(d.out),
                               x.data<float>(), static_cast<int>(d.in), &beta0, y.data<float>(),
                               static_cast<int>(d.out)));
+  debug_sync_after("inner_product_forward");
   if (d.has_bias) cuda_kernels::add_bias_rows_f32(y.data<float>(), b.data<float>(), d.n, d.out, stream());
 }
 
@@ -68,11 +70,13 @@ void CudaBackend::inner_product_backward(const InnerProductDesc& d, const Tensor
     else
       zero(dw);
   }
+  debug_sync_after("inner_product_backward");
   if (db) {
     TG_CHECK(d.has_bias && db.numel() == d.out, "inner_product_backward {}: db {} given for {} outputs", d.key(),
              db.str(), d.out);
     check_on_device(db, "inner_product_backward", "db");
-    cuda_kernels::column_sum_f32(dy.data<float>(), d.n, d.out, db.data<float>(), stream());
+    cuda_kernels::column_sum_f32(dy.data<float>(), d.n, d.out, db.data<float>(),
+                                 workspace(cuda_kernels::column_sum_scratch_bytes(d.n, d.out)), stream());
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "terngrad/backend/op_desc.h"
@@ -45,19 +46,37 @@ void reduce_sum_f64(const float* x, int64_t n, bool squares, double* partials, d
                     cudaStream_t stream);
 // *result = max |x[i]| (NaN propagates), as a double holding the float; partials as above.
 void reduce_max_abs(const float* x, int64_t n, double* partials, double* result, cudaStream_t stream);
-// out (cols) = sum over rows of x (rows, cols), accumulated in float with a fixed tree.
-void column_sum_f32(const float* x, int64_t rows, int64_t cols, float* out, cudaStream_t stream);
+// out (cols) = sum over rows of x (rows, cols): slabs of rows summed in double by a 2-D grid (a fixed tree
+// per slab), then the slabs in order; the grid depends only on (rows, cols), so the bits are deterministic.
+// scratch: column_sum_scratch_bytes(rows, cols) bytes of device memory.
+size_t column_sum_scratch_bytes(int64_t rows, int64_t cols);
+void column_sum_f32(const float* x, int64_t rows, int64_t cols, float* out, void* scratch, cudaStream_t stream);
+
+// ---- kernels/batch_norm_kernels.cu -------------------------------------------------------------------------
+// The CPU backend's batch norm loops (same chunks, same order, same bits) over x (rows, C); gamma may be null
+// (1), beta is required; backward's dx, dgamma, dbeta may each be null. scratch: batch_norm_scratch_bytes.
+size_t batch_norm_scratch_bytes(int64_t rows, int64_t c);
+void batch_norm_forward_training_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                     float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
+                                     cudaStream_t stream);
+void batch_norm_forward_inference_f32(const float* x, const float* gamma, const float* beta, const float* mean,
+                                      const float* var, float* y, int64_t rows, int64_t c, float epsilon,
+                                      void* scratch, cudaStream_t stream);
+void batch_norm_backward_f32(const float* x, const float* gamma, const float* mean, const float* var,
+                             const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c,
+                             float epsilon, void* scratch, cudaStream_t stream);
 
 // ---- kernels/loss_kernels.cu ------------------------------------------------------------------------------
-constexpr int kNoBadLabel = 0x7f7f7f7f;  // label flag value meaning "all labels valid" (memset byte 0x7f)
-// logits (N, K), labels (N) -> probs (N, K), losses (N); the smallest row with a label outside [0, K) is
-// atomicMin'd into *bad_row (which the caller set to kNoBadLabel).
+// The label flag: kNoBadLabel (memset byte 0xFF) or (row << 32 | uint32 label) of the first bad example.
+constexpr unsigned long long kNoBadLabel = ~0ull;
+// logits (N, K), labels (N) -> probs (N, K), losses (N); a label outside [0, K) is atomicMin'd into *bad as
+// (row << 32 | uint32 label), so the flag names the smallest such row (the caller set it to kNoBadLabel).
 void softmax_xent_forward_f32(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                              float label_smoothing, float* probs, float* losses, int* bad_row,
+                              float label_smoothing, float* probs, float* losses, unsigned long long* bad,
                               cudaStream_t stream);
 // dlogits (N, K) = scale * (probs - target); bad labels flagged as above.
 void softmax_xent_backward_f32(const float* probs, const int32_t* labels, int64_t n, int64_t k,
-                               float label_smoothing, float scale, float* dlogits, int* bad_row,
+                               float label_smoothing, float scale, float* dlogits, unsigned long long* bad,
                                cudaStream_t stream);
 
 // ---- kernels/optimizer_kernels.cu --------------------------------------------------------------------------

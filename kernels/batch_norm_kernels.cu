@@ -1,0 +1,249 @@
+// Batch normalization kernels of the CUDA backend, the CPU backend's loops (src/backend/cpu/cpu_batch_norm.cc)
+// on the GPU: x is (rows = N*H*W, C) with channels contiguous (NHWC). The rows are cut into the CPU's fixed
+// chunks of kChunkRows; one thread sums one (chunk, channel) in double over the chunk's rows in order, and a
+// second kernel adds each channel's chunk sums in chunk order, exactly as the CPU does. With -fmad=false
+// (no contraction, as the CPU build's -ffp-contract=off) the statistics, the per-channel coefficients and
+// every output are the CPU's bits for any shape, with plain int64 indexing (no 32-bit limits on rows).
+//
+// Scratch (from the caller's arena, batch_norm_scratch_bytes): partial (chunks, 2, C) doubles, then four
+// (C) float vectors: scale, shift, inv_std, mean_dy_xhat (the CPU's BnScratch, same names).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "src/backend/cuda/cuda_kernels.h"
+#include "src/backend/cuda/cuda_launch.h"
+#include "terngrad/backend/cuda_check.h"
+
+namespace tg::cuda_kernels {
+namespace {
+
+constexpr int64_t kChunkRows = 256;  // the CPU backend's chunk (cpu_batch_norm.cc)
+constexpr int kTileC = 32;           // channels per block (one warp across a row: coalesced)
+constexpr int kTileY = 8;            // chunks (pass 1) or rows (element-wise) per block
+constexpr int kTileChunks = 64;      // chunk sums staged in shared memory per step of the ordered sum
+
+struct Scratch {
+  double* partial;  // (chunks, 2, C)
+  float *scale, *shift, *inv_std, *mean_dy_xhat;  // (C) each
+};
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+Scratch carve(void* base, int64_t chunks, int64_t c) {
+  char* p = static_cast<char*>(base);
+  Scratch s;
+  s.partial = reinterpret_cast<double*>(p);
+  p += align256(static_cast<size_t>(chunks * 2 * c) * sizeof(double));
+  float** vecs[] = {&s.scale, &s.shift, &s.inv_std, &s.mean_dy_xhat};
+  for (float** v : vecs) {
+    *v = reinterpret_cast<float*>(p);
+    p += align256(static_cast<size_t>(c) * sizeof(float));
+  }
+  return s;
+}
+
+__host__ __device__ inline int64_t num_chunks(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+__device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+enum Pass1 { kSumX = 0, kSumSqDev = 1, kSumDy = 2 };
+
+// Block (kTileC, kTileY): thread (tx, ty) sums channel blockIdx.y*32+tx over chunk blockIdx.x*8+ty.
+//   kSumX:     partial[k][0][j] = sum x
+//   kSumSqDev: partial[k][1][j] = sum double(x - mean)^2
+//   kSumDy:    partial[k][0][j] = sum dy, partial[k][1][j] = sum double(dy * x^), x^ = (x - mean) * inv_std
+template <int kPass>
+__global__ void chunk_sums_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                  const float* __restrict__ mean, const float* __restrict__ inv_std, int64_t rows,
+                                  int64_t c, double* __restrict__ partial) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * kTileC + threadIdx.x;
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y;
+  if (j >= c || k >= num_chunks(rows)) return;
+  const int64_t r0 = k * kChunkRows, r1 = min64(rows, r0 + kChunkRows);
+  double a0 = 0.0, a1 = 0.0;
+  const float m = kPass == kSumX ? 0.f : mean[j];
+  const float is = kPass == kSumDy ? inv_std[j] : 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float xv = x[r * c + j];
+    if (kPass == kSumX) {
+      a0 += xv;
+    } else if (kPass == kSumSqDev) {
+      const double t = static_cast<double>(xv - m);
+      a1 += t * t;
+    } else {
+      const float dv = dy[r * c + j];
+      const float xhat = (xv - m) * is;
+      a0 += dv;
+      a1 += static_cast<double>(dv * xhat);
+    }
+  }
+  if (kPass != kSumSqDev) partial[(k * 2 + 0) * c + j] = a0;
+  if (kPass != kSumX) partial[(k * 2 + 1) * c + j] = a1;
+}
+
+// Adds slots [kFirst, kFirst + kSlots) of the chunk sums of channel j in chunk order (the CPU's order),
+// staging kTileChunks chunks at a time in shared memory; the block's row ty == 0 holds the results.
+template <int kFirst, int kSlots>
+__device__ void ordered_sums(const double* __restrict__ partial, int64_t chunks, int64_t c, int64_t j,
+                             double (&acc)[kSlots]) {
+  __shared__ double tile[kSlots][kTileChunks][kTileC];
+  for (int s = 0; s < kSlots; ++s) acc[s] = 0.0;
+  for (int64_t k0 = 0; k0 < chunks; k0 += kTileChunks) {
+    for (int kk = threadIdx.y; kk < kTileChunks; kk += kTileY)
+      for (int s = 0; s < kSlots; ++s)
+        tile[s][kk][threadIdx.x] =
+            (k0 + kk < chunks && j < c) ? partial[((k0 + kk) * 2 + kFirst + s) * c + j] : 0.0;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+      const int n = static_cast<int>(min64(kTileChunks, chunks - k0));
+      for (int kk = 0; kk < n; ++kk)
+        for (int s = 0; s < kSlots; ++s) acc[s] += tile[s][kk][threadIdx.x];
+    }
+    __syncthreads();
+  }
+}
+
+// mean[j] = sum x / rows
+__global__ void finish_mean_kernel(const double* __restrict__ partial, int64_t rows, int64_t c, float* mean) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  double acc[1];
+  ordered_sums<0, 1>(partial, num_chunks(rows), c, j, acc);
+  if (threadIdx.y == 0 && j < c) mean[j] = static_cast<float>(acc[0] / static_cast<double>(rows));
+}
+
+// var[j] = sum (x - mean)^2 / rows; scale = gamma * inv_std, shift = beta - mean * scale.
+__global__ void finish_var_kernel(const double* __restrict__ partial, int64_t rows, int64_t c, float epsilon,
+                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+                                  const float* __restrict__ mean, float* var, Scratch s) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  double acc[1];
+  ordered_sums<1, 1>(partial, num_chunks(rows), c, j, acc);
+  if (threadIdx.y != 0 || j >= c) return;
+  const float v = static_cast<float>(acc[0] / static_cast<double>(rows));
+  var[j] = v;
+  const float inv_std = 1.f / sqrtf(v + epsilon);
+  s.scale[j] = (gamma ? gamma[j] : 1.f) * inv_std;
+  s.shift[j] = beta[j] - mean[j] * s.scale[j];
+}
+
+// Inference coefficients from given statistics (one thread per channel).
+__global__ void inference_coef_kernel(int64_t c, float epsilon, const float* __restrict__ gamma,
+                                      const float* __restrict__ beta, const float* __restrict__ mean,
+                                      const float* __restrict__ var, Scratch s) {
+  TG_GRID_STRIDE_LOOP(j, c) {
+    const float inv_std = 1.f / sqrtf(var[j] + epsilon);
+    s.scale[j] = (gamma ? gamma[j] : 1.f) * inv_std;
+    s.shift[j] = beta[j] - mean[j] * s.scale[j];
+  }
+}
+
+__global__ void inv_std_kernel(int64_t c, float epsilon, const float* __restrict__ var, Scratch s) {
+  TG_GRID_STRIDE_LOOP(j, c) s.inv_std[j] = 1.f / sqrtf(var[j] + epsilon);
+}
+
+// dbeta = sum dy, dgamma = sum dy * x^ (each optional); scale = gamma * inv_std, shift = mean dy,
+// mean_dy_xhat = sum dy * x^ / rows.
+__global__ void finish_backward_kernel(const double* __restrict__ partial, int64_t rows, int64_t c,
+                                       const float* __restrict__ gamma, float* dgamma, float* dbeta, Scratch s) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  double acc[2];
+  ordered_sums<0, 2>(partial, num_chunks(rows), c, j, acc);
+  if (threadIdx.y != 0 || j >= c) return;
+  if (dbeta) dbeta[j] = static_cast<float>(acc[0]);
+  if (dgamma) dgamma[j] = static_cast<float>(acc[1]);
+  s.scale[j] = (gamma ? gamma[j] : 1.f) * s.inv_std[j];
+  s.shift[j] = static_cast<float>(acc[0] / static_cast<double>(rows));
+  s.mean_dy_xhat[j] = static_cast<float>(acc[1] / static_cast<double>(rows));
+}
+
+// Element-wise passes over (rows, C): block (32, 8) walks rows blockIdx.x*8+ty, + 8*gridDim.x, ...; a
+// warp covers 32 consecutive channels of one row.
+__global__ void affine_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t c,
+                              Scratch s) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * kTileY)
+    for (int64_t j = threadIdx.x; j < c; j += kTileC) y[r * c + j] = x[r * c + j] * s.scale[j] + s.shift[j];
+}
+
+// dx = scale * (dy - mean_dy - x^ * mean_dy_xhat)
+__global__ void backward_dx_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                   const float* __restrict__ mean, float* __restrict__ dx, int64_t rows, int64_t c,
+                                   Scratch s) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * kTileY)
+    for (int64_t j = threadIdx.x; j < c; j += kTileC) {
+      const float xhat = (x[r * c + j] - mean[j]) * s.inv_std[j];
+      dx[r * c + j] = s.scale[j] * (dy[r * c + j] - s.shift[j] - xhat * s.mean_dy_xhat[j]);
+    }
+}
+
+dim3 chunk_grid(int64_t rows, int64_t c) {
+  return dim3(static_cast<unsigned>((num_chunks(rows) + kTileY - 1) / kTileY),
+              static_cast<unsigned>((c + kTileC - 1) / kTileC));
+}
+unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + kTileC - 1) / kTileC); }
+unsigned row_blocks(int64_t rows, int64_t c) {
+  // about 8192 elements per block-iteration budget; enough blocks to fill any GPU, capped
+  const int64_t per_block = kTileY * std::max<int64_t>(c, kTileC);
+  return static_cast<unsigned>(std::clamp<int64_t>((rows * c + per_block - 1) / per_block, 1, 65535 / 2));
+}
+const dim3 kBlock(kTileC, kTileY);
+
+}  // namespace
+
+size_t batch_norm_scratch_bytes(int64_t rows, int64_t c) {
+  return align256(static_cast<size_t>(num_chunks(rows) * 2 * c) * sizeof(double)) +
+         4 * align256(static_cast<size_t>(c) * sizeof(float));
+}
+
+void batch_norm_forward_training_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                     float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
+                                     cudaStream_t stream) {
+  if (rows == 0 || c == 0) return;
+  const Scratch s = carve(scratch, num_chunks(rows), c);
+  TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
+  chunk_sums_kernel<kSumX><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, nullptr, nullptr, nullptr, rows, c,
+                                                                      s.partial);
+  TG_CUDA_CHECK_LAUNCH();
+  finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, mean);
+  TG_CUDA_CHECK_LAUNCH();
+  chunk_sums_kernel<kSumSqDev><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, nullptr, mean, nullptr, rows, c,
+                                                                          s.partial);
+  TG_CUDA_CHECK_LAUNCH();
+  finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var,
+                                                              s);
+  TG_CUDA_CHECK_LAUNCH();
+  affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, y, rows, c, s);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_forward_inference_f32(const float* x, const float* gamma, const float* beta, const float* mean,
+                                      const float* var, float* y, int64_t rows, int64_t c, float epsilon,
+                                      void* scratch, cudaStream_t stream) {
+  if (rows == 0 || c == 0) return;
+  const Scratch s = carve(scratch, num_chunks(rows), c);
+  inference_coef_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, gamma, beta, mean, var, s);
+  TG_CUDA_CHECK_LAUNCH();
+  affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, y, rows, c, s);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_f32(const float* x, const float* gamma, const float* mean, const float* var,
+                             const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c,
+                             float epsilon, void* scratch, cudaStream_t stream) {
+  if (rows == 0 || c == 0) return;
+  const Scratch s = carve(scratch, num_chunks(rows), c);
+  TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
+  inv_std_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, var, s);
+  TG_CUDA_CHECK_LAUNCH();
+  chunk_sums_kernel<kSumDy><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, dy, mean, s.inv_std, rows, c,
+                                                                       s.partial);
+  TG_CUDA_CHECK_LAUNCH();
+  finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
+  TG_CUDA_CHECK_LAUNCH();
+  if (!dx) return;
+  backward_dx_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, dy, mean, dx, rows, c, s);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tg::cuda_kernels

@@ -1,0 +1,616 @@
+// cuda_ops_check: the CUDA backend's heavy ops at real training shapes, checked against plain host
+// references in double, timed, and run twice for bit-identical results. No GoogleTest and no CPU backend
+// (oneDNN), so it builds wherever the CUDA backend does (scripts/gpu_check.sh builds it on a bare GPU machine).
+//
+//   cuda_ops_check [--group conv|fc|bn|optim|reduce|all] [--small] [--allow_tf32] [--nondeterministic]
+//
+// One line per op and shape: op, shape, max abs error, max error relative to the reference's scale, max ulps,
+// bad/checked elements, median ms, algorithm, deterministic (two runs gave the same bits), PASS/FAIL.
+// Big outputs (convolution, FC) are checked on a fixed random sample of elements, each computed exactly in
+// double with its condition sum(|term|); an element is bad when |got - ref| > tol * (sum |term|) or it is not
+// finite (outputs are filled with NaN first, so an unwritten element is bad). Batch norm is checked in full
+// against tests/common/reference_ops.cc; optimizer updates must equal the shared host math bit for bit.
+// Exit status: 0 all PASS, 1 any FAIL, 77 no CUDA device ("cuda_ops_check: no CUDA device (...)").
+#include <cuda_runtime.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/reference_ops.h"
+#include "src/backend/cuda/cuda_backend.h"
+#include "terngrad/backend/cuda_check.h"
+#include "terngrad/core/error.h"
+#include "terngrad/math/optim_math.h"
+
+namespace tg {
+namespace {
+
+constexpr double kH200Bandwidth = 4.8e12;  // bytes/s, the H200's HBM3e (datasheet)
+constexpr int kTimedRuns = 5;
+
+struct Options {
+  std::string group = "all";
+  bool small = false;
+  BackendOptions backend;
+};
+
+int g_failures = 0;
+
+// ---- host data -------------------------------------------------------------------------------------------
+// Uniform floats in [lo, hi) from a 64-bit xorshift (fast enough for 100M-element tensors).
+std::vector<float> randoms(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& e : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    e = lo + (hi - lo) * static_cast<float>(s >> 40) * (1.f / 16777216.f);
+  }
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+// `count` distinct-enough indices in [0, n) (fixed seed), or all of them when n <= count.
+std::vector<int64_t> sample(int64_t n, int64_t count, uint64_t seed) {
+  std::vector<int64_t> idx;
+  if (n <= count) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    return idx;
+  }
+  uint64_t s = seed * 0x2545F4914F6CDD1Dull + 7;
+  for (int64_t i = 0; i < count; ++i) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    idx.push_back(static_cast<int64_t>(s % static_cast<uint64_t>(n)));
+  }
+  idx.push_back(0), idx.push_back(n - 1);  // the ends too
+  return idx;
+}
+
+// ---- device tensors --------------------------------------------------------------------------------------
+struct Dev {
+  Buffer buf;
+  Tensor t;
+  Dev(CudaBackend& be, const Shape& s, DType dt = DType::F32)
+      : buf(be.allocator(), static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt)),
+        t(buf.data(), s, dt, be.device()) {}
+};
+
+void upload(Backend& be, const Tensor& dst, std::vector<float>& v) {
+  be.copy(dst, Tensor(v.data(), dst.shape(), DType::F32, Device::cpu()));
+}
+std::vector<float> download(Backend& be, const Tensor& src) {
+  std::vector<float> v(static_cast<size_t>(src.numel()));
+  be.copy(Tensor(v.data(), src.shape(), DType::F32, Device::cpu()), src);
+  return v;
+}
+void poison(Backend& be, const Tensor& t) { be.fill(t, std::nanf("")); }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Median milliseconds of kTimedRuns calls of f, timed with events on the backend's stream.
+double time_ms(CudaBackend& be, const std::function<void()>& f) {
+  cudaEvent_t start, stop;
+  TG_CUDA_CHECK(cudaEventCreate(&start));
+  TG_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < kTimedRuns; ++i) {
+    TG_CUDA_CHECK(cudaEventRecord(start, be.stream()));
+    f();
+    TG_CUDA_CHECK(cudaEventRecord(stop, be.stream()));
+    TG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    TG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// ---- error statistics and the report line ----------------------------------------------------------------------
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4), std::memcpy(&ib, &b, 4);
+  if (ia < 0) ia = INT32_MIN - ia;
+  if (ib < 0) ib = INT32_MIN - ib;
+  return std::llabs(static_cast<int64_t>(ia) - ib);
+}
+
+struct Stats {
+  double max_abs = 0, max_rel = 0;
+  int64_t max_ulps = 0, bad = 0, checked = 0;
+  // got vs ref; scale: the reference's size for this element (sum |term|, or the tensor's max |ref|).
+  void add(float got, double ref, double scale, double tol) {
+    ++checked;
+    if (!std::isfinite(got)) {
+      ++bad;
+      max_abs = max_rel = INFINITY;
+      return;
+    }
+    const double err = std::fabs(static_cast<double>(got) - ref);
+    const double rel = err / std::max(scale, 1e-30);
+    max_abs = std::max(max_abs, err), max_rel = std::max(max_rel, rel);
+    max_ulps = std::max(max_ulps, ulps(got, static_cast<float>(ref)));
+    if (rel > tol) ++bad;
+  }
+  void merge(const Stats& o) {
+    max_abs = std::max(max_abs, o.max_abs), max_rel = std::max(max_rel, o.max_rel);
+    max_ulps = std::max(max_ulps, o.max_ulps), bad += o.bad, checked += o.checked;
+  }
+};
+
+void report(const std::string& op, const std::string& shape, const Stats& st, double ms, const std::string& algo,
+            bool deterministic, bool det_required, const std::string& extra = "") {
+  const bool pass = st.bad == 0 && st.checked > 0 && (deterministic || !det_required);
+  if (!pass) ++g_failures;
+  std::printf("%-22s %-30s abs %-9.3g rel %-9.3g ulps %-8" PRId64 " bad %" PRId64 "/%-8" PRId64
+              " %9.3f ms  %-34s det %-3s %s%s\n",
+              op.c_str(), shape.c_str(), st.max_abs, st.max_rel, st.max_ulps, st.bad, st.checked, ms, algo.c_str(),
+              deterministic ? "yes" : "no", pass ? "PASS" : "FAIL", extra.c_str());
+  std::fflush(stdout);
+}
+
+void report_error(const std::string& op, const std::string& shape, const std::string& what) {
+  ++g_failures;
+  std::printf("%-22s %-30s FAIL: %s\n", op.c_str(), shape.c_str(), what.c_str());
+  std::fflush(stdout);
+}
+
+// Runs one case; an exception becomes a FAIL line (the next case still runs unless the device faulted).
+void guarded(const std::string& op, const std::string& shape, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    report_error(op, shape, e.what());
+  }
+}
+
+// ---- convolution ------------------------------------------------------------------------------------------------
+struct ConvCase {
+  const char* name;
+  int64_t n, h, w, c, k, o, stride;
+  bool bias;
+};
+
+// Exact sampled references (double) of y, dx, dw with sum |term| of each.
+struct ConvRef {
+  const ConvDesc& d;
+  const std::vector<float>&x, &w, &b, &dy;
+  int64_t cg() const { return d.c / d.groups; }
+  int64_t og() const { return d.out_c / d.groups; }
+  float X(int64_t n, int64_t h, int64_t ww, int64_t c) const { return x[((n * d.h + h) * d.w + ww) * d.c + c]; }
+  float W(int64_t kh, int64_t kw, int64_t ci, int64_t o) const {
+    return w[((kh * d.kw + kw) * cg() + ci) * d.out_c + o];
+  }
+  float DY(int64_t n, int64_t oh, int64_t ow, int64_t o) const {
+    return dy[((n * d.out_h + oh) * d.out_w + ow) * d.out_c + o];
+  }
+  void y(int64_t i, double* ref, double* scale) const {
+    const int64_t o = i % d.out_c, ow = (i / d.out_c) % d.out_w, oh = (i / d.out_c / d.out_w) % d.out_h,
+                  n = i / d.out_c / d.out_w / d.out_h, g = o / og();
+    double s = d.has_bias ? b[o] : 0.0, a = std::fabs(s);
+    for (int64_t kh = 0; kh < d.kh; ++kh)
+      for (int64_t kw = 0; kw < d.kw; ++kw) {
+        const int64_t h = oh * d.stride_h - d.pad_top + kh, ww = ow * d.stride_w - d.pad_left + kw;
+        if (h < 0 || h >= d.h || ww < 0 || ww >= d.w) continue;
+        for (int64_t ci = 0; ci < cg(); ++ci) {
+          const double t = static_cast<double>(X(n, h, ww, g * cg() + ci)) * W(kh, kw, ci, o);
+          s += t, a += std::fabs(t);
+        }
+      }
+    *ref = s, *scale = a;
+  }
+  void dx(int64_t i, double* ref, double* scale) const {
+    const int64_t c = i % d.c, ww = (i / d.c) % d.w, h = (i / d.c / d.w) % d.h, n = i / d.c / d.w / d.h;
+    const int64_t g = c / cg(), ci = c % cg();
+    double s = 0, a = 0;
+    for (int64_t kh = 0; kh < d.kh; ++kh)
+      for (int64_t kw = 0; kw < d.kw; ++kw) {
+        const int64_t th = h + d.pad_top - kh, tw = ww + d.pad_left - kw;
+        if (th < 0 || tw < 0 || th % d.stride_h || tw % d.stride_w) continue;
+        const int64_t oh = th / d.stride_h, ow = tw / d.stride_w;
+        if (oh >= d.out_h || ow >= d.out_w) continue;
+        for (int64_t o = g * og(); o < (g + 1) * og(); ++o) {
+          const double t = static_cast<double>(DY(n, oh, ow, o)) * W(kh, kw, ci, o);
+          s += t, a += std::fabs(t);
+        }
+      }
+    *ref = s, *scale = a;
+  }
+  void dw(int64_t i, double* ref, double* scale) const {
+    const int64_t o = i % d.out_c, ci = (i / d.out_c) % cg(), kw = (i / d.out_c / cg()) % d.kw,
+                  kh = i / d.out_c / cg() / d.kw, c = (o / og()) * cg() + ci;
+    double s = 0, a = 0;
+    for (int64_t n = 0; n < d.n; ++n)
+      for (int64_t oh = 0; oh < d.out_h; ++oh) {
+        const int64_t h = oh * d.stride_h - d.pad_top + kh;
+        if (h < 0 || h >= d.h) continue;
+        for (int64_t ow = 0; ow < d.out_w; ++ow) {
+          const int64_t ww = ow * d.stride_w - d.pad_left + kw;
+          if (ww < 0 || ww >= d.w) continue;
+          const double t = static_cast<double>(X(n, h, ww, c)) * DY(n, oh, ow, o);
+          s += t, a += std::fabs(t);
+        }
+      }
+    *ref = s, *scale = a;
+  }
+};
+
+// Checks `got` at `idx` against ref(i, &value, &scale) in parallel; every element of got must be finite.
+template <typename Ref> Stats check_sampled(const std::vector<float>& got, const std::vector<int64_t>& idx, double tol,
+                                           Ref ref) {
+  std::vector<Stats> per(static_cast<size_t>(omp_get_max_threads()));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t k = 0; k < static_cast<int64_t>(idx.size()); ++k) {
+    double r, s;
+    ref(idx[k], &r, &s);
+    per[omp_get_thread_num()].add(got[idx[k]], r, s, tol);
+  }
+  Stats st;
+  for (const Stats& p : per) st.merge(p);
+  for (float v : got)
+    if (!std::isfinite(v)) {
+      ++st.bad;  // an unwritten (NaN-poisoned) or overflowed element outside the sample
+      break;
+    }
+  return st;
+}
+
+std::string algo_text(const ConvAlgorithm& a) {
+  if (!a.chosen) return "(not run)";
+  return "cuDNN " + a.name + (a.tf32 ? " tf32" : " fma") + (a.deterministic ? " det" : " nondet");
+}
+
+void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc) {
+  const int64_t n = o.small ? 4 : cc.n;
+  const ConvDesc d = make_conv_desc(n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, Padding::SAME, 1, cc.bias);
+  const std::string shape = fmt::format("{}x{}x{}x{} k{} /{} ->{}", n, cc.h, cc.w, cc.c, cc.k, cc.stride, cc.o);
+  const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
+  auto hx = randoms(xs.numel(), 1), hw = randoms(ws.numel(), 2), hb = randoms(d.out_c, 3), hdy = randoms(ys.numel(), 4);
+  Dev x(be, xs), w(be, ws), b(be, Shape{d.out_c}), y(be, ys), dy(be, ys), dx(be, xs), dw(be, ws), db(be, Shape{d.out_c});
+  upload(be, x.t, hx), upload(be, w.t, hw), upload(be, b.t, hb), upload(be, dy.t, hdy);
+  const Tensor bias = cc.bias ? b.t : Tensor();
+  const ConvRef ref{d, hx, hw, hb, hdy};
+  constexpr double kTol = 5e-6;  // of sum |term|: FMA fp32 is ~1e-7; TF32 operands give ~1e-5 and more
+  const bool det_required = o.backend.deterministic;
+  const std::string name = std::string("conv ") + cc.name;
+
+  guarded(name + " fwd", shape, [&] {
+    poison(be, y.t);
+    be.conv2d_forward(d, x.t, w.t, bias, y.t);
+    auto first = download(be, y.t);
+    be.conv2d_forward(d, x.t, w.t, bias, y.t);
+    const bool det = same_bits(first, download(be, y.t));
+    const double ms = time_ms(be, [&] { be.conv2d_forward(d, x.t, w.t, bias, y.t); });
+    const Stats st = check_sampled(first, sample(ys.numel(), 2048, 5), kTol,
+                                   [&](int64_t i, double* r, double* s) { ref.y(i, r, s); });
+    const double flops = 2.0 * ys.numel() * d.kh * d.kw * d.c;
+    report(name + " fwd", shape, st, ms, algo_text(be.conv_algorithms(d)[0]), det, det_required,
+           fmt::format("  {:.1f} TFLOP/s", flops / ms * 1e-9));
+  });
+  guarded(name + " bwd data", shape, [&] {
+    poison(be, dx.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor());
+    auto first = download(be, dx.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor());
+    const bool det = same_bits(first, download(be, dx.t));
+    const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); });
+    const Stats st = check_sampled(first, sample(xs.numel(), 2048, 6), kTol,
+                                   [&](int64_t i, double* r, double* s) { ref.dx(i, r, s); });
+    report(name + " bwd data", shape, st, ms, algo_text(be.conv_algorithms(d)[1]), det, det_required);
+  });
+  guarded(name + " bwd filter", shape, [&] {
+    poison(be, dw.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor());
+    auto first = download(be, dw.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor());
+    const bool det = same_bits(first, download(be, dw.t));
+    const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); });
+    const Stats st = check_sampled(first, sample(ws.numel(), 512, 7), kTol,
+                                   [&](int64_t i, double* r, double* s) { ref.dw(i, r, s); });
+    report(name + " bwd filter", shape, st, ms, algo_text(be.conv_algorithms(d)[2]), det, det_required);
+  });
+  if (!cc.bias) return;
+  guarded(name + " bias grad", shape, [&] {
+    poison(be, db.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t);
+    auto first = download(be, db.t);
+    be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t);
+    const bool det = same_bits(first, download(be, db.t));
+    const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t); });
+    const int64_t rows = d.n * d.out_h * d.out_w;
+    const Stats st = check_sampled(first, sample(d.out_c, d.out_c, 8), kTol, [&](int64_t o, double* r, double* s) {
+      double sum = 0, abs = 0;
+      for (int64_t row = 0; row < rows; ++row) sum += hdy[row * d.out_c + o], abs += std::fabs(hdy[row * d.out_c + o]);
+      *r = sum, *s = abs;
+    });
+    report(name + " bias grad", fmt::format("{} rows x {}", rows, d.out_c), st, ms, "column_sum 2-D grid", det,
+           det_required);
+  });
+}
+
+void group_conv(CudaBackend& be, const Options& o) {
+  const ConvCase cases[] = {
+      {"alexnet conv1", 128, 224, 224, 3, 11, 48, 4, true},  // bias here only to time the column sum
+      {"alexnet conv2", 128, 27, 27, 48, 5, 128, 1, false},
+      {"resnet50 3x3", 64, 56, 56, 64, 3, 64, 1, false},
+  };
+  for (const ConvCase& cc : cases) check_conv(be, o, cc);
+}
+
+// ---- fully connected ---------------------------------------------------------------------------------------------
+void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, int64_t in, int64_t out) {
+  if (o.small) n = 8;
+  InnerProductDesc d;
+  d.n = n, d.in = in, d.out = out, d.has_bias = true;
+  const std::string shape = fmt::format("{}x{} -> {}", n, in, out);
+  auto hx = randoms(n * in, 11), hw = randoms(in * out, 12), hb = randoms(out, 13), hdy = randoms(n * out, 14);
+  Dev x(be, Shape{n, in}), w(be, Shape{in, out}), b(be, Shape{out}), y(be, Shape{n, out}), dy(be, Shape{n, out});
+  Dev dx(be, Shape{n, in}), dw(be, Shape{in, out}), db(be, Shape{out});
+  upload(be, x.t, hx), upload(be, w.t, hw), upload(be, b.t, hb), upload(be, dy.t, hdy);
+  constexpr double kTol = 5e-6;
+  const std::string algo = be.options().allow_tf32 ? "cublasSgemm tf32" : "cublasSgemm fp32";
+  const std::string op = std::string("fc ") + name;
+  struct Part {
+    const char* what;
+    Tensor out;
+    std::function<void()> run;
+    std::function<void(int64_t, double*, double*)> ref;
+    int64_t samples;
+  };
+  // sum_k a[k * sa] * b[k * sb] (+ init) in double, and its sum |term|
+  auto dot = [](const float* a, int64_t sa, const float* b, int64_t sb, int64_t k, double init, double* r,
+                double* s) {
+    double sum = init, abs = std::fabs(init);
+    for (int64_t i = 0; i < k; ++i) {
+      const double t = static_cast<double>(a[i * sa]) * (b ? b[i * sb] : 1.f);
+      sum += t, abs += std::fabs(t);
+    }
+    *r = sum, *s = abs;
+  };
+  const float *px = hx.data(), *pw = hw.data(), *pdy = hdy.data();
+  const Part parts[] = {
+      {"fwd", y.t, [&] { be.inner_product_forward(d, x.t, w.t, b.t, y.t); },
+       [&](int64_t i, double* r, double* s) { dot(px + i / out * in, 1, pw + i % out, out, in, hb[i % out], r, s); },
+       2048},
+      {"bwd data", dx.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); },
+       [&](int64_t i, double* r, double* s) { dot(pdy + i / in * out, 1, pw + i % in * out, 1, out, 0, r, s); },
+       2048},
+      {"bwd weights", dw.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); },
+       [&](int64_t i, double* r, double* s) { dot(px + i / out, in, pdy + i % out, out, n, 0, r, s); }, 4096},
+      {"bias grad", db.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t); },
+       [&](int64_t c, double* r, double* s) { dot(pdy + c, out, nullptr, 0, n, 0, r, s); }, out},
+  };
+  for (const Part& p : parts) {
+    guarded(op + " " + p.what, shape, [&] {
+      poison(be, p.out);
+      p.run();
+      auto first = download(be, p.out);
+      p.run();
+      const bool det = same_bits(first, download(be, p.out));
+      const double ms = time_ms(be, p.run);
+      const Stats st = check_sampled(first, sample(p.out.numel(), p.samples, 15), kTol, p.ref);
+      const bool gemm = std::strcmp(p.what, "bias grad") != 0;
+      report(op + " " + p.what, shape, st, ms, gemm ? algo : "column_sum 2-D grid", det, o.backend.deterministic,
+             gemm ? fmt::format("  {:.1f} TFLOP/s", 2.0 * n * in * out / ms * 1e-9) : "");
+    });
+  }
+}
+
+void group_fc(CudaBackend& be, const Options& o) {
+  check_fc(be, o, "alexnet fc6", 128, 9216, 4096);
+  check_fc(be, o, "alexnet fc7", 128, 4096, 4096);
+}
+
+// ---- batch norm ------------------------------------------------------------------------------------------------------
+// Normalized by the tensor's max |ref| (at least 1), as tests/cuda_backend_test.cc's expect_close.
+Stats check_full(const std::vector<float>& got, const ref::Vec& want, double tol) {
+  double scale = 1.0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  Stats st;
+  for (size_t i = 0; i < got.size(); ++i) st.add(got[i], want[i], scale, tol);
+  return st;
+}
+
+void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows, int64_t c, bool has_gamma) {
+  if (o.small) rows = std::min<int64_t>(rows, 40000);
+  BatchNormDesc d;
+  d.rows = rows, d.c = c, d.epsilon = 0.001f, d.has_gamma = has_gamma;
+  const std::string shape = fmt::format("{} rows x {}{}", rows, c, has_gamma ? " gamma" : "");
+  const std::string op = std::string("bn ") + name;
+  auto hx = randoms(rows * c, 21, -1.f, 3.f), hdy = randoms(rows * c, 22), hg = randoms(c, 23, 0.5f, 1.5f),
+       hb = randoms(c, 24);
+  Dev x(be, Shape{rows, c}), dy(be, Shape{rows, c}), y(be, Shape{rows, c}), dx(be, Shape{rows, c});
+  Dev gamma(be, Shape{c}), beta(be, Shape{c}), mean(be, Shape{c}), var(be, Shape{c}), dg(be, Shape{c}),
+      dbeta(be, Shape{c});
+  upload(be, x.t, hx), upload(be, dy.t, hdy), upload(be, gamma.t, hg), upload(be, beta.t, hb);
+  const Tensor g = has_gamma ? gamma.t : Tensor(), dgt = has_gamma ? dg.t : Tensor();
+  const ref::Vec rx = to_double(hx), rg = has_gamma ? to_double(hg) : ref::Vec{}, rb = to_double(hb);
+  ref::Vec rmean, rvar;
+  const ref::Vec ry = ref::batch_norm_forward_training(d, rx, rg, rb, &rmean, &rvar);
+
+  guarded(op + " fwd train", shape, [&] {
+    poison(be, y.t), poison(be, mean.t), poison(be, var.t);
+    auto run = [&] { be.batch_norm_forward_training(d, x.t, g, beta.t, y.t, mean.t, var.t); };
+    run();
+    auto first = download(be, y.t);
+    run();
+    const bool det = same_bits(first, download(be, y.t));
+    const double ms = time_ms(be, run);
+    Stats st = check_full(first, ry, 1e-5);
+    st.merge(check_full(download(be, mean.t), rmean, 1e-6));
+    st.merge(check_full(download(be, var.t), rvar, 1e-5));
+    report(op + " fwd train", shape, st, ms, "tg kernels (CPU order)", det, true,
+           fmt::format("  {:.0f} GB/s", 3.0 * rows * c * 4 / ms * 1e-6));
+  });
+  guarded(op + " bwd", shape, [&] {
+    // the reference's statistics on the device too: backward uses the given mean/var
+    auto fm = std::vector<float>(rmean.begin(), rmean.end()), fv = std::vector<float>(rvar.begin(), rvar.end());
+    upload(be, mean.t, fm), upload(be, var.t, fv);
+    ref::Vec rdx, rdg, rdb;
+    ref::batch_norm_backward(d, rx, rg, to_double(fm), to_double(fv), to_double(hdy), &rdx, &rdg, &rdb);
+    poison(be, dx.t), poison(be, dbeta.t);
+    if (has_gamma) poison(be, dg.t);
+    auto run = [&] { be.batch_norm_backward(d, x.t, g, mean.t, var.t, dy.t, dx.t, dgt, dbeta.t); };
+    run();
+    auto first = download(be, dx.t);
+    run();
+    const bool det = same_bits(first, download(be, dx.t));
+    const double ms = time_ms(be, run);
+    Stats st = check_full(first, rdx, 1e-4);
+    st.merge(check_full(download(be, dbeta.t), rdb, 1e-5));
+    if (has_gamma) st.merge(check_full(download(be, dg.t), rdg, 1e-5));
+    report(op + " bwd", shape, st, ms, "tg kernels (CPU order)", det, true,
+           fmt::format("  {:.0f} GB/s", 5.0 * rows * c * 4 / ms * 1e-6));
+  });
+}
+
+void group_bn(CudaBackend& be, const Options& o) {
+  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false);       // 401,408 rows
+  check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true);  // 1,605,632 rows: past cuDNN's limits
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------------------------------
+void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, OptimizerStep step, int64_t n) {
+  const std::string shape = fmt::format("{} params + EMA", n);
+  const std::string op = std::string("optimizer ") + name;
+  guarded(op, shape, [&] {
+    auto hw = randoms(n, 31), hg = randoms(n, 32), hs1 = randoms(n, 33, 0.f, 0.1f), hs2 = randoms(n, 34, 0.f, 0.01f),
+         hema = randoms(n, 35);
+    Dev w(be, Shape{n}), g(be, Shape{n}), s1(be, Shape{n}), s2(be, Shape{n}), ema(be, Shape{n});
+    upload(be, w.t, hw), upload(be, g.t, hg), upload(be, s1.t, hs1), upload(be, s2.t, hs2), upload(be, ema.t, hema);
+    const bool two = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+    be.optimizer_update(step, w.t, g.t, s1.t, two ? s2.t : Tensor(), ema.t);
+    auto gw = download(be, w.t), gs1 = download(be, s1.t), gema = download(be, ema.t);
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {  // the CPU backend's fused pass, element by element
+      optimizer_update_one(step, hw[i], hg[i], &hs1[i], two ? &hs2[i] : nullptr);
+      ema_update_one(hema[i], hw[i], step.ema_decay);
+    }
+    Stats st;
+    st.checked = 3 * n;
+    for (int64_t i = 0; i < n; ++i)
+      st.bad += (std::memcmp(&gw[i], &hw[i], 4) != 0) + (std::memcmp(&gs1[i], &hs1[i], 4) != 0) +
+                (std::memcmp(&gema[i], &hema[i], 4) != 0);
+    if (st.bad) st.max_rel = 1;
+    const double ms = time_ms(be, [&] { be.optimizer_update(step, w.t, g.t, s1.t, two ? s2.t : Tensor(), ema.t); });
+    const double bytes = (two ? 9.0 : 7.0) * 4.0 * n;  // read w g s1 (s2) ema, write w s1 (s2) ema
+    report(op, shape, st, ms, "tg kernel (shared math)", true, true,
+           fmt::format("  {:.0f} GB/s = {:.0f}% of 4.8 TB/s", bytes / ms * 1e-6, 100 * bytes / ms * 1e3 / kH200Bandwidth));
+  });
+}
+
+void group_optim(CudaBackend& be, const Options& o) {
+  const int64_t n = o.small ? 1000003 : 61100840;  // AlexNet's parameter count
+  OptimizerStep mom;
+  mom.kind = OptimizerKind::MOMENTUM, mom.lr = 0.01f, mom.momentum = 0.9f, mom.ema_decay = 0.9999f;
+  OptimizerStep adam;
+  adam.kind = OptimizerKind::ADAM, adam.lr = 0.001f, adam.ema_decay = 0.9999f;
+  check_optimizer(be, o, "momentum", mom, n);
+  check_optimizer(be, o, "adam", adam, n);
+}
+
+// ---- reductions ------------------------------------------------------------------------------------------------------------
+void group_reduce(CudaBackend& be, const Options& o) {
+  const int64_t n = o.small ? 1000003 : 61100840;
+  const std::string shape = fmt::format("{}", n);
+  auto hx = randoms(n, 41, -3.f, 2.f);
+  Dev x(be, Shape{n});
+  upload(be, x.t, hx);
+  double sum = 0, abs = 0, sq = 0;
+  float mx = 0;
+  for (float v : hx) sum += v, abs += std::fabs(v), sq += static_cast<double>(v) * v, mx = std::max(mx, std::fabs(v));
+  guarded("sum", shape, [&] {
+    const double a = be.sum(x.t), b = be.sum(x.t);
+    Stats st;
+    st.add(static_cast<float>(a), sum, abs, 1e-12);
+    st.max_abs = std::fabs(a - sum), st.max_rel = std::fabs(a - sum) / abs, st.bad = st.max_rel > 1e-12;
+    report("sum (double)", shape, st, time_ms(be, [&] { be.sum(x.t); }), "tg two-pass", a == b, true);
+  });
+  guarded("sum_squares", shape, [&] {
+    const double a = be.sum_squares(x.t);
+    Stats st;
+    st.add(static_cast<float>(a), sq, sq, 1e-12);
+    st.max_abs = std::fabs(a - sq), st.max_rel = st.max_abs / sq, st.bad = st.max_rel > 1e-12;
+    report("sum_squares (double)", shape, st, time_ms(be, [&] { be.sum_squares(x.t); }), "tg two-pass",
+           a == be.sum_squares(x.t), true);
+  });
+  guarded("max_abs", shape, [&] {
+    Stats st;
+    st.add(be.max_abs(x.t), mx, mx, 0);
+    // a NaN followed by finite values must come back as NaN
+    std::vector<float> nan = {std::nanf("")};
+    be.copy(Tensor(x.buf.data(), Shape{1}, DType::F32, be.device()), Tensor(nan.data(), Shape{1}, DType::F32, Device::cpu()));
+    const bool nan_ok = std::isnan(be.max_abs(x.t));
+    if (!nan_ok) ++st.bad;
+    report("max_abs (+NaN case)", shape, st, time_ms(be, [&] { be.max_abs(x.t); }), "tg two-pass", true, true,
+           nan_ok ? "" : "  NaN lost");
+  });
+}
+
+// ---- main ---------------------------------------------------------------------------------------------------------
+int run(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--group" && i + 1 < argc) o.group = argv[++i];
+    else if (a == "--small") o.small = true;
+    else if (a == "--allow_tf32") o.backend.allow_tf32 = true;
+    else if (a == "--nondeterministic") o.backend.deterministic = false;
+    else {
+      std::fprintf(stderr,
+                   "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|all] [--small] [--allow_tf32] "
+                   "[--nondeterministic]\n");
+      return 2;
+    }
+  }
+  const std::vector<std::pair<std::string, void (*)(CudaBackend&, const Options&)>> groups = {
+      {"conv", group_conv}, {"fc", group_fc}, {"bn", group_bn}, {"optim", group_optim}, {"reduce", group_reduce}};
+  bool known = o.group == "all";
+  for (const auto& g : groups) known = known || g.first == o.group;
+  if (!known) {
+    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, all)\n", o.group.c_str());
+    return 2;
+  }
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    std::printf("cuda_ops_check: no CUDA device (%s)\n",
+                status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount: 0 devices");
+    return 77;
+  }
+  auto backend = make_cuda_backend(0, o.backend);
+  auto& be = dynamic_cast<CudaBackend&>(*backend);
+  std::printf("cuda_ops_check on %s; tf32 %s, deterministic algorithms %s%s; %d host threads for references\n",
+              be.name().c_str(), o.backend.allow_tf32 ? "allowed" : "off", o.backend.deterministic ? "only" : "any",
+              o.small ? "; small shapes" : "", omp_get_max_threads());
+  for (const auto& g : groups) {
+    if (o.group != "all" && o.group != g.first) continue;
+    std::printf("== %s\n", g.first.c_str());
+    g.second(be, o);
+  }
+  std::printf("cuda_ops_check: %s (%d failed)\n", g_failures ? "FAIL" : "PASS", g_failures);
+  return g_failures ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace tg
+
+int main(int argc, char** argv) {
+  try {
+    return tg::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::printf("cuda_ops_check: FAIL: %s\n", e.what());
+    return 1;
+  }
+}
