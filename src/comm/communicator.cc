@@ -11,6 +11,14 @@ bool reduce_supported(DType dtype, ReduceOp op) {
   return dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::Sum);
 }
 
+std::string Communicator::supported_text() const {
+  std::string text;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max})
+      if (supports(dtype, op)) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), reduce_op_name(op));
+  return text;
+}
+
 uint64_t Communicator::allreduce_moved_bytes(uint64_t payload, int size) {
   if (size <= 1) return 0;
   return 2 * static_cast<uint64_t>(size - 1) * payload / static_cast<uint64_t>(size);
@@ -24,9 +32,9 @@ uint64_t Communicator::allgather_moved_bytes(uint64_t payload, int size) {
 void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) {
   TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
   TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
-  if (!reduce_supported(dtype, op))  // name() formats a string: only on failure (a step allocates nothing)
-    TG_THROW("{}: all-reduce {} over {} is not supported (supported: f32/i8/i32 sum and max, f16 sum)", name(),
-             reduce_op_name(op), dtype_name(dtype));
+  if (!supports(dtype, op))  // name() formats a string: only on failure (a step allocates nothing)
+    TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), reduce_op_name(op),
+             dtype_name(dtype), supported_text());
   const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
   allreduce_impl(buffer, count, dtype, op, device);
   stats_.calls += 1;

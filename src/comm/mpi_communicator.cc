@@ -11,6 +11,7 @@
 #include <ctime>
 #include <string>
 
+#include "src/comm/reduce_into.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/half_convert.h"
 
@@ -185,54 +186,6 @@ class Backoff {
   int64_t sleep_ns_ = 0;
 };
 
-// dst[i] = dst[i] (op) src[i] over `bytes` bytes of dtype elements. Integer sums wrap (as MPI's do in
-// practice), through unsigned arithmetic to stay defined. Each ring block is reduced on one rank and then
-// copied to the others, so every rank ends with the same bits whatever the operation.
-void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DType::F32: {
-      float* d = reinterpret_cast<float*>(dst_bytes);
-      const float* s = reinterpret_cast<const float*>(src_bytes);
-      const size_t n = bytes / sizeof(float);
-      if (op == ReduceOp::Sum) {
-        for (size_t i = 0; i < n; ++i) d[i] += s[i];
-      } else {  // a NaN on any rank wins, so that every rank sees it (the trainer stops on NaN scalers)
-        for (size_t i = 0; i < n; ++i) d[i] = (s[i] > d[i] || s[i] != s[i]) ? s[i] : d[i];
-      }
-      return;
-    }
-    case DType::I32: {
-      int32_t* d = reinterpret_cast<int32_t*>(dst_bytes);
-      const int32_t* s = reinterpret_cast<const int32_t*>(src_bytes);
-      const size_t n = bytes / sizeof(int32_t);
-      if (op == ReduceOp::Sum) {
-        for (size_t i = 0; i < n; ++i)
-          d[i] = static_cast<int32_t>(static_cast<uint32_t>(d[i]) + static_cast<uint32_t>(s[i]));
-      } else {
-        for (size_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]);
-      }
-      return;
-    }
-    case DType::I8: {
-      int8_t* d = reinterpret_cast<int8_t*>(dst_bytes);
-      const int8_t* s = reinterpret_cast<const int8_t*>(src_bytes);
-      if (op == ReduceOp::Sum) {
-        for (size_t i = 0; i < bytes; ++i)
-          d[i] = static_cast<int8_t>(static_cast<uint8_t>(d[i]) + static_cast<uint8_t>(s[i]));
-      } else {
-        for (size_t i = 0; i < bytes; ++i) d[i] = std::max(d[i], s[i]);
-      }
-      return;
-    }
-    case DType::F16:  // sum only (checked by the caller)
-      half_sum(reinterpret_cast<half_bits*>(dst_bytes), reinterpret_cast<const half_bits*>(src_bytes),
-               bytes / sizeof(half_bits));
-      return;
-    default:
-      TG_THROW("MPI communicator: no reduction for {}", dtype_name(dtype));
-  }
-}
-
 }  // namespace
 
 struct MpiCommunicator::Impl {
@@ -298,8 +251,9 @@ struct MpiCommunicator::Impl {
           ++sends_done;
           continue;
         }
-        if (reduce)
-          reduce_into(recv + slot_offset[slot], scratch.get() + slot * kSegmentBytes, slot_bytes[slot], dtype, op);
+        if (reduce)  // each block is reduced on one rank and copied to the others: the same bits everywhere
+          comm_detail::reduce_into(recv + slot_offset[slot], scratch.get() + slot * kSegmentBytes, slot_bytes[slot],
+                                   dtype, op);
         ++recvs_done;
       }
       if (num_done == 0) backoff.pause();

@@ -1,7 +1,10 @@
-// Communicator: the collectives data-parallel workers use (all-reduce, all-gather, broadcast, barrier) and
-// the byte counters every call adds to, among processes (the workers inside a process are the
-// GradientExchange's business). Implementations: MpiCommunicator (mpi_communicator.h); NCCL later. Buffers are raw pointers plus the Device they live on (or Tensors), so a device communicator drops
-// in behind the same interface; an implementation refuses devices it cannot reach with an error naming both.
+// Communicator: the collectives data-parallel ranks use (all-reduce, all-gather, broadcast, barrier) and the
+// byte counters every call adds to. A rank is one device's part of the exchange. Implementations:
+// MpiCommunicator (mpi_communicator.h: one rank per process, host memory), ThreadCommunicator
+// (thread_communicator.h: several ranks inside one process, one thread each, host memory) and NcclCommunicator
+// (nccl_communicator.h, CUDA builds: one rank per GPU, device memory, stream-ordered). Buffers are raw pointers
+// plus the Device they live on (or Tensors); an implementation refuses devices it cannot reach with an error
+// naming both, and all-reduce types it cannot reduce with an error listing those it can (supports()).
 //
 // Byte accounting, per call and per rank (N = size(), n = payload bytes of this rank):
 //   allreduce: payload n, moved 2(N-1)/N * n   (ring all-reduce: reduce-scatter + all-gather)
@@ -25,6 +28,9 @@ namespace tg {
 enum class ReduceOp : uint8_t { Sum, Max };
 const char* reduce_op_name(ReduceOp op);
 
+// Whether dtype/op is one of the combinations every communicator supports (f32/i8/i32 sum and max, f16 sum).
+bool reduce_supported(DType dtype, ReduceOp op);
+
 struct CommStats {
   uint64_t calls = 0;
   uint64_t payload_bytes = 0;  // bytes handed to the collectives by this rank
@@ -46,8 +52,9 @@ class Communicator {
   virtual std::string name() const = 0;  // "local (rank 2 of 4)", "mpi (rank 0 of 16)"
 
   // In place: buffer (count elements of dtype) becomes the element-wise reduction over all ranks.
-  // Supported: F32 Sum/Max, I8 Sum/Max (int8 sums wrap past 127: callers keep |sum| <= 127), I32 Sum/Max,
-  // F16 Sum (each combination adds in fp32 and rounds to fp16).
+  // Every implementation supports F32 Sum/Max, I8 Sum/Max (int8 sums wrap past 127: callers keep
+  // |sum| <= 127), I32 Sum/Max and F16 Sum (each combination adds in fp32 and rounds to fp16); some add more
+  // (BF16 Sum: ThreadCommunicator, NcclCommunicator). supports() says which.
   void allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device = Device::cpu());
   void allreduce(const Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op, t.device()); }
   // recv (size() * send_bytes) = every rank's send block in rank order.
@@ -55,6 +62,11 @@ class Communicator {
   // buffer on every rank becomes root's buffer.
   void broadcast(void* buffer, size_t bytes, int root, Device device = Device::cpu());
   void barrier();
+
+  // Whether allreduce accepts dtype/op here. The default is reduce_supported() (the set above).
+  virtual bool supports(DType dtype, ReduceOp op) const { return reduce_supported(dtype, op); }
+  // "f32 sum, f32 max, ...": every combination supports() accepts, for error messages.
+  std::string supported_text() const;
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
@@ -72,8 +84,5 @@ class Communicator {
  private:
   CommStats stats_;
 };
-
-// Whether dtype/op is one of the supported combinations (f32/i8/i32 sum and max, f16 sum).
-bool reduce_supported(DType dtype, ReduceOp op);
 
 }  // namespace tg

@@ -10,12 +10,13 @@
 // through MPI_Iallreduce/MPI_Iallgather. MpiEnvironment raises Open MPI's TCP eager limit above the ring's
 // segment size (unless the user set it): with rendezvous messages the two directions of an exchange often
 // ran one after the other (see the .cc). Reductions: f32/i32/i8 sum and max (integer sums wrap), f16 sum
-// added in fp32 and rounded to fp16 after each pairwise combination (ring and MPI user op alike); every rank
-// ends with the same bits. Broadcast: MPI_Ibcast; barrier: MPI_Ibarrier. Every MPI return code is checked
+// added in fp32 and rounded to fp16 after each pairwise combination (ring and MPI user op alike, through
+// src/comm/reduce_into.h); every rank ends with the same bits; bf16 is refused (supports()).
+// Broadcast: MPI_Ibcast; barrier: MPI_Ibarrier. Every MPI return code is checked
 // with TG_MPI_CHECK (the call, its error string, file and line). The ring's scratch (4 segments, allocated
 // on first use) and request arrays belong to the communicator: no allocation per call in steady state.
-// MpiEnvironment initialises MPI once per process (and finalises it if it did the initialising); the NCCL
-// communicator will bootstrap through the same environment.
+// MpiEnvironment initialises MPI once per process (and finalises it if it did the initialising);
+// NcclCommunicator::create_across_processes bootstraps a GPU group through an MpiCommunicator.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,102 @@
+// NcclCommunicator: one NCCL rank per GPU (CUDA builds only: compiled when TG_HAVE_CUDA). Buffers are device
+// memory of the communicator's own GPU; a host buffer or another GPU's is refused with an error naming both
+// devices.
+//
+// Groups: make_nccl_communicators(devices, streams) makes one communicator per GPU of this process
+// (ncclCommInitAll: rank k = devices[k]); make_nccl_communicators_across_processes(host, devices, streams) makes
+// one group of all processes' GPUs, bootstrapped over an existing host Communicator (an MpiCommunicator: rank 0
+// makes the NCCL unique id and broadcasts it): with P processes of L GPUs each the group has P*L ranks and the
+// GPU at local index i of process p is global rank p*L + i. Every process must bring the same number of GPUs
+// (checked: every process gets the same error otherwise), and no GPU may appear twice in a group.
+//
+// Collectives: allreduce f32 sum/max, i8 sum/max, i32 sum/max, f16 sum, bf16 sum (NCCL's reduction order, a
+// ring or a tree: every rank gets the same bits, but the sum's order is not a plain loop over ranks, and an
+// fp16/bf16 sum is NCCL's); allgather and broadcast of bytes; barrier. Each is enqueued on the CUDA stream given
+// at construction (a cudaStream_t passed as void*, owned by the caller, e.g. the CUDA backend; nullptr = the
+// legacy default stream) and is *stream-ordered*: the call returns once the work is queued; later work on that
+// stream sees the result, and the host sees it after synchronize(). barrier() is the exception: it waits for
+// the stream (a one-element all-reduce), so every rank has reached it when it returns. The byte counters follow
+// the Communicator's model (the base class counts).
+//
+// Threads: a communicator is driven by one thread at a time, and the communicators of one process's GPUs by
+// different threads (one per GPU, as the trainer's device threads are): NCCL documents that one thread issuing
+// a collective on two of them in turn may wait forever on the first (its group calls are not exposed here).
+// NCCL init failures on one process can leave the others waiting in NCCL's bootstrap; under mpirun the job
+// ends when the failing process exits with its error.
+//
+// Errors: every NCCL and CUDA failure becomes a tg::Error naming the call, the communicator ("nccl (rank 3 of
+// 16, cuda:3)"), ncclGetErrorString and ncclGetLastError. synchronize() and barrier() wait by polling the
+// stream with a sleeping back-off and ncclCommGetAsyncError, so a peer's failure that NCCL detects (a network
+// error, a peer's ncclCommAbort) becomes an error instead of a hang. After any error the communicator is
+// aborted (ncclCommAbort) rather than destroyed when it goes away; abort() does that at once, e.g. on the
+// surviving ranks of a failed step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/comm/communicator.h"
+
+struct ncclComm;  // nccl.h's communicator (ncclComm_t = ncclComm*): nccl.h stays out of this header
+
+namespace tg {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Takes ownership of an initialised NCCL communicator of `device`; the factories below are the usual way.
+  NcclCommunicator(ncclComm* comm, int rank, int size, int device, void* stream);
+  ~NcclCommunicator() override;  // ncclCommDestroy, or ncclCommAbort after an error
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override;  // "nccl (rank 3 of 16, cuda:3)"
+  bool supports(DType dtype, ReduceOp op) const override;  // reduce_supported() and bf16 sum
+  Device device() const { return Device::cuda(device_); }
+  void* stream() const { return stream_; }
+
+  // Waits until every collective queued so far on the stream has finished (and everything else on it),
+  // throwing on a CUDA error or an asynchronous NCCL error (a failed peer).
+  void synchronize();
+  // Aborts the NCCL communicator now (ncclCommAbort): collectives of this rank still running stop, and peers
+  // see an error where NCCL can tell them; every later call on this communicator throws.
+  void abort();
+
+ protected:
+  void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
+  void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
+  void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
+  void barrier_impl() override;
+
+ private:
+  void check_device(Device device) const;  // throws unless device is this communicator's GPU
+  void check_usable() const;               // throws after abort() or an error
+  // Turns a failed NCCL result of `what` into a tg::Error (and marks the communicator failed).
+  void check_nccl(int result, const char* what);
+  void check_cuda(int result, const char* what);
+
+  ncclComm* comm_ = nullptr;
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = 0;
+  void* stream_ = nullptr;
+  int* barrier_word_ = nullptr;  // one device int: the barrier's all-reduce
+  bool failed_ = false;          // an error was seen: abort, never destroy
+  bool aborted_ = false;
+};
+
+// One communicator per listed GPU of this process, rank k on devices[k], collectives on streams[k]
+// (streams.size() == devices.size()). Throws naming the device when a GPU is missing or listed twice.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices,
+                                                                       const std::vector<void*>& streams);
+
+// One group over every process of `host` (a CPU communicator over processes, e.g. MpiCommunicator), each
+// contributing its `devices` (the same number in every process): global rank = host.rank() * devices.size() + k.
+// Collective over `host`: every process calls it; a failure on one (a missing GPU, unequal counts, no unique
+// id) throws on all of them rather than leaving the others waiting.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_processes(
+    Communicator& host, const std::vector<int>& devices, const std::vector<void*>& streams);
+
+}  // namespace tg

@@ -1,0 +1,355 @@
+// NcclCommunicator: collectives over NCCL, one rank per GPU (see the header). Compiled only in CUDA builds.
+#include "terngrad/comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+
+// Makes `device` current for a scope and restores the previous one (best effort) at its end.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ == device) return;
+    const cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+      TG_THROW("NCCL communicator: cudaSetDevice({}) failed: {} ({})", device, cudaGetErrorName(e),
+               cudaGetErrorString(e));
+    changed_ = true;
+  }
+  ~DeviceScope() {
+    if (changed_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool changed_ = false;
+};
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I8:
+      return ncclInt8;
+    case DType::U8:
+      return ncclUint8;
+    case DType::I32:
+      return ncclInt32;
+  }
+  TG_THROW("NCCL communicator: no NCCL datatype for {}", dtype_name(t));
+}
+
+std::string device_list(const std::vector<int>& devices) {
+  std::string s;
+  for (int d : devices) s += fmt::format("{}cuda:{}", s.empty() ? "" : ", ", d);
+  return s;
+}
+
+const char* last_error_text(ncclComm_t comm) {
+  const char* text = ncclGetLastError(comm);
+  return text != nullptr && *text != '\0' ? text : "no further detail";
+}
+
+// Checks a process's own list of GPUs: each exists, none twice, one stream each. One line naming the device.
+void check_local_devices(const std::vector<int>& devices, const std::vector<void*>& streams) {
+  if (devices.empty()) TG_THROW("NCCL communicator: no GPU listed");
+  if (streams.size() != devices.size())
+    TG_THROW("NCCL communicator: {} streams for {} GPUs ({})", streams.size(), devices.size(), device_list(devices));
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the error so that later CUDA calls do not report it again
+    TG_THROW("NCCL communicator on cuda:{}: no CUDA device is available (cudaGetDeviceCount: {})", devices[0],
+             e != cudaSuccess ? fmt::format("{}: {}", cudaGetErrorName(e), cudaGetErrorString(e))
+                              : std::string("0 devices"));
+  }
+  for (size_t k = 0; k < devices.size(); ++k) {
+    if (devices[k] < 0 || devices[k] >= count)
+      TG_THROW("NCCL communicator on cuda:{}: no such device ({} CUDA devices: cuda:0..cuda:{})", devices[k], count,
+               count - 1);
+    for (size_t j = 0; j < k; ++j)
+      if (devices[j] == devices[k])
+        TG_THROW("NCCL communicator: cuda:{} is listed twice ({}): one NCCL rank per GPU", devices[k],
+                 device_list(devices));
+  }
+}
+
+// Wraps initialised NCCL communicators; on a failure aborts every one not yet owned by a wrapper.
+std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& comms, int first_rank, int size,
+                                                    const std::vector<int>& devices,
+                                                    const std::vector<void*>& streams) {
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  size_t k = 0;
+  try {
+    for (; k < comms.size(); ++k)
+      out.push_back(std::make_unique<NcclCommunicator>(comms[k], first_rank + static_cast<int>(k), size,
+                                                       devices[k], streams[k]));
+  } catch (...) {
+    for (auto& c : out) c->abort();
+    for (; k < comms.size(); ++k) ncclCommAbort(comms[k]);
+    throw;
+  }
+  return out;
+}
+
+// Waiting for the stream: this many back-to-back queries (~1 us each), then sleeps from kSleepMinNs doubling
+// to kSleepCapNs between queries, so a thread waiting for a slow collective leaves the core to others.
+constexpr int kSpinQueries = 200;
+constexpr long kSleepMinNs = 10'000;
+constexpr long kSleepCapNs = 500'000;
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int device, void* stream)
+    : rank_(rank), size_(size), device_(device), stream_(stream) {
+  TG_CHECK(comm != nullptr, "NCCL communicator: null ncclComm_t for rank {} on cuda:{}", rank, device);
+  TG_CHECK(rank >= 0 && rank < size, "NCCL communicator: rank {} outside [0, {})", rank, size);
+  DeviceScope scope(device_);
+  void* word = nullptr;
+  check_cuda(cudaMalloc(&word, sizeof(int)), "cudaMalloc of the barrier word");
+  barrier_word_ = static_cast<int*>(word);
+  const cudaError_t e = cudaMemset(barrier_word_, 0, sizeof(int));
+  if (e != cudaSuccess) {
+    cudaFree(barrier_word_);
+    barrier_word_ = nullptr;
+    check_cuda(e, "cudaMemset of the barrier word");
+  }
+  comm_ = comm;  // owned from here on (a constructor that throws leaves it to the caller)
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  if (previous != device_) cudaSetDevice(device_);
+  if (comm_ != nullptr && !aborted_) {
+    ncclResult_t async = ncclSuccess;
+    if (!failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+        (async == ncclSuccess || async == ncclInProgress))
+      ncclCommDestroy(comm_);  // waits for this rank's queued collectives
+    else
+      ncclCommAbort(comm_);  // a failed communicator's collectives may never finish: stop them
+  }
+  if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+  if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+}
+
+std::string NcclCommunicator::name() const {
+  return fmt::format("nccl (rank {} of {}, cuda:{})", rank_, size_, device_);
+}
+
+bool NcclCommunicator::supports(DType dtype, ReduceOp op) const {
+  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::Sum);
+}
+
+void NcclCommunicator::check_nccl(int result, const char* what) {
+  if (result == ncclSuccess) return;
+  failed_ = true;
+  TG_THROW("{}: {} failed: {} ({})", name(), what, ncclGetErrorString(static_cast<ncclResult_t>(result)),
+           last_error_text(comm_));
+}
+
+void NcclCommunicator::check_cuda(int result, const char* what) {
+  if (result == cudaSuccess) return;
+  const cudaError_t e = static_cast<cudaError_t>(result);
+  failed_ = true;
+  TG_THROW("{}: {} failed: {} ({})", name(), what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+void NcclCommunicator::check_usable() const {
+  if (aborted_) TG_THROW("{}: the communicator was aborted", name());
+}
+
+void NcclCommunicator::check_device(Device device) const {
+  if (device.is_cpu() || device.index != device_)  // name() formats a string: only on failure
+    TG_THROW("{}: buffers on {} are not supported (device memory of cuda:{} only)", name(), device.str(), device_);
+}
+
+namespace {
+// The pointer itself must be device (or managed) memory of `device`: a host pointer passed as a device buffer
+// would make NCCL fault instead of failing cleanly.
+void check_pointer(const NcclCommunicator& c, const void* p, int device, const char* what) {
+  cudaPointerAttributes attr{};
+  const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    TG_THROW("{}: cannot inspect the {} pointer {}: {}", c.name(), what, p, cudaGetErrorString(e));
+  }
+  if (attr.type == cudaMemoryTypeManaged) return;
+  if (attr.type != cudaMemoryTypeDevice)
+    TG_THROW("{}: the {} buffer {} is host memory, not memory of cuda:{}", c.name(), what, p, device);
+  if (attr.device != device)
+    TG_THROW("{}: the {} buffer {} is memory of cuda:{}, not of cuda:{}", c.name(), what, p, attr.device, device);
+}
+}  // namespace
+
+void NcclCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) {
+  check_usable();
+  check_device(device);
+  if (count == 0) return;
+  check_pointer(*this, buffer, device_, "all-reduce");
+  DeviceScope scope(device_);
+  check_nccl(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), nccl_type(dtype),
+                           op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
+             "ncclAllReduce");
+}
+
+void NcclCommunicator::allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) {
+  check_usable();
+  check_device(device);
+  if (send_bytes == 0) return;
+  check_pointer(*this, send, device_, "all-gather send");
+  check_pointer(*this, recv, device_, "all-gather receive");
+  DeviceScope scope(device_);
+  // In place when send == recv + rank * send_bytes (NCCL's rule; the base's contract is the same).
+  check_nccl(ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream_)),
+             "ncclAllGather");
+}
+
+void NcclCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Device device) {
+  check_usable();
+  check_device(device);
+  if (bytes == 0) return;
+  check_pointer(*this, buffer, device_, "broadcast");
+  DeviceScope scope(device_);
+  check_nccl(ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_)),
+             "ncclBroadcast");
+}
+
+void NcclCommunicator::barrier_impl() {
+  check_usable();
+  {
+    DeviceScope scope(device_);
+    // Max keeps the word at 0 however often it runs.
+    check_nccl(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
+                             static_cast<cudaStream_t>(stream_)),
+               "ncclAllReduce (barrier)");
+  }
+  synchronize();
+}
+
+void NcclCommunicator::synchronize() {
+  check_usable();
+  DeviceScope scope(device_);
+  long sleep_ns = 0;
+  for (int polls = 0;; ++polls) {
+    const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) check_cuda(e, "cudaStreamQuery (synchronize)");
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      failed_ = true;
+      TG_THROW("{}: a collective failed while waiting for the stream: {} ({})", name(), ncclGetErrorString(async),
+               last_error_text(comm_));
+    }
+    if (polls < kSpinQueries) continue;
+    sleep_ns = sleep_ns == 0 ? kSleepMinNs : std::min(2 * sleep_ns, kSleepCapNs);
+    timespec ts{0, sleep_ns};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void NcclCommunicator::abort() {
+  if (aborted_ || comm_ == nullptr) return;
+  DeviceScope scope(device_);
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+  aborted_ = true;
+  failed_ = true;
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices,
+                                                                       const std::vector<void*>& streams) {
+  check_local_devices(devices, streams);
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  const ncclResult_t r = ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data());
+  if (r != ncclSuccess)
+    TG_THROW("NCCL communicator: ncclCommInitAll over {} failed: {} ({})", device_list(devices),
+             ncclGetErrorString(r), last_error_text(nullptr));
+  return wrap(comms, 0, static_cast<int>(devices.size()), devices, streams);
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_processes(
+    Communicator& host, const std::vector<int>& devices, const std::vector<void*>& streams) {
+  const int P = host.size(), p = host.rank();
+  // Every process learns every process's GPU count and whether its GPUs are usable, so that all fail together.
+  std::string local_error;
+  try {
+    check_local_devices(devices, streams);
+  } catch (const Error& e) {
+    local_error = e.what();
+  }
+  const int32_t mine[2] = {static_cast<int32_t>(devices.size()), local_error.empty() ? 1 : 0};
+  std::vector<int32_t> all(2 * static_cast<size_t>(P));
+  host.allgather(mine, all.data(), sizeof(mine));
+  // The same message on every process first (a configuration error), then this process's own, then the others'.
+  for (int q = 1; q < P; ++q)
+    if (all[2 * q] != all[0])
+      TG_THROW("NCCL communicator across processes: process 0 brings {} GPUs, process {} brings {}: every process "
+               "must bring the same number (global rank = process rank * local GPUs + local index)",
+               all[0], q, all[2 * q]);
+  if (!local_error.empty()) throw Error(local_error);
+  for (int q = 0; q < P; ++q)
+    if (all[2 * q + 1] == 0)
+      TG_THROW("NCCL communicator across processes: process {} of {} cannot use its GPUs (its own error says why); "
+               "no group was formed", q, P);
+  // Rank 0 makes the unique id and broadcasts it, with whether that worked.
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } boot{};
+  std::string id_error;
+  if (p == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&boot.id);
+    boot.ok = r == ncclSuccess ? 1 : 0;
+    if (r != ncclSuccess) id_error = fmt::format("{} ({})", ncclGetErrorString(r), last_error_text(nullptr));
+  }
+  host.broadcast(&boot, sizeof(boot), 0);
+  if (!boot.ok)
+    TG_THROW("NCCL communicator across processes: ncclGetUniqueId failed on process 0{}",
+             id_error.empty() ? std::string() : ": " + id_error);
+  const int L = static_cast<int>(devices.size()), N = P * L;
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess) {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    for (int k = 0; k < L; ++k) {
+      cudaSetDevice(devices[static_cast<size_t>(k)]);
+      // Inside the group the result only says whether the call was queued; ncclGroupEnd reports the init.
+      const ncclResult_t rk = ncclCommInitRank(&comms[static_cast<size_t>(k)], N, boot.id, p * L + k);
+      if (rk != ncclSuccess && r == ncclSuccess) r = rk;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+  if (r != ncclSuccess) {
+    const std::string detail = last_error_text(nullptr);
+    for (ncclComm_t c : comms)
+      if (c != nullptr) ncclCommAbort(c);
+    TG_THROW("NCCL communicator across processes: initialising ranks {}..{} of {} on {} failed: {} ({})", p * L,
+             p * L + L - 1, N, device_list(devices), ncclGetErrorString(r), detail);
+  }
+  return wrap(comms, p * L, N, devices, streams);
+}
+
+}  // namespace tg

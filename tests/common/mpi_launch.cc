@@ -1,0 +1,59 @@
+// Re-launching the current test under mpirun (see mpi_launch.h).
+#include "common/mpi_launch.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace tg::testing_mpi {
+
+bool g_under_mpi = false;
+
+namespace {
+
+std::string self_path() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+void launch_current_test_under_mpirun(int ranks) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found on PATH";
+  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
+  char log_template[] = "/tmp/tg_mpi_test_XXXXXX";
+  int fd = mkstemp(log_template);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string log = log_template;
+  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+                          self_path() + " --gtest_color=no --gtest_filter=" + filter + " > " + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string out = read_file(log);
+  std::remove(log.c_str());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+  // Guard against a vacuous pass (e.g. a filter matching nothing): each rank must report one passed test.
+  EXPECT_EQ(count_of(out, "[  PASSED  ] 1 test."), ranks) << out;
+}
+
+}  // namespace tg::testing_mpi

@@ -1,0 +1,25 @@
+// Running a GoogleTest test on several MPI processes from a plain ctest run: the test re-launches its own
+// binary under `mpirun --allow-run-as-root --oversubscribe -np N` with a filter naming itself and checks that
+// every rank ran and passed it; under mpirun (launched_by_mpi()) the test body runs on every rank. Without an
+// mpirun on PATH the test reports SKIPPED. The test binary's main() sets g_under_mpi and creates the
+// MpiEnvironment when launched by mpirun (see tests/mpi_communicator_test.cc).
+#pragma once
+
+namespace tg::testing_mpi {
+
+extern bool g_under_mpi;  // this process was started by mpirun (set by main)
+
+// Runs the current test on `ranks` MPI processes and checks that every rank ran it and passed (GoogleTest
+// failures are recorded in the current test; a missing mpirun is a GTEST_SKIP).
+void launch_current_test_under_mpirun(int ranks);
+
+}  // namespace tg::testing_mpi
+
+// At the top of a test body: outside mpirun, launch this test on n ranks and return; under mpirun, go on.
+#define TG_RUN_ON_N_MPI_RANKS(n)                                    \
+  do {                                                              \
+    if (!::tg::testing_mpi::g_under_mpi) {                          \
+      ::tg::testing_mpi::launch_current_test_under_mpirun(n);       \
+      return;                                                       \
+    }                                                               \
+  } while (0)

@@ -1,0 +1,378 @@
+// Tests of NcclCommunicator. Without a CUDA build every test reports SKIPPED; without a GPU every test that
+// needs one reports SKIPPED, and what can be seen without one is checked: the factory's one-line error naming
+// the device, and (under mpirun, 2 processes) that the cross-process factory fails on every process instead of
+// leaving one waiting. With one GPU: a 1-rank group (every collective is the identity), dtype checks, host
+// and wrong-device buffers refused, bad device lists. With two or more: one thread per GPU runs each collective
+// against a CPU reference (integer sums and max exact, float sums within rounding: NCCL's order is its own),
+// every rank holding the same bits; and, with mpirun, one group over two processes of one GPU each.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "common/mpi_launch.h"
+#include "terngrad/comm/mpi_communicator.h"
+#include "terngrad/core/error.h"
+#ifdef TG_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "terngrad/comm/nccl_communicator.h"
+#endif
+
+namespace tg {
+namespace {
+
+#ifdef TG_HAVE_CUDA
+
+int gpu_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+#define TG_NEED_GPUS(n) \
+  if (gpu_count() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << gpu_count()
+
+void cuda_ok(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+
+// Device memory of one GPU, freed on scope exit.
+struct DeviceBuffer {
+  DeviceBuffer(int device, size_t bytes) : device(device), bytes(bytes) {
+    cudaSetDevice(device);
+    cuda_ok(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes));
+  }
+  ~DeviceBuffer() {
+    cudaSetDevice(device);
+    cudaFree(ptr);
+  }
+  template <typename T>
+  void upload(const std::vector<T>& v) {
+    cudaSetDevice(device);
+    cuda_ok(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  template <typename T>
+  std::vector<T> download(size_t n) const {
+    std::vector<T> v(n);
+    cudaSetDevice(device);
+    cuda_ok(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  int device;
+  size_t bytes;
+  void* ptr = nullptr;
+};
+
+// One stream per GPU, destroyed after the communicators that use them.
+struct Streams {
+  explicit Streams(const std::vector<int>& devices) {
+    for (int d : devices) {
+      cudaSetDevice(d);
+      cudaStream_t s = nullptr;
+      cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      streams.push_back(s);
+      owners.push_back(d);
+    }
+  }
+  ~Streams() {
+    for (size_t k = 0; k < streams.size(); ++k) {
+      cudaSetDevice(owners[k]);
+      cudaStreamDestroy(static_cast<cudaStream_t>(streams[k]));
+    }
+  }
+  std::vector<void*> streams;
+  std::vector<int> owners;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+template <typename T>
+std::vector<T> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    if constexpr (std::is_same_v<T, float>)
+      x = static_cast<float>(d(rng));
+    else if constexpr (std::is_same_v<T, half_bits>)
+      x = float_to_half(static_cast<float>(d(rng)));
+    else if constexpr (std::is_same_v<T, bf16_bits>)
+      x = float_to_bf16(static_cast<float>(d(rng)));
+    else
+      x = static_cast<T>(std::lround(d(rng) * 15));  // int8 sums of up to 8 ranks stay in range
+  }
+  return v;
+}
+
+template <typename T>
+double as_double(T x) {
+  if constexpr (std::is_same_v<T, half_bits>)
+    return half_to_float(x);
+  else if constexpr (std::is_same_v<T, bf16_bits>)
+    return bf16_to_float(x);
+  else
+    return static_cast<double>(x);
+}
+
+#else
+#define TG_NEED_GPUS(n) GTEST_SKIP() << "built without CUDA (TG_CUDA=OFF): no NCCL communicator"
+#endif
+
+TEST(NcclCommunicator, MissingDeviceIsAClearError) {
+#ifndef TG_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (TG_CUDA=OFF): no NCCL communicator";
+#else
+  if (gpu_count() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device message cannot be observed";
+  const std::string m = error_of([] { make_nccl_communicators({0}, {nullptr}); });
+  EXPECT_EQ(m.rfind("NCCL communicator on cuda:0: no CUDA device is available (cudaGetDeviceCount: ", 0), 0u) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  std::printf("the error: %s\n", m.c_str());
+#endif
+}
+
+// A 1-rank group: every collective is the identity; argument errors.
+TEST(NcclCommunicator, OneGpuGroup) {
+  TG_NEED_GPUS(1);
+#ifdef TG_HAVE_CUDA
+  Streams s({0});
+  auto comms = make_nccl_communicators({0}, s.streams);
+  ASSERT_EQ(comms.size(), 1u);
+  NcclCommunicator& c = *comms[0];
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+  EXPECT_EQ(c.name(), "nccl (rank 0 of 1, cuda:0)");
+  EXPECT_EQ(c.device(), Device::cuda(0));
+  const size_t n = 1001;
+  DeviceBuffer buf(0, n * 4), out(0, n * 4);
+  auto identity = [&](auto tag, DType dtype, ReduceOp op) {
+    using T = decltype(tag);
+    const std::vector<T> v = random_values<T>(n, 3);
+    buf.upload(v);
+    c.allreduce(buf.ptr, n, dtype, op, Device::cuda(0));
+    c.synchronize();
+    const std::vector<T> back = buf.download<T>(n);
+    EXPECT_EQ(std::memcmp(back.data(), v.data(), n * sizeof(T)), 0) << dtype_name(dtype) << " " << reduce_op_name(op);
+  };
+  identity(float{}, DType::F32, ReduceOp::Sum);
+  identity(float{}, DType::F32, ReduceOp::Max);
+  identity(int8_t{}, DType::I8, ReduceOp::Sum);
+  identity(int8_t{}, DType::I8, ReduceOp::Max);
+  identity(int32_t{}, DType::I32, ReduceOp::Sum);
+  identity(int32_t{}, DType::I32, ReduceOp::Max);
+  identity(half_bits{}, DType::F16, ReduceOp::Sum);
+  identity(bf16_bits{}, DType::BF16, ReduceOp::Sum);
+  const std::vector<uint8_t> bytes = random_values<uint8_t>(n, 9);
+  buf.upload(bytes);
+  c.allgather(buf.ptr, out.ptr, n, Device::cuda(0));
+  c.broadcast(buf.ptr, n, 0, Device::cuda(0));
+  c.barrier();
+  EXPECT_EQ(out.download<uint8_t>(n), bytes);
+  EXPECT_EQ(buf.download<uint8_t>(n), bytes);
+  EXPECT_EQ(c.stats().calls, 8u + 3u);
+  EXPECT_EQ(c.stats().moved_bytes, 0u);  // one rank moves nothing
+  // Refusals: the dtype/op, a host buffer (declared as such or not), another GPU's.
+  EXPECT_NE(error_of([&] { c.allreduce(buf.ptr, n, DType::F16, ReduceOp::Max, Device::cuda(0)); })
+                .find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, f16 sum, bf16 sum"),
+            std::string::npos);
+  std::vector<float> host(n);
+  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::F32, ReduceOp::Sum, Device::cpu()); })
+                .find("nccl (rank 0 of 1, cuda:0): buffers on cpu are not supported (device memory of cuda:0 only)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::F32, ReduceOp::Sum, Device::cuda(0)); })
+                .find("is host memory, not memory of cuda:0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.allgather(buf.ptr, out.ptr, 4, Device::cuda(1)); })
+                .find("buffers on cuda:1 are not supported (device memory of cuda:0 only)"),
+            std::string::npos);
+  // Bad device lists, one line each.
+  EXPECT_NE(error_of([&] { make_nccl_communicators({0, 0}, {s.streams[0], s.streams[0]}); }).find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { make_nccl_communicators({99}, {nullptr}); }).find("cuda:99: no such device"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { make_nccl_communicators({0}, {}); }).find("0 streams for 1 GPUs"), std::string::npos);
+  comms.clear();  // before the streams go
+#endif
+}
+
+// One thread per GPU; every collective against a CPU reference, every rank the same bits.
+TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
+  TG_NEED_GPUS(2);
+#ifdef TG_HAVE_CUDA
+  const int G = std::min(gpu_count(), 8);
+  std::vector<int> devices;
+  for (int d = 0; d < G; ++d) devices.push_back(d);
+  Streams s(devices);
+  auto comms = make_nccl_communicators(devices, s.streams);
+  const size_t n = (size_t{3} << 20) + 7;  // 12 MB of f32: NCCL's large-message path
+  auto check = [&](auto tag, DType dtype, ReduceOp op, double rel_tol) {
+    using T = decltype(tag);
+    std::vector<std::vector<T>> in(G), out(G);
+    for (int r = 0; r < G; ++r) in[r] = random_values<T>(n, 100u + r);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < G; ++r)
+      threads.emplace_back([&, r] {
+        DeviceBuffer b(r, n * sizeof(T));
+        b.upload(in[r]);
+        comms[r]->allreduce(b.ptr, n, dtype, op, Device::cuda(r));
+        comms[r]->synchronize();
+        out[r] = b.download<T>(n);
+      });
+    for (auto& t : threads) t.join();
+    const std::string what = fmt::format("{} {} over {} GPUs", dtype_name(dtype), reduce_op_name(op), G);
+    for (int r = 1; r < G; ++r)
+      ASSERT_EQ(std::memcmp(out[r].data(), out[0].data(), n * sizeof(T)), 0) << what << ": rank " << r << " differs";
+    for (size_t i = 0; i < n; ++i) {
+      double want = as_double(in[0][i]), scale = std::abs(want);
+      for (int r = 1; r < G; ++r) {
+        const double x = as_double(in[r][i]);
+        want = op == ReduceOp::Sum ? want + x : std::max(want, x);
+        scale += std::abs(x);
+      }
+      if (rel_tol == 0)
+        ASSERT_EQ(as_double(out[0][i]), want) << what << " element " << i;
+      else
+        ASSERT_NEAR(as_double(out[0][i]), want, rel_tol * std::max(scale, 1.0)) << what << " element " << i;
+    }
+  };
+  check(float{}, DType::F32, ReduceOp::Sum, 1e-6 * G);
+  check(float{}, DType::F32, ReduceOp::Max, 0);
+  check(int8_t{}, DType::I8, ReduceOp::Sum, 0);
+  check(int32_t{}, DType::I32, ReduceOp::Max, 0);
+  check(half_bits{}, DType::F16, ReduceOp::Sum, 2e-3 * G);
+  check(bf16_bits{}, DType::BF16, ReduceOp::Sum, 1.6e-2 * G);
+  // All-gather (separate and in place), broadcast from rank 1, barrier.
+  const size_t block = (size_t{1} << 20) + 3;
+  std::vector<std::vector<uint8_t>> gathered(G), in_place(G), bcast(G);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < G; ++r)
+    threads.emplace_back([&, r] {
+      const std::vector<uint8_t> mine = random_values<uint8_t>(block, 7u + r);
+      DeviceBuffer send(r, block), recv(r, G * block), bc(r, block);
+      send.upload(mine);
+      comms[r]->allgather(send.ptr, recv.ptr, block, Device::cuda(r));
+      comms[r]->synchronize();
+      gathered[r] = recv.download<uint8_t>(G * block);
+      cudaSetDevice(r);
+      cuda_ok(cudaMemset(recv.ptr, 0, G * block));
+      cuda_ok(cudaMemcpy(static_cast<uint8_t*>(recv.ptr) + r * block, mine.data(), block, cudaMemcpyHostToDevice));
+      comms[r]->allgather(static_cast<uint8_t*>(recv.ptr) + r * block, recv.ptr, block, Device::cuda(r));
+      bc.upload(mine);
+      comms[r]->broadcast(bc.ptr, block, 1, Device::cuda(r));
+      comms[r]->barrier();
+      in_place[r] = recv.download<uint8_t>(G * block);
+      bcast[r] = bc.download<uint8_t>(block);
+    });
+  for (auto& t : threads) t.join();
+  std::vector<uint8_t> expected;
+  for (int r = 0; r < G; ++r) {
+    const std::vector<uint8_t> b = random_values<uint8_t>(block, 7u + r);
+    expected.insert(expected.end(), b.begin(), b.end());
+  }
+  for (int r = 0; r < G; ++r) {
+    EXPECT_EQ(gathered[r], expected) << "all-gather on rank " << r;
+    EXPECT_EQ(in_place[r], expected) << "in-place all-gather on rank " << r;
+    EXPECT_EQ(bcast[r], random_values<uint8_t>(block, 8u)) << "broadcast on rank " << r;
+    uint64_t moved = 0;  // the six all-reduces (f32, f32, i8, i32, f16, bf16), two all-gathers, a broadcast
+    for (size_t elem : {4, 4, 1, 4, 2, 2}) moved += Communicator::allreduce_moved_bytes(n * elem, G);
+    moved += 2 * Communicator::allgather_moved_bytes(block, G) + block;
+    EXPECT_EQ(comms[r]->stats().moved_bytes, moved) << "rank " << r;
+    EXPECT_EQ(comms[r]->stats().calls, 6u + 2u + 1u + 1u) << "rank " << r;
+  }
+  comms.clear();
+#endif
+}
+
+// ---- across processes (mpirun, 2 processes) ---------------------------------------------------------------
+
+// Unequal GPU counts: every process gets the same error (checked before any GPU is touched, so this runs
+// without GPUs too).
+TEST(NcclAcrossProcesses, UnequalGpuCountsFailOnEveryProcess) {
+#ifndef TG_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (TG_CUDA=OFF): no NCCL communicator";
+#else
+  TG_RUN_ON_N_MPI_RANKS(2);
+  MpiCommunicator host;
+  const std::vector<int> devices = host.rank() == 0 ? std::vector<int>{0} : std::vector<int>{0, 1};
+  const std::vector<void*> streams(devices.size(), nullptr);
+  const std::string m = error_of([&] { make_nccl_communicators_across_processes(host, devices, streams); });
+  EXPECT_NE(m.find("process 0 brings 1 GPUs, process 1 brings 2: every process must bring the same number"),
+            std::string::npos)
+      << m;
+  host.barrier();  // both got here: nobody was left waiting
+#endif
+}
+
+// Without GPUs, each process reports its own missing device and none waits for the others.
+TEST(NcclAcrossProcesses, MissingGpusFailOnEveryProcess) {
+#ifndef TG_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (TG_CUDA=OFF): no NCCL communicator";
+#else
+  if (gpu_count() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device path cannot be observed";
+  TG_RUN_ON_N_MPI_RANKS(2);
+  MpiCommunicator host;
+  const std::string m = error_of([&] { make_nccl_communicators_across_processes(host, {0}, {nullptr}); });
+  EXPECT_EQ(m.rfind("NCCL communicator on cuda:0: no CUDA device is available", 0), 0u) << m;
+  host.barrier();
+#endif
+}
+
+// Two processes of one GPU each (process p on cuda:p) form one group of 2: an f32 sum and an all-gather.
+TEST(NcclAcrossProcesses, TwoProcessesOneGpuEach) {
+  TG_NEED_GPUS(2);
+#ifdef TG_HAVE_CUDA
+  TG_RUN_ON_N_MPI_RANKS(2);
+  MpiCommunicator host;
+  const int p = host.rank();
+  Streams s({p});
+  auto comms = make_nccl_communicators_across_processes(host, {p}, s.streams);
+  ASSERT_EQ(comms.size(), 1u);
+  NcclCommunicator& c = *comms[0];
+  EXPECT_EQ(c.rank(), p);
+  EXPECT_EQ(c.size(), 2);
+  const size_t n = 100003;
+  DeviceBuffer b(p, n * 4), g(p, 2 * n);
+  b.upload(std::vector<float>(n, 1.5f * (p + 1)));
+  c.allreduce(b.ptr, n, DType::F32, ReduceOp::Sum, Device::cuda(p));
+  c.synchronize();
+  EXPECT_EQ(b.download<float>(n), std::vector<float>(n, 4.5f));
+  DeviceBuffer send(p, n);
+  send.upload(std::vector<uint8_t>(n, static_cast<uint8_t>(p + 1)));
+  c.allgather(send.ptr, g.ptr, n, Device::cuda(p));
+  c.barrier();
+  std::vector<uint8_t> want(2 * n, 1);
+  std::fill(want.begin() + n, want.end(), 2);
+  EXPECT_EQ(g.download<uint8_t>(2 * n), want);
+  comms.clear();
+#endif
+}
+
+}  // namespace
+}  // namespace tg
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  tg::testing_mpi::g_under_mpi = tg::launched_by_mpi();
+  std::unique_ptr<tg::MpiEnvironment> env;
+  if (tg::testing_mpi::g_under_mpi) env = std::make_unique<tg::MpiEnvironment>();
+  const int rc = RUN_ALL_TESTS();
+  env.reset();
+  return rc;
+}

@@ -1,0 +1,319 @@
+// Tests of ThreadCommunicator with real std::threads, one per rank (1 to 4 ranks): every all-reduce dtype/op
+// against a plain loop over the ranks in rank order (bit for bit, on every rank, whatever the thread timing:
+// some rounds start the ranks at random moments), repeated calls on the same group (the scratch is reused),
+// all-gather (also in place), broadcast from every root, barrier, byte counters, argument errors, mismatched
+// calls, and the failure paths: abort() and a destroyed communicator wake the waiting ranks with an error, and
+// waiting does not hold a core.
+#include "terngrad/comm/thread_communicator.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+namespace {
+
+// Runs body(rank, communicator) on one thread per rank; returns each rank's error message ("" when none).
+std::vector<std::string> run_ranks(std::vector<std::unique_ptr<ThreadCommunicator>>& comms,
+                                   const std::function<void(int, ThreadCommunicator&)>& body) {
+  const int R = static_cast<int>(comms.size());
+  std::vector<std::string> errors(R);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r, *comms[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "(empty error)";
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// The reference: acc = x_0; acc = combine(acc, x_w) for w = 1, 2, ... (the communicator's definitions, written
+// out again here).
+template <typename T>
+T combine(T acc, T x, ReduceOp op) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (op == ReduceOp::Sum) return acc + x;
+    return (x > acc || std::isnan(x)) ? x : acc;
+  } else if constexpr (std::is_same_v<T, half_bits>) {
+    return float_to_half(half_to_float(acc) + half_to_float(x));
+  } else if constexpr (std::is_same_v<T, bf16_bits>) {
+    return float_to_bf16(bf16_to_float(acc) + bf16_to_float(x));
+  } else {  // int8_t, int32_t: sums wrap
+    using U = std::make_unsigned_t<T>;
+    if (op == ReduceOp::Sum) return static_cast<T>(static_cast<U>(acc) + static_cast<U>(x));
+    return std::max(acc, x);
+  }
+}
+
+template <typename T>
+std::vector<T> random_input(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    // Magnitudes spread over many binades, so that the order of a float sum changes its bits.
+    const double x = d(rng) * std::pow(2.0, static_cast<double>(i % 23) - 8);
+    if constexpr (std::is_same_v<T, float>)
+      v[i] = static_cast<float>(x);
+    else if constexpr (std::is_same_v<T, half_bits>)
+      v[i] = float_to_half(static_cast<float>(x));
+    else if constexpr (std::is_same_v<T, bf16_bits>)
+      v[i] = float_to_bf16(static_cast<float>(x));
+    else
+      v[i] = static_cast<T>(std::lround(d(rng) * std::numeric_limits<T>::max()));
+  }
+  if constexpr (std::is_same_v<T, float>)
+    if (n > 5 && seed % 3 == 0) v[5] = std::numeric_limits<float>::quiet_NaN();  // max: NaN wins
+  return v;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// Every rank's all-reduce of T/op equals the plain loop, for several counts, three rounds on the same group
+// (the last with random start delays).
+template <typename T>
+void check_allreduce(int R, DType dtype, ReduceOp op) {
+  auto comms = make_thread_communicators(R);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{70001}}) {
+      std::vector<std::vector<T>> data(R);
+      for (int w = 0; w < R; ++w) data[w] = random_input<T>(n, 1000u * round + 17u * w + static_cast<uint32_t>(n));
+      std::vector<T> expected = data[0];
+      for (int w = 1; w < R; ++w)
+        for (int64_t i = 0; i < n; ++i) expected[i] = combine(expected[i], data[w][i], op);
+      const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+        if (round == 2) std::this_thread::sleep_for(std::chrono::microseconds((r * 7919 + n) % 3000));
+        c.allreduce(data[r].data(), n, dtype, op);
+      });
+      expect_no_errors(errors);
+      for (int r = 0; r < R; ++r)
+        ASSERT_TRUE(same_bits(data[r], expected))
+            << R << " ranks, " << dtype_name(dtype) << " " << reduce_op_name(op) << ", n=" << n << ", round " << round
+            << ": rank " << r << " differs from the plain loop";
+    }
+  }
+}
+
+TEST(ThreadCommunicator, AllreduceMatchesAPlainLoopOnEveryRank) {
+  for (int R = 1; R <= 4; ++R) {
+    check_allreduce<float>(R, DType::F32, ReduceOp::Sum);
+    check_allreduce<float>(R, DType::F32, ReduceOp::Max);
+    check_allreduce<int8_t>(R, DType::I8, ReduceOp::Sum);
+    check_allreduce<int8_t>(R, DType::I8, ReduceOp::Max);
+    check_allreduce<int32_t>(R, DType::I32, ReduceOp::Sum);
+    check_allreduce<int32_t>(R, DType::I32, ReduceOp::Max);
+    check_allreduce<half_bits>(R, DType::F16, ReduceOp::Sum);
+    check_allreduce<bf16_bits>(R, DType::BF16, ReduceOp::Sum);
+  }
+}
+
+TEST(ThreadCommunicator, AllgatherBroadcastBarrier) {
+  for (int R = 1; R <= 4; ++R) {
+    auto comms = make_thread_communicators(R);
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{7}, size_t{100003}}) {
+      std::vector<std::vector<uint8_t>> gathered(R), in_place(R);
+      auto block = [](int w, size_t k) { return static_cast<uint8_t>(31 * w + k % 251); };
+      expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+        std::vector<uint8_t> send(bytes);
+        for (size_t k = 0; k < bytes; ++k) send[k] = block(r, k);
+        gathered[r].assign(R * bytes, 0xEE);
+        c.allgather(send.data(), gathered[r].data(), bytes);
+        in_place[r].assign(R * bytes, 0xEE);  // the send block already in its place in recv
+        std::memcpy(in_place[r].data() + r * bytes, send.data(), bytes);
+        c.allgather(in_place[r].data() + r * bytes, in_place[r].data(), bytes);
+      }));
+      for (int r = 0; r < R; ++r)
+        for (int w = 0; w < R; ++w)
+          for (size_t k = 0; k < bytes; ++k) {
+            ASSERT_EQ(gathered[r][w * bytes + k], block(w, k)) << R << " ranks, rank " << r << " block " << w;
+            ASSERT_EQ(in_place[r][w * bytes + k], block(w, k)) << R << " ranks, in place, rank " << r;
+          }
+    }
+    for (int root = 0; root < R; ++root) {
+      std::vector<std::vector<int32_t>> b(R);
+      expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+        b[r] = {r, 10 * r, 100 * r};
+        c.broadcast(b[r].data(), 3 * sizeof(int32_t), root);
+      }));
+      for (int r = 0; r < R; ++r) EXPECT_EQ(b[r], (std::vector<int32_t>{root, 10 * root, 100 * root}));
+    }
+    // Barrier: what every rank did before it is visible to every rank after it.
+    std::atomic<int> before{0};
+    std::vector<int> seen(R);
+    expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * r));
+      before.fetch_add(1);
+      c.barrier();
+      seen[r] = before.load();
+    }));
+    for (int r = 0; r < R; ++r) EXPECT_EQ(seen[r], R) << R << " ranks, rank " << r;
+  }
+}
+
+TEST(ThreadCommunicator, ByteCountersFollowTheModel) {
+  const int R = 3;
+  auto comms = make_thread_communicators(R);
+  const int64_t n = 1000;
+  expect_no_errors(run_ranks(comms, [&](int, ThreadCommunicator& c) {
+    std::vector<float> x(n, 1.f);
+    std::vector<uint8_t> send(7), recv(7 * R);
+    c.allreduce(x.data(), n, DType::F32, ReduceOp::Sum);
+    c.allgather(send.data(), recv.data(), 7);
+    c.broadcast(send.data(), 7, 2);
+    c.barrier();
+  }));
+  for (auto& c : comms) {
+    EXPECT_EQ(c->stats().calls, 4u);
+    EXPECT_EQ(c->stats().payload_bytes, 4u * n + 7u + 7u);
+    EXPECT_EQ(c->stats().moved_bytes, Communicator::allreduce_moved_bytes(4 * n, R) + 7u * (R - 1) + 7u);
+  }
+}
+
+TEST(ThreadCommunicator, ArgumentErrors) {
+  auto comms = make_thread_communicators(2);
+  ThreadCommunicator& c = *comms[0];
+  float x = 0.f;
+  try {
+    c.allreduce(&x, 1, DType::F32, ReduceOp::Sum, Device::cuda(0));
+    FAIL() << "a device buffer was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("local (rank 0 of 2): buffers on cuda:0 are not supported"), std::string::npos) << m;
+  }
+  half_bits h{0};
+  try {
+    c.allreduce(&h, 1, DType::F16, ReduceOp::Max);
+    FAIL() << "f16 max was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, "
+                                         "f16 sum, bf16 sum, i8 sum, i8 max, i32 sum, i32 max)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(c.broadcast(&x, 4, 2), Error);   // root outside the group
+  EXPECT_THROW(make_thread_communicators(0), Error);
+}
+
+// Ranks posting different collectives: every rank gets the same error naming both calls, none waits forever.
+TEST(ThreadCommunicator, MismatchedCallsFailOnEveryRank) {
+  auto comms = make_thread_communicators(3);
+  const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    std::vector<float> x(11, 1.f);
+    if (r == 2)
+      c.allreduce(x.data(), 11, DType::F32, ReduceOp::Sum);
+    else
+      c.allreduce(x.data(), 10, DType::F32, ReduceOp::Sum);
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(errors[r].find("ranks disagree on the collective: rank 0 called all-reduce sum of 10 f32, rank 2 "
+                             "called all-reduce sum of 11 f32"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+  // The group stays failed.
+  EXPECT_THROW(comms[0]->barrier(), Error);
+}
+
+// A rank whose thread fails calls abort(): the ranks waiting for it throw (naming it and why) instead of
+// hanging, and so does every later call.
+TEST(ThreadCommunicator, AbortWakesTheWaitingRanks) {
+  auto comms = make_thread_communicators(3);
+  const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    std::vector<float> x(100, 1.f);
+    c.allreduce(x.data(), 100, DType::F32, ReduceOp::Sum);  // one that completes
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      c.abort("decoding the batch failed");
+      return;
+    }
+    c.allreduce(x.data(), 100, DType::F32, ReduceOp::Sum);  // waits for rank 0, which never comes
+  });
+  EXPECT_EQ(errors[0], "");
+  for (int r = 1; r < 3; ++r)
+    EXPECT_NE(errors[r].find("all-reduce sum of 100 f32 failed: rank 0 aborted: decoding the batch failed"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+  try {
+    comms[1]->barrier();
+    FAIL() << "a failed group accepted a barrier";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local (rank 1 of 3): barrier failed: rank 0 aborted"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A rank that goes away (its thread unwinds, destroying its communicator) fails the ranks waiting for it.
+TEST(ThreadCommunicator, DestroyedRankFailsTheOthers) {
+  auto comms = make_thread_communicators(2);
+  std::string error;
+  std::thread waiter([&] {
+    try {
+      std::vector<uint8_t> send(4), recv(8);
+      comms[0]->allgather(send.data(), recv.data(), 4);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comms[1].reset();
+  waiter.join();
+  EXPECT_NE(error.find("local (rank 0 of 2): all-gather of 4 bytes failed: rank 1's communicator was destroyed"),
+            std::string::npos)
+      << error;
+}
+
+double thread_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// A rank waiting 300 ms for a late peer blocks: its thread uses under 10% of a core meanwhile.
+TEST(ThreadCommunicator, WaitingForALatePeerLeavesTheCore) {
+  auto comms = make_thread_communicators(2);
+  double wall = 0, cpu = 0;
+  expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    std::vector<float> x(16, 1.f);
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.allreduce(x.data(), 16, DType::F32, ReduceOp::Sum);
+      return;
+    }
+    const double c0 = thread_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    c.allreduce(x.data(), 16, DType::F32, ReduceOp::Sum);
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cpu = thread_cpu_seconds() - c0;
+  }));
+  EXPECT_GT(wall, 0.25);
+  EXPECT_LT(cpu, 0.1 * wall) << "the waiting thread used " << cpu << " s of CPU in " << wall << " s";
+}
+
+}  // namespace
+}  // namespace tg
