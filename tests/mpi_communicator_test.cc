@@ -203,7 +203,9 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
           GradientExchange ex(pol, mine_views, {0}, &c, o);
           ASSERT_EQ(ex.num_workers(), N);
           ASSERT_EQ(ex.overlapped(), overlap);
-          if (overlap) ASSERT_EQ(ex.num_buckets(), 2);  // {conv1}, {fc, logits}
+          if (overlap) {
+            ASSERT_EQ(ex.num_buckets(), 2);  // {conv1}, {fc, logits}
+          }
           ex.begin(step);
           for (int first = pol.num_tensors(); first >= 0; --first) {  // as backward reports them
             ex.tensors_ready(first);

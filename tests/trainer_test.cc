@@ -187,6 +187,9 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
       {[](TrainConfig& c) { c.bucket_mb = -3; }, "--bucket_mb"},
       {[](TrainConfig& c) { c.timeline = "/nonexistent/folder/trace.json"; }, "--timeline"},
       {[](TrainConfig& c) { c.timeline = "t.json", c.timeline_steps = "9-2"; }, "--timeline_steps"},
+      {[](TrainConfig& c) { c.cpu_replicas = 0; }, "--cpu_replicas"},
+      {[](TrainConfig& c) { c.cpu_replicas = 3; }, "--num_nodes"},  // 2 workers on 3 replicas
+      {[](TrainConfig& c) { c.device = "cuda", c.cpu_replicas = 2; }, "--cpu_replicas"},
   };
   for (const auto& k : cases) {
     TrainConfig c = config("bad");
@@ -300,6 +303,34 @@ TEST_F(TrainerTest, OverlapIsBitIdenticalToSerialAcrossTwoMpiProcesses) {
   // Both processes' phase times are in the metrics; the wire carried bytes.
   EXPECT_EQ(python_json(metrics, "[len(l['process_time']) for l in d if 'step' in l]"), "[2]");
   EXPECT_EQ(python_json(metrics, "[l['wire_bytes'] > 0 for l in d if 'step' in l]"), "[True]");
+}
+
+// Two CPU replicas, each on its own thread with its own backend and exchange, meeting through the in-process
+// communicator, give the bits of one replica running both workers: same Philox keys (the global worker index),
+// same shared scalers, and sums formed in worker order; for ternary, fp16 and fp32 gradients, with and without
+// overlap. LeNet has no batch norm, whose moving statistics are per replica.
+TEST_F(TrainerTest, CpuReplicasOnTheirOwnThreadsGiveTheBitsOfOneReplica) {
+  for (int bits : {1, 16, 32}) {
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "grad_bits " << bits << (overlap ? ", overlap" : ", serial"));
+      TrainConfig one = config("one_" + std::to_string(bits) + "_" + std::to_string(overlap));
+      one.grad_bits = bits;
+      one.overlap = overlap;
+      one.max_steps = 6;
+      one.bucket_mb = 0.05;  // several buckets
+      one.check_replicas_every = 3;
+      TrainConfig two = one;
+      two.train_dir = (root_ / ("two_" + std::to_string(bits) + "_" + std::to_string(overlap))).string();
+      two.cpu_replicas = 2;
+      two.threads = 2;  // one thread per replica
+      const TrainResult r1 = Trainer(one).run();
+      const TrainResult r2 = Trainer(two).run();
+      EXPECT_EQ(r1.steps_done, 6);
+      EXPECT_EQ(r2.steps_done, 6);
+      EXPECT_EQ(r1.parameter_digest, r2.parameter_digest);
+      EXPECT_EQ(r1.bytes_moved, r2.bytes_moved);
+    }
+  }
 }
 
 TEST_F(TrainerTest, DivergenceStopsNamingTheStepAndKeepsTheLastCheckpoint) {

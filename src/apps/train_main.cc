@@ -38,6 +38,12 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
   app.add_option("--num_nodes", c.num_nodes, "workers (towers) in this process; -1: one per GPU")
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--cpu_replicas", c.cpu_replicas,
+                 "--device cpu: replicas in this process, each on its own thread with --threads / replicas threads")
+      ->capture_default_str();
+  app.add_option("--allow_tf32", c.allow_tf32,
+                 "cuda: TF32 tensor-core math for fp32 convolutions and matrix products (faster, ~1e-3 error)")
+      ->capture_default_str();
   app.add_option("--net", c.net, "network: lenet, cifarnet (cifar10_alexnet), alexnet, resnet50, inception_v3")
       ->capture_default_str();
   app.add_option("--image_size", c.image_size, "square input size (0: the dataset's)")->capture_default_str();

@@ -37,6 +37,18 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(num_gpus >= 1, "--num_gpus {} must be at least 1", num_gpus);
   TG_CHECK(num_nodes == -1 || num_nodes >= 1, "--num_nodes {} must be at least 1 (or -1: one per GPU)", num_nodes);
   TG_CHECK(threads >= 0, "--threads {} must be >= 0 (0: all cores)", threads);
+  TG_CHECK(cpu_replicas >= 1, "--cpu_replicas {} must be at least 1", cpu_replicas);
+  TG_CHECK(cpu_replicas == 1 || device == "cpu", "--cpu_replicas {} needs --device cpu (GPUs: --num_gpus)",
+           cpu_replicas);
+  const int replicas = device == "cpu" ? cpu_replicas : num_gpus;
+  TG_CHECK(workers_per_process() % replicas == 0,
+           "--num_nodes {} is not a multiple of the {} replicas (--num_gpus / --cpu_replicas): every device runs "
+           "the same number of workers",
+           workers_per_process(), replicas);
+  TG_CHECK(replicas == 1 || num_processes == 1,
+           "{} replicas per process with {} processes: use one process per device (mpirun -np <devices> ... "
+           "--num_gpus 1) or one process with all devices",
+           replicas, num_processes);
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);
   TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
   TG_CHECK(batch_size >= 1, "--batch_size {} must be at least 1", batch_size);
@@ -107,6 +119,8 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["num_gpus"] = std::to_string(num_gpus);
   f["num_nodes"] = std::to_string(num_nodes);
   f["threads"] = std::to_string(threads);
+  f["cpu_replicas"] = std::to_string(cpu_replicas);
+  f["allow_tf32"] = allow_tf32 ? "true" : "false";
   f["num_processes"] = std::to_string(num_processes);
   f["check_replicas_every"] = std::to_string(check_replicas_every);
   f["skip_corrupt_records"] = skip_corrupt_records ? "true" : "false";

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
@@ -24,23 +26,33 @@
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/metrics.h"
+#include "terngrad/train/replica_threads.h"
 
 namespace tg {
 
 namespace fs = std::filesystem;
 
 namespace {
+// One device's model copy and everything that runs on it: its workers (virtual nodes) compute one after
+// another on the replica's thread, and its exchange meets the other replicas (of this and other processes)
+// through the replicas' communicator.
 struct Replica {
+  int index = 0;  // in this process
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExponentialMovingAverage> ema;
-  std::vector<int> workers;  // indices into Impl::workers
+  std::vector<int> workers;                    // indices into Impl::workers
+  Communicator* group = nullptr;               // over every replica of every process; nullptr when alone
+  std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
+  bool overlap = false;                        // its exchange runs inside the last worker's backward
+  PhaseTimes times;                            // of the last step
+  ExchangeStats stats;                         // of the last step
 };
 
 struct Worker {
   int replica = 0;
-  int global_index = 0;
+  int global_index = 0;  // (process * replicas + replica) * workers per replica + index in the replica
   std::unique_ptr<Net> net;
   Buffer host_grads;               // staging copy of the gradient slab when the device is not the host
   std::vector<Tensor> grad_views;  // host views handed to the exchange, in parameter order
@@ -68,6 +80,12 @@ class ExchangeFeeder final : public GradientListener {
   GradientExchange& exchange_;
 };
 
+// --threads over --cpu_replicas: each CPU replica's team gets an equal share of the cores (at least one).
+int cpu_threads_per_replica(int threads, int replicas) {
+  const int all = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, all / replicas);
+}
+
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -88,12 +106,13 @@ struct Trainer::Impl {
   Communicator* process_comm = nullptr;
   int rank = 0, num_processes = 1;
   int64_t worker_batch = 0, process_batch = 0;
+  // Several replicas in this process: one rank each (declared first: it outlives the exchanges using it).
+  std::vector<std::unique_ptr<ThreadCommunicator>> replica_comms;
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
   std::unique_ptr<Timeline> timeline;  // --timeline
-  std::unique_ptr<GradientExchange> exchange;
-  bool overlap = false;  // the exchange runs inside the last worker's backward
-  PhaseTimes step_times;  // of the last step
+  std::unique_ptr<ReplicaThreads> threads;  // one host thread per replica
+  PhaseTimes step_times;  // of the last step (replica 0's, plus the input wait and other)
   ExchangeStats last_stats;
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
@@ -105,7 +124,10 @@ struct Trainer::Impl {
 
   void build();
   void resume_or_initialize();
+  void build_replicas();
+  void build_exchanges();
   void step(int64_t t, float lr);
+  void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
   void write_timeline();
   std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
   std::string save(int64_t steps_done);
@@ -136,92 +158,17 @@ Trainer::~Trainer() = default;
 
 void Trainer::Impl::build() {
   const int n_workers = cfg.workers_per_process();
-  const DatasetInfo& data = dataset_info(cfg.dataset);
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
-
-  // Replicas: one per device.
-  const int n_devices = cfg.device == "cpu" ? 1 : cfg.num_gpus;
-  BackendOptions bo;
-  bo.threads = cfg.threads;
-  const ModelConfig mc = cfg.model_config();
-  for (int d = 0; d < n_devices; ++d) {
-    Replica r;
-    std::string dev = cfg.device;
-    if (cfg.device != "cpu" && cfg.num_gpus > 1) dev = fmt::format("cuda:{}", d);
-    r.backend = make_backend(dev, bo);
-    replicas.push_back(std::move(r));
-  }
-  for (int w = 0; w < n_workers; ++w) {
-    Worker wk;
-    wk.replica = w % n_devices;
-    wk.global_index = rank * n_workers + w;
-    wk.net = std::make_unique<Net>();
-    build_model(cfg.net, mc, *wk.net);
-    wk.net->setup(*replicas[wk.replica].backend, worker_batch);
-    replicas[wk.replica].workers.push_back(w);
-    workers.push_back(std::move(wk));
-  }
-  for (auto& r : replicas) {
-    TG_CHECK(!r.workers.empty(), "--num_gpus {} exceeds the {} workers (--num_nodes)", n_devices, n_workers);
-    const Net& net = *workers[r.workers[0]].net;
-    r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
-    for (int w : r.workers) workers[w].net->bind(*r.store);
-    OptimizerOptions oo;
-    oo.kind = parse_optimizer_kind(cfg.optimizer);
-    oo.momentum = cfg.momentum;
-    r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
-  }
-
-  // Gradient exchange over all workers of all processes.
-  CompressionFlags cf;
-  cf.grad_bits = cfg.grad_bits;
-  cf.clip_factor = cfg.clip_factor;
-  cf.size_to_binarize = cfg.size_to_binarize;
-  cf.quantize_logits = cfg.quantize_logits;
-  std::vector<ParamInfo> infos;
-  for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
-  policy = CompressionPolicy(cf, infos);
-  // Host views of every worker's gradient (a staging copy when the device is not the host).
-  bool host_gradients = true;
-  for (Worker& wk : workers) {
-    Slab& g = wk.net->grads();
-    if (!replicas[wk.replica].backend->device().is_cpu()) {
-      wk.host_grads = Buffer(host_allocator(), g.bytes());
-      std::memset(wk.host_grads.data(), 0, g.bytes());  // touched now, not inside a step
-      host_gradients = false;
-    }
-    for (int i = 0; i < g.size(); ++i) {
-      if (wk.host_grads.empty()) {
-        wk.grad_views.push_back(g.view(i));
-      } else {
-        const auto& e = g.entry(i);
-        wk.grad_views.push_back(
-            Tensor(static_cast<char*>(wk.host_grads.data()) + e.offset, e.shape, e.dtype, Device::cpu()));
-      }
-    }
-  }
+  build_replicas();
   if (!cfg.timeline.empty()) {
     const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
     timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, rank);
     for (Worker& wk : workers) wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
   }
-  // One exchange for the process: its workers' gradients in, the average out to the first worker of each
-  // replica (the one whose gradient slab the replica's optimizer reads); processes meet through MPI.
-  std::vector<std::vector<Tensor>> views;
-  for (const Worker& wk : workers) views.push_back(wk.grad_views);
-  std::vector<int> targets;
-  for (const Replica& r : replicas) targets.push_back(r.workers[0]);
-  ExchangeOptions xo;
-  xo.mode = parse_exchange_mode(cfg.exchange);
-  xo.seed = cfg.seed;
-  xo.bucket_mb = cfg.bucket_mb;
-  // Overlap needs the gradients where the exchange reads them while backward runs: on the host.
-  xo.overlap = cfg.overlap && host_gradients;
-  exchange = std::make_unique<GradientExchange>(policy, std::move(views), std::move(targets), process_comm, xo,
-                                                timeline.get());
-  overlap = exchange->overlapped();
+  build_exchanges();
 
+  const DatasetInfo& data = dataset_info(cfg.dataset);
   LearningRateOptions lo;
   lo.decay_type = parse_learning_rate_decay(cfg.learning_rate_decay_type);
   lo.initial_learning_rate = cfg.initial_learning_rate;
@@ -239,6 +186,108 @@ void Trainer::Impl::build() {
   host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
   std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
   std::memset(host_labels.data(), 0, host_labels.bytes());
+}
+
+// Replicas (one per device: --num_gpus GPUs, or --cpu_replicas shares of the CPU), each with its own thread,
+// and the workers, placed round-robin: worker w computes on replica w % R as its (w / R)-th worker.
+void Trainer::Impl::build_replicas() {
+  const int n_workers = cfg.workers_per_process();
+  const bool cpu = cfg.device == "cpu";
+  const int n_replicas = cpu ? cfg.cpu_replicas : cfg.num_gpus;
+  const int per_replica = n_workers / n_replicas;  // validate(): a multiple
+  BackendOptions bo;
+  bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
+  bo.allow_tf32 = cfg.allow_tf32;
+  const ModelConfig mc = cfg.model_config();
+  replicas.resize(static_cast<size_t>(n_replicas));
+  workers.resize(static_cast<size_t>(n_workers));
+  for (int w = 0; w < n_workers; ++w) {
+    Worker& wk = workers[w];
+    wk.replica = w % n_replicas;
+    wk.global_index = (rank * n_replicas + wk.replica) * per_replica + w / n_replicas;
+    replicas[wk.replica].workers.push_back(w);
+  }
+  // Each replica is built on its own thread, so its memory is first touched there and its thread-bound state
+  // (CUDA device, the CPU team's size) is set where it is used.
+  threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
+    Replica& r = replicas[d];
+    r.index = d;
+    std::string dev = cfg.device;
+    if (!cpu && n_replicas > 1) dev = fmt::format("cuda:{}", d);
+    r.backend = make_backend(dev, bo);
+    r.backend->bind_thread();
+    for (int w : r.workers) {
+      Worker& wk = workers[w];
+      wk.net = std::make_unique<Net>();
+      build_model(cfg.net, mc, *wk.net);
+      wk.net->setup(*r.backend, worker_batch);
+    }
+    const Net& net = *workers[r.workers[0]].net;
+    r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
+    for (int w : r.workers) workers[w].net->bind(*r.store);
+    OptimizerOptions oo;
+    oo.kind = parse_optimizer_kind(cfg.optimizer);
+    oo.momentum = cfg.momentum;
+    r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
+    // Host views of every worker's gradient (a staging copy when the device is not the host).
+    for (int w : r.workers) {
+      Worker& wk = workers[w];
+      Slab& g = wk.net->grads();
+      if (!r.backend->device().is_cpu()) {
+        wk.host_grads = Buffer(host_allocator(), g.bytes());
+        std::memset(wk.host_grads.data(), 0, g.bytes());  // touched now, not inside a step
+      }
+      for (int i = 0; i < g.size(); ++i) {
+        if (wk.host_grads.empty()) {
+          wk.grad_views.push_back(g.view(i));
+        } else {
+          const auto& e = g.entry(i);
+          wk.grad_views.push_back(
+              Tensor(static_cast<char*>(wk.host_grads.data()) + e.offset, e.shape, e.dtype, Device::cpu()));
+        }
+      }
+    }
+  });
+  // Replicas meet through the process communicator when there is one per process, else through one rank per
+  // replica of an in-process communicator.
+  if (n_replicas == 1) {
+    replicas[0].group = process_comm;
+  } else {
+    replica_comms = make_thread_communicators(n_replicas);
+    for (int d = 0; d < n_replicas; ++d) replicas[d].group = replica_comms[d].get();
+    // A replica that fails must not leave the others waiting in a collective.
+    threads->set_on_error([this] { replica_comms[0]->abort("a replica's step failed"); });
+  }
+}
+
+// One exchange per replica: its workers' gradients in, the average over all workers of all replicas out to its
+// first worker's gradient (the slab the replica's optimizer reads).
+void Trainer::Impl::build_exchanges() {
+  CompressionFlags cf;
+  cf.grad_bits = cfg.grad_bits;
+  cf.clip_factor = cfg.clip_factor;
+  cf.size_to_binarize = cfg.size_to_binarize;
+  cf.quantize_logits = cfg.quantize_logits;
+  std::vector<ParamInfo> infos;
+  for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
+  policy = CompressionPolicy(cf, infos);
+  for (Replica& r : replicas) {
+    std::vector<std::vector<Tensor>> views;
+    bool host_gradients = true;
+    for (int w : r.workers) {
+      views.push_back(workers[w].grad_views);
+      host_gradients = host_gradients && workers[w].host_grads.empty();
+    }
+    ExchangeOptions xo;
+    xo.mode = parse_exchange_mode(cfg.exchange);
+    xo.seed = cfg.seed;
+    xo.bucket_mb = cfg.bucket_mb;
+    // Overlap needs the gradients where the exchange reads them while backward runs: on the host.
+    xo.overlap = cfg.overlap && host_gradients;
+    r.exchange = std::make_unique<GradientExchange>(policy, std::move(views), std::vector<int>{0}, r.group, xo,
+                                                    timeline.get());
+    r.overlap = r.exchange->overlapped();
+  }
 }
 
 void Trainer::Impl::resume_or_initialize() {
@@ -303,61 +352,68 @@ void Trainer::Impl::step(int64_t t, float lr) {
   const Clock::time_point step_begin = Clock::now();
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
-  Timeline* tl = timeline.get();
   const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
   Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
   Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
   {
-    ScopedPhase input(step_times, Phase::InputWait, tl, workers[0].track);
+    ScopedPhase input(step_times, Phase::InputWait, timeline.get(), workers[0].track);
     source->next(images, labels);
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
-  exchange->begin(step32);
-  ExchangeFeeder feeder(*exchange);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    Worker& wk = workers[w];
-    const int64_t b0 = static_cast<int64_t>(w) * worker_batch;
+  // Every replica at once, each on its thread: forward, backward, exchange, optimizer.
+  threads->run([&](int d) { replica_step(replicas[d], step32, lr, t, images, labels); });
+  step_times += replicas[0].times;
+  last_stats = replicas[0].stats;
+  const double total = seconds_between(step_begin, Clock::now());
+  step_times.add(Phase::Other, std::max(0.0, total - step_times.total_excluding_in_flight()));
+}
+
+// One replica's part of a step, on its thread: its workers' forward and backward one after another (the last
+// one's backward feeds the exchange with --overlap), the exchange, then the update of the replica's
+// parameters with the average over all workers.
+void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t, const Tensor& images,
+                                 const Tensor& labels) {
+  Timeline* tl = timeline.get();
+  r.times.clear();
+  r.exchange->begin(step32);
+  ExchangeFeeder feeder(*r.exchange);
+  for (size_t k = 0; k < r.workers.size(); ++k) {
+    Worker& wk = workers[r.workers[k]];
+    const int64_t b0 = static_cast<int64_t>(r.workers[k]) * worker_batch;
     const Clock::time_point t0 = Clock::now();
     wk.net->forward(images.slice0(b0, b0 + worker_batch), labels.slice0(b0, b0 + worker_batch), true, step32,
                     philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
     const Clock::time_point t1 = Clock::now();
-    // The last worker's backward completes every bucket of the process: the exchange starts inside it.
-    const bool feeds = overlap && w + 1 == workers.size();
+    // The last worker's backward completes every bucket of the replica: the exchange starts inside it.
+    const bool feeds = r.overlap && k + 1 == r.workers.size();
     const double fed_before = feeder.seconds;
     wk.net->backward(feeds ? &feeder : nullptr);
     if (!wk.host_grads.empty()) {
       Slab& g = wk.net->grads();
-      replicas[wk.replica].backend->copy(Tensor(wk.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
-                                                DType::U8, Device::cpu()),
-                                         g.flat_bytes());
+      r.backend->copy(Tensor(wk.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())}, DType::U8, Device::cpu()),
+                      g.flat_bytes());
     }
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
-    step_times.add(Phase::ForwardBackward, wk.forward_backward);
+    r.times.add(Phase::ForwardBackward, wk.forward_backward);
     if (tl && tl->recording()) {
       tl->record(wk.track, "forward", t0, t1);
       tl->record(wk.track, "backward", t1, t2);
     }
   }
-  last_stats = exchange->finish();
-  step_times += exchange->times();
-  {
-    ScopedPhase update(step_times, Phase::OptimizerEma, tl, workers[0].track, "optimizer + EMA");
-    for (auto& r : replicas) {
-      Worker& first = workers[r.workers[0]];
-      if (!first.host_grads.empty()) {
-        Slab& g = first.net->grads();
-        r.backend->copy(g.flat_bytes(), Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())},
-                                               DType::U8, Device::cpu()));
-      }
-      // One pass over the parameters: the update and the moving average of the new values; then the
-      // moving average of the rest (batch-norm statistics).
-      r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());
-      r.ema->update(*r.backend, t, &r.store->params());
-    }
+  r.stats = r.exchange->finish();
+  r.times += r.exchange->times();
+  ScopedPhase update(r.times, Phase::OptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
+  Worker& first = workers[r.workers[0]];
+  if (!first.host_grads.empty()) {
+    Slab& g = first.net->grads();
+    r.backend->copy(g.flat_bytes(),
+                    Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())}, DType::U8, Device::cpu()));
   }
-  const double total = seconds_between(step_begin, Clock::now());
-  step_times.add(Phase::Other, std::max(0.0, total - step_times.total_excluding_in_flight()));
+  // One pass over the parameters: the update and the moving average of the new values; then the moving
+  // average of the rest (batch-norm statistics).
+  r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());
+  r.ema->update(*r.backend, t, &r.store->params());
 }
 
 // Every process's phase times (one all-gather; processes call it at the same steps).
@@ -410,8 +466,8 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
       {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
   };
   for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
-  const auto& scalers = exchange->shared_scalers();
-  const auto& zeros = exchange->zero_codes();
+  const auto& scalers = replicas[0].exchange->shared_scalers();
+  const auto& zeros = replicas[0].exchange->zero_codes();
   for (const auto& t : policy.tensors()) {
     if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
     v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
@@ -535,9 +591,11 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", m.replicas[0].backend->name(), cfg.net,
                  m.replicas[0].store->num_parameters(), m.workers.size() * m.num_processes, m.worker_batch,
                  m.policy.summary());
-    spdlog::info("exchange {}, {} bucket{}{} | learning rate {}", exchange_mode_name(m.exchange->mode()),
-                 m.exchange->num_buckets(), m.exchange->num_buckets() == 1 ? "" : "s",
-                 m.overlap ? " overlapped with backward" : "", m.schedule->describe());
+    const GradientExchange& x = *m.replicas[0].exchange;
+    spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", m.replicas.size(),
+                 m.replicas.size() == 1 ? "" : "s", exchange_mode_name(x.mode()), x.num_buckets(),
+                 x.num_buckets() == 1 ? "" : "s", m.replicas[0].overlap ? " overlapped with backward" : "",
+                 m.schedule->describe());
   }
   std::vector<double> rates;
   double last_window_rate = 0;

@@ -26,6 +26,9 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu (oneDNN 2.6, 2 threads)", "cuda:0 (NVIDIA H200)"
   virtual Allocator& allocator() = 0;
   virtual void synchronize() = 0;
+  // Makes the calling thread this backend's (its CUDA device current; its CPU thread count for the thread's
+  // compute team): a replica thread calls it once before using the backend (train/replica_threads.h).
+  virtual void bind_thread() {}
 
   // ---- memory -------------------------------------------------------------------------------------
   // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).

@@ -1,5 +1,7 @@
-// GradientExchange: one process's part of a step's gradient exchange (DESIGN.md section 3, steps 3-7) for
-// its L local workers, among P processes: N = P * L workers in all, global worker index = process * L + local.
+// GradientExchange: one replica's part of a step's gradient exchange (DESIGN.md section 3, steps 3-7) for its L
+// local workers (the workers computing on its device), among the P ranks of a communicator over replicas (MPI
+// processes with one replica each, or the replicas of one process: train/replica_threads.h), called "processes"
+// below: N = P * L workers in all, global worker index = rank * L + local.
 //   1. scalers: each local worker's per-tensor scalers, the max over local workers, then all-reduce MAX over
 //      the processes (every worker then uses the same s per tensor);
 //   2. codes: each local worker's ternary codes (Philox keyed by its global index); allgather2 gathers every
@@ -71,7 +73,7 @@ class GradientExchange {
  public:
   // worker_grads[l]: local worker l's gradient, one f32 host tensor per policy tensor (read; the targets'
   // are overwritten with the average). targets: local workers whose gradients receive the average.
-  // processes: the communicator over processes, or nullptr for this process alone; with overlap its
+  // processes: the communicator over replicas, or nullptr for this replica alone; with overlap its
   // collectives are called from the communication thread only, while a step is in progress.
   GradientExchange(const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
                    std::vector<int> targets, Communicator* processes, const ExchangeOptions& options,

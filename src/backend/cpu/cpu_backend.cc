@@ -50,6 +50,8 @@ size_t OpKeyHash::operator()(const OpKey& k) const {
 
 CpuBackend::~CpuBackend() = default;
 
+void CpuBackend::bind_thread() { set_compute_threads(threads_); }
+
 std::string CpuBackend::name() const {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("cpu (oneDNN {}.{}.{}, {} threads)", v->major, v->minor, v->patch, threads_);

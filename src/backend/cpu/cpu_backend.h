@@ -76,6 +76,7 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   Allocator& allocator() override { return host_allocator(); }
   void synchronize() override {}
+  void bind_thread() override;
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void zero(const Tensor& dst) override;

@@ -114,6 +114,8 @@ CudaBackend::~CudaBackend() {
   if (previous >= 0) cudaSetDevice(previous);
 }
 
+void CudaBackend::bind_thread() { TG_CUDA_CHECK(cudaSetDevice(index_)); }
+
 void CudaBackend::synchronize() {
   CudaDeviceGuard guard(index_);
   sync_and_check();

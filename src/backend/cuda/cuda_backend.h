@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   Allocator& allocator() override { return allocator_; }
   void synchronize() override;
+  void bind_thread() override;
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void zero(const Tensor& dst) override;
