@@ -1,4 +1,4 @@
-// codec_bench: speed of the CPU ternary codec (src/compress/ternary_codec.cc) on whole-model gradients, as
+// codec_bench: speed of the CPU ternary codec (src/backend/cpu/ternary_codec.cc) on whole-model gradients, as
 // GB/s of fp32 gradient (4n bytes per iteration), next to a memcpy of the same 4n bytes in the same run.
 //
 //   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=avx512|avx2|generic] [benchmark flags]
@@ -16,6 +16,9 @@
 //   scalers_encode  both
 //   decode          ternary_decode_gathered_cpu of 2 workers' gathered codes
 //   total           scalers + encode + decode: one worker's codec work in a step of the allgather2 exchange
+//   total_ops       the same three through the CPU backend's codec ops (Backend::ternary_scaler, ternary_encode,
+//                   ternary_decode_gathered over Tensor views, the scaler an f32 (1) tensor): what GradientCodec's
+//                   device form costs on the CPU; the difference to total is the ops' checks and views
 // The gradient is one tensor of n normal(0, 1e-3) values (the exchange encodes a fused gradient tensor by
 // tensor; one large tensor is the best case for threading, the per-tensor calls add a little). Every buffer
 // is 64-byte aligned, as the trainer's slabs, and allocated and first-touched before timing. After the run a table
@@ -37,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "terngrad/backend/backend.h"
 #include "terngrad/compress/ternary_codec.h"
 #include "terngrad/core/parallel.h"
 #include "terngrad/core/philox.h"
@@ -85,7 +89,7 @@ Gradient& gradient(int64_t n) {
   return *p;
 }
 
-enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total };
+enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total, TotalOps };
 const char* op_name(Op op) {
   switch (op) {
     case Op::Memcpy:
@@ -100,16 +104,33 @@ const char* op_name(Op op) {
       return "decode";
     case Op::Total:
       return "total";
+    case Op::TotalOps:
+      return "total_ops";
   }
   return "?";
 }
-constexpr Op kOps[] = {Op::Memcpy, Op::Scalers, Op::Encode, Op::ScalersEncode, Op::Decode, Op::Total};
+constexpr Op kOps[] = {Op::Memcpy, Op::Scalers, Op::Encode, Op::ScalersEncode, Op::Decode, Op::Total, Op::TotalOps};
+
+// One CPU backend per thread count, created before timing.
+Backend& cpu_backend(int threads) {
+  static std::map<int, std::unique_ptr<Backend>> cache;
+  auto& b = cache[threads];
+  if (!b) b = make_backend("cpu", BackendOptions{threads});
+  return *b;
+}
 
 void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
   Gradient& d = gradient(n);
   set_compute_threads(threads);
   const PhiloxKey key = philox_key(1, 0);
   uint32_t step = 0;
+  Backend& be = cpu_backend(threads);
+  set_compute_threads(threads);
+  float scaler = 0.f;
+  const Tensor tgrad(d.g.data(), Shape{n}, DType::F32, Device::cpu());
+  const Tensor tout(d.out.data(), Shape{n}, DType::F32, Device::cpu());
+  const Tensor tscaler(&scaler, Shape{1}, DType::F32, Device::cpu());
+  const Tensor tpacked(d.packed.data(), Shape{2 * d.nbytes}, DType::U8, Device::cpu());
   for (auto _ : state) {
     float s = d.s;
     switch (op) {
@@ -135,6 +156,12 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
         s = ternary_scaler_cpu(d.g.data(), n, kClipFactor);
         ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
         ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, 2, n, s, d.out.data());
+        break;
+      case Op::TotalOps:
+        be.ternary_scaler(tgrad, kClipFactor, tscaler);
+        be.ternary_encode(tgrad, tscaler, key, step, 0, tpacked.slice0(0, d.nbytes), Tensor());
+        be.ternary_decode_gathered(tpacked, d.nbytes, 2, tscaler, tout);
+        s = scaler;
         break;
     }
     benchmark::DoNotOptimize(s);

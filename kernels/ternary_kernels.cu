@@ -1,11 +1,13 @@
-// CUDA kernels of the ternary gradient codec: scaler (one pass: sum, sum of squares and max|g| per block,
-// then one block combines the partials and applies ternary_scaler_from_stats), encode (one thread per Philox
-// block of 8 elements, 2 packed bytes), unpack, code sums, decode from int8 sums and from gathered packed
-// buffers. The per-element math is the TG_HOST_DEVICE code of terngrad/math/ternary_math.h, so codes and
-// decoded values are the CPU's bit for bit (-fmad=false); the scaler uses the same formula over double sums
-// added in another order (a fixed grid and tree: the same input always gives the same bits on a device).
-// Launchers are declared in terngrad/compress/ternary_cuda.h.
+// CUDA kernels of the gradient codings: ternary scaler (one warp per chunk of ternary_math.h's fixed summation
+// order, then one thread combines the chunks in order and applies ternary_scaler_from_stats), encode (one
+// thread per Philox block of 8 elements, 2 packed bytes; an optional zero-code count), unpack, code sums,
+// decode from int8 sums and from gathered packed buffers; fp16/fp32 sums, averages and decodes. The
+// per-element math is the TG_HOST_DEVICE code of terngrad/math/ternary_math.h and terngrad/core/dtype.h, so
+// every result is the CPU's bit for bit (-fmad=false; fp16 NaN payloads aside), the scaler included: its
+// double sums are added in the CPU's order. Launchers are declared in terngrad/compress/ternary_cuda.h.
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "terngrad/backend/cuda_check.h"
 #include "terngrad/compress/ternary_cuda.h"
@@ -16,7 +18,10 @@ namespace tg {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kScalerBlocks = 512;  // partial results of the scaler's pass
+constexpr int kWarp = 32;
+constexpr int kStatsPrefetch = 32;  // loads in flight per lane of the scaler's pass (a lane's adds are sequential)
+static_assert(kTernaryStatsLanes == kWarp, "one warp lane per accumulator lane of the scaler's sums");
+constexpr int kEncodeMaxGrid = 4096;  // grid-stride beyond: bounds the zero count's atomics
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -26,8 +31,8 @@ inline int grid_for(int64_t n) {
   return static_cast<int>(b < 1 ? 1 : b);
 }
 
-// Workspace layout: partial sums and sums of squares (kScalerBlocks doubles each), partial max bits
-// (kScalerBlocks uint32).
+// Workspace layout: per chunk the sum and sum of squares (kTernaryStatsMaxChunks doubles each) and the max
+// bits of |g| (kTernaryStatsMaxChunks uint32).
 struct ScalerWorkspace {
   double* partial_sum;
   double* partial_sumsq;
@@ -38,79 +43,92 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
   char* p = static_cast<char*>(ws);
   ScalerWorkspace w;
   w.partial_sum = reinterpret_cast<double*>(p);
-  w.partial_sumsq = reinterpret_cast<double*>(p + sizeof(double) * kScalerBlocks);
-  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kScalerBlocks);
+  w.partial_sumsq = reinterpret_cast<double*>(p + sizeof(double) * kTernaryStatsMaxChunks);
+  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
   return w;
 }
 
-// Block tree reduction of (sum, sumsq, max bits); thread 0 holds the result. The max is over the bits of
-// |g|: for non-negative floats the integer order is the float order and every NaN is above +Inf, so a NaN
-// anywhere wins (as on the CPU).
-__device__ void block_reduce(double& sum, double& sumsq, unsigned& mx) {
-  __shared__ double s_sum[kThreads];
-  __shared__ double s_sumsq[kThreads];
-  __shared__ unsigned s_max[kThreads];
-  s_sum[threadIdx.x] = sum;
-  s_sumsq[threadIdx.x] = sumsq;
-  s_max[threadIdx.x] = mx;
-  __syncthreads();
-  for (int o = kThreads / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) {
-      s_sum[threadIdx.x] += s_sum[threadIdx.x + o];
-      s_sumsq[threadIdx.x] += s_sumsq[threadIdx.x + o];
-      s_max[threadIdx.x] = max(s_max[threadIdx.x], s_max[threadIdx.x + o]);
+// Block k (one warp) sums chunk k = [k * chunk, min(n, (k + 1) * chunk)) in ternary_math.h's order: lane l adds
+// elements l, l + 32, l + 64, ... of the chunk in index order from 0.0 (the CPU's accumulator lane l), then the
+// lanes combine pairwise, lane l += lane l + w for w = 16, 8, 4, 2, 1 (a shuffle down by w gives lane l the
+// value of lane l + w; lanes >= w compute values nobody reads). Each square is exact in double. The max is over
+// the bits of |g|: for non-negative floats the integer order is the float order and every NaN is above +Inf,
+// so a NaN anywhere wins (as on the CPU). Loads are issued kStatsPrefetch at a time per lane so a warp keeps
+// several lines in flight while its adds stay in order.
+__global__ void scaler_chunks(const float* g, int64_t n, int64_t chunk, ScalerWorkspace w) {
+  const int64_t k = blockIdx.x;
+  const int lane = threadIdx.x;
+  const int64_t b = k * chunk, e = b + chunk < n ? b + chunk : n;
+  double sum = 0.0, sumsq = 0.0;
+  unsigned mx = 0;
+  for (int64_t base = b; base < e; base += int64_t{kWarp} * kStatsPrefetch) {
+    float v[kStatsPrefetch];
+#pragma unroll
+    for (int u = 0; u < kStatsPrefetch; ++u) {
+      const int64_t i = base + int64_t{kWarp} * u + lane;
+      v[u] = i < e ? g[i] : 0.f;
     }
-    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kStatsPrefetch; ++u) {
+      if (base + int64_t{kWarp} * u + lane < e) {
+        const double d = v[u];
+        sum += d;
+        sumsq += d * d;
+        mx = max(mx, __float_as_uint(v[u]) & 0x7FFFFFFFu);
+      }
+    }
   }
-  sum = s_sum[0];
-  sumsq = s_sumsq[0];
-  mx = s_max[0];
-}
-
-// The one pass over g: per-block sum, sum of squares (double; each square is exact) and max bits of |g|.
-__global__ void scaler_partials(const float* g, int64_t n, ScalerWorkspace w) {
-  double sum = 0.0, sumsq = 0.0;
-  unsigned mx = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = g[i];
-    const double d = v;
-    sum += d;
-    sumsq += d * d;
-    mx = max(mx, __float_as_uint(v) & 0x7FFFFFFFu);
+  for (int off = kWarp / 2; off >= 1; off >>= 1) {
+    sum += __shfl_down_sync(0xffffffffu, sum, off);
+    sumsq += __shfl_down_sync(0xffffffffu, sumsq, off);
+    mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
   }
-  block_reduce(sum, sumsq, mx);
-  if (threadIdx.x == 0) {
-    w.partial_sum[blockIdx.x] = sum;
-    w.partial_sumsq[blockIdx.x] = sumsq;
-    w.partial_max[blockIdx.x] = mx;
+  if (lane == 0) {
+    w.partial_sum[k] = sum;
+    w.partial_sumsq[k] = sumsq;
+    w.partial_max[k] = mx;
   }
 }
 
-// One block: the partials combined, then s = ternary_scaler_from_stats(sigma, max|g|, c) (NaN if not finite).
-__global__ void scaler_finish(int64_t n, ScalerWorkspace w, float clip_factor, float* scaler) {
+// One thread: the chunks added in chunk order from 0.0 (as tensor_stats_cpu does), then
+// s = ternary_scaler_from_stats(sigma, max|g|, c) (NaN if not finite).
+__global__ void scaler_finish(int64_t n, int chunks, ScalerWorkspace w, float clip_factor, float* scaler) {
   double sum = 0.0, sumsq = 0.0;
   unsigned mx = 0;
-  for (int i = threadIdx.x; i < kScalerBlocks; i += blockDim.x) {
-    sum += w.partial_sum[i];
-    sumsq += w.partial_sumsq[i];
-    mx = max(mx, w.partial_max[i]);
+  for (int k = 0; k < chunks; ++k) {
+    sum += w.partial_sum[k];
+    sumsq += w.partial_sumsq[k];
+    mx = max(mx, w.partial_max[k]);
   }
-  block_reduce(sum, sumsq, mx);
-  if (threadIdx.x == 0)
-    *scaler = ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), __uint_as_float(mx), clip_factor);
+  *scaler = ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), __uint_as_float(mx), clip_factor);
 }
 
 __global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
 
 // One thread per Philox block: elements 8b .. 8b+7, packed bytes 2b and 2b + 1 (the second only if it exists).
+// With zero_count, each CUDA block adds its number of zero codes once (a non-zero code sets exactly one bit of
+// its field, so a Philox block's zeros are its elements less the popcount of its fields).
 __global__ void encode_kernel(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step,
-                              uint32_t tensor, uint8_t* packed) {
+                              uint32_t tensor, uint8_t* packed, int32_t* zero_count) {
   const int64_t nbytes = (n + 3) / 4, blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
   const float s = *scaler;
+  int zeros = 0;
   for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x) {
     const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
     packed[2 * b] = static_cast<uint8_t>(bits);
     if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
+    const int64_t valid = n - b * kTernaryBlockElements;
+    zeros += (valid < kTernaryBlockElements ? static_cast<int>(valid) : kTernaryBlockElements) - __popc(bits);
+  }
+  if (!zero_count) return;
+  for (int off = kWarp / 2; off >= 1; off >>= 1) zeros += __shfl_down_sync(0xffffffffu, zeros, off);
+  __shared__ int warp_zeros[kThreads / kWarp];
+  if (threadIdx.x % kWarp == 0) warp_zeros[threadIdx.x / kWarp] = zeros;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int k = 0; k < kThreads / kWarp; ++k) total += warp_zeros[k];
+    atomicAdd(zero_count, total);
   }
 }
 
@@ -143,9 +161,66 @@ __global__ void decode_gathered_kernel(const uint8_t* gathered, int64_t stride, 
     g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
+// ---- fp16 and fp32 codings -----------------------------------------------------------------------------------
+struct Inputs {  // the workers' gradients, by value in the kernel's parameters (1 KiB)
+  const float* p[kCodecMaxInputsCuda];
+  int count;
+};
+
+// Sum over the workers of their fp16-rounded values of element i, in fp32 in worker order (the CPU starts its
+// accumulators at 0.f too).
+__device__ float rounded_half_sum(const Inputs& xs, int64_t i) {
+  float acc = 0.f;
+  for (int w = 0; w < xs.count; ++w) acc += half_to_float(float_to_half(xs.p[w][i]));
+  return acc;
+}
+
+__global__ void encode_f16_sum_kernel(Inputs xs, int64_t n, half_bits* out) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = float_to_half(rounded_half_sum(xs, i));
+}
+
+__global__ void average_f16_kernel(Inputs xs, int64_t n, float* out) {
+  const float nf = static_cast<float>(xs.count);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = half_to_float(float_to_half(rounded_half_sum(xs, i))) / nf;
+}
+
+// divide: out = sum / count (the average), else the sum.
+__global__ void f32_sum_kernel(Inputs xs, int64_t n, bool divide, float* out) {
+  const float nf = static_cast<float>(xs.count);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float acc = xs.p[0][i];
+    for (int w = 1; w < xs.count; ++w) acc += xs.p[w][i];
+    out[i] = divide ? acc / nf : acc;
+  }
+}
+
+__global__ void decode_f16_sum_kernel(const half_bits* sum, int64_t n, int num_workers, float* g) {
+  const float nf = static_cast<float>(num_workers);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    g[i] = half_to_float(sum[i]) / nf;
+}
+
+__global__ void decode_f32_sum_kernel(const float* sum, int64_t n, int num_workers, float* g) {
+  const float nf = static_cast<float>(num_workers);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    g[i] = sum[i] / nf;
+}
+
+Inputs make_inputs(const float* const* xs, int count) {
+  TG_CHECK(count >= 1 && count <= kCodecMaxInputsCuda, "codec sums: {} inputs (1 to {})", count, kCodecMaxInputsCuda);
+  Inputs in{};
+  for (int w = 0; w < count; ++w) in.p[w] = xs[w];
+  in.count = count;
+  return in;
+}
+
 }  // namespace
 
-size_t ternary_scaler_workspace_bytes_cuda() { return (2 * sizeof(double) + sizeof(unsigned)) * kScalerBlocks; }
+size_t ternary_scaler_workspace_bytes_cuda() {
+  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks;
+}
 
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream) {
   cudaStream_t st = as_stream(stream);
@@ -155,17 +230,25 @@ void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* sc
     return;
   }
   const ScalerWorkspace w = scaler_workspace(workspace);
-  scaler_partials<<<kScalerBlocks, kThreads, 0, st>>>(g, n, w);
+  const int64_t chunk = ternary_stats_chunk(n);
+  const int chunks = static_cast<int>((n + chunk - 1) / chunk);  // <= kTernaryStatsMaxChunks
+  scaler_chunks<<<chunks, kWarp, 0, st>>>(g, n, chunk, w);
   TG_CUDA_CHECK_LAUNCH();
-  scaler_finish<<<1, kThreads, 0, st>>>(n, w, clip_factor, scaler);
+  scaler_finish<<<1, 1, 0, st>>>(n, chunks, w, clip_factor, scaler);
   TG_CUDA_CHECK_LAUNCH();
 }
 
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                         uint8_t* packed, void* stream) {
+                         uint8_t* packed, int32_t* zero_count, void* stream) {
+  cudaStream_t st = as_stream(stream);
+  if (zero_count) {
+    TG_CHECK(n <= INT32_MAX, "ternary encode: {} elements overflow an int zero count", n);
+    TG_CUDA_CHECK(cudaMemsetAsync(zero_count, 0, sizeof(int32_t), st));
+  }
   if (n <= 0) return;
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
-  encode_kernel<<<grid_for(blocks), kThreads, 0, as_stream(stream)>>>(g, n, scaler, key, step, tensor, packed);
+  const int grid = grid_for(blocks) < kEncodeMaxGrid ? grid_for(blocks) : kEncodeMaxGrid;
+  encode_kernel<<<grid, kThreads, 0, st>>>(g, n, scaler, key, step, tensor, packed, zero_count);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -195,6 +278,55 @@ void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int n
                                   const float* scaler, float* g, void* stream) {
   if (n <= 0) return;
   decode_gathered_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(gathered, stride, num_workers, n, scaler, g);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+// ---- fp16 and fp32 codings ------------------------------------------------------------------------------------
+void encode_f16_sum_cuda(const float* const* xs, int count, int64_t n, half_bits* out, void* stream) {
+  const Inputs in = make_inputs(xs, count);
+  if (n <= 0) return;
+  encode_f16_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void encode_f32_sum_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
+  const Inputs in = make_inputs(xs, count);
+  if (n <= 0) return;
+  f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, false, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void average_f16_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
+  const Inputs in = make_inputs(xs, count);
+  if (n <= 0) return;
+  average_f16_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
+  const Inputs in = make_inputs(xs, count);
+  if (n <= 0) return;
+  if (count == 1) {  // g / 1 is g
+    if (xs[0] != out)
+      TG_CUDA_CHECK(cudaMemcpyAsync(out, xs[0], static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    as_stream(stream)));
+    return;
+  }
+  f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, true, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void decode_f16_sum_cuda(const half_bits* sum, int64_t n, int num_workers, float* g, void* stream) {
+  TG_CHECK(num_workers >= 1, "fp16 decode: {} workers", num_workers);
+  if (n <= 0) return;
+  decode_f16_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(sum, n, num_workers, g);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void decode_f32_sum_cuda(const float* sum, int64_t n, int num_workers, float* g, void* stream) {
+  TG_CHECK(num_workers >= 1, "fp32 decode: {} workers", num_workers);
+  if (n <= 0) return;
+  decode_f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(sum, n, num_workers, g);
   TG_CUDA_CHECK_LAUNCH();
 }
 

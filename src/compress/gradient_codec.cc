@@ -1,21 +1,14 @@
 // GradientCodec: scalers, encode and decode of any range of tensors over the policy's fused layout.
 #include "terngrad/compress/gradient_codec.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "terngrad/compress/ternary_codec.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/half_convert.h"
-#include "terngrad/core/parallel.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/math/ternary_math.h"
 
 namespace tg {
-
-namespace {
-constexpr int64_t kGrain = 32768;  // elements below which a loop stays on one thread
-}  // namespace
 
 GradientCodec::GradientCodec(CompressionPolicy policy, uint64_t seed) : policy_(std::move(policy)), seed_(seed) {}
 
@@ -61,7 +54,9 @@ RangeLayout GradientCodec::layout(TensorRange r) const {
   return l;
 }
 
-void GradientCodec::check_grads(const std::vector<Tensor>& grads) const {
+void GradientCodec::check_grads(const std::vector<Tensor>& grads) const { check_grads(grads, Device::cpu()); }
+
+void GradientCodec::check_grads(const std::vector<Tensor>& grads, Device device) const {
   TG_CHECK(static_cast<int>(grads.size()) == policy_.num_tensors(),
            "gradient codec: got {} gradient tensors, the policy has {}", grads.size(), policy_.num_tensors());
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -71,8 +66,8 @@ void GradientCodec::check_grads(const std::vector<Tensor>& grads) const {
              dtype_name(g.dtype()));
     TG_CHECK(g.numel() == t.numel, "gradient codec: gradient of '{}' has {} elements, the policy expects {}", t.name,
              g.numel(), t.numel);
-    TG_CHECK(g.device().is_cpu(), "gradient codec: gradient of '{}' is on {}; the codec runs on host tensors",
-             t.name, g.device().str());
+    TG_CHECK(g.device() == device, "gradient codec: gradient of '{}' is on {}; the codec runs on {}", t.name,
+             g.device().str(), device.str());
     TG_CHECK(t.numel == 0 || g.raw() != nullptr, "gradient codec: gradient of '{}' has no data", t.name);
   }
 }
@@ -114,14 +109,18 @@ void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange
   }
 }
 
-// fp16 of a sum of workers' fp16 payloads: chunks of kChunk elements accumulated in fp32 on the stack.
+// The workers' gradients of tensor i as a pointer array (the loops of ternary_codec.h take one).
 namespace {
-constexpr int64_t kChunk = 2048;
-void sum_rounded_to_half(const std::vector<const std::vector<Tensor>*>& workers, int tensor, int64_t k, int64_t m,
-                         float* acc) {
-  std::fill(acc, acc + m, 0.f);
-  for (const std::vector<Tensor>* w : workers) add_rounded_to_half((*w)[tensor].data<float>() + k, acc, m);
-}
+struct WorkerPointers {
+  const float* p[Backend::kMaxCodecInputs];
+  int count = 0;
+  WorkerPointers(const std::vector<const std::vector<Tensor>*>& workers, int i) {
+    TG_CHECK(!workers.empty() && workers.size() <= static_cast<size_t>(Backend::kMaxCodecInputs),
+             "gradient codec: {} workers in one process (1 to {})", workers.size(), Backend::kMaxCodecInputs);
+    count = static_cast<int>(workers.size());
+    for (int w = 0; w < count; ++w) p[w] = (*workers[w])[i].data<float>();
+  }
+};
 }  // namespace
 
 void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
@@ -130,16 +129,8 @@ void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& wo
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::F16) continue;
-    half_bits* out = f16 + (t.offset - base);
-    // Each worker sends fp16; the sum is formed in fp32 and rounded once.
-    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      float acc[kChunk];
-      for (int64_t k = b; k < e; k += kChunk) {
-        const int64_t m = std::min(kChunk, e - k);
-        sum_rounded_to_half(workers, i, k, m, acc);
-        floats_to_halves(acc, out + k, m);
-      }
-    });
+    const WorkerPointers xs(workers, i);
+    encode_f16_sum_cpu(xs.p, xs.count, t.numel, f16 + (t.offset - base));
   }
 }
 
@@ -149,48 +140,22 @@ void GradientCodec::encode_f32(const std::vector<const std::vector<Tensor>*>& wo
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::F32) continue;
-    float* out = f32 + (t.offset - base);
-    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      const float* first = (*workers[0])[i].data<float>();
-      for (int64_t k = b; k < e; ++k) out[k] = first[k];
-      for (size_t w = 1; w < workers.size(); ++w) {  // worker order, as a reduction in rank order
-        const float* g = (*workers[w])[i].data<float>();
-        for (int64_t k = b; k < e; ++k) out[k] += g[k];
-      }
-    });
+    const WorkerPointers xs(workers, i);
+    encode_f32_sum_cpu(xs.p, xs.count, t.numel, f32 + (t.offset - base));
   }
 }
 
 void GradientCodec::average_local(const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
                                   const std::vector<Tensor>& out) const {
   check_range(r);
-  const int n = static_cast<int>(workers.size());
-  const float nf = static_cast<float>(n);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary || (t.coding == GradCoding::F32 && n == 1)) continue;  // g / 1 is g
-    float* o = out[i].data<float>();
-    if (t.coding == GradCoding::F16) {
-      parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-        float acc[kChunk];
-        half_bits h[kChunk];
-        for (int64_t k = b; k < e; k += kChunk) {
-          const int64_t m = std::min(kChunk, e - k);
-          sum_rounded_to_half(workers, i, k, m, acc);
-          floats_to_halves(acc, h, m);  // the fp16 sum, as it would have travelled
-          halves_to_floats(h, o + k, m);
-          for (int64_t j = 0; j < m; ++j) o[k + j] /= nf;
-        }
-      });
-      continue;
-    }
-    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        float acc = (*workers[0])[i].data<float>()[k];
-        for (int w = 1; w < n; ++w) acc += (*workers[w])[i].data<float>()[k];
-        o[k] = acc / nf;
-      }
-    });
+    if (t.coding == GradCoding::Ternary) continue;
+    const WorkerPointers xs(workers, i);
+    if (t.coding == GradCoding::F16)
+      average_f16_cpu(xs.p, xs.count, t.numel, out[i].data<float>());
+    else
+      average_f32_cpu(xs.p, xs.count, t.numel, out[i].data<float>());
   }
 }
 
@@ -228,16 +193,10 @@ void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, Tensor
                                    const std::vector<Tensor>& grads) const {
   TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
   const int64_t base = layout(r).f16_begin;
-  const float n = static_cast<float>(num_workers);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F16) continue;
-    const half_bits* in = sum + (t.offset - base);
-    float* g = grads[i].data<float>();
-    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      halves_to_floats(in + b, g + b, e - b);
-      for (int64_t k = b; k < e; ++k) g[k] /= n;
-    });
+    if (t.coding == GradCoding::F16)
+      decode_f16_sum_cpu(sum + (t.offset - base), t.numel, num_workers, grads[i].data<float>());
   }
 }
 
@@ -245,15 +204,157 @@ void GradientCodec::decode_f32_sum(const float* sum, int num_workers, TensorRang
                                    const std::vector<Tensor>& grads) const {
   TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
   const int64_t base = layout(r).f32_begin;
-  const float n = static_cast<float>(num_workers);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::F32)
+      decode_f32_sum_cpu(sum + (t.offset - base), t.numel, num_workers, grads[i].data<float>());
+  }
+}
+
+// ---- device form ------------------------------------------------------------------------------------------
+namespace {
+// Elements [begin, end) of a fused buffer (any shape, seen flat) as a rank-1 view; `what` names it in errors.
+Tensor piece(const Tensor& buf, DType dtype, int64_t begin, int64_t end, const char* what) {
+  TG_CHECK(buf.dtype() == dtype, "gradient codec: {} {} is not {}", what, buf.str(), dtype_name(dtype));
+  TG_CHECK(0 <= begin && begin <= end && end <= buf.numel(),
+           "gradient codec: {} {} has {} elements, the range needs [{}, {})", what, buf.str(), buf.numel(), begin,
+           end);
+  return Tensor(static_cast<char*>(buf.raw()) + begin * static_cast<int64_t>(dtype_size(dtype)), Shape{end - begin},
+                dtype, buf.device());
+}
+
+// The workers' gradients of one tensor, in an array on the stack (the Backend's sums take one).
+struct WorkerTensors {
+  Tensor t[Backend::kMaxCodecInputs];
+  int count = 0;
+  explicit WorkerTensors(const std::vector<const std::vector<Tensor>*>& workers) {
+    TG_CHECK(!workers.empty() && workers.size() <= static_cast<size_t>(Backend::kMaxCodecInputs),
+             "gradient codec: {} workers in one process (1 to {})", workers.size(), Backend::kMaxCodecInputs);
+    count = static_cast<int>(workers.size());
+  }
+  const Tensor* of(const std::vector<const std::vector<Tensor>*>& workers, int i) {
+    for (int w = 0; w < count; ++w) t[w] = (*workers[w])[i];
+    return t;
+  }
+};
+}  // namespace
+
+void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r,
+                                  const Tensor& scalers) const {
+  check_range(r);
+  const float c = policy_.flags().clip_factor;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::Ternary)
+      be.ternary_scaler(grads[i], c, piece(scalers, DType::F32, t.scaler_index, t.scaler_index + 1, "scalers"));
+  }
+}
+
+void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r,
+                                   const Tensor& scalers, uint32_t step, uint32_t worker, const Tensor& packed,
+                                   const Tensor& zero_codes) const {
+  const int64_t base = layout(r).packed_begin;
+  const PhiloxKey key = philox_key(seed_, worker);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::Ternary) continue;
+    const int64_t at = t.offset - base;
+    const int k = t.scaler_index;
+    be.ternary_encode(grads[i], piece(scalers, DType::F32, k, k + 1, "scalers"), key, step, static_cast<uint32_t>(i),
+                      piece(packed, DType::U8, at, at + (t.numel + 3) / 4, "packed codes"),
+                      zero_codes ? piece(zero_codes, DType::I32, k, k + 1, "zero codes") : Tensor());
+  }
+}
+
+void GradientCodec::encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                               const Tensor& f16) const {
+  const int64_t base = layout(r).f16_begin;
+  WorkerTensors xs(workers);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F16) continue;
+    const int64_t at = t.offset - base;
+    be.encode_f16_sum(xs.of(workers, i), xs.count, piece(f16, DType::F16, at, at + t.numel, "fp16 buffer"));
+  }
+}
+
+void GradientCodec::encode_f32(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                               const Tensor& f32) const {
+  const int64_t base = layout(r).f32_begin;
+  WorkerTensors xs(workers);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::F32) continue;
-    const float* in = sum + (t.offset - base);
-    float* g = grads[i].data<float>();
-    parallel_for(t.numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) g[k] = in[k] / n;
-    });
+    const int64_t at = t.offset - base;
+    be.encode_f32_sum(xs.of(workers, i), xs.count, piece(f32, DType::F32, at, at + t.numel, "fp32 buffer"));
+  }
+}
+
+void GradientCodec::average_local(Backend& be, const std::vector<const std::vector<Tensor>*>& workers,
+                                  TensorRange r, const std::vector<Tensor>& out) const {
+  check_range(r);
+  WorkerTensors xs(workers);
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding == GradCoding::F16) be.average_f16(xs.of(workers, i), xs.count, out[i]);
+    if (t.coding == GradCoding::F32) be.average_f32(xs.of(workers, i), xs.count, out[i]);
+  }
+}
+
+void GradientCodec::sum_codes(Backend& be, const Tensor& packed, int64_t stride, int num_workers, TensorRange r,
+                              const Tensor& code_sums) const {
+  // Every byte of the range (the unused fields of a tensor's last byte are 00: code 0).
+  const int64_t bytes = layout(r).packed_bytes();
+  be.ternary_sum_codes(packed, stride, num_workers, piece(code_sums, DType::I8, 0, 4 * bytes, "code sums"));
+}
+
+void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered, int64_t stride, int num_workers,
+                                            TensorRange r, const Tensor& scalers,
+                                            const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).packed_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::Ternary) continue;
+    const int k = t.scaler_index;
+    be.ternary_decode_gathered(piece(gathered, DType::U8, t.offset - base, gathered.numel(), "gathered codes"),
+                               stride, num_workers, piece(scalers, DType::F32, k, k + 1, "scalers"), grads[i]);
+  }
+}
+
+void GradientCodec::decode_ternary_sums(Backend& be, const Tensor& code_sums, int num_workers, TensorRange r,
+                                        const Tensor& scalers, const std::vector<Tensor>& grads) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  const int64_t base = layout(r).packed_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::Ternary) continue;
+    const int64_t at = 4 * (t.offset - base);
+    const int k = t.scaler_index;
+    be.ternary_decode_sums(piece(code_sums, DType::I8, at, at + t.numel, "code sums"),
+                           piece(scalers, DType::F32, k, k + 1, "scalers"), num_workers, grads[i]);
+  }
+}
+
+void GradientCodec::decode_f16_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
+                                   const std::vector<Tensor>& grads) const {
+  const int64_t base = layout(r).f16_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F16) continue;
+    const int64_t at = t.offset - base;
+    be.decode_f16_sum(piece(sum, DType::F16, at, at + t.numel, "fp16 sum"), num_workers, grads[i]);
+  }
+}
+
+void GradientCodec::decode_f32_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
+                                   const std::vector<Tensor>& grads) const {
+  const int64_t base = layout(r).f32_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::F32) continue;
+    const int64_t at = t.offset - base;
+    be.decode_f32_sum(piece(sum, DType::F32, at, at + t.numel, "fp32 sum"), num_workers, grads[i]);
   }
 }
 

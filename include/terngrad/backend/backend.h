@@ -116,6 +116,54 @@ class Backend {
                                 const Tensor& s2, const Tensor& ema) = 0;
   // ema = decay * ema + (1 - decay) * w
   virtual void ema_update(float decay, const Tensor& w, const Tensor& ema) = 0;
+
+  // ---- gradient codec ----------------------------------------------------------------------------------
+  // The per-tensor operations of the gradient codings; GradientCodec (terngrad/compress/gradient_codec.h)
+  // strings them over a policy's tensors and fused buffers. terngrad/math/ternary_math.h defines the scaler
+  // (including the order of its double sums), the codes, the packed format and the decode; every backend
+  // gives the same bits (the CPU's loops are the reference; the CUDA kernels are tested equal to them).
+  // Gradients are f32 of any shape (n = numel); packed codes are u8 (ceil(n/4) bytes); a scaler is an f32 (1)
+  // tensor on the device (a view of a scaler vector) that the ops read there: nothing goes to the host,
+  // nothing synchronizes, nothing allocates. A piece of a fused buffer is a view (Tensor::slice0 of the
+  // rank-1 buffer). Shapes and dtypes are checked.
+
+  // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
+  // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0.
+  virtual void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) = 0;
+  // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
+  // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
+  // codes (then n < 2^31), or undefined.
+  virtual void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                              uint32_t tensor, const Tensor& packed, const Tensor& zero_count) = 0;
+  // code_sums (i8 (n)) = the sum over num_workers (1..127) workers of their codes; worker w's packed codes
+  // (ceil(n/4) bytes) start at byte w * stride of `packed` (u8 of at least (num_workers-1)*stride + ceil(n/4)).
+  virtual void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers,
+                                 const Tensor& code_sums) = 0;
+  // g (f32 (n)) = ternary_decode_value(scaler, code_sums[i], num_workers); code_sums i8 (n).
+  virtual void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
+                                   const Tensor& g) = 0;
+  // g (f32 (n)) = ternary_decode_value(scaler, sum over workers of their codes, num_workers), the workers'
+  // packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
+  virtual void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
+                                       const Tensor& scaler, const Tensor& g) = 0;
+
+  // fp16/fp32 codings. xs: `count` (1..kMaxCodecInputs) f32 tensors of n elements, the workers' gradients in
+  // worker order (an array the caller owns, so no call allocates).
+  static constexpr int kMaxCodecInputs = 128;
+  // out (f16 (n)) = float_to_half(sum over w of half_to_float(float_to_half(xs[w]))), added in f32 in worker
+  // order: each worker's fp16 payload, summed and rounded once.
+  virtual void encode_f16_sum(const Tensor* xs, int count, const Tensor& out) = 0;
+  // out (f32 (n)) = sum over w of xs[w], in worker order. out may be xs[0], not another of xs.
+  virtual void encode_f32_sum(const Tensor* xs, int count, const Tensor& out) = 0;
+  // out (f32 (n)) = decode_f16_sum of encode_f16_sum(xs) over `count` workers, without the fp16 buffer. out
+  // may be any of xs.
+  virtual void average_f16(const Tensor* xs, int count, const Tensor& out) = 0;
+  // out (f32 (n)) = encode_f32_sum(xs) / count; count 1: a copy (none when out is xs[0]). out may be any of xs.
+  virtual void average_f32(const Tensor* xs, int count, const Tensor& out) = 0;
+  // g (f32 (n)) = half_to_float(sum (f16 (n))) / num_workers.
+  virtual void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) = 0;
+  // g (f32 (n)) = sum (f32 (n)) / num_workers; g may be sum.
+  virtual void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) = 0;
 };
 
 struct BackendOptions {

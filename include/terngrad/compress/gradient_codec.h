@@ -1,12 +1,23 @@
 // GradientCodec: the math of one step's gradient exchange over the fused layout a CompressionPolicy lays out
 // (2-bit ternary codes + one scaler per ternary tensor, fp16, fp32), for any range of tensors (a bucket),
 // without knowing about transports: GradientExchange (terngrad/comm/gradient_exchange.h) moves the payloads.
-// Host tensors; loops run on the calling thread's compute team (terngrad/core/parallel.h). The CUDA
-// kernels of the ternary operations are in kernels/ternary_kernels.cu (terngrad/compress/ternary_cuda.h).
+//
+// Two forms of every range operation, with the same bits:
+//   - the device form takes a Backend and tensors on its device, and runs only the Backend's codec ops
+//     (terngrad/backend/backend.h, "gradient codec"): the same code runs on the CPU (the vectorized loops of
+//     terngrad/compress/ternary_codec.h) and on CUDA (kernels/ternary_kernels.cu), so no gradient leaves its
+//     device. Its CPU results are the host form's bit for bit, and the CUDA ops are tested equal to the CPU ones.
+//   - the host form over host pointers (the original API) calls the CPU loops directly on the calling thread's
+//     compute team (terngrad/core/parallel.h).
 //
 // Buffers of a range hold only that range: `packed` starts at the range's first packed byte, `f16`/`f32` at
 // its first element, `code_sums` (int8, 4 per packed byte) at element 4 * packed_begin. Scaler vectors are
-// always full-size (num_ternary) and indexed by scaler_index.
+// always full-size (num_ternary) and indexed by scaler_index. In the device form the buffers are tensors seen
+// flat (any shape; the codec takes views of them, allocating nothing):
+//   scalers     f32 (num_ternary)             zero_codes  i32 (num_ternary), or undefined
+//   packed      u8  (packed_bytes)            gathered    u8, worker w's packed block at w * stride
+//   code_sums   i8  (4 * packed_bytes)        f16 / f32   f16 (f16_elements) / f32 (f32_elements)
+// and gradients are f32 tensors on the backend's device (check_grads(grads, be.device())).
 //
 // Randomness: worker w draws its codes from philox_key(seed, w) with counter (step, parameter index i,
 // element), i being the tensor's index in the policy (all parameters), so codes do not depend on the
@@ -16,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "terngrad/backend/backend.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/tensor.h"
@@ -56,8 +68,12 @@ class GradientCodec {
   const CompressionPolicy& policy() const { return policy_; }
   TensorRange all() const { return {0, policy_.num_tensors()}; }
   RangeLayout layout(TensorRange r) const;
-  // grads: one f32 host tensor per policy tensor with the policy's element counts; throws naming the tensor.
+  // grads: one f32 tensor per policy tensor with the policy's element counts, on `device` (the host for the
+  // host form); throws naming the tensor.
   void check_grads(const std::vector<Tensor>& grads) const;
+  void check_grads(const std::vector<Tensor>& grads, Device device) const;
+
+  // ---- host form: host pointers ----
 
   // This worker's scaler of each ternary tensor of r -> scalers[scaler_index] (before sharing).
   void local_scalers(const std::vector<Tensor>& grads, TensorRange r, float* scalers) const;
@@ -87,7 +103,32 @@ class GradientCodec {
   void decode_f16_sum(const half_bits* sum, int num_workers, TensorRange r, const std::vector<Tensor>& grads) const;
   void decode_f32_sum(const float* sum, int num_workers, TensorRange r, const std::vector<Tensor>& grads) const;
 
-  // ---- whole-gradient forms (all tensors, one worker) ----
+  // ---- device form: tensors on be's device, Backend ops only (see the file comment for the buffers) ----
+  // The scalers stay on the device, so this form does not check them: after the all-reduce MAX, copy the
+  // shared scalers to the host and call check_scalers (encoding with a non-finite scaler gives all-zero codes,
+  // not an error). Zero codes are i32 (the host form's are int64). Nothing synchronizes or allocates.
+  void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers) const;
+  void encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
+                      uint32_t step, uint32_t worker, const Tensor& packed, const Tensor& zero_codes) const;
+  void encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                  const Tensor& f16) const;
+  void encode_f32(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                  const Tensor& f32) const;
+  void average_local(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                     const std::vector<Tensor>& out) const;
+  // packed: num_workers blocks of the range's packed bytes, worker w's at w * stride.
+  void sum_codes(Backend& be, const Tensor& packed, int64_t stride, int num_workers, TensorRange r,
+                 const Tensor& code_sums) const;
+  void decode_ternary_gathered(Backend& be, const Tensor& gathered, int64_t stride, int num_workers, TensorRange r,
+                               const Tensor& scalers, const std::vector<Tensor>& grads) const;
+  void decode_ternary_sums(Backend& be, const Tensor& code_sums, int num_workers, TensorRange r,
+                           const Tensor& scalers, const std::vector<Tensor>& grads) const;
+  void decode_f16_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
+                      const std::vector<Tensor>& grads) const;
+  void decode_f32_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
+                      const std::vector<Tensor>& grads) const;
+
+  // ---- whole-gradient forms (all tensors, one worker; host) ----
   void allocate(EncodedGradient& e) const;
   std::vector<float> local_scalers(const std::vector<Tensor>& grads) const;
   void encode(const std::vector<Tensor>& grads, const std::vector<float>& shared_scalers, uint32_t step,

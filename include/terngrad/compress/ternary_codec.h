@@ -1,6 +1,9 @@
-// CPU implementation of the per-tensor ternary operations over host memory, built on the shared math of
-// terngrad/math/ternary_math.h (the definitions: scaler, codes, packed format, decode); kernels/ternary_kernels.cu
-// has the same operations for CUDA (terngrad/compress/ternary_cuda.h).
+// CPU implementation of the per-tensor operations of the gradient codings over host memory: ternary (built on
+// the shared math of terngrad/math/ternary_math.h, the definitions: scaler, codes, packed format, decode) and the
+// fp16/fp32 sums and averages. kernels/ternary_kernels.cu has the same operations for CUDA
+// (terngrad/compress/ternary_cuda.h). Both are compiled into the backend library (src/backend/cpu/ternary_codec.cc,
+// kernels/), whose codec ops (Backend::ternary_scaler ..., terngrad/backend/backend.h) call them; GradientCodec's
+// host-pointer methods call these functions directly.
 //
 // Every function runs on the calling thread's compute team (terngrad/core/parallel.h: call it from the
 // compute thread) with vectorized loops (AVX-512, AVX2 or baseline, picked at run time), and gives the same
@@ -10,6 +13,7 @@
 
 #include <cstdint>
 
+#include "terngrad/core/dtype.h"
 #include "terngrad/core/philox.h"
 
 namespace tg {
@@ -56,5 +60,24 @@ void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int nu
 // more than 32 MiB that is 64-byte aligned is written with streaming stores (it bypasses the caches).
 void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n, float s,
                                  float* g);
+
+// ---- fp16 and fp32 codings (the tensors left out of ternarization) ----------------------------------------------
+// xs: `count` >= 1 pointers to n floats each (the workers' gradients, in worker order).
+
+// out[i] = float_to_half(sum over w, in order, of half_to_float(float_to_half(xs[w][i])), added in fp32): each
+// worker's fp16 payload summed in fp32 and rounded to fp16 once.
+void encode_f16_sum_cpu(const float* const* xs, int count, int64_t n, half_bits* out);
+// out[i] = sum over w, in order, of xs[w][i]. out may be xs[0], not another of xs.
+void encode_f32_sum_cpu(const float* const* xs, int count, int64_t n, float* out);
+// out[i] = half_to_float(the fp16 sum of encode_f16_sum_cpu) / count, without an fp16 buffer. out may be any of xs
+// (each element is read before it is written).
+void average_f16_cpu(const float* const* xs, int count, int64_t n, float* out);
+// out[i] = (sum over w, in order, of xs[w][i]) / count; count 1 copies (nothing to do when out is xs[0]). out may
+// be any of xs.
+void average_f32_cpu(const float* const* xs, int count, int64_t n, float* out);
+// g[i] = half_to_float(sum[i]) / num_workers.
+void decode_f16_sum_cpu(const half_bits* sum, int64_t n, int num_workers, float* g);
+// g[i] = sum[i] / num_workers (g may be sum).
+void decode_f32_sum_cpu(const float* sum, int64_t n, int num_workers, float* g);
 
 }  // namespace tg

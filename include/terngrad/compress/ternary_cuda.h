@@ -1,13 +1,20 @@
-// Launchers of the CUDA ternary kernels (kernels/ternary_kernels.cu): the same operations as
+// Launchers of the CUDA kernels of the gradient codings (kernels/ternary_kernels.cu): the same operations as
 // terngrad/compress/ternary_codec.h, over device pointers, on the given stream (a cudaStream_t passed as
 // void* so this header needs no CUDA headers). All launches are asynchronous and checked
 // (TG_CUDA_CHECK_LAUNCH of terngrad/backend/cuda_check.h). Built only when the CUDA backend is
-// (TG_HAVE_CUDA).
+// (TG_HAVE_CUDA); code outside the CUDA backend reaches them through the Backend's codec ops
+// (terngrad/backend/backend.h; src/backend/cuda/cuda_codec.cc), which every build has.
+//
+// Bits: codes, code sums and decodes are the CPU loops' bit for bit (the shared TG_HOST_DEVICE math of
+// terngrad/math/ternary_math.h, compiled with -fmad=false), and so is the scaler: its double sums follow
+// ternary_math.h's fixed order (the CPU's chunks, lanes and combination order). The fp16 conversions are the
+// scalar ones of terngrad/core/dtype.h: the same bits as the CPU's F16C conversions except NaN payloads.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "terngrad/core/dtype.h"
 #include "terngrad/core/philox.h"
 
 namespace tg {
@@ -15,16 +22,19 @@ namespace tg {
 // Bytes of device workspace ternary_scaler_cuda needs.
 size_t ternary_scaler_workspace_bytes_cuda();
 
-// *scaler (device float) = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g (n elements, device),
-// the CPU's formula (ternary_math.h): one pass accumulating sum and sum of squares in double and max|g|
-// (NaN-propagating), then sigma = sqrt(max(0, sumsq/n - mean^2)); NaN for a non-finite g, 0 for n = 0. Equal
-// to ternary_scaler_cpu up to the order of the double additions. workspace: ternary_scaler_workspace_bytes_cuda.
+// *scaler (device float) = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g (n elements, device):
+// one warp per chunk of ternary_math.h's order (each lane adds its elements in index order, the lanes combine
+// pairwise by shuffles) writes the chunk's double sums and max bits to the workspace, then one thread adds the
+// chunks in order and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
+// n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream);
 
 // packed (ceil(n/4) bytes, device) = codes of g drawn with *scaler (device), key and counter (step, tensor)
 // (ternarize_one: 16-bit uniforms, 8 elements per Philox block): bit-identical to ternary_encode_cpu.
+// zero_count (device int, or null) = the number of zero codes (n < 2^31; set to 0 first, then each block adds
+// its count: an integer, so the order of the adds does not matter).
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                         uint8_t* packed, void* stream);
+                         uint8_t* packed, int32_t* zero_count, void* stream);
 
 // codes (n) = unpacked codes of packed.
 void ternary_unpack_cuda(const uint8_t* packed, int64_t n, int8_t* codes, void* stream);
@@ -41,5 +51,15 @@ void ternary_decode_sums_cuda(const int8_t* code_sums, int64_t n, const float* s
 // g[i] = *scaler * sum_w code_w[i] / num_workers, worker w's packed codes at gathered + w * stride.
 void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
                                   const float* scaler, float* g, void* stream);
+
+// ---- fp16 and fp32 codings: the operations of ternary_codec.h's *_cpu functions of the same names. xs is a
+// host array of `count` (1..kCodecMaxInputsCuda) device pointers (passed to the kernel by value).
+constexpr int kCodecMaxInputsCuda = 128;
+void encode_f16_sum_cuda(const float* const* xs, int count, int64_t n, half_bits* out, void* stream);
+void encode_f32_sum_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
+void average_f16_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
+void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
+void decode_f16_sum_cuda(const half_bits* sum, int64_t n, int num_workers, float* g, void* stream);
+void decode_f32_sum_cuda(const float* sum, int64_t n, int num_workers, float* g, void* stream);
 
 }  // namespace tg

@@ -9,6 +9,12 @@
 //   s = max|g|                  for c = 0
 //   s = NaN when sigma or max|g| is not finite (NaN or Inf anywhere in g); the codec rejects it naming the
 //   tensor and the step. An empty tensor has s = 0.
+// The sums have one fixed order on every device (the CPU loops and the CUDA kernels give the same bits, so the
+// same scalers and hence the same codes): g is cut into chunks of ternary_stats_chunk(n) elements (at least
+// 16384, at most 256 chunks, a multiple of 32); inside a chunk, element i goes to lane i % 32, each lane adds
+// its elements in index order starting from 0.0, then the lanes combine pairwise (lane l += lane l + w for
+// w = 16, 8, 4, 2, 1); the chunks' results are added in chunk order starting from 0.0. max|g| is an integer
+// max over the bits of |g| (any order).
 // Workers then share s = max over workers (all-reduce MAX) before ternarizing.
 //
 // Ternarization of element i of tensor t at `step` by a worker whose key is philox_key(seed, worker):
@@ -48,6 +54,18 @@ constexpr uint32_t kTernaryPurpose = 0x7465726Eu;
 // Elements per Philox block (two 16-bit uniforms per 32-bit word).
 constexpr int kTernaryBlockElements = 8;
 
+// Chunking of the scaler's sums (see the file comment).
+constexpr int64_t kTernaryStatsMinChunk = 16384;
+constexpr int kTernaryStatsMaxChunks = 256;
+constexpr int kTernaryStatsLanes = 32;
+// Elements per chunk for a tensor of n > 0 elements: a multiple of kTernaryStatsLanes, at least
+// kTernaryStatsMinChunk, and at most kTernaryStatsMaxChunks chunks.
+TG_HOST_DEVICE int64_t ternary_stats_chunk(int64_t n) {
+  const int64_t by_count = (n + kTernaryStatsMaxChunks - 1) / kTernaryStatsMaxChunks;
+  const int64_t rounded = (by_count + kTernaryStatsLanes - 1) / kTernaryStatsLanes * kTernaryStatsLanes;
+  return rounded > kTernaryStatsMinChunk ? rounded : kTernaryStatsMinChunk;
+}
+
 // s from sigma and max|g| (see the file comment); the plain formula, no check for non-finite inputs.
 TG_HOST_DEVICE float ternary_scaler(float sigma, float max_abs, float clip_factor) {
   if (clip_factor > 0.f) {
@@ -60,8 +78,8 @@ TG_HOST_DEVICE float ternary_scaler(float sigma, float max_abs, float clip_facto
 // Population sigma from the one-pass sums of n > 0 elements; NaN when a sum is not finite (NaN or Inf in g:
 // Inf - Inf). Cancellation limit: sumsq / n - mean^2 cancels the digits the two terms share. With e the
 // relative rounding error of the double sums (at most (m + 261) * 2^-53 for the CPU's sums, m = max(512,
-// n / 8192) additions per accumulator: about 1e-12 at 10^8 elements, typically far less; the CUDA kernel's
-// are of the same order), the relative error of sigma is at most about 1.5 e (1 + mean^2 / sigma^2): sigma
+// n / 8192) additions per accumulator: about 1e-12 at 10^8 elements, typically far less; the CUDA kernel adds
+// in the same order), the relative error of sigma is at most about 1.5 e (1 + mean^2 / sigma^2): sigma
 // stays float-accurate while |mean| is below a few hundred sigma, and a gradient's mean is a fraction of its
 // sigma. A constant tensor can get sigma ~1e-7 |g| instead of exactly 0 (a tiny s: every code is sign(g)).
 TG_HOST_DEVICE double ternary_sigma_from_sums(double sum, double sumsq, int64_t n) {

@@ -8,7 +8,8 @@
 // compete for the cores with OpenMP's spin-waiting workers (measured: 2-thread LeNet 8x slower).
 //
 // Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
-// cpu_lrn.cc, cpu_inner_product.cc (oneDNN ops), cpu_batch_norm.cc (plain loops; see there why).
+// cpu_lrn.cc, cpu_inner_product.cc (oneDNN ops), cpu_batch_norm.cc (plain loops; see there why), cpu_codec.cc
+// (gradient codec ops over the vectorized loops of ternary_codec.cc, terngrad/compress/ternary_codec.h).
 #pragma once
 
 #include <dnnl.hpp>
@@ -129,6 +130,21 @@ class CpuBackend final : public Backend {
   void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
                         const Tensor& s2, const Tensor& ema) override;
   void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
+
+  // ---- gradient codec (cpu_codec.cc: checks, then the loops of ternary_codec.cc) ----
+  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) override;
+  void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                      const Tensor& packed, const Tensor& zero_count) override;
+  void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
+  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
+  void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                               const Tensor& g) override;
+  void encode_f16_sum(const Tensor* xs, int count, const Tensor& out) override;
+  void encode_f32_sum(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f16(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f32(const Tensor* xs, int count, const Tensor& out) override;
+  void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
+  void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
 
   int threads() const { return threads_; }
   dnnl::engine& engine() { return engine_; }

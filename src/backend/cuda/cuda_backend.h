@@ -140,6 +140,21 @@ class CudaBackend final : public Backend {
                         const Tensor& s2, const Tensor& ema) override;
   void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
 
+  // ---- gradient codec (cuda_codec.cc: checks, then the kernels of kernels/ternary_kernels.cu) ----
+  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) override;
+  void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                      const Tensor& packed, const Tensor& zero_count) override;
+  void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
+  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
+  void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                               const Tensor& g) override;
+  void encode_f16_sum(const Tensor* xs, int count, const Tensor& out) override;
+  void encode_f32_sum(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f16(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f32(const Tensor* xs, int count, const Tensor& out) override;
+  void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
+  void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
+
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }
   const BackendOptions& options() const { return options_; }

@@ -1,0 +1,131 @@
+// CpuBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the vectorized loops of
+// ternary_codec.cc (terngrad/compress/ternary_codec.h) on the backend's compute team. The scalers are f32 (1)
+// host tensors read here; nothing allocates (the workers' inputs go through a pointer array on the stack).
+#include <cstdint>
+
+#include "src/backend/codec_checks.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "terngrad/compress/ternary_codec.h"
+
+namespace tg {
+
+namespace {
+namespace cc = codec_checks;
+
+void on_host(const Tensor& t, const char* op, const char* what) {
+  TG_CHECK(t.device().is_cpu(), "{} on the cpu: {} {} is on another device", op, what, t.str());
+  TG_CHECK(t.numel() == 0 || t.raw() != nullptr, "{}: {} is undefined", op, what);
+}
+
+float scaler_value(const Tensor& scaler, const char* op) {
+  cc::scaler(scaler, op);
+  on_host(scaler, op, "scaler");
+  return *scaler.data<float>();
+}
+
+// The workers' inputs, checked, as a pointer array on the caller's stack.
+void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dtype, const char* op,
+                    const float* (&ptrs)[Backend::kMaxCodecInputs]) {
+  cc::dtype(out, out_dtype, op, "out");
+  on_host(out, op, "out");
+  cc::inputs(xs, count, out.numel(), op);
+  for (int w = 0; w < count; ++w) {
+    on_host(xs[w], op, "input");
+    ptrs[w] = xs[w].data<float>();
+  }
+}
+}  // namespace
+
+void CpuBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+  cc::dtype(g, DType::F32, "ternary_scaler", "g");
+  on_host(g, "ternary_scaler", "g");
+  cc::scaler(scaler, "ternary_scaler");
+  on_host(scaler, "ternary_scaler", "scaler");
+  *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
+}
+
+void CpuBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                                uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+  const char* op = "ternary_encode";
+  const int64_t n = g.numel();
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes");
+  cc::numel(packed, (n + 3) / 4, op, "packed codes");
+  on_host(g, op, "g"), on_host(packed, op, "packed codes");
+  const float s = scaler_value(scaler, op);
+  if (zero_count) {
+    cc::dtype(zero_count, DType::I32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
+    on_host(zero_count, op, "zero count");
+    TG_CHECK(n <= INT32_MAX, "{}: {} elements overflow an i32 zero count", op, n);
+  }
+  const int64_t zeros = ternary_encode_cpu(g.data<float>(), n, s, key, step, tensor, packed.data<uint8_t>());
+  if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
+}
+
+void CpuBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+  const char* op = "ternary_sum_codes";
+  cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
+  on_host(code_sums, op, "code sums"), on_host(packed, op, "packed codes");
+  ternary_sum_codes_cpu(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>());
+}
+
+void CpuBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
+                                     const Tensor& g) {
+  const char* op = "ternary_decode_sums";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::numel(code_sums, g.numel(), op, "code sums");
+  on_host(g, op, "g"), on_host(code_sums, op, "code sums");
+  ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers,
+                          g.data<float>());
+}
+
+void CpuBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
+                                         const Tensor& scaler, const Tensor& g) {
+  const char* op = "ternary_decode_gathered";
+  cc::dtype(g, DType::F32, op, "g");
+  cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
+  on_host(g, op, "g"), on_host(gathered, op, "packed codes");
+  ternary_decode_gathered_cpu(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler_value(scaler, op),
+                              g.data<float>());
+}
+
+void CpuBackend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(xs, count, out, DType::F16, "encode_f16_sum", ptrs);
+  encode_f16_sum_cpu(ptrs, count, out.numel(), out.data<half_bits>());
+}
+
+void CpuBackend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(xs, count, out, DType::F32, "encode_f32_sum", ptrs);
+  cc::not_a_later_input(xs, count, out, "encode_f32_sum");
+  encode_f32_sum_cpu(ptrs, count, out.numel(), out.data<float>());
+}
+
+void CpuBackend::average_f16(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(xs, count, out, DType::F32, "average_f16", ptrs);
+  average_f16_cpu(ptrs, count, out.numel(), out.data<float>());
+}
+
+void CpuBackend::average_f32(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(xs, count, out, DType::F32, "average_f32", ptrs);
+  average_f32_cpu(ptrs, count, out.numel(), out.data<float>());
+}
+
+void CpuBackend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  const char* op = "decode_f16_sum";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  on_host(g, op, "g"), on_host(sum, op, "sum");
+  decode_f16_sum_cpu(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>());
+}
+
+void CpuBackend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  const char* op = "decode_f32_sum";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  on_host(g, op, "g"), on_host(sum, op, "sum");
+  decode_f32_sum_cpu(sum.data<float>(), g.numel(), num_workers, g.data<float>());
+}
+
+}  // namespace tg

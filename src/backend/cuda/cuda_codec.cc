@@ -1,0 +1,140 @@
+// CudaBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the kernels of
+// kernels/ternary_kernels.cu (terngrad/compress/ternary_cuda.h) on the backend's stream. Scalers stay on the
+// device (the kernels read them there); nothing synchronizes. The scaler's per-chunk partial sums use the
+// workspace arena (a few KiB, reserved on first use).
+#include <cstdint>
+
+#include "src/backend/codec_checks.h"
+#include "src/backend/cuda/cuda_backend.h"
+#include "terngrad/backend/cuda_check.h"
+#include "terngrad/compress/ternary_cuda.h"
+
+namespace tg {
+
+static_assert(Backend::kMaxCodecInputs <= kCodecMaxInputsCuda, "the kernels' input array holds every input");
+
+namespace {
+namespace cc = codec_checks;
+}  // namespace
+
+void CudaBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+  const char* op = "ternary_scaler";
+  cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
+  check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
+  CudaDeviceGuard guard(index_);
+  void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
+  ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
+}
+
+void CudaBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                                 uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+  const char* op = "ternary_encode";
+  const int64_t n = g.numel();
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes"), cc::scaler(scaler, op);
+  cc::numel(packed, (n + 3) / 4, op, "packed codes");
+  check_on_device(g, op, "g"), check_on_device(packed, op, "packed codes"), check_on_device(scaler, op, "scaler");
+  int32_t* zeros = nullptr;
+  if (zero_count) {
+    cc::dtype(zero_count, DType::I32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
+    check_on_device(zero_count, op, "zero count");
+    zeros = zero_count.data<int32_t>();
+  }
+  CudaDeviceGuard guard(index_);
+  ternary_encode_cuda(g.data<float>(), n, scaler.data<float>(), key, step, tensor, packed.data<uint8_t>(), zeros,
+                      stream_);
+}
+
+void CudaBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+  const char* op = "ternary_sum_codes";
+  cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
+  check_on_device(packed, op, "packed codes"), check_on_device(code_sums, op, "code sums");
+  CudaDeviceGuard guard(index_);
+  ternary_sum_codes_cuda(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>(),
+                         stream_);
+}
+
+void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
+                                      const Tensor& g) {
+  const char* op = "ternary_decode_sums";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums"), cc::scaler(scaler, op);
+  cc::numel(code_sums, g.numel(), op, "code sums");
+  TG_CHECK(num_workers >= 1, "{}: {} workers", op, num_workers);
+  check_on_device(g, op, "g"), check_on_device(code_sums, op, "code sums"), check_on_device(scaler, op, "scaler");
+  CudaDeviceGuard guard(index_);
+  ternary_decode_sums_cuda(code_sums.data<int8_t>(), g.numel(), scaler.data<float>(), num_workers, g.data<float>(),
+                           stream_);
+}
+
+void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
+                                          const Tensor& scaler, const Tensor& g) {
+  const char* op = "ternary_decode_gathered";
+  cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
+  cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
+  check_on_device(g, op, "g"), check_on_device(gathered, op, "packed codes"), check_on_device(scaler, op, "scaler");
+  CudaDeviceGuard guard(index_);
+  ternary_decode_gathered_cuda(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler.data<float>(),
+                               g.data<float>(), stream_);
+}
+
+namespace {
+// The workers' inputs, checked, as a host array of device pointers (the launcher copies it into the kernel's
+// parameters).
+void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype,
+                    const char* op, const float* (&ptrs)[Backend::kMaxCodecInputs]) {
+  cc::dtype(out, out_dtype, op, "out");
+  be.check_on_device(out, op, "out");
+  cc::inputs(xs, count, out.numel(), op);
+  for (int w = 0; w < count; ++w) {
+    be.check_on_device(xs[w], op, "input");
+    ptrs[w] = xs[w].data<float>();
+  }
+}
+}  // namespace
+
+void CudaBackend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(*this, xs, count, out, DType::F16, "encode_f16_sum", ptrs);
+  CudaDeviceGuard guard(index_);
+  encode_f16_sum_cuda(ptrs, count, out.numel(), out.data<half_bits>(), stream_);
+}
+
+void CudaBackend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(*this, xs, count, out, DType::F32, "encode_f32_sum", ptrs);
+  cc::not_a_later_input(xs, count, out, "encode_f32_sum");
+  CudaDeviceGuard guard(index_);
+  encode_f32_sum_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+}
+
+void CudaBackend::average_f16(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(*this, xs, count, out, DType::F32, "average_f16", ptrs);
+  CudaDeviceGuard guard(index_);
+  average_f16_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+}
+
+void CudaBackend::average_f32(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(*this, xs, count, out, DType::F32, "average_f32", ptrs);
+  CudaDeviceGuard guard(index_);
+  average_f32_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+}
+
+void CudaBackend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  const char* op = "decode_f16_sum";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  check_on_device(g, op, "g"), check_on_device(sum, op, "sum");
+  CudaDeviceGuard guard(index_);
+  decode_f16_sum_cuda(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>(), stream_);
+}
+
+void CudaBackend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  const char* op = "decode_f32_sum";
+  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  check_on_device(g, op, "g"), check_on_device(sum, op, "sum");
+  CudaDeviceGuard guard(index_);
+  decode_f32_sum_cuda(sum.data<float>(), g.numel(), num_workers, g.data<float>(), stream_);
+}
+
+}  // namespace tg

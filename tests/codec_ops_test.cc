@@ -1,0 +1,726 @@
+// The Backend's gradient codec ops (terngrad/backend/backend.h, "gradient codec") and GradientCodec's device
+// form, in the style of ggml's test-backend-ops:
+//   - every op on the CPU backend against the plain definitions of terngrad/math/ternary_math.h and
+//     terngrad/core/dtype.h (the scaler's sums in the documented order, codes from ternarize_one, decode values
+//     from ternary_decode_value, scalar fp16 conversions), bit for bit, on odd sizes (0, 1, 3, 4, 5, 1000003)
+//     and with NaN/Inf inputs; outputs are followed by guard bytes that must survive;
+//   - GradientCodec's device form on the CPU backend against its host-pointer form, bit for bit, for LeNet's
+//     policies (ternary + fp32, fp16 + fp32), three workers and several ranges;
+//   - the CUDA backend against the CPU backend, op by op (bit-identical scalers, codes, zero counts, sums and
+//     decodes for the same Philox keys, up to AlexNet's fc6 size 9216 x 4096) and for the whole device form.
+//     Without a CUDA build or device these report SKIPPED with the reason.
+// fp16 outputs compare NaNs by NaN-ness only: the CPU's F16C conversions keep NaN payloads, the scalar ones do
+// not (terngrad/core/half_convert.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/compress/compression_policy.h"
+#include "terngrad/compress/gradient_codec.h"
+#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/core/buffer.h"
+#include "terngrad/core/error.h"
+#include "terngrad/math/ternary_math.h"
+#include "common/random_inputs.h"
+#include "terngrad/models/registry.h"
+#include "terngrad/nn/net.h"
+
+namespace tg {
+namespace {
+
+constexpr size_t kGuardBytes = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+const int64_t kSizes[] = {0, 1, 3, 4, 5, 1000003};
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Backend& cpu() {
+  static std::unique_ptr<Backend> b = make_backend("cpu", BackendOptions{2});
+  return *b;
+}
+
+// The CUDA backend, created once, or why there is none.
+struct Cuda {
+  std::unique_ptr<Backend> be;
+  std::string skip;
+};
+Cuda& cuda() {
+  static Cuda c = [] {
+    Cuda r;
+    if (!cuda_backend_compiled()) {
+      r.skip = "this build has no CUDA backend (configure with -DTG_CUDA=ON)";
+      return r;
+    }
+    try {
+      r.be = make_backend("cuda:0");
+    } catch (const Error& e) {
+      r.skip = std::string("no usable CUDA device: ") + e.what();
+    }
+    return r;
+  }();
+  return c;
+}
+#define TG_REQUIRE_CUDA() \
+  if (!cuda().be) GTEST_SKIP() << cuda().skip
+
+using testing::random_bytes;
+std::vector<float> normal(int64_t n, uint32_t seed, float stddev = 1e-3f) {
+  return testing::normal_floats(n, seed, stddev);
+}
+
+bool same_float(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+}
+bool half_is_nan(half_bits h) { return (h.bits & 0x7c00u) == 0x7c00u && (h.bits & 0x3ffu) != 0; }
+bool same_half(half_bits a, half_bits b) { return a.bits == b.bits || (half_is_nan(a) && half_is_nan(b)); }
+
+// Memory of `count` elements on a backend's device followed by guard bytes, all access through Backend::copy.
+class Mem {
+ public:
+  Mem(Backend& be, int64_t count, DType dtype, uint8_t fill = 0xFF)
+      : be_(&be), count_(count), dtype_(dtype),
+        buf_(be.allocator(), static_cast<size_t>(count) * dtype_size(dtype) + kGuardBytes) {
+    std::vector<uint8_t> init(buf_.bytes(), fill);
+    std::fill(init.end() - kGuardBytes, init.end(), kGuardByte);
+    be.copy(Tensor(buf_.data(), Shape{static_cast<int64_t>(init.size())}, DType::U8, be.device()),
+            Tensor(init.data(), Shape{static_cast<int64_t>(init.size())}, DType::U8, Device::cpu()));
+  }
+  Tensor t() const { return Tensor(buf_.data(), Shape{count_}, dtype_, be_->device()); }
+  template <typename T> void upload(const std::vector<T>& v) {
+    be_->copy(t(), Tensor(const_cast<T*>(v.data()), Shape{count_}, dtype_, Device::cpu()));
+  }
+  template <typename T> std::vector<T> download() const {
+    std::vector<T> v(count_);
+    be_->copy(Tensor(v.data(), Shape{count_}, dtype_, Device::cpu()), t());
+    return v;
+  }
+  bool guards_intact() const {
+    std::vector<uint8_t> g(kGuardBytes);
+    const size_t data_bytes = static_cast<size_t>(count_) * dtype_size(dtype_);
+    be_->copy(Tensor(g.data(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8, Device::cpu()),
+              Tensor(static_cast<char*>(buf_.data()) + data_bytes, Shape{static_cast<int64_t>(kGuardBytes)},
+                     DType::U8, be_->device()));
+    return std::all_of(g.begin(), g.end(), [](uint8_t b) { return b == kGuardByte; });
+  }
+
+ private:
+  Backend* be_;
+  int64_t count_;
+  DType dtype_;
+  Buffer buf_;
+};
+
+// ---- the plain definitions ----------------------------------------------------------------------------------
+// The scaler with its sums in ternary_math.h's documented order, one element at a time.
+float ref_scaler(const std::vector<float>& g, float clip_factor) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  if (n == 0) return 0.f;
+  const int64_t chunk = ternary_stats_chunk(n);
+  double sum = 0.0, sumsq = 0.0;
+  uint32_t max_bits = 0;
+  for (int64_t b = 0; b < n; b += chunk) {
+    double ls[32] = {}, lq[32] = {};
+    for (int64_t i = b; i < std::min(n, b + chunk); ++i) {
+      const double d = g[i];
+      ls[(i - b) % 32] += d;
+      lq[(i - b) % 32] += d * d;
+      uint32_t bits;
+      std::memcpy(&bits, &g[i], 4);
+      max_bits = std::max(max_bits, bits & 0x7FFFFFFFu);
+    }
+    for (int w = 16; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) ls[l] += ls[l + w], lq[l] += lq[l + w];
+    sum += ls[0];
+    sumsq += lq[0];
+  }
+  float max_abs;
+  std::memcpy(&max_abs, &max_bits, 4);
+  return ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), max_abs, clip_factor);
+}
+
+std::vector<uint8_t> ref_encode(const std::vector<float>& g, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
+                                int64_t* zeros) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<uint8_t> packed((n + 3) / 4, 0);
+  *zeros = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = ternarize_one(g[i], s, key, static_cast<uint64_t>(i), step, tensor);
+    packed[i / 4] |= static_cast<uint8_t>(ternary_field(c) << (2 * (i % 4)));
+    *zeros += c == 0;
+  }
+  return packed;
+}
+
+int ref_code_sum(const std::vector<uint8_t>& packed, int64_t stride, int workers, int64_t i) {
+  int sum = 0;
+  for (int w = 0; w < workers; ++w) sum += unpack_ternary(packed.data() + w * stride, i);
+  return sum;
+}
+
+// ---- CPU backend against the definitions -----------------------------------------------------------------------
+TEST(CodecOpsCpu, ScalerFollowsTheDocumentedOrder) {
+  for (int64_t n : kSizes) {
+    std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 1);
+    if (n > 3) g[n / 2] = 0.02f;  // an outlier: clipping matters
+    for (float c : {0.f, 2.5f}) {
+      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32);
+      dg.upload(g);
+      cpu().ternary_scaler(dg.t(), c, ds.t());
+      const float got = ds.download<float>()[0], want = ref_scaler(g, c);
+      EXPECT_TRUE(same_float(got, want)) << "n=" << n << " c=" << c << ": " << got << " vs " << want;
+      EXPECT_TRUE(ds.guards_intact());
+      if (n == 0) {
+        EXPECT_EQ(got, 0.f);
+      }
+    }
+  }
+  for (float bad : {kNaN, kInf, -kInf}) {
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000003}}) {
+      std::vector<float> g = normal(n, 9);
+      g[n - 1] = bad;
+      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32);
+      dg.upload(g);
+      cpu().ternary_scaler(dg.t(), 2.5f, ds.t());
+      EXPECT_TRUE(std::isnan(ds.download<float>()[0])) << "n=" << n << " bad=" << bad;
+    }
+  }
+}
+
+TEST(CodecOpsCpu, EncodeMatchesTheDefinitionWithZeroCounts) {
+  const PhiloxKey key = philox_key(77, 3);
+  for (int64_t n : kSizes) {
+    std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 5);
+    if (n >= 3) g[1] = kNaN, g[2] = kInf;  // NaN: code 0; Inf: its sign
+    for (float s : {ref_scaler(normal(n + 1, 1), 2.5f), 0.f, kNaN, 1e-3f}) {
+      const int64_t nbytes = (n + 3) / 4;
+      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32), dp(cpu(), nbytes, DType::U8),
+          dz(cpu(), 1, DType::I32);
+      dg.upload(g);
+      ds.upload(std::vector<float>{s});
+      cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), dz.t());
+      int64_t zeros = 0;
+      const std::vector<uint8_t> want = ref_encode(g, s, key, 41, 6, &zeros);
+      EXPECT_EQ(dp.download<uint8_t>(), want) << "n=" << n << " s=" << s;
+      EXPECT_EQ(dz.download<int32_t>()[0], zeros) << "n=" << n << " s=" << s;
+      EXPECT_TRUE(dp.guards_intact() && dz.guards_intact()) << "n=" << n;
+      cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), Tensor());  // no count wanted
+      EXPECT_EQ(dp.download<uint8_t>(), want);
+    }
+  }
+}
+
+TEST(CodecOpsCpu, CodeSumsAndDecodesMatchTheDefinition) {
+  for (int64_t n : kSizes) {
+    const int64_t nbytes = (n + 3) / 4;
+    for (int workers : {1, 3, 127, 130}) {
+      if (workers > 3 && n > 5) continue;  // the wide sums on small tensors only (the loops are the same)
+      const int64_t stride = nbytes + 3;   // blocks apart, with bytes between that must not be read as codes
+      const std::vector<uint8_t> packed = random_bytes((workers - 1) * stride + nbytes, 7 + workers);
+      Mem dp(cpu(), static_cast<int64_t>(packed.size()), DType::U8), ds(cpu(), 1, DType::F32);
+      dp.upload(packed);
+      const float s = 3.25e-3f;
+      ds.upload(std::vector<float>{s});
+      Mem out(cpu(), n, DType::F32);
+      cpu().ternary_decode_gathered(dp.t(), stride, workers, ds.t(), out.t());
+      const std::vector<float> got = out.download<float>();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_float(got[i], ternary_decode_value(s, ref_code_sum(packed, stride, workers, i), workers)))
+            << "n=" << n << " workers=" << workers << " i=" << i;
+      EXPECT_TRUE(out.guards_intact());
+      if (workers > 127) {
+        Mem sums(cpu(), n, DType::I8);
+        EXPECT_THROW(cpu().ternary_sum_codes(dp.t(), stride, workers, sums.t()), Error);
+        continue;
+      }
+      Mem sums(cpu(), n, DType::I8);
+      cpu().ternary_sum_codes(dp.t(), stride, workers, sums.t());
+      const std::vector<int8_t> code_sums = sums.download<int8_t>();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(code_sums[i], ref_code_sum(packed, stride, workers, i)) << "n=" << n << " i=" << i;
+      EXPECT_TRUE(sums.guards_intact());
+      for (float scaler : {s, 0.f, kNaN, kInf}) {
+        ds.upload(std::vector<float>{scaler});
+        cpu().ternary_decode_sums(sums.t(), ds.t(), workers, out.t());
+        const std::vector<float> dec = out.download<float>();
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(same_float(dec[i], ternary_decode_value(scaler, code_sums[i], workers)))
+              << "n=" << n << " s=" << scaler << " i=" << i;
+      }
+    }
+  }
+}
+
+// Workers' inputs with NaN, Inf, fp16 overflow and subnormal values sprinkled in.
+std::vector<std::vector<float>> float_inputs(int workers, int64_t n) {
+  std::vector<std::vector<float>> xs;
+  for (int w = 0; w < workers; ++w) {
+    xs.push_back(normal(n, 50 + w, 0.5f));
+    if (n >= 5) {
+      xs[w][0] = kNaN;
+      xs[w][1] = w % 2 ? kInf : -kInf;
+      xs[w][2] = 70000.f;  // beyond fp16's range
+      xs[w][3] = 3e-6f;    // an fp16 subnormal
+    }
+  }
+  return xs;
+}
+
+TEST(CodecOpsCpu, Fp16AndFp32CodingsMatchTheDefinition) {
+  for (int64_t n : kSizes) {
+    for (int workers : {1, 3}) {
+      const std::vector<std::vector<float>> xs = float_inputs(workers, n);
+      std::vector<Mem> in;
+      std::vector<Tensor> ts;
+      for (int w = 0; w < workers; ++w) {
+        in.emplace_back(cpu(), n, DType::F32);
+        in.back().upload(xs[w]);
+      }
+      for (auto& m : in) ts.push_back(m.t());
+      std::vector<half_bits> h16(n);
+      std::vector<float> f16_avg(n), f32_sum(n), f32_avg(n);
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0.f, sum = xs[0][i];
+        for (int w = 0; w < workers; ++w) acc += half_to_float(float_to_half(xs[w][i]));
+        for (int w = 1; w < workers; ++w) sum += xs[w][i];
+        h16[i] = float_to_half(acc);
+        f16_avg[i] = half_to_float(h16[i]) / static_cast<float>(workers);
+        f32_sum[i] = sum;
+        f32_avg[i] = sum / static_cast<float>(workers);
+      }
+      Mem o16(cpu(), n, DType::F16), o32(cpu(), n, DType::F32);
+      cpu().encode_f16_sum(ts.data(), workers, o16.t());
+      std::vector<half_bits> got16 = o16.download<half_bits>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_half(got16[i], h16[i])) << "n=" << n << " i=" << i;
+      cpu().decode_f16_sum(o16.t(), workers, o32.t());
+      std::vector<float> got = o32.download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f16_avg[i])) << "n=" << n << " i=" << i;
+      cpu().average_f16(ts.data(), workers, o32.t());
+      got = o32.download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f16_avg[i])) << "n=" << n << " i=" << i;
+      cpu().encode_f32_sum(ts.data(), workers, o32.t());
+      got = o32.download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f32_sum[i])) << "n=" << n << " i=" << i;
+      cpu().decode_f32_sum(o32.t(), workers, o32.t());  // in place
+      got = o32.download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f32_avg[i])) << "n=" << n << " i=" << i;
+      cpu().average_f32(ts.data(), workers, o32.t());
+      got = o32.download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f32_avg[i])) << "n=" << n << " i=" << i;
+      EXPECT_TRUE(o16.guards_intact() && o32.guards_intact());
+      // The averages may write over one of their inputs (each element is read before it is written).
+      cpu().average_f32(ts.data(), workers, ts[workers - 1]);
+      got = in[workers - 1].download<float>();
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], f32_avg[i])) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(CodecOpsCpu, WrongDtypesAndSizesAreErrors) {
+  Mem g(cpu(), 9, DType::F32), s(cpu(), 1, DType::F32), p(cpu(), 3, DType::U8), wrong(cpu(), 2, DType::U8);
+  EXPECT_NO_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, p.t(), Tensor()));
+  EXPECT_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, wrong.t(), Tensor()), Error);
+  EXPECT_THROW(cpu().ternary_scaler(g.t(), 0.f, p.t()), Error);     // scaler not f32 (1)
+  EXPECT_THROW(cpu().ternary_decode_gathered(p.t(), 3, 2, s.t(), g.t()), Error);  // 2 workers need 6 bytes
+  Mem sums(cpu(), 9, DType::I8);
+  EXPECT_THROW(cpu().ternary_sum_codes(p.t(), 0, 0, sums.t()), Error);
+  const Tensor xs[2] = {g.t(), g.t()};
+  EXPECT_THROW(cpu().encode_f16_sum(xs, 2, g.t()), Error);  // out must be f16
+  EXPECT_THROW(cpu().encode_f32_sum(xs, 2, g.t()), Error);  // out is input 1
+  EXPECT_THROW(cpu().average_f32(xs, 0, g.t()), Error);
+}
+
+// ---- GradientCodec: device form against the host form -------------------------------------------------------
+std::vector<ParamInfo> lenet_params() {
+  Net net;
+  build_model("lenet", ModelConfig{}, net);
+  net.setup(cpu(), 1);
+  std::vector<ParamInfo> infos;
+  for (const auto& p : net.param_specs()) infos.push_back({p.name, p.shape.numel()});
+  return infos;
+}
+
+// Everything one range of one step produces, read back to the host.
+struct RangeResults {
+  std::vector<float> scalers;                   // [worker][num_ternary]
+  std::vector<uint8_t> codes;                   // workers' packed blocks
+  std::vector<int64_t> zeros;                   // worker 0's zero codes (num_ternary)
+  std::vector<int8_t> code_sums;                //
+  std::vector<half_bits> f16;                   //
+  std::vector<float> f32;                       //
+  std::vector<std::vector<float>> gathered_out, sums_out, average_out;  // tensors of the range
+};
+
+struct Step {
+  const GradientCodec& codec;
+  std::vector<std::vector<std::vector<float>>> grads;  // [worker][tensor][element]
+  std::vector<float> shared;                           // shared scalers (num_ternary), from the host form
+  uint32_t step = 17;
+};
+
+std::vector<std::vector<float>> range_tensors(const Step& st, TensorRange r, float fill) {
+  std::vector<std::vector<float>> out;
+  for (int i = r.begin; i < r.end; ++i) out.emplace_back(st.codec.policy().tensors()[i].numel, fill);
+  return out;
+}
+
+RangeResults host_form(Step& st, TensorRange r) {
+  const GradientCodec& c = st.codec;
+  const RangeLayout l = c.layout(r);
+  const int W = static_cast<int>(st.grads.size()), T = c.policy().num_ternary();
+  std::vector<std::vector<Tensor>> views(W);
+  std::vector<const std::vector<Tensor>*> workers;
+  for (int w = 0; w < W; ++w) {
+    for (auto& g : st.grads[w]) views[w].emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32,
+                                                      Device::cpu());
+    workers.push_back(&views[w]);
+  }
+  RangeResults res;
+  res.scalers.assign(static_cast<size_t>(W) * T, 0.f);
+  for (int w = 0; w < W; ++w) c.local_scalers(views[w], r, res.scalers.data() + static_cast<size_t>(w) * T);
+  res.codes.assign(static_cast<size_t>(W) * l.packed_bytes(), 0);
+  res.zeros.assign(T, -1);
+  for (int w = 0; w < W; ++w)
+    c.encode_ternary(views[w], r, st.shared.data(), st.step, static_cast<uint32_t>(w),
+                     res.codes.data() + static_cast<size_t>(w) * l.packed_bytes(), w == 0 ? res.zeros.data() : nullptr);
+  res.code_sums.assign(4 * l.packed_bytes(), 0);
+  c.sum_codes(res.codes.data(), l.packed_bytes(), W, r, res.code_sums.data());
+  res.f16.assign(l.f16_elements(), half_bits{0});
+  res.f32.assign(l.f32_elements(), 0.f);
+  c.encode_f16(workers, r, res.f16.data());
+  c.encode_f32(workers, r, res.f32.data());
+  // Decodes into fresh tensors (the range's; the others are not touched).
+  auto decode_into = [&](std::vector<std::vector<float>>& out, bool gathered) {
+    out = range_tensors(st, r, -7.f);
+    std::vector<Tensor> t(c.policy().num_tensors());
+    for (int i = r.begin; i < r.end; ++i)
+      t[i] = Tensor(out[i - r.begin].data(), Shape{static_cast<int64_t>(out[i - r.begin].size())}, DType::F32,
+                    Device::cpu());
+    if (gathered)
+      c.decode_ternary_gathered(res.codes.data(), l.packed_bytes(), W, r, st.shared.data(), t);
+    else
+      c.decode_ternary_sums(res.code_sums.data(), W, r, st.shared.data(), t);
+    c.decode_f16_sum(res.f16.data(), W, r, t);
+    c.decode_f32_sum(res.f32.data(), W, r, t);
+  };
+  decode_into(res.gathered_out, true);
+  decode_into(res.sums_out, false);
+  // average_local over a copy of worker 0's gradient, which is also the output (in place).
+  std::vector<std::vector<float>> copy0 = st.grads[0];
+  std::vector<Tensor> v0;
+  for (auto& g : copy0) v0.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+  std::vector<const std::vector<Tensor>*> aliased = workers;
+  aliased[0] = &v0;
+  c.average_local(aliased, r, v0);
+  for (int i = r.begin; i < r.end; ++i) res.average_out.push_back(copy0[i]);
+  return res;
+}
+
+// The same through `be`'s codec ops, on its device.
+RangeResults device_form(Backend& be, Step& st, TensorRange r) {
+  const GradientCodec& c = st.codec;
+  const RangeLayout l = c.layout(r);
+  const int W = static_cast<int>(st.grads.size()), T = c.policy().num_ternary(), N = c.policy().num_tensors();
+  std::vector<std::vector<Mem>> mem(W + 1);  // workers' gradients, and worker 0's copy for average_local
+  std::vector<std::vector<Tensor>> views(W + 1);
+  for (int w = 0; w <= W; ++w)
+    for (int i = 0; i < N; ++i) {
+      const std::vector<float>& g = st.grads[w == W ? 0 : w][i];
+      mem[w].emplace_back(be, static_cast<int64_t>(g.size()), DType::F32);
+      mem[w].back().upload(g);
+    }
+  for (int w = 0; w <= W; ++w)
+    for (auto& m : mem[w]) views[w].push_back(m.t());
+  std::vector<const std::vector<Tensor>*> workers;
+  for (int w = 0; w < W; ++w) workers.push_back(&views[w]);
+  for (int w = 0; w <= W; ++w) c.check_grads(views[w], be.device());
+
+  RangeResults res;
+  Mem shared(be, T, DType::F32);
+  shared.upload(st.shared);
+  for (int w = 0; w < W; ++w) {
+    Mem s(be, T, DType::F32, 0);
+    c.local_scalers(be, views[w], r, s.t());
+    const std::vector<float> v = s.download<float>();
+    res.scalers.insert(res.scalers.end(), v.begin(), v.end());
+    EXPECT_TRUE(s.guards_intact());
+  }
+  Mem codes(be, W * l.packed_bytes(), DType::U8), zeros(be, T, DType::I32);
+  {  // zero codes outside the range stay as the host form leaves them
+    std::vector<int32_t> init(T, -1);
+    zeros.upload(init);
+  }
+  for (int w = 0; w < W; ++w)
+    c.encode_ternary(be, views[w], r, shared.t(), st.step, static_cast<uint32_t>(w),
+                     codes.t().slice0(w * l.packed_bytes(), (w + 1) * l.packed_bytes()),
+                     w == 0 ? zeros.t() : Tensor());
+  res.codes = codes.download<uint8_t>();
+  for (int32_t z : zeros.download<int32_t>()) res.zeros.push_back(z);
+  Mem sums(be, 4 * l.packed_bytes(), DType::I8), f16(be, l.f16_elements(), DType::F16),
+      f32(be, l.f32_elements(), DType::F32);
+  c.sum_codes(be, codes.t(), l.packed_bytes(), W, r, sums.t());
+  c.encode_f16(be, workers, r, f16.t());
+  c.encode_f32(be, workers, r, f32.t());
+  res.code_sums = sums.download<int8_t>();
+  res.f16 = f16.download<half_bits>();
+  res.f32 = f32.download<float>();
+  auto decode_into = [&](std::vector<std::vector<float>>& out, bool gathered) {
+    std::vector<Mem> m;
+    std::vector<Tensor> t(N);
+    for (int i = r.begin; i < r.end; ++i) {
+      m.emplace_back(be, c.policy().tensors()[i].numel, DType::F32);
+      m.back().upload(std::vector<float>(c.policy().tensors()[i].numel, -7.f));
+    }
+    for (int i = r.begin; i < r.end; ++i) t[i] = m[i - r.begin].t();
+    if (gathered)
+      c.decode_ternary_gathered(be, codes.t(), l.packed_bytes(), W, r, shared.t(), t);
+    else
+      c.decode_ternary_sums(be, sums.t(), W, r, shared.t(), t);
+    c.decode_f16_sum(be, f16.t(), W, r, t);
+    c.decode_f32_sum(be, f32.t(), W, r, t);
+    for (auto& x : m) {
+      out.push_back(x.download<float>());
+      EXPECT_TRUE(x.guards_intact());
+    }
+  };
+  decode_into(res.gathered_out, true);
+  decode_into(res.sums_out, false);
+  std::vector<const std::vector<Tensor>*> aliased = workers;
+  aliased[0] = &views[W];
+  c.average_local(be, aliased, r, views[W]);
+  for (int i = r.begin; i < r.end; ++i) res.average_out.push_back(mem[W][i].download<float>());
+  for (Mem* m : {&codes, &zeros, &sums, &f16, &f32}) EXPECT_TRUE(m->guards_intact());
+  return res;
+}
+
+void expect_same(const RangeResults& a, const RangeResults& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.scalers.size(), b.scalers.size());
+  for (size_t i = 0; i < a.scalers.size(); ++i) ASSERT_TRUE(same_float(a.scalers[i], b.scalers[i])) << "scaler " << i;
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.zeros, b.zeros);
+  EXPECT_EQ(a.code_sums, b.code_sums);
+  ASSERT_EQ(a.f16.size(), b.f16.size());
+  for (size_t i = 0; i < a.f16.size(); ++i) ASSERT_TRUE(same_half(a.f16[i], b.f16[i])) << "f16 " << i;
+  ASSERT_EQ(a.f32.size(), b.f32.size());
+  for (size_t i = 0; i < a.f32.size(); ++i) ASSERT_TRUE(same_float(a.f32[i], b.f32[i])) << "f32 " << i;
+  for (auto field : {&RangeResults::gathered_out, &RangeResults::sums_out, &RangeResults::average_out}) {
+    const auto &x = a.*field, &y = b.*field;
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t t = 0; t < x.size(); ++t) {
+      ASSERT_EQ(x[t].size(), y[t].size());
+      for (size_t i = 0; i < x[t].size(); ++i)
+        ASSERT_TRUE(same_float(x[t][i], y[t][i])) << "tensor " << t << " element " << i << ": " << x[t][i]
+                                                  << " vs " << y[t][i];
+    }
+  }
+}
+
+// LeNet's policy for `grad_bits`, three workers' gradients and the shared scalers the host form gives.
+Step lenet_step(const GradientCodec& codec) {
+  Step st{codec, {}, {}};
+  for (int w = 0; w < 3; ++w) {
+    std::vector<std::vector<float>> g;
+    for (const auto& t : codec.policy().tensors()) g.push_back(normal(t.numel, 300 + 10 * w + g.size(), 0.01f));
+    st.grads.push_back(std::move(g));
+  }
+  st.shared.assign(codec.policy().num_ternary(), 0.f);
+  for (int w = 0; w < 3; ++w) {
+    std::vector<Tensor> v;
+    for (auto& g : st.grads[w]) v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+    const std::vector<float> s = codec.local_scalers(v);
+    for (size_t k = 0; k < s.size(); ++k) st.shared[k] = std::max(st.shared[k], s[k]);
+  }
+  return st;
+}
+
+std::vector<TensorRange> ranges_of(const GradientCodec& c) {
+  const int n = c.policy().num_tensors();
+  return {c.all(), {0, 3}, {3, n - 2}, {n - 2, n}, {4, 4}};
+}
+
+void compare_forms(Backend& be) {
+  const std::vector<ParamInfo> params = lenet_params();
+  for (int bits : {1, 16}) {
+    CompressionFlags f;
+    f.grad_bits = bits;
+    f.clip_factor = 2.5f;
+    f.size_to_binarize = 100;  // the biases stay fp32
+    const GradientCodec codec(CompressionPolicy(f, params), 4242);
+    Step st = lenet_step(codec);
+    for (TensorRange r : ranges_of(codec)) {
+      const RangeResults host = host_form(st, r);
+      const RangeResults dev = device_form(be, st, r);
+      expect_same(host, dev, "grad_bits " + std::to_string(bits) + " range [" + std::to_string(r.begin) + ", " +
+                                 std::to_string(r.end) + ") on " + be.name());
+    }
+  }
+}
+
+TEST(CodecDeviceForm, CpuBackendGivesTheHostFormsBits) { compare_forms(cpu()); }
+
+TEST(CodecDeviceForm, GradientsOnAnotherDeviceAreRejected) {
+  const GradientCodec codec(CompressionPolicy(CompressionFlags{}, {{"w", 4}}), 1);
+  std::vector<float> g(4);
+  const std::vector<Tensor> grads = {Tensor(g.data(), Shape{4}, DType::F32, Device::cpu())};
+  EXPECT_NO_THROW(codec.check_grads(grads, Device::cpu()));
+  EXPECT_THROW(codec.check_grads(grads, Device::cuda(0)), Error);
+}
+
+// ---- CUDA against the CPU ----------------------------------------------------------------------------------------
+// Runs one op on both backends with the same host inputs; `run` gets the backend and its tensors.
+template <typename Run>
+void on_both(const std::vector<std::pair<const void*, std::pair<int64_t, DType>>>& inputs,
+             const std::vector<std::pair<int64_t, DType>>& outputs, Run run,
+             std::vector<std::vector<uint8_t>>* cpu_out, std::vector<std::vector<uint8_t>>* gpu_out) {
+  for (int side = 0; side < 2; ++side) {
+    Backend& be = side == 0 ? cpu() : *cuda().be;
+    std::vector<Mem> mem;
+    std::vector<Tensor> ts;
+    for (const auto& in : inputs) {
+      mem.emplace_back(be, in.second.first, in.second.second);
+      const size_t bytes = static_cast<size_t>(in.second.first) * dtype_size(in.second.second);
+      std::vector<uint8_t> raw(static_cast<const uint8_t*>(in.first), static_cast<const uint8_t*>(in.first) + bytes);
+      const Mem& m = mem.back();
+      be.copy(Tensor(m.t().raw(), Shape{static_cast<int64_t>(bytes)}, DType::U8, be.device()),
+              Tensor(raw.data(), Shape{static_cast<int64_t>(bytes)}, DType::U8, Device::cpu()));
+    }
+    for (const auto& out : outputs) mem.emplace_back(be, out.first, out.second);
+    for (auto& m : mem) ts.push_back(m.t());
+    run(be, ts);
+    std::vector<std::vector<uint8_t>>& dst = side == 0 ? *cpu_out : *gpu_out;
+    dst.clear();
+    for (size_t k = inputs.size(); k < mem.size(); ++k) {
+      const Tensor t = mem[k].t();
+      std::vector<uint8_t> raw(t.bytes());
+      be.copy(Tensor(raw.data(), Shape{static_cast<int64_t>(raw.size())}, DType::U8, Device::cpu()),
+              Tensor(t.raw(), Shape{static_cast<int64_t>(raw.size())}, DType::U8, be.device()));
+      dst.push_back(std::move(raw));
+      EXPECT_TRUE(mem[k].guards_intact()) << "output " << k - inputs.size() << " on " << be.name();
+    }
+  }
+}
+
+template <typename T> std::vector<T> as(const std::vector<uint8_t>& raw) {
+  std::vector<T> v(raw.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), raw.data(), raw.size());
+  return v;
+}
+
+void expect_same_floats(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
+  const std::vector<float> x = as<float>(a), y = as<float>(b);
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same_float(x[i], y[i])) << what << " i=" << i << ": " << x[i]
+                                                                             << " (cpu) vs " << y[i] << " (cuda)";
+}
+
+TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
+  TG_REQUIRE_CUDA();
+  const int64_t sizes[] = {0, 1, 3, 4, 5, 1000003, int64_t{9216} * 4096};
+  std::vector<std::vector<uint8_t>> a, b;
+  for (int64_t n : sizes) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<float> g = normal(n, static_cast<uint32_t>(n % 1000) + 3);
+    if (n > 10) g[n / 3] = 0.03f;
+    const std::pair<int64_t, DType> G{n, DType::F32}, S{1, DType::F32};
+    for (float c : {0.f, 2.5f}) {
+      on_both({{g.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], c, t[1]); },
+              &a, &b);
+      expect_same_floats(a[0], b[0], "scaler c=" + std::to_string(c));
+    }
+    if (n >= 3) {  // non-finite gradients: NaN scalers on both
+      std::vector<float> bad = g;
+      bad[n - 2] = kInf;
+      on_both({{bad.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], 2.5f, t[1]); },
+              &a, &b);
+      EXPECT_TRUE(std::isnan(as<float>(b[0])[0]));
+      expect_same_floats(a[0], b[0], "scaler of Inf");
+    }
+    const float s = ref_scaler(g, 2.5f);
+    const int64_t nbytes = (n + 3) / 4;
+    const int W = 3;
+    std::vector<float> enc_in = g;
+    if (n >= 3) enc_in[0] = kNaN, enc_in[1] = -kInf;
+    for (float scaler : {s, 0.f, kNaN}) {
+      on_both({{enc_in.data(), G}, {&scaler, S}}, {{W * nbytes, DType::U8}, {W, DType::I32}},
+              [&](Backend& be, std::vector<Tensor>& t) {
+                for (int w = 0; w < W; ++w)
+                  be.ternary_encode(t[0], t[1], philox_key(99, w), 123, 7, t[2].slice0(w * nbytes, (w + 1) * nbytes),
+                                    t[3].slice0(w, w + 1));
+              },
+              &a, &b);
+      ASSERT_EQ(a[0], b[0]) << "codes, s=" << scaler;
+      ASSERT_EQ(a[1], b[1]) << "zero counts, s=" << scaler;
+    }
+    // Code sums and decodes over the three workers' codes (drawn with s), gathered at stride nbytes.
+    std::vector<uint8_t> packed(W * nbytes);
+    for (int w = 0; w < W; ++w) ternary_encode_cpu(g.data(), n, s, philox_key(99, w), 123, 7, packed.data() + w * nbytes);
+    const std::pair<int64_t, DType> P{W * nbytes, DType::U8};
+    on_both({{packed.data(), P}, {&s, S}}, {{n, DType::I8}, {n, DType::F32}, {n, DType::F32}},
+            [&](Backend& be, std::vector<Tensor>& t) {
+              be.ternary_sum_codes(t[0], nbytes, W, t[2]);
+              be.ternary_decode_sums(t[2], t[1], W, t[3]);
+              be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[4]);
+            },
+            &a, &b);
+    ASSERT_EQ(a[0], b[0]) << "code sums";
+    expect_same_floats(a[1], b[1], "decode of sums");
+    expect_same_floats(a[2], b[2], "decode of gathered codes");
+  }
+  {  // more than 127 workers: gathered decode only (an int8 sum cannot hold them)
+    const int W = 130;
+    const int64_t n = 1001, nbytes = (n + 3) / 4;
+    const std::vector<uint8_t> packed = random_bytes(W * nbytes, 5);
+    const float s = 0.5f;
+    on_both({{packed.data(), {W * nbytes, DType::U8}}, {&s, {1, DType::F32}}}, {{n, DType::F32}},
+            [&](Backend& be, std::vector<Tensor>& t) { be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[2]); }, &a,
+            &b);
+    expect_same_floats(a[0], b[0], "decode of 130 workers");
+  }
+}
+
+TEST(CodecOpsCuda, Fp16AndFp32OpsMatchCpu) {
+  TG_REQUIRE_CUDA();
+  std::vector<std::vector<uint8_t>> a, b;
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1000003}}) {
+    for (int W : {1, 3}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " workers=" + std::to_string(W));
+      const std::vector<std::vector<float>> xs = float_inputs(W, n);
+      std::vector<std::pair<const void*, std::pair<int64_t, DType>>> in;
+      for (const auto& x : xs) in.push_back({x.data(), {n, DType::F32}});
+      on_both(in, {{n, DType::F16}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}},
+              [&](Backend& be, std::vector<Tensor>& t) {
+                const Tensor* x = t.data();
+                be.encode_f16_sum(x, W, t[W]);
+                be.decode_f16_sum(t[W], W, t[W + 1]);
+                be.average_f16(x, W, t[W + 2]);
+                be.encode_f32_sum(x, W, t[W + 3]);
+                be.average_f32(x, W, t[W + 4]);
+                be.decode_f32_sum(t[W + 3], W, t[W + 3]);
+              },
+              &a, &b);
+      const std::vector<half_bits> h1 = as<half_bits>(a[0]), h2 = as<half_bits>(b[0]);
+      ASSERT_EQ(h1.size(), h2.size());
+      for (size_t i = 0; i < h1.size(); ++i) ASSERT_TRUE(same_half(h1[i], h2[i])) << "fp16 sum i=" << i;
+      expect_same_floats(a[1], b[1], "fp16 decode");
+      expect_same_floats(a[2], b[2], "fp16 average");
+      expect_same_floats(a[3], b[3], "fp32 sum, decoded in place");
+      expect_same_floats(a[4], b[4], "fp32 average");
+    }
+  }
+}
+
+TEST(CodecDeviceForm, CudaBackendGivesTheHostFormsBits) {
+  TG_REQUIRE_CUDA();
+  compare_forms(*cuda().be);
+}
+
+}  // namespace
+}  // namespace tg
