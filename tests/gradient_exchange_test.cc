@@ -2,6 +2,7 @@
 // plain reference built from the per-element ternary definition (exact: the same codes), for both exchange
 // modes, fp16/fp32 remainders, several targets, any bucketing; byte model; non-finite scalers; the
 // communication thread's FIFO. Across processes (MPI, overlap): tests/mpi_communicator_test.cc.
+#include "terngrad/backend/backend.h"
 #include "terngrad/comm/gradient_exchange.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,12 @@
 
 namespace tg {
 namespace {
+
+// The CPU backend the exchanges run their codec ops on (the gradients are host tensors).
+Backend& cpu_backend() {
+  static std::unique_ptr<Backend> be = make_backend("cpu");
+  return *be;
+}
 
 TEST(ExchangeMode, ParseAndResolve) {
   EXPECT_EQ(parse_exchange_mode("auto"), ExchangeMode::Auto);
@@ -130,7 +137,7 @@ void check_exchange(int N, ExchangeMode mode) {
   ExchangeOptions o;
   o.mode = mode;
   o.seed = seed;
-  GradientExchange ex(pol, wl.all_views(), {0}, nullptr, o);
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, o);
   EXPECT_EQ(ex.num_workers(), N);
   EXPECT_FALSE(ex.overlapped());  // one process: nothing travels, nothing to overlap
   const ExchangeStats st = ex.run(step);
@@ -160,7 +167,7 @@ TEST(GradientExchange, EveryTargetGetsTheAverageAndStepsRepeat) {
   const CompressionPolicy pol = ternary_policy(wl);
   ExchangeOptions o;
   o.seed = 7;
-  GradientExchange ex(pol, wl.all_views(), {0, 2}, nullptr, o);
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0, 2}, nullptr, o);
   for (uint32_t step = 0; step < 3; ++step) {  // the buffers are reused: every step must start clean
     for (int w = 0; w < N; ++w)  // new gradients in the same memory (the exchange holds views of it)
       for (size_t t = 0; t < wl.grads[w].size(); ++t)
@@ -179,7 +186,7 @@ TEST(GradientExchange, Fp16AndFp32) {
   f.grad_bits = 16;
   const CompressionPolicy pol(f, wl.params);
   const auto expected = reference_exchange(wl, pol, 1, 0);
-  GradientExchange ex(pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
   ex.run(0);
   expect_targets_equal(wl, {0}, expected);
 }
@@ -192,7 +199,7 @@ TEST(GradientExchange, ReadinessReportedLayerByLayerGivesTheSameBits) {
   const auto expected = reference_exchange(wl, pol, 5, 3);
   ExchangeOptions o;
   o.seed = 5;
-  GradientExchange ex(pol, wl.all_views(), {0}, nullptr, o);
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, o);
   ex.begin(3);
   for (int first = pol.num_tensors(); first >= 0; --first) {
     ex.tensors_ready(first);
@@ -209,7 +216,7 @@ TEST(GradientExchange, NonFiniteGradientNamesTensorAndStep) {
   f.grad_bits = 1;
   const CompressionPolicy pol(f, wl.params);
   wl.grads[1][2][5] = std::numeric_limits<float>::quiet_NaN();  // fc/weights on worker 1
-  GradientExchange ex(pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
   try {
     ex.run(23);
     FAIL() << "expected an error";
@@ -224,12 +231,12 @@ TEST(GradientExchange, BadArgumentsAreErrors) {
   const CompressionPolicy pol = ternary_policy(wl);
   ExchangeOptions o;
   o.bucket_mb = 0;
-  EXPECT_THROW(GradientExchange(pol, wl.all_views(), {0}, nullptr, o), Error);
-  EXPECT_THROW(GradientExchange(pol, wl.all_views(), {2}, nullptr, ExchangeOptions{}), Error);
+  EXPECT_THROW(GradientExchange(cpu_backend(), pol, wl.all_views(), {0}, nullptr, o), Error);
+  EXPECT_THROW(GradientExchange(cpu_backend(), pol, wl.all_views(), {2}, nullptr, ExchangeOptions{}), Error);
   auto short_views = wl.all_views();
   short_views[1].pop_back();
-  EXPECT_THROW(GradientExchange(pol, short_views, {0}, nullptr, ExchangeOptions{}), Error);
-  GradientExchange ex(pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
+  EXPECT_THROW(GradientExchange(cpu_backend(), pol, short_views, {0}, nullptr, ExchangeOptions{}), Error);
+  GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, ExchangeOptions{});
   EXPECT_THROW(ex.finish(), Error);  // no step begun
   ex.begin(0);
   EXPECT_THROW(ex.begin(1), Error);  // still in step 0

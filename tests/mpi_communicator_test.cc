@@ -3,6 +3,7 @@
 // filter naming itself and checks that every rank ran and passed it (tests/common/mpi_launch.h); under mpirun
 // (OMPI_COMM_WORLD_SIZE set) the test bodies run on every rank.
 // Without an mpirun on PATH the tests report SKIPPED.
+#include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
 
 #include <fmt/format.h>
@@ -31,6 +32,12 @@
 
 namespace tg {
 namespace {
+
+// The CPU backend the exchanges run their codec ops on (the gradients are host tensors).
+Backend& cpu_backend() {
+  static std::unique_ptr<Backend> be = make_backend("cpu");
+  return *be;
+}
 
 constexpr int kRanks = 2;
 
@@ -200,7 +207,7 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
           std::vector<std::vector<Tensor>> mine_views;
           for (int l = 0; l < local; ++l) mine[l] = make_grads(c.rank() * local + l);
           for (int l = 0; l < local; ++l) mine_views.push_back(views(mine[l]));
-          GradientExchange ex(pol, mine_views, {0}, &c, o);
+          GradientExchange ex(cpu_backend(), pol, mine_views, {0}, &c, o);
           ASSERT_EQ(ex.num_workers(), N);
           ASSERT_EQ(ex.overlapped(), overlap);
           if (overlap) {
@@ -218,7 +225,7 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
           for (int w = 0; w < N; ++w) all[w] = make_grads(w);
           for (int w = 0; w < N; ++w) all_views.push_back(views(all[w]));
           o.overlap = false;
-          GradientExchange alone(pol, all_views, {0}, nullptr, o);
+          GradientExchange alone(cpu_backend(), pol, all_views, {0}, nullptr, o);
           const ExchangeStats ast = alone.run(step);
           const std::string what = fmt::format("{} local, grad_bits {}, {}, {}", local, bits,
                                                exchange_mode_name(mode), overlap ? "overlapped" : "serial");
@@ -267,7 +274,7 @@ TEST(MpiGradientExchange, NonFiniteGradientStopsEveryProcess) {
   for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
   ExchangeOptions o;
   o.bucket_mb = 1.0 / 1024;
-  GradientExchange ex(pol, {v}, {0}, &c, o);
+  GradientExchange ex(cpu_backend(), pol, {v}, {0}, &c, o);
   try {
     ex.run(11);
     FAIL() << "expected an error";

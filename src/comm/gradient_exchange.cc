@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "terngrad/comm/communication_thread.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/parallel.h"
 #include "terngrad/core/timeline.h"
 
 namespace tg {
@@ -43,16 +41,18 @@ constexpr size_t kAlign = 64;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-GradientExchange::GradientExchange(const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
-                                   std::vector<int> targets, Communicator* processes, const ExchangeOptions& options,
-                                   Timeline* timeline)
-    : codec_(policy, options.seed),
+GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& policy,
+                                   std::vector<std::vector<Tensor>> worker_grads, std::vector<int> targets,
+                                   Communicator* processes, const ExchangeOptions& options, Timeline* timeline)
+    : be_(backend),
+      on_host_(backend.device().is_cpu()),
+      codec_(policy, options.seed),
       grads_(std::move(worker_grads)),
       targets_(std::move(targets)),
       processes_(processes),
       timeline_(timeline) {
   TG_CHECK(!grads_.empty(), "gradient exchange: no local workers");
-  for (const auto& g : grads_) codec_.check_grads(g);
+  for (const auto& g : grads_) codec_.check_grads(g, be_.device());
   for (const auto& g : grads_) grad_ptrs_.push_back(&g);
   TG_CHECK(!targets_.empty(), "gradient exchange: no target worker for the average");
   for (int t : targets_)
@@ -76,9 +76,8 @@ GradientExchange::GradientExchange(const CompressionPolicy& policy, std::vector<
   const bool overlap = options.overlap && processes_ != nullptr;
   plan_buckets(options.bucket_mb, !overlap);
   allocate_buffers();
-  local_scalers_.assign(static_cast<size_t>(local_) * policy.num_ternary(), 0.f);
-  shared_scalers_.assign(policy.num_ternary(), 0.f);
-  zero_codes_.assign(policy.num_ternary(), 0);
+  host_scalers_.assign(static_cast<size_t>(local_) * policy.num_ternary(), 0.f);
+  host_zero_codes_.assign(policy.num_ternary(), 0);
   if (overlap) comm_thread_ = std::make_unique<CommunicationThread>(2 * num_buckets());
   if (timeline_) {
     exchange_track_ = timeline_->add_track(fmt::format("exchange (process {})", process_rank_));
@@ -147,6 +146,10 @@ void GradientExchange::allocate_buffers() {
   std::vector<Offsets> off;
   const bool gather = mode_ == ExchangeMode::Allgather2 && num_processes_ > 1;
   const bool sums = mode_ == ExchangeMode::Allreduce8;
+  const int64_t T = codec_.policy().num_ternary();
+  const size_t local_scalers = reserve(4 * static_cast<size_t>(local_ * T));
+  const size_t shared_scalers = reserve(4 * static_cast<size_t>(T));
+  const size_t zero_codes = reserve(4 * static_cast<size_t>(T));
   for (const Bucket& b : buckets_) {
     const size_t pb = static_cast<size_t>(b.layout.packed_bytes());
     Offsets o{};
@@ -158,16 +161,24 @@ void GradientExchange::allocate_buffers() {
     o.f32 = processes_ ? reserve(4 * static_cast<size_t>(b.layout.f32_elements())) : 0;
     off.push_back(o);
   }
-  storage_ = Buffer(host_allocator(), std::max<size_t>(total, kAlign));
-  std::memset(storage_.data(), 0, storage_.bytes());  // first touch now, not inside a step
+  storage_ = Buffer(be_.allocator(), std::max<size_t>(total, kAlign));
   char* base = static_cast<char*>(storage_.data());
+  const Device dev = be_.device();
+  be_.zero(Tensor(base, Shape{static_cast<int64_t>(storage_.bytes())}, DType::U8, dev));  // first touch now
+  auto view = [&](size_t at, int64_t n, DType t) { return Tensor(base + at, Shape{n}, t, dev); };
+  local_scalers_ = view(local_scalers, local_ * T, DType::F32);
+  shared_scalers_ = view(shared_scalers, T, DType::F32);
+  zero_codes_ = view(zero_codes, T, DType::I32);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
-    b.local_codes = reinterpret_cast<uint8_t*>(base + off[i].local);
-    b.gathered = gather ? reinterpret_cast<uint8_t*>(base + off[i].gathered) : nullptr;
-    b.code_sums = sums ? reinterpret_cast<int8_t*>(base + off[i].sums) : nullptr;
-    b.f16 = processes_ ? reinterpret_cast<half_bits*>(base + off[i].f16) : nullptr;
-    b.f32 = processes_ ? reinterpret_cast<float*>(base + off[i].f32) : nullptr;
+    const int64_t pb = b.layout.packed_bytes();
+    b.local_codes = view(off[i].local, local_ * pb, DType::U8);
+    if (gather) b.gathered = view(off[i].gathered, num_workers_ * pb, DType::U8);
+    if (sums) b.code_sums = view(off[i].sums, 4 * pb, DType::I8);
+    if (processes_) {
+      b.f16 = view(off[i].f16, b.layout.f16_elements(), DType::F16);
+      b.f32 = view(off[i].f32, b.layout.f32_elements(), DType::F32);
+    }
   }
 }
 
@@ -196,19 +207,35 @@ void GradientExchange::compute_scalers(Bucket& b) {
   const RangeLayout& l = b.layout;
   if (l.num_scalers() > 0) {
     timed(Phase::Scalers, "scalers", &b - buckets_.data(), [&] {
-      const int T = codec_.policy().num_ternary();
-      for (int w = 0; w < local_; ++w) codec_.local_scalers(grads_[w], b.range, &local_scalers_[size_t(w) * T]);
+      const int64_t T = codec_.policy().num_ternary();
+      for (int w = 0; w < local_; ++w)
+        codec_.local_scalers(be_, grads_[w], b.range, local_scalers_.slice0(w * T, (w + 1) * T));
+      const int64_t k0 = l.scaler_begin, k1 = l.scaler_end;
+      if (local_ == 1 && !on_host_) {  // a GPU with one worker: the scalers are the shared ones
+        be_.copy(shared_scalers_.slice0(k0, k1), local_scalers_.slice0(k0, k1));
+        return;
+      }
       // The max over local workers; a non-finite scaler becomes +inf so the MAX carries it to every worker and
       // all of them stop with the same error (none is left waiting in the next collective).
-      for (int k = l.scaler_begin; k < l.scaler_end; ++k) {
+      const float* local = static_cast<const float*>(local_scalers_.raw());
+      if (!on_host_) {  // several workers on a GPU: their scalers come to the host
+        for (int w = 0; w < local_; ++w)
+          be_.copy(Tensor(&host_scalers_[w * T + k0], Shape{k1 - k0}, DType::F32, Device::cpu()),
+                   local_scalers_.slice0(w * T + k0, w * T + k1));
+        local = host_scalers_.data();
+      }
+      float* shared = on_host_ ? static_cast<float*>(shared_scalers_.raw()) : &host_scalers_[0];
+      for (int64_t k = k0; k < k1; ++k) {
         float m = 0.f;
         for (int w = 0; w < local_; ++w) {
-          float s = local_scalers_[size_t(w) * T + k];
+          float s = local[w * T + k];
           if (!std::isfinite(s)) s = std::numeric_limits<float>::infinity();
           m = std::max(m, s);
         }
-        shared_scalers_[k] = m;
+        shared[k] = m;  // on a GPU: into worker 0's host row, read above before it is overwritten
       }
+      if (!on_host_)
+        be_.copy(shared_scalers_.slice0(k0, k1), Tensor(&host_scalers_[k0], Shape{k1 - k0}, DType::F32, Device::cpu()));
     });
   }
   b.stage = Stage::ScalersReady;
@@ -217,7 +244,8 @@ void GradientExchange::compute_scalers(Bucket& b) {
 void GradientExchange::share_scalers(Bucket& b) {
   const RangeLayout& l = b.layout;
   if (processes_ && l.num_scalers() > 0)
-    processes_->allreduce(&shared_scalers_[l.scaler_begin], l.num_scalers(), DType::F32, ReduceOp::Max);
+    processes_->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(), DType::F32,
+                          ReduceOp::Max, be_.device());
 }
 
 void GradientExchange::encode(Bucket& b) {
@@ -225,17 +253,17 @@ void GradientExchange::encode(Bucket& b) {
   const int64_t index = &b - buckets_.data();
   timed(Phase::Encode, "encode", index, [&] {
     if (l.packed_bytes() > 0) {
+      if (on_host_) codec_.check_scalers(static_cast<const float*>(shared_scalers_.raw()), b.range, step_);
+      const int64_t pb = l.packed_bytes();
       for (int w = 0; w < local_; ++w)
-        codec_.encode_ternary(grads_[w], b.range, shared_scalers_.data(), step_,
-                              static_cast<uint32_t>(process_rank_ * local_ + w),
-                              b.local_codes + static_cast<size_t>(w) * l.packed_bytes(),
-                              w == 0 ? zero_codes_.data() : nullptr);
-      if (mode_ == ExchangeMode::Allreduce8)
-        codec_.sum_codes(b.local_codes, l.packed_bytes(), local_, b.range, b.code_sums);
+        codec_.encode_ternary(be_, grads_[w], b.range, shared_scalers_, step_,
+                              static_cast<uint32_t>(process_rank_ * local_ + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
+                              w == 0 ? zero_codes_ : Tensor());
+      if (mode_ == ExchangeMode::Allreduce8) codec_.sum_codes(be_, b.local_codes, pb, local_, b.range, b.code_sums);
     }
     // Alone, the fp16/fp32 tensors are averaged in place by decode(): nothing to send.
-    if (processes_ && l.f16_elements() > 0) codec_.encode_f16(grad_ptrs_, b.range, b.f16);
-    if (processes_ && l.f32_elements() > 0) codec_.encode_f32(grad_ptrs_, b.range, b.f32);
+    if (processes_ && l.f16_elements() > 0) codec_.encode_f16(be_, grad_ptrs_, b.range, b.f16);
+    if (processes_ && l.f32_elements() > 0) codec_.encode_f32(be_, grad_ptrs_, b.range, b.f32);
   });
   b.stage = Stage::Encoded;
 }
@@ -243,14 +271,16 @@ void GradientExchange::encode(Bucket& b) {
 void GradientExchange::exchange_data(Bucket& b) {
   if (!processes_) return;
   const RangeLayout& l = b.layout;
+  const Device dev = be_.device();
   if (l.packed_bytes() > 0) {
     if (mode_ == ExchangeMode::Allgather2)
-      processes_->allgather(b.local_codes, b.gathered, static_cast<size_t>(local_) * l.packed_bytes());
+      processes_->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(local_) * l.packed_bytes(),
+                            dev);
     else
-      processes_->allreduce(b.code_sums, 4 * l.packed_bytes(), DType::I8, ReduceOp::Sum);
+      processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::I8, ReduceOp::Sum, dev);
   }
-  if (l.f16_elements() > 0) processes_->allreduce(b.f16, l.f16_elements(), DType::F16, ReduceOp::Sum);
-  if (l.f32_elements() > 0) processes_->allreduce(b.f32, l.f32_elements(), DType::F32, ReduceOp::Sum);
+  if (l.f16_elements() > 0) processes_->allreduce(b.f16.raw(), l.f16_elements(), DType::F16, ReduceOp::Sum, dev);
+  if (l.f32_elements() > 0) processes_->allreduce(b.f32.raw(), l.f32_elements(), DType::F32, ReduceOp::Sum, dev);
 }
 
 void GradientExchange::decode(Bucket& b) {
@@ -259,28 +289,36 @@ void GradientExchange::decode(Bucket& b) {
     const std::vector<Tensor>& out = grads_[targets_[0]];
     if (l.packed_bytes() > 0) {
       if (mode_ == ExchangeMode::Allgather2)
-        codec_.decode_ternary_gathered(processes_ ? b.gathered : b.local_codes, l.packed_bytes(), num_workers_,
-                                       b.range, shared_scalers_.data(), out);
+        codec_.decode_ternary_gathered(be_, processes_ ? b.gathered : b.local_codes, l.packed_bytes(), num_workers_,
+                                       b.range, shared_scalers_, out);
       else
-        codec_.decode_ternary_sums(b.code_sums, num_workers_, b.range, shared_scalers_.data(), out);
+        codec_.decode_ternary_sums(be_, b.code_sums, num_workers_, b.range, shared_scalers_, out);
     }
     if (!processes_) {
-      codec_.average_local(grad_ptrs_, b.range, out);
+      codec_.average_local(be_, grad_ptrs_, b.range, out);
     } else {
-      if (l.f16_elements() > 0) codec_.decode_f16_sum(b.f16, num_workers_, b.range, out);
-      if (l.f32_elements() > 0) codec_.decode_f32_sum(b.f32, num_workers_, b.range, out);
+      if (l.f16_elements() > 0) codec_.decode_f16_sum(be_, b.f16, num_workers_, b.range, out);
+      if (l.f32_elements() > 0) codec_.decode_f32_sum(be_, b.f32, num_workers_, b.range, out);
     }
     for (size_t k = 1; k < targets_.size(); ++k)
-      for (int i = b.range.begin; i < b.range.end; ++i) {
-        const Tensor& src = out[i];
-        const Tensor& dst = grads_[targets_[k]][i];
-        parallel_for(static_cast<int64_t>(src.bytes()), 1 << 20, [&](int64_t s, int64_t e) {
-          std::memcpy(static_cast<char*>(dst.raw()) + s, static_cast<const char*>(src.raw()) + s,
-                      static_cast<size_t>(e - s));
-        });
-      }
+      for (int i = b.range.begin; i < b.range.end; ++i) be_.copy(grads_[targets_[k]][i], out[i]);
   });
   b.stage = Stage::Decoded;
+}
+
+const std::vector<float>& GradientExchange::shared_scalers() {
+  const int64_t T = codec_.policy().num_ternary();
+  if (T > 0) be_.copy(Tensor(host_scalers_.data(), Shape{T}, DType::F32, Device::cpu()), shared_scalers_);
+  shared_host_.assign(host_scalers_.begin(), host_scalers_.begin() + T);
+  return shared_host_;
+}
+
+const std::vector<int64_t>& GradientExchange::zero_codes() {
+  const int64_t T = codec_.policy().num_ternary();
+  std::vector<int32_t> z(static_cast<size_t>(T));
+  if (T > 0) be_.copy(Tensor(z.data(), Shape{T}, DType::I32, Device::cpu()), zero_codes_);
+  for (int64_t k = 0; k < T; ++k) host_zero_codes_[k] = z[k];
+  return host_zero_codes_;
 }
 
 // ---- the step ----------------------------------------------------------------------------------------------

@@ -284,7 +284,7 @@ void Trainer::Impl::build_exchanges() {
     xo.bucket_mb = cfg.bucket_mb;
     // Overlap needs the gradients where the exchange reads them while backward runs: on the host.
     xo.overlap = cfg.overlap && host_gradients;
-    r.exchange = std::make_unique<GradientExchange>(policy, std::move(views), std::vector<int>{0}, r.group, xo,
+    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group, xo,
                                                     timeline.get());
     r.overlap = r.exchange->overlapped();
   }

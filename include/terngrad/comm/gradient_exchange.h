@@ -25,6 +25,14 @@
 // overlap (or with a single process) the whole gradient is one bucket exchanged in finish() on the calling
 // thread.
 //
+// Devices: every buffer lives on the replica's backend and every codec operation is a Backend op (the device
+// form of GradientCodec), so the same code runs on the CPU and on a GPU and no gradient leaves its device; the
+// communicator gets device pointers (NCCL on GPUs). On the CPU the shared scalers are checked every step
+// (a non-finite one stops every worker with the same error); on a GPU that check would cost a host
+// synchronization per bucket, so a non-finite scaler there gives zero codes and NaN averages, which the loss
+// check of the next logged step reports. With several workers on one GPU the max over them is formed on the
+// host (one small synchronization per bucket).
+//
 // --exchange auto picks allgather2 below 8 workers and allreduce8 from 8 on.
 #pragma once
 
@@ -34,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/compress/gradient_codec.h"
 #include "terngrad/core/buffer.h"
@@ -71,11 +80,12 @@ struct ExchangeStats {
 
 class GradientExchange {
  public:
-  // worker_grads[l]: local worker l's gradient, one f32 host tensor per policy tensor (read; the targets'
-  // are overwritten with the average). targets: local workers whose gradients receive the average.
+  // backend: the replica's device, where the gradients and the exchange's buffers live and its codec ops run.
+  // worker_grads[l]: local worker l's gradient, one f32 tensor on that device per policy tensor (read; the
+  // targets' are overwritten with the average). targets: local workers whose gradients receive the average.
   // processes: the communicator over replicas, or nullptr for this replica alone; with overlap its
   // collectives are called from the communication thread only, while a step is in progress.
-  GradientExchange(const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
+  GradientExchange(Backend& backend, const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
                    std::vector<int> targets, Communicator* processes, const ExchangeOptions& options,
                    Timeline* timeline = nullptr);
   ~GradientExchange();
@@ -101,9 +111,10 @@ class GradientExchange {
   const GradientCodec& codec() const { return codec_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
-  // Of the last step: the shared scalers and local worker 0's zero-code count per ternary tensor (summaries).
-  const std::vector<float>& shared_scalers() const { return shared_scalers_; }
-  const std::vector<int64_t>& zero_codes() const { return zero_codes_; }
+  // Of the last step: the shared scalers and local worker 0's zero-code count per ternary tensor (summaries;
+  // on a GPU each call copies them to the host, a synchronization).
+  const std::vector<float>& shared_scalers();
+  const std::vector<int64_t>& zero_codes();
 
  private:
   enum class Stage : uint8_t {
@@ -112,11 +123,11 @@ class GradientExchange {
   struct Bucket {
     TensorRange range;
     RangeLayout layout;
-    uint8_t* local_codes = nullptr;  // (L, packed_bytes) this process's workers' codes
-    uint8_t* gathered = nullptr;     // (N, packed_bytes) allgather2 with several processes
-    int8_t* code_sums = nullptr;     // (4 * packed_bytes) allreduce8
-    half_bits* f16 = nullptr;        // (f16_elements) with several processes
-    float* f32 = nullptr;            // (f32_elements) with several processes
+    Tensor local_codes;  // u8 (L * packed_bytes) this replica's workers' codes, worker l's at l * packed_bytes
+    Tensor gathered;     // u8 (N * packed_bytes) allgather2 with several processes
+    Tensor code_sums;    // i8 (4 * packed_bytes) allreduce8
+    Tensor f16;          // f16 (f16_elements) with several processes
+    Tensor f32;          // f32 (f32_elements) with several processes
     Stage stage = Stage::Waiting;
     uint64_t ticket = 0;             // the communication thread's job of the current stage
   };
@@ -136,6 +147,8 @@ class GradientExchange {
   template <typename Fn> void timed(Phase phase, const char* name, int64_t arg, Fn&& fn);
   template <typename Fn> void blocking_collective(Bucket& b, const char* name, Fn&& fn);
 
+  Backend& be_;
+  bool on_host_;  // the backend's memory is the host's (the CPU)
   GradientCodec codec_;
   std::vector<std::vector<Tensor>> grads_;  // (L) local workers' gradients
   std::vector<const std::vector<Tensor>*> grad_ptrs_;
@@ -144,10 +157,13 @@ class GradientExchange {
   int num_processes_ = 1, process_rank_ = 0, local_ = 1, num_workers_ = 1;
   ExchangeMode mode_;
   std::vector<Bucket> buckets_;  // in backward order: bucket 0 holds the last tensors
-  Buffer storage_;               // every bucket's buffers, allocated and touched once
-  std::vector<float> local_scalers_;   // (L, num_ternary)
-  std::vector<float> shared_scalers_;  // (num_ternary)
-  std::vector<int64_t> zero_codes_;    // (num_ternary)
+  Buffer storage_;         // on the device: every bucket's buffers and the scaler vectors, allocated once
+  Tensor local_scalers_;   // f32 (L * num_ternary) each local worker's scalers, worker l's at l * num_ternary
+  Tensor shared_scalers_;  // f32 (num_ternary)
+  Tensor zero_codes_;      // i32 (num_ternary) local worker 0's zero codes
+  std::vector<float> host_scalers_;      // (L * num_ternary) host copy: the local max on a GPU, the accessors
+  std::vector<float> shared_host_;        // (num_ternary) for shared_scalers()
+  std::vector<int64_t> host_zero_codes_;  // (num_ternary) for zero_codes()
   ExchangeStats step_stats_;           // the byte model of one step (fixed by the policy)
   uint32_t step_ = 0;
   int ready_from_ = 0;     // tensors [ready_from_, num_tensors) are final
