@@ -45,10 +45,10 @@ void TrainConfig::validate(int num_processes) const {
            "--num_nodes {} is not a multiple of the {} replicas (--num_gpus / --cpu_replicas): every device runs "
            "the same number of workers",
            workers_per_process(), replicas);
-  TG_CHECK(replicas == 1 || num_processes == 1,
-           "{} replicas per process with {} processes: use one process per device (mpirun -np <devices> ... "
-           "--num_gpus 1) or one process with all devices",
-           replicas, num_processes);
+  TG_CHECK(cpu_replicas == 1 || num_processes == 1,
+           "--cpu_replicas {} with {} processes: CPU replicas meet in one process only; run one process per "
+           "replica (mpirun -np {} ... --cpu_replicas 1) instead",
+           cpu_replicas, num_processes, cpu_replicas * num_processes);
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);
   TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
   TG_CHECK(batch_size >= 1, "--batch_size {} must be at least 1", batch_size);

@@ -15,6 +15,9 @@
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/gradient_exchange.h"
 #include "terngrad/comm/thread_communicator.h"
+#if TG_HAVE_CUDA
+#include "terngrad/comm/nccl_communicator.h"
+#endif
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
@@ -54,8 +57,7 @@ struct Worker {
   int replica = 0;
   int global_index = 0;  // (process * replicas + replica) * workers per replica + index in the replica
   std::unique_ptr<Net> net;
-  Buffer host_grads;               // staging copy of the gradient slab when the device is not the host
-  std::vector<Tensor> grad_views;  // host views handed to the exchange, in parameter order
+  std::vector<Tensor> grad_views;  // views of its gradient slab (on its device) for the exchange, in parameter order
   int track = -1;                  // its timeline track
   double forward_backward = 0;     // seconds in the last step, exchange work inside backward excluded
 };
@@ -106,8 +108,11 @@ struct Trainer::Impl {
   Communicator* process_comm = nullptr;
   int rank = 0, num_processes = 1;
   int64_t worker_batch = 0, process_batch = 0;
-  // Several replicas in this process: one rank each (declared first: it outlives the exchanges using it).
-  std::vector<std::unique_ptr<ThreadCommunicator>> replica_comms;
+  // The replicas' communicators, one rank per replica (declared first: they outlive the exchanges using them).
+  std::vector<std::unique_ptr<ThreadCommunicator>> thread_comms;  // CPU replicas of one process
+#if TG_HAVE_CUDA
+  std::vector<std::unique_ptr<NcclCommunicator>> nccl_comms;  // GPUs
+#endif
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
   std::unique_ptr<Timeline> timeline;  // --timeline
@@ -125,6 +130,7 @@ struct Trainer::Impl {
   void build();
   void resume_or_initialize();
   void build_replicas();
+  void connect_replicas();
   void build_exchanges();
   void step(int64_t t, float lr);
   void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
@@ -229,35 +235,48 @@ void Trainer::Impl::build_replicas() {
     oo.kind = parse_optimizer_kind(cfg.optimizer);
     oo.momentum = cfg.momentum;
     r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
-    // Host views of every worker's gradient (a staging copy when the device is not the host).
+    // The exchange works on the gradients where they are (device memory on a GPU).
     for (int w : r.workers) {
-      Worker& wk = workers[w];
-      Slab& g = wk.net->grads();
-      if (!r.backend->device().is_cpu()) {
-        wk.host_grads = Buffer(host_allocator(), g.bytes());
-        std::memset(wk.host_grads.data(), 0, g.bytes());  // touched now, not inside a step
-      }
-      for (int i = 0; i < g.size(); ++i) {
-        if (wk.host_grads.empty()) {
-          wk.grad_views.push_back(g.view(i));
-        } else {
-          const auto& e = g.entry(i);
-          wk.grad_views.push_back(
-              Tensor(static_cast<char*>(wk.host_grads.data()) + e.offset, e.shape, e.dtype, Device::cpu()));
-        }
-      }
+      Slab& g = workers[w].net->grads();
+      for (int i = 0; i < g.size(); ++i) workers[w].grad_views.push_back(g.view(i));
     }
   });
-  // Replicas meet through the process communicator when there is one per process, else through one rank per
-  // replica of an in-process communicator.
-  if (n_replicas == 1) {
-    replicas[0].group = process_comm;
-  } else {
-    replica_comms = make_thread_communicators(n_replicas);
-    for (int d = 0; d < n_replicas; ++d) replicas[d].group = replica_comms[d].get();
+  connect_replicas();
+}
+
+// Replicas meet through one communicator rank each. CPU: the process communicator (MPI) when there is one
+// replica per process, an in-process ThreadCommunicator between the replicas of one process. GPUs: NCCL over
+// every GPU of every process (bootstrapped over MPI), on each backend's stream.
+void Trainer::Impl::connect_replicas() {
+  const int n_replicas = static_cast<int>(replicas.size());
+  if (replicas[0].backend->device().is_cpu()) {
+    if (n_replicas == 1) {
+      replicas[0].group = process_comm;
+      return;
+    }
+    thread_comms = make_thread_communicators(n_replicas);
+    for (int d = 0; d < n_replicas; ++d) replicas[d].group = thread_comms[d].get();
     // A replica that fails must not leave the others waiting in a collective.
-    threads->set_on_error([this] { replica_comms[0]->abort("a replica's step failed"); });
+    threads->set_on_error([this] { thread_comms[0]->abort("a replica's step failed"); });
+    return;
   }
+  if (n_replicas * num_processes == 1) return;  // one GPU alone
+#if TG_HAVE_CUDA
+  std::vector<int> devices;
+  std::vector<void*> streams;
+  for (Replica& r : replicas) {
+    devices.push_back(r.backend->device().index);
+    streams.push_back(r.backend->native_stream());
+  }
+  nccl_comms = process_comm ? make_nccl_communicators_across_processes(*process_comm, devices, streams)
+                            : make_nccl_communicators(devices, streams);
+  for (int d = 0; d < n_replicas; ++d) replicas[d].group = nccl_comms[d].get();
+  threads->set_on_error([this] {
+    for (auto& c : nccl_comms) c->abort();
+  });
+#else
+  TG_THROW("--device {}: this build has no CUDA backend", cfg.device);
+#endif
 }
 
 // One exchange per replica: its workers' gradients in, the average over all workers of all replicas out to its
@@ -273,17 +292,14 @@ void Trainer::Impl::build_exchanges() {
   policy = CompressionPolicy(cf, infos);
   for (Replica& r : replicas) {
     std::vector<std::vector<Tensor>> views;
-    bool host_gradients = true;
-    for (int w : r.workers) {
-      views.push_back(workers[w].grad_views);
-      host_gradients = host_gradients && workers[w].host_grads.empty();
-    }
+    for (int w : r.workers) views.push_back(workers[w].grad_views);
     ExchangeOptions xo;
     xo.mode = parse_exchange_mode(cfg.exchange);
     xo.seed = cfg.seed;
     xo.bucket_mb = cfg.bucket_mb;
-    // Overlap needs the gradients where the exchange reads them while backward runs: on the host.
-    xo.overlap = cfg.overlap && host_gradients;
+    // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
+    // queue the backward's next kernels behind the network; overlapping needs a communication stream).
+    xo.overlap = cfg.overlap && r.backend->device().is_cpu();
     r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group, xo,
                                                     timeline.get());
     r.overlap = r.exchange->overlapped();
@@ -388,11 +404,6 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     const bool feeds = r.overlap && k + 1 == r.workers.size();
     const double fed_before = feeder.seconds;
     wk.net->backward(feeds ? &feeder : nullptr);
-    if (!wk.host_grads.empty()) {
-      Slab& g = wk.net->grads();
-      r.backend->copy(Tensor(wk.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())}, DType::U8, Device::cpu()),
-                      g.flat_bytes());
-    }
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
     r.times.add(Phase::ForwardBackward, wk.forward_backward);
@@ -405,11 +416,6 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.times += r.exchange->times();
   ScopedPhase update(r.times, Phase::OptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
   Worker& first = workers[r.workers[0]];
-  if (!first.host_grads.empty()) {
-    Slab& g = first.net->grads();
-    r.backend->copy(g.flat_bytes(),
-                    Tensor(first.host_grads.data(), Shape{static_cast<int64_t>(g.bytes())}, DType::U8, Device::cpu()));
-  }
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
   r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());

@@ -29,6 +29,9 @@ class Backend {
   // Makes the calling thread this backend's (its CUDA device current; its CPU thread count for the thread's
   // compute team): a replica thread calls it once before using the backend (train/replica_threads.h).
   virtual void bind_thread() {}
+  // The CUDA stream (a cudaStream_t) every op is enqueued on, for a device communicator that must order its
+  // collectives with the ops (NCCL); nullptr on the CPU.
+  virtual void* native_stream() { return nullptr; }
 
   // ---- memory -------------------------------------------------------------------------------------
   // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).

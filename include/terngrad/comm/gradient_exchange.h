@@ -29,8 +29,8 @@
 // form of GradientCodec), so the same code runs on the CPU and on a GPU and no gradient leaves its device; the
 // communicator gets device pointers (NCCL on GPUs). On the CPU the shared scalers are checked every step
 // (a non-finite one stops every worker with the same error); on a GPU that check would cost a host
-// synchronization per bucket, so a non-finite scaler there gives zero codes and NaN averages, which the loss
-// check of the next logged step reports. With several workers on one GPU the max over them is formed on the
+// synchronization per bucket, so a non-finite scaler there gives zero codes and NaN averages, which the next
+// step's loss check reports. With several workers on one GPU the max over them is formed on the
 // host (one small synchronization per bucket).
 //
 // --exchange auto picks allgather2 below 8 workers and allreduce8 from 8 on.

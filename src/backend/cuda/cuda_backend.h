@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
   Allocator& allocator() override { return allocator_; }
   void synchronize() override;
   void bind_thread() override;
+  void* native_stream() override { return stream_; }
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void zero(const Tensor& dst) override;
