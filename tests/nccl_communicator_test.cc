@@ -367,12 +367,4 @@ TEST(NcclAcrossProcesses, TwoProcessesOneGpuEach) {
 }  // namespace
 }  // namespace tg
 
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  tg::testing_mpi::g_under_mpi = tg::launched_by_mpi();
-  std::unique_ptr<tg::MpiEnvironment> env;
-  if (tg::testing_mpi::g_under_mpi) env = std::make_unique<tg::MpiEnvironment>();
-  const int rc = RUN_ALL_TESTS();
-  env.reset();
-  return rc;
-}
+int main(int argc, char** argv) { return tg::testing_mpi::run_all_tests_under_mpi_if_launched(argc, argv); }

@@ -206,12 +206,7 @@ void ThreadCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype
   check_host(*this, device);
   if (size_ == 1) return;
   Group& g = *group_;
-  Call call;
-  call.kind = Kind::Allreduce;
-  call.src = buffer;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
+  const Call call{Kind::Allreduce, buffer, count, dtype, op};
   g.enter(*this, rank_, call);
   // Slice rank_ of the elements, reduced over the ranks in rank order into the scratch.
   const size_t elem = dtype_size(dtype);
@@ -241,10 +236,7 @@ void ThreadCommunicator::allgather_impl(const void* send, void* recv, size_t sen
     return;
   }
   Group& g = *group_;
-  Call call;
-  call.kind = Kind::Allgather;
-  call.src = send;
-  call.bytes = send_bytes;
+  const Call call{Kind::Allgather, send, 0, DType::U8, ReduceOp::Sum, send_bytes};
   g.enter(*this, rank_, call);
   for (int w = 0; w < size_; ++w) {
     const void* from = g.calls[static_cast<size_t>(w)].src;
@@ -258,11 +250,7 @@ void ThreadCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, De
   check_host(*this, device);
   if (size_ == 1) return;
   Group& g = *group_;
-  Call call;
-  call.kind = Kind::Broadcast;
-  call.src = buffer;
-  call.bytes = bytes;
-  call.root = root;
+  const Call call{Kind::Broadcast, buffer, 0, DType::U8, ReduceOp::Sum, bytes, root};
   g.enter(*this, rank_, call);
   if (rank_ != root && bytes > 0) std::memcpy(buffer, g.calls[static_cast<size_t>(root)].src, bytes);
   g.leave(*this, call);

@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+
+#include "terngrad/comm/mpi_communicator.h"
 
 namespace tg::testing_mpi {
 
@@ -54,6 +57,16 @@ void launch_current_test_under_mpirun(int ranks) {
   EXPECT_EQ(rc, 0) << cmd << "\n" << out;
   // Guard against a vacuous pass (e.g. a filter matching nothing): each rank must report one passed test.
   EXPECT_EQ(count_of(out, "[  PASSED  ] 1 test."), ranks) << out;
+}
+
+int run_all_tests_under_mpi_if_launched(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  g_under_mpi = launched_by_mpi();
+  std::unique_ptr<MpiEnvironment> env;
+  if (g_under_mpi) env = std::make_unique<MpiEnvironment>();
+  const int rc = RUN_ALL_TESTS();
+  env.reset();
+  return rc;
 }
 
 }  // namespace tg::testing_mpi

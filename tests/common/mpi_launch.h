@@ -1,8 +1,7 @@
 // Running a GoogleTest test on several MPI processes from a plain ctest run: the test re-launches its own
 // binary under `mpirun --allow-run-as-root --oversubscribe -np N` with a filter naming itself and checks that
 // every rank ran and passed it; under mpirun (launched_by_mpi()) the test body runs on every rank. Without an
-// mpirun on PATH the test reports SKIPPED. The test binary's main() sets g_under_mpi and creates the
-// MpiEnvironment when launched by mpirun (see tests/mpi_communicator_test.cc).
+// mpirun on PATH the test reports SKIPPED. The test binary's main() is run_all_tests_under_mpi_if_launched.
 #pragma once
 
 namespace tg::testing_mpi {
@@ -12,6 +11,10 @@ extern bool g_under_mpi;  // this process was started by mpirun (set by main)
 // Runs the current test on `ranks` MPI processes and checks that every rank ran it and passed (GoogleTest
 // failures are recorded in the current test; a missing mpirun is a GTEST_SKIP).
 void launch_current_test_under_mpirun(int ranks);
+
+// main() of such a test binary: sets g_under_mpi, initialises MPI when launched by mpirun (MpiEnvironment),
+// runs every test, finalises MPI.
+int run_all_tests_under_mpi_if_launched(int argc, char** argv);
 
 }  // namespace tg::testing_mpi
 
