@@ -274,17 +274,23 @@ std::vector<std::vector<float>> float_inputs(int workers, int64_t n) {
   return xs;
 }
 
+// The workers' inputs as f32 (n) tensors on the CPU backend, their memory kept in `mem`.
+std::vector<Tensor> upload_inputs(const std::vector<std::vector<float>>& xs, int64_t n, std::vector<Mem>& mem) {
+  for (const auto& x : xs) {
+    mem.emplace_back(cpu(), n, DType::F32);
+    mem.back().upload(x);
+  }
+  std::vector<Tensor> ts;
+  for (auto& m : mem) ts.push_back(m.t());
+  return ts;
+}
+
 TEST(CodecOpsCpu, Fp16AndFp32CodingsMatchTheDefinition) {
   for (int64_t n : kSizes) {
     for (int workers : {1, 3}) {
       const std::vector<std::vector<float>> xs = float_inputs(workers, n);
       std::vector<Mem> in;
-      std::vector<Tensor> ts;
-      for (int w = 0; w < workers; ++w) {
-        in.emplace_back(cpu(), n, DType::F32);
-        in.back().upload(xs[w]);
-      }
-      for (auto& m : in) ts.push_back(m.t());
+      const std::vector<Tensor> ts = upload_inputs(xs, n, in);
       std::vector<half_bits> h16(n);
       std::vector<float> f16_avg(n), f32_sum(n), f32_avg(n);
       for (int64_t i = 0; i < n; ++i) {
@@ -344,12 +350,7 @@ TEST(CodecOpsCpu, MaxScalersMatchTheDefinition) {
     xs[workers / 2][3] = -kInf;
     xs[0][4] = 0.f;
     std::vector<Mem> in;
-    std::vector<Tensor> ts;
-    for (int w = 0; w < workers; ++w) {
-      in.emplace_back(cpu(), n, DType::F32);
-      in.back().upload(xs[w]);
-    }
-    for (auto& m : in) ts.push_back(m.t());
+    const std::vector<Tensor> ts = upload_inputs(xs, n, in);
     Mem out(cpu(), n, DType::F32);
     cpu().max_scalers(ts.data(), workers, out.t());
     const std::vector<float> got = out.download<float>();
