@@ -196,6 +196,18 @@ __global__ void f32_sum_kernel(Inputs xs, int64_t n, bool divide, float* out) {
   }
 }
 
+__global__ void max_scalers_kernel(Inputs xs, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float m = 0.f;
+    for (int w = 0; w < xs.count; ++w) {
+      float s = xs.p[w][i];
+      if (!isfinite(s)) s = INFINITY;
+      m = m < s ? s : m;
+    }
+    out[i] = m;
+  }
+}
+
 __global__ void decode_f16_sum_kernel(const half_bits* sum, int64_t n, int num_workers, float* g) {
   const float nf = static_cast<float>(num_workers);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -313,6 +325,13 @@ void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, 
     return;
   }
   f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, true, out);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void max_scalers_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
+  const Inputs in = make_inputs(xs, count);
+  if (n <= 0) return;
+  max_scalers_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
   TG_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random_inputs.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/compress/gradient_codec.h"
@@ -29,7 +30,6 @@
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/error.h"
 #include "terngrad/math/ternary_math.h"
-#include "common/random_inputs.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
 
@@ -76,9 +76,7 @@ std::vector<float> normal(int64_t n, uint32_t seed, float stddev = 1e-3f) {
   return testing::normal_floats(n, seed, stddev);
 }
 
-bool same_float(float a, float b) {
-  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
-}
+bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
 bool half_is_nan(half_bits h) { return (h.bits & 0x7c00u) == 0x7c00u && (h.bits & 0x3ffu) != 0; }
 bool same_half(half_bits a, half_bits b) { return a.bits == b.bits || (half_is_nan(a) && half_is_nan(b)); }
 
@@ -86,7 +84,9 @@ bool same_half(half_bits a, half_bits b) { return a.bits == b.bits || (half_is_n
 class Mem {
  public:
   Mem(Backend& be, int64_t count, DType dtype, uint8_t fill = 0xFF)
-      : be_(&be), count_(count), dtype_(dtype),
+      : be_(&be),
+        count_(count),
+        dtype_(dtype),
         buf_(be.allocator(), static_cast<size_t>(count) * dtype_size(dtype) + kGuardBytes) {
     std::vector<uint8_t> init(buf_.bytes(), fill);
     std::fill(init.end() - kGuardBytes, init.end(), kGuardByte);
@@ -94,10 +94,12 @@ class Mem {
             Tensor(init.data(), Shape{static_cast<int64_t>(init.size())}, DType::U8, Device::cpu()));
   }
   Tensor t() const { return Tensor(buf_.data(), Shape{count_}, dtype_, be_->device()); }
-  template <typename T> void upload(const std::vector<T>& v) {
+  template <typename T>
+  void upload(const std::vector<T>& v) {
     be_->copy(t(), Tensor(const_cast<T*>(v.data()), Shape{count_}, dtype_, Device::cpu()));
   }
-  template <typename T> std::vector<T> download() const {
+  template <typename T>
+  std::vector<T> download() const {
     std::vector<T> v(count_);
     be_->copy(Tensor(v.data(), Shape{count_}, dtype_, Device::cpu()), t());
     return v;
@@ -106,8 +108,8 @@ class Mem {
     std::vector<uint8_t> g(kGuardBytes);
     const size_t data_bytes = static_cast<size_t>(count_) * dtype_size(dtype_);
     be_->copy(Tensor(g.data(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8, Device::cpu()),
-              Tensor(static_cast<char*>(buf_.data()) + data_bytes, Shape{static_cast<int64_t>(kGuardBytes)},
-                     DType::U8, be_->device()));
+              Tensor(static_cast<char*>(buf_.data()) + data_bytes, Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8,
+                     be_->device()));
     return std::all_of(g.begin(), g.end(), [](uint8_t b) { return b == kGuardByte; });
   }
 
@@ -201,8 +203,7 @@ TEST(CodecOpsCpu, EncodeMatchesTheDefinitionWithZeroCounts) {
     if (n >= 3) g[1] = kNaN, g[2] = kInf;  // NaN: code 0; Inf: its sign
     for (float s : {ref_scaler(normal(n + 1, 1), 2.5f), 0.f, kNaN, 1e-3f}) {
       const int64_t nbytes = (n + 3) / 4;
-      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32), dp(cpu(), nbytes, DType::U8),
-          dz(cpu(), 1, DType::I32);
+      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32), dp(cpu(), nbytes, DType::U8), dz(cpu(), 1, DType::I32);
       dg.upload(g);
       ds.upload(std::vector<float>{s});
       cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), dz.t());
@@ -273,17 +274,23 @@ std::vector<std::vector<float>> float_inputs(int workers, int64_t n) {
   return xs;
 }
 
+// The workers' inputs as f32 (n) tensors on the CPU backend, their memory kept in `mem`.
+std::vector<Tensor> upload_inputs(const std::vector<std::vector<float>>& xs, int64_t n, std::vector<Mem>& mem) {
+  for (const auto& x : xs) {
+    mem.emplace_back(cpu(), n, DType::F32);
+    mem.back().upload(x);
+  }
+  std::vector<Tensor> ts;
+  for (auto& m : mem) ts.push_back(m.t());
+  return ts;
+}
+
 TEST(CodecOpsCpu, Fp16AndFp32CodingsMatchTheDefinition) {
   for (int64_t n : kSizes) {
     for (int workers : {1, 3}) {
       const std::vector<std::vector<float>> xs = float_inputs(workers, n);
       std::vector<Mem> in;
-      std::vector<Tensor> ts;
-      for (int w = 0; w < workers; ++w) {
-        in.emplace_back(cpu(), n, DType::F32);
-        in.back().upload(xs[w]);
-      }
-      for (auto& m : in) ts.push_back(m.t());
+      const std::vector<Tensor> ts = upload_inputs(xs, n, in);
       std::vector<half_bits> h16(n);
       std::vector<float> f16_avg(n), f32_sum(n), f32_avg(n);
       for (int64_t i = 0; i < n; ++i) {
@@ -323,11 +330,43 @@ TEST(CodecOpsCpu, Fp16AndFp32CodingsMatchTheDefinition) {
   }
 }
 
+// The local max of the workers' scalers as GradientExchange forms it: from 0, a non-finite scaler as +Inf.
+float ref_max_scaler(const std::vector<std::vector<float>>& xs, int64_t k) {
+  float m = 0.f;
+  for (const auto& x : xs) m = std::max(m, std::isfinite(x[k]) ? x[k] : kInf);
+  return m;
+}
+
+TEST(CodecOpsCpu, MaxScalersMatchTheDefinition) {
+  for (int workers : {1, 2, 5}) {
+    const int64_t n = 9;
+    std::vector<std::vector<float>> xs;
+    for (int w = 0; w < workers; ++w) {
+      xs.push_back(normal(n, 70 + w, 1.f));
+      for (auto& x : xs.back()) x = std::fabs(x);
+    }
+    xs[0][1] = kNaN;
+    xs[workers - 1][2] = kInf;
+    xs[workers / 2][3] = -kInf;
+    xs[0][4] = 0.f;
+    std::vector<Mem> in;
+    const std::vector<Tensor> ts = upload_inputs(xs, n, in);
+    Mem out(cpu(), n, DType::F32);
+    cpu().max_scalers(ts.data(), workers, out.t());
+    const std::vector<float> got = out.download<float>();
+    for (int64_t k = 0; k < n; ++k) EXPECT_TRUE(same_float(got[k], ref_max_scaler(xs, k))) << "k=" << k;
+    EXPECT_EQ(got[1], kInf);
+    EXPECT_TRUE(out.guards_intact());
+    cpu().max_scalers(ts.data(), workers, ts[0]);  // in place
+    EXPECT_EQ(in[0].download<float>(), got);
+  }
+}
+
 TEST(CodecOpsCpu, WrongDtypesAndSizesAreErrors) {
   Mem g(cpu(), 9, DType::F32), s(cpu(), 1, DType::F32), p(cpu(), 3, DType::U8), wrong(cpu(), 2, DType::U8);
   EXPECT_NO_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, p.t(), Tensor()));
   EXPECT_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, wrong.t(), Tensor()), Error);
-  EXPECT_THROW(cpu().ternary_scaler(g.t(), 0.f, p.t()), Error);     // scaler not f32 (1)
+  EXPECT_THROW(cpu().ternary_scaler(g.t(), 0.f, p.t()), Error);                   // scaler not f32 (1)
   EXPECT_THROW(cpu().ternary_decode_gathered(p.t(), 3, 2, s.t(), g.t()), Error);  // 2 workers need 6 bytes
   Mem sums(cpu(), 9, DType::I8);
   EXPECT_THROW(cpu().ternary_sum_codes(p.t(), 0, 0, sums.t()), Error);
@@ -349,12 +388,13 @@ std::vector<ParamInfo> lenet_params() {
 
 // Everything one range of one step produces, read back to the host.
 struct RangeResults {
-  std::vector<float> scalers;                   // [worker][num_ternary]
-  std::vector<uint8_t> codes;                   // workers' packed blocks
-  std::vector<int64_t> zeros;                   // worker 0's zero codes (num_ternary)
-  std::vector<int8_t> code_sums;                //
-  std::vector<half_bits> f16;                   //
-  std::vector<float> f32;                       //
+  std::vector<float> scalers;     // [worker][num_ternary]
+  std::vector<uint8_t> codes;     // workers' packed blocks
+  std::vector<int64_t> zeros;     // worker 0's zero codes (num_ternary)
+  std::vector<float> max_shared;  // (num_ternary) the max over the workers' scalers of the range
+  std::vector<int8_t> code_sums;  //
+  std::vector<half_bits> f16;     //
+  std::vector<float> f32;         //
   std::vector<std::vector<float>> gathered_out, sums_out, average_out;  // tensors of the range
 };
 
@@ -378,13 +418,19 @@ RangeResults host_form(Step& st, TensorRange r) {
   std::vector<std::vector<Tensor>> views(W);
   std::vector<const std::vector<Tensor>*> workers;
   for (int w = 0; w < W; ++w) {
-    for (auto& g : st.grads[w]) views[w].emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32,
-                                                      Device::cpu());
+    for (auto& g : st.grads[w])
+      views[w].emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
     workers.push_back(&views[w]);
   }
   RangeResults res;
   res.scalers.assign(static_cast<size_t>(W) * T, 0.f);
   for (int w = 0; w < W; ++w) c.local_scalers(views[w], r, res.scalers.data() + static_cast<size_t>(w) * T);
+  res.max_shared.assign(T, 0.f);
+  for (int k = l.scaler_begin; k < l.scaler_end; ++k) {
+    std::vector<std::vector<float>> column;
+    for (int w = 0; w < W; ++w) column.push_back({res.scalers[static_cast<size_t>(w) * T + k]});
+    res.max_shared[k] = ref_max_scaler(column, 0);
+  }
   res.codes.assign(static_cast<size_t>(W) * l.packed_bytes(), 0);
   res.zeros.assign(T, -1);
   for (int w = 0; w < W; ++w)
@@ -445,12 +491,21 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
   RangeResults res;
   Mem shared(be, T, DType::F32);
   shared.upload(st.shared);
+  std::vector<Mem> worker_scalers;
+  std::vector<Tensor> ws;
+  for (int w = 0; w < W; ++w) worker_scalers.emplace_back(be, T, DType::F32, 0);
   for (int w = 0; w < W; ++w) {
-    Mem s(be, T, DType::F32, 0);
-    c.local_scalers(be, views[w], r, s.t());
-    const std::vector<float> v = s.download<float>();
+    ws.push_back(worker_scalers[w].t());
+    c.local_scalers(be, views[w], r, ws[w]);
+    const std::vector<float> v = worker_scalers[w].download<float>();
     res.scalers.insert(res.scalers.end(), v.begin(), v.end());
-    EXPECT_TRUE(s.guards_intact());
+    EXPECT_TRUE(worker_scalers[w].guards_intact());
+  }
+  {
+    Mem m(be, T, DType::F32, 0);
+    c.max_local_scalers(be, ws, r, m.t());
+    res.max_shared = m.download<float>();
+    EXPECT_TRUE(m.guards_intact());
   }
   Mem codes(be, W * l.packed_bytes(), DType::U8), zeros(be, T, DType::I32);
   {  // zero codes outside the range stay as the host form leaves them
@@ -459,8 +514,7 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
   }
   for (int w = 0; w < W; ++w)
     c.encode_ternary(be, views[w], r, shared.t(), st.step, static_cast<uint32_t>(w),
-                     codes.t().slice0(w * l.packed_bytes(), (w + 1) * l.packed_bytes()),
-                     w == 0 ? zeros.t() : Tensor());
+                     codes.t().slice0(w * l.packed_bytes(), (w + 1) * l.packed_bytes()), w == 0 ? zeros.t() : Tensor());
   res.codes = codes.download<uint8_t>();
   for (int32_t z : zeros.download<int32_t>()) res.zeros.push_back(z);
   Mem sums(be, 4 * l.packed_bytes(), DType::I8), f16(be, l.f16_elements(), DType::F16),
@@ -504,6 +558,9 @@ void expect_same(const RangeResults& a, const RangeResults& b, const std::string
   SCOPED_TRACE(what);
   ASSERT_EQ(a.scalers.size(), b.scalers.size());
   for (size_t i = 0; i < a.scalers.size(); ++i) ASSERT_TRUE(same_float(a.scalers[i], b.scalers[i])) << "scaler " << i;
+  ASSERT_EQ(a.max_shared.size(), b.max_shared.size());
+  for (size_t i = 0; i < a.max_shared.size(); ++i)
+    ASSERT_TRUE(same_float(a.max_shared[i], b.max_shared[i])) << "max scaler " << i;
   EXPECT_EQ(a.codes, b.codes);
   EXPECT_EQ(a.zeros, b.zeros);
   EXPECT_EQ(a.code_sums, b.code_sums);
@@ -517,8 +574,8 @@ void expect_same(const RangeResults& a, const RangeResults& b, const std::string
     for (size_t t = 0; t < x.size(); ++t) {
       ASSERT_EQ(x[t].size(), y[t].size());
       for (size_t i = 0; i < x[t].size(); ++i)
-        ASSERT_TRUE(same_float(x[t][i], y[t][i])) << "tensor " << t << " element " << i << ": " << x[t][i]
-                                                  << " vs " << y[t][i];
+        ASSERT_TRUE(same_float(x[t][i], y[t][i]))
+            << "tensor " << t << " element " << i << ": " << x[t][i] << " vs " << y[t][i];
     }
   }
 }
@@ -534,7 +591,8 @@ Step lenet_step(const GradientCodec& codec) {
   st.shared.assign(codec.policy().num_ternary(), 0.f);
   for (int w = 0; w < 3; ++w) {
     std::vector<Tensor> v;
-    for (auto& g : st.grads[w]) v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+    for (auto& g : st.grads[w])
+      v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
     const std::vector<float> s = codec.local_scalers(v);
     for (size_t k = 0; k < s.size(); ++k) st.shared[k] = std::max(st.shared[k], s[k]);
   }
@@ -558,8 +616,9 @@ void compare_forms(Backend& be) {
     for (TensorRange r : ranges_of(codec)) {
       const RangeResults host = host_form(st, r);
       const RangeResults dev = device_form(be, st, r);
-      expect_same(host, dev, "grad_bits " + std::to_string(bits) + " range [" + std::to_string(r.begin) + ", " +
-                                 std::to_string(r.end) + ") on " + be.name());
+      expect_same(host, dev,
+                  "grad_bits " + std::to_string(bits) + " range [" + std::to_string(r.begin) + ", " +
+                      std::to_string(r.end) + ") on " + be.name());
     }
   }
 }
@@ -578,8 +637,8 @@ TEST(CodecDeviceForm, GradientsOnAnotherDeviceAreRejected) {
 // Runs one op on both backends with the same host inputs; `run` gets the backend and its tensors.
 template <typename Run>
 void on_both(const std::vector<std::pair<const void*, std::pair<int64_t, DType>>>& inputs,
-             const std::vector<std::pair<int64_t, DType>>& outputs, Run run,
-             std::vector<std::vector<uint8_t>>* cpu_out, std::vector<std::vector<uint8_t>>* gpu_out) {
+             const std::vector<std::pair<int64_t, DType>>& outputs, Run run, std::vector<std::vector<uint8_t>>* cpu_out,
+             std::vector<std::vector<uint8_t>>* gpu_out) {
   for (int side = 0; side < 2; ++side) {
     Backend& be = side == 0 ? cpu() : *cuda().be;
     std::vector<Mem> mem;
@@ -608,7 +667,8 @@ void on_both(const std::vector<std::pair<const void*, std::pair<int64_t, DType>>
   }
 }
 
-template <typename T> std::vector<T> as(const std::vector<uint8_t>& raw) {
+template <typename T>
+std::vector<T> as(const std::vector<uint8_t>& raw) {
   std::vector<T> v(raw.size() / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), raw.data(), raw.size());
   return v;
@@ -617,8 +677,8 @@ template <typename T> std::vector<T> as(const std::vector<uint8_t>& raw) {
 void expect_same_floats(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
   const std::vector<float> x = as<float>(a), y = as<float>(b);
   ASSERT_EQ(x.size(), y.size()) << what;
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same_float(x[i], y[i])) << what << " i=" << i << ": " << x[i]
-                                                                             << " (cpu) vs " << y[i] << " (cuda)";
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_TRUE(same_float(x[i], y[i])) << what << " i=" << i << ": " << x[i] << " (cpu) vs " << y[i] << " (cuda)";
 }
 
 TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
@@ -631,15 +691,16 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     if (n > 10) g[n / 3] = 0.03f;
     const std::pair<int64_t, DType> G{n, DType::F32}, S{1, DType::F32};
     for (float c : {0.f, 2.5f}) {
-      on_both({{g.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], c, t[1]); },
-              &a, &b);
+      on_both(
+          {{g.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], c, t[1]); }, &a, &b);
       expect_same_floats(a[0], b[0], "scaler c=" + std::to_string(c));
     }
     if (n >= 3) {  // non-finite gradients: NaN scalers on both
       std::vector<float> bad = g;
       bad[n - 2] = kInf;
-      on_both({{bad.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], 2.5f, t[1]); },
-              &a, &b);
+      on_both(
+          {{bad.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], 2.5f, t[1]); }, &a,
+          &b);
       EXPECT_TRUE(std::isnan(as<float>(b[0])[0]));
       expect_same_floats(a[0], b[0], "scaler of Inf");
     }
@@ -649,27 +710,30 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     std::vector<float> enc_in = g;
     if (n >= 3) enc_in[0] = kNaN, enc_in[1] = -kInf;
     for (float scaler : {s, 0.f, kNaN}) {
-      on_both({{enc_in.data(), G}, {&scaler, S}}, {{W * nbytes, DType::U8}, {W, DType::I32}},
-              [&](Backend& be, std::vector<Tensor>& t) {
-                for (int w = 0; w < W; ++w)
-                  be.ternary_encode(t[0], t[1], philox_key(99, w), 123, 7, t[2].slice0(w * nbytes, (w + 1) * nbytes),
-                                    t[3].slice0(w, w + 1));
-              },
-              &a, &b);
+      on_both(
+          {{enc_in.data(), G}, {&scaler, S}}, {{W * nbytes, DType::U8}, {W, DType::I32}},
+          [&](Backend& be, std::vector<Tensor>& t) {
+            for (int w = 0; w < W; ++w)
+              be.ternary_encode(t[0], t[1], philox_key(99, w), 123, 7, t[2].slice0(w * nbytes, (w + 1) * nbytes),
+                                t[3].slice0(w, w + 1));
+          },
+          &a, &b);
       ASSERT_EQ(a[0], b[0]) << "codes, s=" << scaler;
       ASSERT_EQ(a[1], b[1]) << "zero counts, s=" << scaler;
     }
     // Code sums and decodes over the three workers' codes (drawn with s), gathered at stride nbytes.
     std::vector<uint8_t> packed(W * nbytes);
-    for (int w = 0; w < W; ++w) ternary_encode_cpu(g.data(), n, s, philox_key(99, w), 123, 7, packed.data() + w * nbytes);
+    for (int w = 0; w < W; ++w)
+      ternary_encode_cpu(g.data(), n, s, philox_key(99, w), 123, 7, packed.data() + w * nbytes);
     const std::pair<int64_t, DType> P{W * nbytes, DType::U8};
-    on_both({{packed.data(), P}, {&s, S}}, {{n, DType::I8}, {n, DType::F32}, {n, DType::F32}},
-            [&](Backend& be, std::vector<Tensor>& t) {
-              be.ternary_sum_codes(t[0], nbytes, W, t[2]);
-              be.ternary_decode_sums(t[2], t[1], W, t[3]);
-              be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[4]);
-            },
-            &a, &b);
+    on_both(
+        {{packed.data(), P}, {&s, S}}, {{n, DType::I8}, {n, DType::F32}, {n, DType::F32}},
+        [&](Backend& be, std::vector<Tensor>& t) {
+          be.ternary_sum_codes(t[0], nbytes, W, t[2]);
+          be.ternary_decode_sums(t[2], t[1], W, t[3]);
+          be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[4]);
+        },
+        &a, &b);
     ASSERT_EQ(a[0], b[0]) << "code sums";
     expect_same_floats(a[1], b[1], "decode of sums");
     expect_same_floats(a[2], b[2], "decode of gathered codes");
@@ -679,14 +743,14 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     const int64_t n = 1001, nbytes = (n + 3) / 4;
     const std::vector<uint8_t> packed = random_bytes(W * nbytes, 5);
     const float s = 0.5f;
-    on_both({{packed.data(), {W * nbytes, DType::U8}}, {&s, {1, DType::F32}}}, {{n, DType::F32}},
-            [&](Backend& be, std::vector<Tensor>& t) { be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[2]); }, &a,
-            &b);
+    on_both(
+        {{packed.data(), {W * nbytes, DType::U8}}, {&s, {1, DType::F32}}}, {{n, DType::F32}},
+        [&](Backend& be, std::vector<Tensor>& t) { be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[2]); }, &a, &b);
     expect_same_floats(a[0], b[0], "decode of 130 workers");
   }
 }
 
-TEST(CodecOpsCuda, Fp16AndFp32OpsMatchCpu) {
+TEST(CodecOpsCuda, Fp16Fp32AndScalerMaxOpsMatchCpu) {
   TG_REQUIRE_CUDA();
   std::vector<std::vector<uint8_t>> a, b;
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1000003}}) {
@@ -695,17 +759,19 @@ TEST(CodecOpsCuda, Fp16AndFp32OpsMatchCpu) {
       const std::vector<std::vector<float>> xs = float_inputs(W, n);
       std::vector<std::pair<const void*, std::pair<int64_t, DType>>> in;
       for (const auto& x : xs) in.push_back({x.data(), {n, DType::F32}});
-      on_both(in, {{n, DType::F16}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}},
-              [&](Backend& be, std::vector<Tensor>& t) {
-                const Tensor* x = t.data();
-                be.encode_f16_sum(x, W, t[W]);
-                be.decode_f16_sum(t[W], W, t[W + 1]);
-                be.average_f16(x, W, t[W + 2]);
-                be.encode_f32_sum(x, W, t[W + 3]);
-                be.average_f32(x, W, t[W + 4]);
-                be.decode_f32_sum(t[W + 3], W, t[W + 3]);
-              },
-              &a, &b);
+      on_both(
+          in, {{n, DType::F16}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}},
+          [&](Backend& be, std::vector<Tensor>& t) {
+            const Tensor* x = t.data();
+            be.encode_f16_sum(x, W, t[W]);
+            be.decode_f16_sum(t[W], W, t[W + 1]);
+            be.average_f16(x, W, t[W + 2]);
+            be.encode_f32_sum(x, W, t[W + 3]);
+            be.average_f32(x, W, t[W + 4]);
+            be.decode_f32_sum(t[W + 3], W, t[W + 3]);
+            be.max_scalers(x, W, t[W + 5]);
+          },
+          &a, &b);
       const std::vector<half_bits> h1 = as<half_bits>(a[0]), h2 = as<half_bits>(b[0]);
       ASSERT_EQ(h1.size(), h2.size());
       for (size_t i = 0; i < h1.size(); ++i) ASSERT_TRUE(same_half(h1[i], h2[i])) << "fp16 sum i=" << i;
@@ -713,6 +779,7 @@ TEST(CodecOpsCuda, Fp16AndFp32OpsMatchCpu) {
       expect_same_floats(a[2], b[2], "fp16 average");
       expect_same_floats(a[3], b[3], "fp32 sum, decoded in place");
       expect_same_floats(a[4], b[4], "fp32 average");
+      expect_same_floats(a[5], b[5], "max of scalers");
     }
   }
 }

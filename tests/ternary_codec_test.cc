@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random_inputs.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/compress/gradient_codec.h"
@@ -27,8 +28,6 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/parallel.h"
 #include "terngrad/math/ternary_math.h"
-#include "common/random_inputs.h"
-
 
 namespace tg {
 namespace {

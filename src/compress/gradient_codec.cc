@@ -217,8 +217,7 @@ namespace {
 Tensor piece(const Tensor& buf, DType dtype, int64_t begin, int64_t end, const char* what) {
   TG_CHECK(buf.dtype() == dtype, "gradient codec: {} {} is not {}", what, buf.str(), dtype_name(dtype));
   TG_CHECK(0 <= begin && begin <= end && end <= buf.numel(),
-           "gradient codec: {} {} has {} elements, the range needs [{}, {})", what, buf.str(), buf.numel(), begin,
-           end);
+           "gradient codec: {} {} has {} elements, the range needs [{}, {})", what, buf.str(), buf.numel(), begin, end);
   return Tensor(static_cast<char*>(buf.raw()) + begin * static_cast<int64_t>(dtype_size(dtype)), Shape{end - begin},
                 dtype, buf.device());
 }
@@ -250,8 +249,20 @@ void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads,
   }
 }
 
-void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r,
-                                   const Tensor& scalers, uint32_t step, uint32_t worker, const Tensor& packed,
+void GradientCodec::max_local_scalers(Backend& be, const std::vector<Tensor>& worker_scalers, TensorRange r,
+                                      const Tensor& shared) const {
+  const RangeLayout l = layout(r);
+  TG_CHECK(!worker_scalers.empty() && worker_scalers.size() <= static_cast<size_t>(Backend::kMaxCodecInputs),
+           "gradient codec: {} workers in one process (1 to {})", worker_scalers.size(), Backend::kMaxCodecInputs);
+  Tensor xs[Backend::kMaxCodecInputs];
+  const int count = static_cast<int>(worker_scalers.size());
+  for (int w = 0; w < count; ++w)
+    xs[w] = piece(worker_scalers[w], DType::F32, l.scaler_begin, l.scaler_end, "worker scalers");
+  be.max_scalers(xs, count, piece(shared, DType::F32, l.scaler_begin, l.scaler_end, "shared scalers"));
+}
+
+void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
+                                   uint32_t step, uint32_t worker, const Tensor& packed,
                                    const Tensor& zero_codes) const {
   const int64_t base = layout(r).packed_begin;
   const PhiloxKey key = philox_key(seed_, worker);
@@ -290,8 +301,8 @@ void GradientCodec::encode_f32(Backend& be, const std::vector<const std::vector<
   }
 }
 
-void GradientCodec::average_local(Backend& be, const std::vector<const std::vector<Tensor>*>& workers,
-                                  TensorRange r, const std::vector<Tensor>& out) const {
+void GradientCodec::average_local(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                                  const std::vector<Tensor>& out) const {
   check_range(r);
   WorkerTensors xs(workers);
   for (int i = r.begin; i < r.end; ++i) {
@@ -317,8 +328,8 @@ void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered,
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::Ternary) continue;
     const int k = t.scaler_index;
-    be.ternary_decode_gathered(piece(gathered, DType::U8, t.offset - base, gathered.numel(), "gathered codes"),
-                               stride, num_workers, piece(scalers, DType::F32, k, k + 1, "scalers"), grads[i]);
+    be.ternary_decode_gathered(piece(gathered, DType::U8, t.offset - base, gathered.numel(), "gathered codes"), stride,
+                               num_workers, piece(scalers, DType::F32, k, k + 1, "scalers"), grads[i]);
   }
 }
 

@@ -124,7 +124,8 @@ class Backend {
   // The per-tensor operations of the gradient codings; GradientCodec (terngrad/compress/gradient_codec.h)
   // strings them over a policy's tensors and fused buffers. terngrad/math/ternary_math.h defines the scaler
   // (including the order of its double sums), the codes, the packed format and the decode; every backend
-  // gives the same bits (the CPU's loops are the reference; the CUDA kernels are tested equal to them).
+  // gives the same bits (the CPU's loops are the reference; tests/codec_ops_test.cc compares the CUDA kernels
+  // with them on a machine with a GPU).
   // Gradients are f32 of any shape (n = numel); packed codes are u8 (ceil(n/4) bytes); a scaler is an f32 (1)
   // tensor on the device (a view of a scaler vector) that the ops read there: nothing goes to the host,
   // nothing synchronizes, nothing allocates. A piece of a fused buffer is a view (Tensor::slice0 of the
@@ -136,19 +137,22 @@ class Backend {
   // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
   // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.
-  virtual void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                              uint32_t tensor, const Tensor& packed, const Tensor& zero_count) = 0;
+  virtual void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                              const Tensor& packed, const Tensor& zero_count) = 0;
   // code_sums (i8 (n)) = the sum over num_workers (1..127) workers of their codes; worker w's packed codes
   // (ceil(n/4) bytes) start at byte w * stride of `packed` (u8 of at least (num_workers-1)*stride + ceil(n/4)).
-  virtual void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers,
-                                 const Tensor& code_sums) = 0;
+  virtual void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) = 0;
+  // out (f32 (n)) = max over the `count` (1..kMaxCodecInputs) workers' scaler vectors xs[w] (f32 (n)), a
+  // non-finite scaler counting as +Inf, starting from 0: the local share before the all-reduce MAX, which then
+  // carries a bad scaler to every worker (each stops with the same error, none waits in a collective). out
+  // may be one of xs.
+  virtual void max_scalers(const Tensor* xs, int count, const Tensor& out) = 0;
   // g (f32 (n)) = ternary_decode_value(scaler, code_sums[i], num_workers); code_sums i8 (n).
-  virtual void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
-                                   const Tensor& g) = 0;
+  virtual void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) = 0;
   // g (f32 (n)) = ternary_decode_value(scaler, sum over workers of their codes, num_workers), the workers'
   // packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
-  virtual void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
-                                       const Tensor& scaler, const Tensor& g) = 0;
+  virtual void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                                       const Tensor& g) = 0;
 
   // fp16/fp32 codings. xs: `count` (1..kMaxCodecInputs) f32 tensors of n elements, the workers' gradients in
   // worker order (an array the caller owns, so no call allocates).

@@ -6,7 +6,8 @@
 //   - the device form takes a Backend and tensors on its device, and runs only the Backend's codec ops
 //     (terngrad/backend/backend.h, "gradient codec"): the same code runs on the CPU (the vectorized loops of
 //     terngrad/compress/ternary_codec.h) and on CUDA (kernels/ternary_kernels.cu), so no gradient leaves its
-//     device. Its CPU results are the host form's bit for bit, and the CUDA ops are tested equal to the CPU ones.
+//     device. Its CPU results are the host form's bit for bit; the CUDA ops give the CPU's bits (both tested in
+//     tests/codec_ops_test.cc, the CUDA part on a machine with a GPU).
 //   - the host form over host pointers (the original API) calls the CPU loops directly on the calling thread's
 //     compute team (terngrad/core/parallel.h).
 //
@@ -108,6 +109,11 @@ class GradientCodec {
   // shared scalers to the host and call check_scalers (encoding with a non-finite scaler gives all-zero codes,
   // not an error). Zero codes are i32 (the host form's are int64). Nothing synchronizes or allocates.
   void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers) const;
+  // The local part of sharing: shared's scalers of r = the max over the local workers' scaler vectors
+  // (worker_scalers: one f32 (num_ternary) each, from local_scalers), a non-finite scaler counting as +Inf so
+  // that the all-reduce MAX that follows carries it to every worker (Backend::max_scalers).
+  void max_local_scalers(Backend& be, const std::vector<Tensor>& worker_scalers, TensorRange r,
+                         const Tensor& shared) const;
   void encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
                       uint32_t step, uint32_t worker, const Tensor& packed, const Tensor& zero_codes) const;
   void encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
@@ -121,8 +127,8 @@ class GradientCodec {
                  const Tensor& code_sums) const;
   void decode_ternary_gathered(Backend& be, const Tensor& gathered, int64_t stride, int num_workers, TensorRange r,
                                const Tensor& scalers, const std::vector<Tensor>& grads) const;
-  void decode_ternary_sums(Backend& be, const Tensor& code_sums, int num_workers, TensorRange r,
-                           const Tensor& scalers, const std::vector<Tensor>& grads) const;
+  void decode_ternary_sums(Backend& be, const Tensor& code_sums, int num_workers, TensorRange r, const Tensor& scalers,
+                           const std::vector<Tensor>& grads) const;
   void decode_f16_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
                       const std::vector<Tensor>& grads) const;
   void decode_f32_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,

@@ -52,6 +52,9 @@ void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes);
 // the allreduce8 exchange adds up). 1 <= num_workers <= 127 (an int8 holds the sum), else an Error.
 void ternary_sum_codes_cpu(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums);
 
+// out[i] = max(0, max over w of xs[w][i]), a non-finite xs[w][i] counting as +Inf (Backend::max_scalers).
+void max_scalers_cpu(const float* const* xs, int count, int64_t n, float* out);
+
 // g[i] = ternary_decode_value(s, code_sums[i], num_workers) = s * code_sums[i] / num_workers for i < n.
 void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g);
 

@@ -59,6 +59,8 @@ void encode_f16_sum_cuda(const float* const* xs, int count, int64_t n, half_bits
 void encode_f32_sum_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
 void average_f16_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
 void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
+// out[i] = max(0, max over w of xs[w][i]), a non-finite value counting as +Inf: as max_scalers_cpu.
+void max_scalers_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream);
 void decode_f16_sum_cuda(const half_bits* sum, int64_t n, int num_workers, float* g, void* stream);
 void decode_f32_sum_cuda(const float* sum, int64_t n, int num_workers, float* g, void* stream);
 

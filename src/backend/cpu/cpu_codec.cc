@@ -44,8 +44,8 @@ void CpuBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor
   *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
 }
 
-void CpuBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+void CpuBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                                const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes");
@@ -69,18 +69,22 @@ void CpuBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num
   ternary_sum_codes_cpu(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>());
 }
 
-void CpuBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
-                                     const Tensor& g) {
+void CpuBackend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(xs, count, out, DType::F32, "max_scalers", ptrs);
+  max_scalers_cpu(ptrs, count, out.numel(), out.data<float>());
+}
+
+void CpuBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums");
   cc::numel(code_sums, g.numel(), op, "code sums");
   on_host(g, op, "g"), on_host(code_sums, op, "code sums");
-  ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers,
-                          g.data<float>());
+  ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers, g.data<float>());
 }
 
-void CpuBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
-                                         const Tensor& scaler, const Tensor& g) {
+void CpuBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                                         const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::F32, op, "g");
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);

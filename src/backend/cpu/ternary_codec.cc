@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/half_convert.h"
@@ -682,6 +683,19 @@ void ternary_sum_codes_cpu(const uint8_t* packed, int64_t stride, int num_worker
   });
   for (int64_t i = steps * kSumStepElements; i < n; ++i)
     code_sums[i] = static_cast<int8_t>(code_sum(packed, stride, num_workers, i));
+}
+
+void max_scalers_cpu(const float* const* xs, int count, int64_t n, float* out) {
+  TG_CHECK(count >= 1, "scaler max of {} workers", count);
+  for (int64_t k = 0; k < n; ++k) {  // a scaler vector: one per ternary tensor, short
+    float m = 0.f;
+    for (int w = 0; w < count; ++w) {
+      float s = xs[w][k];
+      if (!std::isfinite(s)) s = std::numeric_limits<float>::infinity();
+      m = m < s ? s : m;
+    }
+    out[k] = m;
+  }
 }
 
 void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes) {

@@ -146,6 +146,7 @@ class CudaBackend final : public Backend {
   void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                       const Tensor& packed, const Tensor& zero_count) override;
   void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
+  void max_scalers(const Tensor* xs, int count, const Tensor& out) override;
   void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
   void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                const Tensor& g) override;

@@ -17,6 +17,21 @@ namespace {
 namespace cc = codec_checks;
 }  // namespace
 
+namespace {
+// The workers' inputs, checked, as a host array of device pointers (the launcher copies it into the kernel's
+// parameters).
+void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype,
+                    const char* op, const float* (&ptrs)[Backend::kMaxCodecInputs]) {
+  cc::dtype(out, out_dtype, op, "out");
+  be.check_on_device(out, op, "out");
+  cc::inputs(xs, count, out.numel(), op);
+  for (int w = 0; w < count; ++w) {
+    be.check_on_device(xs[w], op, "input");
+    ptrs[w] = xs[w].data<float>();
+  }
+}
+}  // namespace
+
 void CudaBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
   const char* op = "ternary_scaler";
   cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
@@ -26,8 +41,8 @@ void CudaBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tenso
   ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
 }
 
-void CudaBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                 uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+void CudaBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                                 const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes"), cc::scaler(scaler, op);
@@ -54,8 +69,14 @@ void CudaBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int nu
                          stream_);
 }
 
-void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers,
-                                      const Tensor& g) {
+void CudaBackend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
+  const float* ptrs[kMaxCodecInputs];
+  input_pointers(*this, xs, count, out, DType::F32, "max_scalers", ptrs);
+  CudaDeviceGuard guard(index_);
+  max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+}
+
+void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums"), cc::scaler(scaler, op);
   cc::numel(code_sums, g.numel(), op, "code sums");
@@ -66,8 +87,8 @@ void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& sca
                            stream_);
 }
 
-void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers,
-                                          const Tensor& scaler, const Tensor& g) {
+void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                                          const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
@@ -76,21 +97,6 @@ void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride
   ternary_decode_gathered_cuda(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler.data<float>(),
                                g.data<float>(), stream_);
 }
-
-namespace {
-// The workers' inputs, checked, as a host array of device pointers (the launcher copies it into the kernel's
-// parameters).
-void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype,
-                    const char* op, const float* (&ptrs)[Backend::kMaxCodecInputs]) {
-  cc::dtype(out, out_dtype, op, "out");
-  be.check_on_device(out, op, "out");
-  cc::inputs(xs, count, out.numel(), op);
-  for (int w = 0; w < count; ++w) {
-    be.check_on_device(xs[w], op, "input");
-    ptrs[w] = xs[w].data<float>();
-  }
-}
-}  // namespace
 
 void CudaBackend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
