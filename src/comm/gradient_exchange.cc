@@ -76,7 +76,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   const bool overlap = options.overlap && processes_ != nullptr;
   plan_buckets(options.bucket_mb, !overlap);
   allocate_buffers();
-  host_scalers_.assign(static_cast<size_t>(local_) * policy.num_ternary(), 0.f);
+  host_scalers_.assign(policy.num_ternary(), 0.f);
   host_zero_codes_.assign(policy.num_ternary(), 0);
   if (overlap) comm_thread_ = std::make_unique<CommunicationThread>(2 * num_buckets());
   if (timeline_) {
@@ -167,6 +167,7 @@ void GradientExchange::allocate_buffers() {
   be_.zero(Tensor(base, Shape{static_cast<int64_t>(storage_.bytes())}, DType::U8, dev));  // first touch now
   auto view = [&](size_t at, int64_t n, DType t) { return Tensor(base + at, Shape{n}, t, dev); };
   local_scalers_ = view(local_scalers, local_ * T, DType::F32);
+  for (int w = 0; w < local_; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
   shared_scalers_ = view(shared_scalers, T, DType::F32);
   zero_codes_ = view(zero_codes, T, DType::I32);
   for (size_t i = 0; i < buckets_.size(); ++i) {
@@ -204,38 +205,12 @@ template <typename Fn> void GradientExchange::blocking_collective(Bucket& b, con
 
 // ---- stages -----------------------------------------------------------------------------------------------
 void GradientExchange::compute_scalers(Bucket& b) {
-  const RangeLayout& l = b.layout;
-  if (l.num_scalers() > 0) {
+  if (b.layout.num_scalers() > 0) {
     timed(Phase::Scalers, "scalers", &b - buckets_.data(), [&] {
-      const int64_t T = codec_.policy().num_ternary();
-      for (int w = 0; w < local_; ++w)
-        codec_.local_scalers(be_, grads_[w], b.range, local_scalers_.slice0(w * T, (w + 1) * T));
-      const int64_t k0 = l.scaler_begin, k1 = l.scaler_end;
-      if (local_ == 1 && !on_host_) {  // a GPU with one worker: the scalers are the shared ones
-        be_.copy(shared_scalers_.slice0(k0, k1), local_scalers_.slice0(k0, k1));
-        return;
-      }
-      // The max over local workers; a non-finite scaler becomes +inf so the MAX carries it to every worker and
+      for (int w = 0; w < local_; ++w) codec_.local_scalers(be_, grads_[w], b.range, local_scaler_rows_[w]);
+      // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and
       // all of them stop with the same error (none is left waiting in the next collective).
-      const float* local = static_cast<const float*>(local_scalers_.raw());
-      if (!on_host_) {  // several workers on a GPU: their scalers come to the host
-        for (int w = 0; w < local_; ++w)
-          be_.copy(Tensor(&host_scalers_[w * T + k0], Shape{k1 - k0}, DType::F32, Device::cpu()),
-                   local_scalers_.slice0(w * T + k0, w * T + k1));
-        local = host_scalers_.data();
-      }
-      float* shared = on_host_ ? static_cast<float*>(shared_scalers_.raw()) : &host_scalers_[0];
-      for (int64_t k = k0; k < k1; ++k) {
-        float m = 0.f;
-        for (int w = 0; w < local_; ++w) {
-          float s = local[w * T + k];
-          if (!std::isfinite(s)) s = std::numeric_limits<float>::infinity();
-          m = std::max(m, s);
-        }
-        shared[k] = m;  // on a GPU: into worker 0's host row, read above before it is overwritten
-      }
-      if (!on_host_)
-        be_.copy(shared_scalers_.slice0(k0, k1), Tensor(&host_scalers_[k0], Shape{k1 - k0}, DType::F32, Device::cpu()));
+      codec_.max_local_scalers(be_, local_scaler_rows_, b.range, shared_scalers_);
     });
   }
   b.stage = Stage::ScalersReady;
@@ -309,8 +284,7 @@ void GradientExchange::decode(Bucket& b) {
 const std::vector<float>& GradientExchange::shared_scalers() {
   const int64_t T = codec_.policy().num_ternary();
   if (T > 0) be_.copy(Tensor(host_scalers_.data(), Shape{T}, DType::F32, Device::cpu()), shared_scalers_);
-  shared_host_.assign(host_scalers_.begin(), host_scalers_.begin() + T);
-  return shared_host_;
+  return host_scalers_;
 }
 
 const std::vector<int64_t>& GradientExchange::zero_codes() {

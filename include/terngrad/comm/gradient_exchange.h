@@ -30,8 +30,7 @@
 // communicator gets device pointers (NCCL on GPUs). On the CPU the shared scalers are checked every step
 // (a non-finite one stops every worker with the same error); on a GPU that check would cost a host
 // synchronization per bucket, so a non-finite scaler there gives zero codes and NaN averages, which the next
-// step's loss check reports. With several workers on one GPU the max over them is formed on the
-// host (one small synchronization per bucket).
+// step's loss check reports.
 //
 // --exchange auto picks allgather2 below 8 workers and allreduce8 from 8 on.
 #pragma once
@@ -159,10 +158,10 @@ class GradientExchange {
   std::vector<Bucket> buckets_;  // in backward order: bucket 0 holds the last tensors
   Buffer storage_;         // on the device: every bucket's buffers and the scaler vectors, allocated once
   Tensor local_scalers_;   // f32 (L * num_ternary) each local worker's scalers, worker l's at l * num_ternary
+  std::vector<Tensor> local_scaler_rows_;  // (L) views of local_scalers_, one per worker
   Tensor shared_scalers_;  // f32 (num_ternary)
   Tensor zero_codes_;      // i32 (num_ternary) local worker 0's zero codes
-  std::vector<float> host_scalers_;      // (L * num_ternary) host copy: the local max on a GPU, the accessors
-  std::vector<float> shared_host_;        // (num_ternary) for shared_scalers()
+  std::vector<float> host_scalers_;       // (num_ternary) for shared_scalers()
   std::vector<int64_t> host_zero_codes_;  // (num_ternary) for zero_codes()
   ExchangeStats step_stats_;           // the byte model of one step (fixed by the policy)
   uint32_t step_ = 0;
