@@ -5,6 +5,8 @@
 // same descriptor must not grow the primitive cache.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -360,6 +362,30 @@ TEST(CpuOpsErrors, WrongTensorSizeIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("`w`"), std::string::npos) << e.what();
   }
+}
+
+// The Backend front checks every call once, before the backend runs it: a tensor of another device, a wrong
+// dtype or element count is an error naming the op and the argument.
+TEST(CpuOpsErrors, TheBackendFrontRefusesForeignDevicesAndMismatchedTensors) {
+  CpuBackend be(1);
+  HostF32 a(Shape{8}, Vec(8, 1.0)), b(Shape{8}, Vec(8, 2.0)), out(Shape{8}), short_out(Shape{7});
+  Tensor on_gpu(a.t.raw(), Shape{8}, DType::F32, Device::cuda(0));
+  auto expect_error = [](const std::function<void()>& call, const std::vector<std::string>& words) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << words[0];
+    } catch (const Error& e) {
+      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { be.add(on_gpu, b.t, out.t); }, {"add", "cuda:0", "a"});
+  expect_error([&] { be.add(a.t, b.t, short_out.t); }, {"add", "7 elements"});
+  expect_error([&] { be.axpy(2.f, a.t, short_out.t); }, {"axpy"});
+  expect_error([&] { be.ema_update(0.9f, a.t, on_gpu); }, {"ema_update", "ema"});
+  std::vector<int32_t> ints(8);
+  expect_error([&] { be.sum(Tensor(ints.data(), Shape{8}, DType::I32, Device::cpu())); }, {"sum", "f32"});
+  be.add(a.t, b.t, out.t);  // and a correct call still runs
+  EXPECT_EQ(static_cast<const float*>(out.t.raw())[7], 3.f);
 }
 
 // max_abs propagates a NaN wherever it is, also when finite values follow it (the CUDA backend does too).

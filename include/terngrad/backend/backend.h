@@ -4,7 +4,9 @@
 // are handed; nothing is global. The CPU backend is complete and is the oracle for the CUDA one.
 //
 // Conventions: every op writes (never accumulates into) its outputs unless its name says otherwise; all
-// tensors live on this backend's device; shapes are checked by the callers (layers), which know them.
+// tensors live on this backend's device (copy excepted). The public operations are non-virtual: they check
+// their arguments once (src/backend/backend_front.cc: devices, dtypes and element counts) and call the
+// backend's *_impl, so the CPU and CUDA backends share one contract; layers check the shapes they know.
 #pragma once
 
 #include <memory>
@@ -35,90 +37,90 @@ class Backend {
 
   // ---- memory -------------------------------------------------------------------------------------
   // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  virtual void zero(const Tensor& dst) = 0;                 // any dtype
-  virtual void fill(const Tensor& dst, float value) = 0;    // f32
+  void copy(const Tensor& dst, const Tensor& src);
+  void zero(const Tensor& dst);                 // any dtype
+  void fill(const Tensor& dst, float value);    // f32
 
   // ---- element-wise (f32) ---------------------------------------------------------------------------
-  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;   // out = a + b
-  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;        // y += alpha * x
-  virtual void scale(float alpha, const Tensor& x) = 0;                        // x *= alpha
-  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;             // y = max(x, 0)
-  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;  // dx = dy * (y > 0)
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);   // out = a + b
+  void axpy(float alpha, const Tensor& x, const Tensor& y);        // y += alpha * x
+  void scale(float alpha, const Tensor& x);                        // x *= alpha
+  void relu_forward(const Tensor& x, const Tensor& y);             // y = max(x, 0)
+  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);  // dx = dy * (y > 0)
   // Inverted dropout: mask (u8, same numel) = u < keep_prob with u from Philox(key; element, step, salt);
   // y = x * mask / keep_prob.
-  virtual void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
-                               PhiloxKey key, uint32_t step, uint32_t salt) = 0;
-  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) = 0;
+  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+                               PhiloxKey key, uint32_t step, uint32_t salt);
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx);
   // Channel concat of NHWC tensors (same N, H, W) into out, and its adjoint (split dout into the parts).
-  virtual void concat_channels(const std::vector<Tensor>& parts, const Tensor& out) = 0;
-  virtual void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) = 0;
+  void concat_channels(const std::vector<Tensor>& parts, const Tensor& out);
+  void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts);
 
   // ---- reductions (synchronous; the result is on the host) -------------------------------------------
   // max_abs: NaN anywhere gives NaN.
-  virtual double sum(const Tensor& x) = 0;
-  virtual double sum_squares(const Tensor& x) = 0;
-  virtual float max_abs(const Tensor& x) = 0;
+  double sum(const Tensor& x);
+  double sum_squares(const Tensor& x);
+  float max_abs(const Tensor& x);
 
   // ---- loss -----------------------------------------------------------------------------------------
   // logits (N, K), labels (N) i32 in [0, K); target = (1-ls)*onehot + ls/K. probs (N, K) = softmax,
   // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example: thrown by this
   // call on the CPU; on CUDA (which does not wait for the kernel) by the next call that synchronizes (a
   // reduction, a copy to or from the host, synchronize()).
-  virtual void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                    const Tensor& probs, const Tensor& losses) = 0;
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                    const Tensor& probs, const Tensor& losses);
   // dlogits = scale * (probs - target)
-  virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                     float scale, const Tensor& dlogits) = 0;
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                     float scale, const Tensor& dlogits);
 
   // ---- layers ---------------------------------------------------------------------------------------
   // x (N,H,W,C), w (KH,KW,C/g,O), b (O) or undefined, y (N,OH,OW,O)
-  virtual void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                              const Tensor& y) = 0;
+  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                              const Tensor& y);
   // Any of dx, dw, db may be undefined (not needed).
-  virtual void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
-                               const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                               const Tensor& dx, const Tensor& dw, const Tensor& db);
 
   // Bytes of per-call state a pooling forward keeps for its backward (e.g. max indices); 0 if none.
-  virtual size_t pool_workspace_bytes(const PoolDesc& d) = 0;
-  virtual void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
-  virtual void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
-                             const Tensor& workspace, const Tensor& dx) = 0;
+  size_t pool_workspace_bytes(const PoolDesc& d);
+  void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace);
+  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& workspace, const Tensor& dx);
 
-  virtual size_t lrn_workspace_bytes(const LrnDesc& d) = 0;
-  virtual void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
-  virtual void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
-                            const Tensor& dx) = 0;
+  size_t lrn_workspace_bytes(const LrnDesc& d);
+  void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace);
+  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                            const Tensor& dx);
 
   // Batch norm over x (rows = N*H*W, C), per channel. gamma (C) is defined iff d.has_gamma (else 1 is used and
   // dgamma must be undefined); beta (C) is required by both forwards. Training: the batch mean and the
   // population variance (C) are computed and written to mean/var. Backward is the gradient of the training
   // forward, computed from the given mean/var (the forward's); dx, dgamma and dbeta may each be undefined.
   // Statistics are accumulated in double over fixed row chunks: the same bits on any thread count.
-  virtual void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                            const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                           const Tensor& var) = 0;
-  virtual void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& var);
+  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                             const Tensor& beta, const Tensor& mean, const Tensor& var,
-                                            const Tensor& y) = 0;
-  virtual void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& y);
+  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                    const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                   const Tensor& dgamma, const Tensor& dbeta) = 0;
+                                   const Tensor& dgamma, const Tensor& dbeta);
 
   // x (N,in), w (in,out), b (out) or undefined, y (N,out)
-  virtual void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                     const Tensor& b, const Tensor& y) = 0;
-  virtual void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+                                     const Tensor& b, const Tensor& y);
+  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+                                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
   // ---- optimizer --------------------------------------------------------------------------------------
   // One update of w with gradient g; s1/s2 are the optimizer's slots (momentum accumulator; adam m, v;
   // rmsprop ms, mom), undefined when the optimizer has fewer. With step.ema_decay >= 0 the same pass also
   // updates ema (w's moving average) from the new w: one pass over the parameters instead of two.
-  virtual void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                const Tensor& s2, const Tensor& ema) = 0;
+  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                                const Tensor& s2, const Tensor& ema);
   // ema = decay * ema + (1 - decay) * w
-  virtual void ema_update(float decay, const Tensor& w, const Tensor& ema) = 0;
+  void ema_update(float decay, const Tensor& w, const Tensor& ema);
 
   // ---- gradient codec ----------------------------------------------------------------------------------
   // The per-tensor operations of the gradient codings; GradientCodec (terngrad/compress/gradient_codec.h)
@@ -133,44 +135,92 @@ class Backend {
 
   // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
   // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0.
-  virtual void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) = 0;
+  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler);
   // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
   // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.
-  virtual void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                              const Tensor& packed, const Tensor& zero_count) = 0;
+  void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                              const Tensor& packed, const Tensor& zero_count);
   // code_sums (i8 (n)) = the sum over num_workers (1..127) workers of their codes; worker w's packed codes
   // (ceil(n/4) bytes) start at byte w * stride of `packed` (u8 of at least (num_workers-1)*stride + ceil(n/4)).
-  virtual void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) = 0;
+  void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums);
   // out (f32 (n)) = max over the `count` (1..kMaxCodecInputs) workers' scaler vectors xs[w] (f32 (n)), a
   // non-finite scaler counting as +Inf, starting from 0: the local share before the all-reduce MAX, which then
   // carries a bad scaler to every worker (each stops with the same error, none waits in a collective). out
   // may be one of xs.
-  virtual void max_scalers(const Tensor* xs, int count, const Tensor& out) = 0;
+  void max_scalers(const Tensor* xs, int count, const Tensor& out);
   // g (f32 (n)) = ternary_decode_value(scaler, code_sums[i], num_workers); code_sums i8 (n).
-  virtual void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) = 0;
+  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g);
   // g (f32 (n)) = ternary_decode_value(scaler, sum over workers of their codes, num_workers), the workers'
   // packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
-  virtual void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                                       const Tensor& g) = 0;
+  void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                                       const Tensor& g);
 
   // fp16/fp32 codings. xs: `count` (1..kMaxCodecInputs) f32 tensors of n elements, the workers' gradients in
   // worker order (an array the caller owns, so no call allocates).
   static constexpr int kMaxCodecInputs = 128;
   // out (f16 (n)) = float_to_half(sum over w of half_to_float(float_to_half(xs[w]))), added in f32 in worker
   // order: each worker's fp16 payload, summed and rounded once.
-  virtual void encode_f16_sum(const Tensor* xs, int count, const Tensor& out) = 0;
+  void encode_f16_sum(const Tensor* xs, int count, const Tensor& out);
   // out (f32 (n)) = sum over w of xs[w], in worker order. out may be xs[0], not another of xs.
-  virtual void encode_f32_sum(const Tensor* xs, int count, const Tensor& out) = 0;
+  void encode_f32_sum(const Tensor* xs, int count, const Tensor& out);
   // out (f32 (n)) = decode_f16_sum of encode_f16_sum(xs) over `count` workers, without the fp16 buffer. out
   // may be any of xs.
-  virtual void average_f16(const Tensor* xs, int count, const Tensor& out) = 0;
+  void average_f16(const Tensor* xs, int count, const Tensor& out);
   // out (f32 (n)) = encode_f32_sum(xs) / count; count 1: a copy (none when out is xs[0]). out may be any of xs.
-  virtual void average_f32(const Tensor* xs, int count, const Tensor& out) = 0;
+  void average_f32(const Tensor* xs, int count, const Tensor& out);
   // g (f32 (n)) = half_to_float(sum (f16 (n))) / num_workers.
-  virtual void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) = 0;
+  void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g);
   // g (f32 (n)) = sum (f32 (n)) / num_workers; g may be sum.
-  virtual void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) = 0;
+  void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g);
+
+  // ---- implementations: what each backend provides; the public operations above check the arguments once
+  // (devices, dtypes, element counts; backend.cc) and call these.
+ protected:
+  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void zero_impl(const Tensor& dst) = 0;
+  virtual void fill_impl(const Tensor& dst, float value) = 0;
+  virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void axpy_impl(float alpha, const Tensor& x, const Tensor& y) = 0;
+  virtual void scale_impl(float alpha, const Tensor& x) = 0;
+  virtual void relu_forward_impl(const Tensor& x, const Tensor& y) = 0;
+  virtual void relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key, uint32_t step, uint32_t salt) = 0;
+  virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) = 0;
+  virtual void concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) = 0;
+  virtual void split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) = 0;
+  virtual double sum_impl(const Tensor& x) = 0;
+  virtual double sum_squares_impl(const Tensor& x) = 0;
+  virtual float max_abs_impl(const Tensor& x) = 0;
+  virtual void softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs, const Tensor& losses) = 0;
+  virtual void softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale, const Tensor& dlogits) = 0;
+  virtual void conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  virtual void conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+  virtual size_t pool_workspace_bytes_impl(const PoolDesc& d) = 0;
+  virtual void pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
+  virtual void pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace, const Tensor& dx) = 0;
+  virtual size_t lrn_workspace_bytes_impl(const LrnDesc& d) = 0;
+  virtual void lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
+  virtual void lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx) = 0;
+  virtual void batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) = 0;
+  virtual void batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var, const Tensor& y) = 0;
+  virtual void batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) = 0;
+  virtual void inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  virtual void inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
+  virtual void optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2, const Tensor& ema) = 0;
+  virtual void ema_update_impl(float decay, const Tensor& w, const Tensor& ema) = 0;
+  virtual void ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) = 0;
+  virtual void ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed, const Tensor& zero_count) = 0;
+  virtual void ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) = 0;
+  virtual void max_scalers_impl(const Tensor* xs, int count, const Tensor& out) = 0;
+  virtual void ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) = 0;
+  virtual void ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g) = 0;
+  virtual void encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) = 0;
+  virtual void encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) = 0;
+  virtual void average_f16_impl(const Tensor* xs, int count, const Tensor& out) = 0;
+  virtual void average_f32_impl(const Tensor* xs, int count, const Tensor& out) = 0;
+  virtual void decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) = 0;
+  virtual void decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) = 0;
 };
 
 struct BackendOptions {

@@ -58,24 +58,24 @@ std::string CpuBackend::name() const {
 }
 
 // ---- memory ----------------------------------------------------------------------------------------------
-void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
   TG_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "CPU backend copy between {} and {}", dst.str(),
            src.str());
   if (dst.raw() != src.raw() && dst.bytes()) std::memmove(dst.raw(), src.raw(), dst.bytes());
 }
 
-void CpuBackend::zero(const Tensor& dst) {
+void CpuBackend::zero_impl(const Tensor& dst) {
   if (dst.bytes()) std::memset(dst.raw(), 0, dst.bytes());
 }
 
-void CpuBackend::fill(const Tensor& dst, float value) {
+void CpuBackend::fill_impl(const Tensor& dst, float value) {
   float* p = dst.data<float>();
   std::fill(p, p + dst.numel(), value);
 }
 
 // ---- element-wise ------------------------------------------------------------------------------------------
-void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+void CpuBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, b, "add");
   check_same_numel(a, out, "add");
   const float *pa = a.data<float>(), *pb = b.data<float>();
@@ -85,7 +85,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   }, kGrain);
 }
 
-void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+void CpuBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "axpy");
   const float* px = x.data<float>();
   float* py = y.data<float>();
@@ -94,14 +94,14 @@ void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
   }, kGrain);
 }
 
-void CpuBackend::scale(float alpha, const Tensor& x) {
+void CpuBackend::scale_impl(float alpha, const Tensor& x) {
   float* p = x.data<float>();
   parallel_for(x.numel(), [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) p[i] *= alpha;
   }, kGrain);
 }
 
-void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
+void CpuBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
   const float* px = x.data<float>();
   float* py = y.data<float>();
@@ -110,7 +110,7 @@ void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
   }, kGrain);
 }
 
-void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+void CpuBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_numel(y, dy, "relu_backward");
   check_same_numel(y, dx, "relu_backward");
   const float *py = y.data<float>(), *pdy = dy.data<float>();
@@ -120,7 +120,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& 
   }, kGrain);
 }
 
-void CpuBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+void CpuBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
                                  PhiloxKey key, uint32_t step, uint32_t salt) {
   check_same_numel(x, y, "dropout");
   check_same_numel(x, mask, "dropout");
@@ -138,7 +138,7 @@ void CpuBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor&
   }, kGrain);
 }
 
-void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
+void CpuBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
   check_same_numel(dy, dx, "dropout_backward");
   const float* pdy = dy.data<float>();
   const uint8_t* pm = mask.data<uint8_t>();
@@ -149,7 +149,7 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float ke
   }, kGrain);
 }
 
-void CpuBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
+void CpuBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) {
   const int64_t c_out = out.shape().dim(-1);
   const int64_t rows = out.numel() / c_out;  // N*H*W
   float* po = out.data<float>();
@@ -166,7 +166,7 @@ void CpuBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor&
   TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
 }
 
-void CpuBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
+void CpuBackend::split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) {
   const int64_t c_out = dout.shape().dim(-1);
   const int64_t rows = dout.numel() / c_out;
   const float* po = dout.data<float>();
@@ -198,15 +198,15 @@ template <typename Term> double sum8(const float* p, int64_t n, Term term) {
 }
 }  // namespace
 
-double CpuBackend::sum(const Tensor& x) {
+double CpuBackend::sum_impl(const Tensor& x) {
   return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v); });
 }
 
-double CpuBackend::sum_squares(const Tensor& x) {
+double CpuBackend::sum_squares_impl(const Tensor& x) {
   return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v) * v; });
 }
 
-float CpuBackend::max_abs(const Tensor& x) {
+float CpuBackend::max_abs_impl(const Tensor& x) {
   const float* p = x.data<float>();
   float m = 0.f;
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -218,7 +218,7 @@ float CpuBackend::max_abs(const Tensor& x) {
 }
 
 // ---- softmax cross-entropy ------------------------------------------------------------------------------------
-void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                       const Tensor& probs, const Tensor& losses) {
   const int64_t n = logits.shape().dim(0), k = logits.shape().dim(1);
   const float* pl = logits.data<float>();
@@ -248,7 +248,7 @@ void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels
   }
 }
 
-void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+void CpuBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing,
                                        float scale, const Tensor& dlogits) {
   const int64_t n = probs.shape().dim(0), k = probs.shape().dim(1);
   const float* pp = probs.data<float>();
@@ -292,7 +292,7 @@ void update_range(bool ema, int64_t s, int64_t e, float* pw, const float* pg, fl
 }
 }  // namespace
 
-void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
                                   const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   float* pw = w.data<float>();
@@ -321,7 +321,7 @@ void CpuBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, co
   }, kGrain);
 }
 
-void CpuBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
+void CpuBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {
   check_same_numel(w, ema, "ema_update");
   const float* pw = w.data<float>();
   float* pe = ema.data<float>();

@@ -79,73 +79,73 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void bind_thread() override;
 
-  void copy(const Tensor& dst, const Tensor& src) override;
-  void zero(const Tensor& dst) override;
-  void fill(const Tensor& dst, float value) override;
+  void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void zero_impl(const Tensor& dst) override;
+  void fill_impl(const Tensor& dst, float value) override;
 
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
-  void scale(float alpha, const Tensor& x) override;
-  void relu_forward(const Tensor& x, const Tensor& y) override;
-  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
-  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
+  void add_impl(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void axpy_impl(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale_impl(float alpha, const Tensor& x) override;
+  void relu_forward_impl(const Tensor& x, const Tensor& y) override;
+  void relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
                        uint32_t step, uint32_t salt) override;
-  void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) override;
-  void concat_channels(const std::vector<Tensor>& parts, const Tensor& out) override;
-  void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) override;
+  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) override;
+  void concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) override;
+  void split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) override;
 
-  double sum(const Tensor& x) override;
-  double sum_squares(const Tensor& x) override;
-  float max_abs(const Tensor& x) override;
+  double sum_impl(const Tensor& x) override;
+  double sum_squares_impl(const Tensor& x) override;
+  float max_abs_impl(const Tensor& x) override;
 
-  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
+  void softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
                             const Tensor& losses) override;
-  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
+  void softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
                              const Tensor& dlogits) override;
 
-  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+  void conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                       const Tensor& y) override;
-  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+  void conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
                        const Tensor& dw, const Tensor& db) override;
-  size_t pool_workspace_bytes(const PoolDesc& d) override;
-  void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
-  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
+  size_t pool_workspace_bytes_impl(const PoolDesc& d) override;
+  void pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
                      const Tensor& dx) override;
-  size_t lrn_workspace_bytes(const LrnDesc& d) override;
-  void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
-  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+  size_t lrn_workspace_bytes_impl(const LrnDesc& d) override;
+  void lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
+  void lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
                     const Tensor& dx) override;
-  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+  void batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& y, const Tensor& mean, const Tensor& var) override;
-  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+  void batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     const Tensor& mean, const Tensor& var, const Tensor& y) override;
-  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+  void batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
                            const Tensor& dbeta) override;
-  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+  void inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                              const Tensor& y) override;
-  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+  void inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                               const Tensor& dx, const Tensor& dw, const Tensor& db) override;
 
-  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+  void optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
                         const Tensor& s2, const Tensor& ema) override;
-  void ema_update(float decay, const Tensor& w, const Tensor& ema) override;
+  void ema_update_impl(float decay, const Tensor& w, const Tensor& ema) override;
 
   // ---- gradient codec (cpu_codec.cc: checks, then the loops of ternary_codec.cc) ----
-  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) override;
-  void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+  void ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) override;
+  void ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                       const Tensor& packed, const Tensor& zero_count) override;
-  void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
-  void max_scalers(const Tensor* xs, int count, const Tensor& out) override;
-  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
-  void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+  void ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
+  void max_scalers_impl(const Tensor* xs, int count, const Tensor& out) override;
+  void ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
+  void ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                const Tensor& g) override;
-  void encode_f16_sum(const Tensor* xs, int count, const Tensor& out) override;
-  void encode_f32_sum(const Tensor* xs, int count, const Tensor& out) override;
-  void average_f16(const Tensor* xs, int count, const Tensor& out) override;
-  void average_f32(const Tensor* xs, int count, const Tensor& out) override;
-  void decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
-  void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) override;
+  void encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) override;
+  void encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f16_impl(const Tensor* xs, int count, const Tensor& out) override;
+  void average_f32_impl(const Tensor* xs, int count, const Tensor& out) override;
+  void decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) override;
+  void decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) override;
 
   int threads() const { return threads_; }
   dnnl::engine& engine() { return engine_; }

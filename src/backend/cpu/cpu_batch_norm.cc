@@ -84,7 +84,7 @@ static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
   }
 }
 
-void CpuBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                              const Tensor& beta, const Tensor& y, const Tensor& mean,
                                              const Tensor& var) {
   const char* op = "batch_norm_forward_training";
@@ -144,7 +144,7 @@ void CpuBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tenso
                std::max<int64_t>(1, 16384 / c));
 }
 
-void CpuBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                               const Tensor& beta, const Tensor& mean, const Tensor& var,
                                               const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
@@ -168,7 +168,7 @@ void CpuBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Tens
   }, std::max<int64_t>(1, 16384 / d.c));
 }
 
-void CpuBackend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                      const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
                                      const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";

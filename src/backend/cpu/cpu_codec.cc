@@ -36,7 +36,7 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }
 }  // namespace
 
-void CpuBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
   cc::dtype(g, DType::F32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");
@@ -44,7 +44,7 @@ void CpuBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor
   *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
 }
 
-void CpuBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                                 const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
@@ -61,7 +61,7 @@ void CpuBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey
   if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
 }
 
-void CpuBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
   cc::dtype(code_sums, DType::I8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
@@ -69,13 +69,13 @@ void CpuBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num
   ternary_sum_codes_cpu(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>());
 }
 
-void CpuBackend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
+void CpuBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, out, DType::F32, "max_scalers", ptrs);
   max_scalers_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
-void CpuBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums");
   cc::numel(code_sums, g.numel(), op, "code sums");
@@ -83,7 +83,7 @@ void CpuBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scal
   ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers, g.data<float>());
 }
 
-void CpuBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                          const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::F32, op, "g");
@@ -93,39 +93,39 @@ void CpuBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride,
                               g.data<float>());
 }
 
-void CpuBackend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
+void CpuBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, out, DType::F16, "encode_f16_sum", ptrs);
   encode_f16_sum_cpu(ptrs, count, out.numel(), out.data<half_bits>());
 }
 
-void CpuBackend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
+void CpuBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, out, DType::F32, "encode_f32_sum", ptrs);
   cc::not_a_later_input(xs, count, out, "encode_f32_sum");
   encode_f32_sum_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
-void CpuBackend::average_f16(const Tensor* xs, int count, const Tensor& out) {
+void CpuBackend::average_f16_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, out, DType::F32, "average_f16", ptrs);
   average_f16_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
-void CpuBackend::average_f32(const Tensor* xs, int count, const Tensor& out) {
+void CpuBackend::average_f32_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, out, DType::F32, "average_f32", ptrs);
   average_f32_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
-void CpuBackend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+void CpuBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f16_sum";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   on_host(g, op, "g"), on_host(sum, op, "sum");
   decode_f16_sum_cpu(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>());
 }
 
-void CpuBackend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+void CpuBackend::decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f32_sum";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   on_host(g, op, "g"), on_host(sum, op, "sum");

@@ -110,7 +110,7 @@ void check_args(const ConvDesc& d, const char* op, const Tensor& x, const Tensor
 
 }  // namespace
 
-void CpuBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                                 const Tensor& y) {
   const char* op = "conv2d_forward";
   check_args(d, op, x, w);
@@ -142,7 +142,7 @@ void CpuBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor
   execute(stream_, e.prim, e.args);
 }
 
-void CpuBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                                  const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const char* op = "conv2d_backward";
   check_args(d, op, x, w);

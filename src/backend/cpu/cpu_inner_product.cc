@@ -66,7 +66,7 @@ void check_args(const InnerProductDesc& d, const char* op, const Tensor& x, cons
 
 }  // namespace
 
-void CpuBackend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+void CpuBackend::inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
                                        const Tensor& b, const Tensor& y) {
   const char* op = "inner_product_forward";
   check_args(d, op, x, w);
@@ -102,7 +102,7 @@ void CpuBackend::inner_product_forward(const InnerProductDesc& d, const Tensor& 
   execute(stream_, e.prim, e.args);
 }
 
-void CpuBackend::inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
                                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const char* op = "inner_product_backward";
   check_args(d, op, x, w);

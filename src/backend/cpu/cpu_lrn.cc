@@ -75,12 +75,12 @@ static LrnForward& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool trai
   });
 }
 
-size_t CpuBackend::lrn_workspace_bytes(const LrnDesc& d) {
+size_t CpuBackend::lrn_workspace_bytes_impl(const LrnDesc& d) {
   check_desc(d, "lrn_workspace_bytes");
   return lrn_forward_entry(*this, d, /*training=*/true).workspace_bytes;
 }
 
-void CpuBackend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
+void CpuBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   const char* op = "lrn_forward";
   check_desc(d, op);
   int64_t numel = d.n * d.h * d.w * d.c;
@@ -99,7 +99,7 @@ void CpuBackend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y,
   execute(stream_, e.prim, e.args);
 }
 
-void CpuBackend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
                               const Tensor& dx) {
   const char* op = "lrn_backward";
   check_desc(d, op);

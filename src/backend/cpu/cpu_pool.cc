@@ -79,12 +79,12 @@ static PoolForward& pool_forward_entry(CpuBackend& be, const PoolDesc& d, bool t
   });
 }
 
-size_t CpuBackend::pool_workspace_bytes(const PoolDesc& d) {
+size_t CpuBackend::pool_workspace_bytes_impl(const PoolDesc& d) {
   check_desc(d, "pool_workspace_bytes");
   return pool_forward_entry(*this, d, /*training=*/true).workspace_bytes;
 }
 
-void CpuBackend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
+void CpuBackend::pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   const char* op = "pool_forward";
   check_desc(d, op);
   check_f32(x, d.n * d.h * d.w * d.c, op, "x");
@@ -101,7 +101,7 @@ void CpuBackend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& 
   execute(stream_, e.prim, e.args);
 }
 
-void CpuBackend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
+void CpuBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
                                const Tensor& workspace, const Tensor& dx) {
   const char* op = "pool_backward";
   check_desc(d, op);

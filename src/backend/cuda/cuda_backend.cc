@@ -157,7 +157,7 @@ void CudaBackend::check_on_device(const Tensor& t, const char* op, const char* w
 }
 
 // ---- memory ------------------------------------------------------------------------------------------------
-void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
+void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
   for (const Tensor* t : {&dst, &src})
     TG_CHECK(t->device().is_cpu() || t->device() == device(), "copy on {}: {} is on another device", device().str(),
@@ -174,21 +174,21 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
   if (dst.device().is_cpu() || (src.device().is_cpu() && !is_pageable(src.raw()))) sync_and_check();
 }
 
-void CudaBackend::zero(const Tensor& dst) {
+void CudaBackend::zero_impl(const Tensor& dst) {
   if (dst.bytes() == 0) return;
   check_on_device(dst, "zero", "dst");
   CudaDeviceGuard guard(index_);
   TG_CUDA_CHECK(cudaMemsetAsync(dst.raw(), 0, dst.bytes(), stream_));
 }
 
-void CudaBackend::fill(const Tensor& dst, float value) {
+void CudaBackend::fill_impl(const Tensor& dst, float value) {
   check_on_device(dst, "fill", "dst");
   CudaDeviceGuard guard(index_);
   cuda_kernels::fill_f32(dst.data<float>(), dst.numel(), value, stream_);
 }
 
 // ---- element-wise --------------------------------------------------------------------------------------------
-void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, b, "add");
   check_same_numel(a, out, "add");
   check_on_device(a, "add", "a"), check_on_device(b, "add", "b"), check_on_device(out, "add", "out");
@@ -196,27 +196,27 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   cuda_kernels::add_f32(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
 }
 
-void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+void CudaBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "axpy");
   check_on_device(x, "axpy", "x"), check_on_device(y, "axpy", "y");
   CudaDeviceGuard guard(index_);
   cuda_kernels::axpy_f32(alpha, x.data<float>(), y.data<float>(), x.numel(), stream_);
 }
 
-void CudaBackend::scale(float alpha, const Tensor& x) {
+void CudaBackend::scale_impl(float alpha, const Tensor& x) {
   check_on_device(x, "scale", "x");
   CudaDeviceGuard guard(index_);
   cuda_kernels::scale_f32(alpha, x.data<float>(), x.numel(), stream_);
 }
 
-void CudaBackend::relu_forward(const Tensor& x, const Tensor& y) {
+void CudaBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
   check_on_device(x, "relu", "x"), check_on_device(y, "relu", "y");
   CudaDeviceGuard guard(index_);
   cuda_kernels::relu_forward_f32(x.data<float>(), y.data<float>(), x.numel(), stream_);
 }
 
-void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_numel(y, dy, "relu_backward");
   check_same_numel(y, dx, "relu_backward");
   check_on_device(y, "relu_backward", "y"), check_on_device(dy, "relu_backward", "dy");
@@ -225,7 +225,7 @@ void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor&
   cuda_kernels::relu_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel(), stream_);
 }
 
-void CudaBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
+void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
                                   PhiloxKey key, uint32_t step, uint32_t salt) {
   check_same_numel(x, y, "dropout");
   check_same_numel(x, mask, "dropout");
@@ -236,7 +236,7 @@ void CudaBackend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor
                                     key, step, salt, stream_);
 }
 
-void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
+void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
   check_same_numel(dy, dx, "dropout_backward");
   check_same_numel(dy, mask, "dropout_backward");
   check_on_device(dy, "dropout_backward", "dy"), check_on_device(mask, "dropout_backward", "mask");
@@ -247,7 +247,7 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float k
 }
 
 // Channel concat/split are strided 2-D copies: rows = N*H*W, a part's row is c floats at offset `offset`.
-void CudaBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
+void CudaBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) {
   check_on_device(out, "concat", "out");
   const int64_t c_out = out.shape().dim(-1);
   const int64_t rows = c_out ? out.numel() / c_out : 0;
@@ -267,7 +267,7 @@ void CudaBackend::concat_channels(const std::vector<Tensor>& parts, const Tensor
   TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
 }
 
-void CudaBackend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
+void CudaBackend::split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) {
   check_on_device(dout, "split", "dout");
   const int64_t c_out = dout.shape().dim(-1);
   const int64_t rows = c_out ? dout.numel() / c_out : 0;
@@ -304,10 +304,10 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
   return v;
 }
 
-double CudaBackend::sum(const Tensor& x) { return reduce_to_host(x, false, "sum"); }
-double CudaBackend::sum_squares(const Tensor& x) { return reduce_to_host(x, true, "sum_squares"); }
+double CudaBackend::sum_impl(const Tensor& x) { return reduce_to_host(x, false, "sum"); }
+double CudaBackend::sum_squares_impl(const Tensor& x) { return reduce_to_host(x, true, "sum_squares"); }
 
-float CudaBackend::max_abs(const Tensor& x) {
+float CudaBackend::max_abs_impl(const Tensor& x) {
   check_on_device(x, "max_abs", "x");
   if (x.numel() == 0) return 0.f;
   CudaDeviceGuard guard(index_);
@@ -322,7 +322,7 @@ float CudaBackend::max_abs(const Tensor& x) {
 }
 
 // ---- softmax cross-entropy --------------------------------------------------------------------------------------
-void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+void CudaBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                        const Tensor& probs, const Tensor& losses) {
   TG_CHECK(logits.shape().rank() == 2, "softmax_xent: logits {} must be (N, K)", logits.str());
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
@@ -340,7 +340,7 @@ void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& label
   label_check_pending_ = true, label_k_ = k;  // read at the next host sync (no wait here)
 }
 
-void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+void CudaBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing,
                                         float scale, const Tensor& dlogits) {
   TG_CHECK(probs.shape().rank() == 2, "softmax_xent_backward: probs {} must be (N, K)", probs.str());
   const int64_t n = probs.shape()[0], k = probs.shape()[1];
@@ -358,7 +358,7 @@ void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& label
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------------------
-void CudaBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
                                    const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   check_on_device(w, "optimizer_update", "w"), check_on_device(g, "optimizer_update", "g");
@@ -378,7 +378,7 @@ void CudaBackend::optimizer_update(const OptimizerStep& step, const Tensor& w, c
                                      w.numel(), stream_);
 }
 
-void CudaBackend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
+void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {
   check_same_numel(w, ema, "ema_update");
   check_on_device(w, "ema_update", "w"), check_on_device(ema, "ema_update", "ema");
   CudaDeviceGuard guard(index_);

@@ -59,7 +59,7 @@ float* mut_ptr_or_null(const Tensor& t) { return t ? t.data<float>() : nullptr; 
 
 }  // namespace
 
-void CudaBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                               const Tensor& beta, const Tensor& y, const Tensor& mean,
                                               const Tensor& var) {
   const char* op = "batch_norm_forward_training";
@@ -73,7 +73,7 @@ void CudaBackend::batch_norm_forward_training(const BatchNormDesc& d, const Tens
                                                 d.epsilon, scratch, stream());
 }
 
-void CudaBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                                const Tensor& beta, const Tensor& mean, const Tensor& var,
                                                const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
@@ -87,7 +87,7 @@ void CudaBackend::batch_norm_forward_inference(const BatchNormDesc& d, const Ten
                                                  d.epsilon, scratch, stream());
 }
 
-void CudaBackend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                       const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
                                       const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";

@@ -32,7 +32,7 @@ void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Te
 }
 }  // namespace
 
-void CudaBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
   const char* op = "ternary_scaler";
   cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
@@ -41,7 +41,7 @@ void CudaBackend::ternary_scaler(const Tensor& g, float clip_factor, const Tenso
   ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
 }
 
-void CudaBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                                  const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
@@ -59,7 +59,7 @@ void CudaBackend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKe
                       stream_);
 }
 
-void CudaBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
   cc::dtype(code_sums, DType::I8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
@@ -69,14 +69,14 @@ void CudaBackend::ternary_sum_codes(const Tensor& packed, int64_t stride, int nu
                          stream_);
 }
 
-void CudaBackend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
+void CudaBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(*this, xs, count, out, DType::F32, "max_scalers", ptrs);
   CudaDeviceGuard guard(index_);
   max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
-void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums"), cc::scaler(scaler, op);
   cc::numel(code_sums, g.numel(), op, "code sums");
@@ -87,7 +87,7 @@ void CudaBackend::ternary_decode_sums(const Tensor& code_sums, const Tensor& sca
                            stream_);
 }
 
-void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                           const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
@@ -98,14 +98,14 @@ void CudaBackend::ternary_decode_gathered(const Tensor& gathered, int64_t stride
                                g.data<float>(), stream_);
 }
 
-void CudaBackend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
+void CudaBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(*this, xs, count, out, DType::F16, "encode_f16_sum", ptrs);
   CudaDeviceGuard guard(index_);
   encode_f16_sum_cuda(ptrs, count, out.numel(), out.data<half_bits>(), stream_);
 }
 
-void CudaBackend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
+void CudaBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(*this, xs, count, out, DType::F32, "encode_f32_sum", ptrs);
   cc::not_a_later_input(xs, count, out, "encode_f32_sum");
@@ -113,21 +113,21 @@ void CudaBackend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out)
   encode_f32_sum_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
-void CudaBackend::average_f16(const Tensor* xs, int count, const Tensor& out) {
+void CudaBackend::average_f16_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(*this, xs, count, out, DType::F32, "average_f16", ptrs);
   CudaDeviceGuard guard(index_);
   average_f16_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
-void CudaBackend::average_f32(const Tensor* xs, int count, const Tensor& out) {
+void CudaBackend::average_f32_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(*this, xs, count, out, DType::F32, "average_f32", ptrs);
   CudaDeviceGuard guard(index_);
   average_f32_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
-void CudaBackend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+void CudaBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f16_sum";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   check_on_device(g, op, "g"), check_on_device(sum, op, "sum");
@@ -135,7 +135,7 @@ void CudaBackend::decode_f16_sum(const Tensor& sum, int num_workers, const Tenso
   decode_f16_sum_cuda(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>(), stream_);
 }
 
-void CudaBackend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+void CudaBackend::decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f32_sum";
   cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   check_on_device(g, op, "g"), check_on_device(sum, op, "sum");

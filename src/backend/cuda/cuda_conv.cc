@@ -237,7 +237,7 @@ char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; 
 
 }  // namespace
 
-void CudaBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                                  const Tensor& y) {
   TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && w.numel() == d.kh * d.kw * (d.c / d.groups) * d.out_c &&
                y.numel() == d.n * d.out_h * d.out_w * d.out_c,
@@ -271,7 +271,7 @@ void CudaBackend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tenso
     cuda_kernels::add_bias_rows_f32(y.data<float>(), b.data<float>(), d.n * d.out_h * d.out_w, d.out_c, stream());
 }
 
-void CudaBackend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                                   const Tensor& dx, const Tensor& dw, const Tensor& db) {
   TG_CHECK(dy.numel() == d.n * d.out_h * d.out_w * d.out_c, "conv2d_backward {}: dy {} does not match", d.key(),
            dy.str());

@@ -22,7 +22,7 @@ void check_ip(const InnerProductDesc& d, const char* op) {
 }
 }  // namespace
 
-void CudaBackend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+void CudaBackend::inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
                                         const Tensor& b, const Tensor& y) {
   check_ip(d, "inner_product_forward");
   TG_CHECK(x.numel() == d.n * d.in && w.numel() == d.in * d.out && y.numel() == d.n * d.out,
@@ -44,7 +44,7 @@ void CudaBackend::inner_product_forward(const InnerProductDesc& d, const Tensor&
   if (d.has_bias) cuda_kernels::add_bias_rows_f32(y.data<float>(), b.data<float>(), d.n, d.out, stream());
 }
 
-void CudaBackend::inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
+void CudaBackend::inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
                                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   check_ip(d, "inner_product_backward");
   TG_CHECK(dy.numel() == d.n * d.out, "inner_product_backward {}: dy {} does not match", d.key(), dy.str());

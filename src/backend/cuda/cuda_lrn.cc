@@ -16,12 +16,12 @@ void check_lrn(const LrnDesc& d, const char* op) {
 }
 }  // namespace
 
-size_t CudaBackend::lrn_workspace_bytes(const LrnDesc& d) {
+size_t CudaBackend::lrn_workspace_bytes_impl(const LrnDesc& d) {
   check_lrn(d, "lrn_workspace_bytes");
   return 0;
 }
 
-void CudaBackend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& /*workspace*/) {
+void CudaBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& /*workspace*/) {
   check_lrn(d, "lrn_forward");
   const int64_t numel = d.n * d.h * d.w * d.c;
   TG_CHECK(x.numel() == numel && y.numel() == numel, "lrn_forward {}: x {}, y {} do not match", d.key(), x.str(),
@@ -32,7 +32,7 @@ void CudaBackend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y
                                 d.beta, stream());
 }
 
-void CudaBackend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& /*workspace*/,
+void CudaBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& /*workspace*/,
                                const Tensor& dx) {
   check_lrn(d, "lrn_backward");
   const int64_t numel = d.n * d.h * d.w * d.c;

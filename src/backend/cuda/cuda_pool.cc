@@ -16,12 +16,12 @@ void check_pool(const PoolDesc& d, const char* op) {
 }
 }  // namespace
 
-size_t CudaBackend::pool_workspace_bytes(const PoolDesc& d) {
+size_t CudaBackend::pool_workspace_bytes_impl(const PoolDesc& d) {
   check_pool(d, "pool_workspace_bytes");
   return 0;
 }
 
-void CudaBackend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& /*workspace*/) {
+void CudaBackend::pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& /*workspace*/) {
   check_pool(d, "pool_forward");
   TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && y.numel() == d.n * d.out_h * d.out_w * d.c,
            "pool_forward {}: x {}, y {} do not match", d.key(), x.str(), y.str());
@@ -30,7 +30,7 @@ void CudaBackend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor&
   cuda_kernels::pool_forward_f32(d, x.data<float>(), y.data<float>(), stream());
 }
 
-void CudaBackend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
+void CudaBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
                                 const Tensor& /*workspace*/, const Tensor& dx) {
   check_pool(d, "pool_backward");
   TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && dx.numel() == x.numel() &&

@@ -1,0 +1,357 @@
+// The Backend's public operations: each checks its arguments once (every defined tensor on this backend's
+// device; dtypes and element counts of the element-wise, reduction and optimizer operations; the layers and the
+// codec ops check their shapes in the implementations, codec_checks.h) and calls the backend's *_impl, so both
+// backends share one contract (the pattern of Layer and Communicator).
+#include "terngrad/backend/backend.h"
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+void on_device(const Backend& be, const Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) return;
+  TG_CHECK(t.device() == be.device(), "{} on {}: {} {} is on another device", op, be.device().str(), what, t.str());
+}
+
+void on_device(const Backend& be, const Tensor* xs, int count, const char* op, const char* what) {
+  TG_CHECK(xs != nullptr || count <= 0, "{} on {}: no {} tensors", op, be.device().str(), what);
+  for (int i = 0; i < count; ++i) on_device(be, xs[i], op, what);
+}
+
+// t (when defined) is f32 with ref's element count.
+void f32_like(const Tensor& ref, const Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) return;
+  TG_CHECK(t.dtype() == DType::F32 && t.numel() == ref.numel(), "{}: {} {} must be f32 with {} elements", op, what,
+           t.str(), ref.numel());
+}
+}  // namespace
+
+void Backend::copy(const Tensor& dst, const Tensor& src) {
+  copy_impl(dst, src);
+}
+
+void Backend::zero(const Tensor& dst) {
+  on_device(*this, dst, "zero", "dst");
+  zero_impl(dst);
+}
+
+void Backend::fill(const Tensor& dst, float value) {
+  on_device(*this, dst, "fill", "dst");
+  f32_like(dst, dst, "fill", "dst");
+  fill_impl(dst, value);
+}
+
+void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  on_device(*this, a, "add", "a");
+  on_device(*this, b, "add", "b");
+  on_device(*this, out, "add", "out");
+  f32_like(out, a, "add", "a");
+  f32_like(out, b, "add", "b");
+  f32_like(out, out, "add", "out");
+  add_impl(a, b, out);
+}
+
+void Backend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  on_device(*this, x, "axpy", "x");
+  on_device(*this, y, "axpy", "y");
+  f32_like(y, x, "axpy", "x");
+  f32_like(y, y, "axpy", "y");
+  axpy_impl(alpha, x, y);
+}
+
+void Backend::scale(float alpha, const Tensor& x) {
+  on_device(*this, x, "scale", "x");
+  f32_like(x, x, "scale", "x");
+  scale_impl(alpha, x);
+}
+
+void Backend::relu_forward(const Tensor& x, const Tensor& y) {
+  on_device(*this, x, "relu_forward", "x");
+  on_device(*this, y, "relu_forward", "y");
+  f32_like(x, x, "relu_forward", "x");
+  f32_like(x, y, "relu_forward", "y");
+  relu_forward_impl(x, y);
+}
+
+void Backend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  on_device(*this, y, "relu_backward", "y");
+  on_device(*this, dy, "relu_backward", "dy");
+  on_device(*this, dx, "relu_backward", "dx");
+  f32_like(y, y, "relu_backward", "y");
+  f32_like(y, dy, "relu_backward", "dy");
+  f32_like(y, dx, "relu_backward", "dx");
+  relu_backward_impl(y, dy, dx);
+}
+
+void Backend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key, uint32_t step, uint32_t salt) {
+  on_device(*this, x, "dropout_forward", "x");
+  on_device(*this, y, "dropout_forward", "y");
+  on_device(*this, mask, "dropout_forward", "mask");
+  f32_like(x, x, "dropout_forward", "x");
+  f32_like(x, y, "dropout_forward", "y");
+  TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == x.numel(), "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
+  TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout_forward: keep_prob {} is not in (0, 1]", keep_prob);
+  dropout_forward_impl(x, y, mask, keep_prob, key, step, salt);
+}
+
+void Backend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
+  on_device(*this, dy, "dropout_backward", "dy");
+  on_device(*this, mask, "dropout_backward", "mask");
+  on_device(*this, dx, "dropout_backward", "dx");
+  f32_like(dy, dy, "dropout_backward", "dy");
+  f32_like(dy, dx, "dropout_backward", "dx");
+  TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == dy.numel(), "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
+  dropout_backward_impl(dy, mask, keep_prob, dx);
+}
+
+void Backend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
+  for (const Tensor& t : parts) on_device(*this, t, "concat_channels", "parts");
+  on_device(*this, out, "concat_channels", "out");
+  concat_channels_impl(parts, out);
+}
+
+void Backend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
+  on_device(*this, dout, "split_channels", "dout");
+  for (const Tensor& t : dparts) on_device(*this, t, "split_channels", "dparts");
+  split_channels_impl(dout, dparts);
+}
+
+double Backend::sum(const Tensor& x) {
+  on_device(*this, x, "sum", "x");
+  f32_like(x, x, "sum", "x");
+  return sum_impl(x);
+}
+
+double Backend::sum_squares(const Tensor& x) {
+  on_device(*this, x, "sum_squares", "x");
+  f32_like(x, x, "sum_squares", "x");
+  return sum_squares_impl(x);
+}
+
+float Backend::max_abs(const Tensor& x) {
+  on_device(*this, x, "max_abs", "x");
+  f32_like(x, x, "max_abs", "x");
+  return max_abs_impl(x);
+}
+
+void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs, const Tensor& losses) {
+  on_device(*this, logits, "softmax_xent_forward", "logits");
+  on_device(*this, labels, "softmax_xent_forward", "labels");
+  on_device(*this, probs, "softmax_xent_forward", "probs");
+  on_device(*this, losses, "softmax_xent_forward", "losses");
+  softmax_xent_forward_impl(logits, labels, label_smoothing, probs, losses);
+}
+
+void Backend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale, const Tensor& dlogits) {
+  on_device(*this, probs, "softmax_xent_backward", "probs");
+  on_device(*this, labels, "softmax_xent_backward", "labels");
+  on_device(*this, dlogits, "softmax_xent_backward", "dlogits");
+  softmax_xent_backward_impl(probs, labels, label_smoothing, scale, dlogits);
+}
+
+void Backend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  on_device(*this, x, "conv2d_forward", "x");
+  on_device(*this, w, "conv2d_forward", "w");
+  on_device(*this, b, "conv2d_forward", "b");
+  on_device(*this, y, "conv2d_forward", "y");
+  conv2d_forward_impl(d, x, w, b, y);
+}
+
+void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  on_device(*this, x, "conv2d_backward", "x");
+  on_device(*this, w, "conv2d_backward", "w");
+  on_device(*this, dy, "conv2d_backward", "dy");
+  on_device(*this, dx, "conv2d_backward", "dx");
+  on_device(*this, dw, "conv2d_backward", "dw");
+  on_device(*this, db, "conv2d_backward", "db");
+  conv2d_backward_impl(d, x, w, dy, dx, dw, db);
+}
+
+size_t Backend::pool_workspace_bytes(const PoolDesc& d) {
+  return pool_workspace_bytes_impl(d);
+}
+
+void Backend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
+  on_device(*this, x, "pool_forward", "x");
+  on_device(*this, y, "pool_forward", "y");
+  on_device(*this, workspace, "pool_forward", "workspace");
+  pool_forward_impl(d, x, y, workspace);
+}
+
+void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace, const Tensor& dx) {
+  on_device(*this, x, "pool_backward", "x");
+  on_device(*this, y, "pool_backward", "y");
+  on_device(*this, dy, "pool_backward", "dy");
+  on_device(*this, workspace, "pool_backward", "workspace");
+  on_device(*this, dx, "pool_backward", "dx");
+  pool_backward_impl(d, x, y, dy, workspace, dx);
+}
+
+size_t Backend::lrn_workspace_bytes(const LrnDesc& d) {
+  return lrn_workspace_bytes_impl(d);
+}
+
+void Backend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
+  on_device(*this, x, "lrn_forward", "x");
+  on_device(*this, y, "lrn_forward", "y");
+  on_device(*this, workspace, "lrn_forward", "workspace");
+  lrn_forward_impl(d, x, y, workspace);
+}
+
+void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx) {
+  on_device(*this, x, "lrn_backward", "x");
+  on_device(*this, dy, "lrn_backward", "dy");
+  on_device(*this, workspace, "lrn_backward", "workspace");
+  on_device(*this, dx, "lrn_backward", "dx");
+  lrn_backward_impl(d, x, dy, workspace, dx);
+}
+
+void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) {
+  on_device(*this, x, "batch_norm_forward_training", "x");
+  on_device(*this, gamma, "batch_norm_forward_training", "gamma");
+  on_device(*this, beta, "batch_norm_forward_training", "beta");
+  on_device(*this, y, "batch_norm_forward_training", "y");
+  on_device(*this, mean, "batch_norm_forward_training", "mean");
+  on_device(*this, var, "batch_norm_forward_training", "var");
+  batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var);
+}
+
+void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var, const Tensor& y) {
+  on_device(*this, x, "batch_norm_forward_inference", "x");
+  on_device(*this, gamma, "batch_norm_forward_inference", "gamma");
+  on_device(*this, beta, "batch_norm_forward_inference", "beta");
+  on_device(*this, mean, "batch_norm_forward_inference", "mean");
+  on_device(*this, var, "batch_norm_forward_inference", "var");
+  on_device(*this, y, "batch_norm_forward_inference", "y");
+  batch_norm_forward_inference_impl(d, x, gamma, beta, mean, var, y);
+}
+
+void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  on_device(*this, x, "batch_norm_backward", "x");
+  on_device(*this, gamma, "batch_norm_backward", "gamma");
+  on_device(*this, mean, "batch_norm_backward", "mean");
+  on_device(*this, var, "batch_norm_backward", "var");
+  on_device(*this, dy, "batch_norm_backward", "dy");
+  on_device(*this, dx, "batch_norm_backward", "dx");
+  on_device(*this, dgamma, "batch_norm_backward", "dgamma");
+  on_device(*this, dbeta, "batch_norm_backward", "dbeta");
+  batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
+}
+
+void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  on_device(*this, x, "inner_product_forward", "x");
+  on_device(*this, w, "inner_product_forward", "w");
+  on_device(*this, b, "inner_product_forward", "b");
+  on_device(*this, y, "inner_product_forward", "y");
+  inner_product_forward_impl(d, x, w, b, y);
+}
+
+void Backend::inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  on_device(*this, x, "inner_product_backward", "x");
+  on_device(*this, w, "inner_product_backward", "w");
+  on_device(*this, dy, "inner_product_backward", "dy");
+  on_device(*this, dx, "inner_product_backward", "dx");
+  on_device(*this, dw, "inner_product_backward", "dw");
+  on_device(*this, db, "inner_product_backward", "db");
+  inner_product_backward_impl(d, x, w, dy, dx, dw, db);
+}
+
+void Backend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+  on_device(*this, w, "optimizer_update", "w");
+  on_device(*this, g, "optimizer_update", "g");
+  on_device(*this, s1, "optimizer_update", "s1");
+  on_device(*this, s2, "optimizer_update", "s2");
+  on_device(*this, ema, "optimizer_update", "ema");
+  f32_like(w, w, "optimizer_update", "w");
+  f32_like(w, g, "optimizer_update", "g");
+  f32_like(w, s1, "optimizer_update", "s1");
+  f32_like(w, s2, "optimizer_update", "s2");
+  f32_like(w, ema, "optimizer_update", "ema");
+  optimizer_update_impl(step, w, g, s1, s2, ema);
+}
+
+void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
+  on_device(*this, w, "ema_update", "w");
+  on_device(*this, ema, "ema_update", "ema");
+  f32_like(w, w, "ema_update", "w");
+  f32_like(w, ema, "ema_update", "ema");
+  ema_update_impl(decay, w, ema);
+}
+
+void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+  on_device(*this, g, "ternary_scaler", "g");
+  on_device(*this, scaler, "ternary_scaler", "scaler");
+  ternary_scaler_impl(g, clip_factor, scaler);
+}
+
+void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+  on_device(*this, g, "ternary_encode", "g");
+  on_device(*this, scaler, "ternary_encode", "scaler");
+  on_device(*this, packed, "ternary_encode", "packed");
+  on_device(*this, zero_count, "ternary_encode", "zero_count");
+  ternary_encode_impl(g, scaler, key, step, tensor, packed, zero_count);
+}
+
+void Backend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+  on_device(*this, packed, "ternary_sum_codes", "packed");
+  on_device(*this, code_sums, "ternary_sum_codes", "code_sums");
+  ternary_sum_codes_impl(packed, stride, num_workers, code_sums);
+}
+
+void Backend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
+  on_device(*this, xs, count, "max_scalers", "xs");
+  on_device(*this, out, "max_scalers", "out");
+  max_scalers_impl(xs, count, out);
+}
+
+void Backend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+  on_device(*this, code_sums, "ternary_decode_sums", "code_sums");
+  on_device(*this, scaler, "ternary_decode_sums", "scaler");
+  on_device(*this, g, "ternary_decode_sums", "g");
+  ternary_decode_sums_impl(code_sums, scaler, num_workers, g);
+}
+
+void Backend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g) {
+  on_device(*this, gathered, "ternary_decode_gathered", "gathered");
+  on_device(*this, scaler, "ternary_decode_gathered", "scaler");
+  on_device(*this, g, "ternary_decode_gathered", "g");
+  ternary_decode_gathered_impl(gathered, stride, num_workers, scaler, g);
+}
+
+void Backend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
+  on_device(*this, xs, count, "encode_f16_sum", "xs");
+  on_device(*this, out, "encode_f16_sum", "out");
+  encode_f16_sum_impl(xs, count, out);
+}
+
+void Backend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
+  on_device(*this, xs, count, "encode_f32_sum", "xs");
+  on_device(*this, out, "encode_f32_sum", "out");
+  encode_f32_sum_impl(xs, count, out);
+}
+
+void Backend::average_f16(const Tensor* xs, int count, const Tensor& out) {
+  on_device(*this, xs, count, "average_f16", "xs");
+  on_device(*this, out, "average_f16", "out");
+  average_f16_impl(xs, count, out);
+}
+
+void Backend::average_f32(const Tensor* xs, int count, const Tensor& out) {
+  on_device(*this, xs, count, "average_f32", "xs");
+  on_device(*this, out, "average_f32", "out");
+  average_f32_impl(xs, count, out);
+}
+
+void Backend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  on_device(*this, sum, "decode_f16_sum", "sum");
+  on_device(*this, g, "decode_f16_sum", "g");
+  decode_f16_sum_impl(sum, num_workers, g);
+}
+
+void Backend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
+  on_device(*this, sum, "decode_f32_sum", "sum");
+  on_device(*this, g, "decode_f32_sum", "g");
+  decode_f32_sum_impl(sum, num_workers, g);
+}
+
+}  // namespace tg
