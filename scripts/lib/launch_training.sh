@@ -28,7 +28,8 @@ echo "training into $TRAIN_DIR; logs in $INFO_DIR"
   --max_steps "$MAX_STEPS" --restore_avg_var "$RESTORE_AVG_VAR" --device "${DEVICE/%cuda/cuda:0}" \
   > "$INFO_DIR/eval_${FOLDER_NAME}_info.txt" 2>&1 &
 EVAL_PID=$!
-trap 'kill $EVAL_PID 2>/dev/null || true' INT TERM
+# Whatever ends this script (a failed training included: set -e) ends the evaluation polling beside it.
+trap 'kill $EVAL_PID 2>/dev/null || true' EXIT INT TERM
 
 "$BUILD_DIR/terngrad-train" --train_dir "$TRAIN_DIR" --data_dir "$DATA_DIR" --dataset "$DATASET_NAME" \
   --device "$DEVICE" --num_gpus "$NUM_GPUS" --num_nodes "$NUM_NODES" --net "$NET" --image_size "$IMAGE_SIZE" \

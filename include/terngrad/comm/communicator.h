@@ -69,7 +69,6 @@ class Communicator {
   std::string supported_text() const;
 
   const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
 
   // The byte model of the file comment, exposed for reports and tests.
   static uint64_t allreduce_moved_bytes(uint64_t payload, int size);

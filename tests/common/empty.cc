@@ -1,1 +1,0 @@
-// Keeps tg_test_common non-empty when tests/common has no other sources.
