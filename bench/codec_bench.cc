@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "terngrad/backend/backend.h"
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/parallel.h"
 #include "terngrad/core/philox.h"
 

@@ -4,13 +4,13 @@
 // decode from int8 sums and from gathered packed buffers; fp16/fp32 sums, averages and decodes. The
 // per-element math is the TG_HOST_DEVICE code of terngrad/math/ternary_math.h and terngrad/core/dtype.h, so
 // every result is the CPU's bit for bit (-fmad=false; fp16 NaN payloads aside), the scaler included: its
-// double sums are added in the CPU's order. Launchers are declared in terngrad/compress/ternary_cuda.h.
+// double sums are added in the CPU's order. Launchers are declared in terngrad/backend/ternary_cuda.h.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "terngrad/backend/cuda_check.h"
-#include "terngrad/compress/ternary_cuda.h"
+#include "terngrad/backend/ternary_cuda.h"
 #include "terngrad/math/ternary_math.h"
 
 namespace tg {

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git python3
   libdnnl-dev            # oneDNN 2.6: CPU convolution, pooling, LRN, batch norm, inner product
   libcli11-dev           # command-line parsing
   libspdlog-dev libfmt-dev

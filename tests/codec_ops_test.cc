@@ -26,7 +26,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/compress/gradient_codec.h"
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/error.h"
 #include "terngrad/math/ternary_math.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "terngrad/comm/communication_thread.h"
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/timeline.h"

@@ -5,7 +5,7 @@
 // derived from the per-element variance s|g| - g^2 and the documented bias bound), code sums and decoding,
 // the compression policy and its flag errors, and the CUDA backend's codec ops against the CPU (SKIPPED without
 // a GPU).
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/math/ternary_math.h"

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "terngrad/math/optim_math.h"
+
 namespace tg {
 
 enum class Padding { SAME, VALID };
@@ -67,14 +69,6 @@ struct InnerProductDesc {
 };
 
 // One optimizer update of one tensor, TF semantics (see include/terngrad/math/optim_math.h).
-enum class OptimizerKind { GD, MOMENTUM, ADAM, RMSPROP };
-struct OptimizerStep {
-  OptimizerKind kind = OptimizerKind::GD;
-  float lr = 0.f;        // learning rate of this step (for adam: bias-corrected lr_t)
-  float momentum = 0.f;  // momentum, rmsprop momentum
-  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
-  float decay = 0.9f;    // rmsprop decay
-  float ema_decay = -1.f;  // >= 0: the same pass folds the updated w into its moving average (ema_update_one)
-};
+// OptimizerKind and OptimizerStep (an optimizer_update's parameters): terngrad/math/optim_math.h.
 
 }  // namespace tg

@@ -5,7 +5,7 @@
 // Two forms of every range operation, with the same bits:
 //   - the device form takes a Backend and tensors on its device, and runs only the Backend's codec ops
 //     (terngrad/backend/backend.h, "gradient codec"): the same code runs on the CPU (the vectorized loops of
-//     terngrad/compress/ternary_codec.h) and on CUDA (kernels/ternary_kernels.cu), so no gradient leaves its
+//     terngrad/backend/ternary_codec.h) and on CUDA (kernels/ternary_kernels.cu), so no gradient leaves its
 //     device. Its CPU results are the host form's bit for bit; the CUDA ops give the CPU's bits (both tested in
 //     tests/codec_ops_test.cc, the CUDA part on a machine with a GPU).
 //   - the host form over host pointers (the original API) calls the CPU loops directly on the calling thread's

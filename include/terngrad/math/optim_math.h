@@ -5,10 +5,21 @@
 
 #include <cmath>
 
-#include "terngrad/backend/op_desc.h"
 #include "terngrad/core/host_device.h"
 
 namespace tg {
+
+// The parameters of one optimizer_update (Backend), shared by the CPU loops and the CUDA kernels.
+enum class OptimizerKind { GD, MOMENTUM, ADAM, RMSPROP };
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::GD;
+  float lr = 0.f;        // learning rate of this step (for adam: bias-corrected lr_t)
+  float momentum = 0.f;  // momentum, rmsprop momentum
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float decay = 0.9f;    // rmsprop decay
+  float ema_decay = -1.f;  // >= 0: the same pass folds the updated w into its moving average (ema_update_one)
+};
+
 
 // gd: w -= lr * g
 TG_HOST_DEVICE void gd_update(float& w, float g, float lr) { w -= lr * g; }

@@ -9,7 +9,7 @@
 //
 // Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
 // cpu_lrn.cc, cpu_inner_product.cc (oneDNN ops), cpu_batch_norm.cc (plain loops; see there why), cpu_codec.cc
-// (gradient codec ops over the vectorized loops of ternary_codec.cc, terngrad/compress/ternary_codec.h).
+// (gradient codec ops over the vectorized loops of ternary_codec.cc, terngrad/backend/ternary_codec.h).
 #pragma once
 
 #include <dnnl.hpp>

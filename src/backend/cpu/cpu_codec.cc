@@ -1,11 +1,11 @@
 // CpuBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the vectorized loops of
-// ternary_codec.cc (terngrad/compress/ternary_codec.h) on the backend's compute team. The scalers are f32 (1)
+// ternary_codec.cc (terngrad/backend/ternary_codec.h) on the backend's compute team. The scalers are f32 (1)
 // host tensors read here; nothing allocates (the workers' inputs go through a pointer array on the stack).
 #include <cstdint>
 
 #include "src/backend/codec_checks.h"
 #include "src/backend/cpu/cpu_backend.h"
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 
 namespace tg {
 

@@ -1,7 +1,7 @@
 // CPU loops of the ternary operations (statistics and scaler, encode, unpack, code sums, decode) over the
 // shared host/device math of terngrad/math/ternary_math.h, and of the fp16/fp32 sums, averages and decodes, on
 // the compute team (terngrad/core/parallel.h). Part of the CPU backend (its codec ops, cpu_codec.cc, call them);
-// declared in terngrad/compress/ternary_codec.h, which GradientCodec's host form calls directly.
+// declared in terngrad/backend/ternary_codec.h, which GradientCodec's host form calls directly.
 //
 // Instruction sets: every hot loop exists for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and baseline x86-64 / any
 // other CPU; the best one the CPU has is picked at run time (the default build keeps running on any x86-64).
@@ -14,7 +14,7 @@
 //   - generic: plain loops (16 Philox blocks side by side in 64-bit lanes; a 256-entry table of byte lanes).
 // All paths give the same bits (tested: set_ternary_codec_isa forces each), at any thread count: reductions
 // run over fixed chunks whose size depends on n only and are combined in chunk order.
-#include "terngrad/compress/ternary_codec.h"
+#include "terngrad/backend/ternary_codec.h"
 
 #include <algorithm>
 #include <array>

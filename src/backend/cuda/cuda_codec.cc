@@ -1,5 +1,5 @@
 // CudaBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the kernels of
-// kernels/ternary_kernels.cu (terngrad/compress/ternary_cuda.h) on the backend's stream. Scalers stay on the
+// kernels/ternary_kernels.cu (terngrad/backend/ternary_cuda.h) on the backend's stream. Scalers stay on the
 // device (the kernels read them there); nothing synchronizes. The scaler's per-chunk partial sums use the
 // workspace arena (a few KiB, reserved on first use).
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include "src/backend/codec_checks.h"
 #include "src/backend/cuda/cuda_backend.h"
 #include "terngrad/backend/cuda_check.h"
-#include "terngrad/compress/ternary_cuda.h"
+#include "terngrad/backend/ternary_cuda.h"
 
 namespace tg {
 

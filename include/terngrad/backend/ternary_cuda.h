@@ -1,5 +1,5 @@
 // Launchers of the CUDA kernels of the gradient codings (kernels/ternary_kernels.cu): the same operations as
-// terngrad/compress/ternary_codec.h, over device pointers, on the given stream (a cudaStream_t passed as
+// terngrad/backend/ternary_codec.h, over device pointers, on the given stream (a cudaStream_t passed as
 // void* so this header needs no CUDA headers). All launches are asynchronous and checked
 // (TG_CUDA_CHECK_LAUNCH of terngrad/backend/cuda_check.h). Built only when the CUDA backend is
 // (TG_HAVE_CUDA); code outside the CUDA backend reaches them through the Backend's codec ops
