@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
     if (max_image_pixels <= 0) TG_THROW("--max_image_pixels {} must be positive", max_image_pixels);
     dopt.max_image_pixels = max_image_pixels;
     tg::set_default_decode_options(dopt);
+    if (compression != "none" && compression != "gzip" && compression != "zlib")
+      TG_THROW("--compression '{}' is not one of none, gzip, zlib", compression);
     const tg::TfRecordCompression write_c = tg::parse_tfrecord_compression(compression, "--compression");
-    if (write_c == tg::TfRecordCompression::kAuto) TG_THROW("--compression must be none, gzip or zlib");
     idx.compression = cifar.compression = img.compression = write_c;
     tg::set_default_tfrecord_compression(tg::parse_tfrecord_compression(read_compression, "--tfrecord_compression"));
     if (c_idx->parsed()) {

@@ -56,9 +56,11 @@ void check_pixels(int64_t height, int64_t width, const DecodeOptions& opt, const
              opt.max_image_pixels);
 }
 
+}  // namespace
+
 // True when the JPEG has an Adobe APP14 marker before its first scan, as libjpeg's saw_Adobe_marker (identifier
 // "Adobe" and at least 12 bytes of data).
-bool has_adobe_marker(const std::string& d) {
+bool jpeg_has_adobe_marker(const std::string& d) {
   size_t i = 2;  // after SOI
   while (i + 4 <= d.size()) {
     if (static_cast<uint8_t>(d[i]) != 0xff) return false;
@@ -75,6 +77,16 @@ bool has_adobe_marker(const std::string& d) {
   }
   return false;
 }
+
+void cmyk_to_rgb(const uint8_t* cmyk, size_t n, bool adobe_inverted, uint8_t* rgb) {
+  for (size_t i = 0; i < n; ++i, cmyk += 4, rgb += 3) {
+    const int k = cmyk[3];
+    for (int j = 0; j < 3; ++j)
+      rgb[j] = static_cast<uint8_t>(adobe_inverted ? k * cmyk[j] / 255 : (255 - k) * (255 - cmyk[j]) / 255);
+  }
+}
+
+namespace {
 
 // Shards whose format/content mismatch was already logged.
 std::mutex g_mismatch_mu;
@@ -248,23 +260,9 @@ Image decode_jpeg(const std::string& data, int channels, const std::string& wher
     std::vector<uint8_t> cmyk_px(static_cast<size_t>(w) * h * 4);
     if (tjDecompress2(tj.h, src, src_size, cmyk_px.data(), w, 0, h, TJPF_CMYK, flags) != 0)
       TG_THROW("{}: undecodable CMYK JPEG ({})", where, tjGetErrorStr2(tj.h));
-    const bool inverted = has_adobe_marker(data);
     img.channels = 3;
     img.pixels.resize(img.size());
-    const size_t n = static_cast<size_t>(w) * h;
-    for (size_t i = 0; i < n; ++i) {
-      const int c = cmyk_px[4 * i], m = cmyk_px[4 * i + 1], y = cmyk_px[4 * i + 2], k = cmyk_px[4 * i + 3];
-      uint8_t* rgb = &img.pixels[3 * i];
-      if (inverted) {
-        rgb[0] = static_cast<uint8_t>(k * c / 255);
-        rgb[1] = static_cast<uint8_t>(k * m / 255);
-        rgb[2] = static_cast<uint8_t>(k * y / 255);
-      } else {
-        rgb[0] = static_cast<uint8_t>((255 - k) * (255 - c) / 255);
-        rgb[1] = static_cast<uint8_t>((255 - k) * (255 - m) / 255);
-        rgb[2] = static_cast<uint8_t>((255 - k) * (255 - y) / 255);
-      }
-    }
+    cmyk_to_rgb(cmyk_px.data(), static_cast<size_t>(w) * h, jpeg_has_adobe_marker(data), img.pixels.data());
     return convert_channels(std::move(img), out_c);
   }
   img.channels = out_c;

@@ -66,6 +66,11 @@ ImageFormat labelled_image_format(const std::string& format);
 ImageFormat detect_image_format(const std::string& format, const std::string& data, int64_t height = 0,
                                 int64_t width = 0, int64_t stored_channels = 0);
 
+// TensorFlow's CMYK -> RGB of n pixels (4 bytes in, 3 out; formulas above); adobe_inverted: the JPEG has an
+// Adobe APP14 marker, which jpeg_has_adobe_marker tells as libjpeg's saw_Adobe_marker does.
+void cmyk_to_rgb(const uint8_t* cmyk, size_t n, bool adobe_inverted, uint8_t* rgb);
+bool jpeg_has_adobe_marker(const std::string& data);
+
 Image decode_png(const std::string& data, int channels, const std::string& where,
                  const DecodeOptions& opt = default_decode_options());
 Image decode_jpeg(const std::string& data, int channels, const std::string& where,

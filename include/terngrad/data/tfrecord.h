@@ -56,7 +56,8 @@ RecordFraming frame_record(const void* data, size_t n);
 
 class TfRecordReader {
  public:
-  // Throws tg::Error when the file cannot be opened or a forced compression does not fit its first bytes.
+  // Throws tg::Error when the file cannot be opened; a forced compression that does not fit the bytes shows at
+  // the first read (kCorruptFile naming the zlib error).
   explicit TfRecordReader(const std::string& path,
                           TfRecordCompression compression = default_tfrecord_compression());
   ~TfRecordReader();
