@@ -64,7 +64,7 @@ TEST(TfRecordCompression, PythonGzipAndZlibFixturesReadAsPlain) {
   for (const char* name : {"records.tfrecord.gz", "records.tfrecord.zlib"}) {
     TfRecordReader r(fixture(name).string());  // auto
     EXPECT_EQ(r.compression(), std::string(name).find(".gz") != std::string::npos ? TfRecordCompression::kGzip
-                                                                                    : TfRecordCompression::kZlib);
+                                                                                  : TfRecordCompression::kZlib);
     std::vector<std::string> got;
     std::string rec;
     uint64_t off = 0, want = 0;
@@ -231,8 +231,8 @@ TEST(TfRecordCompression, ConvertersWriteCompressedShards) {
   }
   for (TfRecordCompression c : {TfRecordCompression::kGzip, TfRecordCompression::kZlib}) {
     fs::path out = dir / tfrecord_compression_name(c);
-    auto paths = write_sharded(examples.size(), 2, out.string(), "train", 2,
-                               [&](size_t i) { return examples[i]; }, c);
+    auto paths = write_sharded(
+        examples.size(), 2, out.string(), "train", 2, [&](size_t i) { return examples[i]; }, c);
     ASSERT_EQ(paths.size(), 2u);
     std::vector<std::string> back;
     for (auto& p : paths) {

@@ -53,8 +53,7 @@ std::string encode_cmyk(const std::vector<uint8_t>& cmyk, int h, int w) {
   tjhandle tj = tjInitCompress();
   unsigned char* buf = nullptr;
   unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &buf, &size, TJSAMP_444, 100, 0), 0)
-      << tjGetErrorStr2(tj);
+  EXPECT_EQ(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &buf, &size, TJSAMP_444, 100, 0), 0) << tjGetErrorStr2(tj);
   std::string out(reinterpret_cast<const char*>(buf), size);
   tjFree(buf);
   tjDestroy(tj);
@@ -144,7 +143,8 @@ TEST(HostileImages, ContentDecidesTheDecoderAndMismatchesAreLoggedOncePerShard) 
   }
   decode_image(png, "png", 8, 8, 3, 0, "shardC: record at byte offset 0");  // agreeing: nothing logged
   EXPECT_EQ(log.count("logged once per shard"), 2) << log.out.str();
-  EXPECT_EQ(log.count("shardA: record at byte offset 0: image/format 'jpeg' but the bytes are PNG"), 1) << log.out.str();
+  EXPECT_EQ(log.count("shardA: record at byte offset 0: image/format 'jpeg' but the bytes are PNG"), 1)
+      << log.out.str();
   EXPECT_EQ(log.count("shardB"), 1) << log.out.str();
 }
 
@@ -161,9 +161,9 @@ TEST(HostileImages, CmykAndYcckJpegsBecomeRgbAsTensorFlowConvertsThem) {
   ASSERT_NE(adobe.find("Adobe"), std::string::npos) << "libjpeg writes an APP14 marker for CMYK";
   int ww, hh, sub, cs;
   tjhandle tj = tjInitDecompress();
-  ASSERT_EQ(tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(adobe.data()), adobe.size(), &ww, &hh,
-                                &sub, &cs),
-            0);
+  ASSERT_EQ(
+      tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(adobe.data()), adobe.size(), &ww, &hh, &sub, &cs),
+      0);
   tjDestroy(tj);
   EXPECT_TRUE(cs == TJCS_YCCK || cs == TJCS_CMYK) << cs;
   for (int channels : {0, 3}) {
@@ -204,7 +204,7 @@ TEST(HostileImages, JpegDctDefaultIsTensorFlowsFastAndAccurateDiffers) {
   accurate.jpeg_dct = JpegDct::kAccurate;
   const Image f = decode_jpeg(j, 3, "dct", fast), a = decode_jpeg(j, 3, "dct", accurate);
   EXPECT_EQ(decode_jpeg(j, 3, "dct").pixels, f.pixels);  // the default is fast
-  EXPECT_NE(f.pixels, a.pixels);                          // the flag reaches libjpeg
+  EXPECT_NE(f.pixels, a.pixels);                         // the flag reaches libjpeg
   EXPECT_LE(max_diff(f.pixels, a.pixels), 40);
 }
 
@@ -250,8 +250,9 @@ TEST(HostileImages, RawSizesThatOverflowAreRefusedNamingTheRecord) {
   PreprocessSpec spec{PreprocessKind::kCifar10, 24, 3, false};
   AugmentRng rng(1, 0, 0, 0);
   std::vector<float> out(24 * 24 * 3);
-  EXPECT_NE(what_of([&] { preprocess_image(lie, spec, rng, out.data(), "w"); }).find("w: image of 6x1048576x3 has 2 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      what_of([&] { preprocess_image(lie, spec, rng, out.data(), "w"); }).find("w: image of 6x1048576x3 has 2 bytes"),
+      std::string::npos);
 }
 
 TEST(HostileImages, ChannelsMustMatchTheDataset) {
@@ -328,7 +329,8 @@ TEST(HostileImages, CraftedRecordsThroughThePipelineEndAsOneLine) {
     int64_t seen = 0, skipped = 0;
     std::string e = run_eval(dir, "mnist", false, &seen, &skipped);
     EXPECT_NE(e.find("test-00000-of-00001: record at byte offset"), std::string::npos) << bad << ": " << e;
-    EXPECT_TRUE(e.find("--max_image_pixels") != std::string::npos || e.find("RAW image of 2x3074457345618258603") != std::string::npos)
+    EXPECT_TRUE(e.find("--max_image_pixels") != std::string::npos ||
+                e.find("RAW image of 2x3074457345618258603") != std::string::npos)
         << bad << ": " << e;
     e = run_eval(dir, "mnist", true, &seen, &skipped);
     EXPECT_EQ(e, "") << bad;

@@ -2,6 +2,7 @@
 #include "terngrad/data/image_codec.h"
 
 #include <png.h>
+#include <spdlog/spdlog.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -12,8 +13,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_set>
-
-#include <spdlog/spdlog.h>
 
 #include "terngrad/core/error.h"
 #include "terngrad/data/tfrecord.h"
@@ -46,8 +45,7 @@ bool checked_product(int64_t a, int64_t b, int64_t* out) {
 }
 
 // Refuses a header whose pixel count exceeds the limit, before anything is allocated.
-void check_pixels(int64_t height, int64_t width, const DecodeOptions& opt, const char* what,
-                  const std::string& where) {
+void check_pixels(int64_t height, int64_t width, const DecodeOptions& opt, const char* what, const std::string& where) {
   int64_t pixels = 0;
   if (!checked_product(height, width, &pixels))
     TG_THROW("{}: {} of {}x{} pixels: impossible dimensions", where, what, height, width);
@@ -99,8 +97,8 @@ void note_format_mismatch(const std::string& where, const std::string& label, Im
     if (g_mismatch_shards.size() > 100000) g_mismatch_shards.clear();  // bounded
     if (!g_mismatch_shards.insert(shard).second) return;
   }
-  spdlog::warn("{}: image/format '{}' but the bytes are {}; decoding by content (logged once per shard)", where,
-               label, image_format_name(actual));
+  spdlog::warn("{}: image/format '{}' but the bytes are {}; decoding by content (logged once per shard)", where, label,
+               image_format_name(actual));
 }
 
 struct TjHandle {
@@ -115,10 +113,14 @@ struct TjHandle {
 
 const char* image_format_name(ImageFormat f) {
   switch (f) {
-    case ImageFormat::kPng: return "PNG";
-    case ImageFormat::kJpeg: return "JPEG";
-    case ImageFormat::kRaw: return "RAW";
-    case ImageFormat::kUnknown: return "unknown";
+    case ImageFormat::kPng:
+      return "PNG";
+    case ImageFormat::kJpeg:
+      return "JPEG";
+    case ImageFormat::kRaw:
+      return "RAW";
+    case ImageFormat::kUnknown:
+      return "unknown";
   }
   return "?";
 }
@@ -278,7 +280,7 @@ Image decode_raw(const std::string& data, int64_t height, int64_t width, int64_t
   if (height <= 0 || width <= 0 || (stored_channels != 1 && stored_channels != 3))
     TG_THROW("{}: RAW image needs image/height, image/width > 0 and image/channels 1 or 3 (got {}x{}x{})", where,
              height, width, stored_channels);
-  check_pixels(height, width, opt, "RAW image", where);  // also bounds height and width to int
+  check_pixels(height, width, opt, "RAW image", where);   // also bounds height and width to int
   const int64_t want = height * width * stored_channels;  // no overflow: height * width <= max_image_pixels
   if (static_cast<uint64_t>(want) != data.size())
     TG_THROW("{}: RAW image of {}x{}x{} needs {} bytes, has {}", where, height, width, stored_channels, want,
@@ -367,11 +369,14 @@ Image resize_bilinear_u8(const Image& img, int height, int width) {
       int x0 = std::min(static_cast<int>(fx), img.width - 1), x1 = std::min(x0 + 1, img.width - 1);
       float wx = fx - x0;
       for (int c = 0; c < C; ++c) {
-        auto at = [&](int yy, int xx) { return static_cast<float>(img.pixels[(static_cast<size_t>(yy) * img.width + xx) * C + c]); };
+        auto at = [&](int yy, int xx) {
+          return static_cast<float>(img.pixels[(static_cast<size_t>(yy) * img.width + xx) * C + c]);
+        };
         float top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * wx;
         float bot = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * wx;
         float v = top + (bot - top) * wy;
-        out.pixels[(static_cast<size_t>(y) * width + x) * C + c] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+        out.pixels[(static_cast<size_t>(y) * width + x) * C + c] =
+            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
       }
     }
   }

@@ -4,11 +4,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <zlib.h>
 
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
@@ -65,10 +65,14 @@ TfRecordCompression parse_tfrecord_compression(const std::string& name, const st
 
 const char* tfrecord_compression_name(TfRecordCompression c) {
   switch (c) {
-    case TfRecordCompression::kAuto: return "auto";
-    case TfRecordCompression::kNone: return "none";
-    case TfRecordCompression::kGzip: return "gzip";
-    case TfRecordCompression::kZlib: return "zlib";
+    case TfRecordCompression::kAuto:
+      return "auto";
+    case TfRecordCompression::kNone:
+      return "none";
+    case TfRecordCompression::kGzip:
+      return "gzip";
+    case TfRecordCompression::kZlib:
+      return "zlib";
   }
   return "?";
 }
@@ -193,8 +197,8 @@ size_t TfRecordReader::fill(char* dst, size_t n, std::string* error) {
       } else if (z.gzip && gzip_magic(reinterpret_cast<const char*>(z.zs.next_in), z.zs.avail_in)) {
         inflateReset(&z.zs);
       } else {
-        *error = fmt::format("{}: unexpected bytes after the end of the {} stream (at uncompressed offset {})",
-                             path_, tfrecord_compression_name(compression_), out_pos);
+        *error = fmt::format("{}: unexpected bytes after the end of the {} stream (at uncompressed offset {})", path_,
+                             tfrecord_compression_name(compression_), out_pos);
         z.ended = true;
         return done;
       }
@@ -264,8 +268,8 @@ RecordStatus TfRecordReader::read_header(uint64_t* length, uint64_t* offset, std
   if (plain) {
     const uint64_t remaining = file_size_ - pos_ - 12;
     if (len > remaining || remaining - len < 4) {
-      *error = fmt::format("{}: truncated record at byte offset {} (length {}, {} bytes left in the file)", path_,
-                           pos_, len, remaining);
+      *error = fmt::format("{}: truncated record at byte offset {} (length {}, {} bytes left in the file)", path_, pos_,
+                           len, remaining);
       return RecordStatus::kCorruptFile;
     }
   }
@@ -301,10 +305,9 @@ RecordStatus TfRecordReader::read(std::string* record, uint64_t* offset, std::st
   }
   if (!ok) {
     dead_ = true;
-    *error = io_error.empty()
-                 ? fmt::format("{}: truncated record at {} (length {}): the {} ends inside it", path_, at(*offset), len,
-                               inflater_ ? "stream" : "file")
-                 : fmt::format("{} (in the record at {}, length {})", io_error, at(*offset), len);
+    *error = io_error.empty() ? fmt::format("{}: truncated record at {} (length {}): the {} ends inside it", path_,
+                                            at(*offset), len, inflater_ ? "stream" : "file")
+                              : fmt::format("{} (in the record at {}, length {})", io_error, at(*offset), len);
     return RecordStatus::kCorruptFile;
   }
   pos_ += len + 4;
@@ -322,8 +325,8 @@ RecordStatus TfRecordReader::skip(uint64_t* offset, std::string* error) {
   std::string io_error;
   if (!discard(len + 4, &io_error)) {
     dead_ = true;
-    *error = io_error.empty() ? fmt::format("{}: truncated record at {} (length {}): the stream ends inside it",
-                                            path_, at(*offset), len)
+    *error = io_error.empty() ? fmt::format("{}: truncated record at {} (length {}): the stream ends inside it", path_,
+                                            at(*offset), len)
                               : fmt::format("{} (in the record at {}, length {})", io_error, at(*offset), len);
     return RecordStatus::kCorruptFile;
   }

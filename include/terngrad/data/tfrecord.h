@@ -58,8 +58,7 @@ class TfRecordReader {
  public:
   // Throws tg::Error when the file cannot be opened; a forced compression that does not fit the bytes shows at
   // the first read (kCorruptFile naming the zlib error).
-  explicit TfRecordReader(const std::string& path,
-                          TfRecordCompression compression = default_tfrecord_compression());
+  explicit TfRecordReader(const std::string& path, TfRecordCompression compression = default_tfrecord_compression());
   ~TfRecordReader();
   TfRecordReader(const TfRecordReader&) = delete;
   TfRecordReader& operator=(const TfRecordReader&) = delete;
@@ -75,7 +74,7 @@ class TfRecordReader {
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }  // on disk (compressed size for gzip/zlib files)
-  uint64_t position() const { return pos_; }  // offset of the next record's header (uncompressed stream)
+  uint64_t position() const { return pos_; }         // offset of the next record's header (uncompressed stream)
   TfRecordCompression compression() const { return compression_; }  // kNone, kGzip or kZlib (never kAuto)
 
  private:
@@ -101,7 +100,7 @@ class TfRecordWriter {
   // Throws tg::Error when the folder is not writable. kGzip/kZlib write what TF's compressed writer writes
   // (kAuto means kNone here).
   explicit TfRecordWriter(const std::string& final_path, TfRecordCompression compression = TfRecordCompression::kNone);
-  ~TfRecordWriter();                                         // removes the temporary file unless closed
+  ~TfRecordWriter();  // removes the temporary file unless closed
   TfRecordWriter(const TfRecordWriter&) = delete;
   TfRecordWriter& operator=(const TfRecordWriter&) = delete;
 
