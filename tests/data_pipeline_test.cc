@@ -348,8 +348,9 @@ TEST(InputPipelineBadInput, BadRecordContents) {
   c.channels = 3;
   c.pixels.assign(28 * 28 * 3, 1);
   rgb.encoded = encode_png(c);
-  // A 28x28 RGB PNG decodes to gray for MNIST (decoder converts), so it is fine; the bad ones are:
+  // A 28x28 RGB PNG in MNIST shards is another dataset's image (issue 10): refused like the bad ones.
   std::vector<Case> cases = {
+      {build_image_example(rgb), "the image has 3 channels (colour) but --dataset mnist/fashion_mnist needs 1"},
       {build_image_example(bad_label), "label 10 outside [0, 10) (--num_classes)"},
       {build_image_example(bad_image), "undecodable PNG"},
       {std::string("\x08\x96\x01garbage", 10), "not a tf.Example"},
@@ -359,7 +360,7 @@ TEST(InputPipelineBadInput, BadRecordContents) {
     {
       TfRecordWriter w((dir / "test-00000-of-00001").string());
       w.write(mnist_record(0));
-      w.write(build_image_example(rgb));
+      w.write(mnist_record(1));
       w.write(cs.bytes);
       w.close();
     }
@@ -391,10 +392,10 @@ TEST(InputPipelineBadInput, MissingOrEmptyDataDirAndBadFlags) {
   write_files(dir, "train", {2});
   o.dataset = "svhn";
   EXPECT_NE(next_error(o).find("--dataset 'svhn'"), std::string::npos);
-  o.dataset = "cifar10";  // 28x28 records (gray, replicated to RGB) are smaller than a 32 crop
+  o.dataset = "cifar10";  // 28x28 gray records: another dataset's shards (issue 10)
   o.image_size = 32;
   std::string err = next_error(o);
-  EXPECT_NE(err.find("image 28x28 is smaller than the 32x32 crop"), std::string::npos) << err;
+  EXPECT_NE(err.find("the image has 1 channel (grayscale) but --dataset cifar10 needs 3"), std::string::npos) << err;
   o.image_size = 0;
   o.batch_size = 0;
   EXPECT_EQ(next_error(o), "--batch_size 0 must be positive");

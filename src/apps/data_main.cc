@@ -3,6 +3,8 @@
 //   convert-cifar10   CIFAR-10 binary batches -> train-* and test-* shards (PNG)
 //   build-image-data  a folder per class of JPEG/PNG images + labels file -> train-* / validation-* (ImageNet)
 //   inspect           count records, check every CRC, list feature keys, label histogram and image sizes
+// Converters write plain shards, or gzip/zlib compressed ones with --compression (TF's TFRecordOptions); readers
+// detect the compression (inspect --tfrecord_compression forces one). --max_image_pixels bounds every decode.
 // Errors end with one line "terngrad-data: error: ..." and exit status 1.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -12,6 +14,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/converters.h"
+#include "terngrad/data/image_codec.h"
 #include "terngrad/data/input_pipeline.h"
 
 namespace {
@@ -27,6 +30,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log_level", log_level, "trace, debug, info, warn, error");
+  int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
+  app.add_option("--max_image_pixels", max_image_pixels, "refuse images with more pixels (from the header)")
+      ->capture_default_str();
+  std::string compression = "none";
+  auto add_compression = [&](CLI::App* c) {
+    c->add_option("--compression", compression, "write shards as none | gzip | zlib (TFRecordOptions)")
+        ->capture_default_str();
+  };
 
   tg::ConvertIdxOptions idx;
   CLI::App* c_idx = app.add_subcommand("convert-idx", "MNIST/Fashion-MNIST idx(.gz) files -> TFRecord shards");
@@ -37,6 +48,7 @@ int main(int argc, char** argv) {
   c_idx->add_option("--num_shards", idx.num_shards, "number of shards")->capture_default_str();
   c_idx->add_option("--format", idx.format, "png (as the reference) or raw")->capture_default_str();
   c_idx->add_option("--num_threads", idx.num_threads, "encoding threads")->capture_default_str();
+  add_compression(c_idx);
 
   tg::ConvertCifar10Options cifar;
   CLI::App* c_cifar = app.add_subcommand("convert-cifar10", "CIFAR-10 binary batches -> TFRecord shards");
@@ -45,6 +57,7 @@ int main(int argc, char** argv) {
   c_cifar->add_option("--train_shards", cifar.train_shards, "train shards")->capture_default_str();
   c_cifar->add_option("--test_shards", cifar.test_shards, "test shards")->capture_default_str();
   c_cifar->add_option("--num_threads", cifar.num_threads, "encoding threads")->capture_default_str();
+  add_compression(c_cifar);
 
   tg::BuildImageDataOptions img;
   CLI::App* c_img = app.add_subcommand("build-image-data", "class folders of JPEG/PNG images -> TFRecord shards");
@@ -59,6 +72,7 @@ int main(int argc, char** argv) {
   c_img->add_option("--quality", img.quality, "JPEG quality of re-encoded images")->capture_default_str();
   c_img->add_flag("--raw_pixel", img.raw_pixel, "store decoded RGB pixels (image/format RAW)");
   c_img->add_option("--seed", img.seed, "seed of the image order shuffle")->capture_default_str();
+  add_compression(c_img);
 
   std::string data_dir, subset = "train";
   std::vector<std::string> files;
@@ -68,6 +82,8 @@ int main(int argc, char** argv) {
   c_inspect->add_option("--subset", subset, "shard prefix")->capture_default_str();
   c_inspect->add_option("files", files, "shard files (instead of --data_dir/--subset)");
   c_inspect->add_flag("--decode", decode, "decode every image too");
+  std::string read_compression = "auto";
+  c_inspect->add_option("--tfrecord_compression", read_compression, "auto | none | gzip | zlib")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -81,6 +97,15 @@ int main(int argc, char** argv) {
   }
   try {
     tg::setup_logging(log_level);
+    tg::DecodeOptions dopt = tg::default_decode_options();
+    if (max_image_pixels <= 0) TG_THROW("--max_image_pixels {} must be positive", max_image_pixels);
+    dopt.max_image_pixels = max_image_pixels;
+    tg::set_default_decode_options(dopt);
+    if (compression != "none" && compression != "gzip" && compression != "zlib")
+      TG_THROW("--compression '{}' is not one of none, gzip, zlib", compression);
+    const tg::TfRecordCompression write_c = tg::parse_tfrecord_compression(compression, "--compression");
+    idx.compression = cifar.compression = img.compression = write_c;
+    tg::set_default_tfrecord_compression(tg::parse_tfrecord_compression(read_compression, "--tfrecord_compression"));
     if (c_idx->parsed()) {
       print_written(tg::convert_idx(idx));
     } else if (c_cifar->parsed()) {

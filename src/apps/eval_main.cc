@@ -16,6 +16,7 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/logging.h"
+#include "terngrad/data/image_codec.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/moving_average.h"
@@ -40,6 +41,9 @@ struct EvalConfig {
   int threads = 0;
   int num_preprocess_threads = 2;
   bool skip_corrupt_records = false;
+  std::string tfrecord_compression = "auto";
+  std::string jpeg_dct = "fast";
+  int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
   std::string eval_dir;  // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
 };
 
@@ -162,6 +166,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", ec.threads, "CPU threads (0: all)")->capture_default_str();
   app.add_option("--num_preprocess_threads", ec.num_preprocess_threads, "decode threads")->capture_default_str();
   app.add_flag("--skip_corrupt_records", ec.skip_corrupt_records, "count and skip bad records");
+  app.add_option("--tfrecord_compression", ec.tfrecord_compression, "auto | none | gzip | zlib")->capture_default_str();
+  app.add_option("--jpeg_dct", ec.jpeg_dct, "fast (TF's decode_jpeg default) | accurate")->capture_default_str();
+  app.add_option("--max_image_pixels", ec.max_image_pixels, "refuse larger images (checked from the header)")
+      ->capture_default_str();
   app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -172,6 +180,7 @@ int main(int argc, char** argv) {
     tg::setup_logging(log_level);
     TG_CHECK(ec.batch_size >= 1, "--batch_size {} must be at least 1", ec.batch_size);
     TG_CHECK(ec.eval_interval_secs > 0, "--eval_interval_secs {} must be positive", ec.eval_interval_secs);
+    tg::set_data_flag_defaults(ec.tfrecord_compression, ec.jpeg_dct, ec.max_image_pixels);
     std::unique_ptr<tg::EventWriter> events;
     if (!ec.eval_dir.empty()) events = std::make_unique<tg::EventWriter>(ec.eval_dir);
     if (!ec.checkpoint_path.empty()) {

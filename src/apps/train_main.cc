@@ -12,6 +12,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/logging.h"
+#include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
@@ -98,6 +99,10 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
       ->capture_default_str();
   app.add_option("--shuffle_buffer", c.shuffle_buffer, "examples in the shuffle buffer")->capture_default_str();
   app.add_flag("--skip_corrupt_records", c.skip_corrupt_records, "count and skip bad records instead of failing");
+  app.add_option("--tfrecord_compression", c.tfrecord_compression, "auto | none | gzip | zlib")->capture_default_str();
+  app.add_option("--jpeg_dct", c.jpeg_dct, "fast (TF's decode_jpeg default) | accurate")->capture_default_str();
+  app.add_option("--max_image_pixels", c.max_image_pixels, "refuse larger images (checked from the header)")
+      ->capture_default_str();
   app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
   app.add_flag("--summary", summary, "print the layer table and parameter count, then exit");
 }
@@ -146,6 +151,7 @@ int main(int argc, char** argv) {
       mpi = std::make_unique<tg::MpiEnvironment>();
       if (mpi->world_size() > 1) comm = std::make_unique<tg::MpiCommunicator>();
     }
+    tg::set_data_flag_defaults(config.tfrecord_compression, config.jpeg_dct, config.max_image_pixels);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     tg::Trainer trainer(config, comm.get());

@@ -27,7 +27,8 @@ std::string shard_name(const std::string& prefix, int shard, int num_shards) {
 
 std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& output_dir,
                                        const std::string& prefix, int num_threads,
-                                       const std::function<std::string(size_t)>& make_example) {
+                                       const std::function<std::string(size_t)>& make_example,
+                                       TfRecordCompression compression) {
   if (num_shards < 1) TG_THROW("number of shards {} must be at least 1", num_shards);
   if (num_examples < static_cast<size_t>(num_shards))
     TG_THROW("{} examples cannot fill {} shards of '{}'", num_examples, num_shards, prefix);
@@ -48,7 +49,7 @@ std::vector<std::string> write_sharded(size_t num_examples, int num_shards, cons
           if (error) return;
         }
         const size_t begin = num_examples * s / num_shards, end = num_examples * (s + 1) / num_shards;
-        TfRecordWriter writer(paths[s]);
+        TfRecordWriter writer(paths[s], compression);
         for (size_t i = begin; i < end; ++i) writer.write(make_example(i));
         writer.close();
       }
@@ -142,7 +143,7 @@ std::vector<std::string> convert_idx(const ConvertIdxOptions& opt) {
     ex.width = im.cols;
     ex.channels = 1;
     return build_image_example(ex);
-  });
+  }, opt.compression);
 }
 
 // ---- CIFAR-10 -------------------------------------------------------------------------------------------
@@ -189,9 +190,11 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
   std::string train = load({"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"});
   std::string test = load({"test_batch.bin"});
   std::vector<std::string> out =
-      write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train", opt.num_threads, make(train));
+      write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train", opt.num_threads, make(train),
+                    opt.compression);
   std::vector<std::string> t =
-      write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test", opt.num_threads, make(test));
+      write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test", opt.num_threads, make(test),
+                    opt.compression);
   out.insert(out.end(), t.begin(), t.end());
   return out;
 }
@@ -235,10 +238,10 @@ std::string read_file_bytes(const std::string& path) {
 
 std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions& opt) {
   std::string bytes = read_file_bytes(f.path);
-  ImageFormat fmt = detect_image_format("", bytes);
+  ImageFormat fmt = sniff_image_format(bytes);
   if (fmt == ImageFormat::kUnknown) TG_THROW("'{}' is neither JPEG nor PNG", f.path);
   Image img = decode_image(bytes, "", 0, 0, 0, 0, f.path);
-  const bool colour = img.channels == 3;
+  const bool colour = img.source_channels == 3;  // not grayscale, not CMYK/YCCK
   img = convert_channels(std::move(img), 3);
   if (opt.resize > 0) img = resize_bilinear_u8(img, opt.resize, opt.resize);
   ImageExample ex;
@@ -282,7 +285,7 @@ std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
     if (dir.empty()) return;
     std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
     auto paths = write_sharded(files.size(), shards, opt.output_dir, prefix, opt.num_threads,
-                               [&](size_t i) { return make_image_example(files[i], opt); });
+                               [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
     out.insert(out.end(), paths.begin(), paths.end());
   };
   run(opt.train_directory, "train", opt.train_shards);
@@ -312,7 +315,7 @@ InspectReport inspect_files(const std::vector<std::string>& files, bool decode) 
         continue;
       }
       ++n;
-      const std::string where = fmt::format("{}: record at byte offset {}", path, off);
+      const std::string where = describe_record(path, off, reader.compression());
       try {
         for (const auto& k : example_feature_keys(rec, where)) ++r.feature_keys[k];
         ImageExample ex = parse_image_example(rec, where);

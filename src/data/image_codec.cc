@@ -2,14 +2,20 @@
 #include "terngrad/data/image_codec.h"
 
 #include <png.h>
+#include <spdlog/spdlog.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <unordered_set>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/tfrecord.h"
 
 namespace tg {
 namespace {
@@ -30,6 +36,71 @@ void check_channels_arg(int channels, const std::string& where) {
     TG_THROW("{}: cannot decode to {} channels (0, 1 or 3)", where, channels);
 }
 
+std::atomic<int> g_dct{static_cast<int>(JpegDct::kFast)};
+std::atomic<int64_t> g_max_pixels{kDefaultMaxImagePixels};
+
+// height * width (* channels) in int64, false on overflow or a non-positive factor.
+bool checked_product(int64_t a, int64_t b, int64_t* out) {
+  return a > 0 && b > 0 && !__builtin_mul_overflow(a, b, out);
+}
+
+// Refuses a header whose pixel count exceeds the limit, before anything is allocated.
+void check_pixels(int64_t height, int64_t width, const DecodeOptions& opt, const char* what, const std::string& where) {
+  int64_t pixels = 0;
+  if (!checked_product(height, width, &pixels))
+    TG_THROW("{}: {} of {}x{} pixels: impossible dimensions", where, what, height, width);
+  if (height > INT32_MAX / 4 || width > INT32_MAX / 4 || pixels > opt.max_image_pixels)
+    TG_THROW("{}: {} of {}x{} = {} pixels is larger than --max_image_pixels {}", where, what, height, width, pixels,
+             opt.max_image_pixels);
+}
+
+}  // namespace
+
+// True when the JPEG has an Adobe APP14 marker before its first scan, as libjpeg's saw_Adobe_marker (identifier
+// "Adobe" and at least 12 bytes of data).
+bool jpeg_has_adobe_marker(const std::string& d) {
+  size_t i = 2;  // after SOI
+  while (i + 4 <= d.size()) {
+    if (static_cast<uint8_t>(d[i]) != 0xff) return false;
+    const uint8_t marker = static_cast<uint8_t>(d[i + 1]);
+    if (marker == 0xff) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xda || marker == 0xd9) return false;  // SOS / EOI: no more header markers
+    const size_t len = (static_cast<size_t>(static_cast<uint8_t>(d[i + 2])) << 8) | static_cast<uint8_t>(d[i + 3]);
+    if (len < 2) return false;
+    if (marker == 0xee && len - 2 >= 12 && i + 4 + 5 <= d.size() && d.compare(i + 4, 5, "Adobe") == 0) return true;
+    i += 2 + len;
+  }
+  return false;
+}
+
+void cmyk_to_rgb(const uint8_t* cmyk, size_t n, bool adobe_inverted, uint8_t* rgb) {
+  for (size_t i = 0; i < n; ++i, cmyk += 4, rgb += 3) {
+    const int k = cmyk[3];
+    for (int j = 0; j < 3; ++j)
+      rgb[j] = static_cast<uint8_t>(adobe_inverted ? k * cmyk[j] / 255 : (255 - k) * (255 - cmyk[j]) / 255);
+  }
+}
+
+namespace {
+
+// Shards whose format/content mismatch was already logged.
+std::mutex g_mismatch_mu;
+std::unordered_set<std::string> g_mismatch_shards;
+
+void note_format_mismatch(const std::string& where, const std::string& label, ImageFormat actual) {
+  const std::string shard = where.substr(0, where.find(": "));
+  {
+    std::lock_guard<std::mutex> lock(g_mismatch_mu);
+    if (g_mismatch_shards.size() > 100000) g_mismatch_shards.clear();  // bounded
+    if (!g_mismatch_shards.insert(shard).second) return;
+  }
+  spdlog::warn("{}: image/format '{}' but the bytes are {}; decoding by content (logged once per shard)", where, label,
+               image_format_name(actual));
+}
+
 struct TjHandle {
   tjhandle h;
   explicit TjHandle(tjhandle x) : h(x) {}
@@ -40,14 +111,78 @@ struct TjHandle {
 
 }  // namespace
 
-ImageFormat detect_image_format(const std::string& format, const std::string& data) {
-  std::string f = lower(format);
-  if (f == "png") return ImageFormat::kPng;
-  if (f == "jpeg" || f == "jpg") return ImageFormat::kJpeg;
-  if (f == "raw") return ImageFormat::kRaw;
+const char* image_format_name(ImageFormat f) {
+  switch (f) {
+    case ImageFormat::kPng:
+      return "PNG";
+    case ImageFormat::kJpeg:
+      return "JPEG";
+    case ImageFormat::kRaw:
+      return "RAW";
+    case ImageFormat::kUnknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+JpegDct parse_jpeg_dct(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "fast" || n == "integer_fast") return JpegDct::kFast;
+  if (n == "accurate" || n == "integer_accurate") return JpegDct::kAccurate;
+  TG_THROW("--jpeg_dct '{}' is not one of fast, accurate", name);
+}
+
+const char* jpeg_dct_name(JpegDct d) { return d == JpegDct::kFast ? "fast" : "accurate"; }
+
+void set_default_decode_options(const DecodeOptions& o) {
+  TG_CHECK(o.max_image_pixels > 0, "--max_image_pixels {} must be positive", o.max_image_pixels);
+  g_dct = static_cast<int>(o.jpeg_dct);
+  g_max_pixels = o.max_image_pixels;
+}
+
+void set_data_flag_defaults(const std::string& tfrecord_compression, const std::string& jpeg_dct,
+                            int64_t max_image_pixels) {
+  if (max_image_pixels <= 0) TG_THROW("--max_image_pixels {} must be positive", max_image_pixels);
+  DecodeOptions o;
+  o.jpeg_dct = parse_jpeg_dct(jpeg_dct);
+  o.max_image_pixels = max_image_pixels;
+  const TfRecordCompression c = parse_tfrecord_compression(tfrecord_compression, "--tfrecord_compression");
+  set_default_decode_options(o);
+  set_default_tfrecord_compression(c);
+}
+
+DecodeOptions default_decode_options() {
+  DecodeOptions o;
+  o.jpeg_dct = static_cast<JpegDct>(g_dct.load());
+  o.max_image_pixels = g_max_pixels.load();
+  return o;
+}
+
+ImageFormat sniff_image_format(const std::string& data) {
   if (has_png_magic(data)) return ImageFormat::kPng;
   if (has_jpeg_magic(data)) return ImageFormat::kJpeg;
   return ImageFormat::kUnknown;
+}
+
+ImageFormat labelled_image_format(const std::string& format) {
+  const std::string f = lower(format);
+  if (f == "png") return ImageFormat::kPng;
+  if (f == "jpeg" || f == "jpg") return ImageFormat::kJpeg;
+  if (f == "raw") return ImageFormat::kRaw;
+  return ImageFormat::kUnknown;
+}
+
+ImageFormat detect_image_format(const std::string& format, const std::string& data, int64_t height, int64_t width,
+                                int64_t stored_channels) {
+  const ImageFormat labelled = labelled_image_format(format);
+  int64_t pixels = 0, bytes = 0;
+  const bool raw_fits = (stored_channels == 1 || stored_channels == 3) && checked_product(height, width, &pixels) &&
+                        checked_product(pixels, stored_channels, &bytes) && static_cast<uint64_t>(bytes) == data.size();
+  if (labelled == ImageFormat::kRaw && raw_fits) return ImageFormat::kRaw;
+  const ImageFormat sniffed = sniff_image_format(data);
+  if (sniffed != ImageFormat::kUnknown) return sniffed;
+  if (raw_fits) return ImageFormat::kRaw;
+  return labelled;
 }
 
 Image convert_channels(Image img, int channels) {
@@ -56,6 +191,7 @@ Image convert_channels(Image img, int channels) {
   out.height = img.height;
   out.width = img.width;
   out.channels = channels;
+  out.source_channels = img.source_channels;
   out.pixels.resize(out.size());
   const size_t n = static_cast<size_t>(img.height) * img.width;
   if (img.channels == 1 && channels == 3) {
@@ -71,13 +207,19 @@ Image convert_channels(Image img, int channels) {
   return out;
 }
 
-Image decode_png(const std::string& data, int channels, const std::string& where) {
+Image decode_png(const std::string& data, int channels, const std::string& where, const DecodeOptions& opt) {
   check_channels_arg(channels, where);
   png_image im;
   std::memset(&im, 0, sizeof(im));
   im.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&im, data.data(), data.size()))
     TG_THROW("{}: undecodable PNG ({})", where, im.message);
+  try {
+    check_pixels(im.height, im.width, opt, "PNG", where);
+  } catch (...) {
+    png_image_free(&im);
+    throw;
+  }
   const bool src_color = (im.format & PNG_FORMAT_FLAG_COLOR) != 0;
   int out_c = channels != 0 ? channels : (src_color ? 3 : 1);
   im.format = out_c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
@@ -85,71 +227,90 @@ Image decode_png(const std::string& data, int channels, const std::string& where
   img.height = static_cast<int>(im.height);
   img.width = static_cast<int>(im.width);
   img.channels = out_c;
-  img.pixels.resize(PNG_IMAGE_SIZE(im));
+  img.source_channels = src_color ? 3 : 1;
+  img.pixels.resize(img.size());
   // Alpha, if any, is composited onto black (background nullptr): MNIST/CIFAR have none.
   if (!png_image_finish_read(&im, nullptr, img.pixels.data(), 0, nullptr)) {
     std::string msg = im.message;
     png_image_free(&im);
     TG_THROW("{}: undecodable PNG ({})", where, msg);
   }
-  TG_CHECK(img.pixels.size() == img.size(), "{}: PNG size mismatch", where);
   return img;
 }
 
-Image decode_jpeg(const std::string& data, int channels, const std::string& where) {
+Image decode_jpeg(const std::string& data, int channels, const std::string& where, const DecodeOptions& opt) {
   check_channels_arg(channels, where);
   TjHandle tj(tjInitDecompress());
   TG_CHECK(tj.h != nullptr, "tjInitDecompress failed");
+  const auto* src = reinterpret_cast<const unsigned char*>(data.data());
+  const auto src_size = static_cast<unsigned long>(data.size());
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj.h, reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<unsigned long>(data.size()), &w, &h, &subsamp, &colorspace) != 0)
+  if (tjDecompressHeader3(tj.h, src, src_size, &w, &h, &subsamp, &colorspace) != 0)
     TG_THROW("{}: undecodable JPEG ({})", where, tjGetErrorStr2(tj.h));
-  int out_c = channels != 0 ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
+  check_pixels(h, w, opt, "JPEG", where);
+  const int flags = opt.jpeg_dct == JpegDct::kFast ? TJFLAG_FASTDCT : TJFLAG_ACCURATEDCT;
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const int out_c = channels != 0 ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
   Image img;
   img.height = h;
   img.width = w;
+  img.source_channels = colorspace == TJCS_GRAY ? 1 : cmyk ? 4 : 3;
+  // Warnings (e.g. premature end of data on a mostly intact file) are errors here too: a half-grey training
+  // image is worse than a clear message.
+  if (cmyk) {
+    // libjpeg turns YCCK into CMYK; the CMYK -> RGB step is TensorFlow's (see the header).
+    std::vector<uint8_t> cmyk_px(static_cast<size_t>(w) * h * 4);
+    if (tjDecompress2(tj.h, src, src_size, cmyk_px.data(), w, 0, h, TJPF_CMYK, flags) != 0)
+      TG_THROW("{}: undecodable CMYK JPEG ({})", where, tjGetErrorStr2(tj.h));
+    img.channels = 3;
+    img.pixels.resize(img.size());
+    cmyk_to_rgb(cmyk_px.data(), static_cast<size_t>(w) * h, jpeg_has_adobe_marker(data), img.pixels.data());
+    return convert_channels(std::move(img), out_c);
+  }
   img.channels = out_c;
   img.pixels.resize(img.size());
-  if (tjDecompress2(tj.h, reinterpret_cast<const unsigned char*>(data.data()), static_cast<unsigned long>(data.size()),
-                    img.pixels.data(), w, 0, h, out_c == 3 ? TJPF_RGB : TJPF_GRAY, 0) != 0) {
-    // Warnings (e.g. premature end of data on a mostly intact file) are errors here too: a half-grey
-    // training image is worse than a clear message.
+  if (tjDecompress2(tj.h, src, src_size, img.pixels.data(), w, 0, h, out_c == 3 ? TJPF_RGB : TJPF_GRAY, flags) != 0)
     TG_THROW("{}: undecodable JPEG ({})", where, tjGetErrorStr2(tj.h));
-  }
   return img;
 }
 
 Image decode_raw(const std::string& data, int64_t height, int64_t width, int64_t stored_channels, int channels,
-                 const std::string& where) {
+                 const std::string& where, const DecodeOptions& opt) {
   check_channels_arg(channels, where);
   if (height <= 0 || width <= 0 || (stored_channels != 1 && stored_channels != 3))
     TG_THROW("{}: RAW image needs image/height, image/width > 0 and image/channels 1 or 3 (got {}x{}x{})", where,
              height, width, stored_channels);
-  const uint64_t want = static_cast<uint64_t>(height) * width * stored_channels;
-  if (data.size() != want)
+  check_pixels(height, width, opt, "RAW image", where);   // also bounds height and width to int
+  const int64_t want = height * width * stored_channels;  // no overflow: height * width <= max_image_pixels
+  if (static_cast<uint64_t>(want) != data.size())
     TG_THROW("{}: RAW image of {}x{}x{} needs {} bytes, has {}", where, height, width, stored_channels, want,
              data.size());
   Image img;
   img.height = static_cast<int>(height);
   img.width = static_cast<int>(width);
   img.channels = static_cast<int>(stored_channels);
+  img.source_channels = img.channels;
   img.pixels.assign(data.begin(), data.end());
   return convert_channels(std::move(img), channels);
 }
 
 Image decode_image(const std::string& data, const std::string& format, int64_t height, int64_t width,
-                   int64_t stored_channels, int channels, const std::string& where) {
-  switch (detect_image_format(format, data)) {
+                   int64_t stored_channels, int channels, const std::string& where, const DecodeOptions& opt) {
+  const ImageFormat fmt = detect_image_format(format, data, height, width, stored_channels);
+  const ImageFormat labelled = labelled_image_format(format);
+  if (!format.empty() && fmt != ImageFormat::kUnknown && fmt != labelled) note_format_mismatch(where, format, fmt);
+  switch (fmt) {
     case ImageFormat::kPng:
-      return decode_png(data, channels, where);
+      return decode_png(data, channels, where, opt);
     case ImageFormat::kJpeg:
-      return decode_jpeg(data, channels, where);
+      return decode_jpeg(data, channels, where, opt);
     case ImageFormat::kRaw:
-      return decode_raw(data, height, width, stored_channels, channels, where);
+      return decode_raw(data, height, width, stored_channels, channels, where, opt);
     case ImageFormat::kUnknown:
       break;
   }
-  TG_THROW("{}: undecodable image (image/format '{}', no PNG or JPEG signature)", where, format);
+  TG_THROW("{}: undecodable image (image/format '{}', no PNG or JPEG signature, not a RAW image of the stated size)",
+           where, format);
 }
 
 std::string encode_png(const Image& img) {
@@ -208,11 +369,14 @@ Image resize_bilinear_u8(const Image& img, int height, int width) {
       int x0 = std::min(static_cast<int>(fx), img.width - 1), x1 = std::min(x0 + 1, img.width - 1);
       float wx = fx - x0;
       for (int c = 0; c < C; ++c) {
-        auto at = [&](int yy, int xx) { return static_cast<float>(img.pixels[(static_cast<size_t>(yy) * img.width + xx) * C + c]); };
+        auto at = [&](int yy, int xx) {
+          return static_cast<float>(img.pixels[(static_cast<size_t>(yy) * img.width + xx) * C + c]);
+        };
         float top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * wx;
         float bot = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * wx;
         float v = top + (bot - top) * wy;
-        out.pixels[(static_cast<size_t>(y) * width + x) * C + c] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+        out.pixels[(static_cast<size_t>(y) * width + x) * C + c] =
+            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
       }
     }
   }

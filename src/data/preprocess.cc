@@ -254,12 +254,32 @@ void require_at_least(const FloatImage& img, int s, const std::string& where) {
 
 }  // namespace
 
+void check_image_channels(const Image& img, const PreprocessSpec& spec, const std::string& where) {
+  if (spec.kind != PreprocessKind::kMnist && spec.kind != PreprocessKind::kCifar10) return;
+  const int source = img.source_channels != 0 ? img.source_channels : img.channels;
+  const bool gray = source == 1, want_gray = spec.kind == PreprocessKind::kMnist;
+  if (gray == want_gray) return;
+  throw DatasetMismatchError(fmt::format(
+      "{}: the image has {} channel{} ({}) but --dataset {} needs {} ({}): the shards do not hold this dataset",
+      where, source, source == 1 ? "" : "s", gray ? "grayscale" : "colour",
+      want_gray ? "mnist/fashion_mnist" : "cifar10", want_gray ? 1 : 3, want_gray ? "grayscale" : "colour"));
+}
+
 void preprocess_image(const Image& img, const PreprocessSpec& spec, AugmentRng& rng, float* out,
                       const std::string& where) {
   const int S = spec.image_size;
+  check_image_channels(img, spec, where);
   if (img.channels != spec.channels)
     TG_THROW("{}: image has {} channels, the dataset needs {}", where, img.channels, spec.channels);
-  if (img.height <= 0 || img.width <= 0) TG_THROW("{}: empty image", where);
+  if (img.height <= 0 || img.width <= 0) TG_THROW("{}: empty image ({}x{})", where, img.height, img.width);
+  // The pixel buffer must hold exactly H*W*C bytes before any crop reads it (a decoder bug or a hand-built
+  // Image must not become an out-of-bounds read).
+  int64_t expect = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(img.height), static_cast<int64_t>(img.width), &expect) ||
+      __builtin_mul_overflow(expect, static_cast<int64_t>(img.channels), &expect) ||
+      static_cast<uint64_t>(expect) != img.pixels.size())
+    TG_THROW("{}: image of {}x{}x{} has {} bytes of pixels", where, img.height, img.width, img.channels,
+             img.pixels.size());
   FloatImage f = to_float(img);
   switch (spec.kind) {
     case PreprocessKind::kMnist: {

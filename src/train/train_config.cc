@@ -8,6 +8,8 @@
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
+#include "terngrad/data/image_codec.h"
+#include "terngrad/data/tfrecord.h"
 
 namespace tg {
 
@@ -58,6 +60,9 @@ void TrainConfig::validate(int num_processes) const {
            "split evenly",
            batch_size, workers);
   TG_CHECK(max_steps >= 1, "--max_steps {} must be at least 1", max_steps);
+  parse_tfrecord_compression(tfrecord_compression, "--tfrecord_compression");
+  parse_jpeg_dct(jpeg_dct);
+  TG_CHECK(max_image_pixels > 0, "--max_image_pixels {} must be positive", max_image_pixels);
   TG_CHECK(optimizer == "gd" || optimizer == "momentum" || optimizer == "adam" || optimizer == "rmsprop",
            "--optimizer '{}' is not one of gd, momentum, adam, rmsprop", optimizer);
   TG_CHECK(initial_learning_rate > 0, "--initial_learning_rate {} must be positive", initial_learning_rate);
@@ -124,6 +129,9 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["num_processes"] = std::to_string(num_processes);
   f["check_replicas_every"] = std::to_string(check_replicas_every);
   f["skip_corrupt_records"] = skip_corrupt_records ? "true" : "false";
+  f["tfrecord_compression"] = tfrecord_compression;
+  f["jpeg_dct"] = jpeg_dct;
+  f["max_image_pixels"] = std::to_string(max_image_pixels);
   f["metrics_jsonl"] = metrics_jsonl;
   f["net"] = net;
   f["image_size"] = std::to_string(image_size);

@@ -1,7 +1,7 @@
 // Dataset converters behind `terngrad-data`: raw datasets -> sharded TFRecord files of image tf.Examples
 // (keys in example.h), and `inspect`, which reads shards back and summarises them.
 //
-// Shards are named "<prefix>-NNNNN-of-NNNNN"; example i of n goes to shard s with s*n/S <= i < (s+1)*n/S
+// Shards are named "<prefix>-NNNNN-of-NNNNN" (also when compressed: TF names no suffix either); example i of n goes to shard s with s*n/S <= i < (s+1)*n/S
 // (contiguous blocks, in input order). Each shard is written by one thread through TfRecordWriter (temporary
 // name, then rename), so an interrupted conversion never leaves a half-written shard under a final name.
 #pragma once
@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/data/tfrecord.h"
+
 namespace tg {
 
 std::string shard_name(const std::string& prefix, int shard, int num_shards);
@@ -20,7 +22,8 @@ std::string shard_name(const std::string& prefix, int shard, int num_shards);
 // output_dir (created if missing), shards spread over num_threads threads. Returns the shard paths.
 std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& output_dir,
                                        const std::string& prefix, int num_threads,
-                                       const std::function<std::string(size_t)>& make_example);
+                                       const std::function<std::string(size_t)>& make_example,
+                                       TfRecordCompression compression = TfRecordCompression::kNone);
 
 // ---- MNIST / Fashion-MNIST idx files ------------------------------------------------------------------
 struct IdxImages {
@@ -36,6 +39,7 @@ struct ConvertIdxOptions {
   int num_shards = 1;
   std::string format = "png";  // "png" (as the reference) or "raw"
   int num_threads = 2;
+  TfRecordCompression compression = TfRecordCompression::kNone;  // --compression gzip|zlib|none
 };
 std::vector<std::string> convert_idx(const ConvertIdxOptions& opt);
 
@@ -45,6 +49,7 @@ struct ConvertCifar10Options {
   std::string output_dir;
   int train_shards = 10, test_shards = 1;
   int num_threads = 2;
+  TfRecordCompression compression = TfRecordCompression::kNone;
 };
 std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt);
 
@@ -59,8 +64,9 @@ struct BuildImageDataOptions {
   int quality = 90;       // JPEG quality when an image must be (re-)encoded
   bool raw_pixel = false; // store decoded RGB bytes with image/format "RAW"
   uint64_t seed = 12345;  // order shuffle, as the reference's random.seed(12345)
+  TfRecordCompression compression = TfRecordCompression::kNone;
 };
-// JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK) and PNG files are
+// JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK, which become RGB) and PNG files are
 // re-encoded as JPEG, both at `quality`; with raw_pixel every image is stored decoded (RGB).
 std::vector<std::string> build_image_data(const BuildImageDataOptions& opt);
 

@@ -3,7 +3,19 @@
 //
 // `channels` arguments: 0 keeps the image's own channel count (1 or 3; PNG alpha is dropped), 1 asks for
 // grayscale, 3 for RGB (gray is replicated; RGB->gray uses the JPEG/PNG library's luma conversion).
-// Every failure throws tg::Error prefixed with `where` (e.g. "train-00000-of-00001:1234").
+// Every failure throws tg::Error prefixed with `where` (e.g. "train-00000-of-00001: record at byte offset 1234").
+//
+// The content decides the decoder: a PNG signature means PNG, a JPEG SOI marker (ff d8 ff) JPEG; image/format is
+// only a hint (it wins for RAW when the bytes are exactly height*width*channels long). A disagreement between
+// the two is logged once per shard (the part of `where` before its first ": ").
+//
+// CMYK and YCCK JPEGs decode to RGB as TensorFlow's decode_jpeg does (tensorflow/core/lib/jpeg/jpeg_mem.cc):
+// with an Adobe APP14 marker the data is taken as inverted CMYK (Photoshop's convention), R = K*C/255, else as
+// plain CMYK, R = (255-K)*(255-C)/255 (likewise G from M, B from Y), integer division.
+//
+// Limits: before any pixel buffer is allocated, the dimensions from the header (JPEG SOF, PNG IHDR, RAW
+// image/height,width) are checked against DecodeOptions::max_image_pixels (--max_image_pixels); sizes are
+// computed in int64 with overflow checks.
 #pragma once
 
 #include <cstdint>
@@ -14,24 +26,63 @@ namespace tg {
 
 struct Image {
   int height = 0, width = 0, channels = 0;
+  // Channels of the encoded image before any conversion: 1 grayscale, 3 colour (RGB, YCbCr, palette), 4 CMYK
+  // or YCCK JPEG; 0 when not decoded from bytes. What the dataset's channel check looks at.
+  int source_channels = 0;
   std::vector<uint8_t> pixels;  // (H, W, C)
   size_t size() const { return static_cast<size_t>(height) * width * channels; }
 };
 
 enum class ImageFormat { kPng, kJpeg, kRaw, kUnknown };
+const char* image_format_name(ImageFormat f);
 
-// From the image/format string ("png", "jpeg"/"JPEG"/"jpg", "RAW"); empty or unrecognized strings fall back
-// to the magic bytes of `data` (PNG signature, JPEG SOI marker); kUnknown when neither says.
-ImageFormat detect_image_format(const std::string& format, const std::string& data);
+enum class JpegDct { kFast, kAccurate };  // libjpeg's JDCT_IFAST / JDCT_ISLOW
+// "fast" | "accurate"; throws tg::Error naming --jpeg_dct.
+JpegDct parse_jpeg_dct(const std::string& name);
+const char* jpeg_dct_name(JpegDct d);
 
-Image decode_png(const std::string& data, int channels, const std::string& where);
-Image decode_jpeg(const std::string& data, int channels, const std::string& where);
+constexpr int64_t kDefaultMaxImagePixels = int64_t{64} * 1024 * 1024;
+
+struct DecodeOptions {
+  // TensorFlow's decode_jpeg with dct_method '' (the reference's call) uses JDCT_IFAST: "fast" is the default.
+  JpegDct jpeg_dct = JpegDct::kFast;
+  int64_t max_image_pixels = kDefaultMaxImagePixels;  // height * width limit, checked from the header
+};
+// Process-wide defaults (the apps set them from --jpeg_dct and --max_image_pixels before reading starts);
+// every decode_* call without explicit options uses them. Read atomically.
+void set_default_decode_options(const DecodeOptions& o);
+DecodeOptions default_decode_options();
+// The apps' one call: --tfrecord_compression (set_default_tfrecord_compression), --jpeg_dct and
+// --max_image_pixels (set_default_decode_options). Throws tg::Error naming a bad value's flag.
+void set_data_flag_defaults(const std::string& tfrecord_compression, const std::string& jpeg_dct,
+                            int64_t max_image_pixels);
+
+// The format the bytes carry (PNG signature, JPEG SOI marker), kUnknown otherwise.
+ImageFormat sniff_image_format(const std::string& data);
+// The image/format string ("png", "jpeg"/"JPEG"/"jpg", "RAW"); kUnknown when empty or unrecognized.
+ImageFormat labelled_image_format(const std::string& format);
+// The decoder to use: RAW when labelled RAW and the size fits height*width*stored_channels, else the sniffed
+// format, else RAW when the size fits, else the label's format (whose decoder then reports the bytes).
+ImageFormat detect_image_format(const std::string& format, const std::string& data, int64_t height = 0,
+                                int64_t width = 0, int64_t stored_channels = 0);
+
+// TensorFlow's CMYK -> RGB of n pixels (4 bytes in, 3 out; formulas above); adobe_inverted: the JPEG has an
+// Adobe APP14 marker, which jpeg_has_adobe_marker tells as libjpeg's saw_Adobe_marker does.
+void cmyk_to_rgb(const uint8_t* cmyk, size_t n, bool adobe_inverted, uint8_t* rgb);
+bool jpeg_has_adobe_marker(const std::string& data);
+
+Image decode_png(const std::string& data, int channels, const std::string& where,
+                 const DecodeOptions& opt = default_decode_options());
+Image decode_jpeg(const std::string& data, int channels, const std::string& where,
+                  const DecodeOptions& opt = default_decode_options());
 // RAW: data holds height*width*stored_channels bytes.
 Image decode_raw(const std::string& data, int64_t height, int64_t width, int64_t stored_channels, int channels,
-                 const std::string& where);
-// Dispatch on `format` (falling back to magic bytes). RAW needs height/width/stored_channels.
+                 const std::string& where, const DecodeOptions& opt = default_decode_options());
+// Dispatch by content (detect_image_format); a format/content mismatch is logged once per shard. RAW needs
+// height/width/stored_channels.
 Image decode_image(const std::string& data, const std::string& format, int64_t height, int64_t width,
-                   int64_t stored_channels, int channels, const std::string& where);
+                   int64_t stored_channels, int channels, const std::string& where,
+                   const DecodeOptions& opt = default_decode_options());
 
 // Converts between 1 and 3 channels (gray replicated / ITU-R BT.601 luma); no-op when equal.
 Image convert_channels(Image img, int channels);

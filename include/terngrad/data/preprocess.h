@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/data/image_codec.h"
 
@@ -93,8 +94,22 @@ struct PreprocessSpec {
   bool train = true;
 };
 
+// An image whose stored channels contradict --dataset: the shards belong to another dataset (e.g. 1-channel
+// Fashion-MNIST shards read with --dataset cifar10). Not a corrupt record: the pipeline should stop on it even
+// with --skip_corrupt_records (catch it before tg::Error).
+class DatasetMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Throws DatasetMismatchError (prefixed with `where`) when img.source_channels contradicts the dataset:
+// mnist/fashion_mnist need grayscale sources, cifar10 colour ones. ImageNet (kAlexnet, kInception) takes any:
+// its grayscale and CMYK JPEGs become RGB, as the reference's decode_jpeg(channels=3) made them. Images not
+// decoded from bytes (source_channels 0) are judged by their channels.
+void check_image_channels(const Image& img, const PreprocessSpec& spec, const std::string& where);
+
 // Preprocesses `img` into out[0 .. S*S*C). Throws tg::Error prefixed with `where` when the image cannot be
-// used (channel mismatch, image smaller than the crop).
+// used (check_image_channels, pixel buffer not H*W*C, image smaller than the crop).
 void preprocess_image(const Image& img, const PreprocessSpec& spec, AugmentRng& rng, float* out,
                       const std::string& where);
 

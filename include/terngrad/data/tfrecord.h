@@ -7,6 +7,13 @@
 // past it), while a truncated file or a bad length CRC leaves nothing trustworthy after it (the rest of the
 // file is lost). read() reports which; next() throws tg::Error naming the file and the byte offset.
 //
+// Compression: TensorFlow's TFRecordOptions(compression_type='GZIP' | 'ZLIB') files are one gzip (RFC 1952)
+// or zlib (RFC 1950) stream of exactly those framed records. The reader decompresses them as a stream (never
+// the whole file in memory), still checks both CRCs, and counts offsets in the uncompressed stream (messages
+// say "uncompressed offset"). kAuto decides from the first bytes: a valid length CRC in the first 12 bytes
+// means a plain file (whatever the bytes look like); otherwise the gzip magic 1f 8b 08 means gzip and a
+// valid zlib header (CM 8, CINFO <= 7, (CMF * 256 + FLG) % 31 == 0, no preset dictionary) means zlib.
+//
 // TfRecordWriter never leaves a half-written file under its final name: it writes to a hidden temporary
 // file in the same folder (".<name>.tmp-<pid>-<n>", which no "<subset>-*" glob matches), and close() flushes,
 // fsyncs and renames it. Destroying a writer that was not closed removes the temporary file.
@@ -14,10 +21,23 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tg {
+
+enum class TfRecordCompression { kAuto, kNone, kGzip, kZlib };
+
+// "auto" | "none" | "gzip" | "zlib" (also TF's "GZIP", "ZLIB" and "" for none); throws tg::Error naming `flag`.
+TfRecordCompression parse_tfrecord_compression(const std::string& name, const std::string& flag);
+const char* tfrecord_compression_name(TfRecordCompression c);
+// What kAuto picks for a file starting with head[0 .. n) (n may be short for a tiny file): kNone, kGzip or kZlib.
+TfRecordCompression detect_tfrecord_compression(const char* head, size_t n);
+// The compression readers use when constructed without one (kAuto unless the apps set --tfrecord_compression).
+// Set it before readers start; it is read atomically.
+void set_default_tfrecord_compression(TfRecordCompression c);
+TfRecordCompression default_tfrecord_compression();
 
 enum class RecordStatus {
   kOk,             // a record was read
@@ -36,7 +56,9 @@ RecordFraming frame_record(const void* data, size_t n);
 
 class TfRecordReader {
  public:
-  explicit TfRecordReader(const std::string& path);  // throws tg::Error when the file cannot be opened
+  // Throws tg::Error when the file cannot be opened; a forced compression that does not fit the bytes shows at
+  // the first read (kCorruptFile naming the zlib error).
+  explicit TfRecordReader(const std::string& path, TfRecordCompression compression = default_tfrecord_compression());
   ~TfRecordReader();
   TfRecordReader(const TfRecordReader&) = delete;
   TfRecordReader& operator=(const TfRecordReader&) = delete;
@@ -51,24 +73,34 @@ class TfRecordReader {
   bool next(std::string* record, uint64_t* offset = nullptr);
 
   const std::string& path() const { return path_; }
-  uint64_t file_size() const { return file_size_; }
-  uint64_t position() const { return pos_; }  // offset of the next record's header
+  uint64_t file_size() const { return file_size_; }  // on disk (compressed size for gzip/zlib files)
+  uint64_t position() const { return pos_; }         // offset of the next record's header (uncompressed stream)
+  TfRecordCompression compression() const { return compression_; }  // kNone, kGzip or kZlib (never kAuto)
 
  private:
+  struct Inflater;
   RecordStatus read_header(uint64_t* length, uint64_t* offset, std::string* error);
+  // Up to n bytes of the (uncompressed) stream; fewer at its end or on an error (then *error is set).
+  size_t fill(char* dst, size_t n, std::string* error);
+  bool discard(uint64_t n, std::string* error);
+  std::string at(uint64_t offset) const;  // "byte offset N" or "uncompressed offset N"
 
   std::string path_;
   std::FILE* file_ = nullptr;
   uint64_t file_size_ = 0;
   uint64_t pos_ = 0;
   bool dead_ = false;  // after kCorruptFile
+  TfRecordCompression compression_ = TfRecordCompression::kNone;
+  std::unique_ptr<Inflater> inflater_;  // gzip/zlib only
   std::vector<char> io_buffer_;
 };
 
 class TfRecordWriter {
  public:
-  explicit TfRecordWriter(const std::string& final_path);  // throws tg::Error when the folder is not writable
-  ~TfRecordWriter();                                         // removes the temporary file unless closed
+  // Throws tg::Error when the folder is not writable. kGzip/kZlib write what TF's compressed writer writes
+  // (kAuto means kNone here).
+  explicit TfRecordWriter(const std::string& final_path, TfRecordCompression compression = TfRecordCompression::kNone);
+  ~TfRecordWriter();  // removes the temporary file unless closed
   TfRecordWriter(const TfRecordWriter&) = delete;
   TfRecordWriter& operator=(const TfRecordWriter&) = delete;
 
@@ -82,18 +114,26 @@ class TfRecordWriter {
   const std::string& temp_path() const { return temp_path_; }
 
  private:
+  struct Deflater;
   void abandon() noexcept;
+  bool put(const void* data, size_t n);  // through the compressor when there is one
 
   std::string final_path_, temp_path_;
   std::FILE* file_ = nullptr;
+  std::unique_ptr<Deflater> deflater_;
   uint64_t records_ = 0;
   std::vector<char> io_buffer_;
 };
+
+// "<path>: record at byte offset N", or "... at uncompressed offset N" for a gzip/zlib file: how messages
+// about a record name it.
+std::string describe_record(const std::string& path, uint64_t offset, TfRecordCompression compression);
 
 // Appends one framed record (header, data, footer) to *out: the exact bytes a writer puts in a file.
 void append_tfrecord(std::string* out, const void* data, size_t n);
 
 // Every record of a file, in order (throws on corruption). For tests and small files.
-std::vector<std::string> read_all_tfrecords(const std::string& path);
+std::vector<std::string> read_all_tfrecords(const std::string& path,
+                                            TfRecordCompression compression = default_tfrecord_compression());
 
 }  // namespace tg

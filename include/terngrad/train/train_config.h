@@ -78,6 +78,9 @@ struct TrainConfig {
   int num_preprocess_threads = 2;
   int64_t shuffle_buffer = 4096;
   bool skip_corrupt_records = false;
+  std::string tfrecord_compression = "auto";  // auto | none | gzip | zlib
+  std::string jpeg_dct = "fast";              // fast (TF's decode_jpeg default) | accurate
+  int64_t max_image_pixels = 64 * 1024 * 1024;
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // Checks every value and their consistency for `num_processes` processes; throws naming the flag.
