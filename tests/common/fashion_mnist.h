@@ -15,7 +15,7 @@ struct IdxDataset {
   std::vector<int32_t> labels; // (count)
 };
 
-std::string fashion_mnist_dir();  // "" when the package is not installed
+std::string fashion_mnist_dir();  // "" when the package is not installed; an Error instead when CI=true
 // subset "train" (60000) or "t10k" (10000); throws tg::Error naming the file on a bad file.
 IdxDataset load_fashion_mnist(const std::string& subset);
 
