@@ -3,12 +3,13 @@
 //   convert-cifar10   CIFAR-10 binary batches -> train-* and test-* shards (PNG)
 //   build-image-data  a folder per class of JPEG/PNG images + labels file -> train-* / validation-* (ImageNet)
 //   inspect           count records, check every CRC, list feature keys, label histogram and image sizes
-// Errors end with one line "terngrad-data: error: ..." and exit status 1.
+// Errors end with one line "terngrad-data: error: ..." and exit status 1 (usage errors: 2).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
+#include "app_cli.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/converters.h"
@@ -69,15 +70,11 @@ int main(int argc, char** argv) {
   c_inspect->add_option("files", files, "shard files (instead of --data_dir/--subset)");
   c_inspect->add_flag("--decode", decode, "decode every image too");
 
+  tg::apps::strict_integers(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "terngrad-data: error: %s (see --help)\n", e.what());
-    return 1;
+    return tg::apps::usage_error(app, e, "terngrad-data");  // one line, exit 2 (--help: the help, exit 0)
   }
   try {
     tg::setup_logging(log_level);

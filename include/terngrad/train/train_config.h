@@ -78,6 +78,7 @@ struct TrainConfig {
   int num_preprocess_threads = 2;
   int64_t shuffle_buffer = 4096;
   bool skip_corrupt_records = false;
+  double max_corrupt_fraction = 0.01;  // more bad records in one pass over the data stop the run
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // Checks every value and their consistency for `num_processes` processes; throws naming the flag.
