@@ -1,20 +1,20 @@
 // Checkpoint files: round trip of every tensor and the header, deterministic bytes, corruption detected and
 // named (header, tensor data, truncation), the TF-style index and listing of steps.
-#include <gtest/gtest.h>
+#include "terngrad/train/checkpoint.h"
 
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <functional>
 #include <iterator>
-#include <sys/wait.h>
-
-#include <unistd.h>
 
 #include "checkpoint.pb.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
-#include "terngrad/train/checkpoint.h"
 #include "terngrad/train/stale_files.h"
 
 namespace tg {
@@ -138,16 +138,19 @@ TEST_F(CheckpointTest, CraftedHeaderSizesAreRefused) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
   };
-  craft([](terngrad::CheckpointHeader& h) {
-    h.mutable_tensors(0)->set_shape(0, int64_t{1} << 40);
-  }, "dimension 1099511627776");
-  craft([](terngrad::CheckpointHeader& h) {
-    h.mutable_tensors(0)->set_shape(0, 100), h.mutable_tensors(0)->set_shape(1, 100);
-  }, "declares");
+  craft([](terngrad::CheckpointHeader& h) { h.mutable_tensors(0)->set_shape(0, int64_t{1} << 40); },
+        "dimension 1099511627776");
+  craft(
+      [](terngrad::CheckpointHeader& h) {
+        h.mutable_tensors(0)->set_shape(0, 100), h.mutable_tensors(0)->set_shape(1, 100);
+      },
+      "declares");
   craft([](terngrad::CheckpointHeader& h) { h.mutable_tensors(0)->set_shape(0, -3); }, "dimension -3");
-  craft([](terngrad::CheckpointHeader& h) {
-    for (int i = 0; i < 9; ++i) h.mutable_tensors(0)->add_shape(1);
-  }, "rank 11");
+  craft(
+      [](terngrad::CheckpointHeader& h) {
+        for (int i = 0; i < 9; ++i) h.mutable_tensors(0)->add_shape(1);
+      },
+      "rank 11");
   craft([](terngrad::CheckpointHeader& h) { h.set_image_size(int64_t{1} << 40); }, "corrupt header");
   craft([](terngrad::CheckpointHeader& h) { h.set_data_offset(uint64_t{1} << 62); }, "data offset");
 }

@@ -1,12 +1,11 @@
 // InputPipeline: coverage (every record exactly once per epoch across workers), eval order and the partial
 // last batch, determinism whatever the thread counts, epoch reshuffling, and bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -476,8 +475,8 @@ TEST(InputPipelineBadInput, SkippingAPassWithNoUsableRecordStops) {
   o.shuffle_buffer = 64;  // larger than the data: the records of several passes wait in it
   o.num_classes = 1;      // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
   std::string err = error_within(o, 30);
-  EXPECT_NE(err.find("found 27 bad records of 30 (90.00%), more than --max_corrupt_fraction 0.01"),
-            std::string::npos) << err;
+  EXPECT_NE(err.find("found 27 bad records of 30 (90.00%), more than --max_corrupt_fraction 0.01"), std::string::npos)
+      << err;
   o.max_corrupt_fraction = 0.95;  // then it trains on the 3 good ones
   EXPECT_EQ(error_within(o, 3), "");
   {

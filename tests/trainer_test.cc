@@ -1,8 +1,9 @@
 // Trainer end to end on real data: a small TFRecord dataset written from Fashion-MNIST, TernGrad with two
 // workers, checkpoints, bit-identical resume, refusal of a foreign train_dir, flag errors, divergence,
 // SIGINT, terngrad-eval's report line, and training across two real MPI processes.
-#include <gtest/gtest.h>
+#include "terngrad/train/trainer.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,14 +16,13 @@
 #include <regex>
 #include <sstream>
 
+#include "../src/apps/app_cli.h"
 #include "common/fashion_mnist.h"
 #include "event.pb.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
 #include "terngrad/train/checkpoint.h"
-#include "terngrad/train/trainer.h"
-#include "../src/apps/app_cli.h"
 
 namespace tg {
 namespace {
@@ -532,9 +532,12 @@ TEST_F(TrainerTest, SigtermOnRealDataSavesAndExitsWithinSeconds) {
   std::string out;
   const std::string train = bin("terngrad-train") + " --data_dir " + data_dir_ +
                             " --dataset fashion_mnist --net lenet --batch_size 32 --max_steps 1000000 --threads 1"
-                            " --num_readers 1 --num_preprocess_threads 1 --train_dir " + dir;
-  int rc = run("(" + train + " & p=$!; sleep 4; kill -TERM $p; s=$(date +%s); wait $p; r=$?; "
-               "echo elapsed $(( $(date +%s) - s )); exit $r)", &out);
+                            " --num_readers 1 --num_preprocess_threads 1 --train_dir " +
+                            dir;
+  int rc = run("(" + train +
+                   " & p=$!; sleep 4; kill -TERM $p; s=$(date +%s); wait $p; r=$?; "
+                   "echo elapsed $(( $(date +%s) - s )); exit $r)",
+               &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("checkpoint saved"), std::string::npos) << out;
   std::smatch m;
@@ -591,13 +594,18 @@ TEST_F(TrainerTest, RerunOfAFinishedTrainingSaysSo) {
   EXPECT_EQ(again.steps_done, 3);
   EXPECT_EQ(again.parameter_digest, first.parameter_digest);
   std::string out;
-  ASSERT_EQ(run(bin("terngrad-train") + " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet "
-                "--num_nodes 2 --batch_size 32 --max_steps 3 --grad_bits 1 --clip_factor 2.5 --threads 1 "
-                "--num_readers 1 --shuffle_buffer 256 --seed 5 --log_every 3 --train_dir " + a.train_dir, &out), 0)
+  ASSERT_EQ(run(bin("terngrad-train") + " --data_dir " + data_dir_ +
+                    " --dataset fashion_mnist --net lenet "
+                    "--num_nodes 2 --batch_size 32 --max_steps 3 --grad_bits 1 --clip_factor 2.5 --threads 1 "
+                    "--num_readers 1 --shuffle_buffer 256 --seed 5 --log_every 3 --train_dir " +
+                    a.train_dir,
+                &out),
+            0)
       << out;
   EXPECT_NE(out.find("training already finished at step 3 (checkpoint " + checkpoint_path(a.train_dir, 3) +
                      ", parameter digest " + first.parameter_digest + ")"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
   EXPECT_EQ(out.find("done:"), std::string::npos) << out;
 }
 
@@ -620,7 +628,8 @@ TEST_F(TrainerTest, BadDataAndBadNumbersAreOneLineErrors) {
     int rc;
   };
   const std::vector<Case> cases = {
-      {lenet + " --data_dir " + empty.string(), "--data_dir '" + empty.string() + "': the 1 file 'train-*' is empty", 1},
+      {lenet + " --data_dir " + empty.string(), "--data_dir '" + empty.string() + "': the 1 file 'train-*' is empty",
+       1},
       {lenet + " --skip_corrupt_records --data_dir " + garbage.string(), "found no usable record", 1},
       {" --data_dir " + data_dir_ + " --dataset cifar10 --net cifarnet", "1-channel image where cifar10", 1},
       {lenet + " --data_dir " + data_dir_ + " --batch_size 99999999999999999999",
@@ -646,8 +655,13 @@ TEST_F(TrainerTest, BadDataAndBadNumbersAreOneLineErrors) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   // terngrad-eval: an empty subset, a CifarNet checkpoint on Fashion-MNIST shards, a usage error.
   const std::string cifar = (root_ / "cifar").string();
-  ASSERT_EQ(run(bin("terngrad-train") + " --benchmark_mode --dataset cifar10 --net cifarnet --batch_size 8 "
-                "--max_steps 1 --threads 1 --train_dir " + cifar, &out), 0) << out;
+  ASSERT_EQ(run(bin("terngrad-train") +
+                    " --benchmark_mode --dataset cifar10 --net cifarnet --batch_size 8 "
+                    "--max_steps 1 --threads 1 --train_dir " +
+                    cifar,
+                &out),
+            0)
+      << out;
   const std::string eval = "timeout 60 " + bin("terngrad-eval") + " --run_once --threads 1 --checkpoint_dir ";
   EXPECT_EQ(run(eval + cifar + " --subset train --data_dir " + data_dir_, &out), 1) << out;
   EXPECT_NE(out.find("1-channel image where cifar10 has 3-channel images"), std::string::npos) << out;

@@ -16,11 +16,11 @@
 // at once with 128 + signal (one a second or more after the first: a single request often arrives twice).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -136,8 +136,10 @@ class StopSignals {
   static const char* name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
   [[noreturn]] void exit_now(int sig, const char* why) {
-    std::fprintf(stderr, "%s: error: %s %s: exiting at once without a checkpoint of the step in progress (the last "
-                 "saved checkpoint is intact)\n", program_, why, name(sig));
+    std::fprintf(stderr,
+                 "%s: error: %s %s: exiting at once without a checkpoint of the step in progress (the last "
+                 "saved checkpoint is intact)\n",
+                 program_, why, name(sig));
     std::fflush(stderr);
     ::_exit(128 + sig);
   }

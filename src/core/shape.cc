@@ -32,8 +32,7 @@ int64_t Shape::dim(int i) const {
 int64_t Shape::numel() const {
   int64_t n = 1;
   for (int i = 0; i < rank_; ++i)
-    if (__builtin_mul_overflow(n, dims_[i], &n))
-      TG_THROW("shape {} has more than 2^63 - 1 elements", str());
+    if (__builtin_mul_overflow(n, dims_[i], &n)) TG_THROW("shape {} has more than 2^63 - 1 elements", str());
   return n;
 }
 

@@ -1,6 +1,8 @@
 // InputPipeline: threads, queues and ordering (the contract is in input_pipeline.h).
 #include "terngrad/data/input_pipeline.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -8,8 +10,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
@@ -218,11 +218,10 @@ struct InputPipeline::State {
     const PassCount c = it->second;
     if (c.files_done < assignment.files.size() || c.finished < c.records) return "";
     passes.erase(it);
-    const std::string what = fmt::format("--data_dir '{}': a whole pass over the {} file{} '{}-*'{}", opt.data_dir,
-                                         assignment.files.size(), assignment.files.size() == 1 ? "" : "s", opt.subset,
-                                         opt.num_workers > 1 ? fmt::format(" of worker {} of {}", opt.worker_index,
-                                                                           opt.num_workers)
-                                                             : "");
+    const std::string what =
+        fmt::format("--data_dir '{}': a whole pass over the {} file{} '{}-*'{}", opt.data_dir, assignment.files.size(),
+                    assignment.files.size() == 1 ? "" : "s", opt.subset,
+                    opt.num_workers > 1 ? fmt::format(" of worker {} of {}", opt.worker_index, opt.num_workers) : "");
     if (c.records == 0) return what + " found no record (empty files?)";
     const uint64_t judged = c.records - c.dropped;
     if (judged == 0) return "";
@@ -389,9 +388,10 @@ struct InputPipeline::State {
       // and color images are converted to gray for MNIST.
       Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels, 0, where);
       if (img.channels < spec.channels && opt.dataset != "imagenet")
-        throw WrongData(fmt::format("{}: a {}-channel image where {} has {}-channel images: --data_dir '{}' does not "
-                                    "hold {} data (check --dataset and --data_dir)",
-                                    where, img.channels, opt.dataset, spec.channels, opt.data_dir, opt.dataset));
+        throw WrongData(
+            fmt::format("{}: a {}-channel image where {} has {}-channel images: --data_dir '{}' does not "
+                        "hold {} data (check --dataset and --data_dir)",
+                        where, img.channels, opt.dataset, spec.channels, opt.data_dir, opt.dataset));
       img = convert_channels(std::move(img), spec.channels);
       AugmentRng rng(opt.seed, static_cast<uint32_t>(rec.epoch), static_cast<uint32_t>(rec.file), rec.index);
       ex->image.resize(example_floats);

@@ -139,8 +139,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     TG_CHECK(e.shape_size() <= Shape::kMaxRank, "{}: tensor {} has rank {} (at most {}; corrupt header)", path,
              e.name(), e.shape_size(), Shape::kMaxRank);
     for (int64_t d : e.shape())
-      TG_CHECK(d >= 0 && static_cast<uint64_t>(d) <= file_size,
-               "{}: tensor {} has dimension {} (corrupt header)", path, e.name(), d);
+      TG_CHECK(d >= 0 && static_cast<uint64_t>(d) <= file_size, "{}: tensor {} has dimension {} (corrupt header)", path,
+               e.name(), d);
     std::vector<int64_t> dims(e.shape().begin(), e.shape().end());
     Shape shape(dims);
     int64_t numel = 0;
