@@ -109,9 +109,10 @@ inline std::string check_config_file(int argc, char** argv) {
 
 // Construct first thing in main, before any thread exists (MPI, OpenMP, the input pipeline): the signals are
 // blocked in this thread and so in every thread created later, and one thread of ours receives them with
-// sigtimedwait. No handler ever interrupts a computation (an asynchronous handler runs on whatever thread the
-// kernel picks, in the middle of a oneDNN kernel or malloc; the old handler's runs crashed with heap
-// corruption under load), and no blocking call anywhere sees EINTR.
+// sigtimedwait. No handler ever interrupts a computation, and no blocking call anywhere sees EINTR. This is
+// the fix of the SIGINT heap corruption ("corrupted size vs. prev_size" in 1 of 10 stopped runs): oneDNN's
+// JIT f32 GEMM kernels (the FC layers) point rsp into a heap workspace while they run, so the kernel wrote the
+// signal frame of a handler run on that thread into the heap (oneDNN issue #4845, fixed upstream in 3.11).
 class StopSignals {
  public:
   explicit StopSignals(const char* program, double grace_seconds = 10.0) : program_(program), grace_(grace_seconds) {
