@@ -1,13 +1,21 @@
 // Checkpoint files: round trip of every tensor and the header, deterministic bytes, corruption detected and
 // named (header, tensor data, truncation), the TF-style index and listing of steps.
-#include <gtest/gtest.h>
+#include "terngrad/train/checkpoint.h"
 
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
+#include "checkpoint.pb.h"
 #include "terngrad/core/error.h"
-#include "terngrad/train/checkpoint.h"
+#include "terngrad/data/crc32c.h"
+#include "terngrad/train/stale_files.h"
 
 namespace tg {
 namespace {
@@ -84,6 +92,97 @@ TEST_F(CheckpointTest, CorruptionIsNamed) {
   expect_error(std::vector<char>(good.begin(), good.end() - 100), "beyond the end of the file");
   expect_error(std::vector<char>(good.begin(), good.begin() + 40), "exceeds the file size");
   expect_error(std::vector<char>{'n', 'o', 'p', 'e'}, "not a terngrad checkpoint");
+}
+
+TEST(ShapeTest, NumelOverflowIsAnErrorNamingTheShape) {
+  EXPECT_EQ((Shape{int64_t{1} << 31, int64_t{1} << 31}.numel()), int64_t{1} << 62);
+  try {
+    Shape{int64_t{1} << 40, int64_t{1} << 40}.numel();
+    ADD_FAILURE() << "no overflow error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(1099511627776, 1099511627776)"), std::string::npos) << e.what();
+  }
+}
+
+// A header with a valid checksum but crafted sizes (UBSan once saw numel overflow here) is refused before
+// anything is allocated from it.
+TEST_F(CheckpointTest, CraftedHeaderSizesAreRefused) {
+  write(4);
+  const std::string path = checkpoint_path(dir_.string(), 4);
+  const std::vector<char> good = bytes(path);
+  uint64_t len = 0;
+  std::memcpy(&len, good.data() + 8, 8);
+  auto craft = [&](const std::function<void(terngrad::CheckpointHeader&)>& edit, const std::string& what) {
+    terngrad::CheckpointHeader h;
+    ASSERT_TRUE(h.ParseFromArray(good.data() + 16, static_cast<int>(len)));
+    edit(h);
+    const std::string header = h.SerializeAsString();
+    std::vector<char> out(good.begin(), good.begin() + 8);
+    const uint64_t n = header.size();
+    out.insert(out.end(), reinterpret_cast<const char*>(&n), reinterpret_cast<const char*>(&n) + 8);
+    out.insert(out.end(), header.begin(), header.end());
+    const uint32_t crc = crc32c(header.data(), header.size());
+    out.insert(out.end(), reinterpret_cast<const char*>(&crc), reinterpret_cast<const char*>(&crc) + 4);
+    terngrad::CheckpointHeader original;
+    ASSERT_TRUE(original.ParseFromArray(good.data() + 16, static_cast<int>(len)));
+    const uint64_t data_offset = original.data_offset();  // the data stay where they were
+    ASSERT_LE(out.size(), data_offset);
+    out.resize(data_offset, 0);
+    out.insert(out.end(), good.begin() + static_cast<std::ptrdiff_t>(data_offset), good.end());
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(out.data(), static_cast<std::streamsize>(out.size()));
+    try {
+      CheckpointReader r(path);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  craft([](terngrad::CheckpointHeader& h) { h.mutable_tensors(0)->set_shape(0, int64_t{1} << 40); },
+        "dimension 1099511627776");
+  craft(
+      [](terngrad::CheckpointHeader& h) {
+        h.mutable_tensors(0)->set_shape(0, 100), h.mutable_tensors(0)->set_shape(1, 100);
+      },
+      "declares");
+  craft([](terngrad::CheckpointHeader& h) { h.mutable_tensors(0)->set_shape(0, -3); }, "dimension -3");
+  craft(
+      [](terngrad::CheckpointHeader& h) {
+        for (int i = 0; i < 9; ++i) h.mutable_tensors(0)->add_shape(1);
+      },
+      "rank 11");
+  craft([](terngrad::CheckpointHeader& h) { h.set_image_size(int64_t{1} << 40); }, "corrupt header");
+  craft([](terngrad::CheckpointHeader& h) { h.set_data_offset(uint64_t{1} << 62); }, "data offset");
+}
+
+// kill -9 during a save leaves "<file>.tmp-<pid>": removed when that pid is not a live process (or is ours,
+// at start); a live writer's file stays.
+TEST_F(CheckpointTest, StaleTemporaryFilesOfDeadWritersAreRemoved) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);  // a pid that is no longer a process
+  const std::string dead = "model.ckpt-7.tmp-" + std::to_string(child);
+  const std::string live = "model.ckpt-8.tmp-" + std::to_string(getppid());
+  const std::string own = "checkpoint.tmp-" + std::to_string(getpid());
+  for (const auto& n : {dead, live, own, std::string("model.ckpt-9"), std::string("notes.tmp-1")})
+    std::ofstream((dir_ / n).string()) << "xx";
+  long pid = 0;
+  EXPECT_TRUE(is_checkpoint_temporary(dead, &pid));
+  EXPECT_EQ(pid, child);
+  EXPECT_FALSE(is_checkpoint_temporary("model.ckpt-9", &pid));
+  StaleFiles r = remove_stale_temporary_files(dir_.string(), false);
+  EXPECT_EQ(r.files, 1);
+  EXPECT_EQ(r.bytes, 2u);
+  EXPECT_FALSE(fs::exists(dir_ / dead));
+  EXPECT_TRUE(fs::exists(dir_ / live));
+  EXPECT_TRUE(fs::exists(dir_ / own));
+  r = remove_stale_temporary_files(dir_.string(), true);
+  EXPECT_EQ(r.files, 1);
+  EXPECT_FALSE(fs::exists(dir_ / own));
+  EXPECT_TRUE(fs::exists(dir_ / live));
+  EXPECT_TRUE(fs::exists(dir_ / "model.ckpt-9"));
+  EXPECT_TRUE(fs::exists(dir_ / "notes.tmp-1"));
 }
 
 TEST_F(CheckpointTest, IndexNamesTheLatestAndStepsAreListed) {

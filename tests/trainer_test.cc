@@ -1,8 +1,14 @@
 // Trainer end to end on real data: a small TFRecord dataset written from Fashion-MNIST, TernGrad with two
 // workers, checkpoints, bit-identical resume, refusal of a foreign train_dir, flag errors, divergence,
 // SIGINT, terngrad-eval's report line, and training across two real MPI processes.
-#include <gtest/gtest.h>
+#include "terngrad/train/trainer.h"
 
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,13 +16,13 @@
 #include <regex>
 #include <sstream>
 
+#include "../src/apps/app_cli.h"
 #include "common/fashion_mnist.h"
 #include "event.pb.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
 #include "terngrad/train/checkpoint.h"
-#include "terngrad/train/trainer.h"
 
 namespace tg {
 namespace {
@@ -518,6 +524,166 @@ TEST_F(TrainerTest, AnErrorInOneMpiProcessEndsTheWholeJob) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(rc, 124) << "the job hung instead of ending\n" << out;
   EXPECT_NE(out.find("terngrad-train: error:"), std::string::npos) << out;
+}
+
+// SIGTERM while training on real data: the step finishes, a checkpoint is saved, exit 0 within seconds.
+TEST_F(TrainerTest, SigtermOnRealDataSavesAndExitsWithinSeconds) {
+  const std::string dir = (root_ / "sigterm").string();
+  std::string out;
+  const std::string train = bin("terngrad-train") + " --data_dir " + data_dir_ +
+                            " --dataset fashion_mnist --net lenet --batch_size 32 --max_steps 1000000 --threads 1"
+                            " --num_readers 1 --num_preprocess_threads 1 --train_dir " +
+                            dir;
+  int rc = run("(" + train +
+                   " & p=$!; sleep 4; kill -TERM $p; s=$(date +%s); wait $p; r=$?; "
+                   "echo elapsed $(( $(date +%s) - s )); exit $r)",
+               &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("checkpoint saved"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("elapsed (\\d+)"))) << out;
+  EXPECT_LE(std::stoi(m[1].str()), 10) << out;
+  ASSERT_TRUE(latest_checkpoint(dir).has_value()) << out;
+}
+
+// The stop-signal mechanism itself (src/apps/app_cli.h), in forked children that never look at the flag (a
+// step that does not end): a second signal a second or more after the first exits at once, and without one
+// the process exits when the grace period ends; both with 128 + signal and one line.
+TEST(StopSignalsTest, SecondSignalOrGracePeriodExitsWith128PlusSignal) {
+  auto child = [](double grace) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      apps::StopSignals signals("child", grace);
+      for (;;) pause();  // signals are blocked here: only the watcher thread takes them
+    }
+    return pid;
+  };
+  auto wait_exit = [](pid_t pid, double* seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  double secs = 0;
+  pid_t pid = child(30);
+  usleep(300 * 1000);
+  kill(pid, SIGINT);
+  usleep(100 * 1000);
+  kill(pid, SIGINT);  // the same request arriving twice (timeout, mpirun): not a second one
+  usleep(1300 * 1000);
+  ASSERT_EQ(waitpid(pid, nullptr, WNOHANG), 0) << "a repeat within a second must not end the process";
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid, &secs), 128 + SIGINT);
+  EXPECT_LT(secs, 1.0);
+  pid = child(1.5);
+  usleep(300 * 1000);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid, &secs), 128 + SIGTERM);
+  EXPECT_GT(secs, 1.0);
+  EXPECT_LT(secs, 3.0);
+}
+
+// Re-running a finished training says so with the real digest (it printed loss 0 and an empty digest).
+TEST_F(TrainerTest, RerunOfAFinishedTrainingSaysSo) {
+  TrainConfig a = config("done");
+  a.max_steps = 3;
+  const TrainResult first = Trainer(a).run();
+  const TrainResult again = Trainer(a).run();
+  EXPECT_TRUE(again.already_finished);
+  EXPECT_EQ(again.steps_done, 3);
+  EXPECT_EQ(again.parameter_digest, first.parameter_digest);
+  std::string out;
+  ASSERT_EQ(run(bin("terngrad-train") + " --data_dir " + data_dir_ +
+                    " --dataset fashion_mnist --net lenet "
+                    "--num_nodes 2 --batch_size 32 --max_steps 3 --grad_bits 1 --clip_factor 2.5 --threads 1 "
+                    "--num_readers 1 --shuffle_buffer 256 --seed 5 --log_every 3 --train_dir " +
+                    a.train_dir,
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("training already finished at step 3 (checkpoint " + checkpoint_path(a.train_dir, 3) +
+                     ", parameter digest " + first.parameter_digest + ")"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("done:"), std::string::npos) << out;
+}
+
+// Bad data and bad values: one line naming the folder/flag, a non-zero exit, no checkpoint written.
+TEST_F(TrainerTest, BadDataAndBadNumbersAreOneLineErrors) {
+  const fs::path empty = root_ / "empty_data";
+  fs::create_directories(empty);
+  std::ofstream((empty / "train-00000-of-00001").string()).close();
+  std::ofstream((empty / "test-00000-of-00001").string()).close();
+  const fs::path garbage = root_ / "garbage_data";
+  fs::create_directories(garbage);
+  {
+    std::ofstream f((garbage / "train-00000-of-00001").string(), std::ios::binary);
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>(i * 31 % 253));
+  }
+  const std::string train = "timeout 60 " + bin("terngrad-train") + " --max_steps 3 --threads 1";
+  const std::string lenet = " --dataset fashion_mnist --net lenet";
+  struct Case {
+    std::string args, expect;
+    int rc;
+  };
+  const std::vector<Case> cases = {
+      {lenet + " --data_dir " + empty.string(), "--data_dir '" + empty.string() + "': the 1 file 'train-*' is empty",
+       1},
+      {lenet + " --skip_corrupt_records --data_dir " + garbage.string(), "found no usable record", 1},
+      {" --data_dir " + data_dir_ + " --dataset cifar10 --net cifarnet", "1-channel image where cifar10", 1},
+      {lenet + " --data_dir " + data_dir_ + " --batch_size 99999999999999999999",
+       "--batch_size: '99999999999999999999' is out of range", 2},
+      {lenet + " --data_dir " + data_dir_ + " --batch_size 1099511627776",
+       "--batch_size 1099511627776 is above the limit", 1},
+      {lenet + " --data_dir " + data_dir_ + " --no_such_flag", "--no_such_flag", 2},
+  };
+  for (const auto& k : cases) {
+    std::string out;
+    const std::string dir = (root_ / "bad_train").string();
+    EXPECT_EQ(run(train + k.args + " --train_dir " + dir, &out), k.rc) << k.args << "\n" << out;
+    EXPECT_NE(out.find(k.expect), std::string::npos) << out;
+    const std::string last = out.substr(out.rfind('\n', out.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("terngrad-train: error: ", 0), 0u) << out;
+    EXPECT_FALSE(latest_checkpoint(dir).has_value()) << out;
+  }
+  std::string out;
+  const std::string cfg = (root_ / "bad.ini").string();
+  std::ofstream(cfg) << "batch_size = [1, 2\n";
+  EXPECT_EQ(run(train + " --benchmark_mode --config " + cfg, &out), 2) << out;
+  EXPECT_NE(out.find("--config " + cfg + " line 1: batch_size = [1, 2: malformed value"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  // terngrad-eval: an empty subset, a CifarNet checkpoint on Fashion-MNIST shards, a usage error.
+  const std::string cifar = (root_ / "cifar").string();
+  ASSERT_EQ(run(bin("terngrad-train") +
+                    " --benchmark_mode --dataset cifar10 --net cifarnet --batch_size 8 "
+                    "--max_steps 1 --threads 1 --train_dir " +
+                    cifar,
+                &out),
+            0)
+      << out;
+  const std::string eval = "timeout 60 " + bin("terngrad-eval") + " --run_once --threads 1 --checkpoint_dir ";
+  EXPECT_EQ(run(eval + cifar + " --subset train --data_dir " + data_dir_, &out), 1) << out;
+  EXPECT_NE(out.find("1-channel image where cifar10 has 3-channel images"), std::string::npos) << out;
+  EXPECT_EQ(out.find("precision @ 1"), std::string::npos) << out;
+  EXPECT_EQ(run(eval + cifar + " --subset test --data_dir " + empty.string(), &out), 1) << out;
+  EXPECT_NE(out.find("--data_dir '" + empty.string() + "'"), std::string::npos) << out;
+  EXPECT_EQ(run(eval + cifar + " --batch_size x --data_dir " + data_dir_, &out), 2) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(run(bin("terngrad-data") + " inspect --bogus", &out), 2) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+// Temporary checkpoint files of killed writers are removed when the chief starts.
+TEST_F(TrainerTest, StaleTemporaryCheckpointFilesAreRemovedAtStart) {
+  TrainConfig a = config("stale");
+  a.max_steps = 2;
+  fs::create_directories(a.train_dir);
+  const std::string stale = (fs::path(a.train_dir) / "model.ckpt-1.tmp-999999999").string();
+  std::ofstream(stale) << "torn";
+  Trainer(a).run();
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(list_checkpoint_steps(a.train_dir), (std::vector<int64_t>{2}));
 }
 
 }  // namespace

@@ -5,12 +5,13 @@
 //   inspect           count records, check every CRC, list feature keys, label histogram and image sizes
 // Converters write plain shards, or gzip/zlib compressed ones with --compression (TF's TFRecordOptions); readers
 // detect the compression (inspect --tfrecord_compression forces one). --max_image_pixels bounds every decode.
-// Errors end with one line "terngrad-data: error: ..." and exit status 1.
+// Errors end with one line "terngrad-data: error: ..." and exit status 1 (usage errors: 2).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
+#include "app_cli.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/converters.h"
@@ -85,15 +86,11 @@ int main(int argc, char** argv) {
   std::string read_compression = "auto";
   c_inspect->add_option("--tfrecord_compression", read_compression, "auto | none | gzip | zlib")->capture_default_str();
 
+  tg::apps::strict_integers(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "terngrad-data: error: %s (see --help)\n", e.what());
-    return 1;
+    return tg::apps::usage_error(app, e, "terngrad-data");  // one line, exit 2 (--help: the help, exit 0)
   }
   try {
     tg::setup_logging(log_level);

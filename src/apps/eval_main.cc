@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "app_cli.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/image_codec.h"
@@ -44,6 +45,7 @@ struct EvalConfig {
   std::string tfrecord_compression = "auto";
   std::string jpeg_dct = "fast";
   int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
+  double max_corrupt_fraction = 0.01;
   std::string eval_dir;  // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
 };
 
@@ -93,6 +95,7 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter*
   po.num_preprocess_threads = ec.num_preprocess_threads;
   po.num_classes = static_cast<int>(m.num_classes);
   po.skip_corrupt_records = ec.skip_corrupt_records;
+  po.max_corrupt_fraction = ec.max_corrupt_fraction;
   auto source = tg::make_eval_batch_source(po);
 
   tg::Buffer images(tg::host_allocator(),
@@ -122,6 +125,8 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter*
     if (++batches % 100 == 0) spdlog::info("[{} batches, {} examples]", batches, examples);
   }
   TG_CHECK(examples > 0, "--data_dir {}: the subset '{}' has no examples", ec.data_dir, po.subset);
+  if (source->skipped_records() > 0)
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records", source->skipped_records());
   std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(),
               double(top1) / double(examples), double(top5) / double(examples), static_cast<long long>(examples));
   std::fflush(stdout);
@@ -170,15 +175,28 @@ int main(int argc, char** argv) {
   app.add_option("--jpeg_dct", ec.jpeg_dct, "fast (TF's decode_jpeg default) | accurate")->capture_default_str();
   app.add_option("--max_image_pixels", ec.max_image_pixels, "refuse larger images (checked from the header)")
       ->capture_default_str();
+  app.add_option("--max_corrupt_fraction", ec.max_corrupt_fraction,
+                 "--skip_corrupt_records: stop when more of the subset is bad")
+      ->capture_default_str();
   app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
+  tg::apps::strict_integers(app);
   try {
+    const std::string bad_config = tg::apps::check_config_file(argc, argv);
+    if (!bad_config.empty()) throw CLI::ConversionError(bad_config);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return tg::apps::usage_error(app, e, "terngrad-eval");
   }
   try {
     tg::setup_logging(log_level);
-    TG_CHECK(ec.batch_size >= 1, "--batch_size {} must be at least 1", ec.batch_size);
+    TG_CHECK(ec.batch_size >= 1 && ec.batch_size <= (1 << 20), "--batch_size {} is not in [1, {}]", ec.batch_size,
+             1 << 20);
+    TG_CHECK(ec.threads >= 0 && ec.threads <= 4096, "--threads {} is not in [0, 4096]", ec.threads);
+    TG_CHECK(ec.num_preprocess_threads >= 1 && ec.num_preprocess_threads <= 4096,
+             "--num_preprocess_threads {} is not in [1, 4096]", ec.num_preprocess_threads);
+    TG_CHECK(ec.max_corrupt_fraction >= 0 && ec.max_corrupt_fraction <= 1, "--max_corrupt_fraction {} is not in [0, 1]",
+             ec.max_corrupt_fraction);
+    TG_CHECK(ec.max_steps >= 0, "--max_steps {} must be >= 0 (0: the trainer's)", ec.max_steps);
     TG_CHECK(ec.eval_interval_secs > 0, "--eval_interval_secs {} must be positive", ec.eval_interval_secs);
     tg::set_data_flag_defaults(ec.tfrecord_compression, ec.jpeg_dct, ec.max_image_pixels);
     std::unique_ptr<tg::EventWriter> events;

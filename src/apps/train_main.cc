@@ -1,13 +1,16 @@
 // terngrad-train: the command-line front-end of the Trainer. Flags follow the reference's trainers; any flag
-// can come from --config FILE (INI/TOML, CLI11), the command line overrides it. Errors print one line and
-// exit 1 before any work starts; SIGINT/SIGTERM save a checkpoint and exit.
+// can come from --config FILE (INI/TOML, CLI11), the command line overrides it. A usage error (unknown flag,
+// malformed value) prints one line and exits 2; a bad value or a failure prints one line and exits 1.
+// SIGINT/SIGTERM: the step running finishes, a checkpoint is saved, exit 0 (app_cli.h: at most 10 s,
+// and a second signal exits at once with 128 + signal).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <memory>
+
+#include "app_cli.h"
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
@@ -18,13 +21,6 @@
 #include "terngrad/train/trainer.h"
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-// First SIGINT/SIGTERM: finish the step, save, exit. A second one gets the default action (stops at once).
-extern "C" void on_signal(int sig) {
-  g_stop.store(true);
-  std::signal(sig, SIG_DFL);
-}
 
 void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& summary) {
   app.set_config("--config", "", "read flags from an INI/TOML file (the command line overrides it)");
@@ -103,6 +99,9 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
   app.add_option("--jpeg_dct", c.jpeg_dct, "fast (TF's decode_jpeg default) | accurate")->capture_default_str();
   app.add_option("--max_image_pixels", c.max_image_pixels, "refuse larger images (checked from the header)")
       ->capture_default_str();
+  app.add_option("--max_corrupt_fraction", c.max_corrupt_fraction,
+                 "--skip_corrupt_records: stop when more of a pass over the data is bad")
+      ->capture_default_str();
   app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
   app.add_flag("--summary", summary, "print the layer table and parameter count, then exit");
 }
@@ -130,15 +129,20 @@ int print_summary(tg::TrainConfig c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: SIGINT/SIGTERM are received by one thread of ours, never by a handler on a computing thread.
+  tg::apps::StopSignals signals("terngrad-train");
   CLI::App app{"terngrad-train: data-parallel CNN training with ternary gradients (TernGrad)"};
   tg::TrainConfig config;
   std::string log_level = "info";
   bool summary = false;
   add_flags(app, config, log_level, summary);
+  tg::apps::strict_integers(app);
   try {
+    const std::string bad_config = tg::apps::check_config_file(argc, argv);
+    if (!bad_config.empty()) throw CLI::ConversionError(bad_config);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return tg::apps::usage_error(app, e, "terngrad-train");
   }
   // Outside the try: when one process fails, its error is printed and the whole job aborted (MPI_Abort)
   // before MPI would be finalized, which would wait for the other processes forever.
@@ -152,11 +156,9 @@ int main(int argc, char** argv) {
       if (mpi->world_size() > 1) comm = std::make_unique<tg::MpiCommunicator>();
     }
     tg::set_data_flag_defaults(config.tfrecord_compression, config.jpeg_dct, config.max_image_pixels);
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
     tg::Trainer trainer(config, comm.get());
-    tg::TrainResult r = trainer.run(&g_stop);
-    if (!comm || comm->rank() == 0) {
+    tg::TrainResult r = trainer.run(signals.flag());
+    if ((!comm || comm->rank() == 0) && !r.already_finished) {
       double saved = r.fp32_bytes_moved ? 1.0 - double(r.bytes_moved) / double(r.fp32_bytes_moved) : 0.0;
       spdlog::info("done: {} steps, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} bytes vs {} in fp32 "
                    "({:.1f}% saved), parameter digest {}",

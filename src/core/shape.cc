@@ -27,9 +27,12 @@ int64_t Shape::dim(int i) const {
   return dims_[j];
 }
 
+// Overflow-checked: a shape from a file (a crafted checkpoint header) must not wrap into a small or negative
+// count that an allocation or a loop would then trust.
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  for (int i = 0; i < rank_; ++i)
+    if (__builtin_mul_overflow(n, dims_[i], &n)) TG_THROW("shape {} has more than 2^63 - 1 elements", str());
   return n;
 }
 

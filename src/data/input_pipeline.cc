@@ -1,12 +1,15 @@
 // InputPipeline: threads, queues and ordering (the contract is in input_pipeline.h).
 #include "terngrad/data/input_pipeline.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <mutex>
-#include <thread>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
@@ -77,6 +80,18 @@ struct WorkItem {
   RawRecord rec;
 };
 
+// One pass (epoch) over the worker's files, audited once its last record has been processed.
+struct PassCount {
+  uint64_t records = 0;   // this worker's records read (a corrupt file counts one)
+  uint64_t bad = 0;       // of them, corrupt
+  uint64_t dropped = 0;   // dropped before decoding (resume)
+  uint64_t finished = 0;  // processed, found bad, or dropped
+  size_t files_done = 0;
+  std::string first_bad;  // the first bad record's message
+};
+
+constexpr int kLoggedCorruptRecords = 10;
+
 // A preprocessed example waiting in the reorder window.
 struct Example {
   bool ready = false, skipped = false, end = false;
@@ -112,9 +127,15 @@ struct InputPipeline::State {
   std::vector<Batch> free_batches;
 
   std::atomic<bool> stop{false};
+  std::atomic<const std::atomic<bool>*> stop_flag{nullptr};  // the caller's (set_stop_flag)
   std::mutex error_mu;
   std::string error;
   std::atomic<int64_t> skipped{0}, delivered{0}, last_epoch{0};
+
+  // Pass audit and the distinct bad records (file, offset).
+  std::mutex pass_mu;
+  std::map<int64_t, PassCount> passes;
+  std::set<std::pair<int, uint64_t>> bad_records;
 
   std::vector<std::thread> threads;
 
@@ -135,15 +156,76 @@ struct InputPipeline::State {
     window_cv.notify_all();
   }
 
-  // Counts a corrupt record when skipping is on (and says so), else stops the pipeline with the message.
-  void corrupt(const std::string& msg) {
+  // A corrupt record of pass `epoch` at (file, offset): stops the pipeline with the message, or, when skipping
+  // is on, is counted (once per record, whatever the pass) and logged (the first few) and the pass audited.
+  void corrupt(int64_t epoch, int file, uint64_t offset, const std::string& msg) {
     if (!opt.skip_corrupt_records) {
       fail(msg);
       return;
     }
-    int64_t n = ++skipped;
-    if (n <= 10 || n % 1000 == 0)
-      spdlog::warn("skipping corrupt record ({} skipped so far): {}", n, msg);
+    bool first_time;
+    {
+      std::lock_guard<std::mutex> lock(pass_mu);
+      first_time = bad_records.insert({file, offset}).second;
+    }
+    if (first_time) {
+      const int64_t n = ++skipped;
+      if (n <= kLoggedCorruptRecords) spdlog::warn("skipping corrupt record: {}", msg);
+      if (n == kLoggedCorruptRecords)
+        spdlog::warn("--skip_corrupt_records: {} corrupt records so far; the others are counted, not logged",
+                     kLoggedCorruptRecords);
+    }
+    finished(epoch, true, false, msg);
+  }
+
+  // Pass book-keeping: a record of `epoch` was read (before it is handed on), processed (bad or not) or
+  // dropped, or a file of it was read to its end. The pass is audited when its files are all read and its
+  // records all finished.
+  void record_read(int64_t epoch) {
+    std::lock_guard<std::mutex> lock(pass_mu);
+    ++passes[epoch].records;
+  }
+  void finished(int64_t epoch, bool bad, bool dropped, const std::string& msg = "") {
+    std::string verdict;
+    {
+      std::lock_guard<std::mutex> lock(pass_mu);
+      PassCount& c = passes[epoch];
+      ++c.finished;
+      if (dropped) ++c.dropped;
+      if (bad && ++c.bad == 1) c.first_bad = msg;
+      verdict = audit(epoch);
+    }
+    if (!verdict.empty()) fail(verdict);
+  }
+  void file_done(int64_t epoch) {
+    std::string verdict;
+    {
+      std::lock_guard<std::mutex> lock(pass_mu);
+      ++passes[epoch].files_done;
+      verdict = audit(epoch);
+    }
+    if (!verdict.empty()) fail(verdict);
+  }
+  // Under pass_mu: the error a complete pass gives ("" when it is fine or not complete yet).
+  std::string audit(int64_t epoch) {
+    auto it = passes.find(epoch);
+    const PassCount c = it->second;
+    if (c.files_done < assignment.files.size() || c.finished < c.records) return "";
+    passes.erase(it);
+    const std::string what =
+        fmt::format("--data_dir '{}': a whole pass over the {} file{} '{}-*'{}", opt.data_dir, assignment.files.size(),
+                    assignment.files.size() == 1 ? "" : "s", opt.subset,
+                    opt.num_workers > 1 ? fmt::format(" of worker {} of {}", opt.worker_index, opt.num_workers) : "");
+    if (c.records == 0) return what + " found no record (empty files?)";
+    const uint64_t judged = c.records - c.dropped;
+    if (judged == 0) return "";
+    if (c.bad == judged)
+      return fmt::format("{} found no usable record ({} bad, the first: {})", what, c.bad, c.first_bad);
+    if (static_cast<double>(c.bad) > opt.max_corrupt_fraction * static_cast<double>(judged))
+      return fmt::format("{} found {} bad records of {} ({:.2f}%), more than --max_corrupt_fraction {} (the first: {})",
+                         what, c.bad, judged, 100.0 * static_cast<double>(c.bad) / static_cast<double>(judged),
+                         opt.max_corrupt_fraction, c.first_bad);
+    return "";
   }
 
   // File order of an epoch: train shuffles this worker's files with Philox(seed, epoch); eval keeps them sorted.
@@ -190,16 +272,24 @@ struct InputPipeline::State {
       const bool mine = owns_record(file, index);
       RecordStatus st = mine ? reader.read(&rec.bytes, &rec.offset, &error) : reader.skip(&rec.offset, &error);
       if (st == RecordStatus::kEnd) break;
-      if (st == RecordStatus::kCorruptFile) {
-        corrupt(error);
+      if (st == RecordStatus::kCorruptFile) {  // the rest of the file is lost: one bad record
+        record_read(epoch);
+        corrupt(epoch, file, rec.offset, error);
         break;
       }
       if (st == RecordStatus::kCorruptRecord) {
-        if (mine) corrupt(error);
+        if (mine) {
+          record_read(epoch);
+          corrupt(epoch, file, rec.offset, error);
+        }
         continue;
       }
-      if (mine && !q.push(std::move(rec))) return;
+      if (!mine) continue;
+      record_read(epoch);
+      if (!q.push(std::move(rec))) return;
     }
+    if (stop) return;
+    file_done(epoch);
     RawRecord eof;
     eof.kind = RawRecord::kEndOfFile;
     q.push(std::move(eof));
@@ -216,6 +306,7 @@ struct InputPipeline::State {
       auto emit = [&](RawRecord&& rec) {
         if (dropped < opt.skip_records) {  // resume: already trained on; the shuffle draws above still ran
           ++dropped;
+          finished(rec.epoch, false, true);
           return true;
         }
         WorkItem item;
@@ -263,7 +354,10 @@ struct InputPipeline::State {
       while (work->pop(&item)) {
         Example ex;
         ex.end = item.end;
-        if (!item.end) process(item.rec, &ex);
+        if (!item.end) {
+          process(item.rec, &ex);
+          if (!ex.skipped) finished(item.rec.epoch, false, false);  // a skipped one was counted by corrupt()
+        }
         ex.ready = true;
         std::unique_lock<std::mutex> lock(window_mu);
         window_cv.wait(lock, [&] { return stop || item.seq < next_consume + window.size(); });
@@ -283,15 +377,25 @@ struct InputPipeline::State {
       ImageExample parsed = parse_image_example(rec.bytes, where);
       if (parsed.label < 0 || parsed.label >= opt.num_classes)
         TG_THROW("{}: label {} outside [0, {}) (--num_classes)", where, parsed.label, opt.num_classes);
-      Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels,
-                               spec.channels, where);
+      // The image's own channel count, checked against the dataset's: a gray image where the dataset is in
+      // color is the wrong data (Fashion-MNIST read as CIFAR-10); ImageNet's few grayscale JPEGs are converted,
+      // and color images are converted to gray for MNIST.
+      Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels, 0, where);
+      if (img.channels < spec.channels && opt.dataset != "imagenet")
+        throw DatasetMismatchError(
+            fmt::format("{}: a {}-channel image where {} has {}-channel images: --data_dir '{}' does not "
+                        "hold {} data (check --dataset and --data_dir)",
+                        where, img.channels, opt.dataset, spec.channels, opt.data_dir, opt.dataset));
+      img = convert_channels(std::move(img), spec.channels);
       AugmentRng rng(opt.seed, static_cast<uint32_t>(rec.epoch), static_cast<uint32_t>(rec.file), rec.index);
       ex->image.resize(example_floats);
       preprocess_image(img, spec, rng, ex->image.data(), where);
       ex->label = static_cast<int32_t>(parsed.label);
+    } catch (const DatasetMismatchError&) {  // the wrong data (channel count), never skipped as corrupt
+      throw;
     } catch (const Error& e) {
       if (!opt.skip_corrupt_records) throw;
-      corrupt(e.what());
+      corrupt(rec.epoch, rec.file, rec.offset, e.what());
       ex->skipped = true;
       ex->image.clear();
     }
@@ -372,7 +476,20 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   if (o.prefetch_batches < 1) o.prefetch_batches = 1;
   s.spec = PreprocessSpec{kind, o.image_size, dataset_channels(o.dataset), o.train};
   s.example_floats = static_cast<size_t>(o.image_size) * o.image_size * s.spec.channels;
+  if (!(o.max_corrupt_fraction >= 0.0 && o.max_corrupt_fraction <= 1.0))
+    TG_THROW("--max_corrupt_fraction {} is not in [0, 1]", o.max_corrupt_fraction);
   s.files = list_data_files(o.data_dir, o.subset);
+  {
+    uint64_t bytes = 0;
+    for (const auto& f : s.files) {
+      std::error_code ec;
+      const uintmax_t n = fs::file_size(f, ec);
+      bytes += ec ? 1 : n;  // unreadable sizes are the reader's to report
+    }
+    if (bytes == 0)
+      TG_THROW("--data_dir '{}': the {} file{} '{}-*' {} empty: no record to read", o.data_dir, s.files.size(),
+               s.files.size() == 1 ? "" : "s", o.subset, s.files.size() == 1 ? "is" : "are all");
+  }
   s.assignment = assign_shards(static_cast<int>(s.files.size()), o.worker_index, o.num_workers);
   s.num_readers = std::min<int>(o.num_readers, static_cast<int>(s.assignment.files.size()));
 
@@ -393,16 +510,32 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   }
 }
 
+// The total of skipped records is reported once, by the owner (trainer, evaluator): skipped_records().
 InputPipeline::~InputPipeline() {
   s_->shutdown();
   for (auto& t : s_->threads) t.join();
-  if (s_->skipped > 0) spdlog::warn("input pipeline skipped {} corrupt records in total", s_->skipped.load());
 }
+
+void InputPipeline::set_stop_flag(const std::atomic<bool>* stop) { s_->stop_flag = stop; }
 
 bool InputPipeline::next(Batch* out) {
   State& s = *s_;
   Batch b;
-  const bool got = s.prefetch->pop(&b);
+  bool got = false;
+  for (;;) {
+    const std::atomic<bool>* stop = s.stop_flag.load();
+    if (!stop) {
+      got = s.prefetch->pop(&b);
+      break;
+    }
+    using Pop = BoundedQueue<Batch>::PopResult;
+    const Pop r = s.prefetch->pop_for(&b, std::chrono::milliseconds(100));
+    if (r != Pop::kTimeout) {
+      got = r == Pop::kItem;
+      break;
+    }
+    if (stop->load()) throw InputInterrupted("stopped on request while waiting for the input pipeline");
+  }
   {
     std::lock_guard<std::mutex> lock(s.error_mu);
     if (!s.error.empty()) throw Error(s.error);

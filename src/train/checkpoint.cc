@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kMagic[8] = {'T', 'G', 'C', 'K', 'P', 'T', 0, 1};
+constexpr int64_t kMaxImageSize = 1 << 16;  // sanity bounds of a header's sizes (the model is built from them)
+constexpr int64_t kMaxClasses = 1 << 24;
 
 DType parse_dtype(const std::string& s, const std::string& where) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32})
@@ -125,11 +127,31 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   meta_.data_cursor = h.data_cursor();
   meta_.parameter_digest = h.parameter_digest();
   for (const auto& [k, v] : h.flags()) meta_.flags[k] = v;
+  // Every size the header declares is checked against the file before anything is allocated from it.
+  TG_CHECK(meta_.image_size >= 1 && meta_.image_size <= kMaxImageSize && (meta_.channels == 1 || meta_.channels == 3) &&
+               meta_.num_classes >= 1 && meta_.num_classes <= kMaxClasses && meta_.step >= 0,
+           "{}: header declares image size {}, {} channels, {} classes, step {} (corrupt header)", path,
+           meta_.image_size, meta_.channels, meta_.num_classes, meta_.step);
   data_offset_ = h.data_offset();
+  TG_CHECK(data_offset_ >= 16 + len + 4 && data_offset_ <= file_size,
+           "{}: data offset {} outside the file of {} bytes (corrupt header)", path, data_offset_, file_size);
   for (const auto& e : h.tensors()) {
+    TG_CHECK(e.shape_size() <= Shape::kMaxRank, "{}: tensor {} has rank {} (at most {}; corrupt header)", path,
+             e.name(), e.shape_size(), Shape::kMaxRank);
+    for (int64_t d : e.shape())
+      TG_CHECK(d >= 0 && static_cast<uint64_t>(d) <= file_size, "{}: tensor {} has dimension {} (corrupt header)", path,
+               e.name(), d);
     std::vector<int64_t> dims(e.shape().begin(), e.shape().end());
-    Entry entry{Shape(dims), parse_dtype(e.dtype(), path), e.offset(), e.bytes(), e.crc32c()};
-    TG_CHECK(entry.bytes == static_cast<uint64_t>(entry.shape.numel()) * dtype_size(entry.dtype),
+    Shape shape(dims);
+    int64_t numel = 0;
+    try {
+      numel = shape.numel();
+    } catch (const Error& err) {
+      TG_THROW("{}: tensor {}: {} (corrupt header)", path, e.name(), err.what());
+    }
+    Entry entry{shape, parse_dtype(e.dtype(), path), e.offset(), e.bytes(), e.crc32c()};
+    TG_CHECK(static_cast<uint64_t>(numel) <= file_size &&
+                 entry.bytes == static_cast<uint64_t>(numel) * dtype_size(entry.dtype),
              "{}: tensor {} declares {} bytes for {}{} (corrupt header)", path, e.name(), entry.bytes,
              dtype_name(entry.dtype), entry.shape.str());
     TG_CHECK(entry.offset <= file_size && entry.bytes <= file_size &&

@@ -30,12 +30,14 @@ class PipelineBatchSource final : public BatchSource {
     if (cursor_ > 0) spdlog::info("input pipeline: resuming after the {} records already trained on", cursor_);
   }
   void next(const Tensor& images, const Tensor& labels) override {
-    pipeline_.next(&batch_);
+    TG_CHECK(pipeline_.next(&batch_), "the training input pipeline of --data_dir '{}' ended",
+             pipeline_.options().data_dir);
     copy_batch(batch_, images, labels, batch_.count);
     cursor_ = batch_.records_end;
   }
   uint64_t cursor() const override { return cursor_; }
   uint64_t skipped_records() const override { return static_cast<uint64_t>(pipeline_.skipped_records()); }
+  void set_stop_flag(const std::atomic<bool>* stop) override { pipeline_.set_stop_flag(stop); }
 
  private:
   InputPipeline pipeline_;
@@ -51,6 +53,7 @@ class PipelineEvalSource final : public EvalBatchSource {
     copy_batch(batch_, images, labels, batch_.count);
     return batch_.count;
   }
+  int64_t skipped_records() const override { return pipeline_.skipped_records(); }
 
  private:
   InputPipeline pipeline_;
@@ -75,6 +78,7 @@ std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, in
   o.worker_index = rank;
   o.num_workers = num_processes;
   o.skip_corrupt_records = c.skip_corrupt_records;
+  o.max_corrupt_fraction = c.max_corrupt_fraction;
   o.num_classes = static_cast<int>(c.num_classes);
   o.skip_records = cursor;
   return std::make_unique<PipelineBatchSource>(o);

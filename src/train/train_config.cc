@@ -13,6 +13,14 @@
 
 namespace tg {
 
+namespace {
+constexpr int64_t kMaxBatch = int64_t{1} << 24;
+constexpr int64_t kMaxImageSize = 4096;
+constexpr int64_t kMaxClasses = int64_t{1} << 24;
+constexpr int kMaxWorkers = 4096;  // workers, GPUs, replicas, threads
+constexpr int64_t kMaxShuffleBuffer = int64_t{1} << 30;
+}  // namespace
+
 const DatasetInfo& dataset_info(const std::string& name) {
   static const std::vector<DatasetInfo> table = {
       {"mnist", 10, 1, 60000, 10000, "test", 28},
@@ -54,11 +62,32 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);
   TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
   TG_CHECK(batch_size >= 1, "--batch_size {} must be at least 1", batch_size);
+  // Upper bounds: sizes multiply into buffer sizes, and a value past them is a typo, not a plan.
+  TG_CHECK(batch_size <= kMaxBatch, "--batch_size {} is above the limit {}", batch_size, kMaxBatch);
+  TG_CHECK(image_size <= kMaxImageSize, "--image_size {} is above the limit {}", image_size, kMaxImageSize);
+  TG_CHECK(num_classes <= kMaxClasses, "--num_classes {} is above the limit {}", num_classes, kMaxClasses);
+  TG_CHECK(num_gpus <= kMaxWorkers && num_nodes <= kMaxWorkers && cpu_replicas <= kMaxWorkers,
+           "--num_gpus {}, --num_nodes {}, --cpu_replicas {}: each at most {}", num_gpus, num_nodes, cpu_replicas,
+           kMaxWorkers);
+  TG_CHECK(threads <= kMaxWorkers, "--threads {} is above the limit {}", threads, kMaxWorkers);
+  TG_CHECK(num_readers <= kMaxWorkers && num_preprocess_threads <= kMaxWorkers,
+           "--num_readers {}, --num_preprocess_threads {}: each at most {}", num_readers, num_preprocess_threads,
+           kMaxWorkers);
+  TG_CHECK(shuffle_buffer <= kMaxShuffleBuffer, "--shuffle_buffer {} is above the limit {}", shuffle_buffer,
+           kMaxShuffleBuffer);
+  TG_CHECK(max_corrupt_fraction >= 0.0 && max_corrupt_fraction <= 1.0, "--max_corrupt_fraction {} is not in [0, 1]",
+           max_corrupt_fraction);
   const int64_t workers = static_cast<int64_t>(workers_per_process()) * num_processes;
   TG_CHECK(batch_size % workers == 0,
            "--batch_size {} is not divisible by the {} workers (--num_nodes x processes): it is the total batch, "
            "split evenly",
            batch_size, workers);
+  {
+    const double bytes = static_cast<double>(batch_size) * static_cast<double>(image_size) *
+                         static_cast<double>(image_size) * static_cast<double>(dataset_info(dataset).channels) * 4.0;
+    TG_CHECK(bytes <= 0x1p40, "--batch_size {} of {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
+             batch_size, image_size, image_size, bytes / 0x1p40);
+  }
   TG_CHECK(max_steps >= 1, "--max_steps {} must be at least 1", max_steps);
   parse_tfrecord_compression(tfrecord_compression, "--tfrecord_compression");
   parse_jpeg_dct(jpeg_dct);
@@ -132,6 +161,7 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["tfrecord_compression"] = tfrecord_compression;
   f["jpeg_dct"] = jpeg_dct;
   f["max_image_pixels"] = std::to_string(max_image_pixels);
+  f["max_corrupt_fraction"] = fmt::format("{}", max_corrupt_fraction);
   f["metrics_jsonl"] = metrics_jsonl;
   f["net"] = net;
   f["image_size"] = std::to_string(image_size);

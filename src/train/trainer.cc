@@ -21,6 +21,7 @@
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
+#include "terngrad/data/input_pipeline.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/moving_average.h"
@@ -30,6 +31,7 @@
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/replica_threads.h"
+#include "terngrad/train/stale_files.h"
 
 namespace tg {
 
@@ -126,6 +128,7 @@ struct Trainer::Impl {
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
   std::string last_digest;
+  std::string resumed_path;  // the checkpoint this run resumed from
 
   void build();
   void resume_or_initialize();
@@ -308,7 +311,14 @@ void Trainer::Impl::build_exchanges() {
 
 void Trainer::Impl::resume_or_initialize() {
   const DatasetInfo& data = dataset_info(cfg.dataset);
-  if (is_chief()) fs::create_directories(cfg.train_dir);
+  if (is_chief()) {
+    fs::create_directories(cfg.train_dir);
+    // Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
+    const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
+    if (stale.files > 0)
+      spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
+                   stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
+  }
   std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
   uint64_t cursor = 0;
   if (latest) {
@@ -344,6 +354,8 @@ void Trainer::Impl::resume_or_initialize() {
     }
     start_step = m.step;
     cursor = m.data_cursor;
+    last_digest = m.parameter_digest;
+    resumed_path = *latest;
     kept_steps = list_checkpoint_steps(cfg.train_dir);
     if (is_chief())
       spdlog::info("resumed from {} at step {} (parameter digest {})", *latest, start_step, m.parameter_digest);
@@ -356,6 +368,7 @@ void Trainer::Impl::resume_or_initialize() {
     }
   }
   verify_processes_agree();
+  if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
   if (cfg.benchmark_mode) {
     source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank), data.num_classes, cursor);
   } else {
@@ -577,6 +590,7 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   // The index first: a crash between the two leaves an index naming files that all exist.
   write_checkpoint_index(cfg.train_dir, kept_steps);
   for (int64_t s : pruned) fs::remove(checkpoint_path(cfg.train_dir, s));
+  if (!pruned.empty()) remove_stale_temporary_files(cfg.train_dir, false);
   spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
   return digest;
 }
@@ -586,6 +600,17 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   const TrainConfig& cfg = m.cfg;
   TrainResult result;
   result.start_step = m.start_step;
+  if (m.start_step >= cfg.max_steps) {  // re-run of a finished training: nothing to do, say what is there
+    result.already_finished = true;
+    result.steps_done = m.start_step;
+    result.parameter_digest = m.last_digest;
+    if (m.is_chief())
+      spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
+                   m.start_step, m.resumed_path, m.last_digest, cfg.max_steps);
+    return result;
+  }
+  // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
+  if (m.num_processes == 1) m.source->set_stop_flag(stop);
   std::unique_ptr<MetricsWriter> metrics;
   if (m.is_chief() && !cfg.metrics_jsonl.empty()) metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   std::unique_ptr<EventWriter> events;
@@ -621,7 +646,12 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     }
     const float lr = (*m.schedule)(t);
     const auto t0 = Clock::now();
-    m.step(t, lr);
+    try {
+      m.step(t, lr);
+    } catch (const InputInterrupted&) {  // before any of the step's work: the state is still that of step t
+      result.interrupted = true;
+      break;
+    }
     window_secs += seconds_between(t0, Clock::now());
     ++window_steps;
     window_times += m.step_times;
@@ -689,7 +719,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (m.timeline && !timeline_written && t >= m.timeline->first_step()) m.write_timeline();
   if (t > m.start_step || m.kept_steps.empty() || result.interrupted) m.last_digest = m.save(t);
   if (result.interrupted && m.is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
-  if (m.source->skipped_records() > 0)
+  if (m.source->skipped_records() > 0)  // the one report of the total
     spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", m.source->skipped_records(),
                  m.rank);
   result.final_loss = loss;

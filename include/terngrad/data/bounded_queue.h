@@ -2,6 +2,7 @@
 // close() wakes everyone: later pushes fail, pops drain what is left and then fail.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -31,6 +32,19 @@ class BoundedQueue {
     items_.pop_front();
     not_full_.notify_one();
     return true;
+  }
+
+  // pop() that gives up after `timeout`: kItem with an item, kClosed when closed and drained, kTimeout.
+  enum class PopResult { kItem, kClosed, kTimeout };
+  template <class Rep, class Period>
+  PopResult pop_for(T* out, std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!not_empty_.wait_for(lock, timeout, [&] { return closed_ || !items_.empty(); })) return PopResult::kTimeout;
+    if (items_.empty()) return PopResult::kClosed;
+    *out = std::move(items_.front());
+    items_.pop_front();
+    not_full_.notify_one();
+    return PopResult::kItem;
   }
 
   void close() {

@@ -26,8 +26,14 @@
 //
 // Bad input: a corrupt record (CRC, truncation, not an Example, no image/encoded or label, label outside
 // [0, num_classes), undecodable image, image smaller than the crop) stops the pipeline; next() then throws a
-// tg::Error naming the file and byte offset. With skip_corrupt_records the record is counted, logged (the
-// first few individually) and skipped; a truncated file or bad length CRC loses the rest of that file.
+// tg::Error naming the file and byte offset. With skip_corrupt_records the record is counted once (by file
+// and offset, however many epochs meet it), the first 10 are logged, and it is skipped; a truncated file or
+// bad length CRC loses the rest of that file (counted as one bad record). Every pass over the worker's files
+// is audited when its last record has been processed: a pass with no record at all (empty files), with no
+// usable record, or with more than max_corrupt_fraction of its records bad stops the pipeline with one line
+// naming --data_dir. Files that are all empty are refused at construction. A gray image where the dataset is
+// in color (Fashion-MNIST shards read as cifar10) is not corruption but the wrong data: it always stops the
+// pipeline (ImageNet's few grayscale JPEGs are converted; color images are converted to gray for MNIST).
 //
 // Memory is bounded: every queue has a fixed capacity. The destructor stops and joins every thread.
 #pragma once
@@ -37,6 +43,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "terngrad/core/error.h"
 
 namespace tg {
 
@@ -56,6 +64,7 @@ struct PipelineOptions {
   int worker_index = 0;
   int num_workers = 1;
   bool skip_corrupt_records = false;
+  double max_corrupt_fraction = 0.01;  // skip_corrupt_records: more bad records in one pass stop the pipeline
   int num_classes = 0;              // 0: dataset default (10, 10, 1001 with background 0)
   int64_t start_epoch = 0;          // first epoch (train: resume; changes file order and augmentation)
   uint64_t skip_records = 0;        // train: drop the first records of the sequence before decoding (resume
@@ -70,6 +79,12 @@ struct Batch {
                                  // included: the position to resume from (PipelineOptions::skip_records)
   std::vector<float> images;     // (batch_size, image_size, image_size, channels), NHWC
   std::vector<int32_t> labels;   // (batch_size); -1 in rows past count
+};
+
+// next() was waiting for a batch when the stop flag (set_stop_flag) became true.
+class InputInterrupted : public Error {
+ public:
+  using Error::Error;
 };
 
 // "<data_dir>/<subset>-*" regular files, sorted by name. Throws tg::Error naming --data_dir/--subset when
@@ -97,6 +112,8 @@ class InputPipeline {
   // Fills *batch (its buffers are reused). Train: always true. Eval: false once every batch was returned.
   // Throws tg::Error when a stage failed (bad record without skip_corrupt_records, I/O error).
   bool next(Batch* batch);
+  // While *stop is true, next() does not wait for a batch (it polls every 100 ms) but throws InputInterrupted.
+  void set_stop_flag(const std::atomic<bool>* stop);
 
   int64_t epoch() const;            // epoch of the last row handed out
   int64_t skipped_records() const;  // corrupt records skipped so far (skip_corrupt_records)

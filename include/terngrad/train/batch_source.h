@@ -3,6 +3,7 @@
 // reference's: constant 0.5 images and random labels (SyntheticBatchSource).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -20,6 +21,8 @@ class BatchSource {
   // exactly the batches the uninterrupted run saw.
   virtual uint64_t cursor() const = 0;
   virtual uint64_t skipped_records() const { return 0; }
+  // While *stop is true, next() may give up waiting for input by throwing InputInterrupted (the pipeline).
+  virtual void set_stop_flag(const std::atomic<bool>* /*stop*/) {}
 };
 
 // Constant 0.5 images; labels from Philox keyed by (seed, batch index), so a resumed run sees the same ones.
@@ -49,6 +52,7 @@ class EvalBatchSource {
  public:
   virtual ~EvalBatchSource() = default;
   virtual int64_t next(const Tensor& images, const Tensor& labels) = 0;
+  virtual int64_t skipped_records() const { return 0; }  // --skip_corrupt_records: distinct bad records
 };
 std::unique_ptr<EvalBatchSource> make_eval_batch_source(const PipelineOptions& options);
 

@@ -81,6 +81,7 @@ struct TrainConfig {
   std::string tfrecord_compression = "auto";  // auto | none | gzip | zlib
   std::string jpeg_dct = "fast";              // fast (TF's decode_jpeg default) | accurate
   int64_t max_image_pixels = 64 * 1024 * 1024;
+  double max_corrupt_fraction = 0.01;  // more bad records in one pass over the data stop the run
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // Checks every value and their consistency for `num_processes` processes; throws naming the flag.

@@ -29,6 +29,7 @@ struct TrainResult {
   int64_t start_step = 0;  // > 0 when resumed
   int64_t steps_done = 0;  // iterations completed in total (the last checkpoint's step)
   bool interrupted = false;
+  bool already_finished = false;  // resumed at a step >= --max_steps: nothing ran
   float final_loss = 0.f;
   double median_examples_per_sec = 0;
   uint64_t bytes_moved = 0;       // by worker 0's exchange, all steps of this run
