@@ -32,14 +32,13 @@ build=${1:-build-sanitize}
 supp=$(pwd)/tests/sanitizers
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTG_SANITIZE=ON -DTG_CUDA=OFF -DTG_BUILD_BENCH=OFF
 cmake --build "$build" -j "$jobs"
-# ASan: leaks checked at exit (LeakSanitizer); oneDNN's JIT kernels are generated code without frames, so
-#   fast unwinding stops in them harmlessly (no option needed); the Open MPI suppressions are in lsan.supp.
+# ASan: leaks checked at exit (LeakSanitizer) with the suppressions of tests/sanitizers/lsan.supp (Open MPI);
+#   fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers, so only the slow unwinder gives
+#   leak stacks that reach the library frames the suppressions name.
 # UBSan: every report is fatal (the build has -fno-sanitize-recover=all), with its stack.
-# Open MPI: keep its dlopen'd components loaded at exit so leak stacks in them stay symbolized (lsan.supp).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=0}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0:check_initialization_order=1:strict_init_order=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export OMPI_MCA_mca_base_component_disable_dlclose=1
 exclude=()
 [ "${TG_SANITIZE_HEAVY:-0}" = 1 ] || exclude=(-LE heavy)
 cd "$build"
