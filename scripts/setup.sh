@@ -16,6 +16,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist  # real data for the accuracy tests and the demo
+  clang libclang-rt-dev libomp-dev  # scripts/fuzz.sh: libFuzzer + sanitizer runtimes, OpenMP for clang
+  llvm                   # llvm-symbolizer: file:line in sanitizer and fuzzer reports
 )
 
 missing=()

@@ -1,17 +1,45 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): install missing packages, configure, build everything (the CUDA
 # backend too when nvcc is present), run every test with ctest. Tests that need a GPU or an MPI launcher
-# report SKIPPED without one. Usage: scripts/test.sh [build-dir]   (default: build)
+# report SKIPPED without one.
+# Usage: scripts/test.sh [build-dir]              (default: build)
+#        scripts/test.sh --sanitize [build-dir]   (default: build-sanitize) ASan + UBSan, no recovery, CUDA
+#        off; the tests labelled "heavy" (long trainings, large layers) are left out unless
+#        TG_SANITIZE_HEAVY=1. Suppressions of third-party code: tests/sanitizers/ (each with its reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+sanitize=0
+if [ "${1:-}" = "--sanitize" ]; then
+  sanitize=1
+  shift
+fi
 jobs=${TG_JOBS:-$(nproc)}
 
 if [ "$(id -u)" -eq 0 ]; then
   bash scripts/setup.sh
 fi
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=AUTO
+if [ "$sanitize" -eq 0 ]; then
+  build=${1:-build}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=AUTO
+  cmake --build "$build" -j "$jobs"
+  cd "$build"
+  ctest --output-on-failure -j "$jobs" --timeout 900
+  exit 0
+fi
+
+build=${1:-build-sanitize}
+supp=$(pwd)/tests/sanitizers
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTG_SANITIZE=ON -DTG_CUDA=OFF -DTG_BUILD_BENCH=OFF
 cmake --build "$build" -j "$jobs"
+# ASan: leaks checked at exit (LeakSanitizer) with the suppressions of tests/sanitizers/lsan.supp (Open MPI);
+#   fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers, so only the slow unwinder gives
+#   leak stacks that reach the library frames the suppressions name.
+# UBSan: every report is fatal (the build has -fno-sanitize-recover=all), with its stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0:check_initialization_order=1:strict_init_order=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+exclude=()
+[ "${TG_SANITIZE_HEAVY:-0}" = 1 ] || exclude=(-LE heavy)
 cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 900
+ctest --output-on-failure -j "$jobs" --timeout 900 "${exclude[@]}"

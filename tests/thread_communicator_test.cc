@@ -146,7 +146,7 @@ TEST(ThreadCommunicator, AllgatherBroadcastBarrier) {
         gathered[r].assign(R * bytes, 0xEE);
         c.allgather(send.data(), gathered[r].data(), bytes);
         in_place[r].assign(R * bytes, 0xEE);  // the send block already in its place in recv
-        std::memcpy(in_place[r].data() + r * bytes, send.data(), bytes);
+        if (bytes) std::memcpy(in_place[r].data() + r * bytes, send.data(), bytes);  // data() may be null at 0
         c.allgather(in_place[r].data() + r * bytes, in_place[r].data(), bytes);
       }));
       for (int r = 0; r < R; ++r)

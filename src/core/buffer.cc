@@ -23,8 +23,10 @@ class HostAllocator final : public Allocator {
 }  // namespace
 
 Allocator& host_allocator() {
-  static HostAllocator alloc;
-  return alloc;
+  // Never destroyed: Buffers in other static objects (e.g. a backend's cached primitives) may be released
+  // after this function's statics are gone at exit (UBSan: member call on a destroyed Allocator).
+  static HostAllocator* alloc = new HostAllocator;
+  return *alloc;
 }
 
 Buffer::Buffer(Allocator& alloc, size_t bytes) : alloc_(&alloc), bytes_(bytes) {

@@ -2,6 +2,7 @@
 #include "terngrad/core/half_convert.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -55,8 +56,22 @@ TG_F16C void add_halves_f16c(half_bits* dst, const half_bits* src, int64_t n) {
 }
 #undef TG_F16C
 
+#if defined(__clang__) && __clang_major__ < 15
+// clang 14 (the fuzzing build's compiler) has no "f16c" for __builtin_cpu_supports: ask cpuid leaf 1 (AVX,
+// F16C, OSXSAVE) and XCR0 (the OS saves the YMM state), which is what that builtin answers.
+bool cpu_has_f16c_avx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C) || !(c & bit_AVX) || !(c & bit_OSXSAVE)) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6) == 6;
+}
+#else
+bool cpu_has_f16c_avx() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+#endif
+
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool yes = cpu_has_f16c_avx();
   return yes;
 }
 #endif
