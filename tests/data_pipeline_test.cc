@@ -415,6 +415,31 @@ TEST(InputPipelineBadInput, MissingOrEmptyDataDirAndBadFlags) {
   fs::remove_all(dir);
 }
 
+// In a gzip shard a bad record is named by its offset in the uncompressed stream (issue 10).
+TEST(InputPipelineBadInput, BadRecordInACompressedShardNamesTheUncompressedOffset) {
+  ImageExample bad;
+  Image img;
+  img.height = img.width = 28;
+  img.channels = 1;
+  img.pixels.assign(28 * 28, 9);
+  bad.encoded = encode_png(img);
+  bad.format = "png";
+  bad.label = 10;
+  fs::path dir = temp_dir("gz_contents");
+  {
+    TfRecordWriter w((dir / "test-00000-of-00001").string(), TfRecordCompression::kGzip);
+    w.write(mnist_record(0));
+    w.write(build_image_example(bad));
+    w.close();
+  }
+  PipelineOptions o = mnist_options(dir, false, 8);
+  o.subset = "test";
+  const std::string err = next_error(o);
+  EXPECT_NE(err.find("test-00000-of-00001: record at uncompressed offset"), std::string::npos) << err;
+  EXPECT_NE(err.find("label 10 outside [0, 10)"), std::string::npos) << err;
+  fs::remove_all(dir);
+}
+
 TEST(InputPipeline, DestructorJoinsWhileThreadsAreBlocked) {
   fs::path dir = temp_dir("shutdown");
   write_files(dir, "train", {50, 50});

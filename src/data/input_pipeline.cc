@@ -69,7 +69,8 @@ struct RawRecord {
   int64_t epoch = 0;
   int file = 0;        // index in the sorted file list
   uint32_t index = 0;  // record number within the file
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // in the uncompressed stream for a gzip/zlib file
+  TfRecordCompression compression = TfRecordCompression::kNone;
   std::string bytes;
 };
 
@@ -269,6 +270,7 @@ struct InputPipeline::State {
       rec.epoch = epoch;
       rec.file = file;
       rec.index = index;
+      rec.compression = reader.compression();
       const bool mine = owns_record(file, index);
       RecordStatus st = mine ? reader.read(&rec.bytes, &rec.offset, &error) : reader.skip(&rec.offset, &error);
       if (st == RecordStatus::kEnd) break;
@@ -371,7 +373,7 @@ struct InputPipeline::State {
   }
 
   void process(const RawRecord& rec, Example* ex) {
-    const std::string where = fmt::format("{}: record at byte offset {}", files[rec.file], rec.offset);
+    const std::string where = describe_record(files[rec.file], rec.offset, rec.compression);
     ex->epoch = rec.epoch;
     try {
       ImageExample parsed = parse_image_example(rec.bytes, where);
