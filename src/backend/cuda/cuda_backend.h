@@ -89,7 +89,13 @@ class CudaBackend final : public Backend {
   void bind_thread() override;
   void* native_stream() override { return stream_; }
 
+  // Compute dtypes (cuda_precision_stubs.cc until the fp16/bf16 kernels land: F32 only).
+  bool supports_compute(DType t) const override;
+  std::string why_not(DType t) const override;
+
   void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void cast_impl(const Tensor& dst, const Tensor& src) override;
+  void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) override;
   void zero_impl(const Tensor& dst) override;
   void fill_impl(const Tensor& dst, float value) override;
 
