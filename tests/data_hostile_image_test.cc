@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
 #include "terngrad/data/example.h"
@@ -24,16 +25,10 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::temp_dir;
+using tg::testing::fixture;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_hostile_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-fs::path fixture(const std::string& name) { return fs::path(TG_SOURCE_DIR) / "tests" / "data" / name; }
 
 Image solid_blocks(int h, int w, int c) {  // four flat quadrants: JPEG keeps flat areas nearly exact
   static const uint8_t kColours[4][3] = {{200, 40, 30}, {20, 180, 60}, {30, 60, 220}, {250, 250, 120}};
