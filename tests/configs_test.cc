@@ -21,8 +21,8 @@ TEST(Configs, EveryFlagFileLoadsAndBuildsItsNetwork) {
     if (entry.path().extension() != ".ini") continue;
     ++files;
     std::string out;
-    EXPECT_EQ(run_command(bin + " --config " + entry.path().string() + " --summary", &out), 0)
-        << entry.path() << "\n" << out;
+    const std::string command = bin + " --config " + entry.path().string() + " --summary";
+    EXPECT_EQ(run_command(command, &out), 0) << entry.path() << "\n" << out;
     EXPECT_NE(out.find("total parameters: "), std::string::npos) << entry.path() << "\n" << out;
   }
   EXPECT_GE(files, 12);

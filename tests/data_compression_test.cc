@@ -18,10 +18,10 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
-using tg::testing::temp_dir;
-using tg::testing::slurp;
 using tg::testing::dump;
 using tg::testing::fixture;
+using tg::testing::slurp;
+using tg::testing::temp_dir;
 
 namespace {
 

@@ -43,7 +43,8 @@ void build_fanout_net(Net& net, float wd) {
 
 TEST(Net, FanOutGradientsAccumulateAndMatchCentralDifferences) {
   auto be = make_backend("cpu", {1});
-  testing::BoundNet m(*be, [](Net& n) { build_fanout_net(n, 0.01f); }, 2, 3);
+  const auto build = [](Net& n) { build_fanout_net(n, 0.01f); };
+  testing::BoundNet m(*be, build, 2, 3);
   Net& net = m.net;
   ParameterStore& store = m.store;
   std::vector<float> images(2 * 5 * 5 * 3);
