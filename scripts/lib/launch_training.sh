@@ -63,20 +63,13 @@ launch_training() {
   TRAIN_BIN=$(tg_binary terngrad-train)
   EVAL_BIN=$(tg_binary terngrad-eval)
 
-  local dataset net size optimizer bits lr clip wd momentum binarize batch nodes folder
+  local dataset folder="" field
   dataset=$(resolved DATASET_NAME dataset)
-  net=$(resolved NET net)
-  size=$(resolved IMAGE_SIZE image_size)
-  optimizer=$(resolved OPTIMIZER optimizer)
-  bits=$(resolved GRAD_BITS grad_bits)
-  lr=$(resolved BASE_LR initial_learning_rate)
-  clip=$(resolved CLIP_FACTOR clip_factor)
-  wd=$(resolved WEIGHT_DECAY weight_decay)
-  momentum=$(resolved MOMENTUM momentum)
-  binarize=$(resolved SIZE_TO_BINARIZE size_to_binarize)
-  batch=$(resolved TRAIN_BATCH_SIZE batch_size)
-  nodes=$(resolved NUM_NODES num_nodes)
-  folder=${dataset}_${net}_${size}_${optimizer}_${bits}_${lr}_${clip}_${wd}_${momentum}_${binarize}_${batch}_${nodes}
+  for field in DATASET_NAME:dataset NET:net IMAGE_SIZE:image_size OPTIMIZER:optimizer GRAD_BITS:grad_bits \
+    BASE_LR:initial_learning_rate CLIP_FACTOR:clip_factor WEIGHT_DECAY:weight_decay MOMENTUM:momentum \
+    SIZE_TO_BINARIZE:size_to_binarize TRAIN_BATCH_SIZE:batch_size NUM_NODES:num_nodes; do
+    folder+=${folder:+_}$(resolved "${field%%:*}" "${field#*:}")
+  done
   [[ ${FOLDER_WITH_GPUS:-0} == 1 ]] && folder=${folder}_${NUM_GPUS}
   folder=${folder}_$(date | tr ' ' '_' | tr ':' '-')
 
