@@ -8,7 +8,8 @@
 #      (the printed command with --summary exits 0);
 #   3. a training that fails ends the evaluation polling beside it (no terngrad-eval is left running);
 #   4. run_multi_gpus_lenet.sh really trains a few steps on a tiny idx dataset converted with terngrad-data,
-#      and its evaluation reports the last checkpoint and exits.
+#      and its evaluation reports the last checkpoint and exits;
+#   5. TERM to a launcher stops its training (which saves a checkpoint) and its evaluation; exit 143.
 # Usage: scripts/check_scripts.sh [BUILD_DIR]   (default: $BUILD_DIR, else build). Exit 0 when all passed.
 set -uo pipefail
 BUILD_DIR=${1:-${BUILD_DIR:-}}
@@ -150,6 +151,33 @@ find "$WORK/run/mnist_training_data" -maxdepth 1 -name 'mnist_lenet_28_momentum_
   grep -q . || fail "the run's folder is not named from the config and overrides: $(ls "$WORK/run/mnist_training_data")"
 grep -q '"summary": true' "$WORK"/run/mnist_info/training_*_metrics.jsonl 2> /dev/null ||
   fail "no metrics summary in $WORK/run/mnist_info"
+
+# ---- 5. TERM to a launcher: the training saves a checkpoint and stops, the evaluation ends, exit 143 ---------
+ROOT_WORKSPACE=$WORK/term DATA_DIR=$WORK/mnist MAX_STEPS=1000000 SAVE_ITER=1000000 TRAIN_BATCH_SIZE=16 \
+  NUM_NODES=2 EVAL_INTERVAL_SECS=1 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" > "$WORK/term.log" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do  # until the training has logged its first step
+  grep -q "entropy_loss" "$WORK"/term/mnist_info/training_*_info.txt 2> /dev/null && break
+  sleep 0.1
+done
+kill -TERM $launcher
+t0=$(date +%s)
+for _ in $(seq 300); do kill -0 $launcher 2> /dev/null || break; sleep 0.1; done
+if kill -0 $launcher 2> /dev/null; then
+  fail "TERM: the launcher still runs 30 s later"
+  kill -9 $launcher
+fi
+wait $launcher
+rc=$?
+left=$(pgrep -f -- "--checkpoint_dir $WORK/term/|--train_dir $WORK/term/" || true)
+saved=$(find "$WORK/term/mnist_training_data" -name 'model.ckpt-*' | head -1)
+echo "TERM: launcher exit $rc after $(($(date +%s) - t0)) s; checkpoint: ${saved##*/}; left running: ${left:-none}"
+[[ $rc -eq 143 ]] || fail "TERM: the launcher exited $rc, expected 143: $(tail -2 "$WORK/term.log")"
+[[ -n $saved ]] || fail "TERM: the training saved no checkpoint: $(tail -2 "$WORK/term.log")"
+if [[ -n $left ]]; then
+  fail "TERM: processes left running: $left"
+  for pid in $left; do kill "$pid"; done
+fi
 
 if [[ $FAILED -ne 0 ]]; then
   echo "check_scripts: FAILED"
