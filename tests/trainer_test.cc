@@ -18,6 +18,7 @@
 
 #include "../src/apps/app_cli.h"
 #include "common/fashion_mnist.h"
+#include "common/files.h"
 #include "event.pb.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
@@ -101,16 +102,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   static std::string bin(const std::string& name) { return std::string(TG_BINARY_DIR) + "/" + name; }
-  static int run(const std::string& cmd, std::string* out = nullptr) {
-    const std::string log = (fs::temp_directory_path() / ("tg_cmd_" + std::to_string(::getpid()))).string();
-    int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (out) *out = ss.str();
-    fs::remove(log);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  }
+  static int run(const std::string& cmd, std::string* out = nullptr) { return testing::run_command(cmd, out); }
 
   static std::vector<char> param_bytes(const std::string& ckpt) {
     CheckpointReader r(ckpt);
