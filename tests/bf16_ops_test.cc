@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/close_values.h"
 #include "common/reference_ops.h"
 #include "src/backend/cpu/cpu_backend.h"
 
@@ -103,19 +104,7 @@ Vec bf16_vec(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
 // |got - want| <= tol * max(1, max |want|) everywhere, no NaN/Inf, guards intact.
 void expect_close(const Host& got, const Vec& want, const char* what, double tol) {
   ASSERT_TRUE(got.guard_intact()) << what << ": write past the end of the output";
-  Vec g = got.values();
-  ASSERT_EQ(g.size(), want.size()) << what;
-  double scale = 1.0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  double worst = 0;
-  size_t worst_i = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(g[i])) << what << ": non-finite value at " << i;
-    double e = std::fabs(g[i] - want[i]);
-    if (e > worst) worst = e, worst_i = i;
-  }
-  EXPECT_LE(worst, tol * scale) << what << ": worst error at " << worst_i << " got " << g[worst_i] << " want "
-                                << want[worst_i];
+  testing::expect_close_values(got.values(), want, what, tol);
 }
 
 class Bf16Ops : public ::testing::Test {

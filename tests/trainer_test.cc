@@ -105,6 +105,19 @@ class TrainerTest : public ::testing::Test {
   static std::string bin(const std::string& name) { return std::string(TG_BINARY_DIR) + "/" + name; }
   static int run(const std::string& cmd, std::string* out = nullptr) { return testing::run_command(cmd, out); }
 
+  // terngrad-eval on the latest checkpoint of train_dir (no precision flag) prints the reference's line.
+  void expect_eval_line(const std::string& train_dir) const {
+    std::string out;
+    ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + train_dir + " --data_dir " + data_dir_ +
+                      " --run_once --batch_size 64 --threads 1",
+                  &out),
+              0)
+        << out;
+    EXPECT_TRUE(
+        std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
+        << out;
+  }
+
   static std::vector<char> param_bytes(const std::string& ckpt) {
     CheckpointReader r(ckpt);
     std::vector<char> all;
@@ -368,14 +381,7 @@ TEST_F(TrainerTest, EvalPrintsTheReferenceLine) {
   TrainConfig a = config("a");
   a.max_steps = 6;
   Trainer(a).run();
-  std::string out;
-  ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + a.train_dir + " --data_dir " + data_dir_ +
-                    " --run_once --batch_size 64 --threads 1",
-                &out),
-            0)
-      << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
-      << out;
+  expect_eval_line(a.train_dir);
 }
 
 // Reads every tensorflow.Event of the one events.out.tfevents.* file in dir.
@@ -701,14 +707,7 @@ TEST_F(TrainerTest, Bf16ResumeIsBitIdenticalAndItsCheckpointEvaluatesInFp32) {
   EXPECT_NE(Trainer(config("f32")).run().parameter_digest, ra.parameter_digest) << "bf16 must have computed in bf16";
   CheckpointReader r(checkpoint_path(a.train_dir, 12));
   EXPECT_EQ(r.meta().flags.at("precision"), "bf16");
-  std::string out;
-  ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + a.train_dir + " --data_dir " + data_dir_ +
-                    " --run_once --batch_size 64 --threads 1",
-                &out),
-            0)
-      << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
-      << out;
+  expect_eval_line(a.train_dir);
 }
 
 // --precision: an unknown value, and fp16 on the CPU, are one line naming the flag before any step.

@@ -85,17 +85,7 @@ void CpuBackend::fill_impl(const Tensor& dst, float value) {
 void CpuBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, b, "add");
   check_same_numel(a, out, "add");
-  cpu::dispatch_compute(out.dtype(), "add", [&](auto* type) {
-    using T = Elem<decltype(type)>;
-    const T *pa = static_cast<const T*>(a.raw()), *pb = static_cast<const T*>(b.raw());
-    T* po = static_cast<T*>(out.raw());
-    parallel_for(
-        a.numel(),
-        [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) po[i] = cpu::from_f32<T>(cpu::to_f32(pa[i]) + cpu::to_f32(pb[i]));
-        },
-        kGrain);
-  });
+  cpu::map_elements("add", threads_, kGrain, [](int64_t, float va, float vb) { return va + vb; }, out, a, b);
 }
 
 void CpuBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
@@ -116,75 +106,39 @@ void CpuBackend::scale_impl(float alpha, const Tensor& x) {
 
 void CpuBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
-  cpu::dispatch_compute(x.dtype(), "relu_forward", [&](auto* type) {
-    using T = Elem<decltype(type)>;
-    const T* px = static_cast<const T*>(x.raw());
-    T* py = static_cast<T*>(y.raw());
-    parallel_for(
-        x.numel(),
-        [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) py[i] = cpu::from_f32<T>(relu_one(cpu::to_f32(px[i])));
-        },
-        kGrain);
-  });
+  cpu::map_elements("relu_forward", threads_, kGrain, [](int64_t, float v) { return relu_one(v); }, y, x);
 }
 
 void CpuBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_numel(y, dy, "relu_backward");
   check_same_numel(y, dx, "relu_backward");
-  cpu::dispatch_compute(y.dtype(), "relu_backward", [&](auto* type) {
-    using T = Elem<decltype(type)>;
-    const T *py = static_cast<const T*>(y.raw()), *pdy = static_cast<const T*>(dy.raw());
-    T* pdx = static_cast<T*>(dx.raw());
-    parallel_for(
-        y.numel(),
-        [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i)
-            pdx[i] = cpu::from_f32<T>(relu_grad_one(cpu::to_f32(py[i]), cpu::to_f32(pdy[i])));
-        },
-        kGrain);
-  });
+  cpu::map_elements(
+      "relu_backward", threads_, kGrain, [](int64_t, float vy, float g) { return relu_grad_one(vy, g); }, dx, y, dy);
 }
 
 void CpuBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
-                                 PhiloxKey key, uint32_t step, uint32_t salt) {
+                                      PhiloxKey key, uint32_t step, uint32_t salt) {
   check_same_numel(x, y, "dropout");
   check_same_numel(x, mask, "dropout");
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
   uint8_t* pm = mask.data<uint8_t>();
   const float inv = 1.f / keep_prob;
-  cpu::dispatch_compute(x.dtype(), "dropout_forward", [&](auto* type) {
-    using T = Elem<decltype(type)>;
-    const T* px = static_cast<const T*>(x.raw());
-    T* py = static_cast<T*>(y.raw());
-    parallel_for(
-        x.numel(),
-        [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) {
-            uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
-            pm[i] = keep;
-            py[i] = cpu::from_f32<T>(keep ? cpu::to_f32(px[i]) * inv : 0.f);
-          }
-        },
-        kGrain);
-  });
+  cpu::map_elements(
+      "dropout_forward", threads_, kGrain,
+      [&](int64_t i, float v) {
+        const uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
+        pm[i] = keep;
+        return keep ? v * inv : 0.f;
+      },
+      y, x);
 }
 
 void CpuBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
   check_same_numel(dy, dx, "dropout_backward");
   const uint8_t* pm = mask.data<uint8_t>();
   const float inv = 1.f / keep_prob;
-  cpu::dispatch_compute(dy.dtype(), "dropout_backward", [&](auto* type) {
-    using T = Elem<decltype(type)>;
-    const T* pdy = static_cast<const T*>(dy.raw());
-    T* pdx = static_cast<T*>(dx.raw());
-    parallel_for(
-        dy.numel(),
-        [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) pdx[i] = cpu::from_f32<T>(pm[i] ? cpu::to_f32(pdy[i]) * inv : 0.f);
-        },
-        kGrain);
-  });
+  cpu::map_elements(
+      "dropout_backward", threads_, kGrain, [&](int64_t i, float g) { return pm[i] ? g * inv : 0.f; }, dx, dy);
 }
 
 void CpuBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) {

@@ -1,11 +1,16 @@
 // The compute dtypes in the CPU backend's own loops (relu, dropout, add, concat, batch norm, softmax_xent, cast,
 // reductions): elements are read into f32 (to_f32), computed in f32 or double, and written back rounded to
 // nearest even (from_f32). dispatch_compute calls a generic lambda with a null pointer of the storage type
-// (float, bf16_bits, half_bits) of a tensor's dtype, so one loop body serves all three.
+// (float, bf16_bits, half_bits) of a tensor's dtype, so one loop body serves all three; map_elements is the
+// element-wise loop over it.
 #pragma once
+
+#include <cstdint>
+#include <type_traits>
 
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/parallel.h"
 #include "terngrad/core/tensor.h"
 
 namespace tg::cpu {
@@ -44,6 +49,22 @@ decltype(auto) dispatch_compute(DType t, const char* op, Fn&& fn) {
       break;
   }
   TG_THROW("{}: dtype {} is not a compute dtype (f32, f16, bf16)", op, dtype_name(t));
+}
+
+// out[i] = fn(i, in_0[i], ..., in_k[i]) with the inputs read into f32 and the result rounded once into out's
+// dtype (all tensors share it, as the Backend front checked), over contiguous chunks on `threads` threads.
+template <typename Fn, typename... In>
+void map_elements(const char* op, int threads, int64_t grain, const Fn& fn, const Tensor& out, const In&... ins) {
+  dispatch_compute(out.dtype(), op, [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    T* __restrict po = static_cast<T*>(out.raw());
+    tg::parallel_for(
+        out.numel(), grain,
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) po[i] = from_f32<T>(fn(i, to_f32(static_cast<const T*>(ins.raw())[i])...));
+        },
+        threads);
+  });
 }
 
 }  // namespace tg::cpu
