@@ -211,7 +211,7 @@ class Backend {
   void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g);
 
   // ---- implementations: what each backend provides; the public operations above check the arguments once
-  // (devices, dtypes, element counts; backend.cc) and call these.
+  // (devices, dtypes, element counts; backend_front.cc) and call these.
  protected:
   virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
   virtual void cast_impl(const Tensor& dst, const Tensor& src) = 0;
