@@ -3,8 +3,8 @@
 //
 // Method: inputs are drawn, rounded to bf16, and the reference is computed in double on exactly those rounded
 // values, so the only differences left are the output's rounding to bf16 and f32 accumulation order. bf16 keeps
-// 8 significant bits: one rounding to nearest is at most 2^-8 of the value (0.4%). Tolerances are stated per op relative
-// to max(1, max |reference|) (as tests/cpu_ops_test.cc does for f32) and explained where they are set.
+// 8 significant bits: one rounding to nearest is at most 2^-8 of the value (0.4%). Tolerances are stated per op
+// relative to max(1, max |reference|) (as tests/cpu_ops_test.cc does for f32) and explained where they are set.
 //
 // bf16 runs where oneDNN's effective ISA has AVX512_BF16 or AMX; elsewhere each test reports SKIPPED with
 // why_not's reason (never a pass). BackendPrecision.Bf16RefusedBelowAvx512Bf16 lowers the ISA to AVX2 to check

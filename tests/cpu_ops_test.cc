@@ -5,9 +5,8 @@
 // same descriptor must not grow the primitive cache.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>

@@ -724,10 +724,10 @@ TEST_F(TrainerTest, PrecisionTheDeviceCannotRunIsRefusedByName) {
     }
   }
   std::string out;
-  EXPECT_NE(run(bin("terngrad-train") + " --fp16 --benchmark_mode=true --max_steps 1 --train_dir " +
-                    (root_ / "cli").string(),
-                &out),
-            0);
+  EXPECT_NE(
+      run(bin("terngrad-train") + " --fp16 --benchmark_mode=true --max_steps 1 --train_dir " + (root_ / "cli").string(),
+          &out),
+      0);
   EXPECT_NE(out.find("--precision fp16 on --device cpu"), std::string::npos) << out;
 }
 

@@ -213,8 +213,8 @@ void Backend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, f
   f32_only(probs, "softmax_xent_backward", "probs");
   TG_CHECK(dlogits.defined(), "softmax_xent_backward: dlogits is undefined");
   compute_like(dlogits, dlogits, "softmax_xent_backward", "dlogits");
-  TG_CHECK(dlogits.numel() == probs.numel(), "softmax_xent_backward: dlogits {} must have {} elements",
-           dlogits.str(), probs.numel());
+  TG_CHECK(dlogits.numel() == probs.numel(), "softmax_xent_backward: dlogits {} must have {} elements", dlogits.str(),
+           probs.numel());
   softmax_xent_backward_impl(probs, labels, label_smoothing, scale, dlogits);
 }
 
@@ -317,7 +317,8 @@ void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const
   on_device(*this, dbeta, "batch_norm_backward", "dbeta");
   same_compute(x, dy, "batch_norm_backward", "dy");
   same_compute(x, dx, "batch_norm_backward", "dx");
-  all_f32({{&gamma, "gamma"}, {&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}}, "batch_norm_backward");
+  all_f32({{&gamma, "gamma"}, {&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}},
+          "batch_norm_backward");
   batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
 }
 

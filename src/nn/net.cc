@@ -300,8 +300,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
   const Tensor found = precision_.view(found_);
   if (checked_) be.zero(found);
   be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), loss_scale);
-  for (const auto& a : aux_losses_)
-    be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight * loss_scale);
+  for (const auto& a : aux_losses_) be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight * loss_scale);
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];

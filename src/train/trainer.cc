@@ -54,7 +54,7 @@ struct Replica {
   bool overlap = false;                        // its exchange runs inside the last worker's backward
   PhaseTimes times;                            // of the last step
   ExchangeStats stats;                         // of the last step
-  Buffer overflow_flag;  // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
+  Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
 };
 

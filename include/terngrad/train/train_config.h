@@ -34,10 +34,10 @@ struct TrainConfig {
   int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
   int threads = 0;     // CPU threads (0: all)
   int cpu_replicas = 1;
-  bool allow_tf32 = false;
+  bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)  // --device cpu: replicas (each its own thread and share of --threads) in this process
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
-  std::string precision = "fp32";  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)  // --device cpu: replicas (each its own thread and share of --threads) in this process
+  std::string precision = "fp32";
   int num_processes = 1;  // MPI processes training together (set by the trainer, recorded in checkpoints)
   // model
   std::string net = "lenet";

@@ -85,7 +85,8 @@ void CpuBackend::fill_impl(const Tensor& dst, float value) {
 void CpuBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, b, "add");
   check_same_numel(a, out, "add");
-  cpu::map_elements("add", threads_, kGrain, [](int64_t, float va, float vb) { return va + vb; }, out, a, b);
+  cpu::map_elements(
+      "add", threads_, kGrain, [](int64_t, float va, float vb) { return va + vb; }, out, a, b);
 }
 
 void CpuBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
@@ -106,7 +107,8 @@ void CpuBackend::scale_impl(float alpha, const Tensor& x) {
 
 void CpuBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
-  cpu::map_elements("relu_forward", threads_, kGrain, [](int64_t, float v) { return relu_one(v); }, y, x);
+  cpu::map_elements(
+      "relu_forward", threads_, kGrain, [](int64_t, float v) { return relu_one(v); }, y, x);
 }
 
 void CpuBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
