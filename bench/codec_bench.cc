@@ -198,7 +198,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void print_summary() const {
     std::printf("\nSummary (%s path): median over repetitions; GB/s of fp32 gradient (4n bytes); total / memcpy time\n",
-                ternary_codec_isa_name(ternary_codec_isa()));
+                enum_name(ternary_codec_isa()));
     std::printf("%12s %7s", "elements", "threads");
     for (Op op : kOps) std::printf(" %15s", op_name(op));
     std::printf(" %14s\n", "total/memcpy");
@@ -267,10 +267,10 @@ int main(int argc, char** argv) {
       threads = a.substr(10);
     } else if (a.rfind("--isa=", 0) == 0) {
       const std::string isa = a.substr(6);
-      tg::CodecIsa want = tg::CodecIsa::Auto;
-      for (tg::CodecIsa c : {tg::CodecIsa::Generic, tg::CodecIsa::Avx2, tg::CodecIsa::Avx512})
-        if (isa == tg::ternary_codec_isa_name(c)) want = c;
-      if (want == tg::CodecIsa::Auto) {
+      tg::CodecIsa want = tg::CodecIsa::kAuto;
+      for (tg::CodecIsa c : {tg::CodecIsa::kGeneric, tg::CodecIsa::kAvx2, tg::CodecIsa::kAvx512})
+        if (isa == tg::enum_name(c)) want = c;
+      if (want == tg::CodecIsa::kAuto) {
         std::fprintf(stderr, "codec_bench: --isa=%s is not one of avx512, avx2, generic\n", isa.c_str());
         return 2;
       }
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("codec path: %s\n", tg::ternary_codec_isa_name(tg::ternary_codec_isa()));
+  std::printf("codec path: %s\n", tg::enum_name(tg::ternary_codec_isa()));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_summary();
   benchmark::Shutdown();

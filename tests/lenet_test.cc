@@ -188,7 +188,7 @@ TEST(LeNet, LearnsFashionMnistOnTheCpu) {
   store.initialize(1);
   net.bind(store);
   OptimizerOptions oo;
-  oo.kind = OptimizerKind::MOMENTUM;
+  oo.kind = OptimizerKind::kMomentum;
   oo.momentum = 0.9f;
   Optimizer opt(oo, store.params(), *be);
 

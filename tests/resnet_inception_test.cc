@@ -125,10 +125,10 @@ TEST(ResNet50, NamesDecayInitAndZeroGammaOption) {
       EXPECT_FLOAT_EQ(p.weight_decay, is_weight ? 1e-4f : 0.f) << p.name;
       if (is_weight && p.shape.rank() == 4) {
         ++conv_weights;
-        EXPECT_EQ(p.init.kind, Initializer::Kind::HE) << p.name;
+        EXPECT_EQ(p.init.kind, Initializer::Kind::kHe) << p.name;
       }
       if (p.name.find("/gamma") != std::string::npos) {
-        ASSERT_EQ(p.init.kind, Initializer::Kind::CONSTANT);
+        ASSERT_EQ(p.init.kind, Initializer::Kind::kConstant);
         const bool last_of_block = p.name.find("/conv3/BatchNorm/gamma") != std::string::npos;
         EXPECT_EQ(p.init.value, (zero_gamma && last_of_block) ? 0.f : 1.f) << p.name;
         (p.init.value == 0.f ? zero_gammas : one_gammas)++;
@@ -352,7 +352,7 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
   store.initialize(1);
   net.bind(store);
   OptimizerOptions oo;
-  oo.kind = OptimizerKind::MOMENTUM;
+  oo.kind = OptimizerKind::kMomentum;
   oo.momentum = 0.9f;
   Optimizer opt(oo, store.params(), *be);
 
