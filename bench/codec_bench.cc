@@ -1,7 +1,7 @@
 // codec_bench: speed of the CPU ternary codec (src/backend/cpu/ternary_codec.cc) on whole-model gradients, as
 // GB/s of fp32 gradient (4n bytes per iteration), next to a memcpy of the same 4n bytes in the same run.
 //
-//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=avx512|avx2|generic] [benchmark flags]
+//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=auto|generic|avx2|avx512] [benchmark flags]
 //
 // --sizes:   comma-separated gradient sizes in float elements (default: LeNet 1.25M, ResNet-50 25M, AlexNet
 //            61M); a suffix K or M multiplies by 10^3 or 10^6 (1.25M).
@@ -268,13 +268,13 @@ int main(int argc, char** argv) {
     } else if (a.rfind("--isa=", 0) == 0) {
       const std::string isa = a.substr(6);
       tg::CodecIsa want = tg::CodecIsa::kAuto;
-      for (tg::CodecIsa c : {tg::CodecIsa::kGeneric, tg::CodecIsa::kAvx2, tg::CodecIsa::kAvx512})
-        if (isa == tg::enum_name(c)) want = c;
-      if (want == tg::CodecIsa::kAuto) {
-        std::fprintf(stderr, "codec_bench: --isa=%s is not one of avx512, avx2, generic\n", isa.c_str());
+      try {
+        want = tg::parse_enum<tg::CodecIsa>(isa, "--isa");
+      } catch (const tg::Error& e) {
+        std::fprintf(stderr, "codec_bench: %s\n", e.what());
         return 2;
       }
-      if (tg::set_ternary_codec_isa(want) != want) {
+      if (tg::set_ternary_codec_isa(want) != want && want != tg::CodecIsa::kAuto) {
         std::fprintf(stderr, "codec_bench: this CPU cannot run the %s path\n", isa.c_str());
         return 2;
       }

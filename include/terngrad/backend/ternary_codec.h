@@ -27,7 +27,7 @@ CodecIsa set_ternary_codec_isa(CodecIsa isa);
 CodecIsa ternary_codec_isa();  // the path in use
 template <>
 struct EnumNames<CodecIsa> : EnumNamesBase {
-  static constexpr const char* kFlag = "codec instruction set";
+  static constexpr const char* kFlag = "--isa";
   static constexpr EnumName<CodecIsa> kList[] = {
       {CodecIsa::kAuto, "auto"}, {CodecIsa::kGeneric, "generic"}, {CodecIsa::kAvx2, "avx2"}, {CodecIsa::kAvx512, "avx512"}};
 };

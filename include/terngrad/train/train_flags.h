@@ -2,7 +2,11 @@
 // --help and the README. The command line, TrainConfig::validate's per-flag checks, TrainConfig::to_flags and
 // `terngrad-train --help-markdown` are generated from it.
 //
-// Adding a flag: a member with its default in TrainConfig and one entry here (with aliases if any).
+// Adding a flag: a member with its default in TrainConfig and one entry in train_flags.cc, e.g.
+//   std::string precision = "fp32";                                  // TrainConfig
+//   {"precision", &C::precision, "...", one_of<Precision>(), 0, {{"fp16", "fp16"}}},   // --fp16 is an alias
+// (with an EnumNames<Precision> list beside the enum). The README table is regenerated with
+// scripts/check_readme_flags.py --write; checkpoints store the new flag unless it is marked kFlagNotSaved.
 #pragma once
 
 #include <string>
