@@ -17,6 +17,7 @@
 #include "app_cli.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/logging.h"
+#include "terngrad/data/data_flags.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/models/registry.h"
@@ -146,39 +147,60 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter*
   return m.step;
 }
 
+// The flag table of terngrad-eval (core/flag_table.h); the input flags are the trainer's (data_flags.h).
+const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
+  using C = EvalConfig;
+  static const std::vector<tg::Flag<C>> table = [] {
+    std::vector<tg::Flag<C>> t = {
+        {"checkpoint_dir", &C::checkpoint_dir, "a train_dir whose checkpoints to evaluate"},
+        {"checkpoint_path", &C::checkpoint_path, "evaluate this checkpoint file once instead"},
+        {"data_dir", &C::data_dir, "folder of `<subset>-*` TFRecord shards", tg::no_check(), tg::kFlagRequired},
+        {"subset", &C::subset,
+         "default: the dataset's evaluation subset, test (mnist, cifar10) or validation (imagenet)"},
+        {"restore_avg_var", &C::restore_avg_var,
+         "evaluate the EMA of the weights and BN statistics (false: the weights)"},
+        {"run_once", &C::run_once, "evaluate the latest checkpoint and exit", tg::no_check(), tg::kFlagSwitch},
+        {"eval_interval_secs", &C::eval_interval_secs,
+         "otherwise poll every this many seconds; each new checkpoint is evaluated once", tg::positive()},
+        {"max_steps", &C::max_steps, "exit after a checkpoint of this step (0: the trainer's --max_steps)",
+         tg::at_least(0).note("0: the trainer's")},
+        {"eval_dir", &C::eval_dir,
+         "append one JSON line per evaluated checkpoint (step, precision@1, recall@5, examples, digest) to "
+         "`eval_dir/eval.jsonl`"},
+        {"device", &C::device, "cpu, cuda, cuda:<k>"},
+        {"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")},
+        {"threads", &C::threads, "CPU threads (0: all cores)", tg::in_range(0, 4096, "[]")},
+        {"num_preprocess_threads", &C::num_preprocess_threads, "decode threads", tg::in_range(1, 4096, "[]")},
+    };
+    for (tg::Flag<C>& f : tg::data_flags<C>()) t.push_back(std::move(f));
+    return t;
+  }();
+  return table;
+}
+
+// The program's own settings (beside EvalConfig's).
+struct MainOptions {
+  std::string log_level = "info";
+};
+
+const std::vector<tg::Flag<MainOptions>>& main_flags() {
+  static const std::vector<tg::Flag<MainOptions>> table = {tg::apps::log_level_flag<MainOptions>()};
+  return table;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"terngrad-eval: precision@1 / recall@5 of terngrad checkpoints"};
   EvalConfig ec;
-  std::string log_level = "info";
+  MainOptions options;
   app.set_config("--config", "", "read flags from an INI/TOML file");
   app.allow_config_extras(CLI::config_extras_mode::error);
-  app.add_option("--checkpoint_dir", ec.checkpoint_dir, "train_dir whose checkpoints to evaluate")
-      ->capture_default_str();
-  app.add_option("--checkpoint_path", ec.checkpoint_path, "evaluate this checkpoint file once");
-  app.add_option("--data_dir", ec.data_dir, "folder of <subset>-* TFRecord shards")->required();
-  app.add_option("--eval_dir", ec.eval_dir, "append one JSON line per evaluated checkpoint to EVAL_DIR/eval.jsonl");
-  app.add_option("--subset", ec.subset, "test | validation | train (default: the dataset's eval subset)");
-  app.add_option("--device", ec.device, "cpu | cuda | cuda:<k>")->capture_default_str();
-  app.add_option("--batch_size", ec.batch_size, "evaluation batch")->capture_default_str();
-  app.add_option("--restore_avg_var", ec.restore_avg_var, "evaluate the EMA of the weights (true) or the weights")
-      ->capture_default_str();
-  app.add_flag("--run_once", ec.run_once, "evaluate the latest checkpoint once and exit");
-  app.add_option("--eval_interval_secs", ec.eval_interval_secs, "poll period")->capture_default_str();
-  app.add_option("--max_steps", ec.max_steps, "exit after evaluating a checkpoint of this step (0: the trainer's)")
-      ->capture_default_str();
-  app.add_option("--threads", ec.threads, "CPU threads (0: all)")->capture_default_str();
-  app.add_option("--num_preprocess_threads", ec.num_preprocess_threads, "decode threads")->capture_default_str();
-  app.add_flag("--skip_corrupt_records", ec.skip_corrupt_records, "count and skip bad records");
-  app.add_option("--tfrecord_compression", ec.tfrecord_compression, "auto | none | gzip | zlib")->capture_default_str();
-  app.add_option("--jpeg_dct", ec.jpeg_dct, "fast (TF's decode_jpeg default) | accurate")->capture_default_str();
-  app.add_option("--max_image_pixels", ec.max_image_pixels, "refuse larger images (checked from the header)")
-      ->capture_default_str();
-  app.add_option("--max_corrupt_fraction", ec.max_corrupt_fraction,
-                 "--skip_corrupt_records: stop when more of the subset is bad")
-      ->capture_default_str();
-  app.add_option("--log_level", log_level, "trace | debug | info | warn | error")->capture_default_str();
+  tg::apps::add_flag_table(app, eval_flags(), ec);
+  tg::apps::add_flag_table(app, main_flags(), options);
+  tg::apps::add_help_markdown(app, [] {
+    return tg::flags_markdown_rows(eval_flags(), EvalConfig{}) + tg::flags_markdown_rows(main_flags(), MainOptions{});
+  });
   tg::apps::strict_integers(app);
   try {
     const std::string bad_config = tg::apps::check_config_file(argc, argv);
@@ -188,16 +210,8 @@ int main(int argc, char** argv) {
     return tg::apps::usage_error(app, e, "terngrad-eval");
   }
   try {
-    tg::setup_logging(log_level);
-    TG_CHECK(ec.batch_size >= 1 && ec.batch_size <= (1 << 20), "--batch_size {} is not in [1, {}]", ec.batch_size,
-             1 << 20);
-    TG_CHECK(ec.threads >= 0 && ec.threads <= 4096, "--threads {} is not in [0, 4096]", ec.threads);
-    TG_CHECK(ec.num_preprocess_threads >= 1 && ec.num_preprocess_threads <= 4096,
-             "--num_preprocess_threads {} is not in [1, 4096]", ec.num_preprocess_threads);
-    TG_CHECK(ec.max_corrupt_fraction >= 0 && ec.max_corrupt_fraction <= 1, "--max_corrupt_fraction {} is not in [0, 1]",
-             ec.max_corrupt_fraction);
-    TG_CHECK(ec.max_steps >= 0, "--max_steps {} must be >= 0 (0: the trainer's)", ec.max_steps);
-    TG_CHECK(ec.eval_interval_secs > 0, "--eval_interval_secs {} must be positive", ec.eval_interval_secs);
+    tg::setup_logging(options.log_level);
+    tg::check_flags(eval_flags(), ec);
     tg::set_data_flag_defaults(ec.tfrecord_compression, ec.jpeg_dct, ec.max_image_pixels);
     std::unique_ptr<tg::EventWriter> events;
     if (!ec.eval_dir.empty()) events = std::make_unique<tg::EventWriter>(ec.eval_dir);

@@ -53,30 +53,6 @@ std::string basename_of(const std::string& path) {
 
 // ---- compression ----------------------------------------------------------------------------------------
 
-TfRecordCompression parse_tfrecord_compression(const std::string& name, const std::string& flag) {
-  std::string n;
-  for (char c : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (n == "auto") return TfRecordCompression::kAuto;
-  if (n == "none" || n.empty()) return TfRecordCompression::kNone;
-  if (n == "gzip") return TfRecordCompression::kGzip;
-  if (n == "zlib") return TfRecordCompression::kZlib;
-  TG_THROW("{} '{}' is not one of auto, none, gzip, zlib", flag, name);
-}
-
-const char* tfrecord_compression_name(TfRecordCompression c) {
-  switch (c) {
-    case TfRecordCompression::kAuto:
-      return "auto";
-    case TfRecordCompression::kNone:
-      return "none";
-    case TfRecordCompression::kGzip:
-      return "gzip";
-    case TfRecordCompression::kZlib:
-      return "zlib";
-  }
-  return "?";
-}
-
 namespace {
 
 std::atomic<int> g_default_compression{static_cast<int>(TfRecordCompression::kAuto)};
@@ -153,7 +129,7 @@ TfRecordReader::~TfRecordReader() {
 
 std::string TfRecordReader::at(uint64_t offset) const {
   if (compression_ == TfRecordCompression::kNone) return fmt::format("byte offset {}", offset);
-  return fmt::format("uncompressed offset {} ({} stream)", offset, tfrecord_compression_name(compression_));
+  return fmt::format("uncompressed offset {} ({} stream)", offset, enum_name(compression_));
 }
 
 size_t TfRecordReader::fill(char* dst, size_t n, std::string* error) {
@@ -198,18 +174,18 @@ size_t TfRecordReader::fill(char* dst, size_t n, std::string* error) {
         inflateReset(&z.zs);
       } else {
         *error = fmt::format("{}: unexpected bytes after the end of the {} stream (at uncompressed offset {})", path_,
-                             tfrecord_compression_name(compression_), out_pos);
+                             enum_name(compression_), out_pos);
         z.ended = true;
         return done;
       }
     } else if (rc == Z_BUF_ERROR && z.zs.avail_in == 0 && z.input_done) {
       *error = fmt::format("{}: truncated {} stream: the file ends at uncompressed offset {} before the stream does",
-                           path_, tfrecord_compression_name(compression_), out_pos);
+                           path_, enum_name(compression_), out_pos);
       z.ended = true;
       return done;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
       *error = fmt::format("{}: corrupt {} stream near uncompressed offset {} (zlib: {})", path_,
-                           tfrecord_compression_name(compression_), out_pos, z.zs.msg ? z.zs.msg : zError(rc));
+                           enum_name(compression_), out_pos, z.zs.msg ? z.zs.msg : zError(rc));
       z.ended = true;
       return done;
     }
@@ -259,7 +235,7 @@ RecordStatus TfRecordReader::read_header(uint64_t* length, uint64_t* offset, std
                                                                   : TfRecordCompression::kNone;
       hint = looks != TfRecordCompression::kNone
                  ? fmt::format(": the file looks {}-compressed but was read as plain (--tfrecord_compression)",
-                               tfrecord_compression_name(looks))
+                               enum_name(looks))
                  : ": not a TFRecord file (nor a gzip or zlib compressed one; --tfrecord_compression forces one)";
     }
     *error = fmt::format("{}: bad length CRC at {}{}", path_, at(pos_), hint);

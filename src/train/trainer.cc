@@ -32,6 +32,7 @@
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/stale_files.h"
+#include "terngrad/train/train_flags.h"
 
 namespace tg {
 
@@ -179,7 +180,7 @@ void Trainer::Impl::build() {
 
   const DatasetInfo& data = dataset_info(cfg.dataset);
   LearningRateOptions lo;
-  lo.decay_type = parse_learning_rate_decay(cfg.learning_rate_decay_type);
+  lo.decay_type = parse_enum<LearningRateDecay>(cfg.learning_rate_decay_type);
   lo.initial_learning_rate = cfg.initial_learning_rate;
   lo.num_epochs_per_decay = cfg.num_epochs_per_decay;
   lo.learning_rate_decay_factor = cfg.learning_rate_decay_factor;
@@ -187,7 +188,7 @@ void Trainer::Impl::build() {
   lo.batch_size = cfg.batch_size;
   lo.max_steps = cfg.max_steps;
   lo.warmup_steps = cfg.warmup_steps;
-  lo.optimizer = parse_optimizer_kind(cfg.optimizer);
+  lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
   schedule = std::make_unique<LearningRateSchedule>(lo);
 
   host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
@@ -235,7 +236,7 @@ void Trainer::Impl::build_replicas() {
     r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
     for (int w : r.workers) workers[w].net->bind(*r.store);
     OptimizerOptions oo;
-    oo.kind = parse_optimizer_kind(cfg.optimizer);
+    oo.kind = parse_enum<OptimizerKind>(cfg.optimizer);
     oo.momentum = cfg.momentum;
     r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
     // The exchange works on the gradients where they are (device memory on a GPU).
@@ -297,7 +298,7 @@ void Trainer::Impl::build_exchanges() {
     std::vector<std::vector<Tensor>> views;
     for (int w : r.workers) views.push_back(workers[w].grad_views);
     ExchangeOptions xo;
-    xo.mode = parse_exchange_mode(cfg.exchange);
+    xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
     xo.seed = cfg.seed;
     xo.bucket_mb = cfg.bucket_mb;
     // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
@@ -332,7 +333,7 @@ void Trainer::Impl::resume_or_initialize() {
              cfg.num_classes);
     // The data cursor counts this process's batches: resuming is exact only with the same data layout.
     const std::map<std::string, std::string> now = cfg.to_flags();
-    for (const char* key : {"batch_size", "num_nodes", "num_processes", "seed", "subset", "shuffle_buffer"}) {
+    for (const std::string& key : resume_flag_names()) {
       auto was = m.flags.find(key);
       if (was == m.flags.end()) continue;
       TG_CHECK(was->second == now.at(key),
@@ -385,7 +386,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
   Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
   {
-    ScopedPhase input(step_times, Phase::InputWait, timeline.get(), workers[0].track);
+    ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
     source->next(images, labels);
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
@@ -394,7 +395,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   step_times += replicas[0].times;
   last_stats = replicas[0].stats;
   const double total = seconds_between(step_begin, Clock::now());
-  step_times.add(Phase::Other, std::max(0.0, total - step_times.total_excluding_in_flight()));
+  step_times.add(Phase::kOther, std::max(0.0, total - step_times.total_excluding_in_flight()));
 }
 
 // One replica's part of a step, on its thread: its workers' forward and backward one after another (the last
@@ -419,7 +420,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     wk.net->backward(feeds ? &feeder : nullptr);
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
-    r.times.add(Phase::ForwardBackward, wk.forward_backward);
+    r.times.add(Phase::kForwardBackward, wk.forward_backward);
     if (tl && tl->recording()) {
       tl->record(wk.track, "forward", t0, t1);
       tl->record(wk.track, "backward", t1, t2);
@@ -427,7 +428,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   }
   r.stats = r.exchange->finish();
   r.times += r.exchange->times();
-  ScopedPhase update(r.times, Phase::OptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
+  ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
   Worker& first = workers[r.workers[0]];
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
@@ -525,7 +526,7 @@ void Trainer::Impl::verify_processes_agree() {
 // each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
 bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
   int32_t flag = stop && stop->load() ? 1 : 0;
-  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::Max);
+  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::kMax);
   return flag != 0;
 }
 
@@ -624,7 +625,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
                  m.policy.summary());
     const GradientExchange& x = *m.replicas[0].exchange;
     spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", m.replicas.size(),
-                 m.replicas.size() == 1 ? "" : "s", exchange_mode_name(x.mode()), x.num_buckets(),
+                 m.replicas.size() == 1 ? "" : "s", enum_name(x.mode()), x.num_buckets(),
                  x.num_buckets() == 1 ? "" : "s", m.replicas[0].overlap ? " overlapped with backward" : "",
                  m.schedule->describe());
   }

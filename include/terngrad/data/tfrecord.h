@@ -25,13 +25,23 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
+
 namespace tg {
 
 enum class TfRecordCompression { kAuto, kNone, kGzip, kZlib };
 
-// "auto" | "none" | "gzip" | "zlib" (also TF's "GZIP", "ZLIB" and "" for none); throws tg::Error naming `flag`.
-TfRecordCompression parse_tfrecord_compression(const std::string& name, const std::string& flag);
-const char* tfrecord_compression_name(TfRecordCompression c);
+// "auto" | "none" | "gzip" | "zlib", any case (TF writes "GZIP", "ZLIB"), and "" for none.
+template <>
+struct EnumNames<TfRecordCompression> : EnumNamesBase {
+  static constexpr const char* kFlag = "--tfrecord_compression";
+  static constexpr bool kIgnoreCase = true;
+  static constexpr EnumName<TfRecordCompression> kList[] = {{TfRecordCompression::kAuto, "auto"},
+                                                            {TfRecordCompression::kNone, "none"},
+                                                            {TfRecordCompression::kGzip, "gzip"},
+                                                            {TfRecordCompression::kZlib, "zlib"},
+                                                            {TfRecordCompression::kNone, "", true}};
+};
 // What kAuto picks for a file starting with head[0 .. n) (n may be short for a tiny file): kNone, kGzip or kZlib.
 TfRecordCompression detect_tfrecord_compression(const char* head, size_t n);
 // The compression readers use when constructed without one (kAuto unless the apps set --tfrecord_compression).

@@ -117,7 +117,7 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
   check_f32(y, d.n * d.out_h * d.out_w * d.out_c, op, "y");
   if (d.has_bias) check_f32(b, d.out_c, op, "b");
 
-  auto& e = cached<ConvForward>(conv_key(CpuOp::CONV_FWD, d), [&] {
+  auto& e = cached<ConvForward>(conv_key(CpuOp::kConvFwd, d), [&] {
     auto e = std::make_unique<ConvForward>();
     dnnl::convolution_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::convolution_forward::primitive_desc(forward_desc(d), user_scratchpad_attr(), engine_));
@@ -155,7 +155,7 @@ void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const 
   }
 
   if (dx) {
-    auto& e = cached<ConvBackwardData>(conv_key(CpuOp::CONV_BWD_DATA, d), [&] {
+    auto& e = cached<ConvBackwardData>(conv_key(CpuOp::kConvBwdData, d), [&] {
       auto e = std::make_unique<ConvBackwardData>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_data::primitive_desc pd;
@@ -181,7 +181,7 @@ void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const 
   }
 
   if (dw || db) {
-    auto& e = cached<ConvBackwardWeights>(conv_key(CpuOp::CONV_BWD_WEIGHTS, d), [&] {
+    auto& e = cached<ConvBackwardWeights>(conv_key(CpuOp::kConvBwdWeights, d), [&] {
       auto e = std::make_unique<ConvBackwardWeights>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_weights::primitive_desc pd;

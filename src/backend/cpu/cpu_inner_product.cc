@@ -72,7 +72,7 @@ void CpuBackend::inner_product_forward_impl(const InnerProductDesc& d, const Ten
   check_args(d, op, x, w);
   check_f32(y, d.n * d.out, op, "y");
   if (d.has_bias) check_f32(b, d.out, op, "b");
-  auto& e = cached<IpForward>(ip_key(CpuOp::IP_FWD, d), [&] {
+  auto& e = cached<IpForward>(ip_key(CpuOp::kIpFwd, d), [&] {
     auto e = std::make_unique<IpForward>();
     dnnl::inner_product_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::inner_product_forward::primitive_desc(forward_desc(d), user_scratchpad_attr(), engine_));
@@ -115,7 +115,7 @@ void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Te
   }
 
   if (dx) {
-    auto& e = cached<IpBackwardData>(ip_key(CpuOp::IP_BWD_DATA, d), [&] {
+    auto& e = cached<IpBackwardData>(ip_key(CpuOp::kIpBwdData, d), [&] {
       auto e = std::make_unique<IpBackwardData>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_data::primitive_desc pd;
@@ -144,7 +144,7 @@ void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Te
   }
 
   if (dw || db) {
-    auto& e = cached<IpBackwardWeights>(ip_key(CpuOp::IP_BWD_WEIGHTS, d), [&] {
+    auto& e = cached<IpBackwardWeights>(ip_key(CpuOp::kIpBwdWeights, d), [&] {
       auto e = std::make_unique<IpBackwardWeights>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_weights::primitive_desc pd;

@@ -55,7 +55,7 @@ void check_desc(const LrnDesc& d, const char* op) {
 }  // namespace
 
 static LrnForward& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training) {
-  return be.cached<LrnForward>(lrn_key(training ? CpuOp::LRN_FWD_TRAIN : CpuOp::LRN_FWD_INFER, d), [&] {
+  return be.cached<LrnForward>(lrn_key(training ? CpuOp::kLrnFwdTrain : CpuOp::kLrnFwdInfer, d), [&] {
     auto e = std::make_unique<LrnForward>();
     dnnl::lrn_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
@@ -107,7 +107,7 @@ void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tens
   check_f32(x, numel, op, "x");
   check_f32(dy, numel, op, "dy");
   check_f32(dx, numel, op, "dx");
-  auto& e = cached<LrnBackward>(lrn_key(CpuOp::LRN_BWD, d), [&] {
+  auto& e = cached<LrnBackward>(lrn_key(CpuOp::kLrnBwd, d), [&] {
     auto e = std::make_unique<LrnBackward>();
     dnnl::lrn_forward::primitive_desc hint;
     dnnl::lrn_backward::primitive_desc pd;

@@ -59,7 +59,7 @@ void check_desc(const PoolDesc& d, const char* op) {
 
 // The training forward primitive for `d` (it also defines the workspace the backward reads).
 static PoolForward& pool_forward_entry(CpuBackend& be, const PoolDesc& d, bool training) {
-  return be.cached<PoolForward>(pool_key(training ? CpuOp::POOL_FWD_TRAIN : CpuOp::POOL_FWD_INFER, d), [&] {
+  return be.cached<PoolForward>(pool_key(training ? CpuOp::kPoolFwdTrain : CpuOp::kPoolFwdInfer, d), [&] {
     auto e = std::make_unique<PoolForward>();
     dnnl::pooling_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::pooling_forward::primitive_desc(
@@ -109,7 +109,7 @@ void CpuBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Te
   check_f32(y, d.n * d.out_h * d.out_w * d.c, op, "y");
   check_f32(dy, y.numel(), op, "dy");
   check_f32(dx, x.numel(), op, "dx");
-  auto& e = cached<PoolBackward>(pool_key(CpuOp::POOL_BWD, d), [&] {
+  auto& e = cached<PoolBackward>(pool_key(CpuOp::kPoolBwd, d), [&] {
     auto e = std::make_unique<PoolBackward>();
     dnnl::pooling_forward::primitive_desc hint;
     dnnl::pooling_backward::primitive_desc pd;
