@@ -75,13 +75,15 @@ int64_t evaluate(const EvalConfig& ec, const std::string& path, tg::EventWriter*
   net.setup(*be, ec.batch_size);
   tg::ParameterStore store(net.param_specs(), net.state_specs(), *be);
   net.bind(store);
-  auto load = [&](const std::string& prefix, tg::Slab& slab) {
+  using Layout = tg::CheckpointLayout;
+  auto load = [&](Layout::Part part, tg::Slab& slab) {
     tg::read_slab(reader, *be, slab, [&](const std::string& name) {
-      return ec.restore_avg_var ? "ema/" + tg::ExponentialMovingAverage::shadow_name(name) : prefix + name;
+      return ec.restore_avg_var ? Layout::name(Layout::kEma, tg::ExponentialMovingAverage::shadow_name(name))
+                                : Layout::name(part, name);
     });
   };
-  load("params/", store.params());
-  load("state/", store.state());
+  load(Layout::kParams, store.params());
+  load(Layout::kState, store.state());
   spdlog::info("Successfully loaded model from {} at step={} (parameter digest {}{})", path, m.step,
                m.parameter_digest, ec.restore_avg_var ? ", using the moving averages" : "");
 
