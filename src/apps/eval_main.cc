@@ -12,6 +12,7 @@
 
 #include "app_cli.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/json_writer.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/train/evaluator.h"
@@ -69,13 +70,14 @@ void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* even
   if (ec.eval_dir.empty()) return;
   std::filesystem::create_directories(ec.eval_dir);
   const std::string jsonl = (std::filesystem::path(ec.eval_dir) / "eval.jsonl").string();
-  std::FILE* f = std::fopen(jsonl.c_str(), "a");
-  TG_CHECK(f != nullptr, "--eval_dir {}: cannot open {}", ec.eval_dir, jsonl);
-  std::fprintf(f, "{\"step\": %lld, \"precision_at_1\": %.6f, \"recall_at_5\": %.6f, \"examples\": %lld, "
-               "\"checkpoint\": \"%s\", \"parameter_digest\": \"%s\"}\n",
-               static_cast<long long>(r.step), r.precision_at_1(), r.recall_at_5(),
-               static_cast<long long>(r.examples), r.checkpoint.c_str(), r.parameter_digest.c_str());
-  std::fclose(f);
+  tg::JsonObject line;
+  line.add("step", r.step)
+      .add("precision_at_1", r.precision_at_1())
+      .add("recall_at_5", r.recall_at_5())
+      .add("examples", r.examples)
+      .add("checkpoint", r.checkpoint)
+      .add("parameter_digest", r.parameter_digest);
+  tg::JsonLinesFile(jsonl, "--eval_dir").write(line);
   events->scalars(r.step, {{"Accuracy @ 1", static_cast<float>(r.precision_at_1())},
                            {"Accuracy @ 5", static_cast<float>(r.recall_at_5())}});
 }

@@ -825,8 +825,7 @@ void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
       log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
   result.parameter_digest = last_digest;
   if (log.metrics)
-    log.metrics->summary(result.steps_done, result.median_examples_per_sec, result.bytes_moved,
-                         result.fp32_bytes_moved, result.final_loss, result.parameter_digest, result.time_per_step);
+    log.metrics->summary(result);
 }
 
 PhaseTimes Trainer::run_steps(int64_t steps) {
