@@ -68,7 +68,7 @@ void AtomicFile::commit() {
 }
 
 AppendFile::AppendFile(const std::string& path, const std::string& what)
-    : path_(path), name_(what.empty() ? path : what + " " + path) {
+    : name_(what.empty() ? path : what + " " + path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   TG_CHECK(fd_ >= 0, "{}: cannot open: {}", name_, std::strerror(errno));
 }

@@ -396,7 +396,6 @@ void TfRecordWriter::write(const void* data, size_t n) {
     file_.reset();  // the temporary file goes now
     throw;
   }
-  ++records_;
 }
 
 void TfRecordWriter::put(const void* data, size_t n) {

@@ -43,7 +43,6 @@ namespace {
 // another on the replica's thread, and its exchange meets the other replicas (of this and other processes)
 // through the replicas' communicator.
 struct Replica {
-  int index = 0;  // in this process
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Optimizer> optimizer;
@@ -253,7 +252,6 @@ void Trainer::Impl::build_replicas() {
   const ModelConfig mc = cfg.model_config();
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
-    r.index = d;
     std::string dev = cfg.device;
     if (!cpu && n_replicas > 1) dev = fmt::format("cuda:{}", d);
     r.backend = make_backend(dev, bo);

@@ -37,7 +37,6 @@ class AtomicFile {
   void write(const std::string& s) { write(s.data(), s.size()); }
   uint64_t bytes_written() const { return written_; }
   void commit();
-  const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_; }
 
  private:
@@ -55,10 +54,9 @@ class AppendFile {
   AppendFile& operator=(const AppendFile&) = delete;
 
   void append(std::string_view record);
-  const std::string& path() const { return path_; }
 
  private:
-  std::string path_, name_;  // name_: how errors name the file
+  std::string name_;  // how errors name the file
   int fd_ = -1;
 };
 

@@ -50,7 +50,6 @@ class JsonLinesFile {
   JsonLinesFile(const std::string& path, const std::string& flag) : file_(path, flag) {}
 
   void write(const JsonObject& object) { file_.append(object.str() + "\n"); }  // one line, one append
-  const std::string& path() const { return file_.path(); }
 
  private:
   AppendFile file_;

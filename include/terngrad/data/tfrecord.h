@@ -113,9 +113,6 @@ class TfRecordWriter {
   // Flush, fsync, rename to the final path. Throws tg::Error on any I/O failure (the temporary is removed).
   void close();
 
-  uint64_t records_written() const { return records_; }
-  const std::string& final_path() const { return final_path_; }
-
  private:
   struct Deflater;
   void put(const void* data, size_t n);  // through the compressor when there is one; put(nullptr, 0) ends it
@@ -123,7 +120,6 @@ class TfRecordWriter {
   std::string final_path_;
   std::unique_ptr<Deflater> deflater_;
   std::unique_ptr<AtomicFile> file_;  // null once closed
-  uint64_t records_ = 0;
 };
 
 // "<path>: record at byte offset N", or "... at uncompressed offset N" for a gzip/zlib file: how messages

@@ -53,7 +53,6 @@ class CheckpointReader {
   explicit CheckpointReader(const std::string& path);  // reads and verifies the header; errors name the file
   const CheckpointMeta& meta() const { return meta_; }
   const std::string& path() const { return path_; }
-  bool has(const std::string& name) const { return table_.count(name) != 0; }
   std::vector<std::string> names() const;
   Shape shape(const std::string& name) const;
   // Reads tensor `name` into a host tensor of the same shape and dtype, verifying its crc32c.

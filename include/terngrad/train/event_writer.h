@@ -18,7 +18,6 @@ class EventWriter {
   explicit EventWriter(const std::string& dir);  // creates dir if missing; errors name the path
 
   void scalars(int64_t step, const std::vector<std::pair<std::string, float>>& values);
-  const std::string& path() const { return file_.path(); }
 
  private:
   void write_event(const std::string& bytes);
