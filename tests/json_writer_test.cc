@@ -29,22 +29,25 @@ class JsonWriterTest : public testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // python3's json.loads of the file's lines; prints each decoded value's given field (or the value itself)
-  // as UTF-8 bytes, one per line, with newlines inside it written as "\n".
-  static std::string python_decode(const std::string& file, const std::string& field) {
+  // python3's json.loads of the file's lines; gives each decoded value's given field (or the value itself)
+  // as UTF-8 bytes, one per line, with backslashes doubled and newlines inside it written as "\n" (or python's
+  // error).
+  std::string python_decode(const std::string& file, const std::string& field) const {
+    const std::string out = (dir_ / "decoded").string();
     const std::string cmd =
         "python3 -c \"import json,sys\nfor l in open(sys.argv[1], encoding='utf-8'):\n"
         "  v=json.loads(l)\n  v=v[sys.argv[2]] if sys.argv[2] else v\n"
         "  sys.stdout.buffer.write(v.replace(chr(92), chr(92)*2).replace(chr(10), chr(92)+'n')"
         ".encode('utf-8', 'surrogateescape')+b'\\n')\" " +
-        file + " '" + field + "' 2>&1";
-    std::string out;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return "popen failed";
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-    pclose(pipe);
-    return out;
+        file + " '" + field + "' > " + out + " 2>&1";
+    if (std::system(cmd.c_str()) != 0) return "python3 failed: " + read(out);
+    return read(out);
+  }
+  static std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream all;
+    all << in.rdbuf();
+    return all.str();
   }
   // What python_decode prints for s.
   static std::string expected(const std::string& s) {
@@ -106,10 +109,7 @@ TEST_F(JsonWriterTest, LinesAreAppendedAndParse) {
     f.write(JsonObject().add("k", hard));
     f.write(JsonObject().add("k", "third"));
   }
-  std::ifstream in(file);
-  std::stringstream all;
-  all << in.rdbuf();
-  EXPECT_EQ(all.str().substr(0, 15), "{\"k\": \"first\"}\n");
+  EXPECT_EQ(read(file).substr(0, 15), "{\"k\": \"first\"}\n");
   if (!have_python()) GTEST_SKIP() << "python3 not found (needed to parse the JSON)";
   EXPECT_EQ(python_decode(file, "k"), expected("first") + expected(hard) + expected("third"));
 }
