@@ -50,7 +50,8 @@ enum class RecordStatus {
 };
 
 // The 12-byte header (length, masked crc of the length) and 4-byte footer (masked crc of the data) that frame
-// one record: header + data + footer is what a TFRecord file holds (also used by the event-file writer).
+// one record: header + data + footer is what a TFRecord file holds (TfRecordWriter and append_tfrecord frame
+// with it; the event-file writer appends append_tfrecord's bytes).
 struct RecordFraming {
   char header[12];
   char footer[4];
@@ -126,7 +127,7 @@ class TfRecordWriter {
 // about a record name it.
 std::string describe_record(const std::string& path, uint64_t offset, TfRecordCompression compression);
 
-// Appends one framed record (header, data, footer) to *out: the exact bytes a writer puts in a file.
+// Appends one framed record (header, data, footer) to *out: the exact bytes a TfRecordWriter puts in a file.
 void append_tfrecord(std::string* out, const void* data, size_t n);
 
 // Every record of a file, in order (throws on corruption). For tests and small files.
