@@ -459,7 +459,7 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   s.opt = options;
   PipelineOptions& o = s.opt;
   const DatasetInfo& data = dataset_info(o.dataset);  // validates --dataset
-  PreprocessKind kind = preprocess_kind_for(o.dataset, o.net);
+  PreprocessKind kind = preprocess_kind_for(o.dataset, o.imagenet_preprocessing);
   if (o.image_size == 0) o.image_size = static_cast<int>(data.default_image_size);
   if (o.num_classes == 0) o.num_classes = static_cast<int>(data.num_classes);
   if (o.image_size < 1) TG_THROW("--image_size {} must be positive", o.image_size);

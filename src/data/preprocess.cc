@@ -8,7 +8,7 @@
 
 namespace tg {
 
-PreprocessKind preprocess_kind_for(const std::string& dataset, const std::string& net) {
+PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet) {
   switch (dataset_info(dataset).id) {
     case Dataset::kMnist:
     case Dataset::kFashionMnist:
@@ -18,7 +18,9 @@ PreprocessKind preprocess_kind_for(const std::string& dataset, const std::string
     case Dataset::kImagenet:
       break;
   }
-  return net == "alexnet" ? PreprocessKind::kAlexnet : PreprocessKind::kInception;
+  TG_CHECK(imagenet == PreprocessKind::kAlexnet || imagenet == PreprocessKind::kInception,
+           "ImageNet preprocessing '{}' is not one of alexnet, inception", enum_name(imagenet));
+  return imagenet;
 }
 
 

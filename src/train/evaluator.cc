@@ -12,6 +12,7 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/data/input_pipeline.h"
+#include "terngrad/data/preprocess.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
 #include "terngrad/optim/moving_average.h"
@@ -96,7 +97,7 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   po.data_dir = o.data_dir;
   po.subset = r.subset;
   po.dataset = m.dataset;
-  po.net = m.model;
+  po.imagenet_preprocessing = parse_enum<PreprocessKind>(find_model(m.model).imagenet_preprocessing);
   po.image_size = static_cast<int>(m.image_size);
   po.batch_size = static_cast<int>(o.batch_size);
   po.num_preprocess_threads = o.num_preprocess_threads;

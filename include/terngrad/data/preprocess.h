@@ -37,9 +37,9 @@ namespace tg {
 
 enum class PreprocessKind { kMnist, kCifar10, kAlexnet, kInception };
 
-// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" -> kAlexnet for net "alexnet",
-// kInception otherwise. An unknown dataset is an error listing the known ones.
-PreprocessKind preprocess_kind_for(const std::string& dataset, const std::string& net);
+// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" -> `imagenet` (the model's choice, its
+// registry entry: kAlexnet or kInception). An unknown dataset is an error listing the known ones.
+PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet);
 template <>
 struct EnumNames<PreprocessKind> : EnumNamesBase {
   static constexpr const char* kFlag = "preprocessing";
