@@ -1,7 +1,7 @@
 // codec_bench: speed of the CPU ternary codec (src/backend/cpu/ternary_codec.cc) on whole-model gradients, as
 // GB/s of fp32 gradient (4n bytes per iteration), next to a memcpy of the same 4n bytes in the same run.
 //
-//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=avx512|avx2|generic] [benchmark flags]
+//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=auto|generic|avx2|avx512] [benchmark flags]
 //
 // --sizes:   comma-separated gradient sizes in float elements (default: LeNet 1.25M, ResNet-50 25M, AlexNet
 //            61M); a suffix K or M multiplies by 10^3 or 10^6 (1.25M).
@@ -198,7 +198,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void print_summary() const {
     std::printf("\nSummary (%s path): median over repetitions; GB/s of fp32 gradient (4n bytes); total / memcpy time\n",
-                ternary_codec_isa_name(ternary_codec_isa()));
+                enum_name(ternary_codec_isa()));
     std::printf("%12s %7s", "elements", "threads");
     for (Op op : kOps) std::printf(" %15s", op_name(op));
     std::printf(" %14s\n", "total/memcpy");
@@ -267,14 +267,14 @@ int main(int argc, char** argv) {
       threads = a.substr(10);
     } else if (a.rfind("--isa=", 0) == 0) {
       const std::string isa = a.substr(6);
-      tg::CodecIsa want = tg::CodecIsa::Auto;
-      for (tg::CodecIsa c : {tg::CodecIsa::Generic, tg::CodecIsa::Avx2, tg::CodecIsa::Avx512})
-        if (isa == tg::ternary_codec_isa_name(c)) want = c;
-      if (want == tg::CodecIsa::Auto) {
-        std::fprintf(stderr, "codec_bench: --isa=%s is not one of avx512, avx2, generic\n", isa.c_str());
+      tg::CodecIsa want = tg::CodecIsa::kAuto;
+      try {
+        want = tg::parse_enum<tg::CodecIsa>(isa, "--isa");
+      } catch (const tg::Error& e) {
+        std::fprintf(stderr, "codec_bench: %s\n", e.what());
         return 2;
       }
-      if (tg::set_ternary_codec_isa(want) != want) {
+      if (tg::set_ternary_codec_isa(want) != want && want != tg::CodecIsa::kAuto) {
         std::fprintf(stderr, "codec_bench: this CPU cannot run the %s path\n", isa.c_str());
         return 2;
       }
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("codec path: %s\n", tg::ternary_codec_isa_name(tg::ternary_codec_isa()));
+  std::printf("codec path: %s\n", tg::enum_name(tg::ternary_codec_isa()));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_summary();
   benchmark::Shutdown();

@@ -98,7 +98,7 @@ void BM_PipelineImagenetJpeg(benchmark::State& state) {
   PipelineOptions o;
   o.data_dir = (fixtures().root / "jpeg").string();
   o.dataset = "imagenet";
-  o.net = state.range(1) ? "inception_v3" : "alexnet";
+  o.imagenet_preprocessing = state.range(1) ? PreprocessKind::kInception : PreprocessKind::kAlexnet;
   o.image_size = 224;
   o.batch_size = 32;
   o.num_preprocess_threads = static_cast<int>(state.range(0));

@@ -11,17 +11,19 @@ void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing) {
 
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models = {
-      {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, build_lenet},
-      {"cifarnet", "CifarNet (TF CIFAR-10 tutorial net with LRN), 24x24x3", 1, build_cifarnet},
-      {"cifar10_alexnet", "alias of cifarnet (the reference's name)", 1, build_cifarnet},
-      {"alexnet", "AlexNet, the reference's two-branch variant with BN on every conv, 224x224x3", 57, build_alexnet},
-      {"resnet50", "ResNet-50 v1.5 (stride 2 on the 3x3 conv), 224x224x3", 32, build_resnet50},
-      {"inception_v3", "Inception-v3 with the auxiliary head, 299x299x3", 75, build_inception_v3},
+      // name, description, min and default image size, label smoothing, ImageNet preprocessing, builder
+      {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, 0, 0.f, "inception", build_lenet},
+      {"cifarnet", "CifarNet (TF CIFAR-10 tutorial net with LRN), 24x24x3", 1, 0, 0.f, "inception", build_cifarnet},
+      {"cifar10_alexnet", "alias of cifarnet (the reference's name)", 1, 0, 0.f, "inception", build_cifarnet},
+      {"alexnet", "AlexNet, the reference's two-branch variant with BN on every conv, 224x224x3", 57, 0, 0.f,
+       "alexnet", build_alexnet},
+      {"resnet50", "ResNet-50 v1.5 (stride 2 on the 3x3 conv), 224x224x3", 32, 0, 0.f, "inception", build_resnet50},
+      {"inception_v3", "Inception-v3 with the auxiliary head, 299x299x3", 75, 299, 0.1f, "inception", build_inception_v3},
   };
   return models;
 }
 
-static std::string known_names() {
+std::string model_names() {
   std::string s;
   for (const auto& m : model_registry()) s += (s.empty() ? "" : ", ") + m.name;
   return s;
@@ -30,7 +32,7 @@ static std::string known_names() {
 const ModelInfo& find_model(const std::string& name) {
   for (const auto& m : model_registry())
     if (m.name == name) return m;
-  TG_THROW("--net '{}' is not a known network (known: {})", name, known_names());
+  TG_THROW("--net '{}' is not a known network (known: {})", name, model_names());
 }
 
 void build_model(const std::string& name, const ModelConfig& c, Net& net) {

@@ -18,6 +18,8 @@ packages=(
   dataset-fashion-mnist  # real data for the accuracy tests and the demo
   clang libclang-rt-dev libomp-dev  # scripts/fuzz.sh: libFuzzer + sanitizer runtimes, OpenMP for clang
   llvm                   # llvm-symbolizer: file:line in sanitizer and fuzzer reports
+  clang-format-14        # scripts/check_format.sh (ctest clang_format)
+  shellcheck             # scripts/check_scripts.sh (ctest scripts)
 )
 
 missing=()

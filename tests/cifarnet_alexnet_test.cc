@@ -75,13 +75,13 @@ Shape output_of(const Net& net, const std::string& layer) {
 }
 
 void expect_truncated_normal(const ParamSpec& p, float stddev, uint32_t seed_offset) {
-  EXPECT_EQ(p.init.kind, Initializer::Kind::TRUNCATED_NORMAL) << p.name;
+  EXPECT_EQ(p.init.kind, Initializer::Kind::kTruncatedNormal) << p.name;
   EXPECT_FLOAT_EQ(p.init.stddev, stddev) << p.name;
   EXPECT_EQ(p.init.seed_offset, seed_offset) << p.name;
 }
 
 void expect_constant(const ParamSpec& p, float value) {
-  EXPECT_EQ(p.init.kind, Initializer::Kind::CONSTANT) << p.name;
+  EXPECT_EQ(p.init.kind, Initializer::Kind::kConstant) << p.name;
   EXPECT_FLOAT_EQ(p.init.value, value) << p.name;
 }
 
@@ -264,7 +264,7 @@ TEST(CifarNet, SmokeTrainingStepsReduceTheLossAndInferenceEqualsTraining) {
   EXPECT_NEAR(net.last_cross_entropy() + net.last_regularization(), infer_loss, 1e-5);
 
   OptimizerOptions oo;
-  oo.kind = OptimizerKind::ADAM;  // the reference's CifarNet optimizer
+  oo.kind = OptimizerKind::kAdam;  // the reference's CifarNet optimizer
   Optimizer opt(oo, store.params(), *be);
   std::vector<float> losses;
   for (int64_t step = 0; step < 6; ++step) {

@@ -361,10 +361,10 @@ TEST_F(CudaBackendTest, OptimizerUpdatesAreBitIdentical) {
     float s1_init, s2_init;
   };
   OptimizerStep gd, mom, adam, rms;
-  gd.kind = OptimizerKind::GD, gd.lr = 0.1f;
-  mom.kind = OptimizerKind::MOMENTUM, mom.lr = 0.05f, mom.momentum = 0.9f;
-  adam.kind = OptimizerKind::ADAM, adam.lr = 0.001f;
-  rms.kind = OptimizerKind::RMSPROP, rms.lr = 0.01f, rms.momentum = 0.5f, rms.decay = 0.9f, rms.epsilon = 1e-10f;
+  gd.kind = OptimizerKind::kGd, gd.lr = 0.1f;
+  mom.kind = OptimizerKind::kMomentum, mom.lr = 0.05f, mom.momentum = 0.9f;
+  adam.kind = OptimizerKind::kAdam, adam.lr = 0.001f;
+  rms.kind = OptimizerKind::kRmsprop, rms.lr = 0.01f, rms.momentum = 0.5f, rms.decay = 0.9f, rms.epsilon = 1e-10f;
   for (const Case& c : {Case{"gd", gd, 0, 0}, Case{"momentum", mom, 0, 0}, Case{"adam", adam, 0, 0},
                         Case{"rmsprop", rms, 1.f, 0}}) {
     Pair w(s), g(s), s1(s), s2(s);

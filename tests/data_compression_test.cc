@@ -92,9 +92,9 @@ TEST(TfRecordCompression, DetectionPrefersAValidPlainHeader) {
   EXPECT_EQ(detect_tfrecord_compression(gz.data(), gz.size()), TfRecordCompression::kGzip);
   EXPECT_EQ(detect_tfrecord_compression(zl.data(), zl.size()), TfRecordCompression::kZlib);
   EXPECT_EQ(detect_tfrecord_compression("", 0), TfRecordCompression::kNone);  // empty file: no records
-  EXPECT_EQ(parse_tfrecord_compression("GZIP", "--f"), TfRecordCompression::kGzip);
-  EXPECT_EQ(parse_tfrecord_compression("", "--f"), TfRecordCompression::kNone);
-  EXPECT_THROW(parse_tfrecord_compression("bz2", "--tfrecord_compression"), Error);
+  EXPECT_EQ(parse_enum<TfRecordCompression>("GZIP", "--f"), TfRecordCompression::kGzip);
+  EXPECT_EQ(parse_enum<TfRecordCompression>("", "--f"), TfRecordCompression::kNone);
+  EXPECT_THROW(parse_enum<TfRecordCompression>("bz2", "--tfrecord_compression"), Error);
 }
 
 TEST(TfRecordCompression, WriterRoundTripAndConcatenatedGzipMembers) {
@@ -103,7 +103,7 @@ TEST(TfRecordCompression, WriterRoundTripAndConcatenatedGzipMembers) {
   std::string plain;
   for (auto& r : recs) append_tfrecord(&plain, r.data(), r.size());
   for (TfRecordCompression c : {TfRecordCompression::kGzip, TfRecordCompression::kZlib}) {
-    fs::path f = dir / (std::string("train-") + tfrecord_compression_name(c));
+    fs::path f = dir / (std::string("train-") + enum_name(c));
     TfRecordWriter w(f.string(), c);
     for (auto& r : recs) w.write(r);
     w.close();
@@ -219,7 +219,7 @@ TEST(TfRecordCompression, ConvertersWriteCompressedShards) {
     examples.push_back(build_image_example(ex));
   }
   for (TfRecordCompression c : {TfRecordCompression::kGzip, TfRecordCompression::kZlib}) {
-    fs::path out = dir / tfrecord_compression_name(c);
+    fs::path out = dir / enum_name(c);
     auto paths = write_sharded(
         examples.size(), 2, out.string(), "train", 2, [&](size_t i) { return examples[i]; }, c);
     ASSERT_EQ(paths.size(), 2u);

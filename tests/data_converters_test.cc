@@ -230,7 +230,7 @@ TEST(BuildImageData, ClassFoldersToShards) {
   po.data_dir = o.output_dir;
   po.subset = "validation";
   po.dataset = "imagenet";
-  po.net = "alexnet";
+  po.imagenet_preprocessing = PreprocessKind::kAlexnet;
   po.image_size = 32;
   po.batch_size = 4;
   po.train = false;

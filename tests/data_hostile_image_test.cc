@@ -181,9 +181,9 @@ TEST(HostileImages, CmykAndYcckJpegsBecomeRgbAsTensorFlowConvertsThem) {
 
 TEST(HostileImages, JpegDctDefaultIsTensorFlowsFastAndAccurateDiffers) {
   EXPECT_EQ(default_decode_options().jpeg_dct, JpegDct::kFast);
-  EXPECT_EQ(parse_jpeg_dct("accurate"), JpegDct::kAccurate);
-  EXPECT_EQ(parse_jpeg_dct("INTEGER_FAST"), JpegDct::kFast);
-  EXPECT_THROW(parse_jpeg_dct("float"), Error);
+  EXPECT_EQ(parse_enum<JpegDct>("accurate"), JpegDct::kAccurate);
+  EXPECT_EQ(parse_enum<JpegDct>("INTEGER_FAST"), JpegDct::kFast);
+  EXPECT_THROW(parse_enum<JpegDct>("float"), Error);
   Image img;
   img.height = img.width = 64;
   img.channels = 3;

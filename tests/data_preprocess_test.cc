@@ -248,9 +248,10 @@ TEST(Preprocess, InceptionRangesAndShapes) {
 }
 
 TEST(Preprocess, KindSelection) {
-  EXPECT_EQ(preprocess_kind_for("fashion_mnist", "lenet"), PreprocessKind::kMnist);
-  EXPECT_EQ(preprocess_kind_for("cifar10", "cifar10_alexnet"), PreprocessKind::kCifar10);
-  EXPECT_EQ(preprocess_kind_for("imagenet", "alexnet"), PreprocessKind::kAlexnet);
-  EXPECT_EQ(preprocess_kind_for("imagenet", "resnet50"), PreprocessKind::kInception);
-  EXPECT_THROW(preprocess_kind_for("svhn", "x"), Error);
+  EXPECT_EQ(preprocess_kind_for("fashion_mnist", PreprocessKind::kInception), PreprocessKind::kMnist);
+  EXPECT_EQ(preprocess_kind_for("cifar10", PreprocessKind::kAlexnet), PreprocessKind::kCifar10);
+  EXPECT_EQ(preprocess_kind_for("imagenet", PreprocessKind::kAlexnet), PreprocessKind::kAlexnet);
+  EXPECT_EQ(preprocess_kind_for("imagenet", PreprocessKind::kInception), PreprocessKind::kInception);
+  EXPECT_THROW(preprocess_kind_for("svhn", PreprocessKind::kInception), Error);
+  EXPECT_THROW(preprocess_kind_for("imagenet", PreprocessKind::kMnist), Error);
 }

@@ -31,18 +31,18 @@ Backend& cpu_backend() {
 }
 
 TEST(ExchangeMode, ParseAndResolve) {
-  EXPECT_EQ(parse_exchange_mode("auto"), ExchangeMode::Auto);
-  EXPECT_EQ(parse_exchange_mode("allgather2"), ExchangeMode::Allgather2);
-  EXPECT_EQ(parse_exchange_mode("allreduce8"), ExchangeMode::Allreduce8);
+  EXPECT_EQ(parse_enum<ExchangeMode>("auto"), ExchangeMode::kAuto);
+  EXPECT_EQ(parse_enum<ExchangeMode>("allgather2"), ExchangeMode::kAllgather2);
+  EXPECT_EQ(parse_enum<ExchangeMode>("allreduce8"), ExchangeMode::kAllreduce8);
   try {
-    parse_exchange_mode("ring");
+    parse_enum<ExchangeMode>("ring");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--exchange"), std::string::npos);
   }
-  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::Auto, 7), ExchangeMode::Allgather2);
-  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::Auto, 8), ExchangeMode::Allreduce8);
-  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::Allgather2, 64), ExchangeMode::Allgather2);
+  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::kAuto, 7), ExchangeMode::kAllgather2);
+  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::kAuto, 8), ExchangeMode::kAllreduce8);
+  EXPECT_EQ(resolve_exchange_mode(ExchangeMode::kAllgather2, 64), ExchangeMode::kAllgather2);
 }
 
 // N workers' gradients for a small "network": conv weights, a bias, and the logits pair.
@@ -84,7 +84,7 @@ std::vector<std::vector<float>> reference_exchange(const Workload& wl, const Com
   for (int t = 0; t < pol.num_tensors(); ++t) {
     const TensorCodingPlan& plan = pol.tensors()[t];
     std::vector<float> avg(plan.numel);
-    if (plan.coding == GradCoding::Ternary) {
+    if (plan.coding == GradCoding::kTernary) {
       float s = 0.f;
       for (int w = 0; w < N; ++w)
         s = std::max(s, ternary_scaler_cpu(wl.grads[w][t].data(), plan.numel, pol.flags().clip_factor));
@@ -93,7 +93,7 @@ std::vector<std::vector<float>> reference_exchange(const Workload& wl, const Com
         for (int w = 0; w < N; ++w) sum += ternarize_one(wl.grads[w][t][i], s, philox_key(seed, w), i, step, t);
         avg[i] = ternary_decode_value(s, sum, N);
       }
-    } else if (plan.coding == GradCoding::F16) {
+    } else if (plan.coding == GradCoding::kF16) {
       for (int64_t i = 0; i < plan.numel; ++i) {
         float sum = 0.f;
         for (int w = 0; w < N; ++w) sum += half_to_float(float_to_half(wl.grads[w][t][i]));
@@ -145,7 +145,7 @@ void check_exchange(int N, ExchangeMode mode) {
   // Bytes per worker (byte model over N ranks): scalers (2 floats) all-reduced, codes gathered or summed as
   // int8, fp32 remainder all-reduced.
   const uint64_t packed = pol.packed_bytes(), f32 = 4 * pol.f32_elements();
-  const bool gather = ex.mode() == ExchangeMode::Allgather2;
+  const bool gather = ex.mode() == ExchangeMode::kAllgather2;
   EXPECT_EQ(st.payload_bytes, 8 + f32 + (gather ? packed : 4 * packed));
   EXPECT_EQ(st.moved_bytes, Communicator::allreduce_moved_bytes(8, N) + Communicator::allreduce_moved_bytes(f32, N) +
                                 (gather ? Communicator::allgather_moved_bytes(packed, N)
@@ -155,10 +155,10 @@ void check_exchange(int N, ExchangeMode mode) {
   EXPECT_LT(st.payload_bytes * 2, st.fp32_payload_bytes);  // ternary is the point
 }
 
-TEST(GradientExchange, Allgather2MatchesReference) { check_exchange(4, ExchangeMode::Allgather2); }
-TEST(GradientExchange, Allreduce8MatchesReference) { check_exchange(4, ExchangeMode::Allreduce8); }
-TEST(GradientExchange, AutoWithEightWorkersUsesAllreduce8) { check_exchange(8, ExchangeMode::Auto); }
-TEST(GradientExchange, SingleWorker) { check_exchange(1, ExchangeMode::Auto); }
+TEST(GradientExchange, Allgather2MatchesReference) { check_exchange(4, ExchangeMode::kAllgather2); }
+TEST(GradientExchange, Allreduce8MatchesReference) { check_exchange(4, ExchangeMode::kAllreduce8); }
+TEST(GradientExchange, AutoWithEightWorkersUsesAllreduce8) { check_exchange(8, ExchangeMode::kAuto); }
+TEST(GradientExchange, SingleWorker) { check_exchange(1, ExchangeMode::kAuto); }
 
 TEST(GradientExchange, EveryTargetGetsTheAverageAndStepsRepeat) {
   const int N = 3;
@@ -257,7 +257,7 @@ TEST(GradientCodec, RangeLayoutsTileTheFusedBuffers) {
     elements += l.elements;
     scalers += l.num_scalers();
     const TensorCodingPlan& t = pol.tensors()[i];
-    if (t.coding == GradCoding::Ternary) {
+    if (t.coding == GradCoding::kTernary) {
       EXPECT_EQ(l.packed_begin, t.offset);
       EXPECT_EQ(l.scaler_begin, t.scaler_index);
     } else {

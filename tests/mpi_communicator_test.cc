@@ -60,11 +60,11 @@ TEST(MpiCommunicator, CollectivesAndByteCounters) {
     m32[i] = static_cast<int32_t>((r - 1) * i);
     h[i] = float_to_half(value(r, i));
   }
-  c.allreduce(sum.data(), n, DType::F32, ReduceOp::Sum);
-  c.allreduce(mx.data(), n, DType::F32, ReduceOp::Max);
-  c.allreduce(s8.data(), n, DType::I8, ReduceOp::Sum);
-  c.allreduce(m32.data(), n, DType::I32, ReduceOp::Max);
-  c.allreduce(h.data(), n, DType::F16, ReduceOp::Sum);
+  c.allreduce(sum.data(), n, DType::F32, ReduceOp::kSum);
+  c.allreduce(mx.data(), n, DType::F32, ReduceOp::kMax);
+  c.allreduce(s8.data(), n, DType::I8, ReduceOp::kSum);
+  c.allreduce(m32.data(), n, DType::I32, ReduceOp::kMax);
+  c.allreduce(h.data(), n, DType::F16, ReduceOp::kSum);
   for (int64_t i = 0; i < n; ++i) {
     float es = 0.f, em = -1e30f, eh = 0.f;
     int e8 = 0, e32 = std::numeric_limits<int>::min();
@@ -109,7 +109,7 @@ TEST(MpiCommunicator, FailedCallNamesIt) {
   }
   MpiCommunicator c;
   float x = 0.f;
-  EXPECT_THROW(c.allreduce(&x, 1, DType::F32, ReduceOp::Sum, Device::cuda(0)), Error);
+  EXPECT_THROW(c.allreduce(&x, 1, DType::F32, ReduceOp::kSum, Device::cuda(0)), Error);
 }
 
 // The same inputs summed by two MPI processes and by two threads of one process (ThreadCommunicator) give the
@@ -122,8 +122,8 @@ TEST(MpiCommunicator, TwoRankSumsMatchThreadCommunicator) {
   MpiCommunicator c;
   auto on_two_threads = [](auto& data, int64_t n, DType dtype) {
     auto comms = make_thread_communicators(2);
-    std::thread other([&] { comms[1]->allreduce(data[1].data(), n, dtype, ReduceOp::Sum); });
-    comms[0]->allreduce(data[0].data(), n, dtype, ReduceOp::Sum);
+    std::thread other([&] { comms[1]->allreduce(data[1].data(), n, dtype, ReduceOp::kSum); });
+    comms[0]->allreduce(data[0].data(), n, dtype, ReduceOp::kSum);
     other.join();
   };
   for (int64_t n : {int64_t{1001}, int64_t{786439}}) {
@@ -139,8 +139,8 @@ TEST(MpiCommunicator, TwoRankSumsMatchThreadCommunicator) {
     }
     std::vector<float> mpi = x[c.rank()];
     std::vector<half_bits> mpi_h = h[c.rank()];
-    c.allreduce(mpi.data(), n, DType::F32, ReduceOp::Sum);
-    c.allreduce(mpi_h.data(), n, DType::F16, ReduceOp::Sum);
+    c.allreduce(mpi.data(), n, DType::F32, ReduceOp::kSum);
+    c.allreduce(mpi_h.data(), n, DType::F16, ReduceOp::kSum);
     on_two_threads(x, n, DType::F32);
     on_two_threads(h, n, DType::F16);
     ASSERT_EQ(std::memcmp(mpi.data(), x[0].data(), n * sizeof(float)), 0) << "f32, n=" << n;
@@ -149,7 +149,7 @@ TEST(MpiCommunicator, TwoRankSumsMatchThreadCommunicator) {
   // bf16 is the NCCL and thread communicators' addition; MPI refuses it, listing what it supports.
   bf16_bits b{0};
   try {
-    c.allreduce(&b, 1, DType::BF16, ReduceOp::Sum);
+    c.allreduce(&b, 1, DType::BF16, ReduceOp::kSum);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("all-reduce sum over bf16 is not supported (supported: f32 sum, f32 max, f16 sum"),
@@ -190,7 +190,7 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
   for (int local : {1, 3}) {
     const int N = c.size() * local;
     for (int bits : {1, 16, 32}) {
-      for (ExchangeMode mode : {ExchangeMode::Allgather2, ExchangeMode::Allreduce8}) {
+      for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8}) {
         for (bool overlap : {false, true}) {
           CompressionFlags f;
           f.grad_bits = bits;
@@ -228,10 +228,10 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
           GradientExchange alone(cpu_backend(), pol, all_views, {0}, nullptr, o);
           const ExchangeStats ast = alone.run(step);
           const std::string what = fmt::format("{} local, grad_bits {}, {}, {}", local, bits,
-                                               exchange_mode_name(mode), overlap ? "overlapped" : "serial");
+                                               enum_name(mode), overlap ? "overlapped" : "serial");
           for (size_t t = 0; t < params.size(); ++t) {
             const GradCoding coding = pol.tensors()[t].coding;
-            if (coding == GradCoding::Ternary || local == 1) {
+            if (coding == GradCoding::kTernary || local == 1) {
               ASSERT_EQ(mine[0][t], all[0][t]) << what << ", tensor " << params[t].name;
               continue;
             }
@@ -240,10 +240,10 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
               for (int p = 0; p < 2; ++p)
                 for (int l = 0; l < local; ++l) {
                   const float g = make_grads(p * local + l)[t][i];
-                  part[p] += coding == GradCoding::F16 ? half_to_float(float_to_half(g)) : g;
+                  part[p] += coding == GradCoding::kF16 ? half_to_float(float_to_half(g)) : g;
                 }
               float expected = part[0] + part[1];
-              if (coding == GradCoding::F16)
+              if (coding == GradCoding::kF16)
                 expected = half_to_float(float_to_half(half_to_float(float_to_half(part[0])) +
                                                        half_to_float(float_to_half(part[1]))));
               ASSERT_EQ(mine[0][t][i], expected / N) << what << ", tensor " << params[t].name << " element " << i;
@@ -335,11 +335,11 @@ void check_large_collectives_match_blocking_mpi() {
       std::vector<T> ours = input, want = input;
       c.allreduce(ours.data(), n, dtype, op);
       ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), type, mop, ref), MPI_SUCCESS);
-      const std::string what = fmt::format("{} {} n={} round {}", dtype_name(dtype), reduce_op_name(op), n, round);
+      const std::string what = fmt::format("{} {} n={} round {}", dtype_name(dtype), enum_name(op), n, round);
       // Two ranks, or integers, or max: the reduction is the same whatever the order, so the bits must match.
       // Float sums over more ranks depend on the order (the ring's differs from Open MPI's): every rank must
       // hold the same bits (replicas stay identical) and be within rounding of the blocking result.
-      const bool exact = N == 2 || op == ReduceOp::Max || dtype == DType::I8 || dtype == DType::I32;
+      const bool exact = N == 2 || op == ReduceOp::kMax || dtype == DType::I8 || dtype == DType::I32;
       if (exact) {
         ASSERT_EQ(std::memcmp(ours.data(), want.data(), n * sizeof(T)), 0) << what;
         continue;
@@ -362,12 +362,12 @@ void check_large_collectives_match_blocking_mpi() {
     }
   };
   const int64_t m = 1 << 20;
-  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::Sum, MPI_FLOAT, MPI_SUM, -1.0, 1.0);  // 6 MB
-  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::Max, MPI_FLOAT, MPI_MAX, -1.0, 1.0);
-  check(int32_t{}, m + 1, DType::I32, ReduceOp::Sum, MPI_INT32_T, MPI_SUM, -1e6, 1e6);     // 4 MB
-  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::Sum, MPI_INT8_T, MPI_SUM, -40.0, 40.0);  // 5 MB
-  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::Max, MPI_INT8_T, MPI_MAX, -127.0, 127.0);
-  check(half_bits{}, 5 * m / 2 + 5, DType::F16, ReduceOp::Sum, MPI_UINT16_T, half_sum, -2.0, 2.0);  // 5 MB
+  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::kSum, MPI_FLOAT, MPI_SUM, -1.0, 1.0);  // 6 MB
+  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::kMax, MPI_FLOAT, MPI_MAX, -1.0, 1.0);
+  check(int32_t{}, m + 1, DType::I32, ReduceOp::kSum, MPI_INT32_T, MPI_SUM, -1e6, 1e6);     // 4 MB
+  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::kSum, MPI_INT8_T, MPI_SUM, -40.0, 40.0);  // 5 MB
+  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::kMax, MPI_INT8_T, MPI_MAX, -127.0, 127.0);
+  check(half_bits{}, 5 * m / 2 + 5, DType::F16, ReduceOp::kSum, MPI_UINT16_T, half_sum, -2.0, 2.0);  // 5 MB
   for (size_t bytes : {size_t{3} * m + 1, size_t{9} * m + 7}) {
     for (int round = 0; round < 2; ++round) {
       const std::vector<uint8_t> send = random_values<uint8_t>(bytes, 31u * r + round, 0.0, 255.0);
@@ -419,9 +419,9 @@ TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
   };
   const std::vector<Case> cases = {
       {"all-reduce 4 MB (ring)", 1000,
-       [&] { c.allreduce(big.data(), int64_t(big.size()), DType::F32, ReduceOp::Sum); }},
+       [&] { c.allreduce(big.data(), int64_t(big.size()), DType::F32, ReduceOp::kSum); }},
       {"all-reduce 64 B (MPI_Iallreduce)", 500,
-       [&] { c.allreduce(small.data(), int64_t(small.size()), DType::F32, ReduceOp::Sum); }},
+       [&] { c.allreduce(small.data(), int64_t(small.size()), DType::F32, ReduceOp::kSum); }},
       {"all-gather 2 MB (ring)", 500, [&] { c.allgather(send.data(), gathered.data(), send.size()); }},
       {"broadcast 64 B", 500, [&] { c.broadcast(small.data(), 64, 1); }},
       {"barrier", 500, [&] { c.barrier(); }},

@@ -108,33 +108,33 @@ class OptimTest : public ::testing::Test {
 // ---- optimizer: names and slots ---------------------------------------------------------------------------
 
 TEST_F(OptimTest, ParseOptimizerKind) {
-  EXPECT_EQ(parse_optimizer_kind("gd"), OptimizerKind::GD);
-  EXPECT_EQ(parse_optimizer_kind("momentum"), OptimizerKind::MOMENTUM);
-  EXPECT_EQ(parse_optimizer_kind("adam"), OptimizerKind::ADAM);
-  EXPECT_EQ(parse_optimizer_kind("rmsprop"), OptimizerKind::RMSPROP);
-  EXPECT_STREQ(optimizer_kind_name(OptimizerKind::RMSPROP), "rmsprop");
-  expect_error([] { parse_optimizer_kind("sgd"); }, "--optimizer 'sgd' is not one of gd, momentum, adam, rmsprop");
+  EXPECT_EQ(parse_enum<OptimizerKind>("gd"), OptimizerKind::kGd);
+  EXPECT_EQ(parse_enum<OptimizerKind>("momentum"), OptimizerKind::kMomentum);
+  EXPECT_EQ(parse_enum<OptimizerKind>("adam"), OptimizerKind::kAdam);
+  EXPECT_EQ(parse_enum<OptimizerKind>("rmsprop"), OptimizerKind::kRmsprop);
+  EXPECT_STREQ(enum_name(OptimizerKind::kRmsprop), "rmsprop");
+  expect_error([] { parse_enum<OptimizerKind>("sgd"); }, "--optimizer 'sgd' is not one of gd, momentum, adam, rmsprop");
 }
 
 TEST_F(OptimTest, SlotNamesAndInitialValues) {
   Model m(be());
-  Optimizer gd(options(OptimizerKind::GD), m.params, be());
+  Optimizer gd(options(OptimizerKind::kGd), m.params, be());
   EXPECT_EQ(gd.slots().size(), 0);
 
-  Optimizer mom(options(OptimizerKind::MOMENTUM), m.params, be());
+  Optimizer mom(options(OptimizerKind::kMomentum), m.params, be());
   ASSERT_EQ(mom.slots().size(), 2);
   EXPECT_EQ(mom.slots().entry(0).name, "fc/weights/Momentum");
   EXPECT_EQ(mom.slots().entry(1).name, "fc/biases/Momentum");
   EXPECT_EQ(mom.slots().entry(0).shape, Shape({2, 3}));
   for (float v : read(mom.slots().view("fc/weights/Momentum"))) EXPECT_EQ(v, 0.f);
 
-  Optimizer adam(options(OptimizerKind::ADAM), m.params, be());
+  Optimizer adam(options(OptimizerKind::kAdam), m.params, be());
   for (const char* n : {"fc/weights/Adam", "fc/biases/Adam", "fc/weights/Adam_1", "fc/biases/Adam_1"}) {
     ASSERT_TRUE(adam.slots().contains(n)) << n;
     for (float v : read(adam.slots().view(n))) EXPECT_EQ(v, 0.f) << n;
   }
 
-  Optimizer rms(options(OptimizerKind::RMSPROP), m.params, be());
+  Optimizer rms(options(OptimizerKind::kRmsprop), m.params, be());
   EXPECT_EQ(rms.slots().entry(0).name, "fc/weights/RMSProp");
   EXPECT_EQ(rms.slots().entry(3).name, "fc/biases/RMSProp_1");
   for (const char* n : {"fc/weights/RMSProp", "fc/biases/RMSProp"})
@@ -147,7 +147,7 @@ TEST_F(OptimTest, SlotNamesAndInitialValues) {
 
 TEST_F(OptimTest, GradientDescentThreeSteps) {
   Model m(be());
-  Optimizer opt(options(OptimizerKind::GD), m.params, be());
+  Optimizer opt(options(OptimizerKind::kGd), m.params, be());
   const std::vector<float> lr = {0.1f, 0.05f, 0.025f};
   auto got = run3(opt, m, lr);
   std::vector<double> w = initial();
@@ -162,7 +162,7 @@ TEST_F(OptimTest, GradientDescentThreeSteps) {
 
 TEST_F(OptimTest, MomentumThreeSteps) {
   Model m(be());
-  OptimizerOptions o = options(OptimizerKind::MOMENTUM);
+  OptimizerOptions o = options(OptimizerKind::kMomentum);
   o.momentum = 0.9f;
   Optimizer opt(o, m.params, be());
   const std::vector<float> lr = {0.1f, 0.1f, 0.01f};
@@ -181,7 +181,7 @@ TEST_F(OptimTest, MomentumThreeSteps) {
 
 TEST_F(OptimTest, AdamThreeStepsWithBiasCorrection) {
   Model m(be());
-  Optimizer opt(options(OptimizerKind::ADAM), m.params, be());
+  Optimizer opt(options(OptimizerKind::kAdam), m.params, be());
   const std::vector<float> lr = {0.01f, 0.01f, 0.01f};
   auto got = run3(opt, m, lr);
   const double b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;  // the float hyper-parameters, widened
@@ -224,15 +224,15 @@ TEST_F(OptimTest, AdamCorrectedLearningRate) {
   EXPECT_NEAR(Optimizer::adam_corrected_lr(0.01, 0.9, 0.999, 1000000), 0.01, 1e-12);
   Slab p;
   p.add("w", Shape{1});
-  Optimizer opt(options(OptimizerKind::ADAM), p, be());
+  Optimizer opt(options(OptimizerKind::kAdam), p, be());
   const OptimizerStep s = opt.step_descriptor(4, 0.5f);
-  EXPECT_EQ(s.kind, OptimizerKind::ADAM);
+  EXPECT_EQ(s.kind, OptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(s.lr, float(0.5 * std::sqrt(1 - std::pow(double(0.999f), 5)) / (1 - std::pow(double(0.9f), 5))));
 }
 
 TEST_F(OptimTest, RmsPropThreeStepsFromMsOne) {
   Model m(be());
-  OptimizerOptions o = options(OptimizerKind::RMSPROP);
+  OptimizerOptions o = options(OptimizerKind::kRmsprop);
   o.momentum = 0.9f;
   Optimizer opt(o, m.params, be());
   const std::vector<float> lr = {0.1f, 0.1f, 0.1f};
@@ -259,7 +259,7 @@ TEST_F(OptimTest, RmsPropThreeStepsFromMsOne) {
 
 // A gradient slab in another order takes the per-tensor path; it must give the fused path's bits.
 TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
-  for (OptimizerKind kind : {OptimizerKind::GD, OptimizerKind::MOMENTUM, OptimizerKind::ADAM, OptimizerKind::RMSPROP}) {
+  for (OptimizerKind kind : {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
     Model fused(be()), split(be());
     Slab reordered;
     reordered.add("fc/biases", Shape{3});
@@ -275,7 +275,7 @@ TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
       b.apply(be(), split.params, reordered, k, 0.05f);
     }
     for (const char* n : {"fc/weights", "fc/biases"})
-      EXPECT_EQ(read(fused.params.view(n)), read(split.params.view(n))) << optimizer_kind_name(kind) << " " << n;
+      EXPECT_EQ(read(fused.params.view(n)), read(split.params.view(n))) << enum_name(kind) << " " << n;
     for (int i = 0; i < a.slots().size(); ++i)
       EXPECT_EQ(read(a.slots().view(i)), read(b.slots().view(i))) << a.slots().entry(i).name;
   }
@@ -284,7 +284,7 @@ TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
 // The trainer's one pass (update + moving average of the new values) gives the bits of two separate passes,
 // on the fused and the per-tensor path, for every kind.
 TEST_F(OptimTest, UpdateWithMovingAverageMatchesTwoPasses) {
-  for (OptimizerKind kind : {OptimizerKind::GD, OptimizerKind::MOMENTUM, OptimizerKind::ADAM, OptimizerKind::RMSPROP}) {
+  for (OptimizerKind kind : {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
     for (bool reorder : {false, true}) {
       Model one(be()), two(be());
       Slab reordered;
@@ -306,13 +306,13 @@ TEST_F(OptimTest, UpdateWithMovingAverageMatchesTwoPasses) {
         eb.update(be(), k);
       }
       for (const char* n : {"fc/weights", "fc/biases"}) {
-        EXPECT_EQ(read(one.params.view(n)), read(two.params.view(n))) << optimizer_kind_name(kind) << " " << n;
-        EXPECT_EQ(read(ea.average(n)), read(eb.average(n))) << optimizer_kind_name(kind) << " " << n;
+        EXPECT_EQ(read(one.params.view(n)), read(two.params.view(n))) << enum_name(kind) << " " << n;
+        EXPECT_EQ(read(ea.average(n)), read(eb.average(n))) << enum_name(kind) << " " << n;
       }
     }
   }
   Model m(be());
-  Optimizer opt(options(OptimizerKind::MOMENTUM), m.params, be());
+  Optimizer opt(options(OptimizerKind::kMomentum), m.params, be());
   Slab other;
   other.add("x", Shape{4});
   other.allocate(be().allocator());
@@ -340,7 +340,7 @@ TEST_F(OptimTest, LargeSlabMatchesDoubleReference) {
     w0.push_back(w);
     g0.push_back(g);
   }
-  OptimizerOptions o = options(OptimizerKind::ADAM);
+  OptimizerOptions o = options(OptimizerKind::kAdam);
   Optimizer opt(o, params, be());
   opt.apply(be(), params, grads, 0, 0.001f);
   const double lr_t = double(0.001f) * std::sqrt(1 - double(0.999f)) / (1 - double(0.9f));
@@ -357,14 +357,14 @@ TEST_F(OptimTest, LargeSlabMatchesDoubleReference) {
 
 TEST_F(OptimTest, Errors) {
   Model m(be());
-  OptimizerOptions bad = options(OptimizerKind::MOMENTUM);
+  OptimizerOptions bad = options(OptimizerKind::kMomentum);
   bad.momentum = -0.5f;
   expect_error([&] { Optimizer(bad, m.params, be()); }, "--momentum must be >= 0");
-  OptimizerOptions bad_adam = options(OptimizerKind::ADAM);
+  OptimizerOptions bad_adam = options(OptimizerKind::kAdam);
   bad_adam.adam_beta1 = 1.0f;
   expect_error([&] { Optimizer(bad_adam, m.params, be()); }, "adam beta1 must be in [0, 1)");
 
-  Optimizer opt(options(OptimizerKind::MOMENTUM), m.params, be());
+  Optimizer opt(options(OptimizerKind::kMomentum), m.params, be());
   expect_error([&] { opt.apply(be(), m.params, m.grads, 0, -0.1f); }, "learning rate at step 0 must be finite");
   expect_error([&] { opt.apply(be(), m.params, m.grads, 0, NAN); }, "learning rate at step 0 must be finite");
   expect_error([&] { opt.apply(be(), m.params, m.grads, -1, 0.1f); }, "step must be >= 0");
@@ -384,7 +384,7 @@ TEST_F(OptimTest, Errors) {
 
 TEST_F(OptimTest, ResetRestoresInitialSlots) {
   Model m(be());
-  Optimizer opt(options(OptimizerKind::RMSPROP), m.params, be());
+  Optimizer opt(options(OptimizerKind::kRmsprop), m.params, be());
   run3(opt, m, {0.1f, 0.1f, 0.1f});
   EXPECT_NE(read(opt.slots().view("fc/weights/RMSProp"))[0], 1.f);
   opt.reset(be());
@@ -407,22 +407,22 @@ LearningRateOptions schedule(LearningRateDecay type) {
 }
 
 TEST(LearningRateScheduleTest, ParseNames) {
-  EXPECT_EQ(parse_learning_rate_decay("fixed"), LearningRateDecay::FIXED);
-  EXPECT_EQ(parse_learning_rate_decay("exponential"), LearningRateDecay::EXPONENTIAL);
-  EXPECT_EQ(parse_learning_rate_decay("polynomial"), LearningRateDecay::POLYNOMIAL);
-  EXPECT_EQ(parse_learning_rate_decay("cosine"), LearningRateDecay::COSINE);
-  expect_error([] { parse_learning_rate_decay("foo"); },
+  EXPECT_EQ(parse_enum<LearningRateDecay>("fixed"), LearningRateDecay::kFixed);
+  EXPECT_EQ(parse_enum<LearningRateDecay>("exponential"), LearningRateDecay::kExponential);
+  EXPECT_EQ(parse_enum<LearningRateDecay>("polynomial"), LearningRateDecay::kPolynomial);
+  EXPECT_EQ(parse_enum<LearningRateDecay>("cosine"), LearningRateDecay::kCosine);
+  expect_error([] { parse_enum<LearningRateDecay>("foo"); },
                "--learning_rate_decay_type 'foo' is not one of fixed, exponential, polynomial, cosine");
 }
 
 TEST(LearningRateScheduleTest, Fixed) {
-  LearningRateSchedule s(schedule(LearningRateDecay::FIXED));
+  LearningRateSchedule s(schedule(LearningRateDecay::kFixed));
   for (int64_t t : {0, 1, 999, 1000, 100000}) EXPECT_EQ(s.rate(t), 0.1);
   EXPECT_EQ(s(5), 0.1f);
 }
 
 TEST(LearningRateScheduleTest, ExponentialStaircase) {
-  LearningRateSchedule s(schedule(LearningRateDecay::EXPONENTIAL));
+  LearningRateSchedule s(schedule(LearningRateDecay::kExponential));
   // decay_steps = int(50000 / 128 * 20) = int(7812.5) = 7812
   EXPECT_EQ(s.decay_steps(), 7812);
   EXPECT_DOUBLE_EQ(s.rate(0), 0.1);
@@ -435,7 +435,7 @@ TEST(LearningRateScheduleTest, ExponentialStaircase) {
 }
 
 TEST(LearningRateScheduleTest, Polynomial) {
-  LearningRateSchedule s(schedule(LearningRateDecay::POLYNOMIAL));
+  LearningRateSchedule s(schedule(LearningRateDecay::kPolynomial));
   EXPECT_DOUBLE_EQ(s.rate(0), 0.1);
   EXPECT_DOUBLE_EQ(s.rate(500), 0.1 * std::sqrt(0.5));
   EXPECT_DOUBLE_EQ(s.rate(750), 0.1 * 0.5);
@@ -444,7 +444,7 @@ TEST(LearningRateScheduleTest, Polynomial) {
 }
 
 TEST(LearningRateScheduleTest, CosineWithWarmup) {
-  LearningRateOptions o = schedule(LearningRateDecay::COSINE);
+  LearningRateOptions o = schedule(LearningRateDecay::kCosine);
   o.warmup_steps = 10;
   o.max_steps = 110;
   LearningRateSchedule s(o);
@@ -465,48 +465,48 @@ TEST(LearningRateScheduleTest, CosineWithWarmup) {
 }
 
 TEST(LearningRateScheduleTest, AdamKeepsTheRateConstant) {
-  LearningRateOptions o = schedule(LearningRateDecay::EXPONENTIAL);
-  o.optimizer = OptimizerKind::ADAM;
+  LearningRateOptions o = schedule(LearningRateDecay::kExponential);
+  o.optimizer = OptimizerKind::kAdam;
   o.examples_per_epoch = 0;  // unused with adam: no error
   LearningRateSchedule s(o);
-  EXPECT_EQ(s.effective_decay(), LearningRateDecay::FIXED);
+  EXPECT_EQ(s.effective_decay(), LearningRateDecay::kFixed);
   for (int64_t t : {0, 7812, 100000}) EXPECT_EQ(s.rate(t), 0.1);
   EXPECT_NE(s.describe().find("adam"), std::string::npos);
 }
 
 TEST(LearningRateScheduleTest, Errors) {
-  LearningRateOptions o = schedule(LearningRateDecay::EXPONENTIAL);
+  LearningRateOptions o = schedule(LearningRateDecay::kExponential);
   o.examples_per_epoch = 100;
   o.num_epochs_per_decay = 0.5;  // int(100 / 128 * 0.5) = 0
   expect_error([&] { LearningRateSchedule s(o); },
                "--num_epochs_per_decay 0.5: decay_steps = int(100 / 128 * 0.5) = 0");
 
-  o = schedule(LearningRateDecay::FIXED);
+  o = schedule(LearningRateDecay::kFixed);
   o.initial_learning_rate = -0.01;
   expect_error([&] { LearningRateSchedule s(o); }, "--initial_learning_rate must be finite and >= 0, got -0.01");
 
-  o = schedule(LearningRateDecay::COSINE);
+  o = schedule(LearningRateDecay::kCosine);
   o.warmup_steps = 1000;
   expect_error([&] { LearningRateSchedule s(o); }, "--warmup_steps (1000) must be less than --max_steps (1000)");
 
-  o = schedule(LearningRateDecay::EXPONENTIAL);
+  o = schedule(LearningRateDecay::kExponential);
   o.warmup_steps = 5;
   expect_error([&] { LearningRateSchedule s(o); },
                "--warmup_steps 5 is only used by --learning_rate_decay_type cosine");
 
-  o = schedule(LearningRateDecay::POLYNOMIAL);
+  o = schedule(LearningRateDecay::kPolynomial);
   o.max_steps = 0;
   expect_error([&] { LearningRateSchedule s(o); }, "--max_steps must be > 0 for polynomial");
 
-  o = schedule(LearningRateDecay::EXPONENTIAL);
+  o = schedule(LearningRateDecay::kExponential);
   o.batch_size = 0;
   expect_error([&] { LearningRateSchedule s(o); }, "--batch_size must be > 0");
 
-  o = schedule(LearningRateDecay::EXPONENTIAL);
+  o = schedule(LearningRateDecay::kExponential);
   o.learning_rate_decay_factor = -0.1;
   expect_error([&] { LearningRateSchedule s(o); }, "--learning_rate_decay_factor must be finite and > 0");
 
-  LearningRateSchedule ok(schedule(LearningRateDecay::FIXED));
+  LearningRateSchedule ok(schedule(LearningRateDecay::kFixed));
   expect_error([&] { ok.rate(-1); }, "step must be >= 0");
 }
 

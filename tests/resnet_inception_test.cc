@@ -126,10 +126,10 @@ TEST(ResNet50, NamesDecayInitAndZeroGammaOption) {
       EXPECT_FLOAT_EQ(p.weight_decay, is_weight ? 1e-4f : 0.f) << p.name;
       if (is_weight && p.shape.rank() == 4) {
         ++conv_weights;
-        EXPECT_EQ(p.init.kind, Initializer::Kind::HE) << p.name;
+        EXPECT_EQ(p.init.kind, Initializer::Kind::kHe) << p.name;
       }
       if (p.name.find("/gamma") != std::string::npos) {
-        ASSERT_EQ(p.init.kind, Initializer::Kind::CONSTANT);
+        ASSERT_EQ(p.init.kind, Initializer::Kind::kConstant);
         const bool last_of_block = p.name.find("/conv3/BatchNorm/gamma") != std::string::npos;
         EXPECT_EQ(p.init.value, (zero_gamma && last_of_block) ? 0.f : 1.f) << p.name;
         (p.init.value == 0.f ? zero_gammas : one_gammas)++;

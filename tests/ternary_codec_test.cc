@@ -83,7 +83,7 @@ bool same_bits(const T& a, const T& b) {
 class ForcedIsa {
  public:
   explicit ForcedIsa(CodecIsa isa) : used_(set_ternary_codec_isa(isa)) {}
-  ~ForcedIsa() { set_ternary_codec_isa(CodecIsa::Auto); }
+  ~ForcedIsa() { set_ternary_codec_isa(CodecIsa::kAuto); }
   CodecIsa used() const { return used_; }
 
  private:
@@ -93,7 +93,7 @@ class ForcedIsa {
 // The paths this CPU can run (generic always; AVX2 and AVX-512 where supported).
 std::vector<CodecIsa> available_isas() {
   std::vector<CodecIsa> out;
-  for (CodecIsa isa : {CodecIsa::Generic, CodecIsa::Avx2, CodecIsa::Avx512}) {
+  for (CodecIsa isa : {CodecIsa::kGeneric, CodecIsa::kAvx2, CodecIsa::kAvx512}) {
     ForcedIsa f(isa);
     if (f.used() == isa) out.push_back(isa);
   }
@@ -147,7 +147,7 @@ TEST(TernaryPack, UnpackReadsField11AsZeroAndMatchesDefinition) {
   for (CodecIsa isa : available_isas()) {
     for (int64_t n : kTailSizes) {
       ForcedIsa forced(isa);
-      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      SCOPED_TRACE(enum_name(isa));
       const std::vector<uint8_t> packed = random_bytes((n + 3) / 4, 3 + n);  // every byte value, 11 fields too
       std::vector<int8_t> codes(n);
       ternary_unpack_cpu(packed.data(), n, codes.data());
@@ -224,7 +224,7 @@ TEST(TernaryEncode, FastPathMatchesPerElementDefinition) {
     for (int threads : {1, 2}) {
       ForcedIsa forced(isa);
       ComputeThreads ct(threads);
-      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      SCOPED_TRACE(enum_name(isa));
       for (int64_t n : kTailSizes) {
         std::vector<float> g = normal_gradient(n, 11 + n);
         g[0] = 0.f;     // exact zero stays zero
@@ -275,7 +275,7 @@ TEST(TernaryEncode, TinyScalersFollowTheDefinition) {
       const std::vector<int> codes = encode_codes(g, s, philox_key(8, 2), 1, 1);
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(codes[i], ternarize_one(g[i], s, philox_key(8, 2), i, 1, 1))
-            << ternary_codec_isa_name(isa) << " s=" << s << " i=" << i;
+            << enum_name(isa) << " s=" << s << " i=" << i;
     }
   }
 }
@@ -328,7 +328,7 @@ TEST(TernaryEncode, DeterministicPerKeyAndDifferentPerWorkerAndStep) {
 TEST(TernaryCpu, SameBitsOnEveryPathAndThreadCount) {
   const std::vector<CodecIsa> isas = available_isas();
   std::string names;
-  for (CodecIsa isa : isas) names += std::string(" ") + ternary_codec_isa_name(isa);
+  for (CodecIsa isa : isas) names += std::string(" ") + enum_name(isa);
   RecordProperty("instruction_sets", names);
   std::printf("instruction sets tested:%s\n", names.c_str());
   for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{33}, int64_t{16384 + 77}, int64_t{300007}, int64_t{4500001}}) {
@@ -363,7 +363,7 @@ TEST(TernaryCpu, SameBitsOnEveryPathAndThreadCount) {
         ternary_decode_gathered_cpu(gathered.data(), nbytes, 5, n, 0.7f, o.dec.data());
         ternary_decode_sums_cpu(o.sums.data(), n, 0.7f, 5, o.dec_sums.data());
         outs.push_back(std::move(o));
-        labels.push_back(std::string(ternary_codec_isa_name(isa)) + "/" + std::to_string(threads) + " threads");
+        labels.push_back(std::string(enum_name(isa)) + "/" + std::to_string(threads) + " threads");
       }
     }
     for (size_t k = 1; k < outs.size(); ++k) {
@@ -574,7 +574,7 @@ TEST(TernaryDecode, GatheredAndSumsMatchPlainDefinition) {
   for (CodecIsa isa : available_isas()) {
     for (int num_workers : {1, 2, 3, 7, 127, 128, 130}) {
       ForcedIsa forced(isa);
-      SCOPED_TRACE(ternary_codec_isa_name(isa));
+      SCOPED_TRACE(enum_name(isa));
       for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{129}, int64_t{1001},
                         int64_t{70001}}) {
         if (num_workers > 7 && n > 1001) continue;                // keeps the test short
@@ -624,7 +624,7 @@ TEST(TernaryDecode, LargeAlignedOutputMatchesPlainDefinition) {
       ternary_decode_gathered_cpu(gathered.data(), nbytes, 2, n, 0.125f, out.get());
       for (int64_t i = 0; i < n; ++i) {
         const float want = ternary_decode_value(0.125f, reference_code_sum(gathered, nbytes, 2, i), 2);
-        ASSERT_TRUE(same_bits(out[i], want)) << ternary_codec_isa_name(isa) << " threads=" << threads << " i=" << i;
+        ASSERT_TRUE(same_bits(out[i], want)) << enum_name(isa) << " threads=" << threads << " i=" << i;
       }
       for (int64_t i = n; i < padded; ++i) ASSERT_EQ(out[i], -3.f) << "decode wrote past n";
     }
@@ -713,10 +713,10 @@ TEST(GradientCodec, Fp16AndFp32Decode) {
   f.size_to_binarize = 3;
   GradientCodec codec(CompressionPolicy(f, params), 1);
   const auto& t = codec.policy().tensors();
-  EXPECT_EQ(t[0].coding, GradCoding::F16);
-  EXPECT_EQ(t[1].coding, GradCoding::F32);  // below size_to_binarize
-  EXPECT_EQ(t[2].coding, GradCoding::F32);  // logits, quantize_logits false
-  EXPECT_EQ(t[3].coding, GradCoding::F32);
+  EXPECT_EQ(t[0].coding, GradCoding::kF16);
+  EXPECT_EQ(t[1].coding, GradCoding::kF32);  // below size_to_binarize
+  EXPECT_EQ(t[2].coding, GradCoding::kF32);  // logits, quantize_logits false
+  EXPECT_EQ(t[3].coding, GradCoding::kF32);
   std::vector<std::vector<float>> g = {{0.1f, -2.f, 3.3f, 1e-3f, 7.f}, {1.f, 2.f}, {3.f, 4.f, 5.f}, {6.f}};
   std::vector<Tensor> views;
   for (auto& v : g) views.push_back(host_tensor(v));
@@ -739,11 +739,11 @@ TEST(CompressionPolicy, TernaryLayoutAndFilters) {
       {"conv1/weights", 150}, {"conv1/biases", 6}, {"fc/weights", 1001}, {"logits/weights", 50}, {"logits/biases", 10}};
   CompressionPolicy p = ternary_policy(params, /*quantize_logits=*/false, /*size_to_binarize=*/7);
   const auto& t = p.tensors();
-  EXPECT_EQ(t[0].coding, GradCoding::Ternary);
-  EXPECT_EQ(t[1].coding, GradCoding::F32);  // 6 < 7
-  EXPECT_EQ(t[2].coding, GradCoding::Ternary);
-  EXPECT_EQ(t[3].coding, GradCoding::F32);  // logits
-  EXPECT_EQ(t[4].coding, GradCoding::F32);
+  EXPECT_EQ(t[0].coding, GradCoding::kTernary);
+  EXPECT_EQ(t[1].coding, GradCoding::kF32);  // 6 < 7
+  EXPECT_EQ(t[2].coding, GradCoding::kTernary);
+  EXPECT_EQ(t[3].coding, GradCoding::kF32);  // logits
+  EXPECT_EQ(t[4].coding, GradCoding::kF32);
   EXPECT_EQ(t[0].offset, 0);
   EXPECT_EQ(t[2].offset, (150 + 3) / 4);  // byte boundary
   EXPECT_EQ(p.packed_bytes(), 38 + 251);

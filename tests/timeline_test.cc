@@ -110,32 +110,32 @@ TEST(PhaseTimes, NamesInOrder) {
                         "comm_in_flight", "decode",           "optimizer_ema", "other"};
   ASSERT_EQ(kPhaseCount, 9);
   for (int i = 0; i < kPhaseCount; ++i) EXPECT_STREQ(phase_name(static_cast<Phase>(i)), want[i]);
-  EXPECT_THROW(phase_name(Phase::Count), Error);
+  EXPECT_THROW(phase_name(Phase::kCount), Error);
 }
 
 TEST(PhaseTimes, Arithmetic) {
   PhaseTimes a;
   for (double s : a.seconds) EXPECT_EQ(s, 0.0);
-  a.add(Phase::ForwardBackward, 0.25);
-  a.add(Phase::ForwardBackward, 0.5);
-  a.add(Phase::CommInFlight, 2.0);
-  a.add(Phase::CommBlocked, 0.125);
-  EXPECT_EQ(a.get(Phase::ForwardBackward), 0.75);
+  a.add(Phase::kForwardBackward, 0.25);
+  a.add(Phase::kForwardBackward, 0.5);
+  a.add(Phase::kCommInFlight, 2.0);
+  a.add(Phase::kCommBlocked, 0.125);
+  EXPECT_EQ(a.get(Phase::kForwardBackward), 0.75);
   EXPECT_EQ(a.total_excluding_in_flight(), 0.875);  // in-flight overlaps the rest
 
   PhaseTimes b;
-  b.add(Phase::ForwardBackward, 0.25);
-  b.add(Phase::Other, 1.0);
+  b.add(Phase::kForwardBackward, 0.25);
+  b.add(Phase::kOther, 1.0);
   a += b;
-  EXPECT_EQ(a.get(Phase::ForwardBackward), 1.0);
-  EXPECT_EQ(a.get(Phase::Other), 1.0);
-  EXPECT_EQ(a.get(Phase::CommInFlight), 2.0);
+  EXPECT_EQ(a.get(Phase::kForwardBackward), 1.0);
+  EXPECT_EQ(a.get(Phase::kOther), 1.0);
+  EXPECT_EQ(a.get(Phase::kCommInFlight), 2.0);
 
   const PhaseTimes half = a.scaled(0.5);
-  EXPECT_EQ(half.get(Phase::ForwardBackward), 0.5);
-  EXPECT_EQ(half.get(Phase::CommInFlight), 1.0);
-  EXPECT_EQ(half.get(Phase::CommBlocked), 0.0625);
-  EXPECT_EQ(a.get(Phase::ForwardBackward), 1.0);  // scaled() leaves the original alone
+  EXPECT_EQ(half.get(Phase::kForwardBackward), 0.5);
+  EXPECT_EQ(half.get(Phase::kCommInFlight), 1.0);
+  EXPECT_EQ(half.get(Phase::kCommBlocked), 0.0625);
+  EXPECT_EQ(a.get(Phase::kForwardBackward), 1.0);  // scaled() leaves the original alone
   EXPECT_EQ(half.total_excluding_in_flight(), 0.5 * a.total_excluding_in_flight());
 
   a.clear();
@@ -145,29 +145,29 @@ TEST(PhaseTimes, Arithmetic) {
 
 TEST(PhaseTimes, CompactLogForm) {
   PhaseTimes t;
-  t.add(Phase::InputWait, 0.0001);
-  t.add(Phase::ForwardBackward, 0.301);
-  t.add(Phase::Scalers, 0.002);
-  t.add(Phase::Encode, 0.0051);
-  t.add(Phase::CommBlocked, 0.010);
-  t.add(Phase::CommInFlight, 0.040);
-  t.add(Phase::Decode, 0.0042);
-  t.add(Phase::OptimizerEma, 0.006);
-  t.add(Phase::Other, 0.0013);
+  t.add(Phase::kInputWait, 0.0001);
+  t.add(Phase::kForwardBackward, 0.301);
+  t.add(Phase::kScalers, 0.002);
+  t.add(Phase::kEncode, 0.0051);
+  t.add(Phase::kCommBlocked, 0.010);
+  t.add(Phase::kCommInFlight, 0.040);
+  t.add(Phase::kDecode, 0.0042);
+  t.add(Phase::kOptimizerEma, 0.006);
+  t.add(Phase::kOther, 0.0013);
   EXPECT_EQ(t.compact(), "in 0.1 fb 301 sc 2.0 en 5.1 comm 10/40 de 4.2 opt 6.0 other 1.3 ms");
   EXPECT_EQ(PhaseTimes().compact(), "in 0.0 fb 0.0 sc 0.0 en 0.0 comm 0.0/0.0 de 0.0 opt 0.0 other 0.0 ms");
 
   PhaseTimes edge;  // the precision switches after rounding: 9.96 ms is "10", 9.94 ms is "9.9"
-  edge.add(Phase::InputWait, 0.00996);
-  edge.add(Phase::ForwardBackward, 0.00994);
-  edge.add(Phase::Other, 12.3456);
+  edge.add(Phase::kInputWait, 0.00996);
+  edge.add(Phase::kForwardBackward, 0.00994);
+  edge.add(Phase::kOther, 12.3456);
   EXPECT_EQ(edge.compact(), "in 10 fb 9.9 sc 0.0 en 0.0 comm 0.0/0.0 de 0.0 opt 0.0 other 12346 ms");
 }
 
 TEST(PhaseTimes, NamedForMetrics) {
   PhaseTimes t;
-  t.add(Phase::InputWait, 1.5);
-  t.add(Phase::Other, 0.25);
+  t.add(Phase::kInputWait, 1.5);
+  t.add(Phase::kOther, 0.25);
   const auto named = t.named("time/");
   ASSERT_EQ(named.size(), size_t(kPhaseCount));
   EXPECT_EQ(named[0].first, "time/input_wait");
@@ -183,28 +183,28 @@ TEST(PhaseTimes, NamedForMetrics) {
 TEST(ScopedPhase, AddsElapsedTimeOnce) {
   PhaseTimes t;
   {
-    ScopedPhase scope(t, Phase::Decode);
+    ScopedPhase scope(t, Phase::kDecode);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const double s = scope.stop();
     EXPECT_GE(s, 0.005);
     EXPECT_LT(s, 5.0);
-    EXPECT_EQ(t.get(Phase::Decode), s);
+    EXPECT_EQ(t.get(Phase::kDecode), s);
     EXPECT_EQ(scope.stop(), 0.0);  // a second stop adds nothing, nor does the destructor
   }
-  const double after_first = t.get(Phase::Decode);
-  { ScopedPhase scope(t, Phase::Decode); }  // the destructor stops it
-  EXPECT_GT(t.get(Phase::Decode), after_first);
-  EXPECT_EQ(t.total_excluding_in_flight(), t.get(Phase::Decode));
+  const double after_first = t.get(Phase::kDecode);
+  { ScopedPhase scope(t, Phase::kDecode); }  // the destructor stops it
+  EXPECT_GT(t.get(Phase::kDecode), after_first);
+  EXPECT_EQ(t.total_excluding_in_flight(), t.get(Phase::kDecode));
 }
 
 TEST(ScopedPhase, RejectsUnknownTrack) {
   Timeline tl("unused.json", 1, 1, 0);
   PhaseTimes t;
-  EXPECT_NE(error_of([&] { ScopedPhase s(t, Phase::Encode, &tl, 0); }).find("no track 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { ScopedPhase s(t, Phase::kEncode, &tl, 0); }).find("no track 0"), std::string::npos);
   tl.add_track("worker 0");
-  EXPECT_NO_THROW(ScopedPhase(t, Phase::Encode, &tl, 0));
-  EXPECT_THROW(ScopedPhase(t, Phase::Encode, &tl, 1), Error);
-  EXPECT_THROW(ScopedPhase(t, Phase::Encode, &tl, -1), Error);
+  EXPECT_NO_THROW(ScopedPhase(t, Phase::kEncode, &tl, 0));
+  EXPECT_THROW(ScopedPhase(t, Phase::kEncode, &tl, 1), Error);
+  EXPECT_THROW(ScopedPhase(t, Phase::kEncode, &tl, -1), Error);
 }
 
 // ---- Timeline --------------------------------------------------------------------------------------------
@@ -229,11 +229,11 @@ TEST(Timeline, RecordsOnlyStepsInWindow) {
 
   PhaseTimes times;
   tl.set_step(2);
-  { ScopedPhase s(times, Phase::Encode, &tl, track); }  // outside: timed, not recorded
+  { ScopedPhase s(times, Phase::kEncode, &tl, track); }  // outside: timed, not recorded
   tl.set_step(3);
-  { ScopedPhase s(times, Phase::Encode, &tl, track); }
+  { ScopedPhase s(times, Phase::kEncode, &tl, track); }
   EXPECT_EQ(tl.num_events(), 4u);
-  EXPECT_GT(times.get(Phase::Encode), 0.0);
+  EXPECT_GT(times.get(Phase::kEncode), 0.0);
   EXPECT_EQ(tl.dropped_events(), 0u);
 
   const std::string json = tl.events_json();
@@ -261,7 +261,7 @@ TEST(Timeline, WritesValidChromeTrace) {
   PhaseTimes times;
   tl.set_step(2);
   {
-    ScopedPhase s(times, Phase::OptimizerEma, &tl, worker, "momentum \"update\"");
+    ScopedPhase s(times, Phase::kOptimizerEma, &tl, worker, "momentum \"update\"");
     s.set_arg(7, "bucket");
   }
   tl.write();
@@ -364,8 +364,8 @@ TEST(Timeline, TwoThreadsRecordConcurrentlyWithoutAllocating) {
   sink = new int[16];
   delete[] sink;
   ASSERT_EQ(g_allocations.load(), allocations_before + 1);
-  std::thread a(body, compute, std::ref(compute_times), Phase::ForwardBackward);
-  std::thread b(body, comm, std::ref(comm_times), Phase::CommInFlight);
+  std::thread a(body, compute, std::ref(compute_times), Phase::kForwardBackward);
+  std::thread b(body, comm, std::ref(comm_times), Phase::kCommInFlight);
   const long allocations_threads = g_allocations.load();  // std::threads' own state
   go = true;
   a.join();
@@ -376,9 +376,9 @@ TEST(Timeline, TwoThreadsRecordConcurrentlyWithoutAllocating) {
   EXPECT_EQ(tl.dropped_events(), 0u);
   PhaseTimes total = compute_times;
   total += comm_times;
-  EXPECT_GT(total.get(Phase::ForwardBackward), 0.0);
-  EXPECT_GT(total.get(Phase::CommInFlight), 0.0);
-  EXPECT_EQ(total.total_excluding_in_flight(), compute_times.get(Phase::ForwardBackward));
+  EXPECT_GT(total.get(Phase::kForwardBackward), 0.0);
+  EXPECT_GT(total.get(Phase::kCommInFlight), 0.0);
+  EXPECT_EQ(total.total_excluding_in_flight(), compute_times.get(Phase::kForwardBackward));
 
   tl.write();
   std::map<std::string, int> per_track;

@@ -384,6 +384,30 @@ TEST_F(TrainerTest, EvalPrintsTheReferenceLine) {
   expect_eval_line(a.train_dir);
 }
 
+// A train_dir whose name holds a quote, a backslash and a newline: terngrad-eval's eval.jsonl line is still
+// JSON and names the checkpoint exactly (python3's json module reads it back).
+TEST_F(TrainerTest, EvalJsonLineEscapesTheCheckpointPath) {
+  if (run("command -v python3") != 0) GTEST_SKIP() << "python3 not found (needed to parse the JSON)";
+  TrainConfig a = config("odd \"quoted\" back\\slash\nnewline");
+  a.max_steps = 3;
+  a.save_iter = 3;
+  Trainer(a).run();
+  const std::string eval_dir = (root_ / "eval").string();
+  ::setenv("TG_ODD_TRAIN_DIR", a.train_dir.c_str(), 1);  // the shell passes it through unchanged
+  ::setenv("TG_ODD_CHECKPOINT", checkpoint_path(a.train_dir, 3).c_str(), 1);
+  std::string out;
+  const int rc = run(bin("terngrad-eval") + " --checkpoint_dir \"$TG_ODD_TRAIN_DIR\" --data_dir " + data_dir_ +
+                         " --run_once --threads 1 --eval_dir " + eval_dir,
+                     &out);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string jsonl = (fs::path(eval_dir) / "eval.jsonl").string();
+  EXPECT_EQ(python_json(jsonl, "[len(d), d[0]['checkpoint'] == __import__('os').environ['TG_ODD_CHECKPOINT'], "
+                               "d[0]['step'], d[0]['examples']]"),
+            "[1, True, 3, 500]");
+  ::unsetenv("TG_ODD_TRAIN_DIR");
+  ::unsetenv("TG_ODD_CHECKPOINT");
+}
+
 // Reads every tensorflow.Event of the one events.out.tfevents.* file in dir.
 std::vector<tensorflow::Event> read_events(const std::string& dir) {
   std::vector<tensorflow::Event> events;

@@ -489,7 +489,7 @@ void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, Op
          hema = randoms(n, 35);
     Dev w(be, Shape{n}), g(be, Shape{n}), s1(be, Shape{n}), s2(be, Shape{n}), ema(be, Shape{n});
     upload(be, w.t, hw), upload(be, g.t, hg), upload(be, s1.t, hs1), upload(be, s2.t, hs2), upload(be, ema.t, hema);
-    const bool two = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+    const bool two = step.kind == OptimizerKind::kAdam || step.kind == OptimizerKind::kRmsprop;
     be.optimizer_update(step, w.t, g.t, s1.t, two ? s2.t : Tensor(), ema.t);
     auto gw = download(be, w.t), gs1 = download(be, s1.t), gema = download(be, ema.t);
 #pragma omp parallel for
@@ -513,9 +513,9 @@ void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, Op
 void group_optim(CudaBackend& be, const Options& o) {
   const int64_t n = o.small ? 1000003 : 61100840;  // AlexNet's parameter count
   OptimizerStep mom;
-  mom.kind = OptimizerKind::MOMENTUM, mom.lr = 0.01f, mom.momentum = 0.9f, mom.ema_decay = 0.9999f;
+  mom.kind = OptimizerKind::kMomentum, mom.lr = 0.01f, mom.momentum = 0.9f, mom.ema_decay = 0.9999f;
   OptimizerStep adam;
-  adam.kind = OptimizerKind::ADAM, adam.lr = 0.001f, adam.ema_decay = 0.9999f;
+  adam.kind = OptimizerKind::kAdam, adam.lr = 0.001f, adam.ema_decay = 0.9999f;
   check_optimizer(be, o, "momentum", mom, n);
   check_optimizer(be, o, "adam", adam, n);
 }

@@ -1,5 +1,5 @@
-// What the three command-line front-ends share: one-line usage errors (exit 2), strict integer flags, and
-// (terngrad-train) the stop signals.
+// What the three command-line front-ends share: the options of a flag table (core/flag_table.h) and
+// --help-markdown, one-line usage errors (exit 2), strict integer flags, and (terngrad-train) the stop signals.
 //
 // Usage errors: CLI11 prints its message and a "Run with --help" line and exits 103-114 by kind; ours print
 // "<program>: error: <message> (see --help)" on one line and exit 2 for every usage error (bad values that
@@ -32,8 +32,61 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "terngrad/core/flag_table.h"
 
 namespace tg::apps {
+
+// The CLI11 options of `table`, bound to the members of `config` (entries marked kFlagInternal are left out):
+// a switch for kFlagSwitch booleans, an option with a value otherwise, and a switch per alias.
+template <typename C>
+void add_flag_table(CLI::App& app, const std::vector<Flag<C>>& table, C& config) {
+  for (const Flag<C>& f : table) {
+    if (f.has(kFlagInternal)) continue;
+    const std::string name = std::string("--") + f.name;
+    std::visit(
+        [&](auto member) {
+          auto& value = config.*member;
+          if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+            if (f.has(kFlagSwitch)) {
+              app.add_flag(name, value, f.full_help());
+              return;
+            }
+          }
+          CLI::Option* o = app.add_option(name, value, f.full_help());
+          if (f.has(kFlagRequired))
+            o->required();
+          else
+            o->capture_default_str();
+        },
+        f.member);
+    for (const FlagAlias& a : f.aliases)
+      app.add_flag_callback(
+          std::string("--") + a.name, [f, &config, value = std::string(a.value)] { set_flag_from_text(f, config, value); },
+          "same as " + name + " " + a.value);
+  }
+}
+
+// --log_level, in every program's table of its own settings.
+template <typename C>
+Flag<C> log_level_flag() {
+  return {"log_level", &C::log_level, "trace, debug, info, warn, error"};
+}
+
+// --help-markdown: prints the Markdown flag table (the README's; `rows` gives its rows) and exits 0.
+template <typename Rows>
+void add_help_markdown(CLI::App& app, Rows rows) {
+  app.add_flag_callback(
+      "--help-markdown",
+      [rows] {
+        const std::string text = flags_markdown_header() + rows();
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        throw CLI::Success();
+      },
+      "print the flag table in Markdown (the README's) and exit");
+}
 
 inline int usage_error(const CLI::App& app, const CLI::ParseError& e, const char* program) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help

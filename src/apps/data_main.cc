@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
     tg::set_default_decode_options(dopt);
     if (compression != "none" && compression != "gzip" && compression != "zlib")
       TG_THROW("--compression '{}' is not one of none, gzip, zlib", compression);
-    const tg::TfRecordCompression write_c = tg::parse_tfrecord_compression(compression, "--compression");
+    const tg::TfRecordCompression write_c = tg::parse_enum<tg::TfRecordCompression>(compression, "--compression");
     idx.compression = cifar.compression = img.compression = write_c;
-    tg::set_default_tfrecord_compression(tg::parse_tfrecord_compression(read_compression, "--tfrecord_compression"));
+    tg::set_default_tfrecord_compression(tg::parse_enum<tg::TfRecordCompression>(read_compression, "--tfrecord_compression"));
     if (c_idx->parsed()) {
       print_written(tg::convert_idx(idx));
     } else if (c_cifar->parsed()) {

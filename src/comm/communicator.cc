@@ -5,17 +5,15 @@
 
 namespace tg {
 
-const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
-
 bool reduce_supported(DType dtype, ReduceOp op) {
-  return dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::Sum);
+  return dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::kSum);
 }
 
 std::string Communicator::supported_text() const {
   std::string text;
   for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32})
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max})
-      if (supports(dtype, op)) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), reduce_op_name(op));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
+      if (supports(dtype, op)) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), enum_name(op));
   return text;
 }
 
@@ -33,7 +31,7 @@ void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp 
   TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
   TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
   if (!supports(dtype, op))  // name() formats a string: only on failure (a step allocates nothing)
-    TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), reduce_op_name(op),
+    TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), enum_name(op),
              dtype_name(dtype), supported_text());
   const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
   allreduce_impl(buffer, count, dtype, op, device);

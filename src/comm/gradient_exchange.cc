@@ -12,28 +12,9 @@
 
 namespace tg {
 
-ExchangeMode parse_exchange_mode(const std::string& s) {
-  if (s == "auto") return ExchangeMode::Auto;
-  if (s == "allgather2") return ExchangeMode::Allgather2;
-  if (s == "allreduce8") return ExchangeMode::Allreduce8;
-  TG_THROW("--exchange '{}' is not supported; accepted values: auto, allgather2, allreduce8", s);
-}
-
-const char* exchange_mode_name(ExchangeMode m) {
-  switch (m) {
-    case ExchangeMode::Auto:
-      return "auto";
-    case ExchangeMode::Allgather2:
-      return "allgather2";
-    case ExchangeMode::Allreduce8:
-      return "allreduce8";
-  }
-  return "?";
-}
-
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers) {
-  if (m != ExchangeMode::Auto) return m;
-  return num_workers < 8 ? ExchangeMode::Allgather2 : ExchangeMode::Allreduce8;
+  if (m != ExchangeMode::kAuto) return m;
+  return num_workers < 8 ? ExchangeMode::kAllgather2 : ExchangeMode::kAllreduce8;
 }
 
 namespace {
@@ -69,7 +50,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   local_ = static_cast<int>(grads_.size());
   num_workers_ = num_processes_ * local_;
   mode_ = resolve_exchange_mode(options.mode, num_workers_);
-  if (mode_ == ExchangeMode::Allreduce8 && policy.num_ternary() > 0)
+  if (mode_ == ExchangeMode::kAllreduce8 && policy.num_ternary() > 0)
     TG_CHECK(num_workers_ <= 127,
              "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2", num_workers_);
 
@@ -93,7 +74,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   };
   if (policy.num_ternary() > 0) {
     allreduce(4ull * policy.num_ternary());
-    if (mode_ == ExchangeMode::Allgather2) {
+    if (mode_ == ExchangeMode::kAllgather2) {
       s.payload_bytes += policy.packed_bytes();
       s.moved_bytes += Communicator::allgather_moved_bytes(policy.packed_bytes(), n);
     } else {
@@ -144,8 +125,8 @@ void GradientExchange::allocate_buffers() {
     size_t local, gathered, sums, f16, f32;
   };
   std::vector<Offsets> off;
-  const bool gather = mode_ == ExchangeMode::Allgather2 && num_processes_ > 1;
-  const bool sums = mode_ == ExchangeMode::Allreduce8;
+  const bool gather = mode_ == ExchangeMode::kAllgather2 && num_processes_ > 1;
+  const bool sums = mode_ == ExchangeMode::kAllreduce8;
   const int64_t T = codec_.policy().num_ternary();
   const size_t local_scalers = reserve(4 * static_cast<size_t>(local_ * T));
   const size_t shared_scalers = reserve(4 * static_cast<size_t>(T));
@@ -198,35 +179,35 @@ template <typename Fn> void GradientExchange::blocking_collective(Bucket& b, con
   fn();
   const auto t1 = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(t1 - t0).count();
-  times_.add(Phase::CommBlocked, secs);
-  times_.add(Phase::CommInFlight, secs);
+  times_.add(Phase::kCommBlocked, secs);
+  times_.add(Phase::kCommInFlight, secs);
   if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, name, t0, t1, &b - buckets_.data());
 }
 
 // ---- stages -----------------------------------------------------------------------------------------------
 void GradientExchange::compute_scalers(Bucket& b) {
   if (b.layout.num_scalers() > 0) {
-    timed(Phase::Scalers, "scalers", &b - buckets_.data(), [&] {
+    timed(Phase::kScalers, "scalers", &b - buckets_.data(), [&] {
       for (int w = 0; w < local_; ++w) codec_.local_scalers(be_, grads_[w], b.range, local_scaler_rows_[w]);
       // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and
       // all of them stop with the same error (none is left waiting in the next collective).
       codec_.max_local_scalers(be_, local_scaler_rows_, b.range, shared_scalers_);
     });
   }
-  b.stage = Stage::ScalersReady;
+  b.stage = Stage::kScalersReady;
 }
 
 void GradientExchange::share_scalers(Bucket& b) {
   const RangeLayout& l = b.layout;
   if (processes_ && l.num_scalers() > 0)
     processes_->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(), DType::F32,
-                          ReduceOp::Max, be_.device());
+                          ReduceOp::kMax, be_.device());
 }
 
 void GradientExchange::encode(Bucket& b) {
   const RangeLayout& l = b.layout;
   const int64_t index = &b - buckets_.data();
-  timed(Phase::Encode, "encode", index, [&] {
+  timed(Phase::kEncode, "encode", index, [&] {
     if (l.packed_bytes() > 0) {
       if (on_host_) codec_.check_scalers(static_cast<const float*>(shared_scalers_.raw()), b.range, step_);
       const int64_t pb = l.packed_bytes();
@@ -234,13 +215,13 @@ void GradientExchange::encode(Bucket& b) {
         codec_.encode_ternary(be_, grads_[w], b.range, shared_scalers_, step_,
                               static_cast<uint32_t>(process_rank_ * local_ + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
                               w == 0 ? zero_codes_ : Tensor());
-      if (mode_ == ExchangeMode::Allreduce8) codec_.sum_codes(be_, b.local_codes, pb, local_, b.range, b.code_sums);
+      if (mode_ == ExchangeMode::kAllreduce8) codec_.sum_codes(be_, b.local_codes, pb, local_, b.range, b.code_sums);
     }
     // Alone, the fp16/fp32 tensors are averaged in place by decode(): nothing to send.
     if (processes_ && l.f16_elements() > 0) codec_.encode_f16(be_, grad_ptrs_, b.range, b.f16);
     if (processes_ && l.f32_elements() > 0) codec_.encode_f32(be_, grad_ptrs_, b.range, b.f32);
   });
-  b.stage = Stage::Encoded;
+  b.stage = Stage::kEncoded;
 }
 
 void GradientExchange::exchange_data(Bucket& b) {
@@ -248,22 +229,22 @@ void GradientExchange::exchange_data(Bucket& b) {
   const RangeLayout& l = b.layout;
   const Device dev = be_.device();
   if (l.packed_bytes() > 0) {
-    if (mode_ == ExchangeMode::Allgather2)
+    if (mode_ == ExchangeMode::kAllgather2)
       processes_->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(local_) * l.packed_bytes(),
                             dev);
     else
-      processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::I8, ReduceOp::Sum, dev);
+      processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::I8, ReduceOp::kSum, dev);
   }
-  if (l.f16_elements() > 0) processes_->allreduce(b.f16.raw(), l.f16_elements(), DType::F16, ReduceOp::Sum, dev);
-  if (l.f32_elements() > 0) processes_->allreduce(b.f32.raw(), l.f32_elements(), DType::F32, ReduceOp::Sum, dev);
+  if (l.f16_elements() > 0) processes_->allreduce(b.f16.raw(), l.f16_elements(), DType::F16, ReduceOp::kSum, dev);
+  if (l.f32_elements() > 0) processes_->allreduce(b.f32.raw(), l.f32_elements(), DType::F32, ReduceOp::kSum, dev);
 }
 
 void GradientExchange::decode(Bucket& b) {
   const RangeLayout& l = b.layout;
-  timed(Phase::Decode, "decode", &b - buckets_.data(), [&] {
+  timed(Phase::kDecode, "decode", &b - buckets_.data(), [&] {
     const std::vector<Tensor>& out = grads_[targets_[0]];
     if (l.packed_bytes() > 0) {
-      if (mode_ == ExchangeMode::Allgather2)
+      if (mode_ == ExchangeMode::kAllgather2)
         codec_.decode_ternary_gathered(be_, processes_ ? b.gathered : b.local_codes, l.packed_bytes(), num_workers_,
                                        b.range, shared_scalers_, out);
       else
@@ -278,7 +259,7 @@ void GradientExchange::decode(Bucket& b) {
     for (size_t k = 1; k < targets_.size(); ++k)
       for (int i = b.range.begin; i < b.range.end; ++i) be_.copy(grads_[targets_[k]][i], out[i]);
   });
-  b.stage = Stage::Decoded;
+  b.stage = Stage::kDecoded;
 }
 
 const std::vector<float>& GradientExchange::shared_scalers() {
@@ -302,7 +283,7 @@ void GradientExchange::begin(uint32_t step) {
   step_ = step;
   ready_from_ = codec_.policy().num_tensors();
   next_post_ = 0;
-  for (Bucket& b : buckets_) b.stage = Stage::Waiting;
+  for (Bucket& b : buckets_) b.stage = Stage::kWaiting;
   times_.clear();
   wire_before_ = processes_ ? processes_->stats().moved_bytes : 0;
 }
@@ -313,7 +294,7 @@ void GradientExchange::tensors_ready(int first) {
            first, codec_.policy().num_tensors());
   ready_from_ = std::min(ready_from_, first);
   for (Bucket& b : buckets_)
-    if (b.stage == Stage::Waiting && b.range.begin >= ready_from_) compute_scalers(b);
+    if (b.stage == Stage::kWaiting && b.range.begin >= ready_from_) compute_scalers(b);
   if (comm_thread_) post_next();
 }
 
@@ -334,17 +315,17 @@ void GradientExchange::post_next() {
   while (next_post_ < total) {
     Bucket& b = buckets_[next_post_ / 2];
     if (next_post_ % 2 == 0) {
-      if (b.stage != Stage::ScalersReady) return;
+      if (b.stage != Stage::kScalersReady) return;
       if (b.layout.num_scalers() == 0) {
-        b.stage = Stage::ScalersShared;
+        b.stage = Stage::kScalersShared;
       } else {
         b.ticket = comm_thread_->post({&run_share_scalers, this, next_post_ / 2});
-        b.stage = Stage::ScalersPosted;
+        b.stage = Stage::kScalersPosted;
       }
     } else {
-      if (b.stage != Stage::Encoded) return;
+      if (b.stage != Stage::kEncoded) return;
       b.ticket = comm_thread_->post({&run_exchange_data, this, next_post_ / 2});
-      b.stage = Stage::DataPosted;
+      b.stage = Stage::kDataPosted;
     }
     ++next_post_;
   }
@@ -352,30 +333,30 @@ void GradientExchange::post_next() {
 
 void GradientExchange::collect(Bucket& b) {
   const auto begin = comm_thread_->begin_time(b.ticket), end = comm_thread_->end_time(b.ticket);
-  times_.add(Phase::CommInFlight, std::chrono::duration<double>(end - begin).count());
-  const bool scalers = b.stage == Stage::ScalersPosted;
+  times_.add(Phase::kCommInFlight, std::chrono::duration<double>(end - begin).count());
+  const bool scalers = b.stage == Stage::kScalersPosted;
   if (timeline_ && timeline_->recording())
     timeline_->record(comm_track_, scalers ? "share scalers" : "exchange codes", begin, end, &b - buckets_.data());
-  b.stage = scalers ? Stage::ScalersShared : Stage::DataDone;
+  b.stage = scalers ? Stage::kScalersShared : Stage::kDataDone;
 }
 
 bool GradientExchange::advance(bool block) {
   bool moved = false;
   Bucket* oldest = nullptr;  // the first bucket with a posted job: jobs finish in post order
   for (Bucket& b : buckets_) {
-    if (b.stage == Stage::ScalersPosted || b.stage == Stage::DataPosted) {
+    if (b.stage == Stage::kScalersPosted || b.stage == Stage::kDataPosted) {
       if (!oldest) oldest = &b;
       if (comm_thread_->done(b.ticket)) {
         collect(b);
         moved = true;
       }
     }
-    if (b.stage == Stage::ScalersShared) {
+    if (b.stage == Stage::kScalersShared) {
       encode(b);
       post_next();
       moved = true;
     }
-    if (b.stage == Stage::DataDone) {
+    if (b.stage == Stage::kDataDone) {
       decode(b);
       moved = true;
     }
@@ -384,7 +365,7 @@ bool GradientExchange::advance(bool block) {
     const auto t0 = std::chrono::steady_clock::now();
     comm_thread_->wait(oldest->ticket);
     const auto t1 = std::chrono::steady_clock::now();
-    times_.add(Phase::CommBlocked, std::chrono::duration<double>(t1 - t0).count());
+    times_.add(Phase::kCommBlocked, std::chrono::duration<double>(t1 - t0).count());
     if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, "wait", t0, t1, oldest - buckets_.data());
     moved = true;
   }
@@ -400,7 +381,7 @@ ExchangeStats GradientExchange::finish() {
   TG_CHECK(in_step_, "gradient exchange: finish() outside a step");
   if (ready_from_ > 0) tensors_ready(0);  // whatever the caller did not report is final now
   if (comm_thread_) {
-    while (std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.stage != Stage::Decoded; }))
+    while (std::any_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.stage != Stage::kDecoded; }))
       TG_CHECK(advance(true), "gradient exchange: no bucket can move at step {} (internal error)", step_);
   } else {
     for (Bucket& b : buckets_) {

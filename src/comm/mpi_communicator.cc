@@ -293,7 +293,7 @@ void MpiCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, R
   uint8_t* p = static_cast<uint8_t*>(buffer);
   const size_t elem = dtype_size(dtype);
   if (static_cast<size_t>(count) * elem < kRingMinBytes || count < size_) {
-    MPI_Op mop = dtype == DType::F16 ? m.half_sum : (op == ReduceOp::Sum ? MPI_SUM : MPI_MAX);
+    MPI_Op mop = dtype == DType::F16 ? m.half_sum : (op == ReduceOp::kSum ? MPI_SUM : MPI_MAX);
     MPI_Request request;
     TG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(count), mpi_type(dtype), mop, m.comm, &request));
     m.wait(&request);
@@ -337,7 +337,7 @@ void MpiCommunicator::allgather_impl(const void* send, void* recv, size_t send_b
   for (int s = 0; s < N - 1; ++s) {
     const int sb = (r - s + 2 * N) % N, rb = (r - s - 1 + 2 * N) % N;
     m.ring_step(out + static_cast<size_t>(sb) * send_bytes, send_bytes, out + static_cast<size_t>(rb) * send_bytes,
-                send_bytes, false, DType::U8, ReduceOp::Sum);
+                send_bytes, false, DType::U8, ReduceOp::kSum);
   }
 }
 

@@ -156,7 +156,7 @@ std::string NcclCommunicator::name() const {
 }
 
 bool NcclCommunicator::supports(DType dtype, ReduceOp op) const {
-  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::Sum);
+  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::kSum);
 }
 
 void NcclCommunicator::check_nccl(int result, const char* what) {
@@ -207,7 +207,7 @@ void NcclCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, 
   check_pointer(*this, buffer, device_, "all-reduce");
   DeviceScope scope(device_);
   check_nccl(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), nccl_type(dtype),
-                           op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
+                           op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
              "ncclAllReduce");
 }
 

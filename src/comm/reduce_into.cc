@@ -14,7 +14,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       float* d = reinterpret_cast<float*>(dst_bytes);
       const float* s = reinterpret_cast<const float*>(src_bytes);
       const size_t n = bytes / sizeof(float);
-      if (op == ReduceOp::Sum) {
+      if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < n; ++i) d[i] += s[i];
       } else {
         for (size_t i = 0; i < n; ++i) d[i] = (s[i] > d[i] || s[i] != s[i]) ? s[i] : d[i];
@@ -25,7 +25,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       int32_t* d = reinterpret_cast<int32_t*>(dst_bytes);
       const int32_t* s = reinterpret_cast<const int32_t*>(src_bytes);
       const size_t n = bytes / sizeof(int32_t);
-      if (op == ReduceOp::Sum) {
+      if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < n; ++i)
           d[i] = static_cast<int32_t>(static_cast<uint32_t>(d[i]) + static_cast<uint32_t>(s[i]));
       } else {
@@ -36,7 +36,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
     case DType::I8: {
       int8_t* d = reinterpret_cast<int8_t*>(dst_bytes);
       const int8_t* s = reinterpret_cast<const int8_t*>(src_bytes);
-      if (op == ReduceOp::Sum) {
+      if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < bytes; ++i)
           d[i] = static_cast<int8_t>(static_cast<uint8_t>(d[i]) + static_cast<uint8_t>(s[i]));
       } else {
@@ -45,12 +45,12 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       return;
     }
     case DType::F16:
-      if (op != ReduceOp::Sum) break;
+      if (op != ReduceOp::kSum) break;
       add_halves(reinterpret_cast<half_bits*>(dst_bytes), reinterpret_cast<const half_bits*>(src_bytes),
                  static_cast<int64_t>(bytes / sizeof(half_bits)));
       return;
     case DType::BF16: {
-      if (op != ReduceOp::Sum) break;
+      if (op != ReduceOp::kSum) break;
       bf16_bits* d = reinterpret_cast<bf16_bits*>(dst_bytes);
       const bf16_bits* s = reinterpret_cast<const bf16_bits*>(src_bytes);
       const size_t n = bytes / sizeof(bf16_bits);
@@ -60,7 +60,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
     default:
       break;
   }
-  TG_THROW("no host reduction {} for {}", reduce_op_name(op), dtype_name(dtype));
+  TG_THROW("no host reduction {} for {}", enum_name(op), dtype_name(dtype));
 }
 
 }  // namespace tg::comm_detail

@@ -17,15 +17,15 @@ namespace tg {
 
 namespace {
 
-enum class Kind : uint8_t { Allreduce, Allgather, Broadcast, Barrier };
+enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier };
 
 // One rank's posted call: what it asked for and where its memory is.
 struct Call {
-  Kind kind = Kind::Barrier;
+  Kind kind = Kind::kBarrier;
   const void* src = nullptr;  // allgather: the send block; allreduce, broadcast: the buffer
   int64_t count = 0;          // allreduce: elements
   DType dtype = DType::U8;
-  ReduceOp op = ReduceOp::Sum;
+  ReduceOp op = ReduceOp::kSum;
   size_t bytes = 0;           // allgather: the send block; broadcast: the buffer
   int root = 0;               // broadcast
 };
@@ -33,13 +33,13 @@ struct Call {
 bool same_call(const Call& a, const Call& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case Kind::Allreduce:
+    case Kind::kAllreduce:
       return a.count == b.count && a.dtype == b.dtype && a.op == b.op;
-    case Kind::Allgather:
+    case Kind::kAllgather:
       return a.bytes == b.bytes;
-    case Kind::Broadcast:
+    case Kind::kBroadcast:
       return a.bytes == b.bytes && a.root == b.root;
-    case Kind::Barrier:
+    case Kind::kBarrier:
       return true;
   }
   return false;
@@ -47,13 +47,13 @@ bool same_call(const Call& a, const Call& b) {
 
 std::string describe(const Call& c) {
   switch (c.kind) {
-    case Kind::Allreduce:
-      return fmt::format("all-reduce {} of {} {}", reduce_op_name(c.op), c.count, dtype_name(c.dtype));
-    case Kind::Allgather:
+    case Kind::kAllreduce:
+      return fmt::format("all-reduce {} of {} {}", enum_name(c.op), c.count, dtype_name(c.dtype));
+    case Kind::kAllgather:
       return fmt::format("all-gather of {} bytes", c.bytes);
-    case Kind::Broadcast:
+    case Kind::kBroadcast:
       return fmt::format("broadcast of {} bytes from rank {}", c.bytes, c.root);
-    case Kind::Barrier:
+    case Kind::kBarrier:
       break;
   }
   return "barrier";
@@ -136,7 +136,7 @@ struct ThreadCommunicator::Group {
         return fail_locked(fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
                                        "rank must post the same collectives in the same order)",
                                        describe(calls[0]), k, describe(calls[k])));
-    if (calls[0].kind != Kind::Allreduce) return;
+    if (calls[0].kind != Kind::kAllreduce) return;
     const size_t need = static_cast<size_t>(calls[0].count) * dtype_size(calls[0].dtype);
     if (need <= scratch_bytes) return;
     try {
@@ -186,7 +186,7 @@ std::vector<std::unique_ptr<ThreadCommunicator>> make_thread_communicators(int r
 std::string ThreadCommunicator::name() const { return fmt::format("local (rank {} of {})", rank_, size_); }
 
 bool ThreadCommunicator::supports(DType dtype, ReduceOp op) const {
-  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::Sum);
+  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::kSum);
 }
 
 void ThreadCommunicator::abort(const std::string& why) {
@@ -206,7 +206,7 @@ void ThreadCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype
   check_host(*this, device);
   if (size_ == 1) return;
   Group& g = *group_;
-  const Call call{Kind::Allreduce, buffer, count, dtype, op};
+  const Call call{Kind::kAllreduce, buffer, count, dtype, op};
   g.enter(*this, rank_, call);
   // Slice rank_ of the elements, reduced over the ranks in rank order into the scratch.
   const size_t elem = dtype_size(dtype);
@@ -236,7 +236,7 @@ void ThreadCommunicator::allgather_impl(const void* send, void* recv, size_t sen
     return;
   }
   Group& g = *group_;
-  const Call call{Kind::Allgather, send, 0, DType::U8, ReduceOp::Sum, send_bytes};
+  const Call call{Kind::kAllgather, send, 0, DType::U8, ReduceOp::kSum, send_bytes};
   g.enter(*this, rank_, call);
   for (int w = 0; w < size_; ++w) {
     const void* from = g.calls[static_cast<size_t>(w)].src;
@@ -250,7 +250,7 @@ void ThreadCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, De
   check_host(*this, device);
   if (size_ == 1) return;
   Group& g = *group_;
-  const Call call{Kind::Broadcast, buffer, 0, DType::U8, ReduceOp::Sum, bytes, root};
+  const Call call{Kind::kBroadcast, buffer, 0, DType::U8, ReduceOp::kSum, bytes, root};
   g.enter(*this, rank_, call);
   if (rank_ != root && bytes > 0) std::memcpy(buffer, g.calls[static_cast<size_t>(root)].src, bytes);
   g.leave(*this, call);

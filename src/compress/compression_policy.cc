@@ -9,18 +9,6 @@
 
 namespace tg {
 
-const char* grad_coding_name(GradCoding c) {
-  switch (c) {
-    case GradCoding::F32:
-      return "fp32";
-    case GradCoding::F16:
-      return "fp16";
-    case GradCoding::Ternary:
-      return "ternary";
-  }
-  return "?";
-}
-
 void CompressionFlags::validate() const {
   if (grad_bits != 1 && grad_bits != 16 && grad_bits != 32)
     TG_THROW("--grad_bits {} is not supported; accepted values: 1 (ternary), 16 (fp16), 32 (fp32)", grad_bits);
@@ -45,16 +33,16 @@ CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::v
     const bool is_logits = !flags_.quantize_logits && i >= n - 2;
     const bool compressed = flags_.grad_bits != 32 && !is_logits && p.numel >= flags_.size_to_binarize;
     if (compressed && flags_.grad_bits == 1) {
-      t.coding = GradCoding::Ternary;
+      t.coding = GradCoding::kTernary;
       t.offset = packed_bytes_;
       t.scaler_index = num_ternary_++;
       packed_bytes_ += (p.numel + 3) / 4;
     } else if (compressed && flags_.grad_bits == 16) {
-      t.coding = GradCoding::F16;
+      t.coding = GradCoding::kF16;
       t.offset = f16_elements_;
       f16_elements_ += p.numel;
     } else {
-      t.coding = GradCoding::F32;
+      t.coding = GradCoding::kF32;
       t.offset = f32_elements_;
       f32_elements_ += p.numel;
     }
@@ -66,9 +54,9 @@ CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::v
 std::string CompressionPolicy::summary() const {
   int64_t ternary_elems = 0, f16_count = 0, f32_count = 0;
   for (const auto& t : tensors_) {
-    if (t.coding == GradCoding::Ternary) ternary_elems += t.numel;
-    if (t.coding == GradCoding::F16) ++f16_count;
-    if (t.coding == GradCoding::F32) ++f32_count;
+    if (t.coding == GradCoding::kTernary) ternary_elems += t.numel;
+    if (t.coding == GradCoding::kF16) ++f16_count;
+    if (t.coding == GradCoding::kF32) ++f32_count;
   }
   return fmt::format(
       "ternary: {} tensors ({} elements, {} bytes); fp16: {} tensors ({} elements); fp32: {} "

@@ -39,14 +39,14 @@ RangeLayout GradientCodec::layout(TensorRange r) const {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (i >= r.begin) l.elements += t.numel;
     switch (t.coding) {
-      case GradCoding::Ternary:
+      case GradCoding::kTernary:
         packed += (t.numel + 3) / 4;
         ++scaler;
         break;
-      case GradCoding::F16:
+      case GradCoding::kF16:
         f16 += t.numel;
         break;
-      case GradCoding::F32:
+      case GradCoding::kF32:
         f32 += t.numel;
         break;
     }
@@ -76,7 +76,7 @@ void GradientCodec::local_scalers(const std::vector<Tensor>& grads, TensorRange 
   check_range(r);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary)
+    if (t.coding == GradCoding::kTernary)
       scalers[t.scaler_index] = ternary_scaler_cpu(grads[i].data<float>(), t.numel, policy_.flags().clip_factor);
   }
 }
@@ -85,7 +85,7 @@ void GradientCodec::check_scalers(const float* scalers, TensorRange r, uint32_t 
   check_range(r);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
+    if (t.coding != GradCoding::kTernary) continue;
     const float s = scalers[t.scaler_index];
     if (!std::isfinite(s))
       TG_THROW(
@@ -102,7 +102,7 @@ void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange
   const PhiloxKey key = philox_key(seed_, worker);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
+    if (t.coding != GradCoding::kTernary) continue;
     const int64_t zeros = ternary_encode_cpu(grads[i].data<float>(), t.numel, scalers[t.scaler_index], key, step,
                                              static_cast<uint32_t>(i), packed + (t.offset - base));
     if (zero_codes) zero_codes[t.scaler_index] = zeros;
@@ -128,7 +128,7 @@ void GradientCodec::encode_f16(const std::vector<const std::vector<Tensor>*>& wo
   const int64_t base = layout(r).f16_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F16) continue;
+    if (t.coding != GradCoding::kF16) continue;
     const WorkerPointers xs(workers, i);
     encode_f16_sum_cpu(xs.p, xs.count, t.numel, f16 + (t.offset - base));
   }
@@ -139,7 +139,7 @@ void GradientCodec::encode_f32(const std::vector<const std::vector<Tensor>*>& wo
   const int64_t base = layout(r).f32_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F32) continue;
+    if (t.coding != GradCoding::kF32) continue;
     const WorkerPointers xs(workers, i);
     encode_f32_sum_cpu(xs.p, xs.count, t.numel, f32 + (t.offset - base));
   }
@@ -150,9 +150,9 @@ void GradientCodec::average_local(const std::vector<const std::vector<Tensor>*>&
   check_range(r);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary) continue;
+    if (t.coding == GradCoding::kTernary) continue;
     const WorkerPointers xs(workers, i);
-    if (t.coding == GradCoding::F16)
+    if (t.coding == GradCoding::kF16)
       average_f16_cpu(xs.p, xs.count, t.numel, out[i].data<float>());
     else
       average_f32_cpu(xs.p, xs.count, t.numel, out[i].data<float>());
@@ -171,7 +171,7 @@ void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, int64_t str
   const int64_t base = layout(r).packed_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary)
+    if (t.coding == GradCoding::kTernary)
       ternary_decode_gathered_cpu(gathered + (t.offset - base), stride, num_workers, t.numel,
                                   scalers[t.scaler_index], grads[i].data<float>());
   }
@@ -183,7 +183,7 @@ void GradientCodec::decode_ternary_sums(const int8_t* code_sums, int num_workers
   const int64_t base = layout(r).packed_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary)
+    if (t.coding == GradCoding::kTernary)
       ternary_decode_sums_cpu(code_sums + 4 * (t.offset - base), t.numel, scalers[t.scaler_index], num_workers,
                               grads[i].data<float>());
   }
@@ -195,7 +195,7 @@ void GradientCodec::decode_f16_sum(const half_bits* sum, int num_workers, Tensor
   const int64_t base = layout(r).f16_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::F16)
+    if (t.coding == GradCoding::kF16)
       decode_f16_sum_cpu(sum + (t.offset - base), t.numel, num_workers, grads[i].data<float>());
   }
 }
@@ -206,7 +206,7 @@ void GradientCodec::decode_f32_sum(const float* sum, int num_workers, TensorRang
   const int64_t base = layout(r).f32_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::F32)
+    if (t.coding == GradCoding::kF32)
       decode_f32_sum_cpu(sum + (t.offset - base), t.numel, num_workers, grads[i].data<float>());
   }
 }
@@ -244,7 +244,7 @@ void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads,
   const float c = policy_.flags().clip_factor;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::Ternary)
+    if (t.coding == GradCoding::kTernary)
       be.ternary_scaler(grads[i], c, piece(scalers, DType::F32, t.scaler_index, t.scaler_index + 1, "scalers"));
   }
 }
@@ -268,7 +268,7 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
   const PhiloxKey key = philox_key(seed_, worker);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
+    if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = t.offset - base;
     const int k = t.scaler_index;
     be.ternary_encode(grads[i], piece(scalers, DType::F32, k, k + 1, "scalers"), key, step, static_cast<uint32_t>(i),
@@ -283,7 +283,7 @@ void GradientCodec::encode_f16(Backend& be, const std::vector<const std::vector<
   WorkerTensors xs(workers);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F16) continue;
+    if (t.coding != GradCoding::kF16) continue;
     const int64_t at = t.offset - base;
     be.encode_f16_sum(xs.of(workers, i), xs.count, piece(f16, DType::F16, at, at + t.numel, "fp16 buffer"));
   }
@@ -295,7 +295,7 @@ void GradientCodec::encode_f32(Backend& be, const std::vector<const std::vector<
   WorkerTensors xs(workers);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F32) continue;
+    if (t.coding != GradCoding::kF32) continue;
     const int64_t at = t.offset - base;
     be.encode_f32_sum(xs.of(workers, i), xs.count, piece(f32, DType::F32, at, at + t.numel, "fp32 buffer"));
   }
@@ -307,8 +307,8 @@ void GradientCodec::average_local(Backend& be, const std::vector<const std::vect
   WorkerTensors xs(workers);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::F16) be.average_f16(xs.of(workers, i), xs.count, out[i]);
-    if (t.coding == GradCoding::F32) be.average_f32(xs.of(workers, i), xs.count, out[i]);
+    if (t.coding == GradCoding::kF16) be.average_f16(xs.of(workers, i), xs.count, out[i]);
+    if (t.coding == GradCoding::kF32) be.average_f32(xs.of(workers, i), xs.count, out[i]);
   }
 }
 
@@ -326,7 +326,7 @@ void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered,
   const int64_t base = layout(r).packed_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
+    if (t.coding != GradCoding::kTernary) continue;
     const int k = t.scaler_index;
     be.ternary_decode_gathered(piece(gathered, DType::U8, t.offset - base, gathered.numel(), "gathered codes"), stride,
                                num_workers, piece(scalers, DType::F32, k, k + 1, "scalers"), grads[i]);
@@ -339,7 +339,7 @@ void GradientCodec::decode_ternary_sums(Backend& be, const Tensor& code_sums, in
   const int64_t base = layout(r).packed_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::Ternary) continue;
+    if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = 4 * (t.offset - base);
     const int k = t.scaler_index;
     be.ternary_decode_sums(piece(code_sums, DType::I8, at, at + t.numel, "code sums"),
@@ -352,7 +352,7 @@ void GradientCodec::decode_f16_sum(Backend& be, const Tensor& sum, int num_worke
   const int64_t base = layout(r).f16_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F16) continue;
+    if (t.coding != GradCoding::kF16) continue;
     const int64_t at = t.offset - base;
     be.decode_f16_sum(piece(sum, DType::F16, at, at + t.numel, "fp16 sum"), num_workers, grads[i]);
   }
@@ -363,7 +363,7 @@ void GradientCodec::decode_f32_sum(Backend& be, const Tensor& sum, int num_worke
   const int64_t base = layout(r).f32_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::F32) continue;
+    if (t.coding != GradCoding::kF32) continue;
     const int64_t at = t.offset - base;
     be.decode_f32_sum(piece(sum, DType::F32, at, at + t.numel, "fp32 sum"), num_workers, grads[i]);
   }

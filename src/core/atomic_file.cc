@@ -1,9 +1,10 @@
-// AtomicFile: temporary name, fsync, rename, folder fsync.
+// AtomicFile: temporary name, fsync, rename, folder fsync. AppendFile: one write(2) per record.
 #include "terngrad/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,10 +13,24 @@
 
 namespace tg {
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  temp_ = path + ".tmp-" + std::to_string(::getpid());
+namespace {
+std::string temp_name(const std::string& path, AtomicFile::TempName kind) {
+  const std::string pid = std::to_string(::getpid());
+  if (kind == AtomicFile::TempName::kBeside) return path + ".tmp-" + pid;
+  static std::atomic<uint64_t> counter{0};
+  const std::filesystem::path p(path);
+  return (p.parent_path() / ("." + p.filename().string() + ".tmp-" + pid + "-" + std::to_string(counter++))).string();
+}
+}  // namespace
+
+AtomicFile::AtomicFile(const std::string& path, TempName temp, size_t buffer_bytes)
+    : path_(path), temp_(temp_name(path, temp)) {
   file_ = std::fopen(temp_.c_str(), "wb");
-  TG_CHECK(file_ != nullptr, "cannot create {}: {}", temp_, std::strerror(errno));
+  TG_CHECK(file_ != nullptr, "cannot create {} (for {}): {}", temp_, path_, std::strerror(errno));
+  if (buffer_bytes > 0) {
+    buffer_.resize(buffer_bytes);
+    std::setvbuf(file_, buffer_.data(), _IOFBF, buffer_.size());
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -28,18 +43,19 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, size_t bytes) {
   TG_CHECK(file_ != nullptr, "write to {} after commit", path_);
   if (bytes == 0) return;
-  if (std::fwrite(data, 1, bytes, file_) != bytes) TG_THROW("writing {} failed: {}", temp_, std::strerror(errno));
+  if (std::fwrite(data, 1, bytes, file_) != bytes)
+    TG_THROW("cannot write {} (temporary file {}): {}", path_, temp_, std::strerror(errno));
   written_ += bytes;
 }
 
 void AtomicFile::commit() {
   TG_CHECK(file_ != nullptr, "{} committed twice", path_);
-  bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-  int err = errno;
-  ok = (std::fclose(file_) == 0) && ok;
+  int err = 0;  // the first failure's errno
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) err = errno ? errno : EIO;
+  if (std::fclose(file_) != 0 && err == 0) err = errno ? errno : EIO;
   file_ = nullptr;
-  if (!ok || std::rename(temp_.c_str(), path_.c_str()) != 0) {
-    if (ok) err = errno;
+  if (err == 0 && std::rename(temp_.c_str(), path_.c_str()) != 0) err = errno ? errno : EIO;
+  if (err != 0) {
     std::remove(temp_.c_str());
     TG_THROW("cannot write {}: {}", path_, std::strerror(err));
   }
@@ -48,6 +64,26 @@ void AtomicFile::commit() {
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
+  }
+}
+
+AppendFile::AppendFile(const std::string& path, const std::string& what)
+    : name_(what.empty() ? path : what + " " + path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  TG_CHECK(fd_ >= 0, "{}: cannot open: {}", name_, std::strerror(errno));
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendFile::append(std::string_view record) {
+  size_t done = 0;  // a short write (a huge record, a signal) continues where it stopped
+  while (done < record.size()) {
+    const ssize_t n = ::write(fd_, record.data() + done, record.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    TG_CHECK(n > 0, "{}: write failed: {}", name_, n < 0 ? std::strerror(errno) : "nothing written");
+    done += static_cast<size_t>(n);
   }
 }
 

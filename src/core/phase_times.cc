@@ -54,15 +54,15 @@ void PhaseTimes::clear() {
 double PhaseTimes::total_excluding_in_flight() const {
   double total = 0;
   for (int i = 0; i < kPhaseCount; ++i)
-    if (i != static_cast<int>(Phase::CommInFlight)) total += seconds[i];
+    if (i != static_cast<int>(Phase::kCommInFlight)) total += seconds[i];
   return total;
 }
 
 std::string PhaseTimes::compact() const {
   auto ms = [&](Phase p) { return milliseconds(get(p)); };
-  return fmt::format("in {} fb {} sc {} en {} comm {}/{} de {} opt {} other {} ms", ms(Phase::InputWait),
-                     ms(Phase::ForwardBackward), ms(Phase::Scalers), ms(Phase::Encode), ms(Phase::CommBlocked),
-                     ms(Phase::CommInFlight), ms(Phase::Decode), ms(Phase::OptimizerEma), ms(Phase::Other));
+  return fmt::format("in {} fb {} sc {} en {} comm {}/{} de {} opt {} other {} ms", ms(Phase::kInputWait),
+                     ms(Phase::kForwardBackward), ms(Phase::kScalers), ms(Phase::kEncode), ms(Phase::kCommBlocked),
+                     ms(Phase::kCommInFlight), ms(Phase::kDecode), ms(Phase::kOptimizerEma), ms(Phase::kOther));
 }
 
 std::vector<std::pair<std::string, double>> PhaseTimes::named(const std::string& prefix) const {

@@ -11,49 +11,13 @@
 
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/json_writer.h"
 
 namespace tg {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-void append_escaped(std::string& out, const char* s) {
-  out += '"';
-  for (; *s; ++s) {
-    const unsigned char c = static_cast<unsigned char>(*s);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);  // UTF-8 passes through
-        }
-    }
-  }
-  out += '"';
-}
-
-std::string escaped(const std::string& s) {
-  std::string out;
-  append_escaped(out, s.c_str());
-  return out;
-}
 
 // A whole decimal number and nothing else (no spaces; a '-' never reaches here, it splits the range).
 bool parse_step(const std::string& text, int64_t& step) {
@@ -147,20 +111,20 @@ std::string Timeline::events_json() const {
         process_, dropped);
   for (size_t t = 0; t < tracks_.size(); ++t) {
     out += fmt::format(R"(,{{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":{}}}}})", process_, t,
-                       escaped(tracks_[t]));
+                       json_string(tracks_[t]));
     out += fmt::format(R"(,{{"name":"thread_sort_index","ph":"M","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
                        process_, t, t);
   }
   for (const Event& e : events_) {
     out += R"(,{"name":)";
-    append_escaped(out, e.name);
+    append_json_string(out, e.name);
     out += R"(,"cat":)";
-    append_escaped(out, e.category);
+    append_json_string(out, e.category);
     out += fmt::format(R"(,"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{"step":{})", process_, e.track,
                        e.ts_us, e.dur_us, e.step);
     if (e.arg >= 0) {
       out += ',';
-      append_escaped(out, e.arg_name);
+      append_json_string(out, e.arg_name);
       out += fmt::format(":{}", e.arg);
     }
     out += "}}";

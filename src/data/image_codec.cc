@@ -98,7 +98,7 @@ void note_format_mismatch(const std::string& where, const std::string& label, Im
     if (!g_mismatch_shards.insert(shard).second) return;
   }
   spdlog::warn("{}: image/format '{}' but the bytes are {}; decoding by content (logged once per shard)", where, label,
-               image_format_name(actual));
+               enum_name(actual));
 }
 
 struct TjHandle {
@@ -111,29 +111,6 @@ struct TjHandle {
 
 }  // namespace
 
-const char* image_format_name(ImageFormat f) {
-  switch (f) {
-    case ImageFormat::kPng:
-      return "PNG";
-    case ImageFormat::kJpeg:
-      return "JPEG";
-    case ImageFormat::kRaw:
-      return "RAW";
-    case ImageFormat::kUnknown:
-      return "unknown";
-  }
-  return "?";
-}
-
-JpegDct parse_jpeg_dct(const std::string& name) {
-  const std::string n = lower(name);
-  if (n == "fast" || n == "integer_fast") return JpegDct::kFast;
-  if (n == "accurate" || n == "integer_accurate") return JpegDct::kAccurate;
-  TG_THROW("--jpeg_dct '{}' is not one of fast, accurate", name);
-}
-
-const char* jpeg_dct_name(JpegDct d) { return d == JpegDct::kFast ? "fast" : "accurate"; }
-
 void set_default_decode_options(const DecodeOptions& o) {
   TG_CHECK(o.max_image_pixels > 0, "--max_image_pixels {} must be positive", o.max_image_pixels);
   g_dct = static_cast<int>(o.jpeg_dct);
@@ -144,9 +121,9 @@ void set_data_flag_defaults(const std::string& tfrecord_compression, const std::
                             int64_t max_image_pixels) {
   if (max_image_pixels <= 0) TG_THROW("--max_image_pixels {} must be positive", max_image_pixels);
   DecodeOptions o;
-  o.jpeg_dct = parse_jpeg_dct(jpeg_dct);
+  o.jpeg_dct = parse_enum<JpegDct>(jpeg_dct);
   o.max_image_pixels = max_image_pixels;
-  const TfRecordCompression c = parse_tfrecord_compression(tfrecord_compression, "--tfrecord_compression");
+  const TfRecordCompression c = parse_enum<TfRecordCompression>(tfrecord_compression, "--tfrecord_compression");
   set_default_decode_options(o);
   set_default_tfrecord_compression(c);
 }

@@ -14,6 +14,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/data/bounded_queue.h"
+#include "terngrad/data/dataset_info.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/preprocess.h"
@@ -52,14 +53,6 @@ ShardAssignment assign_shards(int num_files, int worker_index, int num_workers) 
   }
   return a;
 }
-
-int default_image_size(const std::string& dataset) {
-  if (dataset == "mnist" || dataset == "fashion_mnist") return 28;
-  if (dataset == "cifar10") return 24;
-  return 224;
-}
-
-int default_num_classes(const std::string& dataset) { return dataset == "imagenet" ? 1001 : 10; }
 
 namespace {
 
@@ -380,10 +373,10 @@ struct InputPipeline::State {
       if (parsed.label < 0 || parsed.label >= opt.num_classes)
         TG_THROW("{}: label {} outside [0, {}) (--num_classes)", where, parsed.label, opt.num_classes);
       // The image's own channel count, checked against the dataset's: a gray image where the dataset is in
-      // color is the wrong data (Fashion-MNIST read as CIFAR-10); ImageNet's few grayscale JPEGs are converted,
-      // and color images are converted to gray for MNIST.
+      // color is the wrong data (Fashion-MNIST read as CIFAR-10) unless the dataset has gray images among its
+      // color ones (ImageNet's few grayscale JPEGs are converted); color images are converted to gray for MNIST.
       Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels, 0, where);
-      if (img.channels < spec.channels && opt.dataset != "imagenet")
+      if (img.channels < spec.channels && !dataset_info(opt.dataset).has_gray_images)
         throw DatasetMismatchError(
             fmt::format("{}: a {}-channel image where {} has {}-channel images: --data_dir '{}' does not "
                         "hold {} data (check --dataset and --data_dir)",
@@ -465,9 +458,10 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   State& s = *s_;
   s.opt = options;
   PipelineOptions& o = s.opt;
-  PreprocessKind kind = preprocess_kind_for(o.dataset, o.net);  // validates --dataset
-  if (o.image_size == 0) o.image_size = default_image_size(o.dataset);
-  if (o.num_classes == 0) o.num_classes = default_num_classes(o.dataset);
+  const DatasetInfo& data = dataset_info(o.dataset);  // validates --dataset
+  PreprocessKind kind = preprocess_kind_for(o.dataset, o.imagenet_preprocessing);
+  if (o.image_size == 0) o.image_size = static_cast<int>(data.default_image_size);
+  if (o.num_classes == 0) o.num_classes = static_cast<int>(data.num_classes);
   if (o.image_size < 1) TG_THROW("--image_size {} must be positive", o.image_size);
   if (o.batch_size < 1) TG_THROW("--batch_size {} must be positive", o.batch_size);
   if (o.num_classes < 1) TG_THROW("--num_classes {} must be positive", o.num_classes);
@@ -476,7 +470,7 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers)
     TG_THROW("worker index {} outside [0, {})", o.worker_index, o.num_workers);
   if (o.prefetch_batches < 1) o.prefetch_batches = 1;
-  s.spec = PreprocessSpec{kind, o.image_size, dataset_channels(o.dataset), o.train};
+  s.spec = PreprocessSpec{kind, o.image_size, static_cast<int>(data.channels), o.train};
   s.example_floats = static_cast<size_t>(o.image_size) * o.image_size * s.spec.channels;
   if (!(o.max_corrupt_fraction >= 0.0 && o.max_corrupt_fraction <= 1.0))
     TG_THROW("--max_corrupt_fraction {} is not in [0, 1]", o.max_corrupt_fraction);

@@ -4,30 +4,25 @@
 #include <cmath>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/dataset_info.h"
 
 namespace tg {
 
-PreprocessKind preprocess_kind_for(const std::string& dataset, const std::string& net) {
-  if (dataset == "mnist" || dataset == "fashion_mnist") return PreprocessKind::kMnist;
-  if (dataset == "cifar10") return PreprocessKind::kCifar10;
-  if (dataset == "imagenet") return (net == "alexnet" || net.rfind("vgg", 0) == 0) ? PreprocessKind::kAlexnet
-                                                                                    : PreprocessKind::kInception;
-  TG_THROW("--dataset '{}' is not one of mnist, fashion_mnist, cifar10, imagenet", dataset);
-}
-
-const char* preprocess_kind_name(PreprocessKind k) {
-  switch (k) {
-    case PreprocessKind::kMnist: return "mnist";
-    case PreprocessKind::kCifar10: return "cifar10";
-    case PreprocessKind::kAlexnet: return "alexnet";
-    case PreprocessKind::kInception: return "inception";
+PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet) {
+  switch (dataset_info(dataset).id) {
+    case Dataset::kMnist:
+    case Dataset::kFashionMnist:
+      return PreprocessKind::kMnist;
+    case Dataset::kCifar10:
+      return PreprocessKind::kCifar10;
+    case Dataset::kImagenet:
+      break;
   }
-  return "?";
+  TG_CHECK(imagenet == PreprocessKind::kAlexnet || imagenet == PreprocessKind::kInception,
+           "ImageNet preprocessing '{}' is not one of alexnet, inception", enum_name(imagenet));
+  return imagenet;
 }
 
-int dataset_channels(const std::string& dataset) {
-  return (dataset == "mnist" || dataset == "fashion_mnist") ? 1 : 3;
-}
 
 FloatImage to_float(const Image& img) {
   FloatImage f;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
 
@@ -38,44 +39,9 @@ uint64_t get_u64(const char* p) {
   return v;
 }
 
-std::string dirname_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-std::string basename_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 // ---- compression ----------------------------------------------------------------------------------------
-
-TfRecordCompression parse_tfrecord_compression(const std::string& name, const std::string& flag) {
-  std::string n;
-  for (char c : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (n == "auto") return TfRecordCompression::kAuto;
-  if (n == "none" || n.empty()) return TfRecordCompression::kNone;
-  if (n == "gzip") return TfRecordCompression::kGzip;
-  if (n == "zlib") return TfRecordCompression::kZlib;
-  TG_THROW("{} '{}' is not one of auto, none, gzip, zlib", flag, name);
-}
-
-const char* tfrecord_compression_name(TfRecordCompression c) {
-  switch (c) {
-    case TfRecordCompression::kAuto:
-      return "auto";
-    case TfRecordCompression::kNone:
-      return "none";
-    case TfRecordCompression::kGzip:
-      return "gzip";
-    case TfRecordCompression::kZlib:
-      return "zlib";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -153,7 +119,7 @@ TfRecordReader::~TfRecordReader() {
 
 std::string TfRecordReader::at(uint64_t offset) const {
   if (compression_ == TfRecordCompression::kNone) return fmt::format("byte offset {}", offset);
-  return fmt::format("uncompressed offset {} ({} stream)", offset, tfrecord_compression_name(compression_));
+  return fmt::format("uncompressed offset {} ({} stream)", offset, enum_name(compression_));
 }
 
 size_t TfRecordReader::fill(char* dst, size_t n, std::string* error) {
@@ -198,18 +164,18 @@ size_t TfRecordReader::fill(char* dst, size_t n, std::string* error) {
         inflateReset(&z.zs);
       } else {
         *error = fmt::format("{}: unexpected bytes after the end of the {} stream (at uncompressed offset {})", path_,
-                             tfrecord_compression_name(compression_), out_pos);
+                             enum_name(compression_), out_pos);
         z.ended = true;
         return done;
       }
     } else if (rc == Z_BUF_ERROR && z.zs.avail_in == 0 && z.input_done) {
       *error = fmt::format("{}: truncated {} stream: the file ends at uncompressed offset {} before the stream does",
-                           path_, tfrecord_compression_name(compression_), out_pos);
+                           path_, enum_name(compression_), out_pos);
       z.ended = true;
       return done;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
       *error = fmt::format("{}: corrupt {} stream near uncompressed offset {} (zlib: {})", path_,
-                           tfrecord_compression_name(compression_), out_pos, z.zs.msg ? z.zs.msg : zError(rc));
+                           enum_name(compression_), out_pos, z.zs.msg ? z.zs.msg : zError(rc));
       z.ended = true;
       return done;
     }
@@ -259,7 +225,7 @@ RecordStatus TfRecordReader::read_header(uint64_t* length, uint64_t* offset, std
                                                                   : TfRecordCompression::kNone;
       hint = looks != TfRecordCompression::kNone
                  ? fmt::format(": the file looks {}-compressed but was read as plain (--tfrecord_compression)",
-                               tfrecord_compression_name(looks))
+                               enum_name(looks))
                  : ": not a TFRecord file (nor a gzip or zlib compressed one; --tfrecord_compression forces one)";
     }
     *error = fmt::format("{}: bad length CRC at {}{}", path_, at(pos_), hint);
@@ -360,14 +326,19 @@ std::vector<std::string> read_all_tfrecords(const std::string& path, TfRecordCom
 
 // ---- writer ---------------------------------------------------------------------------------------------
 
+RecordFraming frame_record(const void* data, size_t n) {
+  RecordFraming f;
+  put_u64(f.header, n);
+  put_u32(f.header + 8, crc32c_mask(crc32c(f.header, 8)));
+  put_u32(f.footer, crc32c_mask(crc32c(data, n)));
+  return f;
+}
+
 void append_tfrecord(std::string* out, const void* data, size_t n) {
-  char header[12], footer[4];
-  put_u64(header, n);
-  put_u32(header + 8, crc32c_mask(crc32c(header, 8)));
-  put_u32(footer, crc32c_mask(crc32c(data, n)));
-  out->append(header, 12);
+  const RecordFraming f = frame_record(data, n);
+  out->append(f.header, sizeof f.header);
   out->append(static_cast<const char*>(data), n);
-  out->append(footer, 4);
+  out->append(f.footer, sizeof f.footer);
 }
 
 struct TfRecordWriter::Deflater {
@@ -385,46 +356,26 @@ TfRecordWriter::TfRecordWriter(const std::string& final_path, TfRecordCompressio
                      compression == TfRecordCompression::kGzip ? 15 + 16 : 15, 9, Z_DEFAULT_STRATEGY) != Z_OK)
       TG_THROW("cannot start a zlib deflate stream for {}", final_path);
   }
-  static std::atomic<uint64_t> counter{0};
-  temp_path_ = fmt::format("{}/.{}.tmp-{}-{}", dirname_of(final_path), basename_of(final_path),
-                           static_cast<long>(getpid()), counter.fetch_add(1));
-  file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (!file_) TG_THROW("cannot create {} (for {}): {}", temp_path_, final_path, std::strerror(errno));
-  io_buffer_.resize(kIoBufferBytes);
-  std::setvbuf(file_, io_buffer_.data(), _IOFBF, io_buffer_.size());
+  file_ = std::make_unique<AtomicFile>(final_path, AtomicFile::TempName::kHidden, kIoBufferBytes);
 }
 
-TfRecordWriter::~TfRecordWriter() { abandon(); }
-
-void TfRecordWriter::abandon() noexcept {
-  if (file_) {
-    std::fclose(file_);
-    file_ = nullptr;
-    std::remove(temp_path_.c_str());
-  }
-}
-
-RecordFraming frame_record(const void* data, size_t n) {
-  RecordFraming f;
-  put_u64(f.header, n);
-  put_u32(f.header + 8, crc32c_mask(crc32c(f.header, 8)));
-  put_u32(f.footer, crc32c_mask(crc32c(data, n)));
-  return f;
-}
+TfRecordWriter::~TfRecordWriter() = default;  // an unclosed file's temporary is removed by AtomicFile
 
 void TfRecordWriter::write(const void* data, size_t n) {
   TG_CHECK(file_ != nullptr, "write to closed TFRecord writer for {}", final_path_);
   const RecordFraming f = frame_record(data, n);
-  if (!put(f.header, 12) || !put(data, n) || !put(f.footer, 4)) {
-    std::string why = std::strerror(errno);
-    abandon();
-    TG_THROW("write error on {}: {}", temp_path_, why);
+  try {
+    put(f.header, sizeof f.header);
+    put(data, n);
+    put(f.footer, sizeof f.footer);
+  } catch (...) {
+    file_.reset();  // the temporary file goes now
+    throw;
   }
-  ++records_;
 }
 
-bool TfRecordWriter::put(const void* data, size_t n) {
-  if (!deflater_) return std::fwrite(data, 1, n, file_) == n;
+void TfRecordWriter::put(const void* data, size_t n) {
+  if (!deflater_) return file_->write(data, n);
   z_stream& zs = deflater_->zs;
   const unsigned char* p = static_cast<const unsigned char*>(data);
   const bool finish = data == nullptr;  // put(nullptr, 0): end the stream
@@ -437,33 +388,24 @@ bool TfRecordWriter::put(const void* data, size_t n) {
       zs.next_out = deflater_->out.data();
       zs.avail_out = static_cast<uInt>(deflater_->out.size());
       rc = deflate(&zs, finish ? Z_FINISH : Z_NO_FLUSH);
-      if (rc == Z_STREAM_ERROR) return false;
-      const size_t have = deflater_->out.size() - zs.avail_out;
-      if (have > 0 && std::fwrite(deflater_->out.data(), 1, have, file_) != have) return false;
+      TG_CHECK(rc != Z_STREAM_ERROR, "{}: zlib deflate stream error", final_path_);
+      file_->write(deflater_->out.data(), deflater_->out.size() - zs.avail_out);
     } while (zs.avail_out == 0 || (finish && rc != Z_STREAM_END));
     p += chunk;
     n -= chunk;
   } while (n > 0);
-  return true;
 }
 
 void TfRecordWriter::close() {
   TG_CHECK(file_ != nullptr, "TFRecord writer for {} closed twice", final_path_);
-  bool ok = (!deflater_ || put(nullptr, 0)) && std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
-  std::string why = ok ? "" : std::strerror(errno);
-  if (std::fclose(file_) != 0 && ok) {
-    ok = false;
-    why = std::strerror(errno);
+  try {
+    if (deflater_) put(nullptr, 0);
+    file_->commit();
+  } catch (...) {
+    file_.reset();  // the temporary file goes now
+    throw;
   }
-  file_ = nullptr;
-  if (ok && std::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
-    ok = false;
-    why = std::strerror(errno);
-  }
-  if (!ok) {
-    std::remove(temp_path_.c_str());
-    TG_THROW("cannot finish {}: {}", final_path_, why);
-  }
+  file_.reset();
 }
 
 }  // namespace tg

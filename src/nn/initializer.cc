@@ -11,10 +11,10 @@ namespace tg {
 
 std::string Initializer::str() const {
   switch (kind) {
-    case Kind::CONSTANT: return fmt::format("constant({})", value);
-    case Kind::TRUNCATED_NORMAL: return fmt::format("truncated_normal({}, seed+{})", stddev, seed_offset);
-    case Kind::XAVIER: return fmt::format("xavier(seed+{})", seed_offset);
-    case Kind::HE: return fmt::format("he(seed+{})", seed_offset);
+    case Kind::kConstant: return fmt::format("constant({})", value);
+    case Kind::kTruncatedNormal: return fmt::format("truncated_normal({}, seed+{})", stddev, seed_offset);
+    case Kind::kXavier: return fmt::format("xavier(seed+{})", seed_offset);
+    case Kind::kHe: return fmt::format("he(seed+{})", seed_offset);
   }
   return "?";
 }
@@ -64,7 +64,7 @@ void initialize_host(const Initializer& init, const Tensor& t, uint64_t seed, ui
   TG_CHECK(t.device().is_cpu(), "initialize_host on a {} tensor", t.device().str());
   float* p = t.data<float>();
   const int64_t n = t.numel();
-  if (init.kind == Initializer::Kind::CONSTANT) {
+  if (init.kind == Initializer::Kind::kConstant) {
     for (int64_t i = 0; i < n; ++i) p[i] = init.value;
     return;
   }
@@ -72,9 +72,9 @@ void initialize_host(const Initializer& init, const Tensor& t, uint64_t seed, ui
   double fan_in, fan_out;
   fans(t.shape(), &fan_in, &fan_out);
   switch (init.kind) {
-    case Initializer::Kind::TRUNCATED_NORMAL:
-    case Initializer::Kind::HE: {
-      float stddev = init.kind == Initializer::Kind::HE ? static_cast<float>(std::sqrt(2.0 / fan_in)) : init.stddev;
+    case Initializer::Kind::kTruncatedNormal:
+    case Initializer::Kind::kHe: {
+      float stddev = init.kind == Initializer::Kind::kHe ? static_cast<float>(std::sqrt(2.0 / fan_in)) : init.stddev;
       for (int64_t i = 0; i < n; ++i) {
         float z;
         do z = standard_normal(u);
@@ -83,12 +83,12 @@ void initialize_host(const Initializer& init, const Tensor& t, uint64_t seed, ui
       }
       break;
     }
-    case Initializer::Kind::XAVIER: {
+    case Initializer::Kind::kXavier: {
       float a = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
       for (int64_t i = 0; i < n; ++i) p[i] = (2.f * u.next() - 1.f) * a;
       break;
     }
-    case Initializer::Kind::CONSTANT: break;
+    case Initializer::Kind::kConstant: break;
   }
 }
 

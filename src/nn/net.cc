@@ -99,12 +99,23 @@ void Net::setup(Backend& backend, int64_t batch) {
   TG_CHECK(!loss_.empty(), "the net has no loss");
   TG_CHECK(backend.supports_compute(compute_), "{} compute on {}: {}", dtype_name(compute_), backend.name(),
            backend.why_not(compute_));
-  const bool mixed = compute_ != DType::F32;
   tensors_[0].dtype = compute_;  // the images, cast from the f32 batch
   tensors_[0].shape = Shape{batch, input_shape_[0], input_shape_[1], input_shape_[2]};
   tensors_[1].shape = Shape{batch};
+  infer_shapes(backend);
+  const std::vector<bool> needs = tensors_needing_gradients();
+  plan_activations(needs);
+  plan_gradient_slots(needs);
+  for (const auto& node : nodes_)
+    for (const auto& p : node.params) grads_.add(p.name, p.shape);
+  allocate(backend);
+  backend_ = &backend;
+  batch_ = batch;
+  build_views(backend);
+}
 
-  // Shapes, parameters, state and saved tensors, layer by layer.
+// Shapes, parameters, state and saved tensors, layer by layer.
+void Net::infer_shapes(Backend& backend) {
   for (auto& node : nodes_) {
     std::vector<Shape> in_shapes;
     for (int t : node.inputs) in_shapes.push_back(tensors_[t].shape);
@@ -114,7 +125,7 @@ void Net::setup(Backend& backend, int64_t batch) {
     tensors_[node.output].dtype = node.layer->output_dtype(compute_);
     node.params = ctx.params();
     node.half_slot.assign(node.params.size(), -1);
-    if (mixed && node.layer->params_in_compute_dtype())
+    if (compute_ != DType::F32 && node.layer->params_in_compute_dtype())
       for (size_t p = 0; p < node.params.size(); ++p) {
         node.half_slot[p] = half_params_.add(node.params[p].name, node.params[p].shape, compute_);
         half_grads_.add(node.params[p].name, node.params[p].shape, compute_);
@@ -122,8 +133,10 @@ void Net::setup(Backend& backend, int64_t batch) {
     node.states = ctx.states();
     for (const auto& s : ctx.saveds()) node.saved_ids.push_back(saved_.add(s.name, s.shape, s.dtype));
   }
+}
 
-  // Which tensors need a gradient: losses, and anything read differentiably by a node whose output does.
+// Which tensors need a gradient: losses, and anything read differentiably by a node whose output does.
+std::vector<bool> Net::tensors_needing_gradients() const {
   std::vector<bool> needs(tensors_.size(), false);
   needs[tensor_id(loss_)] = true;
   for (const auto& a : aux_losses_) needs[tensor_id(a.tensor)] = true;
@@ -134,27 +147,36 @@ void Net::setup(Backend& backend, int64_t batch) {
       if (node.layer->input_differentiable(static_cast<int>(k)) && tensors_[node.inputs[k]].producer >= 0)
         needs[node.inputs[k]] = true;
   }
+  return needs;
+}
 
+// Every tensor's activation entry, and a gradient entry for those that need one.
+void Net::plan_activations(const std::vector<bool>& needs) {
   for (auto& t : tensors_) t.act = acts_.add(t.name, t.shape, t.dtype);
   for (size_t t = 0; t < tensors_.size(); ++t)
     if (needs[t]) tensors_[t].grad = act_grads_.add(tensors_[t].name, tensors_[t].shape, tensors_[t].dtype);
+}
 
-  // Gradient slot per (node, input): direct when the tensor has one differentiable reader, else a part.
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& node = nodes_[i];
+// How many nodes whose output needs a gradient read `tensor` differentiably.
+int Net::differentiable_readers(int tensor, const std::vector<bool>& needs) const {
+  int readers = 0;
+  for (const Node& node : nodes_) {
+    if (!needs[node.output]) continue;
+    for (size_t q = 0; q < node.inputs.size(); ++q)
+      if (node.inputs[q] == tensor && node.layer->input_differentiable(static_cast<int>(q))) ++readers;
+  }
+  return readers;
+}
+
+// Gradient slot per (node, input): direct when the tensor has one differentiable reader, else a part.
+void Net::plan_gradient_slots(const std::vector<bool>& needs) {
+  for (Node& node : nodes_) {
     node.input_grad_slot.assign(node.inputs.size(), -1);
     if (!needs[node.output]) continue;
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       TensorInfo& t = tensors_[node.inputs[k]];
       if (t.grad < 0 || !node.layer->input_differentiable(static_cast<int>(k))) continue;
-      int readers = 0;
-      for (size_t j = 0; j < nodes_.size(); ++j) {
-        if (!needs[nodes_[j].output]) continue;
-        for (size_t q = 0; q < nodes_[j].inputs.size(); ++q)
-          if (nodes_[j].inputs[q] == node.inputs[k] && nodes_[j].layer->input_differentiable(static_cast<int>(q)))
-            ++readers;
-      }
-      if (readers == 1) {
+      if (differentiable_readers(node.inputs[k], needs) == 1) {
         node.input_grad_slot[k] = t.grad;
       } else {
         int part = act_grads_.add(fmt::format("{}@{}#{}", t.name, node.layer->name(), k), t.shape, t.dtype);
@@ -163,13 +185,13 @@ void Net::setup(Backend& backend, int64_t batch) {
       }
     }
   }
+}
 
-  for (const auto& node : nodes_)
-    for (const auto& p : node.params) grads_.add(p.name, p.shape);
-
-  images_f32_ = mixed ? precision_.add("images/f32", tensors_[0].shape) : -1;
+// One allocation per slab; gradients start at zero. Mixed precision adds the f32 staging of the images and
+// the gradients' Inf/NaN flag.
+void Net::allocate(Backend& backend) {
+  images_f32_ = compute_ != DType::F32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
   found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::I32);
-
   acts_.allocate(backend.allocator());
   act_grads_.allocate(backend.allocator());
   saved_.allocate(backend.allocator());
@@ -182,10 +204,10 @@ void Net::setup(Backend& backend, int64_t batch) {
   backend.zero(precision_.flat_bytes());
   backend.zero(half_params_.flat_bytes());
   backend.zero(half_grads_.flat_bytes());
-  backend_ = &backend;
-  batch_ = batch;
+}
 
-  // Pre-built views: a step only fills in the step, key and mode.
+// Pre-built views: a step only fills in the step, key and mode.
+void Net::build_views(Backend& backend) {
   int param_index = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];

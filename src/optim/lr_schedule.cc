@@ -13,42 +13,20 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 }
 
-LearningRateDecay parse_learning_rate_decay(const std::string& name) {
-  if (name == "fixed") return LearningRateDecay::FIXED;
-  if (name == "exponential") return LearningRateDecay::EXPONENTIAL;
-  if (name == "polynomial") return LearningRateDecay::POLYNOMIAL;
-  if (name == "cosine") return LearningRateDecay::COSINE;
-  TG_THROW("--learning_rate_decay_type '{}' is not one of fixed, exponential, polynomial, cosine", name);
-}
-
-const char* learning_rate_decay_name(LearningRateDecay decay) {
-  switch (decay) {
-    case LearningRateDecay::FIXED:
-      return "fixed";
-    case LearningRateDecay::EXPONENTIAL:
-      return "exponential";
-    case LearningRateDecay::POLYNOMIAL:
-      return "polynomial";
-    case LearningRateDecay::COSINE:
-      return "cosine";
-  }
-  return "?";
-}
-
 LearningRateSchedule::LearningRateSchedule(const LearningRateOptions& options) : options_(options) {
   const LearningRateOptions& o = options_;
   TG_CHECK(std::isfinite(o.initial_learning_rate) && o.initial_learning_rate >= 0,
            "--initial_learning_rate must be finite and >= 0, got {}", o.initial_learning_rate);
   TG_CHECK(o.warmup_steps >= 0, "--warmup_steps must be >= 0, got {}", o.warmup_steps);
-  TG_CHECK(o.warmup_steps == 0 || o.decay_type == LearningRateDecay::COSINE,
+  TG_CHECK(o.warmup_steps == 0 || o.decay_type == LearningRateDecay::kCosine,
            "--warmup_steps {} is only used by --learning_rate_decay_type cosine, not {}", o.warmup_steps,
-           learning_rate_decay_name(o.decay_type));
-  effective_ = o.optimizer == OptimizerKind::ADAM ? LearningRateDecay::FIXED : o.decay_type;
+           enum_name(o.decay_type));
+  effective_ = o.optimizer == OptimizerKind::kAdam ? LearningRateDecay::kFixed : o.decay_type;
 
   switch (effective_) {
-    case LearningRateDecay::FIXED:
+    case LearningRateDecay::kFixed:
       break;
-    case LearningRateDecay::EXPONENTIAL: {
+    case LearningRateDecay::kExponential: {
       TG_CHECK(o.examples_per_epoch > 0,
                "exponential learning-rate decay needs the dataset's examples per epoch "
                "(> 0), got {}",
@@ -67,10 +45,10 @@ LearningRateSchedule::LearningRateSchedule(const LearningRateOptions& options) :
       decay_steps_ = static_cast<int64_t>(steps);  // truncation, as Python's int()
       break;
     }
-    case LearningRateDecay::POLYNOMIAL:
+    case LearningRateDecay::kPolynomial:
       TG_CHECK(o.max_steps > 0, "--max_steps must be > 0 for polynomial learning-rate decay, got {}", o.max_steps);
       break;
-    case LearningRateDecay::COSINE:
+    case LearningRateDecay::kCosine:
       TG_CHECK(o.max_steps > 0, "--max_steps must be > 0 for cosine learning-rate decay, got {}", o.max_steps);
       TG_CHECK(o.warmup_steps < o.max_steps, "--warmup_steps ({}) must be less than --max_steps ({})", o.warmup_steps,
                o.max_steps);
@@ -83,15 +61,15 @@ double LearningRateSchedule::rate(int64_t step) const {
   const LearningRateOptions& o = options_;
   const double lr0 = o.initial_learning_rate;
   switch (effective_) {
-    case LearningRateDecay::FIXED:
+    case LearningRateDecay::kFixed:
       return lr0;
-    case LearningRateDecay::EXPONENTIAL:
+    case LearningRateDecay::kExponential:
       return lr0 * std::pow(o.learning_rate_decay_factor, static_cast<double>(step / decay_steps_));
-    case LearningRateDecay::POLYNOMIAL: {
+    case LearningRateDecay::kPolynomial: {
       const double t = static_cast<double>(std::min(step, o.max_steps));
       return lr0 * std::sqrt(1.0 - t / static_cast<double>(o.max_steps));
     }
-    case LearningRateDecay::COSINE: {
+    case LearningRateDecay::kCosine: {
       if (step < o.warmup_steps) return lr0 * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
       const double progress = static_cast<double>(std::min(step, o.max_steps) - o.warmup_steps) /
                               static_cast<double>(o.max_steps - o.warmup_steps);
@@ -104,20 +82,20 @@ double LearningRateSchedule::rate(int64_t step) const {
 std::string LearningRateSchedule::describe() const {
   const LearningRateOptions& o = options_;
   switch (effective_) {
-    case LearningRateDecay::FIXED:
-      if (o.optimizer == OptimizerKind::ADAM && o.decay_type != LearningRateDecay::FIXED)
+    case LearningRateDecay::kFixed:
+      if (o.optimizer == OptimizerKind::kAdam && o.decay_type != LearningRateDecay::kFixed)
         return fmt::format(
             "fixed: {} (adam keeps the learning rate constant; --learning_rate_decay_type {} "
             "is not used)",
-            o.initial_learning_rate, learning_rate_decay_name(o.decay_type));
+            o.initial_learning_rate, enum_name(o.decay_type));
       return fmt::format("fixed: {}", o.initial_learning_rate);
-    case LearningRateDecay::EXPONENTIAL:
+    case LearningRateDecay::kExponential:
       return fmt::format("exponential: {} * {}^floor(t / {})", o.initial_learning_rate, o.learning_rate_decay_factor,
                          decay_steps_);
-    case LearningRateDecay::POLYNOMIAL:
+    case LearningRateDecay::kPolynomial:
       return fmt::format("polynomial: {} * (1 - min(t, {}) / {})^0.5", o.initial_learning_rate, o.max_steps,
                          o.max_steps);
-    case LearningRateDecay::COSINE:
+    case LearningRateDecay::kCosine:
       return fmt::format("cosine: {} with {} linear warm-up steps, reaching 0 at step {}", o.initial_learning_rate,
                          o.warmup_steps, o.max_steps);
   }

@@ -16,13 +16,13 @@ size_t align_up(size_t n) { return (n + kSlabAlign - 1) / kSlabAlign * kSlabAlig
 
 std::vector<std::string> suffixes_of(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::GD:
+    case OptimizerKind::kGd:
       return {};
-    case OptimizerKind::MOMENTUM:
+    case OptimizerKind::kMomentum:
       return {"Momentum"};
-    case OptimizerKind::ADAM:
+    case OptimizerKind::kAdam:
       return {"Adam", "Adam_1"};
-    case OptimizerKind::RMSPROP:
+    case OptimizerKind::kRmsprop:
       return {"RMSProp", "RMSProp_1"};
   }
   TG_THROW("unknown optimizer kind {}", static_cast<int>(kind));
@@ -32,21 +32,21 @@ void check_finite(float v, const char* option) { TG_CHECK(std::isfinite(v), "{} 
 
 void check_options(const OptimizerOptions& o) {
   switch (o.kind) {
-    case OptimizerKind::GD:
+    case OptimizerKind::kGd:
       break;
-    case OptimizerKind::MOMENTUM:
-    case OptimizerKind::RMSPROP:
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kRmsprop:
       check_finite(o.momentum, "--momentum");
       TG_CHECK(o.momentum >= 0.f, "--momentum must be >= 0, got {}", o.momentum);
       break;
-    case OptimizerKind::ADAM:
+    case OptimizerKind::kAdam:
       TG_CHECK(o.adam_beta1 >= 0.f && o.adam_beta1 < 1.f, "adam beta1 must be in [0, 1), got {}", o.adam_beta1);
       TG_CHECK(o.adam_beta2 >= 0.f && o.adam_beta2 < 1.f, "adam beta2 must be in [0, 1), got {}", o.adam_beta2);
       check_finite(o.adam_epsilon, "adam epsilon");
       TG_CHECK(o.adam_epsilon > 0.f, "adam epsilon must be > 0, got {}", o.adam_epsilon);
       break;
   }
-  if (o.kind == OptimizerKind::RMSPROP) {
+  if (o.kind == OptimizerKind::kRmsprop) {
     TG_CHECK(o.rmsprop_decay >= 0.f && o.rmsprop_decay <= 1.f, "rmsprop decay must be in [0, 1], got {}",
              o.rmsprop_decay);
     check_finite(o.rmsprop_epsilon, "rmsprop epsilon");
@@ -55,28 +55,6 @@ void check_options(const OptimizerOptions& o) {
 }
 
 }  // namespace
-
-OptimizerKind parse_optimizer_kind(const std::string& name) {
-  if (name == "gd") return OptimizerKind::GD;
-  if (name == "momentum") return OptimizerKind::MOMENTUM;
-  if (name == "adam") return OptimizerKind::ADAM;
-  if (name == "rmsprop") return OptimizerKind::RMSPROP;
-  TG_THROW("--optimizer '{}' is not one of gd, momentum, adam, rmsprop", name);
-}
-
-const char* optimizer_kind_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::GD:
-      return "gd";
-    case OptimizerKind::MOMENTUM:
-      return "momentum";
-    case OptimizerKind::ADAM:
-      return "adam";
-    case OptimizerKind::RMSPROP:
-      return "rmsprop";
-  }
-  return "?";
-}
 
 Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backend& backend)
     : options_(options), slot_suffixes_(suffixes_of(options.kind)) {
@@ -104,7 +82,7 @@ void Optimizer::reset(Backend& backend) {
   const int n = static_cast<int>(params_.size());
   for (int g = 0; g < slots_per_param(); ++g) {
     // TF 1.x RMSProp starts its mean-square slot at 1 (so the first steps are not huge); all else at 0.
-    const bool ones = options_.kind == OptimizerKind::RMSPROP && g == 0;
+    const bool ones = options_.kind == OptimizerKind::kRmsprop && g == 0;
     if (n == 0) continue;
     Tensor group = slot_group(g);
     if (ones)
@@ -133,18 +111,18 @@ OptimizerStep Optimizer::step_descriptor(int64_t step, float lr) const {
   s.kind = options_.kind;
   s.lr = lr;
   switch (options_.kind) {
-    case OptimizerKind::GD:
+    case OptimizerKind::kGd:
       break;
-    case OptimizerKind::MOMENTUM:
+    case OptimizerKind::kMomentum:
       s.momentum = options_.momentum;
       break;
-    case OptimizerKind::ADAM:
+    case OptimizerKind::kAdam:
       s.lr = static_cast<float>(adam_corrected_lr(lr, options_.adam_beta1, options_.adam_beta2, step));
       s.beta1 = options_.adam_beta1;
       s.beta2 = options_.adam_beta2;
       s.epsilon = options_.adam_epsilon;
       break;
-    case OptimizerKind::RMSPROP:
+    case OptimizerKind::kRmsprop:
       s.momentum = options_.momentum;
       s.decay = options_.rmsprop_decay;
       s.epsilon = options_.rmsprop_epsilon;

@@ -34,6 +34,18 @@ DType parse_dtype(const std::string& s, const std::string& where) {
 }
 }  // namespace
 
+const char* CheckpointLayout::prefix(Part part) {
+  switch (part) {
+    case kParams: return "params/";
+    case kState: return "state/";
+    case kEma: return "ema/";
+    case kSlots: return "slots/";
+  }
+  TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
+}
+
+bool CheckpointLayout::is_in(Part part, const std::string& name) { return name.rfind(prefix(part), 0) == 0; }
+
 std::string digest_hex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 
 std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const std::vector<NamedTensor>& tensors) {
@@ -59,7 +71,8 @@ std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const
     e->set_bytes(nt.tensor.bytes());
     uint32_t crc = crc32c(nt.tensor.raw(), nt.tensor.bytes());
     e->set_crc32c(crc);
-    if (nt.name.rfind("params/", 0) == 0) param_crc = crc32c_extend(param_crc, nt.tensor.raw(), nt.tensor.bytes());
+    if (CheckpointLayout::is_in(CheckpointLayout::kParams, nt.name))
+      param_crc = crc32c_extend(param_crc, nt.tensor.raw(), nt.tensor.bytes());
     offset = (offset + nt.tensor.bytes() + 63) / 64 * 64;
   }
   meta.parameter_digest = digest_hex(param_crc);

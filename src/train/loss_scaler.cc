@@ -1,7 +1,10 @@
 // LossScaler: halve and skip on Inf/NaN, double after a run of good steps (see loss_scaler.h).
 #include "terngrad/train/loss_scaler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "terngrad/core/error.h"
 
@@ -43,7 +46,9 @@ void LossScaler::append_checkpoint_tensors(std::vector<NamedTensor>& out, std::v
 }
 
 bool LossScaler::restore_from(const CheckpointReader& reader) {
-  if (!reader.has("loss_scale/scale") || !reader.has("loss_scale/good_steps")) return false;
+  const std::vector<std::string> names = reader.names();
+  for (const char* name : {"loss_scale/scale", "loss_scale/good_steps"})
+    if (std::find(names.begin(), names.end(), name) == names.end()) return false;
   float scale = 0.f;
   int32_t good = 0;
   reader.read("loss_scale/scale", Tensor(&scale, Shape{1}, DType::F32, Device::cpu()));

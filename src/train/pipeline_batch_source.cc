@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "terngrad/data/input_pipeline.h"
+#include "terngrad/data/preprocess.h"
+#include "terngrad/models/registry.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/train_config.h"
 
@@ -67,7 +69,7 @@ std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, in
   o.data_dir = c.data_dir;
   o.subset = c.subset;
   o.dataset = c.dataset;
-  o.net = c.net;
+  o.imagenet_preprocessing = parse_enum<PreprocessKind>(find_model(c.net).imagenet_preprocessing);
   o.image_size = static_cast<int>(c.image_size);
   o.batch_size = static_cast<int>(batch);
   o.train = true;

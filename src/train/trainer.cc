@@ -33,6 +33,8 @@
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/stale_files.h"
+#include "terngrad/train/train_flags.h"
+#include "terngrad/train/throughput_meter.h"
 
 namespace tg {
 
@@ -43,7 +45,6 @@ namespace {
 // another on the replica's thread, and its exchange meets the other replicas (of this and other processes)
 // through the replicas' communicator.
 struct Replica {
-  int index = 0;  // in this process
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Optimizer> optimizer;
@@ -66,6 +67,17 @@ struct Worker {
   int track = -1;                  // its timeline track
   double forward_backward = 0;     // seconds in the last step, exchange work inside backward excluded
 };
+
+// The replica's slab that a checkpoint part holds.
+Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
+  switch (part) {
+    case CheckpointLayout::kParams: return r.store->params();
+    case CheckpointLayout::kState: return r.store->state();
+    case CheckpointLayout::kEma: return r.ema->shadow();
+    case CheckpointLayout::kSlots: return r.optimizer->slots();
+  }
+  TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -106,6 +118,20 @@ std::string human_duration(double s) {
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
   return fmt::format("{}s", t);
 }
+// What run() keeps between steps: where the log lines go and the sums of the current log window.
+
+struct RunLog {
+  RunLog(int64_t batch_size, int64_t log_every, size_t n_workers)
+      : meter(batch_size, log_every), window_worker_fb(n_workers, 0.0) {}
+  std::unique_ptr<MetricsWriter> metrics;  // --metrics_jsonl (process 0)
+  std::unique_ptr<EventWriter> events;     // TensorBoard (process 0)
+  ThroughputMeter meter;                   // its warm-up is the first log window
+  Clock::time_point start = Clock::now();
+  PhaseTimes window_times, run_times;     // sums over the log window; over the run after the warm-up
+  int64_t run_time_steps = 0;
+  std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
+  bool timeline_written = false;
+};
 }  // namespace
 
 struct Trainer::Impl {
@@ -134,14 +160,37 @@ struct Trainer::Impl {
   std::string resumed_path;  // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
+  // Construction: build() (replicas, workers, exchange, schedule), then resume_or_initialize().
   void build();
-  void resume_or_initialize();
+  void place_workers(int n_replicas);
   void build_replicas();
+  void build_replica(Replica& r, const ModelConfig& mc);
   void connect_replicas();
+  void build_timeline();
   void build_exchanges();
+  void build_schedule();
+  void allocate_host_batch();
+  void resume_or_initialize();
+  void clean_train_dir();
+  uint64_t resume(const std::string& path);
+  void check_resumable(const CheckpointMeta& m) const;
+  void create_ema(Replica& r);
+  void open_batch_source(uint64_t cursor);
+
+  // A step.
   void step(int64_t t, float lr);
   void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
   bool agree_on_overflow(Replica& r);
+
+  // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.
+  TrainResult already_finished() const;
+  RunLog open_run_log();
+  void log_configuration() const;
+  bool timed_step(int64_t t, float lr, RunLog& log);
+  void log_window(int64_t done, float lr, RunLog& log);
+  void after_step(int64_t done, RunLog& log);
+  void finish_run(int64_t t, RunLog& log, TrainResult& result);
+
   void write_timeline();
   std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
   std::string save(int64_t steps_done);
@@ -176,44 +225,17 @@ void Trainer::Impl::build() {
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
   build_replicas();
-  if (!cfg.timeline.empty()) {
-    const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
-    timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, rank);
-    for (Worker& wk : workers) wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
-  }
+  connect_replicas();
+  build_timeline();
   build_exchanges();
-
-  const DatasetInfo& data = dataset_info(cfg.dataset);
-  LearningRateOptions lo;
-  lo.decay_type = parse_learning_rate_decay(cfg.learning_rate_decay_type);
-  lo.initial_learning_rate = cfg.initial_learning_rate;
-  lo.num_epochs_per_decay = cfg.num_epochs_per_decay;
-  lo.learning_rate_decay_factor = cfg.learning_rate_decay_factor;
-  lo.examples_per_epoch = data.train_examples;
-  lo.batch_size = cfg.batch_size;
-  lo.max_steps = cfg.max_steps;
-  lo.warmup_steps = cfg.warmup_steps;
-  lo.optimizer = parse_optimizer_kind(cfg.optimizer);
-  schedule = std::make_unique<LearningRateSchedule>(lo);
-
-  host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
-                                                             data.channels) * sizeof(float));
-  host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
-  std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
-  std::memset(host_labels.data(), 0, host_labels.bytes());
+  build_schedule();
+  allocate_host_batch();
 }
 
-// Replicas (one per device: --num_gpus GPUs, or --cpu_replicas shares of the CPU), each with its own thread,
-// and the workers, placed round-robin: worker w computes on replica w % R as its (w / R)-th worker.
-void Trainer::Impl::build_replicas() {
+// Workers are placed round-robin: worker w computes on replica w % R as its (w / R)-th worker.
+void Trainer::Impl::place_workers(int n_replicas) {
   const int n_workers = cfg.workers_per_process();
-  const bool cpu = cfg.device == "cpu";
-  const int n_replicas = cpu ? cfg.cpu_replicas : cfg.num_gpus;
   const int per_replica = n_workers / n_replicas;  // validate(): a multiple
-  BackendOptions bo;
-  bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
-  bo.allow_tf32 = cfg.allow_tf32;
-  const ModelConfig mc = cfg.model_config();
   replicas.resize(static_cast<size_t>(n_replicas));
   workers.resize(static_cast<size_t>(n_workers));
   for (int w = 0; w < n_workers; ++w) {
@@ -222,40 +244,55 @@ void Trainer::Impl::build_replicas() {
     wk.global_index = (rank * n_replicas + wk.replica) * per_replica + w / n_replicas;
     replicas[wk.replica].workers.push_back(w);
   }
-  // Each replica is built on its own thread, so its memory is first touched there and its thread-bound state
-  // (CUDA device, the CPU team's size) is set where it is used.
+}
+
+// Replicas: one per device (--num_gpus GPUs, or --cpu_replicas shares of the CPU), each with its own thread.
+// Each replica is built on its own thread, so its memory is first touched there and its thread-bound state
+// (CUDA device, the CPU team's size) is set where it is used.
+void Trainer::Impl::build_replicas() {
+  const bool cpu = cfg.device == "cpu";
+  const int n_replicas = cpu ? cfg.cpu_replicas : cfg.num_gpus;
+  place_workers(n_replicas);
+  BackendOptions bo;
+  bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
+  bo.allow_tf32 = cfg.allow_tf32;
+  const ModelConfig mc = cfg.model_config();
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
-    r.index = d;
     std::string dev = cfg.device;
     if (!cpu && n_replicas > 1) dev = fmt::format("cuda:{}", d);
     r.backend = make_backend(dev, bo);
     r.backend->bind_thread();
-    const DType compute = cfg.compute_dtype();
-    TG_CHECK(r.backend->supports_compute(compute), "--precision {} on --device {}: {}", cfg.precision, dev,
-             r.backend->why_not(compute));
-    for (int w : r.workers) {
-      Worker& wk = workers[w];
-      wk.net = std::make_unique<Net>();
-      build_model(cfg.net, mc, *wk.net);
-      wk.net->set_compute_dtype(compute);
-      wk.net->setup(*r.backend, worker_batch);
-    }
-    r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
-    const Net& net = *workers[r.workers[0]].net;
-    r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
-    for (int w : r.workers) workers[w].net->bind(*r.store);
-    OptimizerOptions oo;
-    oo.kind = parse_optimizer_kind(cfg.optimizer);
-    oo.momentum = cfg.momentum;
-    r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
-    // The exchange works on the gradients where they are (device memory on a GPU).
-    for (int w : r.workers) {
-      Slab& g = workers[w].net->grads();
-      for (int i = 0; i < g.size(); ++i) workers[w].grad_views.push_back(g.view(i));
-    }
+    build_replica(r, mc);
   });
-  connect_replicas();
+}
+
+// On the replica's thread: its workers' nets (in the --precision compute dtype), the parameters they share, the
+// optimizer, the views of the workers' gradients the exchange works on (where they are: device memory on a
+// GPU), and the device flag of fp16's overflow agreement.
+void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
+  const DType compute = cfg.compute_dtype();
+  TG_CHECK(r.backend->supports_compute(compute), "--precision {} on --device {}: {}", cfg.precision,
+           r.backend->device().str(), r.backend->why_not(compute));
+  for (int w : r.workers) {
+    Worker& wk = workers[w];
+    wk.net = std::make_unique<Net>();
+    build_model(cfg.net, mc, *wk.net);
+    wk.net->set_compute_dtype(compute);
+    wk.net->setup(*r.backend, worker_batch);
+  }
+  r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
+  const Net& net = *workers[r.workers[0]].net;
+  r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
+  for (int w : r.workers) workers[w].net->bind(*r.store);
+  OptimizerOptions oo;
+  oo.kind = parse_enum<OptimizerKind>(cfg.optimizer);
+  oo.momentum = cfg.momentum;
+  r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
+  for (int w : r.workers) {
+    Slab& g = workers[w].net->grads();
+    for (int i = 0; i < g.size(); ++i) workers[w].grad_views.push_back(g.view(i));
+  }
 }
 
 // Replicas meet through one communicator rank each. CPU: the process communicator (MPI) when there is one
@@ -308,7 +345,7 @@ void Trainer::Impl::build_exchanges() {
     std::vector<std::vector<Tensor>> views;
     for (int w : r.workers) views.push_back(workers[w].grad_views);
     ExchangeOptions xo;
-    xo.mode = parse_exchange_mode(cfg.exchange);
+    xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
     xo.seed = cfg.seed;
     xo.bucket_mb = cfg.bucket_mb;
     // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
@@ -321,70 +358,117 @@ void Trainer::Impl::build_exchanges() {
   }
 }
 
+
+// --timeline: one track per worker.
+void Trainer::Impl::build_timeline() {
+  if (cfg.timeline.empty()) return;
+  const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
+  timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, rank);
+  for (Worker& wk : workers) wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
+}
+
+void Trainer::Impl::build_schedule() {
+  LearningRateOptions lo;
+  lo.decay_type = parse_enum<LearningRateDecay>(cfg.learning_rate_decay_type);
+  lo.initial_learning_rate = cfg.initial_learning_rate;
+  lo.num_epochs_per_decay = cfg.num_epochs_per_decay;
+  lo.learning_rate_decay_factor = cfg.learning_rate_decay_factor;
+  lo.examples_per_epoch = dataset_info(cfg.dataset).train_examples;
+  lo.batch_size = cfg.batch_size;
+  lo.max_steps = cfg.max_steps;
+  lo.warmup_steps = cfg.warmup_steps;
+  lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
+  schedule = std::make_unique<LearningRateSchedule>(lo);
+}
+
+// The process's batch on the host: images (process_batch, image_size, image_size, channels) f32, labels
+// (process_batch) i32.
+void Trainer::Impl::allocate_host_batch() {
+  const int64_t channels = dataset_info(cfg.dataset).channels;
+  host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
+                                                             channels) * sizeof(float));
+  host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
+  std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
+  std::memset(host_labels.data(), 0, host_labels.bytes());
+}
+
 void Trainer::Impl::resume_or_initialize() {
-  const DatasetInfo& data = dataset_info(cfg.dataset);
-  if (is_chief()) {
-    fs::create_directories(cfg.train_dir);
-    // Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
-    const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
-    if (stale.files > 0)
-      spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
-                   stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
-  }
-  std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
+  if (is_chief()) clean_train_dir();
   uint64_t cursor = 0;
-  if (latest) {
-    CheckpointReader reader(*latest);
-    const CheckpointMeta& m = reader.meta();
-    TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
-                 m.num_classes == cfg.num_classes,
-             "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
-             "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
-             cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
-             cfg.num_classes);
-    // The data cursor counts this process's batches: resuming is exact only with the same data layout.
-    const std::map<std::string, std::string> now = cfg.to_flags();
-    for (const char* key : {"batch_size", "num_nodes", "num_processes", "seed", "subset", "shuffle_buffer"}) {
-      auto was = m.flags.find(key);
-      if (was == m.flags.end()) continue;
-      TG_CHECK(was->second == now.at(key),
-               "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
-               "data the uninterrupted run sees; use the same value or another --train_dir",
-               key, now.at(key), was->second, cfg.train_dir);
-    }
-    for (auto& r : replicas) {
-      r.ema = std::make_unique<ExponentialMovingAverage>(*r.backend, std::vector<const Slab*>{&r.store->params(),
-                                                                                             &r.store->state()},
-                                                         cfg.moving_average_decay);
-      auto load_slab = [&](const std::string& prefix, Slab& slab) {
-        read_slab(reader, *r.backend, slab, [&](const std::string& name) { return prefix + name; });
-      };
-      load_slab("params/", r.store->params());
-      load_slab("state/", r.store->state());
-      load_slab("ema/", r.ema->shadow());
-      load_slab("slots/", r.optimizer->slots());
-    }
-    if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
-      spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
-    start_step = m.step;
-    cursor = m.data_cursor;
-    last_digest = m.parameter_digest;
-    resumed_path = *latest;
-    kept_steps = list_checkpoint_steps(cfg.train_dir);
-    if (is_chief())
-      spdlog::info("resumed from {} at step {} (parameter digest {})", *latest, start_step, m.parameter_digest);
+  if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
+    cursor = resume(*latest);
   } else {
     for (auto& r : replicas) {
       r.store->initialize(cfg.seed);
-      r.ema = std::make_unique<ExponentialMovingAverage>(*r.backend, std::vector<const Slab*>{&r.store->params(),
-                                                                                             &r.store->state()},
-                                                         cfg.moving_average_decay);
+      create_ema(r);
     }
   }
   verify_processes_agree();
   if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
+  open_batch_source(cursor);
+}
+
+// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
+void Trainer::Impl::clean_train_dir() {
+  fs::create_directories(cfg.train_dir);
+  const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
+  if (stale.files > 0)
+    spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
+                 stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
+}
+
+// Every replica takes the checkpoint's parameters, statistics, moving averages and optimizer slots; returns
+// the checkpoint's data cursor.
+uint64_t Trainer::Impl::resume(const std::string& path) {
+  CheckpointReader reader(path);
+  const CheckpointMeta& m = reader.meta();
+  check_resumable(m);
+  for (auto& r : replicas) {
+    create_ema(r);
+    for (CheckpointLayout::Part part : CheckpointLayout::kParts)
+      read_slab(reader, *r.backend, checkpoint_slab(r, part),
+                [&](const std::string& name) { return CheckpointLayout::name(part, name); });
+  }
+  if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
+    spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
+  start_step = m.step;
+  last_digest = m.parameter_digest;
+  resumed_path = path;
+  kept_steps = list_checkpoint_steps(cfg.train_dir);
+  if (is_chief()) spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
+  return m.data_cursor;
+}
+
+// The checkpoint must be of this model and data, and of the same data layout: the data cursor counts this
+// process's batches, so resuming is exact only then.
+void Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
+  TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
+               m.num_classes == cfg.num_classes,
+           "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
+           "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
+           cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
+           cfg.num_classes);
+  const std::map<std::string, std::string> now = cfg.to_flags();
+  for (const std::string& key : resume_flag_names()) {
+    auto was = m.flags.find(key);
+    if (was == m.flags.end()) continue;
+    TG_CHECK(was->second == now.at(key),
+             "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
+             "data the uninterrupted run sees; use the same value or another --train_dir",
+             key, now.at(key), was->second, cfg.train_dir);
+  }
+}
+
+// The moving average of the replica's parameters and statistics, starting from their present values.
+void Trainer::Impl::create_ema(Replica& r) {
+  r.ema = std::make_unique<ExponentialMovingAverage>(
+      *r.backend, std::vector<const Slab*>{&r.store->params(), &r.store->state()}, cfg.moving_average_decay);
+}
+
+void Trainer::Impl::open_batch_source(uint64_t cursor) {
   if (cfg.benchmark_mode) {
-    source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank), data.num_classes, cursor);
+    source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank),
+                                                    dataset_info(cfg.dataset).num_classes, cursor);
   } else {
     source = make_pipeline_batch_source(cfg, rank, num_processes, process_batch, cursor);
   }
@@ -399,7 +483,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
   Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
   {
-    ScopedPhase input(step_times, Phase::InputWait, timeline.get(), workers[0].track);
+    ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
     source->next(images, labels);
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
@@ -412,7 +496,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   step_times += replicas[0].times;
   last_stats = replicas[0].stats;
   const double total = seconds_between(step_begin, Clock::now());
-  step_times.add(Phase::Other, std::max(0.0, total - step_times.total_excluding_in_flight()));
+  step_times.add(Phase::kOther, std::max(0.0, total - step_times.total_excluding_in_flight()));
 }
 
 // One replica's part of a step, on its thread: its workers' forward and backward one after another (the last
@@ -437,7 +521,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     wk.net->backward(feeds ? &feeder : nullptr, scaler->scale());
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
-    r.times.add(Phase::ForwardBackward, wk.forward_backward);
+    r.times.add(Phase::kForwardBackward, wk.forward_backward);
     if (tl && tl->recording()) {
       tl->record(wk.track, "forward", t0, t1);
       tl->record(wk.track, "backward", t1, t2);
@@ -451,7 +535,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.stats = r.exchange->finish();
   r.times += r.exchange->times();
   if (r.overflowed) return;
-  ScopedPhase update(r.times, Phase::OptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
+  ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
   Worker& first = workers[r.workers[0]];
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
@@ -468,7 +552,7 @@ bool Trainer::Impl::agree_on_overflow(Replica& r) {
   const Tensor host(&found, Shape{1}, DType::I32, Device::cpu());
   const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::I32, r.backend->device());
   r.backend->copy(dev, host);
-  r.group->allreduce(dev, ReduceOp::Max);
+  r.group->allreduce(dev, ReduceOp::kMax);
   r.backend->copy(host, dev);
   return found != 0;
 }
@@ -567,7 +651,7 @@ void Trainer::Impl::verify_processes_agree() {
 // each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
 bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
   int32_t flag = stop && stop->load() ? 1 : 0;
-  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::Max);
+  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::kMax);
   return flag != 0;
 }
 
@@ -591,19 +675,16 @@ void Trainer::Impl::check_replicas(int64_t steps_done) {
 std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
   std::vector<NamedTensor> out;
   Replica& r = replicas[0];
-  auto add_slab = [&](const std::string& prefix, const Slab& slab) {
+  for (CheckpointLayout::Part part : CheckpointLayout::kParts) {
+    const Slab& slab = checkpoint_slab(r, part);
     for (int i = 0; i < slab.size(); ++i) {
       const auto& e = slab.entry(i);
       storage.emplace_back(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
       Tensor h(storage.back().data(), e.shape, e.dtype, Device::cpu());
       r.backend->copy(h, slab.view(i));
-      out.push_back({prefix + e.name, h});
+      out.push_back({CheckpointLayout::name(part, e.name), h});
     }
-  };
-  add_slab("params/", r.store->params());
-  add_slab("state/", r.store->state());
-  add_slab("ema/", r.ema->shadow());
-  add_slab("slots/", r.optimizer->slots());
+  }
   if (scaler->enabled()) scaler->append_checkpoint_tensors(out, storage);
   return out;
 }
@@ -641,151 +722,157 @@ std::string Trainer::Impl::save(int64_t steps_done) {
 TrainResult Trainer::run(const std::atomic<bool>* stop) {
   Impl& m = *impl_;
   const TrainConfig& cfg = m.cfg;
-  TrainResult result;
-  result.start_step = m.start_step;
-  if (m.start_step >= cfg.max_steps) {  // re-run of a finished training: nothing to do, say what is there
-    result.already_finished = true;
-    result.steps_done = m.start_step;
-    result.parameter_digest = m.last_digest;
-    if (m.is_chief())
-      spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
-                   m.start_step, m.resumed_path, m.last_digest, cfg.max_steps);
-    return result;
-  }
+  if (m.start_step >= cfg.max_steps) return m.already_finished();
   // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
   if (m.num_processes == 1) m.source->set_stop_flag(stop);
-  std::unique_ptr<MetricsWriter> metrics;
-  if (m.is_chief() && !cfg.metrics_jsonl.empty()) metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
-  std::unique_ptr<EventWriter> events;
-  if (m.is_chief()) events = std::make_unique<EventWriter>(cfg.train_dir);
-  if (m.is_chief()) {
-    std::string flags;
-    for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
-    spdlog::info("effective configuration:{}", flags);
-    spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", m.replicas[0].backend->name(), cfg.net,
-                 m.replicas[0].store->num_parameters(), m.workers.size() * m.num_processes, m.worker_batch,
-                 m.policy.summary());
-    const GradientExchange& x = *m.replicas[0].exchange;
-    spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", m.replicas.size(),
-                 m.replicas.size() == 1 ? "" : "s", exchange_mode_name(x.mode()), x.num_buckets(),
-                 x.num_buckets() == 1 ? "" : "s", m.replicas[0].overlap ? " overlapped with backward" : "",
-                 m.schedule->describe());
-  }
-  std::vector<double> rates;
-  double last_window_rate = 0;
-  double window_secs = 0;
-  int64_t window_steps = 0;
-  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the first window
-  int64_t run_time_steps = 0;
-  std::vector<double> window_worker_fb(m.workers.size(), 0.0);
-  bool timeline_written = false;
-  const auto run_start = Clock::now();
+  RunLog log = m.open_run_log();
+  TrainResult result;
+  result.start_step = m.start_step;
   int64_t t = m.start_step;
-  float loss = 0.f;
   for (; t < cfg.max_steps; ++t) {
-    if (m.stop_requested(stop)) {
-      result.interrupted = true;
-      break;
-    }
     const float lr = (*m.schedule)(t);
-    const auto t0 = Clock::now();
-    try {
-      m.step(t, lr);
-    } catch (const InputInterrupted&) {  // before any of the step's work: the state is still that of step t
+    if (m.stop_requested(stop) || !m.timed_step(t, lr, log)) {
       result.interrupted = true;
       break;
     }
-    window_secs += seconds_between(t0, Clock::now());
-    ++window_steps;
-    window_times += m.step_times;
-    for (size_t w = 0; w < m.workers.size(); ++w) window_worker_fb[w] += m.workers[w].forward_backward;
-    const bool warm = t + 1 - m.start_step > cfg.log_every;  // the first window is warm-up
-    if (warm) {
-      run_times += m.step_times;
-      ++run_time_steps;
-    }
-    const ExchangeStats& xs = m.last_stats;
-    result.bytes_moved += xs.moved_bytes;
-    result.fp32_bytes_moved += xs.fp32_moved_bytes;
-    const Net& last = *m.workers.back().net;
-    loss = last.last_cross_entropy() + last.last_regularization();
-    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) {
-      const double sec_per_batch = window_secs / window_steps;
-      const double eps = cfg.batch_size / sec_per_batch;
-      if (warm) rates.push_back(eps);
-      last_window_rate = eps;
-      const double elapsed = seconds_between(run_start, Clock::now());
-      const double eta = elapsed / (t + 1 - m.start_step) * (cfg.max_steps - t - 1);
-      const PhaseTimes mean = window_times.scaled(1.0 / window_steps);
-      const std::vector<PhaseTimes> per_process = m.gather_times(mean);  // every process: same steps
-      if (m.is_chief()) {
-        spdlog::info(
-            "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
-            "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
-            t + 1, last.last_cross_entropy(), last.last_regularization(), loss, eps, sec_per_batch, lr,
-            human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), t + 1, cfg.max_steps,
-            100.0 * (t + 1) / cfg.max_steps, human_duration(eta), mean.compact());
-        if (m.scaler->enabled())
-          spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", t + 1, m.scaler->scale(),
-                       m.scaler->skipped_steps());
-        if (events) m.write_summaries(*events, t + 1, lr, eps, mean);
-        if (metrics) {
-          StepMetrics sm;
-          sm.step = t + 1;
-          sm.entropy_loss = last.last_cross_entropy();
-          sm.reg_loss = last.last_regularization();
-          sm.total_loss = loss;
-          sm.learning_rate = lr;
-          sm.examples_per_sec = eps;
-          sm.sec_per_batch = sec_per_batch;
-          sm.bytes_exchanged = xs.moved_bytes;
-          sm.fp32_bytes = xs.fp32_moved_bytes;
-          sm.payload_bytes = xs.payload_bytes;
-          sm.wire_bytes = xs.process_wire_bytes;
-          sm.time = mean;
-          sm.loss_scale = m.scaler->scale();
-          sm.skipped_steps = m.scaler->skipped_steps();
-          if (m.num_processes > 1) sm.process_time = per_process;
-          for (double fb : window_worker_fb) sm.worker_forward_backward.push_back(fb / window_steps);
-          metrics->step(sm);
-        }
-      }
-      window_secs = 0;
-      window_steps = 0;
-      window_times.clear();
-      std::fill(window_worker_fb.begin(), window_worker_fb.end(), 0.0);
-    }
-    if (m.timeline && !timeline_written && t + 1 == m.timeline->last_step()) {
-      m.write_timeline();
-      timeline_written = true;
-    }
-    if (cfg.check_replicas_every > 0 && (t + 1) % cfg.check_replicas_every == 0) m.check_replicas(t + 1);
-    if ((t + 1) % cfg.save_iter == 0 && t + 1 < cfg.max_steps) m.last_digest = m.save(t + 1);
+    result.bytes_moved += m.last_stats.moved_bytes;
+    result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
+    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
+    m.after_step(t + 1, log);
   }
+  m.finish_run(t, log, result);
+  return result;
+}
+
+// A re-run of a finished training: nothing to do, say what is there.
+TrainResult Trainer::Impl::already_finished() const {
+  TrainResult result;
+  result.start_step = start_step;
+  result.already_finished = true;
+  result.steps_done = start_step;
+  result.parameter_digest = last_digest;
+  if (is_chief())
+    spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
+                 start_step, resumed_path, last_digest, cfg.max_steps);
+  return result;
+}
+
+// The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
+RunLog Trainer::Impl::open_run_log() {
+  RunLog log(cfg.batch_size, cfg.log_every, workers.size());
+  if (!is_chief()) return log;
+  if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
+  log.events = std::make_unique<EventWriter>(cfg.train_dir);
+  log_configuration();
+  log.start = Clock::now();
+  return log;
+}
+
+void Trainer::Impl::log_configuration() const {
+  std::string flags;
+  for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
+  spdlog::info("effective configuration:{}", flags);
+  spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
+               replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
+  const GradientExchange& x = *replicas[0].exchange;
+  spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", replicas.size(),
+               replicas.size() == 1 ? "" : "s", enum_name(x.mode()), x.num_buckets(),
+               x.num_buckets() == 1 ? "" : "s", replicas[0].overlap ? " overlapped with backward" : "",
+               schedule->describe());
+}
+
+// Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
+// state is still that of step t).
+bool Trainer::Impl::timed_step(int64_t t, float lr, RunLog& log) {
+  const Clock::time_point t0 = Clock::now();
+  try {
+    step(t, lr);
+  } catch (const InputInterrupted&) {
+    return false;
+  }
+  log.meter.add_step(seconds_between(t0, Clock::now()));
+  log.window_times += step_times;
+  for (size_t w = 0; w < workers.size(); ++w) log.window_worker_fb[w] += workers[w].forward_backward;
+  if (log.meter.warm()) {
+    log.run_times += step_times;
+    ++log.run_time_steps;
+  }
+  return true;
+}
+
+// The log line, TensorBoard scalars and metrics line of the window ending at step `done` (every process calls
+// it: the phase times are gathered).
+void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
+  const ThroughputMeter::Window w = log.meter.close_window();
+  const double elapsed = seconds_between(log.start, Clock::now());
+  const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
+  const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
+  const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
+  if (is_chief()) {
+    const Net& last = *workers.back().net;
+    const float loss = last.last_cross_entropy() + last.last_regularization();
+    const ExchangeStats& xs = last_stats;
+    spdlog::info(
+        "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
+        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
+        done, last.last_cross_entropy(), last.last_regularization(), loss, w.examples_per_sec, w.sec_per_step, lr,
+        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), done, cfg.max_steps,
+        100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
+    if (scaler->enabled())
+      spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", done, scaler->scale(), scaler->skipped_steps());
+    if (log.events) write_summaries(*log.events, done, lr, w.examples_per_sec, mean);
+    if (log.metrics) {
+      StepMetrics sm;
+      sm.step = done;
+      sm.entropy_loss = last.last_cross_entropy();
+      sm.reg_loss = last.last_regularization();
+      sm.total_loss = loss;
+      sm.learning_rate = lr;
+      sm.examples_per_sec = w.examples_per_sec;
+      sm.sec_per_batch = w.sec_per_step;
+      sm.bytes_exchanged = xs.moved_bytes;
+      sm.fp32_bytes = xs.fp32_moved_bytes;
+      sm.payload_bytes = xs.payload_bytes;
+      sm.wire_bytes = xs.process_wire_bytes;
+      sm.time = mean;
+      sm.loss_scale = scaler->scale();
+      sm.skipped_steps = scaler->skipped_steps();
+      if (num_processes > 1) sm.process_time = per_process;
+      for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
+      log.metrics->step(sm);
+    }
+  }
+  log.window_times.clear();
+  std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
+}
+
+// After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
+void Trainer::Impl::after_step(int64_t done, RunLog& log) {
+  if (timeline && !log.timeline_written && done == timeline->last_step()) {
+    write_timeline();
+    log.timeline_written = true;
+  }
+  if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
+  if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
+}
+
+// The end of a run stopped after step t (done or interrupted): the last checkpoint and the result.
+void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
   result.steps_done = t;
   // A run that ended inside the window still leaves the steps it traced.
-  if (m.timeline && !timeline_written && t >= m.timeline->first_step()) m.write_timeline();
-  if (t > m.start_step || m.kept_steps.empty() || result.interrupted) m.last_digest = m.save(t);
-  if (result.interrupted && m.is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
-  if (m.source->skipped_records() > 0)  // the one report of the total
-    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", m.source->skipped_records(),
-                 m.rank);
-  result.final_loss = loss;
-  if (!rates.empty()) {
-    std::sort(rates.begin(), rates.end());
-    result.median_examples_per_sec = rates[rates.size() / 2];
-  } else if (last_window_rate > 0) {
-    result.median_examples_per_sec = last_window_rate;
-  } else if (t > m.start_step) {  // stopped before the first log line: the mean of what ran
-    result.median_examples_per_sec = double(cfg.batch_size) * double(t - m.start_step) /
-                                     seconds_between(run_start, Clock::now());
-  }
-  result.time_per_step = run_time_steps > 0 ? run_times.scaled(1.0 / run_time_steps) : window_times;
-  result.parameter_digest = m.last_digest;
-  if (metrics)
-    metrics->summary(result.steps_done, result.median_examples_per_sec, result.bytes_moved, result.fp32_bytes_moved,
-                     result.final_loss, result.parameter_digest, result.time_per_step);
-  return result;
+  if (timeline && !log.timeline_written && t >= timeline->first_step()) write_timeline();
+  if (t > start_step || kept_steps.empty() || result.interrupted) last_digest = save(t);
+  if (result.interrupted && is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
+  if (source->skipped_records() > 0)  // the one report of the total
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
+  const Net& last = *workers.back().net;
+  if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
+  result.median_examples_per_sec = log.meter.median_examples_per_sec();
+  result.time_per_step =
+      log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
+  result.parameter_digest = last_digest;
+  if (log.metrics)
+    log.metrics->summary(result);
 }
 
 PhaseTimes Trainer::run_steps(int64_t steps) {

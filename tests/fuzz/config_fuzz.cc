@@ -19,16 +19,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One App for all inputs (building its ~60 options dominated an execution): the bound settings are reset
   // to their defaults and CLI11's parse state cleared before every parse.
   static tg::TrainConfig config;
-  static std::string log_level;
-  static bool summary;
+  static MainOptions options;
   static CLI::App& app = [] () -> CLI::App& {
     static CLI::App a{"terngrad-train"};
-    add_flags(a, config, log_level, summary);
+    add_flags(a, config, options);
     return a;
   }();
   config = tg::TrainConfig{};
-  log_level = "info";
-  summary = false;
+  options = MainOptions{};
   app.clear();
   std::string arg0 = "terngrad-train", arg1 = "--config", arg2 = path;
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};

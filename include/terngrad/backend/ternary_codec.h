@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "terngrad/core/dtype.h"
+#include "terngrad/core/enum_names.h"
 #include "terngrad/core/philox.h"
 
 namespace tg {
@@ -21,10 +22,15 @@ namespace tg {
 // Instruction-set paths of the loops (all give the same bits). Auto picks the best the CPU has; tests and
 // benchmarks force one with set_ternary_codec_isa (clamped to what the CPU supports; returns the path now in
 // use). Process-wide; not meant to change while the codec runs.
-enum class CodecIsa : int { Auto = -1, Generic = 0, Avx2 = 1, Avx512 = 2 };
+enum class CodecIsa : int { kAuto = -1, kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 CodecIsa set_ternary_codec_isa(CodecIsa isa);
 CodecIsa ternary_codec_isa();  // the path in use
-const char* ternary_codec_isa_name(CodecIsa isa);
+template <>
+struct EnumNames<CodecIsa> : EnumNamesBase {
+  static constexpr const char* kFlag = "--isa";
+  static constexpr EnumName<CodecIsa> kList[] = {
+      {CodecIsa::kAuto, "auto"}, {CodecIsa::kGeneric, "generic"}, {CodecIsa::kAvx2, "avx2"}, {CodecIsa::kAvx512, "avx512"}};
+};
 
 // One-pass statistics of one tensor (ternary_math.h's scaler definition).
 struct TensorStats {

@@ -21,12 +21,17 @@
 
 #include "terngrad/core/device.h"
 #include "terngrad/core/dtype.h"
+#include "terngrad/core/enum_names.h"
 #include "terngrad/core/tensor.h"
 
 namespace tg {
 
-enum class ReduceOp : uint8_t { Sum, Max };
-const char* reduce_op_name(ReduceOp op);
+enum class ReduceOp : uint8_t { kSum, kMax };
+template <>
+struct EnumNames<ReduceOp> : EnumNamesBase {
+  static constexpr const char* kFlag = "reduce op";
+  static constexpr EnumName<ReduceOp> kList[] = {{ReduceOp::kSum, "sum"}, {ReduceOp::kMax, "max"}};
+};
 
 // Whether dtype/op is one of the combinations every communicator supports (f32/i8/i32 sum and max, f16 sum).
 bool reduce_supported(DType dtype, ReduceOp op);

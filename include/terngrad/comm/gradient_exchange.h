@@ -45,6 +45,7 @@
 #include "terngrad/comm/communicator.h"
 #include "terngrad/compress/gradient_codec.h"
 #include "terngrad/core/buffer.h"
+#include "terngrad/core/enum_names.h"
 #include "terngrad/core/phase_times.h"
 
 namespace tg {
@@ -52,15 +53,18 @@ namespace tg {
 class CommunicationThread;
 class Timeline;
 
-enum class ExchangeMode : uint8_t { Auto, Allgather2, Allreduce8 };
-// "auto" | "allgather2" | "allreduce8"; anything else is an error naming --exchange and the choices.
-ExchangeMode parse_exchange_mode(const std::string& s);
-const char* exchange_mode_name(ExchangeMode m);
-// Auto -> Allgather2 for num_workers < 8, Allreduce8 otherwise; explicit modes stay.
+enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8 };
+template <>
+struct EnumNames<ExchangeMode> : EnumNamesBase {
+  static constexpr const char* kFlag = "--exchange";
+  static constexpr EnumName<ExchangeMode> kList[] = {
+      {ExchangeMode::kAuto, "auto"}, {ExchangeMode::kAllgather2, "allgather2"}, {ExchangeMode::kAllreduce8, "allreduce8"}};
+};
+// kAuto -> kAllgather2 for num_workers < 8, kAllreduce8 otherwise; explicit modes stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
 struct ExchangeOptions {
-  ExchangeMode mode = ExchangeMode::Auto;
+  ExchangeMode mode = ExchangeMode::kAuto;
   uint64_t seed = 1;
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket (with overlap)
   bool overlap = true;    // buckets exchanged by a communication thread while backward runs
@@ -117,7 +121,7 @@ class GradientExchange {
 
  private:
   enum class Stage : uint8_t {
-    Waiting, ScalersReady, ScalersPosted, ScalersShared, Encoded, DataPosted, DataDone, Decoded
+    kWaiting, kScalersReady, kScalersPosted, kScalersShared, kEncoded, kDataPosted, kDataDone, kDecoded
   };
   struct Bucket {
     TensorRange range;
@@ -127,7 +131,7 @@ class GradientExchange {
     Tensor code_sums;    // i8 (4 * packed_bytes) allreduce8
     Tensor f16;          // f16 (f16_elements) with several processes
     Tensor f32;          // f32 (f32_elements) with several processes
-    Stage stage = Stage::Waiting;
+    Stage stage = Stage::kWaiting;
     uint64_t ticket = 0;             // the communication thread's job of the current stage
   };
   void plan_buckets(double bucket_mb, bool one_bucket);

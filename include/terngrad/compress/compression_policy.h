@@ -12,10 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
+
 namespace tg {
 
-enum class GradCoding : uint8_t { F32, F16, Ternary };
-const char* grad_coding_name(GradCoding c);  // "fp32", "fp16", "ternary"
+enum class GradCoding : uint8_t { kF32, kF16, kTernary };
+template <>
+struct EnumNames<GradCoding> : EnumNamesBase {
+  static constexpr const char* kFlag = "gradient coding";
+  static constexpr EnumName<GradCoding> kList[] = {
+      {GradCoding::kF32, "fp32"}, {GradCoding::kF16, "fp16"}, {GradCoding::kTernary, "ternary"}};
+};
 
 struct CompressionFlags {
   int grad_bits = 32;            // 1 (ternary), 16 (fp16) or 32 (fp32)
@@ -34,7 +41,7 @@ struct ParamInfo {
 struct TensorCodingPlan {
   std::string name;
   int64_t numel = 0;
-  GradCoding coding = GradCoding::F32;
+  GradCoding coding = GradCoding::kF32;
   int64_t offset = 0;     // ternary: byte offset in the packed buffer; fp16/fp32: element offset in its buffer
   int scaler_index = -1;  // ternary: index in the scaler vector; -1 otherwise
 };

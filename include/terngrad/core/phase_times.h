@@ -30,18 +30,18 @@ namespace tg {
 class Timeline;
 
 enum class Phase : uint8_t {
-  InputWait,
-  ForwardBackward,
-  Scalers,
-  Encode,
-  CommBlocked,
-  CommInFlight,
-  Decode,
-  OptimizerEma,
-  Other,
-  Count
+  kInputWait,
+  kForwardBackward,
+  kScalers,
+  kEncode,
+  kCommBlocked,
+  kCommInFlight,
+  kDecode,
+  kOptimizerEma,
+  kOther,
+  kCount
 };
-inline constexpr int kPhaseCount = static_cast<int>(Phase::Count);
+inline constexpr int kPhaseCount = static_cast<int>(Phase::kCount);
 
 // "input_wait", "forward_backward", ... (static strings; also the Timeline category of a phase's events).
 const char* phase_name(Phase phase);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
+
 namespace tg {
 
 struct Image {
@@ -34,12 +36,24 @@ struct Image {
 };
 
 enum class ImageFormat { kPng, kJpeg, kRaw, kUnknown };
-const char* image_format_name(ImageFormat f);
+template <>
+struct EnumNames<ImageFormat> : EnumNamesBase {
+  static constexpr const char* kFlag = "image/format";
+  static constexpr EnumName<ImageFormat> kList[] = {
+      {ImageFormat::kPng, "PNG"}, {ImageFormat::kJpeg, "JPEG"}, {ImageFormat::kRaw, "RAW"}, {ImageFormat::kUnknown, "unknown"}};
+};
 
 enum class JpegDct { kFast, kAccurate };  // libjpeg's JDCT_IFAST / JDCT_ISLOW
-// "fast" | "accurate"; throws tg::Error naming --jpeg_dct.
-JpegDct parse_jpeg_dct(const std::string& name);
-const char* jpeg_dct_name(JpegDct d);
+// "fast" | "accurate", any case (also libjpeg's "integer_fast", "integer_accurate").
+template <>
+struct EnumNames<JpegDct> : EnumNamesBase {
+  static constexpr const char* kFlag = "--jpeg_dct";
+  static constexpr bool kIgnoreCase = true;
+  static constexpr EnumName<JpegDct> kList[] = {{JpegDct::kFast, "fast"},
+                                                {JpegDct::kAccurate, "accurate"},
+                                                {JpegDct::kFast, "integer_fast", true},
+                                                {JpegDct::kAccurate, "integer_accurate", true}};
+};
 
 constexpr int64_t kDefaultMaxImagePixels = int64_t{64} * 1024 * 1024;
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/preprocess.h"
 
 namespace tg {
 
@@ -52,7 +53,8 @@ struct PipelineOptions {
   std::string data_dir;
   std::string subset = "train";     // files "<data_dir>/<subset>-*"
   std::string dataset = "mnist";    // mnist, fashion_mnist, cifar10, imagenet
-  std::string net;                  // imagenet: "alexnet" (and vgg*) -> AlexNet preprocessing; else Inception
+  // imagenet: the model's preprocessing (its registry entry: ModelInfo::imagenet_preprocessing)
+  PreprocessKind imagenet_preprocessing = PreprocessKind::kInception;
   int image_size = 0;               // 0: dataset default (28, 24, 224)
   int batch_size = 64;              // this pipeline's batch (the trainer passes its worker's slice)
   bool train = true;
@@ -97,10 +99,6 @@ struct ShardAssignment {
   bool strided = false;    // keep record k of file f iff (k + f) % num_workers == worker_index
 };
 ShardAssignment assign_shards(int num_files, int worker_index, int num_workers);
-
-// Dataset defaults.
-int default_image_size(const std::string& dataset);
-int default_num_classes(const std::string& dataset);
 
 class InputPipeline {
  public:

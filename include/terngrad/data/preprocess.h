@@ -37,11 +37,17 @@ namespace tg {
 
 enum class PreprocessKind { kMnist, kCifar10, kAlexnet, kInception };
 
-// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" -> kAlexnet for net "alexnet" (and
-// "vgg*", which the reference preprocessed differently; not supported separately), kInception otherwise.
-PreprocessKind preprocess_kind_for(const std::string& dataset, const std::string& net);
-const char* preprocess_kind_name(PreprocessKind k);
-int dataset_channels(const std::string& dataset);  // 1 for (fashion_)mnist, 3 otherwise
+// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" -> `imagenet` (the model's choice, its
+// registry entry: kAlexnet or kInception). An unknown dataset is an error listing the known ones.
+PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet);
+template <>
+struct EnumNames<PreprocessKind> : EnumNamesBase {
+  static constexpr const char* kFlag = "preprocessing";
+  static constexpr EnumName<PreprocessKind> kList[] = {{PreprocessKind::kMnist, "mnist"},
+                                                       {PreprocessKind::kCifar10, "cifar10"},
+                                                       {PreprocessKind::kAlexnet, "alexnet"},
+                                                       {PreprocessKind::kInception, "inception"}};
+};
 
 class AugmentRng {
  public:

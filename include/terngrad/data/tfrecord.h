@@ -14,9 +14,10 @@
 // means a plain file (whatever the bytes look like); otherwise the gzip magic 1f 8b 08 means gzip and a
 // valid zlib header (CM 8, CINFO <= 7, (CMF * 256 + FLG) % 31 == 0, no preset dictionary) means zlib.
 //
-// TfRecordWriter never leaves a half-written file under its final name: it writes to a hidden temporary
-// file in the same folder (".<name>.tmp-<pid>-<n>", which no "<subset>-*" glob matches), and close() flushes,
-// fsyncs and renames it. Destroying a writer that was not closed removes the temporary file.
+// TfRecordWriter never leaves a half-written file under its final name: it writes through an AtomicFile
+// (core/atomic_file.h) with a hidden temporary name (".<name>.tmp-<pid>-<n>", which no "<subset>-*" glob
+// matches), and close() flushes, fsyncs and renames it, then fsyncs the folder. Destroying a writer that was
+// not closed removes the temporary file.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +26,25 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
+
 namespace tg {
+
+class AtomicFile;
 
 enum class TfRecordCompression { kAuto, kNone, kGzip, kZlib };
 
-// "auto" | "none" | "gzip" | "zlib" (also TF's "GZIP", "ZLIB" and "" for none); throws tg::Error naming `flag`.
-TfRecordCompression parse_tfrecord_compression(const std::string& name, const std::string& flag);
-const char* tfrecord_compression_name(TfRecordCompression c);
+// "auto" | "none" | "gzip" | "zlib", any case (TF writes "GZIP", "ZLIB"), and "" for none.
+template <>
+struct EnumNames<TfRecordCompression> : EnumNamesBase {
+  static constexpr const char* kFlag = "--tfrecord_compression";
+  static constexpr bool kIgnoreCase = true;
+  static constexpr EnumName<TfRecordCompression> kList[] = {{TfRecordCompression::kAuto, "auto"},
+                                                            {TfRecordCompression::kNone, "none"},
+                                                            {TfRecordCompression::kGzip, "gzip"},
+                                                            {TfRecordCompression::kZlib, "zlib"},
+                                                            {TfRecordCompression::kNone, "", true}};
+};
 // What kAuto picks for a file starting with head[0 .. n) (n may be short for a tiny file): kNone, kGzip or kZlib.
 TfRecordCompression detect_tfrecord_compression(const char* head, size_t n);
 // The compression readers use when constructed without one (kAuto unless the apps set --tfrecord_compression).
@@ -47,7 +60,8 @@ enum class RecordStatus {
 };
 
 // The 12-byte header (length, masked crc of the length) and 4-byte footer (masked crc of the data) that frame
-// one record: header + data + footer is what a TFRecord file holds (also used by the event-file writer).
+// one record: header + data + footer is what a TFRecord file holds (TfRecordWriter and append_tfrecord frame
+// with it; the event-file writer appends append_tfrecord's bytes).
 struct RecordFraming {
   char header[12];
   char footer[4];
@@ -104,32 +118,26 @@ class TfRecordWriter {
   TfRecordWriter(const TfRecordWriter&) = delete;
   TfRecordWriter& operator=(const TfRecordWriter&) = delete;
 
+  // A failed write throws tg::Error naming the file and removes the temporary file (the writer is closed).
   void write(const void* data, size_t n);
   void write(const std::string& data) { write(data.data(), data.size()); }
   // Flush, fsync, rename to the final path. Throws tg::Error on any I/O failure (the temporary is removed).
   void close();
 
-  uint64_t records_written() const { return records_; }
-  const std::string& final_path() const { return final_path_; }
-  const std::string& temp_path() const { return temp_path_; }
-
  private:
   struct Deflater;
-  void abandon() noexcept;
-  bool put(const void* data, size_t n);  // through the compressor when there is one
+  void put(const void* data, size_t n);  // through the compressor when there is one; put(nullptr, 0) ends it
 
-  std::string final_path_, temp_path_;
-  std::FILE* file_ = nullptr;
+  std::string final_path_;
   std::unique_ptr<Deflater> deflater_;
-  uint64_t records_ = 0;
-  std::vector<char> io_buffer_;
+  std::unique_ptr<AtomicFile> file_;  // null once closed
 };
 
 // "<path>: record at byte offset N", or "... at uncompressed offset N" for a gzip/zlib file: how messages
 // about a record name it.
 std::string describe_record(const std::string& path, uint64_t offset, TfRecordCompression compression);
 
-// Appends one framed record (header, data, footer) to *out: the exact bytes a writer puts in a file.
+// Appends one framed record (header, data, footer) to *out: the exact bytes a TfRecordWriter puts in a file.
 void append_tfrecord(std::string* out, const void* data, size_t n);
 
 // Every record of a file, in order (throws on corruption). For tests and small files.

@@ -10,9 +10,9 @@
 namespace tg {
 
 // The parameters of one optimizer_update (Backend), shared by the CPU loops and the CUDA kernels.
-enum class OptimizerKind { GD, MOMENTUM, ADAM, RMSPROP };
+enum class OptimizerKind { kGd, kMomentum, kAdam, kRmsprop };
 struct OptimizerStep {
-  OptimizerKind kind = OptimizerKind::GD;
+  OptimizerKind kind = OptimizerKind::kGd;
   float lr = 0.f;        // learning rate of this step (for adam: bias-corrected lr_t)
   float momentum = 0.f;  // momentum, rmsprop momentum
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
@@ -50,10 +50,10 @@ TG_HOST_DEVICE void ema_update_one(float& ema, float w, float decay) { ema -= (1
 
 TG_HOST_DEVICE void optimizer_update_one(const OptimizerStep& s, float& w, float g, float* s1, float* s2) {
   switch (s.kind) {
-    case OptimizerKind::GD: gd_update(w, g, s.lr); break;
-    case OptimizerKind::MOMENTUM: momentum_update(w, g, *s1, s.lr, s.momentum); break;
-    case OptimizerKind::ADAM: adam_update(w, g, *s1, *s2, s.lr, s.beta1, s.beta2, s.epsilon); break;
-    case OptimizerKind::RMSPROP: rmsprop_update(w, g, *s1, *s2, s.lr, s.decay, s.momentum, s.epsilon); break;
+    case OptimizerKind::kGd: gd_update(w, g, s.lr); break;
+    case OptimizerKind::kMomentum: momentum_update(w, g, *s1, s.lr, s.momentum); break;
+    case OptimizerKind::kAdam: adam_update(w, g, *s1, *s2, s.lr, s.beta1, s.beta2, s.epsilon); break;
+    case OptimizerKind::kRmsprop: rmsprop_update(w, g, *s1, *s2, s.lr, s.decay, s.momentum, s.epsilon); break;
   }
 }
 

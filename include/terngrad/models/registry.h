@@ -27,12 +27,16 @@ using ModelBuilder = std::function<void(Net&, const ModelConfig&)>;
 struct ModelInfo {
   std::string name;
   std::string description;
-  int64_t min_image_size;  // smallest --image_size the architecture accepts
+  int64_t min_image_size;      // smallest --image_size the architecture accepts
+  int64_t default_image_size;  // --image_size 0 means this; 0: the dataset's
+  float label_smoothing;       // --label_smoothing < 0 means this
+  const char* imagenet_preprocessing;  // on ImageNet: "alexnet" or "inception" (data/preprocess.h)
   ModelBuilder build;
 };
 
 const std::vector<ModelInfo>& model_registry();
 const ModelInfo& find_model(const std::string& name);  // throws listing the known names
+std::string model_names();                             // "lenet, cifarnet, ..."
 
 // Builds `name` into `net` after checking the configuration (image size, classes).
 void build_model(const std::string& name, const ModelConfig& config, Net& net);

@@ -10,19 +10,19 @@
 namespace tg {
 
 struct Initializer {
-  enum class Kind { CONSTANT, TRUNCATED_NORMAL, XAVIER, HE } kind = Kind::CONSTANT;
-  float value = 0.f;    // CONSTANT
-  float stddev = 0.f;   // TRUNCATED_NORMAL
+  enum class Kind { kConstant, kTruncatedNormal, kXavier, kHe } kind = Kind::kConstant;
+  float value = 0.f;    // kConstant
+  float stddev = 0.f;   // kTruncatedNormal
   uint32_t seed_offset = 0;  // the reference's per-layer `seed + k`
 
-  static Initializer constant(float v) { return {Kind::CONSTANT, v, 0.f, 0}; }
+  static Initializer constant(float v) { return {Kind::kConstant, v, 0.f, 0}; }
   static Initializer truncated_normal(float stddev, uint32_t seed_offset) {
-    return {Kind::TRUNCATED_NORMAL, 0.f, stddev, seed_offset};
+    return {Kind::kTruncatedNormal, 0.f, stddev, seed_offset};
   }
   // Xavier/Glorot uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)).
-  static Initializer xavier(uint32_t seed_offset) { return {Kind::XAVIER, 0.f, 0.f, seed_offset}; }
+  static Initializer xavier(uint32_t seed_offset) { return {Kind::kXavier, 0.f, 0.f, seed_offset}; }
   // He normal (truncated): stddev = sqrt(2 / fan_in).
-  static Initializer he(uint32_t seed_offset) { return {Kind::HE, 0.f, 0.f, seed_offset}; }
+  static Initializer he(uint32_t seed_offset) { return {Kind::kHe, 0.f, 0.f, seed_offset}; }
 
   std::string str() const;
 };

@@ -122,7 +122,7 @@ class Net {
     LayerPtr layer;
     std::vector<int> inputs;  // tensor ids
     int output = -1;          // tensor id
-    std::vector<int> param_ids, state_ids, saved_ids;  // indices into the store's / saved slabs
+    std::vector<int> saved_ids;  // entries of the saved slab
     std::vector<ParamSpec> params;
     std::vector<StateSpec> states;
     std::vector<int> input_grad_slot;  // per input: index into grad-slab entries (-1 = no gradient)
@@ -142,6 +142,14 @@ class Net {
     std::vector<int> grad_parts;  // per consumer edge with fan-out > 1: its own gradient buffer
   };
   int tensor_id(const std::string& name) const;
+  // setup()'s phases, in order.
+  void infer_shapes(Backend& backend);
+  std::vector<bool> tensors_needing_gradients() const;
+  void plan_activations(const std::vector<bool>& needs);
+  int differentiable_readers(int tensor, const std::vector<bool>& needs) const;
+  void plan_gradient_slots(const std::vector<bool>& needs);
+  void allocate(Backend& backend);
+  void build_views(Backend& backend);
 
   std::vector<Node> nodes_;
   std::vector<TensorInfo> tensors_;

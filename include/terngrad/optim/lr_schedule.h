@@ -22,19 +22,23 @@
 #include <string>
 
 #include "terngrad/backend/op_desc.h"
+#include "terngrad/core/enum_names.h"
 
 namespace tg {
 
-enum class LearningRateDecay { FIXED, EXPONENTIAL, POLYNOMIAL, COSINE };
-
-// "fixed", "exponential", "polynomial", "cosine"; anything else is an error naming
-// --learning_rate_decay_type and the choices.
-LearningRateDecay parse_learning_rate_decay(const std::string& name);
-const char* learning_rate_decay_name(LearningRateDecay decay);
+enum class LearningRateDecay { kFixed, kExponential, kPolynomial, kCosine };
+template <>
+struct EnumNames<LearningRateDecay> : EnumNamesBase {
+  static constexpr const char* kFlag = "--learning_rate_decay_type";
+  static constexpr EnumName<LearningRateDecay> kList[] = {{LearningRateDecay::kFixed, "fixed"},
+                                                          {LearningRateDecay::kExponential, "exponential"},
+                                                          {LearningRateDecay::kPolynomial, "polynomial"},
+                                                          {LearningRateDecay::kCosine, "cosine"}};
+};
 
 // Field names follow the trainer's flags; errors name those flags.
 struct LearningRateOptions {
-  LearningRateDecay decay_type = LearningRateDecay::EXPONENTIAL;  // --learning_rate_decay_type
+  LearningRateDecay decay_type = LearningRateDecay::kExponential;  // --learning_rate_decay_type
   double initial_learning_rate = 0.01;                            // --initial_learning_rate
   double num_epochs_per_decay = 20.0;                             // --num_epochs_per_decay
   double learning_rate_decay_factor = 0.1;                        // --learning_rate_decay_factor
@@ -42,7 +46,7 @@ struct LearningRateOptions {
   int64_t batch_size = 0;                                         // --batch_size: the total batch over all workers
   int64_t max_steps = 0;                                          // --max_steps
   int64_t warmup_steps = 0;                                       // --warmup_steps (cosine only)
-  OptimizerKind optimizer = OptimizerKind::MOMENTUM;              // --optimizer (adam: constant rate)
+  OptimizerKind optimizer = OptimizerKind::kMomentum;              // --optimizer (adam: constant rate)
 };
 
 class LearningRateSchedule {

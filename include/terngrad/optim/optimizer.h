@@ -21,17 +21,23 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/op_desc.h"
+#include "terngrad/core/enum_names.h"
 #include "terngrad/core/slab.h"
 #include "terngrad/optim/moving_average.h"
 
 namespace tg {
 
-// "gd", "momentum", "adam", "rmsprop"; anything else is an error naming --optimizer and the choices.
-OptimizerKind parse_optimizer_kind(const std::string& name);
-const char* optimizer_kind_name(OptimizerKind kind);
+template <>
+struct EnumNames<OptimizerKind> : EnumNamesBase {
+  static constexpr const char* kFlag = "--optimizer";
+  static constexpr EnumName<OptimizerKind> kList[] = {{OptimizerKind::kGd, "gd"},
+                                                      {OptimizerKind::kMomentum, "momentum"},
+                                                      {OptimizerKind::kAdam, "adam"},
+                                                      {OptimizerKind::kRmsprop, "rmsprop"}};
+};
 
 struct OptimizerOptions {
-  OptimizerKind kind = OptimizerKind::MOMENTUM;
+  OptimizerKind kind = OptimizerKind::kMomentum;
   float momentum = 0.9f;                                               // --momentum: momentum, and RMSProp's momentum
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-8f;  // TF defaults
   float rmsprop_decay = 0.9f, rmsprop_epsilon = 1.0f;  // the reference's RMSPROP_DECAY / RMSPROP_EPSILON

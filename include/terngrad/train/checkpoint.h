@@ -18,13 +18,25 @@ namespace tg {
 
 constexpr uint32_t kCheckpointFormatVersion = 1;
 
+// The tensor names of a training checkpoint: each part's tensors under the part's prefix, e.g.
+// "params/conv1/weights", "ema/conv1/weights/ExponentialMovingAverage". Trainer, checkpoint digest and
+// evaluator name tensors only through it.
+struct CheckpointLayout {
+  enum Part { kParams, kState, kEma, kSlots };  // parameters, BN statistics, their moving averages, optimizer slots
+  static constexpr Part kParts[] = {kParams, kState, kEma, kSlots};  // in the order a checkpoint holds them
+
+  static const char* prefix(Part part);  // "params/", "state/", "ema/", "slots/"
+  static std::string name(Part part, const std::string& tensor) { return prefix(part) + tensor; }
+  static bool is_in(Part part, const std::string& name);  // name starts with part's prefix
+};
+
 struct CheckpointMeta {
   std::string model, dataset;
   int64_t image_size = 0, channels = 0, num_classes = 0;
   int64_t step = 0;
   uint64_t data_cursor = 0;
   std::map<std::string, std::string> flags;
-  std::string parameter_digest;  // filled by the writer from the tensors whose names start with "params/"
+  std::string parameter_digest;  // filled by the writer from the tensors of CheckpointLayout::kParams
 };
 
 // A named host tensor to save (the caller copies device tensors to the host first).
@@ -41,7 +53,6 @@ class CheckpointReader {
   explicit CheckpointReader(const std::string& path);  // reads and verifies the header; errors name the file
   const CheckpointMeta& meta() const { return meta_; }
   const std::string& path() const { return path_; }
-  bool has(const std::string& name) const { return table_.count(name) != 0; }
   std::vector<std::string> names() const;
   Shape shape(const std::string& name) const;
   // Reads tensor `name` into a host tensor of the same shape and dtype, verifying its crc32c.

@@ -1,12 +1,12 @@
 // MetricsWriter: --metrics_jsonl, one JSON object per logged step and a final summary object, each on its
-// own line and flushed, so a run that dies keeps what it logged.
+// own line and written at once (core/json_writer.h), so a run that dies keeps what it logged.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "terngrad/core/json_writer.h"
 #include "terngrad/core/phase_times.h"
 
 namespace tg {
@@ -25,22 +25,19 @@ struct StepMetrics {
   std::vector<double> worker_forward_backward;    // process 0's workers, seconds per step
 };
 
+struct TrainResult;
+
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // appends; errors name the path
-  ~MetricsWriter();
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  explicit MetricsWriter(const std::string& path) : file_(path, "--metrics_jsonl") {}  // appends
 
   void step(const StepMetrics& m);
-  // time: process 0's mean seconds per step over the run after the first window.
-  void summary(int64_t steps, double median_examples_per_sec, uint64_t bytes_moved, uint64_t fp32_bytes_moved,
-               double final_loss, const std::string& parameter_digest, const PhaseTimes& time);
+  // The run's steps, median examples/sec, bytes, final loss, parameter digest, and time: process 0's mean
+  // seconds per step after the first window.
+  void summary(const TrainResult& r);
 
  private:
-  void line(const std::string& json);
-  std::FILE* file_ = nullptr;
-  std::string path_;
+  JsonLinesFile file_;
 };
 
 }  // namespace tg

@@ -1,5 +1,6 @@
-// TrainConfig: every setting of terngrad-train, named as the reference's flags, with the checks that run
-// before any work starts (one line naming the flag and its accepted values), and dataset facts.
+// TrainConfig: every setting of terngrad-train, named as the reference's flags, with their defaults (the member
+// initialisers, the one place they are written). Help, checks and what is saved: the flag table
+// (train_flags.h); validate() runs its checks and those relating several flags before any work starts.
 #pragma once
 
 #include <cstdint>
@@ -7,21 +8,21 @@
 #include <string>
 
 #include "terngrad/core/dtype.h"
+#include "terngrad/core/enum_names.h"
+#include "terngrad/data/dataset_info.h"
+#include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
 
 namespace tg {
 
-struct DatasetInfo {
-  std::string name;
-  int64_t num_classes;        // 1001 for ImageNet (label 0 is background)
-  int64_t channels;
-  int64_t train_examples;     // examples per epoch of the training subset
-  int64_t eval_examples;      // of the evaluation subset
-  std::string eval_subset;    // "test" or "validation"
-  int64_t default_image_size;
+// --precision: the compute dtype of the nets (mixed precision; README "Mixed precision").
+enum class Precision { kFp32, kFp16, kBf16 };
+template <>
+struct EnumNames<Precision> : EnumNamesBase {
+  static constexpr const char* kFlag = "--precision";
+  static constexpr EnumName<Precision> kList[] = {
+      {Precision::kFp32, "fp32"}, {Precision::kFp16, "fp16"}, {Precision::kBf16, "bf16"}};
 };
-// "mnist", "fashion_mnist", "cifar10", "imagenet"; anything else is an error listing them.
-const DatasetInfo& dataset_info(const std::string& name);
 
 struct TrainConfig {
   // where
@@ -33,8 +34,8 @@ struct TrainConfig {
   int num_gpus = 1;
   int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
   int threads = 0;     // CPU threads (0: all)
-  int cpu_replicas = 1;
-  bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)  // --device cpu: replicas (each its own thread and share of --threads) in this process
+  int cpu_replicas = 1;  // --device cpu: replicas (each its own thread and share of --threads) in this process
+  bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
   std::string precision = "fp32";
@@ -45,7 +46,7 @@ struct TrainConfig {
   int64_t num_classes = 0;  // 0: the dataset's
   float weight_decay = 0.0005f;
   float dropout_keep_prob = 0.5f;
-  float label_smoothing = -1.f;  // < 0: the network's default (0.1 for inception_v3, else 0)
+  float label_smoothing = -1.f;  // < 0: the network's default (ModelInfo::label_smoothing)
   bool aux_logits = true;                // inception_v3: auxiliary head (loss weight 0.4)
   bool zero_init_last_bn_gamma = false;  // resnet50: zero gamma of each block's last BN
   // optimisation
@@ -84,19 +85,21 @@ struct TrainConfig {
   bool skip_corrupt_records = false;
   std::string tfrecord_compression = "auto";  // auto | none | gzip | zlib
   std::string jpeg_dct = "fast";              // fast (TF's decode_jpeg default) | accurate
-  int64_t max_image_pixels = 64 * 1024 * 1024;
+  int64_t max_image_pixels = kDefaultMaxImagePixels;
   double max_corrupt_fraction = 0.01;  // more bad records in one pass over the data stop the run
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.
   DType compute_dtype() const;
-  // Checks every value and their consistency for `num_processes` processes; throws naming the flag.
+  // Checks every value (the flag table's checks) and their consistency for `num_processes` processes; throws
+  // naming the flag.
   void validate(int num_processes) const;
-  // Fills the dataset-dependent defaults (image size, classes, label smoothing).
+  // Fills the defaults that depend on the dataset and the network (image size, classes, label smoothing).
   void resolve_defaults();
   // The network's settings (call after resolve_defaults).
   ModelConfig model_config() const;
-  // The effective configuration as flag name -> value (logged at start, stored in checkpoints).
+  // The effective configuration as flag name -> value (logged at start, stored in checkpoints): the table's
+  // entries not marked kFlagNotSaved.
   std::map<std::string, std::string> to_flags() const;
 };
 

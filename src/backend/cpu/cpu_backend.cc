@@ -301,10 +301,10 @@ void update_range(int64_t s, int64_t e, float* __restrict pw, const float* __res
   const float lr = st.lr, momentum = st.momentum, beta1 = st.beta1, beta2 = st.beta2, epsilon = st.epsilon,
               decay = st.decay, ema_decay = st.ema_decay;
   for (int64_t i = s; i < e; ++i) {
-    if constexpr (kKind == OptimizerKind::GD) gd_update(pw[i], pg[i], lr);
-    if constexpr (kKind == OptimizerKind::MOMENTUM) momentum_update(pw[i], pg[i], p1[i], lr, momentum);
-    if constexpr (kKind == OptimizerKind::ADAM) adam_update(pw[i], pg[i], p1[i], p2[i], lr, beta1, beta2, epsilon);
-    if constexpr (kKind == OptimizerKind::RMSPROP)
+    if constexpr (kKind == OptimizerKind::kGd) gd_update(pw[i], pg[i], lr);
+    if constexpr (kKind == OptimizerKind::kMomentum) momentum_update(pw[i], pg[i], p1[i], lr, momentum);
+    if constexpr (kKind == OptimizerKind::kAdam) adam_update(pw[i], pg[i], p1[i], p2[i], lr, beta1, beta2, epsilon);
+    if constexpr (kKind == OptimizerKind::kRmsprop)
       rmsprop_update(pw[i], pg[i], p1[i], p2[i], lr, decay, momentum, epsilon);
     if constexpr (kEma) ema_update_one(pe[i], pw[i], ema_decay);
   }
@@ -327,8 +327,8 @@ void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& 
   const float* pg = g.data<float>();
   float* p1 = s1 ? s1.data<float>() : nullptr;
   float* p2 = s2 ? s2.data<float>() : nullptr;
-  const bool needs1 = step.kind != OptimizerKind::GD;
-  const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+  const bool needs1 = step.kind != OptimizerKind::kGd;
+  const bool needs2 = step.kind == OptimizerKind::kAdam || step.kind == OptimizerKind::kRmsprop;
   TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
   const bool with_ema = step.ema_decay >= 0.f;
@@ -337,14 +337,14 @@ void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& 
   float* pe = with_ema ? ema.data<float>() : nullptr;
   parallel_for(w.numel(), [&](int64_t s, int64_t e) {
     switch (step.kind) {
-      case OptimizerKind::GD:
-        return update_range<OptimizerKind::GD>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::MOMENTUM:
-        return update_range<OptimizerKind::MOMENTUM>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::ADAM:
-        return update_range<OptimizerKind::ADAM>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::RMSPROP:
-        return update_range<OptimizerKind::RMSPROP>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+      case OptimizerKind::kGd:
+        return update_range<OptimizerKind::kGd>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+      case OptimizerKind::kMomentum:
+        return update_range<OptimizerKind::kMomentum>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+      case OptimizerKind::kAdam:
+        return update_range<OptimizerKind::kAdam>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+      case OptimizerKind::kRmsprop:
+        return update_range<OptimizerKind::kRmsprop>(with_ema, s, e, pw, pg, p1, p2, pe, step);
     }
   }, kGrain);
 }

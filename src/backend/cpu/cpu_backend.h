@@ -42,11 +42,11 @@ namespace tg {
 
 // The oneDNN ops the CPU backend caches (one primitive per op and descriptor).
 enum class CpuOp : int32_t {
-  CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS,
-  POOL_FWD_TRAIN, POOL_FWD_INFER, POOL_BWD,
-  LRN_FWD_TRAIN, LRN_FWD_INFER, LRN_BWD,
-  BN_FWD_TRAIN, BN_FWD_INFER, BN_BWD,
-  IP_FWD, IP_BWD_DATA, IP_BWD_WEIGHTS,
+  kConvFwd, kConvBwdData, kConvBwdWeights,
+  kPoolFwdTrain, kPoolFwdInfer, kPoolBwd,
+  kLrnFwdTrain, kLrnFwdInfer, kLrnBwd,
+  kBnFwdTrain, kBnFwdInfer, kBnBwd,
+  kIpFwd, kIpBwdData, kIpBwdWeights,
 };
 
 // Cache key: the op and up to kMaxFields numbers of its descriptor (floats by their bits). Built on the

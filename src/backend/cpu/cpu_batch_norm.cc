@@ -102,7 +102,7 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
   dnnl_util::check_act(y, x.numel(), x.dtype(), op, "y");
   dnnl_util::check_f32(mean, d.c, op, "mean");
   dnnl_util::check_f32(var, d.c, op, "var");
-  BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_TRAIN, d);
+  BnScratch& s = bn_scratch(*this, CpuOp::kBnFwdTrain, d);
   cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
     using T = Elem<decltype(type)>;
     const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
@@ -172,7 +172,7 @@ void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const
   dnnl_util::check_act(y, x.numel(), x.dtype(), op, "y");
   dnnl_util::check_f32(mean, d.c, op, "mean");
   dnnl_util::check_f32(var, d.c, op, "var");
-  BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_INFER, d);
+  BnScratch& s = bn_scratch(*this, CpuOp::kBnFwdInfer, d);
   const float *pmean = mean.data<float>(), *pvar = var.data<float>(), *pbeta = beta.data<float>();
   const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
   for (int64_t j = 0; j < d.c; ++j) {
@@ -204,7 +204,7 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
     TG_CHECK(d.has_gamma, "{}: dgamma requested from a batch norm without gamma ({})", op, d.key());
     dnnl_util::check_f32(dgamma, d.c, op, "dgamma");
   }
-  BnScratch& s = bn_scratch(*this, CpuOp::BN_BWD, d);
+  BnScratch& s = bn_scratch(*this, CpuOp::kBnBwd, d);
   cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
     using T = Elem<decltype(type)>;
     const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);

@@ -83,7 +83,7 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
   check_act(y, d.n * d.out_h * d.out_w * d.out_c, t, op, "y");
   if (d.has_bias) check_act(b, d.out_c, t, op, "b");
 
-  auto& e = cached<WeightedPrimitive>(conv_key(CpuOp::CONV_FWD, d, t), [&] {
+  auto& e = cached<WeightedPrimitive>(conv_key(CpuOp::kConvFwd, d, t), [&] {
     auto e = std::make_unique<WeightedPrimitive>();
     dnnl::convolution_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::convolution_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine_));
@@ -115,7 +115,7 @@ void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const 
   }
 
   if (dx) {
-    auto& e = cached<WeightedPrimitive>(conv_key(CpuOp::CONV_BWD_DATA, d, t), [&] {
+    auto& e = cached<WeightedPrimitive>(conv_key(CpuOp::kConvBwdData, d, t), [&] {
       auto e = std::make_unique<WeightedPrimitive>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_data::primitive_desc pd;
@@ -132,7 +132,7 @@ void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const 
   }
 
   if (dw || db) {
-    auto& e = cached<ConvBackwardWeights>(conv_key(CpuOp::CONV_BWD_WEIGHTS, d, t), [&] {
+    auto& e = cached<ConvBackwardWeights>(conv_key(CpuOp::kConvBwdWeights, d, t), [&] {
       auto e = std::make_unique<ConvBackwardWeights>();
       dnnl::convolution_forward::primitive_desc hint;
       dnnl::convolution_backward_weights::primitive_desc pd;

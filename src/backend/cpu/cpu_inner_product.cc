@@ -57,7 +57,7 @@ void CpuBackend::inner_product_forward_impl(const InnerProductDesc& d, const Ten
   const DType t = x.dtype();
   check_act(y, d.n * d.out, t, op, "y");
   if (d.has_bias) check_act(b, d.out, t, op, "b");
-  auto& e = cached<WeightedPrimitive>(ip_key(CpuOp::IP_FWD, d, t), [&] {
+  auto& e = cached<WeightedPrimitive>(ip_key(CpuOp::kIpFwd, d, t), [&] {
     auto e = std::make_unique<WeightedPrimitive>();
     dnnl::inner_product_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::inner_product_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine_));
@@ -89,7 +89,7 @@ void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Te
   }
 
   if (dx) {
-    auto& e = cached<WeightedPrimitive>(ip_key(CpuOp::IP_BWD_DATA, d, t), [&] {
+    auto& e = cached<WeightedPrimitive>(ip_key(CpuOp::kIpBwdData, d, t), [&] {
       auto e = std::make_unique<WeightedPrimitive>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_data::primitive_desc pd;
@@ -104,7 +104,7 @@ void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Te
   }
 
   if (dw || db) {
-    auto& e = cached<IpBackwardWeights>(ip_key(CpuOp::IP_BWD_WEIGHTS, d, t), [&] {
+    auto& e = cached<IpBackwardWeights>(ip_key(CpuOp::kIpBwdWeights, d, t), [&] {
       auto e = std::make_unique<IpBackwardWeights>();
       dnnl::inner_product_forward::primitive_desc hint;
       dnnl::inner_product_backward_weights::primitive_desc pd;

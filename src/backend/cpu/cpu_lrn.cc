@@ -40,7 +40,7 @@ void check_desc(const LrnDesc& d, const char* op) {
 }  // namespace
 
 static CachedPrimitive& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training, DType t) {
-  return be.cached<CachedPrimitive>(lrn_key(training ? CpuOp::LRN_FWD_TRAIN : CpuOp::LRN_FWD_INFER, d, t), [&] {
+  return be.cached<CachedPrimitive>(lrn_key(training ? CpuOp::kLrnFwdTrain : CpuOp::kLrnFwdInfer, d, t), [&] {
     auto e = std::make_unique<CachedPrimitive>();
     dnnl::lrn_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
@@ -83,7 +83,7 @@ void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tens
   check_act(x, numel, t, op, "x");
   check_act(dy, numel, t, op, "dy");
   check_act(dx, numel, t, op, "dx");
-  auto& e = cached<CachedPrimitive>(lrn_key(CpuOp::LRN_BWD, d, t), [&] {
+  auto& e = cached<CachedPrimitive>(lrn_key(CpuOp::kLrnBwd, d, t), [&] {
     auto e = std::make_unique<CachedPrimitive>();
     dnnl::lrn_forward::primitive_desc hint;
     dnnl::lrn_backward::primitive_desc pd;

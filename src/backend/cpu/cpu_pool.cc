@@ -46,7 +46,7 @@ void check_desc(const PoolDesc& d, const char* op) {
 
 // The forward primitive for `d` in dtype t (the training one also defines the workspace the backward reads).
 static CachedPrimitive& pool_forward_entry(CpuBackend& be, const PoolDesc& d, bool training, DType t) {
-  return be.cached<CachedPrimitive>(pool_key(training ? CpuOp::POOL_FWD_TRAIN : CpuOp::POOL_FWD_INFER, d, t), [&] {
+  return be.cached<CachedPrimitive>(pool_key(training ? CpuOp::kPoolFwdTrain : CpuOp::kPoolFwdInfer, d, t), [&] {
     auto e = std::make_unique<CachedPrimitive>();
     dnnl::pooling_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::pooling_forward::primitive_desc(
@@ -87,7 +87,7 @@ void CpuBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Te
   check_act(y, d.n * d.out_h * d.out_w * d.c, t, op, "y");
   check_act(dy, y.numel(), t, op, "dy");
   check_act(dx, x.numel(), t, op, "dx");
-  auto& e = cached<CachedPrimitive>(pool_key(CpuOp::POOL_BWD, d, t), [&] {
+  auto& e = cached<CachedPrimitive>(pool_key(CpuOp::kPoolBwd, d, t), [&] {
     auto e = std::make_unique<CachedPrimitive>();
     dnnl::pooling_forward::primitive_desc hint;
     dnnl::pooling_backward::primitive_desc pd;

@@ -45,7 +45,7 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lane tricks below read little-endian words as bytes");
 
 // ---- instruction-set choice ----------------------------------------------------------------------------------
-std::atomic<int> g_forced_isa{static_cast<int>(CodecIsa::Auto)};
+std::atomic<int> g_forced_isa{static_cast<int>(CodecIsa::kAuto)};
 
 CodecIsa best_isa() {
 #if TG_CODEC_X86
@@ -62,20 +62,20 @@ CodecIsa best_isa() {
 #else
     const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
 #endif
-    if (v4) return CodecIsa::Avx512;
-    if (v3) return CodecIsa::Avx2;
-    return CodecIsa::Generic;
+    if (v4) return CodecIsa::kAvx512;
+    if (v3) return CodecIsa::kAvx2;
+    return CodecIsa::kGeneric;
   }();
   return best;
 #else
-  return CodecIsa::Generic;
+  return CodecIsa::kGeneric;
 #endif
 }
 
 CodecIsa active_isa() {
   const int forced = g_forced_isa.load(std::memory_order_relaxed);
   const CodecIsa best = best_isa();
-  if (forced == static_cast<int>(CodecIsa::Auto)) return best;
+  if (forced == static_cast<int>(CodecIsa::kAuto)) return best;
   return static_cast<CodecIsa>(std::min(forced, static_cast<int>(best)));
 }
 
@@ -171,8 +171,8 @@ TG_TARGET_AVX512 StatsPartial stats_avx512(const float* g, int64_t n) { return s
 
 StatsFn stats_fn(CodecIsa isa) {
 #if TG_CODEC_X86
-  if (isa == CodecIsa::Avx512) return stats_avx512;
-  if (isa == CodecIsa::Avx2) return stats_avx2;
+  if (isa == CodecIsa::kAvx512) return stats_avx512;
+  if (isa == CodecIsa::kAvx2) return stats_avx2;
 #endif
   (void)isa;
   return stats_generic;
@@ -387,8 +387,8 @@ TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, in
 EncodeFn encode_fn(CodecIsa isa, float s) {
 #if TG_CODEC_X86
   if (s >= kMinFastScaler) {
-    if (isa == CodecIsa::Avx512) return encode_units_avx512;
-    if (isa == CodecIsa::Avx2) return encode_units_avx2;
+    if (isa == CodecIsa::kAvx512) return encode_units_avx512;
+    if (isa == CodecIsa::kAvx2) return encode_units_avx2;
   }
 #endif
   (void)isa;
@@ -590,8 +590,8 @@ TG_TARGET_AVX512 void decode_gathered_avx512(const uint8_t* gathered, int64_t st
 
 template <typename Fn>
 Fn pick(CodecIsa isa, Fn generic, Fn avx2, Fn avx512) {
-  if (isa == CodecIsa::Avx512) return avx512;
-  if (isa == CodecIsa::Avx2) return avx2;
+  if (isa == CodecIsa::kAvx512) return avx512;
+  if (isa == CodecIsa::kAvx2) return avx2;
   return generic;
 }
 #if TG_CODEC_X86
@@ -608,20 +608,6 @@ inline int code_sum(const uint8_t* packed, int64_t stride, int num_workers, int6
 }
 
 }  // namespace
-
-const char* ternary_codec_isa_name(CodecIsa isa) {
-  switch (isa) {
-    case CodecIsa::Auto:
-      return "auto";
-    case CodecIsa::Generic:
-      return "generic";
-    case CodecIsa::Avx2:
-      return "avx2";
-    case CodecIsa::Avx512:
-      return "avx512";
-  }
-  return "?";
-}
 
 CodecIsa ternary_codec_isa() { return active_isa(); }
 

@@ -362,8 +362,8 @@ void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor&
                                    const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   check_on_device(w, "optimizer_update", "w"), check_on_device(g, "optimizer_update", "g");
-  const bool needs1 = step.kind != OptimizerKind::GD;
-  const bool needs2 = step.kind == OptimizerKind::ADAM || step.kind == OptimizerKind::RMSPROP;
+  const bool needs1 = step.kind != OptimizerKind::kGd;
+  const bool needs2 = step.kind == OptimizerKind::kAdam || step.kind == OptimizerKind::kRmsprop;
   TG_CHECK(!needs1 || (s1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (s2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
   if (needs1) check_on_device(s1, "optimizer_update", "slot 1");

@@ -1,0 +1,60 @@
+// Evaluator: precision @ 1 and recall @ 5 of a checkpoint on a whole subset (read exactly once, in order), with
+// the moving averages of the weights (the default) or the weights themselves. The model is rebuilt from the
+// checkpoint's header (net, image size, classes, and the structure flags it was trained with).
+// terngrad-eval is its front-end: it picks the checkpoints (one, the latest, or each new one while polling)
+// and reports the results (a line on stdout, a JSON line and TensorBoard scalars in --eval_dir).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace tg {
+
+struct EvalOptions {
+  std::string data_dir;
+  std::string subset;  // default: the eval subset of the checkpoint's dataset
+  std::string device = "cpu";
+  int64_t batch_size = 100;
+  bool restore_avg_var = true;  // evaluate the moving averages of the weights
+  int threads = 0;              // CPU threads (0: all)
+  int num_preprocess_threads = 2;
+  bool skip_corrupt_records = false;
+  double max_corrupt_fraction = 0.01;
+};
+
+struct EvalResult {
+  std::string checkpoint;  // its path
+  int64_t step = 0;
+  std::string parameter_digest;
+  std::string subset;
+  int64_t examples = 0;
+  int64_t top1 = 0, top5 = 0;  // examples whose label scores among the 1 / 5 highest (TF in_top_k)
+  double precision_at_1() const { return double(top1) / double(examples); }
+  double recall_at_5() const { return double(top5) / double(examples); }
+};
+
+// Which checkpoints of a train_dir to evaluate: the latest once (run_once), or each new one, polling every
+// interval_secs, until one of step >= max_steps (0: the trainer's --max_steps from the checkpoint).
+struct WatchOptions {
+  bool run_once = false;
+  double interval_secs = 60;
+  int64_t max_steps = 0;
+};
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvalOptions options) : options_(std::move(options)) {}
+
+  // Evaluates one checkpoint file; errors name it (or the data).
+  EvalResult evaluate(const std::string& checkpoint_path) const;
+  // Evaluates the checkpoints of train_dir as `watch` says, handing each result to `report`.
+  void watch(const std::string& train_dir, const WatchOptions& watch,
+             const std::function<void(const EvalResult&)>& report) const;
+
+ private:
+  EvalOptions options_;
+};
+
+}  // namespace tg

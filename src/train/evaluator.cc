@@ -1,0 +1,154 @@
+// Evaluation of checkpoints: the model rebuilt from the header, the weights (or their moving averages) loaded,
+// one pass over the subset counting top-1 and top-5 hits; the polling of a train_dir.
+#include "terngrad/train/evaluator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/data/input_pipeline.h"
+#include "terngrad/data/preprocess.h"
+#include "terngrad/models/registry.h"
+#include "terngrad/nn/net.h"
+#include "terngrad/optim/moving_average.h"
+#include "terngrad/train/batch_source.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/data/dataset_info.h"
+
+namespace tg {
+
+namespace {
+
+// The model the checkpoint was trained: its header's sizes and the structure flags it was trained with.
+ModelConfig model_config_of(const CheckpointMeta& m) {
+  ModelConfig mc;
+  mc.image_size = m.image_size;
+  mc.channels = m.channels;
+  mc.num_classes = m.num_classes;
+  auto aux = m.flags.find("aux_logits");
+  if (aux != m.flags.end()) mc.aux_logits = aux->second == "true";
+  return mc;
+}
+
+// The store's parameters and statistics from the checkpoint: their moving averages, or the values themselves.
+void load_weights(const CheckpointReader& reader, Backend& backend, ParameterStore& store, bool averages) {
+  using Layout = CheckpointLayout;
+  auto load = [&](Layout::Part part, Slab& slab) {
+    read_slab(reader, backend, slab, [&](const std::string& name) {
+      return averages ? Layout::name(Layout::kEma, ExponentialMovingAverage::shadow_name(name))
+                      : Layout::name(part, name);
+    });
+  };
+  load(Layout::kParams, store.params());
+  load(Layout::kState, store.state());
+}
+
+// Adds to *top1 / *top5 the rows of logits (n, classes) whose label scores among the 1 / 5 highest.
+void count_hits(const std::vector<float>& logits, const int32_t* labels, int64_t n, int64_t classes, int64_t* top1,
+                int64_t* top5) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * classes;
+    const float target = row[labels[i]];
+    int64_t rank = 0;  // classes scoring strictly higher than the label (TF in_top_k)
+    for (int64_t k = 0; k < classes; ++k) rank += row[k] > target;
+    *top1 += rank < 1;
+    *top5 += rank < 5;
+  }
+}
+
+// The trainer's --max_steps recorded in the checkpoint (0: none recorded).
+int64_t trained_max_steps(const CheckpointReader& reader) {
+  const auto it = reader.meta().flags.find("max_steps");
+  if (it == reader.meta().flags.end()) return 0;
+  TG_CHECK(!it->second.empty() && it->second.find_first_not_of("0123456789") == std::string::npos,
+           "{}: flag max_steps '{}' is not a number; pass --max_steps", reader.path(), it->second);
+  return std::stoll(it->second);
+}
+
+}  // namespace
+
+EvalResult Evaluator::evaluate(const std::string& path) const {
+  const EvalOptions& o = options_;
+  CheckpointReader reader(path);
+  const CheckpointMeta& m = reader.meta();
+  BackendOptions bo;
+  bo.threads = o.threads;
+  auto be = make_backend(o.device, bo);
+  Net net;
+  build_model(m.model, model_config_of(m), net);
+  net.setup(*be, o.batch_size);
+  ParameterStore store(net.param_specs(), net.state_specs(), *be);
+  net.bind(store);
+  load_weights(reader, *be, store, o.restore_avg_var);
+  spdlog::info("Successfully loaded model from {} at step={} (parameter digest {}{})", path, m.step, m.parameter_digest,
+               o.restore_avg_var ? ", using the moving averages" : "");
+
+  EvalResult r;
+  r.checkpoint = path;
+  r.step = m.step;
+  r.parameter_digest = m.parameter_digest;
+  r.subset = o.subset.empty() ? dataset_info(m.dataset).eval_subset : o.subset;
+  PipelineOptions po;
+  po.data_dir = o.data_dir;
+  po.subset = r.subset;
+  po.dataset = m.dataset;
+  po.imagenet_preprocessing = parse_enum<PreprocessKind>(find_model(m.model).imagenet_preprocessing);
+  po.image_size = static_cast<int>(m.image_size);
+  po.batch_size = static_cast<int>(o.batch_size);
+  po.num_preprocess_threads = o.num_preprocess_threads;
+  po.num_classes = static_cast<int>(m.num_classes);
+  po.skip_corrupt_records = o.skip_corrupt_records;
+  po.max_corrupt_fraction = o.max_corrupt_fraction;
+  auto source = make_eval_batch_source(po);
+
+  // images (batch, image_size, image_size, channels) f32, labels (batch) i32, logits (batch, classes) f32
+  Buffer images(host_allocator(),
+                static_cast<size_t>(o.batch_size * m.image_size * m.image_size * m.channels) * sizeof(float));
+  Buffer labels(host_allocator(), static_cast<size_t>(o.batch_size) * sizeof(int32_t));
+  Tensor x(images.data(), Shape{o.batch_size, m.image_size, m.image_size, m.channels}, DType::F32, Device::cpu());
+  Tensor y(labels.data(), Shape{o.batch_size}, DType::I32, Device::cpu());
+  std::vector<float> logits(static_cast<size_t>(o.batch_size * m.num_classes));
+  const Tensor host_logits(logits.data(), Shape{o.batch_size, m.num_classes}, DType::F32, Device::cpu());
+  int64_t batches = 0;
+  for (;;) {
+    const int64_t n = source->next(x, y);
+    if (n == 0) break;
+    net.forward(x, y, false);
+    be->copy(host_logits, net.tensor(net.logits_name()));
+    count_hits(logits, y.data<int32_t>(), n, m.num_classes, &r.top1, &r.top5);
+    r.examples += n;
+    if (++batches % 100 == 0) spdlog::info("[{} batches, {} examples]", batches, r.examples);
+  }
+  TG_CHECK(r.examples > 0, "--data_dir {}: the subset '{}' has no examples", o.data_dir, r.subset);
+  if (source->skipped_records() > 0)
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records", source->skipped_records());
+  return r;
+}
+
+void Evaluator::watch(const std::string& train_dir, const WatchOptions& watch,
+                      const std::function<void(const EvalResult&)>& report) const {
+  int64_t last_step = -1;
+  for (;;) {
+    const std::optional<std::string> latest = latest_checkpoint(train_dir);
+    if (!latest) {
+      TG_CHECK(!watch.run_once, "--checkpoint_dir {} has no checkpoint", train_dir);
+    } else {
+      const CheckpointReader reader(*latest);
+      const int64_t step = reader.meta().step;
+      if (step != last_step) {
+        report(evaluate(*latest));
+        last_step = step;
+        const int64_t max_steps = watch.max_steps > 0 ? watch.max_steps : trained_max_steps(reader);
+        if (watch.run_once || (max_steps > 0 && step >= max_steps)) return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(watch.interval_secs));
+  }
+}
+
+}  // namespace tg

@@ -1,0 +1,149 @@
+// The flag table of terngrad-train.
+#include "terngrad/train/train_flags.h"
+
+#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/data/data_flags.h"
+#include "terngrad/optim/lr_schedule.h"
+#include "terngrad/optim/optimizer.h"
+
+namespace tg {
+
+namespace {
+// Upper bounds: sizes multiply into buffer sizes, and a value past them is a typo, not a plan.
+constexpr double kMaxBatch = double(int64_t{1} << 24);
+constexpr double kMaxImageSize = 4096;
+constexpr double kMaxClasses = double(int64_t{1} << 24);
+constexpr double kMaxWorkers = 4096;  // workers, GPUs, replicas, threads
+constexpr double kMaxShuffleBuffer = double(int64_t{1} << 30);
+
+FlagCheck known_network() {
+  FlagCheck c;
+  c.parse = [](std::string_view text, std::string_view) { find_model(std::string(text)); };
+  c.accepted = model_names;
+  return c;
+}
+
+FlagCheck at_most(double limit) { return no_check().max(limit); }
+
+std::vector<Flag<TrainConfig>> make_table() {
+  using C = TrainConfig;
+  std::vector<Flag<C>> t = {
+      {"train_dir", &C::train_dir,
+       "checkpoints and the `checkpoint` index; an existing one is **resumed** (a train_dir of another "
+       "net/dataset is refused)"},
+      {"data_dir", &C::data_dir, "folder of `<subset>-*` TFRecord shards (required unless `--benchmark_mode`)"},
+      {"dataset", &C::dataset, "sets classes, channels, examples per epoch", one_of<Dataset>()},
+      {"subset", &C::subset, "training files `<data_dir>/<subset>-*`", no_check(), kFlagResume},
+      {"device", &C::device, "cpu, cuda, cuda:<k>"},
+      {"num_gpus", &C::num_gpus, "GPUs of this process (`--device cuda`); workers are placed round-robin",
+       at_least(1).max(kMaxWorkers)},
+      {"num_nodes", &C::num_nodes, "workers (virtual nodes, towers) in this process; -1: one per GPU",
+       at_most(kMaxWorkers), kFlagResume},
+      {"threads", &C::threads, "CPU threads (0: all cores)", at_least(0).max(kMaxWorkers).note("0: all cores")},
+      {"allow_tf32", &C::allow_tf32,
+       "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
+       "relative error; runs stay deterministic)"},
+      {"precision", &C::precision,
+       "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "
+       "weights, optimizer state, BN statistics, the loss and exchanged gradients stay fp32 (see Mixed precision)",
+       one_of<Precision>(), 0, {{"fp16", "fp16"}}},
+      {"cpu_replicas", &C::cpu_replicas,
+       "`--device cpu`: model replicas in this process, each on its own thread with `--threads` / replicas "
+       "threads (e.g. one per socket); `--num_nodes` must be a multiple; one process only",
+       at_least(1).max(kMaxWorkers)},
+      {"num_processes", &C::num_processes, "MPI processes training together (set by the trainer)", no_check(),
+       kFlagInternal | kFlagResume},
+      {"net", &C::net, "the network (cifar10_alexnet: the reference's name of cifarnet)", known_network()},
+      {"image_size", &C::image_size,
+       "square input size; 0: the network's or the dataset's (28, 24, 224; 299 for inception_v3)",
+       at_least(0).max(kMaxImageSize)},
+      {"num_classes", &C::num_classes, "0: the dataset's (10, or 1001 for ImageNet: label 0 is background)",
+       at_least(0).max(kMaxClasses)},
+      {"weight_decay", &C::weight_decay, "L2 coefficient (per layer as the reference)", at_least(0)},
+      {"dropout_keep_prob", &C::dropout_keep_prob, "AlexNet/Inception dropout", in_range(0, 1, "(]")},
+      {"label_smoothing", &C::label_smoothing, "< 0: the network's default (0.1 for inception_v3, else 0)",
+       below(1).note("negative: the network's default")},
+      {"aux_logits", &C::aux_logits, "inception_v3: the auxiliary head (weight 0.4 in the loss)"},
+      {"zero_init_last_bn_gamma", &C::zero_init_last_bn_gamma, "resnet50: start the last BN gamma of each block at 0"},
+      {"batch_size", &C::batch_size, "total batch over all workers of all processes; must divide evenly",
+       at_least(1).max(kMaxBatch), kFlagResume},
+      {"max_steps", &C::max_steps, "iterations", at_least(1)},
+      {"optimizer", &C::optimizer,
+       "momentum 0.9, non-Nesterov; adam .9/.999/1e-8, constant LR; rmsprop decay .9, ε 1, ms starts at 1",
+       one_of<OptimizerKind>()},
+      {"initial_learning_rate", &C::initial_learning_rate, "", positive()},
+      {"learning_rate_decay_type", &C::learning_rate_decay_type,
+       "exponential is staircase; polynomial has power 0.5 to 0; cosine uses `--warmup_steps`",
+       one_of<LearningRateDecay>()},
+      {"num_epochs_per_decay", &C::num_epochs_per_decay,
+       "exponential: decay_steps = examples_per_epoch / batch_size · this"},
+      {"learning_rate_decay_factor", &C::learning_rate_decay_factor, "exponential factor"},
+      {"warmup_steps", &C::warmup_steps, "cosine: linear warm-up", at_least(0)},
+      {"momentum", &C::momentum, "momentum and RMSProp momentum", in_range(0, 1, "[)")},
+      {"moving_average_decay", &C::moving_average_decay,
+       "EMA of weights and BN statistics: decay min(d, (1+t)/(10+t)); eval uses it", in_range(0, 1, "[)")},
+      {"grad_bits", &C::grad_bits, "1 = TernGrad, 16 = fp16, 32 = fp32",
+       one_of_numbers({1, 16, 32}, "1 (TernGrad), 16 (fp16), 32 (fp32)")},
+      {"clip_factor", &C::clip_factor, "c in s = min(c·σ, max|g|); 0: no clipping", at_least(0).note("0: no clipping")},
+      {"size_to_binarize", &C::size_to_binarize,
+       "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1)},
+      {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
+       kFlagSwitch},
+      {"exchange", &C::exchange,
+       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; auto: allgather2 below 8 workers",
+       one_of<ExchangeMode>()},
+      {"overlap", &C::overlap,
+       "with several processes and host gradients: exchange buckets on a communication thread while backward "
+       "runs; `--overlap=false` exchanges everything after backward (same bits)"},
+      {"bucket_mb", &C::bucket_mb,
+       "MiB of fp32 gradient per bucket (backward order; the tensor crossing the limit closes the bucket)",
+       positive().saying("must be a positive number of MiB")},
+      {"seed", &C::seed, "", no_check(), kFlagResume},
+      {"save_iter", &C::save_iter, "checkpoint every N steps and at the end", at_least(1)},
+      {"keep_checkpoints", &C::keep_checkpoints, "", at_least(1)},
+      {"log_every", &C::log_every,
+       "log line: `step N, entropy_loss = …, reg_loss = …, total_loss = … (X examples/sec; Y sec/batch) lr = …, "
+       "exchanged …/step (fp32 …) [N/M P%, ETA …] in … fb … sc … en … comm B/F de … opt … other … ms` (the "
+       "window's mean ms per step: input wait, forward+backward, scalers, encode, communication blocked/in "
+       "flight, decode, optimizer + EMA, other)",
+       at_least(1)},
+      {"metrics_jsonl", &C::metrics_jsonl,
+       "one JSON object per logged step (losses, lr, examples/sec, bytes exchanged and fp32 equivalent, bytes on "
+       "this process's wire, `time`: seconds per phase, `process_time`: every process's, "
+       "`worker_forward_backward`) and a summary (steps, median examples/sec after the first window, bytes, "
+       "final loss, parameter digest, mean `time`)"},
+      {"timeline", &C::timeline,
+       "write a Chrome trace (Perfetto / chrome://tracing JSON) of the steps in `--timeline_steps`: a track per "
+       "worker (forward, backward, input, optimizer), per process's exchange (scalers, encode, decode, waits) "
+       "and per communication thread (collectives); one file for all processes, written by process 0 when the "
+       "window ends"},
+      {"timeline_steps", &C::timeline_steps, "`A-B` or `A`: the 1-based steps `--timeline` records"},
+      {"benchmark_mode", &C::benchmark_mode, "synthetic input (0.5 images, random labels), no data_dir needed",
+       no_check(), kFlagSwitch},
+      {"check_replicas_every", &C::check_replicas_every,
+       "(debug) every N steps, compare the parameter checksums of all replicas and processes; a mismatch stops "
+       "the run naming the step",
+       at_least(0)},
+      {"num_readers", &C::num_readers, "TFRecord reader threads", at_least(1).max(kMaxWorkers)},
+      {"num_preprocess_threads", &C::num_preprocess_threads, "decode/augment threads", at_least(1).max(kMaxWorkers)},
+      {"shuffle_buffer", &C::shuffle_buffer, "serialized records in the shuffle buffer",
+       at_least(1).max(kMaxShuffleBuffer), kFlagResume},
+  };
+  for (Flag<C>& f : data_flags<C>()) t.push_back(std::move(f));
+  return t;
+}
+}  // namespace
+
+const std::vector<Flag<TrainConfig>>& train_flags() {
+  static const std::vector<Flag<TrainConfig>> table = make_table();
+  return table;
+}
+
+std::vector<std::string> resume_flag_names() {
+  std::vector<std::string> names;
+  for (const Flag<TrainConfig>& f : train_flags())
+    if (f.has(kFlagResume)) names.push_back(f.name);
+  return names;
+}
+
+}  // namespace tg
