@@ -92,7 +92,8 @@ class Net {
 
   // ---- running --------------------------------------------------------------------------------------
   // Copies images/labels (host or device) into the input tensors, runs forward; returns the total loss
-  // (cross-entropy + aux losses + weight-decay terms). A non-finite loss is an error naming the step.
+  // (cross-entropy + aux losses + weight-decay terms). A non-finite loss is an error naming the step (in fp16
+  // compute it is returned: the step's gradients are then flagged by backward and the step skipped).
   float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0,
                 PhiloxKey key = {});
   // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
