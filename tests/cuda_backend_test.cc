@@ -447,7 +447,7 @@ TEST_F(CudaBackendTest, Conv2dForwardBackward) {
     EXPECT_EQ(cuda().workspace_grow_count(), grows) << what;
     // Default options: deterministic algorithms with FMA math (no TF32), each one chosen and reported.
     for (const ConvAlgorithm& a : cuda().conv_algorithms(d)) {
-      EXPECT_TRUE(a.chosen && a.deterministic && !a.tf32) << what << " " << a.name;
+      EXPECT_TRUE(a.chosen && a.deterministic && !a.tensor_op) << what << " " << a.name;
     }
 #endif
   }

@@ -268,7 +268,7 @@ template <typename Ref> Stats check_sampled(const std::vector<float>& got, const
 
 std::string algo_text(const ConvAlgorithm& a) {
   if (!a.chosen) return "(not run)";
-  return "cuDNN " + a.name + (a.tf32 ? " tf32" : " fma") + (a.deterministic ? " det" : " nondet");
+  return "cuDNN " + a.name + (a.tensor_op ? " tensor-op" : " fma") + (a.deterministic ? " det" : " nondet");
 }
 
 void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc) {
