@@ -34,7 +34,9 @@ float round_to(DType t, float v) {
   return v;
 }
 uint16_t bits_of(DType t, float v) { return t == DType::F16 ? float_to_half(v).bits : float_to_bf16(v).bits; }
-float value_of(DType t, uint16_t b) { return t == DType::F16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b}); }
+float value_of(DType t, uint16_t b) {
+  return t == DType::F16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b});
+}
 
 // One tensor: f32 on the CPU, dtype t on the GPU, holding the same (rounded) values.
 struct Mixed {
@@ -105,8 +107,10 @@ class CudaMixedPrecisionTest : public CudaBackendTest {
 TEST_F(CudaMixedPrecisionTest, SupportsComputeNamesTheDevice) {
   EXPECT_TRUE(gpu().supports_compute(DType::F32));
   EXPECT_EQ(gpu().why_not(DType::F32), "");
-  for (DType t : {DType::F16, DType::BF16})
-    if (!gpu().supports_compute(t)) EXPECT_NE(gpu().why_not(t).find("cuda:0"), std::string::npos) << gpu().why_not(t);
+  for (DType t : {DType::F16, DType::BF16}) {
+    if (gpu().supports_compute(t)) continue;
+    EXPECT_NE(gpu().why_not(t).find("cuda:0"), std::string::npos) << gpu().why_not(t);
+  }
   EXPECT_FALSE(gpu().supports_compute(DType::I32));
 }
 
@@ -225,7 +229,8 @@ TEST_F(CudaMixedPrecisionTest, ConcatSplitAndReductions) {
   }
 }
 
-// ---- loss: f16/bf16 logits, f32 probabilities and losses, dlogits in the logits' dtype --------------------------------
+// ---- loss: f16/bf16 logits, f32 probabilities and losses, dlogits in the logits' dtype
+// --------------------------------
 TEST_F(CudaMixedPrecisionTest, SoftmaxCrossEntropyHasF32ProbsAndLosses) {
   const int64_t n = 37, k = 1001;
   for (DType t : dtypes()) {
@@ -246,7 +251,8 @@ TEST_F(CudaMixedPrecisionTest, SoftmaxCrossEntropyHasF32ProbsAndLosses) {
   }
 }
 
-// ---- layers ---------------------------------------------------------------------------------------------------------------
+// ---- layers
+// ---------------------------------------------------------------------------------------------------------------
 TEST_F(CudaMixedPrecisionTest, Conv2dForwardBackward) {
   struct Case {
     int64_t n, h, w, c, k, o, stride;
@@ -294,7 +300,8 @@ TEST_F(CudaMixedPrecisionTest, InnerProduct) {
     Mixed dy(t, Shape{d.n, d.out}), dx(t, Shape{d.n, d.in}), dw(t, Shape{d.in, d.out}), db(t, Shape{d.out});
     x.set(random_floats(d.n * d.in, 30)), w.set(random_floats(d.in * d.out, 31)), b.set(random_floats(d.out, 32));
     dy.set(random_floats(d.n * d.out, 33));
-    cpu().inner_product_forward(d, x.c.t, w.c.t, b.c.t, y.c.t), gpu().inner_product_forward(d, x.g.t, w.g.t, b.g.t, y.g.t);
+    cpu().inner_product_forward(d, x.c.t, w.c.t, b.c.t, y.c.t),
+        gpu().inner_product_forward(d, x.g.t, w.g.t, b.g.t, y.g.t);
     expect_close_mixed(y, "ip forward", tol_of(t));
     cpu().inner_product_backward(d, x.c.t, w.c.t, dy.c.t, dx.c.t, dw.c.t, db.c.t);
     gpu().inner_product_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, db.g.t);
@@ -314,9 +321,12 @@ TEST_F(CudaMixedPrecisionTest, PoolAndLrn) {
       Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(cpu().pool_workspace_bytes(d)))}, DType::U8);
       const Tensor twc = cpu().pool_workspace_bytes(d) ? wc.t : Tensor();
       cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, Tensor());
-      if (kind == PoolKind::MAX) expect_rounded_cpu(y, d.key() + " forward");  // a copy of one input
-      else expect_close_mixed(y, d.key() + " forward", tol_of(t));
-      cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t), gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, Tensor(), dx.g.t);
+      if (kind == PoolKind::MAX)
+        expect_rounded_cpu(y, d.key() + " forward");  // a copy of one input
+      else
+        expect_close_mixed(y, d.key() + " forward", tol_of(t));
+      cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
+          gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, Tensor(), dx.g.t);
       expect_close_mixed(dx, d.key() + " backward", tol_of(t));
     }
     LrnDesc d;

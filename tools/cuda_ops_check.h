@@ -140,7 +140,7 @@ struct Stats {
 };
 
 inline void report(const std::string& op, const std::string& shape, const Stats& st, double ms, const std::string& algo,
-            bool deterministic, bool det_required, const std::string& extra = "") {
+                   bool deterministic, bool det_required, const std::string& extra = "") {
   const bool pass = st.bad == 0 && st.checked > 0 && (deterministic || !det_required);
   if (!pass) ++g_failures;
   std::printf("%-22s %-30s abs %-9.3g rel %-9.3g ulps %-8" PRId64 " bad %" PRId64 "/%-8" PRId64
@@ -219,8 +219,7 @@ inline bool skip_dtype(CudaBackend& be, DType t, const std::string& op) {
 
 // Checks `got` at `idx` against ref(i, &value, &scale) in parallel; every element of got must be finite.
 template <typename Ref>
-Stats check_sampled(const std::vector<float>& got, const std::vector<int64_t>& idx, double tol,
-                                           Ref ref) {
+Stats check_sampled(const std::vector<float>& got, const std::vector<int64_t>& idx, double tol, Ref ref) {
   std::vector<Stats> per(static_cast<size_t>(omp_get_max_threads()));
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t k = 0; k < static_cast<int64_t>(idx.size()); ++k) {

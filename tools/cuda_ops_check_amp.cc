@@ -78,7 +78,8 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
     be.copy(Tensor(&flag, Shape{1}, DType::I32, Device::cpu()), found.t);
     if (flag != 1) ++st.bad, extra += "  overflow not flagged";
     const double ms = time_ms(be, [&] { be.unscale_and_check(a.t, scale, f32.t, found.t); });
-    report("unscale_and_check" + sfx, shape, st, ms, "tg kernel", true, true, "  tol 0" + gbps(n * (4 + es), ms) + extra);
+    report("unscale_and_check" + sfx, shape, st, ms, "tg kernel", true, true,
+           "  tol 0" + gbps(n * (4 + es), ms) + extra);
   });
   // f32 host results of the element-wise ops, rounded to t by check_rounded.
   std::vector<float> want(hx.size());
@@ -97,23 +98,26 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
       report(op + sfx, shape, st, ms, "tg kernel (linear_kernel)", det, true, "  tol 0" + gbps(n * es * bytes_per, ms));
     });
   };
-  elementwise("relu fwd", 2, [&] { be.relu_forward(a.t, out.t); }, [&](int64_t i) { return relu_one(hx[i]); });
-  elementwise("relu bwd", 3, [&] { be.relu_backward(a.t, b.t, out.t); },
-              [&](int64_t i) { return relu_grad_one(hx[i], hy[i]); });
-  elementwise("add", 3, [&] { be.add(a.t, b.t, out.t); }, [&](int64_t i) { return hx[i] + hy[i]; });
+  elementwise(
+      "relu fwd", 2, [&] { be.relu_forward(a.t, out.t); }, [&](int64_t i) { return relu_one(hx[i]); });
+  elementwise(
+      "relu bwd", 3, [&] { be.relu_backward(a.t, b.t, out.t); },
+      [&](int64_t i) { return relu_grad_one(hx[i], hy[i]); });
+  elementwise(
+      "add", 3, [&] { be.add(a.t, b.t, out.t); }, [&](int64_t i) { return hx[i] + hy[i]; });
   Dev mask(be, Shape{n}, DType::U8);
   const PhiloxKey key = philox_key(7, 3);
   const float keep = 0.9f, inv = 1.f / keep;
-  elementwise("dropout fwd", 2 + 1 / es, [&] { be.dropout_forward(a.t, out.t, mask.t, keep, key, 11, 2); },
-              [&](int64_t i) {
-                return philox_uniform(key, static_cast<uint64_t>(i), 11, 2, 0) < keep ? hx[i] * inv : 0.f;
-              });
+  elementwise(
+      "dropout fwd", 2 + 1 / es, [&] { be.dropout_forward(a.t, out.t, mask.t, keep, key, 11, 2); },
+      [&](int64_t i) { return philox_uniform(key, static_cast<uint64_t>(i), 11, 2, 0) < keep ? hx[i] * inv : 0.f; });
 
   guarded("sum / max_abs" + sfx, shape, [&] {
     double sum = 0, sq = 0;
     float mx = 0;
 #pragma omp parallel for reduction(+ : sum, sq) reduction(max : mx)
-    for (int64_t i = 0; i < n; ++i) sum += hx[i], sq += static_cast<double>(hx[i]) * hx[i], mx = std::max(mx, std::fabs(hx[i]));
+    for (int64_t i = 0; i < n; ++i)
+      sum += hx[i], sq += static_cast<double>(hx[i]) * hx[i], mx = std::max(mx, std::fabs(hx[i]));
     const double gs = be.sum(a.t), gq = be.sum_squares(a.t);
     const float gm = be.max_abs(a.t);
     Stats st;
@@ -122,7 +126,8 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
     st.max_rel = std::max(std::fabs(gs - sum) / sq, std::fabs(gq - sq) / sq);  // both against sum |x|^2 >= scale
     st.bad = (st.max_rel > 1e-12) + (gm != mx);
     const double ms = time_ms(be, [&] { be.sum(a.t); });
-    report("sum / max_abs" + sfx, shape, st, ms, "tg two-pass", gs == be.sum(a.t), true, "  tol 1e-12" + gbps(n * es, ms));
+    report("sum / max_abs" + sfx, shape, st, ms, "tg two-pass", gs == be.sum(a.t), true,
+           "  tol 1e-12" + gbps(n * es, ms));
   });
 
   guarded("softmax_xent" + sfx, "256 x 1000", [&] {
@@ -157,7 +162,8 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
     for (int64_t i = 0; i < rows * k; ++i) wd[i] = (1.f / rows) * (gp[i] - (i % k == lab[i / k] ? on : off));
     st.merge(check_rounded(t, download_as(be, dlogits.t), wd));
     const double ms = time_ms(be, [&] { be.softmax_xent_forward(logits.t, labels.t, ls, probs.t, losses.t); });
-    report("softmax_xent" + sfx, "256 x 1000", st, ms, "tg kernels", true, true, "  tol 1e-6 (probs, losses), 0 (dlogits)");
+    report("softmax_xent" + sfx, "256 x 1000", st, ms, "tg kernels", true, true,
+           "  tol 1e-6 (probs, losses), 0 (dlogits)");
   });
 }
 

@@ -1,7 +1,13 @@
 // The Backend's public operations: each checks its arguments once (every defined tensor on this backend's
-// device; dtypes and element counts of the element-wise, reduction and optimizer operations; the layers and the
-// codec ops check their shapes in the implementations, codec_checks.h) and calls the backend's *_impl, so both
-// backends share one contract (the pattern of Layer and Communicator).
+// device; dtypes and element counts of the element-wise, reduction and optimizer operations; the compute-dtype
+// rules of backend.h: activations, conv/inner-product weights and their gradients share one compute dtype per
+// call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; the layers and the codec ops
+// check their shapes in the implementations, codec_checks.h) and calls the backend's *_impl, so both backends
+// share one contract (the pattern of Layer and Communicator).
+#include <cmath>
+#include <initializer_list>
+#include <utility>
+
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/error.h"
 
@@ -24,10 +30,63 @@ void f32_like(const Tensor& ref, const Tensor& t, const char* op, const char* wh
   TG_CHECK(t.dtype() == DType::F32 && t.numel() == ref.numel(), "{}: {} {} must be f32 with {} elements", op, what,
            t.str(), ref.numel());
 }
+
+// t (when defined) is f32 (a batch-norm statistic, a loss output); shapes are checked by the implementation.
+void f32_only(const Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) return;
+  TG_CHECK(t.dtype() == DType::F32, "{}: {} {} must be f32", op, what, t.str());
+}
+
+// ref has a compute dtype (f32, f16, bf16) and t (when defined) has the same one: the activations, weights and
+// gradients of one call share it.
+void same_compute(const Tensor& ref, const Tensor& t, const char* op, const char* what) {
+  TG_CHECK(is_compute_dtype(ref.dtype()), "{}: dtype {} of {} is not a compute dtype (f32, f16, bf16)", op,
+           dtype_name(ref.dtype()), ref.str());
+  if (!t.defined()) return;
+  TG_CHECK(t.dtype() == ref.dtype(), "{}: {} {} must have the activations' dtype {}", op, what, t.str(),
+           dtype_name(ref.dtype()));
+}
+
+using Named = std::initializer_list<std::pair<const Tensor*, const char*>>;
+void all_same_compute(const Tensor& ref, Named ts, const char* op) {
+  for (auto [t, what] : ts) same_compute(ref, *t, op, what);
+}
+void all_f32(Named ts, const char* op) {
+  for (auto [t, what] : ts) f32_only(*t, op, what);
+}
+
+// As same_compute, and t has ref's element count.
+void compute_like(const Tensor& ref, const Tensor& t, const char* op, const char* what) {
+  same_compute(ref, t, op, what);
+  if (!t.defined()) return;
+  TG_CHECK(t.numel() == ref.numel(), "{}: {} {} must have {} elements", op, what, t.str(), ref.numel());
+}
 }  // namespace
 
 void Backend::copy(const Tensor& dst, const Tensor& src) {
   copy_impl(dst, src);
+}
+
+void Backend::cast(const Tensor& dst, const Tensor& src) {
+  on_device(*this, dst, "cast", "dst");
+  on_device(*this, src, "cast", "src");
+  same_compute(src, src, "cast", "src");
+  same_compute(dst, dst, "cast", "dst");
+  TG_CHECK(dst.numel() == src.numel(), "cast: dst {} and src {} differ in element count", dst.str(), src.str());
+  cast_impl(dst, src);
+}
+
+void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
+  on_device(*this, src, "unscale_and_check", "src");
+  on_device(*this, dst, "unscale_and_check", "dst");
+  on_device(*this, found, "unscale_and_check", "found");
+  same_compute(src, src, "unscale_and_check", "src");
+  TG_CHECK(dst.defined(), "unscale_and_check: dst is undefined");
+  f32_like(src, dst, "unscale_and_check", "dst");
+  TG_CHECK(found.defined() && found.dtype() == DType::I32 && found.numel() == 1,
+           "unscale_and_check: found {} must be i32 with 1 element", found.str());
+  TG_CHECK(std::isfinite(scale), "unscale_and_check: scale {} is not finite", scale);
+  unscale_and_check_impl(src, scale, dst, found);
 }
 
 void Backend::zero(const Tensor& dst) {
@@ -45,9 +104,8 @@ void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   on_device(*this, a, "add", "a");
   on_device(*this, b, "add", "b");
   on_device(*this, out, "add", "out");
-  f32_like(out, a, "add", "a");
-  f32_like(out, b, "add", "b");
-  f32_like(out, out, "add", "out");
+  compute_like(out, a, "add", "a");
+  compute_like(out, b, "add", "b");
   add_impl(a, b, out);
 }
 
@@ -68,8 +126,7 @@ void Backend::scale(float alpha, const Tensor& x) {
 void Backend::relu_forward(const Tensor& x, const Tensor& y) {
   on_device(*this, x, "relu_forward", "x");
   on_device(*this, y, "relu_forward", "y");
-  f32_like(x, x, "relu_forward", "x");
-  f32_like(x, y, "relu_forward", "y");
+  compute_like(x, y, "relu_forward", "y");
   relu_forward_impl(x, y);
 }
 
@@ -77,9 +134,8 @@ void Backend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx)
   on_device(*this, y, "relu_backward", "y");
   on_device(*this, dy, "relu_backward", "dy");
   on_device(*this, dx, "relu_backward", "dx");
-  f32_like(y, y, "relu_backward", "y");
-  f32_like(y, dy, "relu_backward", "dy");
-  f32_like(y, dx, "relu_backward", "dx");
+  compute_like(y, dy, "relu_backward", "dy");
+  compute_like(y, dx, "relu_backward", "dx");
   relu_backward_impl(y, dy, dx);
 }
 
@@ -87,8 +143,7 @@ void Backend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& ma
   on_device(*this, x, "dropout_forward", "x");
   on_device(*this, y, "dropout_forward", "y");
   on_device(*this, mask, "dropout_forward", "mask");
-  f32_like(x, x, "dropout_forward", "x");
-  f32_like(x, y, "dropout_forward", "y");
+  compute_like(x, y, "dropout_forward", "y");
   TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == x.numel(), "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout_forward: keep_prob {} is not in (0, 1]", keep_prob);
   dropout_forward_impl(x, y, mask, keep_prob, key, step, salt);
@@ -98,39 +153,44 @@ void Backend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_
   on_device(*this, dy, "dropout_backward", "dy");
   on_device(*this, mask, "dropout_backward", "mask");
   on_device(*this, dx, "dropout_backward", "dx");
-  f32_like(dy, dy, "dropout_backward", "dy");
-  f32_like(dy, dx, "dropout_backward", "dx");
+  compute_like(dy, dx, "dropout_backward", "dx");
   TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == dy.numel(), "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
   dropout_backward_impl(dy, mask, keep_prob, dx);
 }
 
 void Backend::concat_channels(const std::vector<Tensor>& parts, const Tensor& out) {
-  for (const Tensor& t : parts) on_device(*this, t, "concat_channels", "parts");
   on_device(*this, out, "concat_channels", "out");
+  for (const Tensor& t : parts) {
+    on_device(*this, t, "concat_channels", "parts");
+    same_compute(out, t, "concat_channels", "part");
+  }
   concat_channels_impl(parts, out);
 }
 
 void Backend::split_channels(const Tensor& dout, const std::vector<Tensor>& dparts) {
   on_device(*this, dout, "split_channels", "dout");
-  for (const Tensor& t : dparts) on_device(*this, t, "split_channels", "dparts");
+  for (const Tensor& t : dparts) {
+    on_device(*this, t, "split_channels", "dparts");
+    same_compute(dout, t, "split_channels", "dpart");
+  }
   split_channels_impl(dout, dparts);
 }
 
 double Backend::sum(const Tensor& x) {
   on_device(*this, x, "sum", "x");
-  f32_like(x, x, "sum", "x");
+  same_compute(x, x, "sum", "x");
   return sum_impl(x);
 }
 
 double Backend::sum_squares(const Tensor& x) {
   on_device(*this, x, "sum_squares", "x");
-  f32_like(x, x, "sum_squares", "x");
+  same_compute(x, x, "sum_squares", "x");
   return sum_squares_impl(x);
 }
 
 float Backend::max_abs(const Tensor& x) {
   on_device(*this, x, "max_abs", "x");
-  f32_like(x, x, "max_abs", "x");
+  same_compute(x, x, "max_abs", "x");
   return max_abs_impl(x);
 }
 
@@ -139,6 +199,10 @@ void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, f
   on_device(*this, labels, "softmax_xent_forward", "labels");
   on_device(*this, probs, "softmax_xent_forward", "probs");
   on_device(*this, losses, "softmax_xent_forward", "losses");
+  same_compute(logits, logits, "softmax_xent_forward", "logits");
+  TG_CHECK(probs.defined(), "softmax_xent_forward: probs is undefined");
+  f32_like(logits, probs, "softmax_xent_forward", "probs");
+  f32_only(losses, "softmax_xent_forward", "losses");
   softmax_xent_forward_impl(logits, labels, label_smoothing, probs, losses);
 }
 
@@ -146,6 +210,11 @@ void Backend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, f
   on_device(*this, probs, "softmax_xent_backward", "probs");
   on_device(*this, labels, "softmax_xent_backward", "labels");
   on_device(*this, dlogits, "softmax_xent_backward", "dlogits");
+  f32_only(probs, "softmax_xent_backward", "probs");
+  TG_CHECK(dlogits.defined(), "softmax_xent_backward: dlogits is undefined");
+  compute_like(dlogits, dlogits, "softmax_xent_backward", "dlogits");
+  TG_CHECK(dlogits.numel() == probs.numel(), "softmax_xent_backward: dlogits {} must have {} elements",
+           dlogits.str(), probs.numel());
   softmax_xent_backward_impl(probs, labels, label_smoothing, scale, dlogits);
 }
 
@@ -154,6 +223,7 @@ void Backend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w
   on_device(*this, w, "conv2d_forward", "w");
   on_device(*this, b, "conv2d_forward", "b");
   on_device(*this, y, "conv2d_forward", "y");
+  all_same_compute(x, {{&w, "w"}, {&b, "b"}, {&y, "y"}}, "conv2d_forward");
   conv2d_forward_impl(d, x, w, b, y);
 }
 
@@ -164,6 +234,7 @@ void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& 
   on_device(*this, dx, "conv2d_backward", "dx");
   on_device(*this, dw, "conv2d_backward", "dw");
   on_device(*this, db, "conv2d_backward", "db");
+  all_same_compute(x, {{&w, "w"}, {&dy, "dy"}, {&dx, "dx"}, {&dw, "dw"}, {&db, "db"}}, "conv2d_backward");
   conv2d_backward_impl(d, x, w, dy, dx, dw, db);
 }
 
@@ -175,6 +246,7 @@ void Backend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, 
   on_device(*this, x, "pool_forward", "x");
   on_device(*this, y, "pool_forward", "y");
   on_device(*this, workspace, "pool_forward", "workspace");
+  same_compute(x, y, "pool_forward", "y");
   pool_forward_impl(d, x, y, workspace);
 }
 
@@ -184,6 +256,7 @@ void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y,
   on_device(*this, dy, "pool_backward", "dy");
   on_device(*this, workspace, "pool_backward", "workspace");
   on_device(*this, dx, "pool_backward", "dx");
+  all_same_compute(x, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}}, "pool_backward");
   pool_backward_impl(d, x, y, dy, workspace, dx);
 }
 
@@ -195,6 +268,7 @@ void Backend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, co
   on_device(*this, x, "lrn_forward", "x");
   on_device(*this, y, "lrn_forward", "y");
   on_device(*this, workspace, "lrn_forward", "workspace");
+  same_compute(x, y, "lrn_forward", "y");
   lrn_forward_impl(d, x, y, workspace);
 }
 
@@ -203,6 +277,8 @@ void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, 
   on_device(*this, dy, "lrn_backward", "dy");
   on_device(*this, workspace, "lrn_backward", "workspace");
   on_device(*this, dx, "lrn_backward", "dx");
+  same_compute(x, dy, "lrn_backward", "dy");
+  same_compute(x, dx, "lrn_backward", "dx");
   lrn_backward_impl(d, x, dy, workspace, dx);
 }
 
@@ -213,6 +289,8 @@ void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& 
   on_device(*this, y, "batch_norm_forward_training", "y");
   on_device(*this, mean, "batch_norm_forward_training", "mean");
   on_device(*this, var, "batch_norm_forward_training", "var");
+  same_compute(x, y, "batch_norm_forward_training", "y");
+  all_f32({{&gamma, "gamma"}, {&beta, "beta"}, {&mean, "mean"}, {&var, "var"}}, "batch_norm_forward_training");
   batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var);
 }
 
@@ -223,6 +301,8 @@ void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor&
   on_device(*this, mean, "batch_norm_forward_inference", "mean");
   on_device(*this, var, "batch_norm_forward_inference", "var");
   on_device(*this, y, "batch_norm_forward_inference", "y");
+  same_compute(x, y, "batch_norm_forward_inference", "y");
+  all_f32({{&gamma, "gamma"}, {&beta, "beta"}, {&mean, "mean"}, {&var, "var"}}, "batch_norm_forward_inference");
   batch_norm_forward_inference_impl(d, x, gamma, beta, mean, var, y);
 }
 
@@ -235,6 +315,9 @@ void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const
   on_device(*this, dx, "batch_norm_backward", "dx");
   on_device(*this, dgamma, "batch_norm_backward", "dgamma");
   on_device(*this, dbeta, "batch_norm_backward", "dbeta");
+  same_compute(x, dy, "batch_norm_backward", "dy");
+  same_compute(x, dx, "batch_norm_backward", "dx");
+  all_f32({{&gamma, "gamma"}, {&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}}, "batch_norm_backward");
   batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
 }
 
@@ -243,6 +326,7 @@ void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, 
   on_device(*this, w, "inner_product_forward", "w");
   on_device(*this, b, "inner_product_forward", "b");
   on_device(*this, y, "inner_product_forward", "y");
+  all_same_compute(x, {{&w, "w"}, {&b, "b"}, {&y, "y"}}, "inner_product_forward");
   inner_product_forward_impl(d, x, w, b, y);
 }
 
@@ -253,6 +337,7 @@ void Backend::inner_product_backward(const InnerProductDesc& d, const Tensor& x,
   on_device(*this, dx, "inner_product_backward", "dx");
   on_device(*this, dw, "inner_product_backward", "dw");
   on_device(*this, db, "inner_product_backward", "db");
+  all_same_compute(x, {{&w, "w"}, {&dy, "dy"}, {&dx, "dx"}, {&dw, "dw"}, {&db, "db"}}, "inner_product_backward");
   inner_product_backward_impl(d, x, w, dy, dx, dw, db);
 }
 

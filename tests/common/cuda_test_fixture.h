@@ -25,7 +25,6 @@
 
 namespace tg::cuda_test {
 
-
 constexpr size_t kGuardBytes = 64;
 constexpr uint8_t kGuardByte = 0xA5;
 
@@ -72,20 +71,22 @@ class Mem {
     be_->copy(host_bytes(guard), guard_tensor());
     return std::all_of(guard.begin(), guard.end(), [](uint8_t b) { return b == kGuardByte; });
   }
-  template <typename T> std::vector<T> read() const {
+  template <typename T>
+  std::vector<T> read() const {
     std::vector<T> v(t.numel());
     if (!v.empty()) be_->copy(Tensor(v.data(), t.shape(), t.dtype(), Device::cpu()), t);
     return v;
   }
-  template <typename T> void write(std::vector<T> v) {
+  template <typename T>
+  void write(std::vector<T> v) {
     if (!v.empty()) be_->copy(t, Tensor(v.data(), t.shape(), t.dtype(), Device::cpu()));
   }
   Tensor t;
 
  private:
   Tensor guard_tensor() const {
-    return Tensor(static_cast<uint8_t*>(buf_.data()) + t.bytes(), Shape{static_cast<int64_t>(kGuardBytes)},
-                  DType::U8, be_->device());
+    return Tensor(static_cast<uint8_t*>(buf_.data()) + t.bytes(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8,
+                  be_->device());
   }
   Backend* be_;
   Buffer buf_;
@@ -95,7 +96,10 @@ class Mem {
 struct Pair {
   Mem c, g;
   Pair(const Shape& s, DType dt = DType::F32) : c(*backends().cpu, s, dt), g(*backends().cuda, s, dt) {}
-  template <typename T> void set(const std::vector<T>& v) { c.write(v), g.write(v); }
+  template <typename T>
+  void set(const std::vector<T>& v) {
+    c.write(v), g.write(v);
+  }
 };
 
 inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {

@@ -7,6 +7,19 @@
 // tensors live on this backend's device (copy excepted). The public operations are non-virtual: they check
 // their arguments once (src/backend/backend_front.cc: devices, dtypes and element counts) and call the
 // backend's *_impl, so the CPU and CUDA backends share one contract; layers check the shapes they know.
+//
+// Compute dtypes (mixed precision, --precision fp32|fp16|bf16). A net computes in one dtype C (F32, F16 or
+// BF16; is_compute_dtype). Activation tensors (x, y, dx, dy of relu, dropout, concat_channels/split_channels,
+// add, pool, lrn, conv2d, inner_product, batch norm; softmax_xent's logits and dlogits) may be any C; within
+// one call all of them share one dtype (the first activation's). conv2d/inner_product weights w and bias b
+// have the activations' dtype (the per-step half copy of the fp32 master weights), and so do their
+// gradients dw, db. Batch norm's gamma, beta, mean, var, dgamma, dbeta stay F32; softmax_xent's probs and
+// losses stay F32 (computed in f32 from C logits) and its dlogits are written in C. Dropout masks are u8.
+// Every op accumulates in f32 (or in double where it already did). sum/sum_squares/max_abs accept any C.
+// The optimizer, the EMA, the gradient codec and axpy/scale/fill stay F32 only (master weights and fp32
+// gradients). Ops dispatch on the tensors' dtypes (the op descriptors carry none); primitive and algorithm
+// caches include the dtype in their key. A compute dtype an op or a backend does not run throws one line
+// naming the op and the dtype, never a silent wrong result; supports_compute/why_not say it up front.
 #pragma once
 
 #include <memory>
@@ -19,6 +32,9 @@
 #include "terngrad/core/tensor.h"
 
 namespace tg {
+
+// The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
+constexpr bool is_compute_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 class Backend {
  public:
@@ -35,13 +51,30 @@ class Backend {
   // collectives with the ops (NCCL); nullptr on the CPU.
   virtual void* native_stream() { return nullptr; }
 
+  // Whether this backend runs compute dtype t (F32 always); why_not(t) is one line naming what is missing
+  // ("bf16 needs AVX512_BF16 or AMX; this CPU has avx2", "fp16 compute needs a GPU (--device cuda)"), empty
+  // when t is supported.
+  virtual bool supports_compute(DType t) const = 0;
+  virtual std::string why_not(DType t) const = 0;
+
   // ---- memory -------------------------------------------------------------------------------------
   // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).
   void copy(const Tensor& dst, const Tensor& src);
   void zero(const Tensor& dst);                 // any dtype
   void fill(const Tensor& dst, float value);    // f32
 
-  // ---- element-wise (f32) ---------------------------------------------------------------------------
+  // ---- precision ------------------------------------------------------------------------------------
+  // dst = src converted, any of F32/F16/BF16 to any, same element count: round to nearest even; f16
+  // overflow gives +-Inf; NaN stays NaN. Same dtype: a copy.
+  void cast(const Tensor& dst, const Tensor& src);
+  // dst (F32, src's element count) = float(src) * scale, src F32/F16/BF16 (a gradient computed on a scaled
+  // loss, unscaled to fp32). found (I32 (1)) is set to 1 when any product is not finite; never cleared here
+  // (the caller zeroes it once per step, so one flag covers all the step's tensors). Nothing synchronizes.
+  // dst may be src when src is F32.
+  void unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found);
+
+  // ---- element-wise -----------------------------------------------------------------------------------
+  // add, relu and dropout take any compute dtype (one per call); axpy and scale are f32.
   void add(const Tensor& a, const Tensor& b, const Tensor& out);   // out = a + b
   void axpy(float alpha, const Tensor& x, const Tensor& y);        // y += alpha * x
   void scale(float alpha, const Tensor& x);                        // x *= alpha
@@ -57,13 +90,14 @@ class Backend {
   void split_channels(const Tensor& dout, const std::vector<Tensor>& dparts);
 
   // ---- reductions (synchronous; the result is on the host) -------------------------------------------
-  // max_abs: NaN anywhere gives NaN.
+  // x of any compute dtype, accumulated in double. max_abs: NaN anywhere gives NaN.
   double sum(const Tensor& x);
   double sum_squares(const Tensor& x);
   float max_abs(const Tensor& x);
 
   // ---- loss -----------------------------------------------------------------------------------------
-  // logits (N, K), labels (N) i32 in [0, K); target = (1-ls)*onehot + ls/K. probs (N, K) = softmax,
+  // logits (N, K) of any compute dtype, labels (N) i32 in [0, K); probs and losses f32 (computed in f32 or
+  // double from the logits); dlogits in the logits' dtype. target = (1-ls)*onehot + ls/K. probs (N, K) = softmax,
   // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example: thrown by this
   // call on the CPU; on CUDA (which does not wait for the kernel) by the next call that synchronizes (a
   // reduction, a copy to or from the host, synchronize()).
@@ -74,6 +108,8 @@ class Backend {
                                      float scale, const Tensor& dlogits);
 
   // ---- layers ---------------------------------------------------------------------------------------
+  // Activations, conv/inner-product weights and biases and their gradients share one compute dtype per call;
+  // batch norm's per-channel tensors are f32 (see the top of this file).
   // x (N,H,W,C), w (KH,KW,C/g,O), b (O) or undefined, y (N,OH,OW,O)
   void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                               const Tensor& y);
@@ -178,6 +214,8 @@ class Backend {
   // (devices, dtypes, element counts; backend.cc) and call these.
  protected:
   virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void cast_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) = 0;
   virtual void zero_impl(const Tensor& dst) = 0;
   virtual void fill_impl(const Tensor& dst, float value) = 0;
   virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& out) = 0;

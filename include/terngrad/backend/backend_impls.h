@@ -9,6 +9,8 @@
 
 #define TG_BACKEND_IMPLS(X)                                                                                            \
   X(void, copy_impl, (const Tensor& dst, const Tensor& src))                                                           \
+  X(void, cast_impl, (const Tensor& dst, const Tensor& src))                                                           \
+  X(void, unscale_and_check_impl, (const Tensor& src, float scale, const Tensor& dst, const Tensor& found))            \
   X(void, zero_impl, (const Tensor& dst))                                                                              \
   X(void, fill_impl, (const Tensor& dst, float value))                                                                 \
   X(void, add_impl, (const Tensor& a, const Tensor& b, const Tensor& out))                                             \

@@ -79,7 +79,13 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void bind_thread() override;
 
+  // Compute dtypes (cpu_precision.cc): f32 always, bf16 when oneDNN's effective ISA has AVX512_BF16 or AMX.
+  bool supports_compute(DType t) const override;
+  std::string why_not(DType t) const override;
+
   void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void cast_impl(const Tensor& dst, const Tensor& src) override;
+  void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) override;
   void zero_impl(const Tensor& dst) override;
   void fill_impl(const Tensor& dst, float value) override;
 

@@ -107,10 +107,8 @@ class CudaBackend final : public Backend {
   void* native_stream() override { return stream_; }
 
   // Compute dtypes: F32 everywhere; F16 on sm_70+, BF16 on sm_80+ (tensor-core generations with those types).
-  bool supports_compute(DType t) const;                  // MERGE: override
-  std::string why_not(DType t) const;                    // MERGE: override
-  void cast_impl(const Tensor& dst, const Tensor& src);  // MERGE: remove (in the list)
-  void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found);  // MERGE
+  bool supports_compute(DType t) const override;
+  std::string why_not(DType t) const override;
 
   // The Backend's *_impl hooks (include/terngrad/backend/backend_impls.h), defined in the files named at the
   // top of this header.

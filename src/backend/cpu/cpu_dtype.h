@@ -1,0 +1,49 @@
+// The compute dtypes in the CPU backend's own loops (relu, dropout, add, concat, batch norm, softmax_xent, cast,
+// reductions): elements are read into f32 (to_f32), computed in f32 or double, and written back rounded to
+// nearest even (from_f32). dispatch_compute calls a generic lambda with a null pointer of the storage type
+// (float, bf16_bits, half_bits) of a tensor's dtype, so one loop body serves all three.
+#pragma once
+
+#include "terngrad/core/dtype.h"
+#include "terngrad/core/error.h"
+#include "terngrad/core/tensor.h"
+
+namespace tg::cpu {
+
+inline float to_f32(float v) { return v; }
+inline float to_f32(bf16_bits v) { return bf16_to_float(v); }
+inline float to_f32(half_bits v) { return half_to_float(v); }
+
+template <typename T>
+T from_f32(float v);
+template <>
+inline float from_f32<float>(float v) {
+  return v;
+}
+template <>
+inline bf16_bits from_f32<bf16_bits>(float v) {
+  return float_to_bf16(v);
+}
+template <>
+inline half_bits from_f32<half_bits>(float v) {
+  return float_to_half(v);
+}
+
+// fn(static_cast<T*>(nullptr)) with T the storage type of `t` (f32, bf16 or f16); other dtypes throw naming
+// `op`.
+template <typename Fn>
+decltype(auto) dispatch_compute(DType t, const char* op, Fn&& fn) {
+  switch (t) {
+    case DType::F32:
+      return fn(static_cast<float*>(nullptr));
+    case DType::BF16:
+      return fn(static_cast<bf16_bits*>(nullptr));
+    case DType::F16:
+      return fn(static_cast<half_bits*>(nullptr));
+    default:
+      break;
+  }
+  TG_THROW("{}: dtype {} is not a compute dtype (f32, f16, bf16)", op, dtype_name(t));
+}
+
+}  // namespace tg::cpu

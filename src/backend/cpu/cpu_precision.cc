@@ -1,0 +1,91 @@
+// CpuBackend's compute dtypes: which ones this CPU runs (bf16 through oneDNN needs AVX512_BF16 or AMX, as
+// dnnl::get_effective_cpu_isa reports it, so DNNL_MAX_CPU_ISA lowers it as it lowers oneDNN's kernels; fp16
+// compute needs a GPU), and the two conversion ops of the mixed-precision step: cast and unscale_and_check.
+#include <cmath>
+
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_dtype.h"
+
+namespace tg {
+
+namespace {
+bool isa_has(dnnl::cpu_isa have, dnnl::cpu_isa want) {
+  const auto h = static_cast<unsigned>(have), w = static_cast<unsigned>(want);
+  return (h & w) == w;
+}
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  using I = dnnl::cpu_isa;
+  for (auto [i, name] : {std::pair{I::avx512_core_amx, "avx512_core_amx"},
+                         {I::avx512_core_bf16, "avx512_core_bf16"},
+                         {I::avx512_core_vnni, "avx512_core_vnni"},
+                         {I::avx512_core, "avx512_core"},
+                         {I::avx2_vnni, "avx2_vnni"},
+                         {I::avx2, "avx2"},
+                         {I::avx, "avx"},
+                         {I::sse41, "sse41"}})
+    if (isa_has(isa, i)) return name;
+  return "no vector extension oneDNN uses";
+}
+
+constexpr int64_t kGrain = 16384;
+}  // namespace
+
+bool CpuBackend::supports_compute(DType t) const { return why_not(t).empty(); }
+
+std::string CpuBackend::why_not(DType t) const {
+  switch (t) {
+    case DType::F32:
+      return "";
+    case DType::F16:
+      return "fp16 compute needs a GPU (--device cuda); the CPU backend runs fp32 and bf16";
+    case DType::BF16: {
+      const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+      if (isa_has(isa, dnnl::cpu_isa::avx512_core_bf16) || isa_has(isa, dnnl::cpu_isa::avx512_core_amx)) return "";
+      return fmt::format("bf16 needs AVX512_BF16 or AMX; this CPU has {}", isa_name(isa));
+    }
+    default:
+      return fmt::format("{} is not a compute dtype (fp32, fp16, bf16)", dtype_name(t));
+  }
+}
+
+void CpuBackend::cast_impl(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype()) return copy_impl(dst, src);
+  cpu::dispatch_compute(src.dtype(), "cast", [&](auto* src_type) {
+    using S = std::remove_pointer_t<decltype(src_type)>;
+    cpu::dispatch_compute(dst.dtype(), "cast", [&](auto* dst_type) {
+      using D = std::remove_pointer_t<decltype(dst_type)>;
+      const S* ps = static_cast<const S*>(src.raw());
+      D* pd = static_cast<D*>(dst.raw());
+      parallel_for(
+          src.numel(),
+          [&](int64_t s, int64_t e) {
+            for (int64_t i = s; i < e; ++i) pd[i] = cpu::from_f32<D>(cpu::to_f32(ps[i]));
+          },
+          kGrain);
+    });
+  });
+}
+
+void CpuBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
+  float* pd = dst.data<float>();
+  int32_t* flag = found.data<int32_t>();
+  cpu::dispatch_compute(src.dtype(), "unscale_and_check", [&](auto* src_type) {
+    using S = std::remove_pointer_t<decltype(src_type)>;
+    const S* ps = static_cast<const S*>(src.raw());
+    parallel_for(
+        src.numel(),
+        [&](int64_t s, int64_t e) {
+          bool bad = false;
+          for (int64_t i = s; i < e; ++i) {
+            const float v = cpu::to_f32(ps[i]) * scale;
+            pd[i] = v;
+            bad |= !std::isfinite(v);
+          }
+          if (bad) __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
+        },
+        kGrain);
+  });
+}
+
+}  // namespace tg
