@@ -88,7 +88,7 @@ class CudaAllocator final : public Allocator {
 struct ConvAlgorithm {
   std::string name;            // "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ...
   bool deterministic = false;  // cuDNN's CUDNN_DETERMINISTIC
-  bool tensor_op = false;      // tensor-op math: TF32 for f32 data (--allow_tf32), fp16/bf16 tensor cores
+  bool tensor_op = false;      // the descriptor allowed tensor-op math: TF32 for f32 data (allow_tf32), or f16/bf16
   bool chosen = false;
 };
 

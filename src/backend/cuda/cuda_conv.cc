@@ -143,7 +143,7 @@ template <typename Algo> struct AlgoChoice {
   ConvAlgorithm report() const {
     if (chosen < 0) return {};
     const Candidate& c = candidates[chosen];
-    return {algo_name(c.algo), c.deterministic, is_tensor_op(c.math), true};
+    return {algo_name(c.algo), c.deterministic, c.math != CUDNN_FMA_MATH, true};
   }
 };
 
@@ -168,14 +168,15 @@ struct ConvEntry : CudaBackend::CachedOp {
 };
 
 // Compute type CUDNN_DATA_FLOAT for every data type (f32 accumulation; PSEUDO_HALF / PSEUDO_BFLOAT16 configs).
-cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad) {
+// Math: FMA for f32 data (until a candidate allows TF32), tensor-op for f16/bf16 (the heuristics' queries see it).
+cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad, bool half) {
   cudnnConvolutionDescriptor_t conv;
   TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
   const int ph = explicit_pad ? 0 : as_int(d.pad_top, d), pw = explicit_pad ? 0 : as_int(d.pad_left, d);
   TG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, ph, pw, as_int(d.stride_h, d), as_int(d.stride_w, d), 1, 1,
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(d.groups, d)));
-  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   return conv;
 }
 
@@ -196,9 +197,10 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
   TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, ct, CUDNN_TENSOR_NHWC, as_int(d.out_c, d), as_int(d.c / d.groups, d),
                                             as_int(d.kh, d), as_int(d.kw, d)));
-  e->fwd_conv = make_conv(d, e->explicit_pad);
-  e->data_conv = make_conv(d, e->explicit_pad);
-  e->filter_conv = make_conv(d, e->explicit_pad);
+  const bool half = t != DType::F32;
+  e->fwd_conv = make_conv(d, e->explicit_pad, half);
+  e->data_conv = make_conv(d, e->explicit_pad, half);
+  e->filter_conv = make_conv(d, e->explicit_pad, half);
 
   int on = 0, oc = 0, oh = 0, ow = 0;
   TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_conv, e->x, e->w, &on, &oc, &oh, &ow));
@@ -208,7 +210,6 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
 
   cudnnHandle_t h = be.cudnn();
   const BackendOptions& o = be.options();
-  const bool half = t != DType::F32;
   {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     int returned = 0;
