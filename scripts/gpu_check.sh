@@ -13,9 +13,9 @@
 #      digests must be equal), their first losses against a CPU run of the same steps, all with
 #      --benchmark_mode (synthetic input);
 #   4. mixed precision (issue 12), if terngrad-train has --precision (else one line says it is skipped):
-#      ResNet-50 at batch 256 and Inception-v3 at batch 128 per GPU, 15 training steps each in fp32, fp16 and
-#      bf16 (--benchmark_mode; the median img/s of steps 6-15), each model next to its PyTorch AMP peer on the
-#      same card (bench/torch_amp_peer.py: torchvision model, channels_last, autocast + GradScaler; skipped
+#      ResNet-50 at batch 256 and Inception-v3 at batch 128 per GPU, 15 training steps each in fp16, bf16 and
+#      (last, the least needed) fp32 (--benchmark_mode; the median img/s of steps 6-15), each model next to its
+#      PyTorch AMP peer on the same card with the terngrad/torch ratio (bench/torch_amp_peer.py: torchvision model, channels_last, autocast + GradScaler; skipped
 #      with a line when the machine's python3 lacks torch/torchvision);
 #   5. AlexNet fp32 step throughput at batch 128, if time is left;
 # and prints a summary. Every line printed is also in $OUT/gpu_check.log ($OUT if set, else
@@ -58,8 +58,8 @@ exec > >(tee -a "$LOG_DIR/gpu_check.log") 2>&1
 # PyTorch peer process, 2 processes), AlexNet throughput (1 run). Sized so that, with the build and the ops
 # checks at their usual durations, the mixed-precision section still fits; AlexNet runs only if time is left.
 T_TOTAL=530
-T_BUILD=240 T_GTEST=45 T_LENET=15 T_MP=25 T_PEER=40 T_ALEXNET=30
-declare -A T_OPS=([conv]=35 [fc]=15 [bn]=20 [optim]=12 [reduce]=10 [amp]=20)
+T_BUILD=240 T_GTEST=60 T_LENET=15 T_MP=25 T_PEER=40 T_ALEXNET=30
+declare -A T_OPS=([conv]=45 [fc]=20 [bn]=35 [optim]=15 [reduce]=12 [amp]=25)
 START=$(date +%s)
 summary=()
 status=0
@@ -230,25 +230,29 @@ if ((train_built)) && ! grep -q -- '--precision' <<<"$train_help"; then
   note "mixed precision: skipped (this terngrad-train has no --precision flag)"
 elif ((train_built)); then
   peer="$ROOT/bench/torch_amp_peer.py"
+  mp_run() {  # mp_run PRECISION: one terngrad-train run of $net at batch $b; its rate goes into $line and ours[]
+    local p=$1 lim rc r
+    lim=$(cap "$T_MP")
+    enough "$lim" "$net $p" || return 0
+    echo "== $net batch $b $p, 15 steps on cuda (limit ${lim}s)"
+    LOG_EVERY=5 train "$lim" "${net}_$p" --net "$net" --dataset imagenet --batch_size "$b" --max_steps 15 \
+      --num_nodes 1 --device cuda --precision "$p"
+    rc=$?
+    tail -2 "$BUILD_DIR/runs/${net}_$p.log" | sed 's/^/   /'
+    r=$(rate "${net}_$p")
+    [[ -n "$r" ]] && ours[$p]=$r
+    if ((rc == 0)); then line+=" $p ${r:-?}"
+    elif [[ -n "$r" ]]; then line+=" $p ${r} (cut at ${lim}s)"; note "$net $p: timed out after ${lim}s (rate of the steps done)"
+    else fail "$net $p: exit $rc (see train.log)"
+    fi
+  }
+  # Per model: fp16 and bf16, then the PyTorch peer, then fp32 (the least needed if the deadline is near).
   for spec in resnet50:256 inception_v3:128; do
     net=${spec%%:*} b=${spec##*:}
     line="$net b$b img/s:"
     declare -A ours=()
-    for p in fp32 fp16 bf16; do
-      lim=$(cap "$T_MP")
-      enough "$lim" "$net $p" || continue
-      echo "== $net batch $b $p, 15 steps on cuda (limit ${lim}s)"
-      LOG_EVERY=5 train "$lim" "${net}_$p" --net "$net" --dataset imagenet --batch_size "$b" --max_steps 15 \
-        --num_nodes 1 --device cuda --precision "$p"
-      rc=$?
-      tail -2 "$BUILD_DIR/runs/${net}_$p.log" | sed 's/^/   /'
-      r=$(rate "${net}_$p")
-      [[ -n "$r" ]] && ours[$p]=$r
-      if ((rc == 0)); then line+=" $p ${r:-?}"
-      elif [[ -n "$r" ]]; then line+=" $p ${r} (cut at ${lim}s)"; note "$net $p: timed out after ${lim}s (rate of the steps done)"
-      else fail "$net $p: exit $rc (see train.log)"
-      fi
-    done
+    mp_run fp16
+    mp_run bf16
     lim=$(cap "$T_PEER")
     if enough "$lim" "$net PyTorch AMP peer"; then
       echo "== PyTorch AMP peer: $net batch $b fp16, bf16 (limit ${lim}s)"
@@ -268,7 +272,9 @@ elif ((train_built)); then
           [[ -n "${ours[$p]:-}" ]] && line+=" (terngrad/torch $(awk -v a="${ours[$p]}" -v b="$tr_" 'BEGIN{printf "%.2f", a/b}')x)"
         done
       fi
+      line+=" |"
     fi
+    mp_run fp32
     note "$line"
   done
 fi
