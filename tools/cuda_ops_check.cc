@@ -16,11 +16,12 @@
 // them), and the tolerance (kTol below, printed on the line) allows the output's rounding to the dtype. The
 // amp group (tools/cuda_ops_check_amp.cc) checks cast, unscale_and_check and the element-wise ops in f16/bf16.
 // Exit status: 0 all PASS, 1 any FAIL, 77 no CUDA device ("cuda_ops_check: no CUDA device (...)").
+#include "tools/cuda_ops_check.h"
+
 #include <memory>
 
 #include "common/reference_ops.h"
 #include "terngrad/math/optim_math.h"
-#include "tools/cuda_ops_check.h"
 
 namespace tg::ops_check {
 namespace {
@@ -161,8 +162,7 @@ void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc, DType t) 
     const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); });
     const Stats st = check_sampled(first, sample(ws.numel(), 512, 7), kTol,
                                    [&](int64_t i, double* r, double* s) { ref.dw(i, r, s); });
-    report(name + " bwd filter" + sfx, shape, st, ms, algo_text(be.conv_algorithms(d, t)[2]), det, det_required,
-           tol);
+    report(name + " bwd filter" + sfx, shape, st, ms, algo_text(be.conv_algorithms(d, t)[2]), det, det_required, tol);
   });
   if (!cc.bias) return;
   guarded(name + " bias grad" + sfx, shape, [&] {
@@ -213,7 +213,7 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
   Dev dx(be, Shape{n, in}, t), dw(be, Shape{in, out}, t), db(be, Shape{out}, t);
   upload_as(be, x.t, hx), upload_as(be, w.t, hw), upload_as(be, b.t, hb), upload_as(be, dy.t, hdy);
   const double kTol = gemm_tol(t);
-  const std::string algo = t != DType::F32          ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
+  const std::string algo = t != DType::F32           ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
                            : be.options().allow_tf32 ? "cublasGemmEx tf32"
                                                      : "cublasGemmEx fp32";
   const std::string op = std::string("fc ") + name;
@@ -338,7 +338,7 @@ void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows,
 }
 
 void group_bn(CudaBackend& be, const Options& o) {
-  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false, DType::F32);       // 401,408 rows
+  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false, DType::F32);        // 401,408 rows
   check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, DType::F32);  // 1,605,632 rows: past cuDNN's limits
   for (DType t : {DType::F16, DType::BF16}) check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, t);
 }
@@ -443,7 +443,8 @@ int run(int argc, char** argv) {
   bool known = o.group == "all";
   for (const auto& g : groups) known = known || g.first == o.group;
   if (!known) {
-    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, amp, all)\n", o.group.c_str());
+    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, amp, all)\n",
+                 o.group.c_str());
     return 2;
   }
   int count = 0;
