@@ -209,16 +209,16 @@ void batch_norm_forward_training(DType t, const void* x, const float* gamma, con
     const T* xt = static_cast<const T*>(x);
     chunk_sums_kernel<kSumX, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, nullptr, nullptr, rows, c, s.partial);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, mean);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     chunk_sums_kernel<kSumSqDev, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, mean, nullptr, rows, c, s.partial);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var, s);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, static_cast<T*>(y), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
   });
 }
 
@@ -232,7 +232,7 @@ void batch_norm_forward_inference(DType t, const void* x, const float* gamma, co
   dispatch_float(t, "batch_norm_forward_inference", [&](auto tag) {
     using T = decltype(tag);
     affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_inference");
   });
 }
 
@@ -249,12 +249,12 @@ void batch_norm_backward(DType t, const void* x, const float* gamma, const float
     const T *xt = static_cast<const T*>(x), *dyt = static_cast<const T*>(dy);
     chunk_sums_kernel<kSumDy, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, s.inv_std, rows, c, s.partial);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
     finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
     if (!dx) return;
     backward_dx_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, static_cast<T*>(dx), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
   });
 }
 

@@ -65,7 +65,7 @@ void transpose(DType t, const void* src, void* dst, int64_t rows, int64_t cols, 
     using T = decltype(tag);
     transpose_kernel<T>
         <<<grid, dim3(kTile, kTileRows), 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), rows, cols);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("transpose");
   });
 }
 

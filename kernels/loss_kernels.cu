@@ -90,7 +90,7 @@ void softmax_xent_forward(DType t, const void* logits, const int32_t* labels, in
     using T = decltype(tag);
     softmax_xent_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, n, k, on,
                                                                     off, probs, losses, bad);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("softmax_xent_forward");
   });
 }
 

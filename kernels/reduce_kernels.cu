@@ -120,7 +120,7 @@ void reduce_sum_f64(DType t, const void* x, int64_t n, bool squares, double* par
       reduce_pass1<SumOp, 1><<<blocks, kReduceThreads, 0, stream>>>(xt, n, partials);
     else
       reduce_pass1<SumOp, 0><<<blocks, kReduceThreads, 0, stream>>>(xt, n, partials);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF(squares ? "sum_squares" : "sum");
   });
   reduce_pass2<SumOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
   TG_CUDA_CHECK_LAUNCH();
@@ -131,7 +131,7 @@ void reduce_max_abs(DType t, const void* x, int64_t n, double* partials, double*
   dispatch_float(t, "max_abs", [&](auto tag) {
     using T = decltype(tag);
     reduce_pass1<MaxAbsOp, 2><<<blocks, kReduceThreads, 0, stream>>>(static_cast<const T*>(x), n, partials);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("max_abs");
   });
   reduce_pass2<MaxAbsOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
   TG_CUDA_CHECK_LAUNCH();
@@ -151,9 +151,9 @@ void column_sum(DType t, const void* x, int64_t rows, int64_t cols, void* out, v
     using T = decltype(tag);
     column_sum_pass1<<<dim3(col_blocks, static_cast<unsigned>(slabs)), dim3(32, 8), 0, stream>>>(
         static_cast<const T*>(x), rows, cols, rows_per_slab, partials);
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("column_sum");
     column_sum_pass2<<<col_blocks, dim3(32, 32), 0, stream>>>(partials, slabs, cols, static_cast<T*>(out));
-    TG_CUDA_CHECK_LAUNCH();
+    TG_CUDA_CHECK_LAUNCH_OF("column_sum");
   });
 }
 

@@ -67,6 +67,8 @@ inline void check_launch(const char* launcher, const char* file, int line) {
 }  // namespace tg::detail
 
 #define TG_CUDA_CHECK_LAUNCH() ::tg::detail::check_launch(__func__, __FILE__, __LINE__)
+// The same naming the launcher explicitly (inside a lambda, where __func__ would say "operator()").
+#define TG_CUDA_CHECK_LAUNCH_OF(launcher) ::tg::detail::check_launch(launcher, __FILE__, __LINE__)
 
 #define TG_CUDNN_CHECK(call)                                                                                \
   TG_CHECK_CALL("cuDNN", call, status_ == CUDNN_STATUS_SUCCESS,                                             \
