@@ -3,6 +3,7 @@
 //   TG_CUDA_CHECK(cudaMemcpyAsync(...));      // CUDA runtime
 //   TG_CUDA_CHECK_LAUNCH();                   // after every kernel launch (cudaGetLastError; with
 //                                             // TG_CUDA_SYNC=1 also a device sync, naming the launcher)
+//   TG_CUDA_CHECK_LAUNCH_OF("relu_forward");  // the same, naming the launcher (inside a lambda)
 //   TG_CUDNN_CHECK(cudnnConvolutionForward(...));
 //   TG_CUBLAS_CHECK(cublasSgemm(...));
 //   TG_NCCL_CHECK(ncclAllReduce(...));
