@@ -5,30 +5,35 @@
 # Usage: scripts/demo.sh [WORK_DIR]      (default /tmp/terngrad_demo)
 #   DEMO_BASELINE=0  skip the fp32 baseline run      DEMO_STEPS=N  override the 1875 steps (2 epochs)
 #   TG_JOBS=N        build parallelism               BUILD_DIR=dir  build folder (default: build)
+# A relative WORK_DIR or BUILD_DIR is taken from the folder the script was started in.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
 WORK=${1:-/tmp/terngrad_demo}
-BUILD=${BUILD_DIR:-build}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+cd "$TG_ROOT"
 STEPS=${DEMO_STEPS:-1875}
 THREADS=$(nproc)
 
 if [ "$(id -u)" -eq 0 ]; then bash scripts/setup.sh; fi
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release > "$WORK.cmake.log" 2>&1 || { cat "$WORK.cmake.log"; exit 1; }
-cmake --build "$BUILD" -j "${TG_JOBS:-$THREADS}" --target terngrad-train terngrad-eval terngrad-data
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log"; exit 1; }
+cmake --build "$BUILD_DIR" -j "${TG_JOBS:-$THREADS}" --target terngrad-train terngrad-eval terngrad-data
+TRAIN=$(tg_binary terngrad-train)
+EVAL=$(tg_binary terngrad-eval)
 
-mkdir -p "$WORK"
 if [ ! -f "$WORK/data/test-00000-of-00001" ]; then
-  TERNGRAD_DATA="$BUILD/terngrad-data" scripts/prepare_fashion_mnist.sh "$WORK/data" 4
+  BUILD_DIR=$BUILD_DIR scripts/prepare_fashion_mnist.sh "$WORK/data" 4
 fi
 
 train_and_eval() {  # name config
   local name=$1 config=$2
-  rm -rf "$WORK/$name" "$WORK/$name.jsonl"
+  rm -rf "${WORK:?}/$name" "$WORK/$name.jsonl"
   echo "== training $name ($config, $STEPS steps)"
-  "$BUILD/terngrad-train" --config "$config" --data_dir "$WORK/data" --train_dir "$WORK/$name" \
+  "$TRAIN" --config "$config" --data_dir "$WORK/data" --train_dir "$WORK/$name" \
     --max_steps "$STEPS" --threads "$THREADS" --metrics_jsonl "$WORK/$name.jsonl" 2>&1 | tee "$WORK/$name.log"
   echo "== evaluating $name"
-  "$BUILD/terngrad-eval" --checkpoint_dir "$WORK/$name" --data_dir "$WORK/data" --subset test --run_once \
+  "$EVAL" --checkpoint_dir "$WORK/$name" --data_dir "$WORK/data" --subset test --run_once \
     --threads "$THREADS" | tee "$WORK/$name.eval"
 }
 

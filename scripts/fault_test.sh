@@ -6,12 +6,13 @@
 #   2. kill -9 one rank of a 2-process mpirun job: the whole job ends within 10 s, naming the lost rank.
 #   3. a checkpoint that does not fit on the disk (a small tmpfs): one clear error line, exit 1, the previous
 #      checkpoint and the index intact (training stops there).
-# Usage: scripts/fault_test.sh [BUILD_DIR]   (default: build). Exits 0 when every part that ran passed; a part
-# that cannot run here (no mpirun, no permission to mount) prints SKIPPED and its reason.
+# Usage: scripts/fault_test.sh [BUILD_DIR]   (default: $BUILD_DIR, else build). Exits 0 when every part that
+# ran passed; a part that cannot run here (no mpirun, no permission to mount) prints SKIPPED and its reason.
 set -u
-BUILD=${1:-build}
-TRAIN=$(cd "$BUILD" && pwd)/terngrad-train
-[ -x "$TRAIN" ] || { echo "fault_test: $TRAIN not built" >&2; exit 1; }
+BUILD_DIR=${1:-${BUILD_DIR:-}}
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
+TRAIN=$(tg_binary terngrad-train) || exit 1
 WORK=$(mktemp -d /tmp/tg_fault.XXXXXX)
 MNT=""
 cleanup() {

@@ -113,7 +113,8 @@ fi
 grep "terngrad:" "$LOG_DIR/build.log" | sed 's/^-- /   /'
 have_target() { cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -qE "(^|[ .:/])$1(:|$| )"; }
 build() {  # build TARGET...: within what is left of T_BUILD
-  local t=$(left)
+  local t
+  t=$(left)
   ((t > 5)) || { echo "   no build time left for $*"; return 124; }
   timeout "$t" cmake --build "$BUILD_DIR" -j"$JOBS" --target "$@" >>"$LOG_DIR/build.log" 2>&1
 }

@@ -2,15 +2,14 @@
 # Converts Fashion-MNIST (Debian package dataset-fashion-mnist, installed at /usr/share/datasets/fashion-mnist)
 # to TFRecord shards: OUTPUT_DIR/train-0000N-of-0000K and OUTPUT_DIR/test-00000-of-00001.
 # Usage: scripts/prepare_fashion_mnist.sh OUTPUT_DIR [TRAIN_SHARDS=4] [SOURCE_DIR]
-#   TERNGRAD_DATA: the terngrad-data binary (default: build/terngrad-data, then PATH).
+#   TERNGRAD_DATA: the terngrad-data program (default: $BUILD_DIR/terngrad-data, then PATH; scripts/lib/common.sh).
 set -euo pipefail
 OUT=${1:?usage: $0 OUTPUT_DIR [TRAIN_SHARDS] [SOURCE_DIR]}
 SHARDS=${2:-4}
 SRC=${3:-/usr/share/datasets/fashion-mnist}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${TERNGRAD_DATA:-$HERE/build/terngrad-data}
-[[ -x $BIN ]] || BIN=$(command -v terngrad-data || true)
-[[ -n $BIN ]] || { echo "terngrad-data not found: build it or set TERNGRAD_DATA" >&2; exit 1; }
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
+BIN=$(tg_binary terngrad-data)
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   [[ -f $SRC/$f ]] || { echo "missing $SRC/$f (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
 done

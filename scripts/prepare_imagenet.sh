@@ -5,13 +5,13 @@
 # Usage: scripts/prepare_imagenet.sh TRAIN_DIR VALIDATION_DIR LABELS_FILE OUTPUT_DIR
 # Environment, as the reference's script: RESIZE_DIMEN (0: keep sizes), RAW_PIXEL (True/False),
 #   TRAIN_SHARDS (1024), VALIDATION_SHARDS (128), NUM_THREADS (8), QUALITY (90).
+#   TERNGRAD_DATA: the terngrad-data program (default: $BUILD_DIR/terngrad-data, then PATH; scripts/lib/common.sh).
 set -euo pipefail
 TRAIN=${1:?usage: $0 TRAIN_DIR VALIDATION_DIR LABELS_FILE OUTPUT_DIR}
 VAL=${2:?}; LABELS=${3:?}; OUT=${4:?}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${TERNGRAD_DATA:-$HERE/build/terngrad-data}
-[[ -x $BIN ]] || BIN=$(command -v terngrad-data || true)
-[[ -n $BIN ]] || { echo "terngrad-data not found: build it or set TERNGRAD_DATA" >&2; exit 1; }
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
+BIN=$(tg_binary terngrad-data)
 ARGS=(--train_directory "$TRAIN" --validation_directory "$VAL" --labels_file "$LABELS" --output_dir "$OUT"
       --train_shards "${TRAIN_SHARDS:-1024}" --validation_shards "${VALIDATION_SHARDS:-128}"
       --num_threads "${NUM_THREADS:-8}" --resize "${RESIZE_DIMEN:-0}" --quality "${QUALITY:-90}")

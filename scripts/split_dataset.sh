@@ -8,7 +8,7 @@ DATA_DIR=${1:?usage: $0 DATA_DIR WORKER_NUM WORKER_ID}
 NUM=${2:?}; ID=${3:?}
 [[ $NUM =~ ^[0-9]+$ && $ID =~ ^[0-9]+$ && $NUM -gt 0 && $ID -lt $NUM ]] || { echo "need 0 <= WORKER_ID < WORKER_NUM" >&2; exit 1; }
 DATA_DIR=$(cd "$DATA_DIR" && pwd)
-mapfile -t FILES < <(cd "$DATA_DIR" && LC_ALL=C ls -1 | grep '^train-' | LC_ALL=C sort)
+mapfile -t FILES < <(find "$DATA_DIR" -mindepth 1 -maxdepth 1 -name 'train-*' -printf '%f\n' | LC_ALL=C sort)
 TOTAL=${#FILES[@]}
 [[ $TOTAL -gt 0 ]] || { echo "no train-* files in $DATA_DIR" >&2; exit 1; }
 (( TOTAL % NUM == 0 )) || { echo "$TOTAL train-* files are not divisible by $NUM workers" >&2; exit 1; }

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "common/bound_net.h"
+#include "common/error_of.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/layers.h"
@@ -84,13 +86,10 @@ void expect_constant(const ParamSpec& p, float value) {
 }
 
 std::string error_of(const std::string& net_name, const ModelConfig& c) {
-  try {
+  return testing::error_of([&] {
     Net net;
     build_model(net_name, c, net);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  });
 }
 
 ModelConfig cifar_config() {
@@ -231,15 +230,10 @@ TEST(CifarNet, RunsAtItsMinimumImageSizeAndRejectsSmaller) {
   auto be = make_backend("cpu", {1});
   ModelConfig c = cifar_config();
   c.image_size = min;
-  Net net;
-  build_model("cifarnet", c, net);
-  net.setup(*be, 2);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(1);
-  net.bind(store);
+  testing::BoundNet m(*be, "cifarnet", c, 2);
   Batch batch(2, min, 3, 10, 5);
-  EXPECT_TRUE(std::isfinite(net.forward(batch.x, batch.y, true)));
-  net.backward();
+  EXPECT_TRUE(std::isfinite(m.net.forward(batch.x, batch.y, true)));
+  m.net.backward();
   c.image_size = min - 1;
   const std::string msg = error_of("cifar10_alexnet", c);
   EXPECT_NE(msg.find("--image_size " + std::to_string(min - 1)), std::string::npos) << msg;
@@ -249,12 +243,9 @@ TEST(CifarNet, RunsAtItsMinimumImageSizeAndRejectsSmaller) {
 TEST(CifarNet, SmokeTrainingStepsReduceTheLossAndInferenceEqualsTraining) {
   auto be = make_backend("cpu", {1});
   const int64_t n = 16;
-  Net net;
-  build_model("cifarnet", cifar_config(), net);
-  net.setup(*be, n);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(123);
-  net.bind(store);
+  testing::BoundNet m(*be, "cifarnet", cifar_config(), n, 123);
+  Net& net = m.net;
+  ParameterStore& store = m.store;
   Batch batch(n, 24, 3, 10, 11);
 
   // No batch norm and no dropout: the inference forward is the training forward, bit for bit.
@@ -437,16 +428,10 @@ TEST(AlexNet, ImageSizeBelowTheDerivedMinimumIsOneClearError) {
 struct SmallAlexNet {
   static constexpr int64_t kBatch = 4, kSize = 67, kClasses = 1001;
   std::unique_ptr<Backend> be = make_backend("cpu", {1});
-  Net net;
-  std::unique_ptr<ParameterStore> store;
+  testing::BoundNet m{*be, "alexnet", imagenet_config(kSize), kBatch};
+  Net& net = m.net;
+  ParameterStore& store = m.store;
   Batch batch{kBatch, kSize, 3, kClasses, 21};
-  SmallAlexNet() {
-    build_model("alexnet", imagenet_config(kSize), net);
-    net.setup(*be, kBatch);
-    store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *be);
-    store->initialize(1);
-    net.bind(*store);
-  }
   float forward(bool training, uint32_t step = 0, PhiloxKey key = {}) {
     return net.forward(batch.x, batch.y, training, step, key);
   }
@@ -454,17 +439,14 @@ struct SmallAlexNet {
 
 TEST(AlexNet, SmokeTrainingStepsReduceTheLoss) {
   SmallAlexNet a;
-  OptimizerOptions oo;
-  oo.kind = OptimizerKind::MOMENTUM;  // the reference's AlexNet optimizer
-  oo.momentum = 0.9f;
-  Optimizer opt(oo, a.store->params(), *a.be);
+  Optimizer opt(testing::momentum_sgd(), a.store.params(), *a.be);  // the reference's AlexNet optimizer
   std::vector<float> losses;
   for (int64_t step = 0; step < 5; ++step) {
     losses.push_back(a.forward(true, static_cast<uint32_t>(step)));
     ASSERT_TRUE(std::isfinite(losses.back())) << "step " << step;
     EXPECT_GT(a.net.last_regularization(), 0.f);
     a.net.backward();
-    opt.apply(*a.be, a.store->params(), a.net.grads(), step, 0.01f);
+    opt.apply(*a.be, a.store.params(), a.net.grads(), step, 0.01f);
   }
   std::printf("AlexNet losses:");
   for (float l : losses) std::printf(" %.4f", l);
@@ -477,7 +459,7 @@ TEST(AlexNet, SmokeTrainingStepsReduceTheLoss) {
 
 TEST(AlexNet, BatchNormUpdatesMovingStatisticsInTrainingAndUsesThemInInference) {
   SmallAlexNet a;
-  Slab& state = a.store->state();
+  Slab& state = a.store.state();
   const std::vector<uint8_t> initial(static_cast<const uint8_t*>(state.data()),
                                      static_cast<const uint8_t*>(state.data()) + state.bytes());
   // Inference forwards leave the moving statistics alone.
@@ -505,7 +487,7 @@ TEST(AlexNet, BatchNormUpdatesMovingStatisticsInTrainingAndUsesThemInInference) 
   // Inference normalizes with the moving statistics: set them (and beta) to chosen values and compare
   // conv1_1/BatchNorm's output with (x - moving_mean) / sqrt(moving_variance + 0.001) + beta.
   Tensor mm = state.view("conv1_1/BatchNorm/moving_mean"), mv = state.view("conv1_1/BatchNorm/moving_variance");
-  Tensor beta = a.store->params().view("conv1_1/BatchNorm/beta");
+  Tensor beta = a.store.params().view("conv1_1/BatchNorm/beta");
   for (int64_t ch = 0; ch < 48; ++ch) {
     mm.data<float>()[ch] = 0.01f * float(ch - 24);
     mv.data<float>()[ch] = 0.05f + 0.02f * float(ch);
@@ -568,7 +550,7 @@ TEST(AlexNet, GradientMatchesCentralDifferencesThroughBothBranches) {
   std::uniform_real_distribution<float> u(0.5f, 1.5f);
   for (const char* name :
        {"conv2_1/weights", "conv1_2/weights", "conv3_2/BatchNorm/beta", "fc6/weights", "logits/biases"}) {
-    Tensor w = a.store->params().view(name);
+    Tensor w = a.store.params().view(name);
     const std::vector<float> g = copy_of(a.net.grads().view(name));
     std::vector<float> d(g.size());
     double analytic = 0;

@@ -2,25 +2,16 @@
 // its network: `terngrad-train --config FILE --summary` exits 0 and prints the parameter total.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "common/files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-int run(const std::string& cmd, std::string* out) {
-  const std::string log = (fs::temp_directory_path() / ("tg_cfg_" + std::to_string(::getpid()))).string();
-  const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  fs::remove(log);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+using tg::testing::dump;
+using tg::testing::run_command;
+using tg::testing::temp_dir;
 
 TEST(Configs, EveryFlagFileLoadsAndBuildsItsNetwork) {
   const fs::path dir = fs::path(TG_SOURCE_DIR) / "configs";
@@ -30,19 +21,21 @@ TEST(Configs, EveryFlagFileLoadsAndBuildsItsNetwork) {
     if (entry.path().extension() != ".ini") continue;
     ++files;
     std::string out;
-    EXPECT_EQ(run(bin + " --config " + entry.path().string() + " --summary", &out), 0) << entry.path() << "\n" << out;
+    const std::string command = bin + " --config " + entry.path().string() + " --summary";
+    EXPECT_EQ(run_command(command, &out), 0) << entry.path() << "\n" << out;
     EXPECT_NE(out.find("total parameters: "), std::string::npos) << entry.path() << "\n" << out;
   }
-  EXPECT_GE(files, 10);
+  EXPECT_GE(files, 12);
 }
 
 TEST(Configs, UnknownKeyIsRefused) {
-  const fs::path f = fs::temp_directory_path() / ("tg_bad_" + std::to_string(::getpid()) + ".ini");
-  std::ofstream(f) << "net = lenet\nlearning_rate = 0.1\n";  // the flag is initial_learning_rate
+  const fs::path f = temp_dir("bad") / "bad.ini";
+  dump(f, "net = lenet\nlearning_rate = 0.1\n");  // the flag is initial_learning_rate
   std::string out;
-  EXPECT_NE(run(std::string(TG_BINARY_DIR) + "/terngrad-train --config " + f.string() + " --summary", &out), 0);
+  const std::string bin = std::string(TG_BINARY_DIR) + "/terngrad-train";
+  EXPECT_NE(run_command(bin + " --config " + f.string() + " --summary", &out), 0);
   EXPECT_NE(out.find("learning_rate"), std::string::npos) << out;
-  fs::remove(f);
+  fs::remove_all(f.parent_path());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
 #include "terngrad/data/crc32c.h"
@@ -17,24 +18,12 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::dump;
+using tg::testing::fixture;
+using tg::testing::slurp;
+using tg::testing::temp_dir;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_compression_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void dump(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary);
-  out << s;
-}
-fs::path fixture(const std::string& name) { return fs::path(TG_SOURCE_DIR) / "tests" / "data" / name; }
 
 // deflate with zlib directly (window_bits 15 + 16: gzip, 15: zlib), as TF's ZlibOutputBuffer does.
 std::string compress(const std::string& plain, bool gzip) {

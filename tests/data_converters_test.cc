@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
 #include "terngrad/data/example.h"
@@ -18,15 +19,9 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::temp_dir;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_conv_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::string be32(uint32_t v) {
   return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/files.h"
+#include "common/images.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
 #include "terngrad/data/example.h"
@@ -24,28 +26,15 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::fixture;
+using tg::testing::image_of;
+using tg::testing::temp_dir;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_hostile_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-fs::path fixture(const std::string& name) { return fs::path(TG_SOURCE_DIR) / "tests" / "data" / name; }
-
 Image solid_blocks(int h, int w, int c) {  // four flat quadrants: JPEG keeps flat areas nearly exact
   static const uint8_t kColours[4][3] = {{200, 40, 30}, {20, 180, 60}, {30, 60, 220}, {250, 250, 120}};
-  Image img;
-  img.height = h;
-  img.width = w;
-  img.channels = c;
-  img.pixels.resize(img.size());
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int k = 0; k < c; ++k) img.pixels[(y * w + x) * c + k] = kColours[(y >= h / 2) * 2 + (x >= w / 2)][k];
-  return img;
+  return image_of(h, w, c, [&](int y, int x, int k) { return kColours[(y >= h / 2) * 2 + (x >= w / 2)][k]; });
 }
 
 // CMYK JPEG through TurboJPEG (TJPF_CMYK; libjpeg writes it as YCCK with an Adobe APP14 marker).

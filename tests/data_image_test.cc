@@ -3,10 +3,12 @@
 
 #include <cstdlib>
 
+#include "common/images.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/image_codec.h"
 
 using namespace tg;
+using tg::testing::image_of;
 
 namespace {
 
@@ -28,17 +30,8 @@ const std::string kRgbPng = literal_bytes(
     "\x00\x00\x12\x16\xf1\x4d\x00\x00\x00\x17\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\xc0\x00\xc1\x5c\x22\x72\x1a"
     "\x46\x36\x6e\x01\x51\x00\x33\x59\x04\xc0\xe4\x24\x98\xcb\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82");
 
-Image pattern(int h, int w, int c) {
-  Image img;
-  img.height = h;
-  img.width = w;
-  img.channels = c;
-  img.pixels.resize(img.size());
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int k = 0; k < c; ++k)  // smooth, so JPEG keeps it close
-        img.pixels[(y * w + x) * c + k] = static_cast<uint8_t>(40 + y + x + k * 20);
-  return img;
+Image pattern(int h, int w, int c) {  // smooth, so JPEG keeps it close
+  return image_of(h, w, c, [](int y, int x, int k) { return static_cast<uint8_t>(40 + y + x + k * 20); });
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
 #include "terngrad/data/example.h"
@@ -20,15 +21,9 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::temp_dir;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_pipeline_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 // 28x28 gray image whose first two pixels spell the record id; label id % 10.
 std::string mnist_record(int id) {

@@ -4,10 +4,12 @@
 
 #include <cmath>
 
+#include "common/images.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/preprocess.h"
 
 using namespace tg;
+using tg::testing::image_of;
 
 namespace {
 
@@ -20,14 +22,9 @@ FloatImage make(int h, int w, int c, std::vector<float> v) {
   return f;
 }
 
-Image ramp(int h, int w, int c) {
-  Image img;
-  img.height = h;
-  img.width = w;
-  img.channels = c;
-  img.pixels.resize(img.size());
-  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 7) % 256);
-  return img;
+Image ramp(int h, int w, int c) {  // pixel i (in storage order) = 7 i mod 256
+  return image_of(h, w, c,
+                  [=](int y, int x, int k) { return static_cast<uint8_t>((((y * w + x) * c + k) * 7) % 256); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "example.pb.h"
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
 #include "terngrad/data/example.h"
@@ -17,24 +18,11 @@
 
 namespace fs = std::filesystem;
 using namespace tg;
+using tg::testing::dump;
+using tg::testing::slurp;
+using tg::testing::temp_dir;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tg_data_tfrecord_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void dump(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary);
-  out << s;
-}
 
 // Bit-by-bit CRC-32C: the definition, independent of both fast versions.
 uint32_t crc32c_bitwise(const std::string& s) {

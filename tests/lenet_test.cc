@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/bound_net.h"
 #include "common/fashion_mnist.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
@@ -122,15 +123,11 @@ TEST(Net, SpatialSizeReachingZeroNamesTheLayer) {
 
 TEST(Net, NonFiniteLossIsAnErrorNamingTheStep) {
   auto be = make_backend("cpu", {1});
-  Net net;
-  build_model("lenet", ModelConfig{}, net);
-  net.setup(*be, 2);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(1);
-  net.bind(store);
+  testing::BoundNet m(*be, "lenet", ModelConfig{}, 2);
+  Net& net = m.net;
   std::vector<float> images(2 * 28 * 28, 0.f);
   std::vector<int32_t> labels = {1, 2};
-  float* bias = store.params().view("logits/biases").data<float>();
+  float* bias = m.store.params().view("logits/biases").data<float>();
   bias[3] = std::numeric_limits<float>::quiet_NaN();  // a diverged parameter
   Tensor x(images.data(), Shape{2, 28, 28, 1}, DType::F32, Device::cpu());
   Tensor y(labels.data(), Shape{2}, DType::I32, Device::cpu());
@@ -181,16 +178,10 @@ TEST(LeNet, LearnsFashionMnistOnTheCpu) {
 
   auto be = make_backend("cpu", {2});
   const int64_t batch = 64, steps = 400;
-  Net net;
-  build_model("lenet", ModelConfig{}, net);
-  net.setup(*be, batch);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(1);
-  net.bind(store);
-  OptimizerOptions oo;
-  oo.kind = OptimizerKind::MOMENTUM;
-  oo.momentum = 0.9f;
-  Optimizer opt(oo, store.params(), *be);
+  testing::BoundNet m(*be, "lenet", ModelConfig{}, batch);
+  Net& net = m.net;
+  ParameterStore& store = m.store;
+  Optimizer opt(testing::momentum_sgd(), store.params(), *be);
 
   std::vector<int64_t> order(train.count);
   std::iota(order.begin(), order.end(), 0);

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/error_of.h"
 #include "common/mpi_launch.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/error.h"
@@ -95,14 +96,7 @@ struct Streams {
   std::vector<int> owners;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 template <typename T>
 std::vector<T> random_values(size_t n, uint32_t seed) {

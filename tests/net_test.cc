@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/bound_net.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/nn/layers.h"
 #include "terngrad/nn/net.h"
@@ -42,12 +43,10 @@ void build_fanout_net(Net& net, float wd) {
 
 TEST(Net, FanOutGradientsAccumulateAndMatchCentralDifferences) {
   auto be = make_backend("cpu", {1});
-  Net net;
-  build_fanout_net(net, 0.01f);
-  net.setup(*be, 2);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(3);
-  net.bind(store);
+  const auto build = [](Net& n) { build_fanout_net(n, 0.01f); };
+  testing::BoundNet m(*be, build, 2, 3);
+  Net& net = m.net;
+  ParameterStore& store = m.store;
   std::vector<float> images(2 * 5 * 5 * 3);
   for (size_t i = 0; i < images.size(); ++i) images[i] = std::sin(0.7f * float(i)) + 0.3f;
   std::vector<int32_t> labels = {2, 0};

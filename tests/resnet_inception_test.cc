@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 
+#include "common/bound_net.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/optimizer.h"
@@ -345,16 +346,10 @@ struct SmokeSpec {
 void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& check_loss_terms = {}) {
   auto be = make_backend("cpu", {1});
   const int64_t batch = spec.batch, size = spec.config.image_size, classes = spec.config.num_classes;
-  Net net;
-  build_model(spec.net, spec.config, net);
-  net.setup(*be, batch);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(1);
-  net.bind(store);
-  OptimizerOptions oo;
-  oo.kind = OptimizerKind::MOMENTUM;
-  oo.momentum = 0.9f;
-  Optimizer opt(oo, store.params(), *be);
+  testing::BoundNet m(*be, spec.net, spec.config, batch);
+  Net& net = m.net;
+  ParameterStore& store = m.store;
+  Optimizer opt(testing::momentum_sgd(), store.params(), *be);
 
   std::vector<float> images(static_cast<size_t>(batch * size * size * 3));
   std::mt19937 rng(5);

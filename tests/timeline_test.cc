@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error_of.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/phase_times.h"
 
@@ -48,6 +49,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = Timeline::Clock;
 using std::chrono::microseconds;
+using testing::error_of;
 
 // A fresh folder under the system's temporary folder, removed with everything in it at the end of the test.
 struct TempDir {
@@ -63,15 +65,6 @@ struct TempDir {
   }
   fs::path path;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 bool have_python() { return std::system("python3 -c '' >/dev/null 2>&1") == 0; }
 

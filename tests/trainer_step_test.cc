@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "alloc_counter/alloc_counter.h"
+#include "common/bound_net.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
@@ -31,13 +32,10 @@ int64_t net_step_allocations() {
   mc.image_size = 28;
   mc.channels = 1;
   mc.num_classes = 10;
-  Net net;
-  build_model("lenet", mc, net);
-  net.setup(*be, kWorkerBatch);
-  ParameterStore store(net.param_specs(), net.state_specs(), *be);
-  store.initialize(1);
-  net.bind(store);
-  Optimizer opt(OptimizerOptions{}, store.params(), *be);
+  testing::BoundNet m(*be, "lenet", mc, kWorkerBatch);
+  Net& net = m.net;
+  ParameterStore& store = m.store;
+  Optimizer opt(testing::momentum_sgd(), store.params(), *be);
   std::vector<float> images(kWorkerBatch * 28 * 28, 0.5f);
   std::vector<int32_t> labels(kWorkerBatch, 3);
   Tensor x(images.data(), Shape{kWorkerBatch, 28, 28, 1}, DType::F32, Device::cpu());

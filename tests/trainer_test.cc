@@ -18,7 +18,9 @@
 
 #include "../src/apps/app_cli.h"
 #include "common/fashion_mnist.h"
+#include "common/files.h"
 #include "event.pb.h"
+#include "terngrad/backend/backend.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
@@ -101,16 +103,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   static std::string bin(const std::string& name) { return std::string(TG_BINARY_DIR) + "/" + name; }
-  static int run(const std::string& cmd, std::string* out = nullptr) {
-    const std::string log = (fs::temp_directory_path() / ("tg_cmd_" + std::to_string(::getpid()))).string();
-    int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (out) *out = ss.str();
-    fs::remove(log);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  }
+  static int run(const std::string& cmd, std::string* out = nullptr) { return testing::run_command(cmd, out); }
 
   static std::vector<char> param_bytes(const std::string& ckpt) {
     CheckpointReader r(ckpt);
@@ -684,6 +677,59 @@ TEST_F(TrainerTest, StaleTemporaryCheckpointFilesAreRemovedAtStart) {
   Trainer(a).run();
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_EQ(list_checkpoint_steps(a.train_dir), (std::vector<int64_t>{2}));
+}
+
+// Mixed precision (--precision bf16, where the CPU runs it): resuming a bf16 run gives the bits of the
+// uninterrupted one, the checkpoint holds fp32 tensors only, and terngrad-eval evaluates it with no precision
+// flag, in fp32.
+TEST_F(TrainerTest, Bf16ResumeIsBitIdenticalAndItsCheckpointEvaluatesInFp32) {
+  const auto cpu = make_backend("cpu", {1});
+  if (!cpu->supports_compute(DType::BF16)) GTEST_SKIP() << cpu->why_not(DType::BF16);
+  TrainConfig a = config("a");
+  a.precision = "bf16";
+  TrainResult ra = Trainer(a).run();
+  TrainConfig b = config("b");
+  b.precision = "bf16";
+  b.max_steps = 6;
+  Trainer(b).run();
+  b.max_steps = 12;
+  TrainResult rb = Trainer(b).run();
+  EXPECT_EQ(rb.start_step, 6);
+  EXPECT_EQ(ra.parameter_digest, rb.parameter_digest);
+  EXPECT_TRUE(param_bytes(checkpoint_path(a.train_dir, 12)) == param_bytes(checkpoint_path(b.train_dir, 12)))
+      << "parameters, EMA and optimizer slots must match";  // param_bytes reads every tensor as f32
+  EXPECT_NE(Trainer(config("f32")).run().parameter_digest, ra.parameter_digest) << "bf16 must have computed in bf16";
+  CheckpointReader r(checkpoint_path(a.train_dir, 12));
+  EXPECT_EQ(r.meta().flags.at("precision"), "bf16");
+  std::string out;
+  ASSERT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + a.train_dir + " --data_dir " + data_dir_ +
+                    " --run_once --batch_size 64 --threads 1",
+                &out),
+            0)
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("precision @ 1 = 0\\.\\d{4} recall @ 5 = [01]\\.\\d{4} \\[500 examples\\]")))
+      << out;
+}
+
+// --precision: an unknown value, and fp16 on the CPU, are one line naming the flag before any step.
+TEST_F(TrainerTest, PrecisionTheDeviceCannotRunIsRefusedByName) {
+  for (const auto& [precision, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"half", {"--precision 'half'", "fp32, fp16, bf16"}}, {"fp16", {"--precision fp16", "GPU"}}}) {
+    TrainConfig c = config("p");
+    c.precision = precision;
+    try {
+      Trainer t(c);
+      ADD_FAILURE() << "accepted --precision " << precision;
+    } catch (const Error& e) {
+      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    }
+  }
+  std::string out;
+  EXPECT_NE(run(bin("terngrad-train") + " --fp16 --benchmark_mode=true --max_steps 1 --train_dir " +
+                    (root_ / "cli").string(),
+                &out),
+            0);
+  EXPECT_NE(out.find("--precision fp16 on --device cpu"), std::string::npos) << out;
 }
 
 }  // namespace

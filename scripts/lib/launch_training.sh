@@ -1,44 +1,122 @@
-# Shared tail of the scripts/run_multi_gpus_*.sh launchers (sourced, not run): from the settings the launcher
-# defined above it, names the output folders as the reference's scripts did
-#   <dataset>_<net>_<size>_<optimizer>_<bits>_<lr>_<clip>_<wd>_<momentum>_<size_to_binarize>_<batch>_<nodes>[_<gpus>]_<date>
-# starts terngrad-eval in the background on the train_dir (it exits after the checkpoint of MAX_STEPS), runs
-# terngrad-train with the common flags plus EXTRA_TRAIN_FLAGS (an array), logs both to INFO_DIR, and waits.
-# Settings read: BUILD_DIR DATASET_NAME ROOT_WORKSPACE DATA_DIR DEVICE NUM_GPUS NUM_NODES OPTIMIZER NET IMAGE_SIZE
-# GRAD_BITS BASE_LR CLIP_FACTOR WEIGHT_DECAY MOMENTUM LR_DECAY_TYPE SIZE_TO_BINARIZE TRAIN_BATCH_SIZE SAVE_ITER
-# QUANTIZE_LOGITS VAL_BATCH_SIZE MAX_STEPS EVAL_INTERVAL_SECS RESTORE_AVG_VAR SEED EVAL_SUBSET
-# [FOLDER_WITH_GPUS=1] [EXTRA_TRAIN_FLAGS=(...)].
+# shellcheck shell=bash
+# The shared body of the scripts/run_multi_gpus_*.sh launchers (sourced, not run; call launch_training).
+# The recipe is the launcher's CONFIG (a configs/*.ini file, passed as --config): this file adds only what the
+# launcher decides (device, GPUs, folders, data, evaluation) and what the user overrides from the
+# environment. A variable of TG_OVERRIDES that is set becomes --flag=value after --config (the command line
+# wins over the file); an unset one leaves the config's value. Then, as the reference's scripts, it
+#   - names the output folders from the resolved settings (the override, else the config's value):
+#     <dataset>_<net>_<size>_<optimizer>_<bits>_<lr>_<clip>_<wd>_<momentum>_<size_to_binarize>_<batch>_<nodes>[_<gpus>]_<date>
+#     in ROOT_WORKSPACE/<dataset>_training_data/ and _eval_data/, logs in ROOT_WORKSPACE/<dataset>_info/;
+#   - starts terngrad-eval in the background on the train_dir (it exits after the checkpoint of the trainer's
+#     max_steps), runs terngrad-train, and waits for both.
+# A failed training ends the evaluation too (trap EXIT); INT/TERM first ask the training to stop (it saves a
+# checkpoint and exits), then end both. DRY_RUN=1 prints the folders and the two commands and runs nothing.
+# From the launcher: CONFIG DEVICE NUM_GPUS VAL_BATCH_SIZE EVAL_INTERVAL_SECS [NUM_NODES] [FOLDER_WITH_GPUS=1].
+# From the environment: BUILD_DIR ROOT_WORKSPACE DATA_DIR RESTORE_AVG_VAR(true) EVAL_SUBSET(the dataset's)
+# DRY_RUN, and the variables of TG_OVERRIDES.
 
-case "$BUILD_DIR" in /*) ;; *) BUILD_DIR=$(pwd)/$BUILD_DIR ;; esac
-for bin in terngrad-train terngrad-eval; do
-  [[ -x $BUILD_DIR/$bin ]] || { echo "$BUILD_DIR/$bin not found: build first (cmake --build $BUILD_DIR)" >&2; exit 1; }
-done
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-DATE=$(date | tr ' ' '_' | tr ':' '-')
-FOLDER_NAME=${DATASET_NAME}_${NET}_${IMAGE_SIZE}_${OPTIMIZER}_${GRAD_BITS}_${BASE_LR}_${CLIP_FACTOR}_${WEIGHT_DECAY}_${MOMENTUM}_${SIZE_TO_BINARIZE}_${TRAIN_BATCH_SIZE}_${NUM_NODES}
-[[ ${FOLDER_WITH_GPUS:-0} == 1 ]] && FOLDER_NAME=${FOLDER_NAME}_${NUM_GPUS}
-FOLDER_NAME=${FOLDER_NAME}_${DATE}
-TRAIN_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_training_data/$FOLDER_NAME
-EVAL_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_eval_data/$FOLDER_NAME
-INFO_DIR=$ROOT_WORKSPACE/${DATASET_NAME}_info
-mkdir -p "$TRAIN_DIR" "$EVAL_DIR" "$INFO_DIR"
-echo "training into $TRAIN_DIR; logs in $INFO_DIR"
+# Environment variable (the reference scripts' names) : terngrad-train flag.
+TG_OVERRIDES=(
+  DATASET_NAME:dataset NET:net IMAGE_SIZE:image_size NUM_CLASSES:num_classes NUM_NODES:num_nodes
+  TRAIN_BATCH_SIZE:batch_size MAX_STEPS:max_steps OPTIMIZER:optimizer BASE_LR:initial_learning_rate
+  LR_DECAY_TYPE:learning_rate_decay_type NUM_EPOCHS_PER_DECAY:num_epochs_per_decay
+  LR_DECAY_FACTOR:learning_rate_decay_factor WARMUP_STEPS:warmup_steps MOMENTUM:momentum
+  WEIGHT_DECAY:weight_decay DROPOUT_KEEP_PROB:dropout_keep_prob LABEL_SMOOTHING:label_smoothing
+  GRAD_BITS:grad_bits CLIP_FACTOR:clip_factor SIZE_TO_BINARIZE:size_to_binarize QUANTIZE_LOGITS:quantize_logits
+  SAVE_ITER:save_iter SEED:seed
+)
 
-"$BUILD_DIR/terngrad-eval" --checkpoint_dir "$TRAIN_DIR" --eval_dir "$EVAL_DIR" --data_dir "$DATA_DIR" \
-  --subset "$EVAL_SUBSET" --batch_size "$VAL_BATCH_SIZE" --eval_interval_secs "$EVAL_INTERVAL_SECS" \
-  --max_steps "$MAX_STEPS" --restore_avg_var "$RESTORE_AVG_VAR" --device "${DEVICE/%cuda/cuda:0}" \
-  > "$INFO_DIR/eval_${FOLDER_NAME}_info.txt" 2>&1 &
-EVAL_PID=$!
-# Whatever ends this script (a failed training included: set -e) ends the evaluation polling beside it.
-trap 'kill $EVAL_PID 2>/dev/null || true' EXIT INT TERM
+# The value of "KEY = value" in $CONFIG ("" when the file has no such line; '#' and ';' lines are comments).
+config_value() {
+  awk -v key="$1" '
+    /^[ \t]*[#;]/ { next }
+    index($0, "=") {
+      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
+      gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v); gsub(/^"|"$/, "", v)
+      if (k == key) value = v
+    }
+    END { print value }' "$CONFIG"
+}
 
-"$BUILD_DIR/terngrad-train" --train_dir "$TRAIN_DIR" --data_dir "$DATA_DIR" --dataset "$DATASET_NAME" \
-  --device "$DEVICE" --num_gpus "$NUM_GPUS" --num_nodes "$NUM_NODES" --net "$NET" --image_size "$IMAGE_SIZE" \
-  --optimizer "$OPTIMIZER" --initial_learning_rate "$BASE_LR" --learning_rate_decay_type "$LR_DECAY_TYPE" \
-  --grad_bits "$GRAD_BITS" --clip_factor "$CLIP_FACTOR" --weight_decay "$WEIGHT_DECAY" --momentum "$MOMENTUM" \
-  --size_to_binarize "$SIZE_TO_BINARIZE" --batch_size "$TRAIN_BATCH_SIZE" --save_iter "$SAVE_ITER" \
-  --quantize_logits="$QUANTIZE_LOGITS" --max_steps "$MAX_STEPS" --seed "$SEED" \
-  --metrics_jsonl "$INFO_DIR/training_${FOLDER_NAME}_metrics.jsonl" "${EXTRA_TRAIN_FLAGS[@]}" 2>&1 |
-  tee "$INFO_DIR/training_${FOLDER_NAME}_info.txt"
+# VAR KEY: the override $VAR, else the config's KEY, else an error naming both.
+resolved() {
+  local value=${!1:-}
+  [[ -n $value ]] || value=$(config_value "$2")
+  [[ -n $value ]] || tg_die "$CONFIG has no '$2' and $1 is not set: the folder name needs it"
+  echo "$value"
+}
 
-wait $EVAL_PID
-tail -n 1 "$INFO_DIR/eval_${FOLDER_NAME}_info.txt"
+stop_training() {  # EXIT_STATUS: asks the training to stop (checkpoint, exit), waits for it, exits
+  kill -TERM "$TRAIN_PID" 2> /dev/null || true
+  wait "$TRAIN_PID" 2> /dev/null || true
+  exit "$1"
+}
+
+launch_training() {
+  local given=$CONFIG  # a relative one: from the current folder, else from the repository root
+  case "$CONFIG" in /*) ;; *) [[ -f $CONFIG ]] || CONFIG=$TG_ROOT/$CONFIG ;; esac
+  [[ -f $CONFIG ]] || tg_die "CONFIG=$given: no such file"
+  CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
+  TRAIN_BIN=$(tg_binary terngrad-train)
+  EVAL_BIN=$(tg_binary terngrad-eval)
+
+  local dataset folder="" field
+  dataset=$(resolved DATASET_NAME dataset)
+  for field in DATASET_NAME:dataset NET:net IMAGE_SIZE:image_size OPTIMIZER:optimizer GRAD_BITS:grad_bits \
+    BASE_LR:initial_learning_rate CLIP_FACTOR:clip_factor WEIGHT_DECAY:weight_decay MOMENTUM:momentum \
+    SIZE_TO_BINARIZE:size_to_binarize TRAIN_BATCH_SIZE:batch_size NUM_NODES:num_nodes; do
+    folder+=${folder:+_}$(resolved "${field%%:*}" "${field#*:}")
+  done
+  [[ ${FOLDER_WITH_GPUS:-0} == 1 ]] && folder=${folder}_${NUM_GPUS}
+  folder=${folder}_$(date | tr ' ' '_' | tr ':' '-')
+
+  ROOT_WORKSPACE=${ROOT_WORKSPACE:-$HOME/dataset/results/$dataset}
+  DATA_DIR=${DATA_DIR:-$HOME/dataset/${dataset}-data}
+  local train_dir=$ROOT_WORKSPACE/${dataset}_training_data/$folder
+  local eval_dir=$ROOT_WORKSPACE/${dataset}_eval_data/$folder
+  local info_dir=$ROOT_WORKSPACE/${dataset}_info
+  local train_log=$info_dir/training_${folder}_info.txt eval_log=$info_dir/eval_${folder}_info.txt
+
+  local eval_args=(--checkpoint_dir "$train_dir" --eval_dir "$eval_dir" --data_dir "$DATA_DIR"
+    --batch_size "$VAL_BATCH_SIZE" --eval_interval_secs "$EVAL_INTERVAL_SECS"
+    --restore_avg_var "${RESTORE_AVG_VAR:-true}" --device "${DEVICE/%cuda/cuda:0}")
+  if [[ -n ${EVAL_SUBSET:-} ]]; then eval_args+=(--subset "$EVAL_SUBSET"); fi
+  local train_args=(--config "$CONFIG") pair var
+  for pair in "${TG_OVERRIDES[@]}"; do
+    var=${pair%%:*}
+    if [[ -n ${!var:-} ]]; then train_args+=("--${pair#*:}=${!var}"); fi
+  done
+  train_args+=(--train_dir "$train_dir" --data_dir "$DATA_DIR" --device "$DEVICE" --num_gpus "$NUM_GPUS"
+    --metrics_jsonl "$info_dir/training_${folder}_metrics.jsonl")
+
+  if [[ ${DRY_RUN:-0} == 1 ]]; then
+    echo "train_dir: $train_dir"
+    echo "eval_dir: $eval_dir"
+    echo "logs: $train_log $eval_log"
+    echo "eval: $(printf '%q ' "$EVAL_BIN" "${eval_args[@]}")"
+    echo "train: $(printf '%q ' "$TRAIN_BIN" "${train_args[@]}")"
+    return 0
+  fi
+
+  mkdir -p "$train_dir" "$eval_dir" "$info_dir"
+  echo "training into $train_dir; logs in $info_dir"
+  "$EVAL_BIN" "${eval_args[@]}" > "$eval_log" 2>&1 &
+  EVAL_PID=$!
+  # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
+  trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
+  "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
+  TRAIN_PID=$!
+  trap 'stop_training 130' INT
+  trap 'stop_training 143' TERM
+  local status=0
+  wait "$TRAIN_PID" || status=$?
+  if [[ $status -ne 0 ]]; then
+    echo "$(basename "$0"): the training failed (exit $status; log $train_log); evaluation stopped" >&2
+    exit "$status"
+  fi
+  wait "$EVAL_PID" || echo "$(basename "$0"): the evaluation ended with exit $? (log $eval_log)" >&2
+  tail -n 1 "$eval_log"
+}

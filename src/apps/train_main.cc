@@ -41,6 +41,11 @@ void add_flags(CLI::App& app, tg::TrainConfig& c, std::string& log_level, bool& 
   app.add_option("--allow_tf32", c.allow_tf32,
                  "cuda: TF32 tensor-core math for fp32 convolutions and matrix products (faster, ~1e-3 error)")
       ->capture_default_str();
+  app.add_option("--precision", c.precision,
+                 "compute dtype: fp32 | fp16 (cuda; dynamic loss scaling) | bf16 (cuda, or a CPU with AVX512_BF16 or "
+                 "AMX); weights, optimizer state, BN statistics and the loss stay fp32")
+      ->capture_default_str();
+  app.add_flag_callback("--fp16", [&c] { c.precision = "fp16"; }, "alias of --precision fp16 (NVIDIA's scripts)");
   app.add_option("--net", c.net, "network: lenet, cifarnet (cifar10_alexnet), alexnet, resnet50, inception_v3")
       ->capture_default_str();
   app.add_option("--image_size", c.image_size, "square input size (0: the dataset's)")->capture_default_str();

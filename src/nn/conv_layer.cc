@@ -13,6 +13,7 @@ class ConvLayer final : public Layer {
              o.out_channels, o.kernel_h, o.kernel_w, o.stride, o.groups);
   }
   const char* type() const override { return "conv2d"; }
+  bool params_in_compute_dtype() const override { return true; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

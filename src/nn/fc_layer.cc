@@ -9,6 +9,7 @@ class FcLayer final : public Layer {
     TG_CHECK(o.out > 0, "layer '{}' (fully_connected): output size {} must be positive", name, o.out);
   }
   const char* type() const override { return "fully_connected"; }
+  bool params_in_compute_dtype() const override { return true; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

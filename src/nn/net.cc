@@ -1,5 +1,6 @@
 // Net: DAG bookkeeping, shape inference and allocation, forward/backward execution with fan-out gradient
-// accumulation, weight decay; ParameterStore initialisation.
+// accumulation, weight decay, mixed precision (compute dtype, half weight copies, gradient unscaling);
+// ParameterStore initialisation.
 #include "terngrad/nn/net.h"
 
 #include <cmath>
@@ -85,11 +86,21 @@ const std::string& Net::add(LayerPtr layer) {
 }
 
 // ---- setup ------------------------------------------------------------------------------------------------------
+void Net::set_compute_dtype(DType t) {
+  TG_CHECK(backend_ == nullptr, "set_compute_dtype must come before setup");
+  TG_CHECK(is_compute_dtype(t), "compute dtype {} is not one of f32, f16, bf16", dtype_name(t));
+  compute_ = t;
+}
+
 void Net::setup(Backend& backend, int64_t batch) {
   TG_CHECK(backend_ == nullptr, "Net::setup called twice");
   TG_CHECK(batch > 0, "batch size {} must be positive", batch);
   TG_CHECK(!nodes_.empty(), "the net has no layers");
   TG_CHECK(!loss_.empty(), "the net has no loss");
+  TG_CHECK(backend.supports_compute(compute_), "{} compute on {}: {}", dtype_name(compute_), backend.name(),
+           backend.why_not(compute_));
+  const bool mixed = compute_ != DType::F32;
+  tensors_[0].dtype = compute_;  // the images, cast from the f32 batch
   tensors_[0].shape = Shape{batch, input_shape_[0], input_shape_[1], input_shape_[2]};
   tensors_[1].shape = Shape{batch};
 
@@ -100,7 +111,14 @@ void Net::setup(Backend& backend, int64_t batch) {
     SetupContext ctx(backend, node.layer->name(), in_shapes);
     std::vector<Shape> outs = node.layer->setup(ctx);
     tensors_[node.output].shape = outs[0];
+    tensors_[node.output].dtype = node.layer->output_dtype(compute_);
     node.params = ctx.params();
+    node.half_slot.assign(node.params.size(), -1);
+    if (mixed && node.layer->params_in_compute_dtype())
+      for (size_t p = 0; p < node.params.size(); ++p) {
+        node.half_slot[p] = half_params_.add(node.params[p].name, node.params[p].shape, compute_);
+        half_grads_.add(node.params[p].name, node.params[p].shape, compute_);
+      }
     node.states = ctx.states();
     for (const auto& s : ctx.saveds()) node.saved_ids.push_back(saved_.add(s.name, s.shape, s.dtype));
   }
@@ -119,7 +137,7 @@ void Net::setup(Backend& backend, int64_t batch) {
 
   for (auto& t : tensors_) t.act = acts_.add(t.name, t.shape, t.dtype);
   for (size_t t = 0; t < tensors_.size(); ++t)
-    if (needs[t]) tensors_[t].grad = act_grads_.add(tensors_[t].name, tensors_[t].shape);
+    if (needs[t]) tensors_[t].grad = act_grads_.add(tensors_[t].name, tensors_[t].shape, tensors_[t].dtype);
 
   // Gradient slot per (node, input): direct when the tensor has one differentiable reader, else a part.
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -139,7 +157,7 @@ void Net::setup(Backend& backend, int64_t batch) {
       if (readers == 1) {
         node.input_grad_slot[k] = t.grad;
       } else {
-        int part = act_grads_.add(fmt::format("{}@{}#{}", t.name, node.layer->name(), k), t.shape);
+        int part = act_grads_.add(fmt::format("{}@{}#{}", t.name, node.layer->name(), k), t.shape, t.dtype);
         t.grad_parts.push_back(part);
         node.input_grad_slot[k] = part;
       }
@@ -149,12 +167,21 @@ void Net::setup(Backend& backend, int64_t batch) {
   for (const auto& node : nodes_)
     for (const auto& p : node.params) grads_.add(p.name, p.shape);
 
+  images_f32_ = mixed ? precision_.add("images/f32", tensors_[0].shape) : -1;
+  found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::I32);
+
   acts_.allocate(backend.allocator());
   act_grads_.allocate(backend.allocator());
   saved_.allocate(backend.allocator());
   grads_.allocate(backend.allocator());
+  half_params_.allocate(backend.allocator());
+  half_grads_.allocate(backend.allocator());
+  precision_.allocate(backend.allocator());
   backend.zero(grads_.flat_bytes());
   backend.zero(act_grads_.flat_bytes());
+  backend.zero(precision_.flat_bytes());
+  backend.zero(half_params_.flat_bytes());
+  backend.zero(half_grads_.flat_bytes());
   backend_ = &backend;
   batch_ = batch;
 
@@ -172,7 +199,8 @@ void Net::setup(Backend& backend, int64_t batch) {
     io.dout.push_back(out.grad >= 0 ? act_grads_.view(out.grad) : Tensor());
     for (int s : node.saved_ids) io.saved.push_back(saved_.view(s));
     node.first_param = param_index;
-    for (size_t p = 0; p < node.params.size(); ++p) io.dparams.push_back(grads_.view(param_index++));
+    for (size_t p = 0; p < node.params.size(); ++p, ++param_index)
+      io.dparams.push_back(node.half_slot[p] >= 0 ? half_grads_.view(node.half_slot[p]) : grads_.view(param_index));
   }
 }
 
@@ -194,6 +222,7 @@ void Net::bind(ParameterStore& store) {
   TG_CHECK(backend_ != nullptr, "bind() needs setup() first");
   store_ = &store;
   decayed_.clear();
+  casts_.clear();
   for (auto& node : nodes_) {
     node.io.params.clear();
     node.io.state.clear();
@@ -202,7 +231,9 @@ void Net::bind(ParameterStore& store) {
       Tensor v = store.params().view(p.name);
       TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name,
                v.shape().str(), p.shape.str());
-      node.io.params.push_back(v);
+      const int half = node.half_slot[node.io.params.size()];
+      if (half >= 0) casts_.push_back({half_params_.view(half), v});
+      node.io.params.push_back(half >= 0 ? half_params_.view(half) : v);
       if (p.weight_decay > 0.f) {
         node.decayed.push_back(static_cast<int>(decayed_.size()));
         decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
@@ -232,8 +263,14 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
            in_images.shape().str());
   TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::I32,
            "labels are {}, the net expects i32{}", labels.str(), in_labels.shape().str());
-  be.copy(in_images, images);
+  if (images_f32_ >= 0) {  // mixed precision: the f32 batch, then one cast (images may be on the host)
+    be.copy(precision_.view(images_f32_), images);
+    be.cast(in_images, precision_.view(images_f32_));
+  } else {
+    be.copy(in_images, images);
+  }
   be.copy(in_labels, labels);
+  for (const auto& [half, master] : casts_) be.cast(half, master);  // the per-step half copy of the weights
   for (auto& node : nodes_) {
     node.io.training = training;
     node.io.step = step;
@@ -254,11 +291,17 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   return static_cast<float>(total);
 }
 
-void Net::backward(GradientListener* listener) {
+void Net::backward(GradientListener* listener, float loss_scale) {
   TG_CHECK(forward_was_training_, "Net::backward needs a training-mode forward first");
+  TG_CHECK(std::isfinite(loss_scale) && loss_scale > 0.f, "loss scale {} must be positive and finite", loss_scale);
   Backend& be = *backend_;
-  be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), 1.f);
-  for (const auto& a : aux_losses_) be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight);
+  // Half gradients (or a loss scale) are converted to fp32 into grads_ and checked for Inf/NaN, layer by layer.
+  checked_ = compute_ != DType::F32 || loss_scale != 1.f;
+  const Tensor found = precision_.view(found_);
+  if (checked_) be.zero(found);
+  be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), loss_scale);
+  for (const auto& a : aux_losses_)
+    be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight * loss_scale);
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
@@ -266,14 +309,25 @@ void Net::backward(GradientListener* listener) {
       if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
         const Tensor g = act_grads_.view(out.grad);
         be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);
-        for (size_t p = 2; p < out.grad_parts.size(); ++p) be.axpy(1.f, act_grads_.view(out.grad_parts[p]), g);
+        for (size_t p = 2; p < out.grad_parts.size(); ++p) be.add(g, act_grads_.view(out.grad_parts[p]), g);
       }
       node.layer->backward(node.io);
     }
+    if (checked_)
+      for (size_t p = 0; p < node.params.size(); ++p)
+        be.unscale_and_check(node.io.dparams[p], 1.f / loss_scale, grads_.view(node.first_param + static_cast<int>(p)),
+                             found);
     // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now
     for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
     if (listener) listener->gradients_ready(node.first_param);
   }
+}
+
+bool Net::overflowed() const {
+  if (!checked_) return false;
+  int32_t flag = 0;
+  backend_->copy(Tensor(&flag, Shape{1}, DType::I32, Device::cpu()), precision_.view(found_));
+  return flag != 0;
 }
 
 std::vector<Net::LayerSummary> Net::summary() const {

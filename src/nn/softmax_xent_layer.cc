@@ -1,5 +1,7 @@
 // Softmax cross-entropy with optional label smoothing: inputs logits (N, K) and labels (N) i32, output the
 // mean loss over the batch (1). The softmax is saved for backward: dlogits = dloss/N * (softmax - target).
+// Logits may be f16/bf16 (mixed precision); the softmax, the losses and the output stay f32, and dloss carries
+// the loss scale (Net::backward), so dlogits are the scaled gradient in the logits' dtype.
 #include "terngrad/nn/layers.h"
 
 namespace tg {
@@ -12,6 +14,7 @@ class SoftmaxXentLayer final : public Layer {
   const char* type() const override { return "softmax_cross_entropy"; }
   int num_inputs() const override { return 2; }
   bool input_differentiable(int i) const override { return i == 0; }
+  DType output_dtype(DType) const override { return DType::F32; }  // the loss (probs, losses saved in f32)
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

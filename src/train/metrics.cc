@@ -44,10 +44,11 @@ void MetricsWriter::step(const StepMetrics& m) {
   line(fmt::format("{{\"step\": {}, \"entropy_loss\": {}, \"reg_loss\": {}, \"total_loss\": {}, "
                    "\"learning_rate\": {}, \"examples_per_sec\": {}, \"sec_per_batch\": {}, "
                    "\"bytes_exchanged\": {}, \"fp32_bytes\": {}, \"payload_bytes\": {}, \"wire_bytes\": {}, "
+                   "\"loss_scale\": {}, \"skipped_steps\": {}, "
                    "\"time\": {}, \"process_time\": [{}], \"worker_forward_backward\": [{}]}}",
                    m.step, num(m.entropy_loss), num(m.reg_loss), num(m.total_loss), num(m.learning_rate),
                    num(m.examples_per_sec), num(m.sec_per_batch), m.bytes_exchanged, m.fp32_bytes, m.payload_bytes,
-                   m.wire_bytes, phases_json(m.time), processes, workers));
+                   m.wire_bytes, num(m.loss_scale), m.skipped_steps, phases_json(m.time), processes, workers));
 }
 
 void MetricsWriter::summary(int64_t steps, double median_examples_per_sec, uint64_t bytes_moved,

@@ -126,8 +126,16 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(num_gpus == 1 || device == "cuda",
            "--device {} names one GPU; with --num_gpus {} use --device cuda (GPUs 0..{})", device, num_gpus,
            num_gpus - 1);
+  compute_dtype();  // --precision names a compute dtype (whether the device runs it: the backend, at build)
   TG_CHECK(label_smoothing < 1.f, "--label_smoothing {} must be below 1 (negative: the network's default)",
            label_smoothing);
+}
+
+DType TrainConfig::compute_dtype() const {
+  if (precision == "fp32") return DType::F32;
+  if (precision == "fp16") return DType::F16;
+  if (precision == "bf16") return DType::BF16;
+  TG_THROW("--precision '{}' is not one of fp32, fp16, bf16", precision);
 }
 
 ModelConfig TrainConfig::model_config() const {
@@ -155,6 +163,7 @@ std::map<std::string, std::string> TrainConfig::to_flags() const {
   f["threads"] = std::to_string(threads);
   f["cpu_replicas"] = std::to_string(cpu_replicas);
   f["allow_tf32"] = allow_tf32 ? "true" : "false";
+  f["precision"] = precision;
   f["num_processes"] = std::to_string(num_processes);
   f["check_replicas_every"] = std::to_string(check_replicas_every);
   f["skip_corrupt_records"] = skip_corrupt_records ? "true" : "false";

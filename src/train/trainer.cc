@@ -29,6 +29,7 @@
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/event_writer.h"
+#include "terngrad/train/loss_scaler.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/stale_files.h"
@@ -53,6 +54,8 @@ struct Replica {
   bool overlap = false;                        // its exchange runs inside the last worker's backward
   PhaseTimes times;                            // of the last step
   ExchangeStats stats;                         // of the last step
+  Buffer overflow_flag;  // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
+  bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
 };
 
 struct Worker {
@@ -129,6 +132,7 @@ struct Trainer::Impl {
   std::vector<int64_t> kept_steps;
   std::string last_digest;
   std::string resumed_path;  // the checkpoint this run resumed from
+  std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
   void build();
   void resume_or_initialize();
@@ -137,6 +141,7 @@ struct Trainer::Impl {
   void build_exchanges();
   void step(int64_t t, float lr);
   void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
+  bool agree_on_overflow(Replica& r);
   void write_timeline();
   std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
   std::string save(int64_t steps_done);
@@ -166,6 +171,7 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
 Trainer::~Trainer() = default;
 
 void Trainer::Impl::build() {
+  scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::F16);
   const int n_workers = cfg.workers_per_process();
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
@@ -225,12 +231,17 @@ void Trainer::Impl::build_replicas() {
     if (!cpu && n_replicas > 1) dev = fmt::format("cuda:{}", d);
     r.backend = make_backend(dev, bo);
     r.backend->bind_thread();
+    const DType compute = cfg.compute_dtype();
+    TG_CHECK(r.backend->supports_compute(compute), "--precision {} on --device {}: {}", cfg.precision, dev,
+             r.backend->why_not(compute));
     for (int w : r.workers) {
       Worker& wk = workers[w];
       wk.net = std::make_unique<Net>();
       build_model(cfg.net, mc, *wk.net);
+      wk.net->set_compute_dtype(compute);
       wk.net->setup(*r.backend, worker_batch);
     }
+    r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
     const Net& net = *workers[r.workers[0]].net;
     r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
     for (int w : r.workers) workers[w].net->bind(*r.store);
@@ -302,7 +313,8 @@ void Trainer::Impl::build_exchanges() {
     xo.bucket_mb = cfg.bucket_mb;
     // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
     // queue the backward's next kernels behind the network; overlapping needs a communication stream).
-    xo.overlap = cfg.overlap && r.backend->device().is_cpu();
+    // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
+    xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
     r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group, xo,
                                                     timeline.get());
     r.overlap = r.exchange->overlapped();
@@ -352,6 +364,8 @@ void Trainer::Impl::resume_or_initialize() {
       load_slab("ema/", r.ema->shadow());
       load_slab("slots/", r.optimizer->slots());
     }
+    if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
+      spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
     start_step = m.step;
     cursor = m.data_cursor;
     last_digest = m.parameter_digest;
@@ -391,6 +405,10 @@ void Trainer::Impl::step(int64_t t, float lr) {
   const uint32_t step32 = static_cast<uint32_t>(t);
   // Every replica at once, each on its thread: forward, backward, exchange, optimizer.
   threads->run([&](int d) { replica_step(replicas[d], step32, lr, t, images, labels); });
+  // fp16: every replica saw the same flag; a skipped step halves the scale (or stops the run below 1).
+  if (!scaler->update(replicas[0].overflowed, t + 1) && is_chief())
+    spdlog::warn("step {}: fp16 gradients overflowed; update skipped, loss scale now {} ({} skipped so far)", t + 1,
+                 scaler->scale(), scaler->skipped_steps());
   step_times += replicas[0].times;
   last_stats = replicas[0].stats;
   const double total = seconds_between(step_begin, Clock::now());
@@ -416,7 +434,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     // The last worker's backward completes every bucket of the replica: the exchange starts inside it.
     const bool feeds = r.overlap && k + 1 == r.workers.size();
     const double fed_before = feeder.seconds;
-    wk.net->backward(feeds ? &feeder : nullptr);
+    wk.net->backward(feeds ? &feeder : nullptr, scaler->scale());
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
     r.times.add(Phase::ForwardBackward, wk.forward_backward);
@@ -425,14 +443,34 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
       tl->record(wk.track, "backward", t1, t2);
     }
   }
+  // fp16: a step with Inf/NaN gradients anywhere is skipped by every replica; its (zeroed) gradients still go
+  // through the exchange, so every collective is posted the same on every rank.
+  r.overflowed = scaler->enabled() && agree_on_overflow(r);
+  if (r.overflowed)
+    for (int w : r.workers) r.backend->zero(workers[w].net->grads().flat_bytes());
   r.stats = r.exchange->finish();
   r.times += r.exchange->times();
+  if (r.overflowed) return;
   ScopedPhase update(r.times, Phase::OptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
   Worker& first = workers[r.workers[0]];
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
   r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());
   r.ema->update(*r.backend, t, &r.store->params());
+}
+
+// Whether any worker of any replica of any process found Inf/NaN in its fp16 gradients this step: the
+// workers' flags, then an all-reduce MAX over the replicas' communicator (on the device, as NCCL needs).
+bool Trainer::Impl::agree_on_overflow(Replica& r) {
+  int32_t found = 0;
+  for (int w : r.workers) found |= workers[w].net->overflowed() ? 1 : 0;
+  if (!r.group) return found != 0;
+  const Tensor host(&found, Shape{1}, DType::I32, Device::cpu());
+  const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::I32, r.backend->device());
+  r.backend->copy(dev, host);
+  r.group->allreduce(dev, ReduceOp::Max);
+  r.backend->copy(host, dev);
+  return found != 0;
 }
 
 // Every process's phase times (one all-gather; processes call it at the same steps).
@@ -484,6 +522,10 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
       {"exchange/bytes_per_step", static_cast<float>(last_stats.moved_bytes)},
       {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
   };
+  if (scaler->enabled()) {
+    v.push_back({"loss_scale", scaler->scale()});
+    v.push_back({"skipped_steps", static_cast<float>(scaler->skipped_steps())});
+  }
   for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
   const auto& scalers = replicas[0].exchange->shared_scalers();
   const auto& zeros = replicas[0].exchange->zero_codes();
@@ -562,6 +604,7 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
   add_slab("state/", r.store->state());
   add_slab("ema/", r.ema->shadow());
   add_slab("slots/", r.optimizer->slots());
+  if (scaler->enabled()) scaler->append_checkpoint_tensors(out, storage);
   return out;
 }
 
@@ -682,6 +725,9 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
             t + 1, last.last_cross_entropy(), last.last_regularization(), loss, eps, sec_per_batch, lr,
             human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), t + 1, cfg.max_steps,
             100.0 * (t + 1) / cfg.max_steps, human_duration(eta), mean.compact());
+        if (m.scaler->enabled())
+          spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", t + 1, m.scaler->scale(),
+                       m.scaler->skipped_steps());
         if (events) m.write_summaries(*events, t + 1, lr, eps, mean);
         if (metrics) {
           StepMetrics sm;
@@ -697,6 +743,8 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
           sm.payload_bytes = xs.payload_bytes;
           sm.wire_bytes = xs.process_wire_bytes;
           sm.time = mean;
+          sm.loss_scale = m.scaler->scale();
+          sm.skipped_steps = m.scaler->skipped_steps();
           if (m.num_processes > 1) sm.process_time = per_process;
           for (double fb : window_worker_fb) sm.worker_forward_backward.push_back(fb / window_steps);
           metrics->step(sm);

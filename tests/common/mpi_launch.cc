@@ -6,11 +6,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
+#include "common/files.h"
 #include "terngrad/comm/mpi_communicator.h"
 
 namespace tg::testing_mpi {
@@ -25,13 +24,6 @@ std::string self_path() {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
@@ -42,7 +34,7 @@ int count_of(const std::string& text, const std::string& what) {
 
 void launch_current_test_under_mpirun(int ranks) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found on PATH";
-  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
   char log_template[] = "/tmp/tg_mpi_test_XXXXXX";
   int fd = mkstemp(log_template);
@@ -52,7 +44,7 @@ void launch_current_test_under_mpirun(int ranks) {
   const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
                           self_path() + " --gtest_color=no --gtest_filter=" + filter + " > " + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
-  const std::string out = read_file(log);
+  const std::string out = tg::testing::slurp(log);
   std::remove(log.c_str());
   EXPECT_EQ(rc, 0) << cmd << "\n" << out;
   // Guard against a vacuous pass (e.g. a filter matching nothing): each rank must report one passed test.
@@ -60,7 +52,7 @@ void launch_current_test_under_mpirun(int ranks) {
 }
 
 int run_all_tests_under_mpi_if_launched(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
   g_under_mpi = launched_by_mpi();
   std::unique_ptr<MpiEnvironment> env;
   if (g_under_mpi) env = std::make_unique<MpiEnvironment>();

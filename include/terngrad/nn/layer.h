@@ -83,6 +83,12 @@ class Layer {
   virtual int num_inputs() const { return 1; }
   // False for inputs that never get a gradient (labels).
   virtual bool input_differentiable(int /*i*/) const { return true; }
+  // Mixed precision (Net::set_compute_dtype): the dtype of the output (and of its gradient) when the net computes
+  // in `compute`; losses stay f32.
+  virtual DType output_dtype(DType compute) const { return compute; }
+  // Whether the layer reads its parameters (and writes their gradients) in the compute dtype: the per-step half
+  // copy of conv/FC weights. Other layers' parameters (batch norm's gamma, beta) stay f32.
+  virtual bool params_in_compute_dtype() const { return false; }
 
   std::vector<Shape> setup(SetupContext& ctx);
   void forward(LayerIO& io);

@@ -6,6 +6,13 @@
 // Parameters and state (BN moving statistics) live in a ParameterStore the Net is bound to, so several
 // workers (virtual nodes) on one device can share one store while each keeps its own activations and its
 // own gradient slab.
+//
+// Mixed precision (set_compute_dtype F16/BF16): activations and their gradients are in the compute dtype C
+// (losses f32); conv/FC layers read a half copy of their fp32 master weights, cast once per forward, and
+// write half weight gradients; backward converts every parameter gradient to fp32 into grads() with
+// unscale_and_check (dividing by the loss scale, flagging Inf/NaN: overflowed()) before weight decay and before
+// the listener hears of it, so the exchange, the codec and the optimizer see fp32 only. Master weights, the
+// optimizer state and batch-norm parameters and statistics stay fp32 in the ParameterStore.
 #pragma once
 
 #include <map>
@@ -73,6 +80,9 @@ class Net {
   void add_aux_loss(const std::string& tensor, float weight) { aux_losses_.push_back({tensor, weight}); }
 
   // ---- setup ----------------------------------------------------------------------------------------
+  // The compute dtype (F32 default, F16, BF16); before setup. Whether the backend runs it is checked at setup.
+  void set_compute_dtype(DType t);
+  DType compute_dtype() const { return compute_; }
   // Infers every shape for batch size `batch` and allocates activations, gradients and saved tensors.
   // Errors name the layer and the shape (e.g. a spatial size reaching 0).
   void setup(Backend& backend, int64_t batch);
@@ -86,8 +96,12 @@ class Net {
   float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0,
                 PhiloxKey key = {});
   // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
-  // A listener hears, layer by layer, which gradients are final.
-  void backward(GradientListener* listener = nullptr);
+  // A listener hears, layer by layer, which gradients are final. loss_scale (fp16's dynamic loss scaling)
+  // multiplies the loss before the backward; the fp32 gradients in grads() are divided by it again.
+  void backward(GradientListener* listener = nullptr, float loss_scale = 1.f);
+  // Whether the last backward's parameter gradients held an Inf or NaN (after unscaling; reads the device
+  // flag, so it synchronizes). Always false in f32 compute without a loss scale (nothing is checked then).
+  bool overflowed() const;
 
   Slab& grads() { return grads_; }          // one tensor per parameter, same names and order as params
   Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
@@ -114,6 +128,7 @@ class Net {
     std::vector<int> input_grad_slot;  // per input: index into grad-slab entries (-1 = no gradient)
     int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
     std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
+    std::vector<int> half_slot;        // per parameter: its slot in half_params_ / half_grads_, -1 if f32
     LayerIO io;
   };
   struct TensorInfo {
@@ -139,6 +154,13 @@ class Net {
   ParameterStore* store_ = nullptr;
   int64_t batch_ = 0;
   Slab acts_, act_grads_, saved_, grads_;
+  // Mixed precision: the compute dtype, the half copies of conv/FC parameters and their gradients (C), the
+  // f32 staging of the images, and the Inf/NaN flag (i32 (1)) of the gradients' unscaling.
+  DType compute_ = DType::F32;
+  Slab half_params_, half_grads_, precision_;
+  std::vector<std::pair<Tensor, Tensor>> casts_;  // (half copy, master) cast at every forward; filled by bind()
+  int images_f32_ = -1, found_ = -1;              // entries in precision_
+  bool checked_ = false;                          // the last backward ran unscale_and_check
   struct Decayed {  // a parameter with weight decay, as this net declared it
     Tensor param, grad;
     float weight_decay;

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "terngrad/core/dtype.h"
 #include "terngrad/models/registry.h"
 
 namespace tg {
@@ -33,7 +34,10 @@ struct TrainConfig {
   int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
   int threads = 0;     // CPU threads (0: all)
   int cpu_replicas = 1;
-  bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)  // --device cpu: replicas (each its own thread and share of --threads) in this process
+  bool allow_tf32 = false;
+  // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
+  // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
+  std::string precision = "fp32";  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)  // --device cpu: replicas (each its own thread and share of --threads) in this process
   int num_processes = 1;  // MPI processes training together (set by the trainer, recorded in checkpoints)
   // model
   std::string net = "lenet";
@@ -84,6 +88,8 @@ struct TrainConfig {
   double max_corrupt_fraction = 0.01;  // more bad records in one pass over the data stop the run
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
+  // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.
+  DType compute_dtype() const;
   // Checks every value and their consistency for `num_processes` processes; throws naming the flag.
   void validate(int num_processes) const;
   // Fills the dataset-dependent defaults (image size, classes, label smoothing).

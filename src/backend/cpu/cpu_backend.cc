@@ -1,6 +1,8 @@
 // CpuBackend: construction, memory, element-wise ops, reductions, softmax cross-entropy and optimizer
 // updates as plain loops over the backend's OpenMP threads (the ones oneDNN uses). The oneDNN ops live in
 // cpu_conv.cc, cpu_pool.cc, cpu_lrn.cc and cpu_inner_product.cc; batch norm (loops) in cpu_batch_norm.cc.
+// Activation loops (add, relu, dropout, concat/split, reductions, softmax_xent) take any compute dtype:
+// elements are read into f32, computed as in f32, and rounded once when written (cpu_dtype.h).
 #include "src/backend/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -9,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
+#include "src/backend/cpu/cpu_dtype.h"
 #include "terngrad/math/activation_math.h"
 #include "terngrad/math/optim_math.h"
 
@@ -27,6 +31,9 @@ void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 constexpr int64_t kGrain = 16384;  // elements per chunk below which loops run on one thread
+
+template <typename T>
+using Elem = std::remove_pointer_t<T>;  // the storage type dispatch_compute passes
 }  // namespace
 
 CpuBackend::CpuBackend(int threads)
@@ -78,11 +85,17 @@ void CpuBackend::fill_impl(const Tensor& dst, float value) {
 void CpuBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_numel(a, b, "add");
   check_same_numel(a, out, "add");
-  const float *pa = a.data<float>(), *pb = b.data<float>();
-  float* po = out.data<float>();
-  parallel_for(a.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) po[i] = pa[i] + pb[i];
-  }, kGrain);
+  cpu::dispatch_compute(out.dtype(), "add", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T *pa = static_cast<const T*>(a.raw()), *pb = static_cast<const T*>(b.raw());
+    T* po = static_cast<T*>(out.raw());
+    parallel_for(
+        a.numel(),
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) po[i] = cpu::from_f32<T>(cpu::to_f32(pa[i]) + cpu::to_f32(pb[i]));
+        },
+        kGrain);
+  });
 }
 
 void CpuBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
@@ -103,21 +116,34 @@ void CpuBackend::scale_impl(float alpha, const Tensor& x) {
 
 void CpuBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) py[i] = relu_one(px[i]);
-  }, kGrain);
+  cpu::dispatch_compute(x.dtype(), "relu_forward", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T* px = static_cast<const T*>(x.raw());
+    T* py = static_cast<T*>(y.raw());
+    parallel_for(
+        x.numel(),
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) py[i] = cpu::from_f32<T>(relu_one(cpu::to_f32(px[i])));
+        },
+        kGrain);
+  });
 }
 
 void CpuBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_same_numel(y, dy, "relu_backward");
   check_same_numel(y, dx, "relu_backward");
-  const float *py = y.data<float>(), *pdy = dy.data<float>();
-  float* pdx = dx.data<float>();
-  parallel_for(y.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) pdx[i] = relu_grad_one(py[i], pdy[i]);
-  }, kGrain);
+  cpu::dispatch_compute(y.dtype(), "relu_backward", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T *py = static_cast<const T*>(y.raw()), *pdy = static_cast<const T*>(dy.raw());
+    T* pdx = static_cast<T*>(dx.raw());
+    parallel_for(
+        y.numel(),
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i)
+            pdx[i] = cpu::from_f32<T>(relu_grad_one(cpu::to_f32(py[i]), cpu::to_f32(pdy[i])));
+        },
+        kGrain);
+  });
 }
 
 void CpuBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
@@ -125,42 +151,59 @@ void CpuBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Te
   check_same_numel(x, y, "dropout");
   check_same_numel(x, mask, "dropout");
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
   uint8_t* pm = mask.data<uint8_t>();
   const float inv = 1.f / keep_prob;
-  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) {
-      uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
-      pm[i] = keep;
-      py[i] = keep ? px[i] * inv : 0.f;
-    }
-  }, kGrain);
+  cpu::dispatch_compute(x.dtype(), "dropout_forward", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T* px = static_cast<const T*>(x.raw());
+    T* py = static_cast<T*>(y.raw());
+    parallel_for(
+        x.numel(),
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) {
+            uint8_t keep = philox_uniform(key, static_cast<uint64_t>(i), step, salt, 0) < keep_prob;
+            pm[i] = keep;
+            py[i] = cpu::from_f32<T>(keep ? cpu::to_f32(px[i]) * inv : 0.f);
+          }
+        },
+        kGrain);
+  });
 }
 
 void CpuBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
   check_same_numel(dy, dx, "dropout_backward");
-  const float* pdy = dy.data<float>();
   const uint8_t* pm = mask.data<uint8_t>();
-  float* pdx = dx.data<float>();
   const float inv = 1.f / keep_prob;
-  parallel_for(dy.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) pdx[i] = pm[i] ? pdy[i] * inv : 0.f;
-  }, kGrain);
+  cpu::dispatch_compute(dy.dtype(), "dropout_backward", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T* pdy = static_cast<const T*>(dy.raw());
+    T* pdx = static_cast<T*>(dx.raw());
+    parallel_for(
+        dy.numel(),
+        [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) pdx[i] = cpu::from_f32<T>(pm[i] ? cpu::to_f32(pdy[i]) * inv : 0.f);
+        },
+        kGrain);
+  });
 }
 
 void CpuBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) {
   const int64_t c_out = out.shape().dim(-1);
   const int64_t rows = out.numel() / c_out;  // N*H*W
-  float* po = out.data<float>();
+  // Rows of channels copied as bytes: any dtype (the front checked that the parts share the output's).
+  const size_t es = dtype_size(out.dtype());
+  char* po = static_cast<char*>(out.raw());
   int64_t offset = 0;
   for (const Tensor& p : parts) {
     const int64_t c = p.shape().dim(-1);
     TG_CHECK(p.numel() == rows * c, "concat: part {} does not match output {}", p.str(), out.str());
-    const float* pp = p.data<float>();
-    parallel_for(rows, [&](int64_t s, int64_t e) {
-      for (int64_t r = s; r < e; ++r) std::memcpy(po + r * c_out + offset, pp + r * c, c * sizeof(float));
-    }, 256);
+    const char* pp = static_cast<const char*>(p.raw());
+    parallel_for(
+        rows,
+        [&](int64_t s, int64_t e) {
+          for (int64_t r = s; r < e; ++r) std::memcpy(po + (r * c_out + offset) * es, pp + r * c * es, c * es);
+        },
+        256);
     offset += c;
   }
   TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
@@ -169,15 +212,19 @@ void CpuBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Te
 void CpuBackend::split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) {
   const int64_t c_out = dout.shape().dim(-1);
   const int64_t rows = dout.numel() / c_out;
-  const float* po = dout.data<float>();
+  const size_t es = dtype_size(dout.dtype());
+  const char* po = static_cast<const char*>(dout.raw());
   int64_t offset = 0;
   for (const Tensor& p : dparts) {
     const int64_t c = p.shape().dim(-1);
     if (p) {
-      float* pp = p.data<float>();
-      parallel_for(rows, [&](int64_t s, int64_t e) {
-        for (int64_t r = s; r < e; ++r) std::memcpy(pp + r * c, po + r * c_out + offset, c * sizeof(float));
-      }, 256);
+      char* pp = static_cast<char*>(p.raw());
+      parallel_for(
+          rows,
+          [&](int64_t s, int64_t e) {
+            for (int64_t r = s; r < e; ++r) std::memcpy(pp + r * c * es, po + (r * c_out + offset) * es, c * es);
+          },
+          256);
     }
     offset += c;
   }
@@ -188,40 +235,51 @@ void CpuBackend::split_channels_impl(const Tensor& dout, const std::vector<Tenso
 // compiler vectorizes the eight chains (a single chain is bound by the latency of one double add per
 // element; sum_squares over ResNet-50's weights was 4% of its training step).
 namespace {
-template <typename Term> double sum8(const float* p, int64_t n, Term term) {
+template <typename T, typename Term>
+double sum8(const T* p, int64_t n, Term term) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += term(p[i + j]);
-  for (int j = 0; i < n; ++i, ++j) acc[j] += term(p[i]);
+    for (int j = 0; j < 8; ++j) acc[j] += term(cpu::to_f32(p[i + j]));
+  for (int j = 0; i < n; ++i, ++j) acc[j] += term(cpu::to_f32(p[i]));
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <typename Term>
+double sum8(const Tensor& x, const char* op, Term term) {
+  return cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
+    return sum8(static_cast<const Elem<decltype(type)>*>(x.raw()), x.numel(), term);
+  });
 }
 }  // namespace
 
 double CpuBackend::sum_impl(const Tensor& x) {
-  return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v); });
+  return sum8(x, "sum", [](float v) { return static_cast<double>(v); });
 }
 
 double CpuBackend::sum_squares_impl(const Tensor& x) {
-  return sum8(x.data<float>(), x.numel(), [](float v) { return static_cast<double>(v) * v; });
+  return sum8(x, "sum_squares", [](float v) { return static_cast<double>(v) * v; });
 }
 
 float CpuBackend::max_abs_impl(const Tensor& x) {
-  const float* p = x.data<float>();
-  float m = 0.f;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const float a = std::fabs(p[i]);
-    if (std::isnan(a)) return a;  // NaN propagates (as on CUDA), whatever follows it
-    if (a > m) m = a;
-  }
-  return m;
+  return cpu::dispatch_compute(x.dtype(), "max_abs", [&](auto* type) {
+    const auto* p = static_cast<const Elem<decltype(type)>*>(x.raw());
+    float m = 0.f;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float a = std::fabs(cpu::to_f32(p[i]));
+      if (std::isnan(a)) return a;  // NaN propagates (as on CUDA), whatever follows it
+      if (a > m) m = a;
+    }
+    return m;
+  });
 }
 
 // ---- softmax cross-entropy ------------------------------------------------------------------------------------
-void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                      const Tensor& probs, const Tensor& losses) {
-  const int64_t n = logits.shape().dim(0), k = logits.shape().dim(1);
-  const float* pl = logits.data<float>();
+namespace {
+// The loss of rows (N, K) of logits of storage type T: max, log-sum-exp and the loss in double from f32 logits.
+template <typename T>
+void softmax_xent_rows(const T* pl, int64_t n, int64_t k, const Tensor& labels, float label_smoothing,
+                       const Tensor& probs, const Tensor& losses) {
   const int32_t* py = labels.data<int32_t>();
   float* pp = probs.data<float>();
   float* pout = losses.data<float>();
@@ -230,16 +288,16 @@ void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& l
   const float off = label_smoothing / static_cast<float>(k);
   const float on = 1.f - label_smoothing + off;
   for (int64_t r = 0; r < n; ++r) {
-    const float* row = pl + r * k;
+    const T* row = pl + r * k;
     float* prow = pp + r * k;
-    float mx = row[0];
-    for (int64_t j = 1; j < k; ++j) mx = std::max(mx, row[j]);
+    float mx = cpu::to_f32(row[0]);
+    for (int64_t j = 1; j < k; ++j) mx = std::max(mx, cpu::to_f32(row[j]));
     double z = 0;
-    for (int64_t j = 0; j < k; ++j) z += std::exp(static_cast<double>(row[j] - mx));
+    for (int64_t j = 0; j < k; ++j) z += std::exp(static_cast<double>(cpu::to_f32(row[j]) - mx));
     const double log_z = std::log(z);
     double loss = 0;
     for (int64_t j = 0; j < k; ++j) {
-      double log_p = static_cast<double>(row[j] - mx) - log_z;
+      double log_p = static_cast<double>(cpu::to_f32(row[j]) - mx) - log_z;
       prow[j] = static_cast<float>(std::exp(log_p));
       double target = (j == py[r]) ? on : off;
       if (target != 0) loss -= target * log_p;
@@ -247,17 +305,31 @@ void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& l
     pout[r] = static_cast<float>(loss);
   }
 }
+}  // namespace
+
+void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                           const Tensor& probs, const Tensor& losses) {
+  const int64_t n = logits.shape().dim(0), k = logits.shape().dim(1);
+  cpu::dispatch_compute(logits.dtype(), "softmax_xent_forward", [&](auto* type) {
+    softmax_xent_rows(static_cast<const Elem<decltype(type)>*>(logits.raw()), n, k, labels, label_smoothing, probs,
+                      losses);
+  });
+}
 
 void CpuBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing,
                                        float scale, const Tensor& dlogits) {
   const int64_t n = probs.shape().dim(0), k = probs.shape().dim(1);
   const float* pp = probs.data<float>();
   const int32_t* py = labels.data<int32_t>();
-  float* pd = dlogits.data<float>();
   const float off = label_smoothing / static_cast<float>(k);
   const float on = 1.f - label_smoothing + off;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < k; ++j) pd[r * k + j] = scale * (pp[r * k + j] - (j == py[r] ? on : off));
+  cpu::dispatch_compute(dlogits.dtype(), "softmax_xent_backward", [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    T* pd = static_cast<T*>(dlogits.raw());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        pd[r * k + j] = cpu::from_f32<T>(scale * (pp[r * k + j] - (j == py[r] ? on : off)));
+  });
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------------

@@ -82,6 +82,9 @@ class CpuBackend final : public Backend {
   // Compute dtypes (cpu_precision.cc): f32 always, bf16 when oneDNN's effective ISA has AVX512_BF16 or AMX.
   bool supports_compute(DType t) const override;
   std::string why_not(DType t) const override;
+  // Throws "<op>: <why_not(t)>" unless this CPU runs compute dtype t (the oneDNN ops call it first, so an
+  // unsupported dtype is named instead of failing inside oneDNN).
+  void require_compute(DType t, const char* op) const;
 
   void copy_impl(const Tensor& dst, const Tensor& src) override;
   void cast_impl(const Tensor& dst, const Tensor& src) override;

@@ -12,15 +12,20 @@
 // and therefore every output, are the same bits for any thread count. The variance is the population
 // variance of the batch, from a second pass over x - mean (no cancellation of E[x^2] - E[x]^2).
 //
+// Compute dtypes: x, y, dy, dx are f32, f16 or bf16 (one per call), read into f32 and written rounded once;
+// gamma, beta, the statistics and dgamma/dbeta are f32, accumulated as above (the same chunk order).
+//
 // Backward of the training forward (x^ = (x - mean) * inv_std, inv_std = 1 / sqrt(var + eps)):
 //   dbeta = sum dy,  dgamma = sum dy * x^,  dx = gamma * inv_std * (dy - dbeta / R - x^ * dgamma / R)
 // with gamma = 1 when the descriptor has none (dgamma is still needed for dx, just not returned).
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_dtype.h"
 #include "src/backend/cpu/dnnl_util.h"
 
 namespace tg {
@@ -45,20 +50,24 @@ OpKey bn_key(CpuOp op, const BatchNormDesc& d) {
 
 void check_common(const BatchNormDesc& d, const char* op, const Tensor& x, const Tensor& gamma) {
   TG_CHECK(d.rows > 0 && d.c > 0, "{}: empty batch norm {}", op, d.key());
-  dnnl_util::check_f32(x, d.rows * d.c, op, "x");
+  dnnl_util::check_act(x, d.rows * d.c, x.dtype(), op, "x");
   if (d.has_gamma) dnnl_util::check_f32(gamma, d.c, op, "gamma");
   else TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
 }
 
 // y = x * scale[c] + shift[c] over rows [r0, r1).
-void affine_rows(const float* __restrict x, float* __restrict y, const float* __restrict scale,
-                 const float* __restrict shift, int64_t c, int64_t r0, int64_t r1) {
+template <typename T>
+void affine_rows(const T* __restrict x, T* __restrict y, const float* __restrict scale, const float* __restrict shift,
+                 int64_t c, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * c;
-    float* yr = y + r * c;
-    for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * scale[j] + shift[j];
+    const T* xr = x + r * c;
+    T* yr = y + r * c;
+    for (int64_t j = 0; j < c; ++j) yr[j] = cpu::from_f32<T>(cpu::to_f32(xr[j]) * scale[j] + shift[j]);
   }
 }
+
+template <typename T>
+using Elem = std::remove_pointer_t<T>;
 
 }  // namespace
 
@@ -90,58 +99,68 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
   const char* op = "batch_norm_forward_training";
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(beta, d.c, op, "beta");
-  dnnl_util::check_f32(y, x.numel(), op, "y");
+  dnnl_util::check_act(y, x.numel(), x.dtype(), op, "y");
   dnnl_util::check_f32(mean, d.c, op, "mean");
   dnnl_util::check_f32(var, d.c, op, "var");
   BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_TRAIN, d);
-  const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
-  const float* px = x.data<float>();
-  double* partial = s.partial.data();
+  cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
+    const T* px = static_cast<const T*>(x.raw());
+    double* partial = s.partial.data();
 
-  // Pass 1: per-chunk sums of x -> mean.
-  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      double* __restrict acc = partial + k * 2 * c;
-      std::fill(acc, acc + c, 0.0);
-      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
-        const float* __restrict xr = px + r * c;
-        for (int64_t j = 0; j < c; ++j) acc[j] += xr[j];
-      }
+    // Pass 1: per-chunk sums of x -> mean.
+    parallel_for(
+        chunks,
+        [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) {
+            double* __restrict acc = partial + k * 2 * c;
+            std::fill(acc, acc + c, 0.0);
+            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+              const T* __restrict xr = px + r * c;
+              for (int64_t j = 0; j < c; ++j) acc[j] += cpu::to_f32(xr[j]);
+            }
+          }
+        },
+        1);
+    reduce_chunks(s, chunks, c);  // only the first C sums are meaningful here
+    float* pmean = mean.data<float>();
+    for (int64_t j = 0; j < c; ++j) pmean[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
+
+    // Pass 2: per-chunk sums of (x - mean)^2 -> population variance.
+    parallel_for(
+        chunks,
+        [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) {
+            double* __restrict acc = partial + k * 2 * c + c;
+            std::fill(acc, acc + c, 0.0);
+            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+              const T* __restrict xr = px + r * c;
+              for (int64_t j = 0; j < c; ++j) {
+                const double t = static_cast<double>(cpu::to_f32(xr[j]) - pmean[j]);
+                acc[j] += t * t;
+              }
+            }
+          }
+        },
+        1);
+    reduce_chunks(s, chunks, c);
+    float* pvar = var.data<float>();
+    const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
+    const float* pbeta = beta.data<float>();
+    for (int64_t j = 0; j < c; ++j) {
+      pvar[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
+      const float inv_std = 1.f / std::sqrt(pvar[j] + d.epsilon);
+      s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
+      s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
     }
-  }, 1);
-  reduce_chunks(s, chunks, c);  // only the first C sums are meaningful here
-  float* pmean = mean.data<float>();
-  for (int64_t j = 0; j < c; ++j) pmean[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
 
-  // Pass 2: per-chunk sums of (x - mean)^2 -> population variance.
-  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      double* __restrict acc = partial + k * 2 * c + c;
-      std::fill(acc, acc + c, 0.0);
-      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
-        const float* __restrict xr = px + r * c;
-        for (int64_t j = 0; j < c; ++j) {
-          const double t = static_cast<double>(xr[j] - pmean[j]);
-          acc[j] += t * t;
-        }
-      }
-    }
-  }, 1);
-  reduce_chunks(s, chunks, c);
-  float* pvar = var.data<float>();
-  const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
-  const float* pbeta = beta.data<float>();
-  for (int64_t j = 0; j < c; ++j) {
-    pvar[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
-    const float inv_std = 1.f / std::sqrt(pvar[j] + d.epsilon);
-    s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
-    s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
-  }
-
-  // Pass 3: y = x * scale + shift.
-  float* py = y.data<float>();
-  parallel_for(rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), c, r0, r1); },
-               std::max<int64_t>(1, 16384 / c));
+    // Pass 3: y = x * scale + shift.
+    T* py = static_cast<T*>(y.raw());
+    parallel_for(
+        rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), c, r0, r1); },
+        std::max<int64_t>(1, 16384 / c));
+  });
 }
 
 void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -150,7 +169,7 @@ void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const
   const char* op = "batch_norm_forward_inference";
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(beta, d.c, op, "beta");
-  dnnl_util::check_f32(y, x.numel(), op, "y");
+  dnnl_util::check_act(y, x.numel(), x.dtype(), op, "y");
   dnnl_util::check_f32(mean, d.c, op, "mean");
   dnnl_util::check_f32(var, d.c, op, "var");
   BnScratch& s = bn_scratch(*this, CpuOp::BN_FWD_INFER, d);
@@ -161,11 +180,14 @@ void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const
     s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
     s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
   }
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  parallel_for(d.rows, [&](int64_t r0, int64_t r1) {
-    affine_rows(px, py, s.scale.data(), s.shift.data(), d.c, r0, r1);
-  }, std::max<int64_t>(1, 16384 / d.c));
+  cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const T* px = static_cast<const T*>(x.raw());
+    T* py = static_cast<T*>(y.raw());
+    parallel_for(
+        d.rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), d.c, r0, r1); },
+        std::max<int64_t>(1, 16384 / d.c));
+  });
 }
 
 void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -175,66 +197,77 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(mean, d.c, op, "mean");
   dnnl_util::check_f32(var, d.c, op, "var");
-  dnnl_util::check_f32(dy, x.numel(), op, "dy");
-  if (dx) dnnl_util::check_f32(dx, x.numel(), op, "dx");
+  dnnl_util::check_act(dy, x.numel(), x.dtype(), op, "dy");
+  if (dx) dnnl_util::check_act(dx, x.numel(), x.dtype(), op, "dx");
   if (dbeta) dnnl_util::check_f32(dbeta, d.c, op, "dbeta");
   if (dgamma) {
     TG_CHECK(d.has_gamma, "{}: dgamma requested from a batch norm without gamma ({})", op, d.key());
     dnnl_util::check_f32(dgamma, d.c, op, "dgamma");
   }
   BnScratch& s = bn_scratch(*this, CpuOp::BN_BWD, d);
-  const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
-  const float *px = x.data<float>(), *pdy = dy.data<float>(), *pmean = mean.data<float>();
-  const float* pvar = var.data<float>();
-  float* inv_std = s.inv_std.data();
-  for (int64_t j = 0; j < c; ++j) inv_std[j] = 1.f / std::sqrt(pvar[j] + d.epsilon);
-  double* partial = s.partial.data();
+  cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
+    using T = Elem<decltype(type)>;
+    const int64_t c = d.c, rows = d.rows, chunks = num_chunks(d);
+    const T *px = static_cast<const T*>(x.raw()), *pdy = static_cast<const T*>(dy.raw());
+    const float* pmean = mean.data<float>();
+    const float* pvar = var.data<float>();
+    float* inv_std = s.inv_std.data();
+    for (int64_t j = 0; j < c; ++j) inv_std[j] = 1.f / std::sqrt(pvar[j] + d.epsilon);
+    double* partial = s.partial.data();
 
-  // Pass 1: per-chunk sums of dy and dy * x^ (x^ = (x - mean) * inv_std).
-  parallel_for(chunks, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      double* __restrict sum_dy = partial + k * 2 * c;
-      double* __restrict sum_dy_xhat = sum_dy + c;
-      std::fill(sum_dy, sum_dy + 2 * c, 0.0);
-      for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
-        const float* __restrict xr = px + r * c;
-        const float* __restrict dyr = pdy + r * c;
-        for (int64_t j = 0; j < c; ++j) {
-          const float xhat = (xr[j] - pmean[j]) * inv_std[j];
-          sum_dy[j] += dyr[j];
-          sum_dy_xhat[j] += static_cast<double>(dyr[j] * xhat);
-        }
-      }
+    // Pass 1: per-chunk sums of dy and dy * x^ (x^ = (x - mean) * inv_std).
+    parallel_for(
+        chunks,
+        [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) {
+            double* __restrict sum_dy = partial + k * 2 * c;
+            double* __restrict sum_dy_xhat = sum_dy + c;
+            std::fill(sum_dy, sum_dy + 2 * c, 0.0);
+            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+              const T* __restrict xr = px + r * c;
+              const T* __restrict dyr = pdy + r * c;
+              for (int64_t j = 0; j < c; ++j) {
+                const float xhat = (cpu::to_f32(xr[j]) - pmean[j]) * inv_std[j];
+                const float g = cpu::to_f32(dyr[j]);
+                sum_dy[j] += g;
+                sum_dy_xhat[j] += static_cast<double>(g * xhat);
+              }
+            }
+          }
+        },
+        1);
+    reduce_chunks(s, chunks, c);
+    const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
+    float* pdbeta = dbeta ? dbeta.data<float>() : nullptr;
+    float* pdgamma = dgamma ? dgamma.data<float>() : nullptr;
+    // dx = k * (dy - mean_dy - x^ * mean_dy_xhat) with k = gamma * inv_std (scale) and mean_dy (shift).
+    for (int64_t j = 0; j < c; ++j) {
+      if (pdbeta) pdbeta[j] = static_cast<float>(s.sums[j]);
+      if (pdgamma) pdgamma[j] = static_cast<float>(s.sums[c + j]);
+      s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
+      s.shift[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
+      s.mean_dy_xhat[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
     }
-  }, 1);
-  reduce_chunks(s, chunks, c);
-  const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
-  float* pdbeta = dbeta ? dbeta.data<float>() : nullptr;
-  float* pdgamma = dgamma ? dgamma.data<float>() : nullptr;
-  // dx = k * (dy - mean_dy - x^ * mean_dy_xhat) with k = gamma * inv_std (scale) and mean_dy (shift).
-  for (int64_t j = 0; j < c; ++j) {
-    if (pdbeta) pdbeta[j] = static_cast<float>(s.sums[j]);
-    if (pdgamma) pdgamma[j] = static_cast<float>(s.sums[c + j]);
-    s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
-    s.shift[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
-    s.mean_dy_xhat[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
-  }
-  if (!dx) return;
+    if (!dx) return;
 
-  // Pass 2: dx.
-  float* pdx = dx.data<float>();
-  const float *k = s.scale.data(), *mean_dy = s.shift.data(), *mean_dy_xhat = s.mean_dy_xhat.data();
-  parallel_for(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* __restrict xr = px + r * c;
-      const float* __restrict dyr = pdy + r * c;
-      float* __restrict dxr = pdx + r * c;
-      for (int64_t j = 0; j < c; ++j) {
-        const float xhat = (xr[j] - pmean[j]) * inv_std[j];
-        dxr[j] = k[j] * (dyr[j] - mean_dy[j] - xhat * mean_dy_xhat[j]);
-      }
-    }
-  }, std::max<int64_t>(1, 16384 / c));
+    // Pass 2: dx.
+    T* pdx = static_cast<T*>(dx.raw());
+    const float *k = s.scale.data(), *mean_dy = s.shift.data(), *mean_dy_xhat = s.mean_dy_xhat.data();
+    parallel_for(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const T* __restrict xr = px + r * c;
+            const T* __restrict dyr = pdy + r * c;
+            T* __restrict dxr = pdx + r * c;
+            for (int64_t j = 0; j < c; ++j) {
+              const float xhat = (cpu::to_f32(xr[j]) - pmean[j]) * inv_std[j];
+              dxr[j] = cpu::from_f32<T>(k[j] * (cpu::to_f32(dyr[j]) - mean_dy[j] - xhat * mean_dy_xhat[j]));
+            }
+          }
+        },
+        std::max<int64_t>(1, 16384 / c));
+  });
 }
 
 }  // namespace tg

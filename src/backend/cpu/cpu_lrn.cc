@@ -3,9 +3,10 @@
 // TensorFlow's convention: y = x / (bias + alpha * sum_{|d'-d| <= r} x_{d'}^2)^beta, alpha NOT divided by
 // the window. oneDNN's across-channels LRN divides its alpha by local_size, so it gets alpha * (2r + 1)
 // with local_size 2r + 1. NHWC activations. The training forward may keep a workspace for the backward
-// (implementation-dependent; lrn_workspace_bytes says how much, possibly 0).
+// (implementation-dependent; lrn_workspace_bytes says how much, possibly 0: the most f32 and bf16 need).
+// Activations are f32 or bf16 (the primitives' dtype, part of their cache key).
+#include <algorithm>
 #include <dnnl.hpp>
-
 #include <memory>
 
 #include "src/backend/cpu/cpu_backend.h"
@@ -20,32 +21,16 @@ using dnnl::prop_kind;
 
 int64_t local_size(const LrnDesc& d) { return 2 * d.depth_radius + 1; }
 float dnnl_alpha(const LrnDesc& d) { return d.alpha * static_cast<float>(local_size(d)); }
-dnnl::memory::desc data_desc(const LrnDesc& d) { return f32_desc({d.n, d.c, d.h, d.w}, tag::nhwc); }
+dnnl::memory::desc data_desc(const LrnDesc& d, DType t) { return md({d.n, d.c, d.h, d.w}, t, tag::nhwc); }
 
-dnnl::lrn_forward::desc forward_desc(const LrnDesc& d, prop_kind pk) {
-  return dnnl::lrn_forward::desc(pk, algorithm::lrn_across_channels, data_desc(d), local_size(d), dnnl_alpha(d),
+dnnl::lrn_forward::desc forward_desc(const LrnDesc& d, prop_kind pk, DType t) {
+  return dnnl::lrn_forward::desc(pk, algorithm::lrn_across_channels, data_desc(d, t), local_size(d), dnnl_alpha(d),
                                  d.beta, d.bias);
 }
 
-struct LrnForward : CpuBackend::CachedOp {
-  dnnl::lrn_forward prim;
-  dnnl::memory src, dst, workspace, scratch;
-  Buffer scratch_storage;
-  size_t workspace_bytes = 0;
-  Args args;
-};
-
-struct LrnBackward : CpuBackend::CachedOp {
-  dnnl::lrn_backward prim;
-  dnnl::memory src, diff_dst, diff_src, workspace, scratch;
-  Buffer scratch_storage;
-  size_t workspace_bytes = 0;
-  Args args;
-};
-
-OpKey lrn_key(CpuOp op, const LrnDesc& d) {
-  return OpKey(op, {d.n, d.h, d.w, d.c, d.depth_radius, OpKey::bits(d.bias), OpKey::bits(d.alpha),
-                    OpKey::bits(d.beta)});
+OpKey lrn_key(CpuOp op, const LrnDesc& d, DType t) {
+  return OpKey(op, {d.n, d.h, d.w, d.c, d.depth_radius, OpKey::bits(d.bias), OpKey::bits(d.alpha), OpKey::bits(d.beta),
+                    static_cast<int64_t>(t)});
 }
 
 void check_desc(const LrnDesc& d, const char* op) {
@@ -54,91 +39,63 @@ void check_desc(const LrnDesc& d, const char* op) {
 
 }  // namespace
 
-static LrnForward& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training) {
-  return be.cached<LrnForward>(lrn_key(training ? CpuOp::LRN_FWD_TRAIN : CpuOp::LRN_FWD_INFER, d), [&] {
-    auto e = std::make_unique<LrnForward>();
+static CachedPrimitive& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training, DType t) {
+  return be.cached<CachedPrimitive>(lrn_key(training ? CpuOp::LRN_FWD_TRAIN : CpuOp::LRN_FWD_INFER, d, t), [&] {
+    auto e = std::make_unique<CachedPrimitive>();
     dnnl::lrn_forward::primitive_desc pd;
     TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
-                     forward_desc(d, training ? prop_kind::forward_training : prop_kind::forward_inference),
+                     forward_desc(d, training ? prop_kind::forward_training : prop_kind::forward_inference, t),
                      user_scratchpad_attr(), be.engine()));
-    TG_DNNL_CALL(e->prim = dnnl::lrn_forward(pd));
-    e->src = unbound(pd.src_desc(), be.engine());
-    e->dst = unbound(pd.dst_desc(), be.engine());
-    e->scratch = owned(pd.scratchpad_desc(), be.engine(), e->scratch_storage);
-    e->args = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DST, e->dst}, {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    e->workspace_bytes = pd.workspace_desc().get_size();
-    if (e->workspace_bytes > 0) {
-      e->workspace = unbound(pd.workspace_desc(), be.engine());
-      e->args[DNNL_ARG_WORKSPACE] = e->workspace;
-    }
+    e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_DST}, be.engine());
     return e;
   });
 }
 
 size_t CpuBackend::lrn_workspace_bytes_impl(const LrnDesc& d) {
   check_desc(d, "lrn_workspace_bytes");
-  return lrn_forward_entry(*this, d, /*training=*/true).workspace_bytes;
+  size_t bytes = lrn_forward_entry(*this, d, /*training=*/true, DType::F32).workspace_bytes;
+  if (supports_compute(DType::BF16))
+    bytes = std::max(bytes, lrn_forward_entry(*this, d, /*training=*/true, DType::BF16).workspace_bytes);
+  return bytes;
 }
 
 void CpuBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   const char* op = "lrn_forward";
   check_desc(d, op);
-  int64_t numel = d.n * d.h * d.w * d.c;
-  check_f32(x, numel, op, "x");
-  check_f32(y, numel, op, "y");
+  const DType t = x.dtype();
+  require_compute(t, op);
+  const int64_t numel = d.n * d.h * d.w * d.c;
+  check_act(x, numel, t, op, "x");
+  check_act(y, numel, t, op, "y");
   // A training forward is one whose caller keeps a workspace; with a 0-byte workspace both are the same.
-  bool training = workspace.raw() != nullptr;
-  LrnForward& e = lrn_forward_entry(*this, d, training);
-  if (e.workspace_bytes > 0) {
-    TG_CHECK(workspace.bytes() >= e.workspace_bytes, "lrn_forward: workspace {} holds {} bytes, {} needs {}",
-             workspace.str(), workspace.bytes(), d.key(), e.workspace_bytes);
-    bind(e.workspace, workspace);
-  }
-  bind(e.src, x);
-  bind(e.dst, y);
-  execute(stream_, e.prim, e.args);
+  CachedPrimitive& e = lrn_forward_entry(*this, d, /*training=*/workspace.raw() != nullptr, t);
+  e.bind_workspace(workspace, op, d);
+  e.run(stream_, {x.raw(), y.raw()});
 }
 
 void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
-                              const Tensor& dx) {
+                                   const Tensor& dx) {
   const char* op = "lrn_backward";
   check_desc(d, op);
-  int64_t numel = d.n * d.h * d.w * d.c;
-  check_f32(x, numel, op, "x");
-  check_f32(dy, numel, op, "dy");
-  check_f32(dx, numel, op, "dx");
-  auto& e = cached<LrnBackward>(lrn_key(CpuOp::LRN_BWD, d), [&] {
-    auto e = std::make_unique<LrnBackward>();
+  const DType t = x.dtype();
+  require_compute(t, op);
+  const int64_t numel = d.n * d.h * d.w * d.c;
+  check_act(x, numel, t, op, "x");
+  check_act(dy, numel, t, op, "dy");
+  check_act(dx, numel, t, op, "dx");
+  auto& e = cached<CachedPrimitive>(lrn_key(CpuOp::LRN_BWD, d, t), [&] {
+    auto e = std::make_unique<CachedPrimitive>();
     dnnl::lrn_forward::primitive_desc hint;
     dnnl::lrn_backward::primitive_desc pd;
-    TG_DNNL_CALL(hint = dnnl::lrn_forward::primitive_desc(forward_desc(d, prop_kind::forward_training), engine_));
-    dnnl::lrn_backward::desc bd(algorithm::lrn_across_channels, data_desc(d), data_desc(d), local_size(d),
+    TG_DNNL_CALL(hint = dnnl::lrn_forward::primitive_desc(forward_desc(d, prop_kind::forward_training, t), engine_));
+    dnnl::lrn_backward::desc bd(algorithm::lrn_across_channels, data_desc(d, t), data_desc(d, t), local_size(d),
                                 dnnl_alpha(d), d.beta, d.bias);
     TG_DNNL_CALL(pd = dnnl::lrn_backward::primitive_desc(bd, user_scratchpad_attr(), engine_, hint));
-    TG_DNNL_CALL(e->prim = dnnl::lrn_backward(pd));
-    e->src = unbound(pd.src_desc(), engine_);
-    e->diff_dst = unbound(pd.diff_dst_desc(), engine_);
-    e->diff_src = unbound(pd.diff_src_desc(), engine_);
-    e->scratch = owned(pd.scratchpad_desc(), engine_, e->scratch_storage);
-    e->args = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_DIFF_DST, e->diff_dst}, {DNNL_ARG_DIFF_SRC, e->diff_src},
-               {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    e->workspace_bytes = pd.workspace_desc().get_size();
-    if (e->workspace_bytes > 0) {
-      e->workspace = unbound(pd.workspace_desc(), engine_);
-      e->args[DNNL_ARG_WORKSPACE] = e->workspace;
-    }
+    e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC}, engine_);
     return e;
   });
-  if (e.workspace_bytes > 0) {
-    TG_CHECK(workspace.raw() != nullptr && workspace.bytes() >= e.workspace_bytes,
-             "lrn_backward: {} needs the {}-byte workspace its forward filled, got {}", d.key(), e.workspace_bytes,
-             workspace.str());
-    bind(e.workspace, workspace);
-  }
-  bind(e.src, x);
-  bind(e.diff_dst, dy);
-  bind(e.diff_src, dx);
-  execute(stream_, e.prim, e.args);
+  e.bind_workspace(workspace, op, d);
+  e.run(stream_, {x.raw(), dy.raw(), dx.raw()});
 }
 
 }  // namespace tg

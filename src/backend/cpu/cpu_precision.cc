@@ -49,6 +49,12 @@ std::string CpuBackend::why_not(DType t) const {
   }
 }
 
+void CpuBackend::require_compute(DType t, const char* op) const {
+  if (t == DType::F32) return;
+  const std::string why = why_not(t);
+  TG_CHECK(why.empty(), "{}: {}", op, why);
+}
+
 void CpuBackend::cast_impl(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype()) return copy_impl(dst, src);
   cpu::dispatch_compute(src.dtype(), "cast", [&](auto* src_type) {

@@ -5,7 +5,8 @@
 // (DNNL_MEMORY_NONE) and its argument list (Args, which also keeps the C array the primitive executes
 // with). A call only points those memories at the caller's tensors (set_data_handle) and executes, so
 // repeated calls create no primitive and allocate nothing on our side. Primitives use a user-managed
-// scratchpad that lives in the cache entry.
+// scratchpad that lives in the cache entry. Memory descriptors carry the tensors' compute dtype (f32 or bf16;
+// oneDNN accumulates bf16 in f32), and so do the cache keys (the dtype is the key's last field).
 #pragma once
 
 #include <dnnl.hpp>
@@ -53,6 +54,22 @@ class Args {
   std::vector<dnnl_exec_arg_t> c_args_;
 };
 
+// oneDNN's data type for a compute dtype.
+inline dt dnnl_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return dt::f32;
+    case DType::BF16:
+      return dt::bf16;
+    case DType::F16:
+      return dt::f16;
+    default:
+      TG_THROW("oneDNN op: dtype {} is not a compute dtype", dtype_name(t));
+  }
+}
+inline dnnl::memory::desc md(const Dims& dims, DType t, tag format) {
+  return dnnl::memory::desc(dims, dnnl_type(t), format);
+}
 inline dnnl::memory::desc f32_desc(const Dims& dims, tag t) { return dnnl::memory::desc(dims, dt::f32, t); }
 
 // A memory object over no data yet; bind() points it at a tensor at each call.
@@ -76,6 +93,14 @@ inline void check_f32(const Tensor& t, int64_t numel, const char* op, const char
   TG_CHECK(t.raw() != nullptr, "{}: tensor `{}` is undefined", op, arg);
   TG_CHECK(t.dtype() == DType::F32 && t.device().is_cpu() && t.numel() == numel,
            "{}: tensor `{}` is {}, expected {} f32 elements on the cpu", op, arg, t.str(), numel);
+}
+
+// Checks that `t` is a defined CPU tensor of dtype `type` and `numel` elements (an activation, a weight or a
+// gradient of an op whose compute dtype is `type`).
+inline void check_act(const Tensor& t, int64_t numel, DType type, const char* op, const char* arg) {
+  TG_CHECK(t.raw() != nullptr, "{}: tensor `{}` is undefined", op, arg);
+  TG_CHECK(t.dtype() == type && t.device().is_cpu() && t.numel() == numel,
+           "{}: tensor `{}` is {}, expected {} {} elements on the cpu", op, arg, t.str(), numel, dtype_name(type));
 }
 
 inline void bind(dnnl::memory& m, const Tensor& t) { m.set_data_handle(t.raw()); }
@@ -113,6 +138,75 @@ struct Reorder {
     dst.set_data_handle(to);
     execute(s, prim, args);
   }
+};
+
+// A cached primitive with its arguments: the data arguments named at init (DNNL_ARG_SRC, ..., their
+// descriptors queried from the primitive descriptor) unbound, the scratchpad owned by the entry, and the
+// workspace (when the primitive keeps one: max pooling's indices, LRN's) unbound. run() points the data
+// arguments at the caller's tensors, in init's order, and executes. Pooling, LRN and the data-direction
+// convolution and inner-product primitives share it.
+struct CachedPrimitive : CpuBackend::CachedOp {
+  dnnl::primitive prim;
+  std::vector<dnnl::memory> data;
+  dnnl::memory workspace;
+  size_t workspace_bytes = 0;  // 0: the primitive keeps no workspace
+  Buffer scratch_storage;
+  Args args;
+
+  void init(const dnnl::primitive_desc& pd, std::initializer_list<int> data_args, const dnnl::engine& eng) {
+    TG_DNNL_CALL(prim = dnnl::primitive(pd));
+    for (int a : data_args) {
+      data.push_back(unbound(pd.query_md(dnnl::query::exec_arg_md, a), eng));
+      args[a] = data.back();
+    }
+    args[DNNL_ARG_SCRATCHPAD] = owned(pd.scratchpad_desc(), eng, scratch_storage);
+    workspace_bytes = pd.workspace_desc().get_size();
+    if (workspace_bytes > 0) {
+      workspace = unbound(pd.workspace_desc(), eng);
+      args[DNNL_ARG_WORKSPACE] = workspace;
+    }
+  }
+  // The caller's workspace (u8 of at least workspace_bytes; undefined for an inference forward, which keeps
+  // none): a missing or short one is an error naming `op` and the descriptor.
+  template <typename Desc>
+  void bind_workspace(const Tensor& ws, const char* op, const Desc& d) {
+    if (workspace_bytes == 0) return;
+    TG_CHECK(ws.raw() != nullptr && ws.bytes() >= workspace_bytes,
+             "{}: {} needs a {}-byte workspace (the one its forward filled), got {}", op, d.key(), workspace_bytes,
+             ws.str());
+    workspace.set_data_handle(ws.raw());
+  }
+  void run(dnnl::stream& s, std::initializer_list<void*> ptrs) {
+    size_t i = 0;
+    for (void* p : ptrs) data[i++].set_data_handle(p);
+    execute(s, prim, args);
+  }
+};
+
+// Weights as a primitive wants them: either the caller's tensor directly, or a cached buffer filled by a
+// cached reorder from the caller's layout (`user`) when the primitive chose another format.
+struct WeightsIn {
+  bool reorder = false;
+  Reorder to_prim;
+  Buffer storage;
+  void init(const dnnl::memory::desc& prim_md, const dnnl::memory::desc& user, const dnnl::engine& eng) {
+    reorder = prim_md != user;
+    if (reorder) {
+      to_prim.init(user, prim_md, eng);
+      storage = Buffer(host_allocator(), prim_md.get_size());
+    }
+  }
+  // The pointer the primitive should read.
+  void* prepare(dnnl::stream& s, const Tensor& w) {
+    if (!reorder) return w.raw();
+    to_prim.run(s, w.raw(), storage.data());
+    return storage.data();
+  }
+};
+
+// A data-direction primitive that reads weights (convolution / inner-product forward and backward data).
+struct WeightedPrimitive : CachedPrimitive {
+  WeightsIn weights;
 };
 
 // The cached state of a backward-weights primitive (convolution or inner product): the primitive, its
