@@ -9,11 +9,13 @@
 //   - a cache of per-descriptor state (cuDNN descriptors and chosen algorithms) keyed by a CudaOpKey (the
 //     op, the descriptor's numbers and the compute dtype; src/backend/op_key.h, shared with the CPU backend).
 // Element-wise ops, reductions, losses and optimizer updates are kernels in kernels/*.cu that call the
-// shared TG_HOST_DEVICE math (compiled with -fmad=false: the CPU's bits).
+// shared TG_HOST_DEVICE math (compiled with -fmad=false: the CPU's bits). Reductions and the loss's label
+// check synchronize the stream (their results are read on the host).
 // Compute dtypes (backend.h): activations, and conv/FC weights and their gradients, may be F32, F16 or BF16
 // (one per call); kernels convert to f32 in registers; cuDNN runs CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16
-// tensors with f32 compute, cuBLAS cublasGemmEx with CUBLAS_COMPUTE_32F; batch norm statistics are f32. Reductions and
-// the loss's label check synchronize the stream (their results are read on the host).
+// tensors with f32 compute (tensor-op math), cuBLAS cublasGemmEx with CUBLAS_COMPUTE_32F; batch norm
+// statistics, probabilities and losses are f32. The batch norm scratch does not depend on the dtype, so its
+// cache key holds none.
 //
 // Files: cuda_backend.cc (construction, memory, element-wise, reductions, loss, optimizer, factory),
 // cuda_precision.cc (compute dtypes: supports_compute, cast, unscale_and_check),
@@ -43,7 +45,7 @@
 namespace tg {
 
 // The ops whose per-descriptor state the CUDA backend caches; their keys (CudaOpKey) hold the descriptor's
-// numbers and the compute dtype.
+// numbers (and the compute dtype where the state depends on it: the convolution's).
 enum class CudaOp : int32_t { CONV, BATCH_NORM };
 using CudaOpKey = OpKeyOf<CudaOp>;
 
