@@ -227,8 +227,7 @@ void batch_norm_forward_inference(DType t, const void* x, const float* gamma, co
                                   cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
   const Scratch s = carve(scratch, num_chunks(rows), c);
-  inference_coef_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, gamma, beta, mean, var, s);
-  TG_CUDA_CHECK_LAUNCH();
+  linear_kernel("batch_norm_forward_inference", inference_coef_kernel, c, stream, epsilon, gamma, beta, mean, var, s);
   dispatch_float(t, "batch_norm_forward_inference", [&](auto tag) {
     using T = decltype(tag);
     affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, s);
@@ -242,8 +241,7 @@ void batch_norm_backward(DType t, const void* x, const float* gamma, const float
   if (rows == 0 || c == 0) return;
   const Scratch s = carve(scratch, num_chunks(rows), c);
   TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
-  inv_std_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, var, s);
-  TG_CUDA_CHECK_LAUNCH();
+  linear_kernel("batch_norm_backward", inv_std_kernel, c, stream, epsilon, var, s);
   dispatch_float(t, "batch_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *xt = static_cast<const T*>(x), *dyt = static_cast<const T*>(dy);
