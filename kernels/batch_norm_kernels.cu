@@ -7,13 +7,14 @@
 //
 // Scratch (from the caller's arena, batch_norm_scratch_bytes): partial (chunks, 2, C) doubles, then four
 // (C) float vectors: scale, shift, inv_std, mean_dy_xhat (the CPU's BnScratch, same names).
+// x, y, dy, dx have the compute dtype T (f32, f16, bf16), read as f32 and rounded once when stored; the
+// statistics, gamma, beta and their gradients are f32 (the f32 instantiation is the CPU's bits).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "src/backend/cuda/cuda_kernels.h"
 #include "src/backend/cuda/cuda_launch.h"
-#include "terngrad/backend/cuda_check.h"
 
 namespace tg::cuda_kernels {
 namespace {
@@ -52,10 +53,10 @@ enum Pass1 { kSumX = 0, kSumSqDev = 1, kSumDy = 2 };
 //   kSumX:     partial[k][0][j] = sum x
 //   kSumSqDev: partial[k][1][j] = sum double(x - mean)^2
 //   kSumDy:    partial[k][0][j] = sum dy, partial[k][1][j] = sum double(dy * x^), x^ = (x - mean) * inv_std
-template <int kPass>
-__global__ void chunk_sums_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                  const float* __restrict__ mean, const float* __restrict__ inv_std, int64_t rows,
-                                  int64_t c, double* __restrict__ partial) {
+template <int kPass, typename T>
+__global__ void chunk_sums_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
+                                  const float* __restrict__ inv_std, int64_t rows, int64_t c,
+                                  double* __restrict__ partial) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * kTileC + threadIdx.x;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y;
   if (j >= c || k >= num_chunks(rows)) return;
@@ -64,14 +65,14 @@ __global__ void chunk_sums_kernel(const float* __restrict__ x, const float* __re
   const float m = kPass == kSumX ? 0.f : mean[j];
   const float is = kPass == kSumDy ? inv_std[j] : 0.f;
   for (int64_t r = r0; r < r1; ++r) {
-    const float xv = x[r * c + j];
+    const float xv = to_f32(x[r * c + j]);
     if (kPass == kSumX) {
       a0 += xv;
     } else if (kPass == kSumSqDev) {
       const double t = static_cast<double>(xv - m);
       a1 += t * t;
     } else {
-      const float dv = dy[r * c + j];
+      const float dv = to_f32(dy[r * c + j]);
       const float xhat = (xv - m) * is;
       a0 += dv;
       a1 += static_cast<double>(dv * xhat);
@@ -158,22 +159,23 @@ __global__ void finish_backward_kernel(const double* __restrict__ partial, int64
 
 // Element-wise passes over (rows, C): block (32, 8) walks rows blockIdx.x*8+ty, + 8*gridDim.x, ...; a
 // warp covers 32 consecutive channels of one row.
-__global__ void affine_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t c,
-                              Scratch s) {
+template <typename T>
+__global__ void affine_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t c, Scratch s) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.x) * kTileY)
-    for (int64_t j = threadIdx.x; j < c; j += kTileC) y[r * c + j] = x[r * c + j] * s.scale[j] + s.shift[j];
+    for (int64_t j = threadIdx.x; j < c; j += kTileC)
+      y[r * c + j] = from_f32<T>(to_f32(x[r * c + j]) * s.scale[j] + s.shift[j]);
 }
 
 // dx = scale * (dy - mean_dy - x^ * mean_dy_xhat)
-__global__ void backward_dx_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                   const float* __restrict__ mean, float* __restrict__ dx, int64_t rows, int64_t c,
-                                   Scratch s) {
+template <typename T>
+__global__ void backward_dx_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
+                                   T* __restrict__ dx, int64_t rows, int64_t c, Scratch s) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.x) * kTileY)
     for (int64_t j = threadIdx.x; j < c; j += kTileC) {
-      const float xhat = (x[r * c + j] - mean[j]) * s.inv_std[j];
-      dx[r * c + j] = s.scale[j] * (dy[r * c + j] - s.shift[j] - xhat * s.mean_dy_xhat[j]);
+      const float xhat = (to_f32(x[r * c + j]) - mean[j]) * s.inv_std[j];
+      dx[r * c + j] = from_f32<T>(s.scale[j] * (to_f32(dy[r * c + j]) - s.shift[j] - xhat * s.mean_dy_xhat[j]));
     }
 }
 
@@ -196,54 +198,62 @@ size_t batch_norm_scratch_bytes(int64_t rows, int64_t c) {
          4 * align256(static_cast<size_t>(c) * sizeof(float));
 }
 
-void batch_norm_forward_training_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                     float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
-                                     cudaStream_t stream) {
+void batch_norm_forward_training(DType t, const void* x, const float* gamma, const float* beta, void* y, float* mean,
+                                 float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
+                                 cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
   const Scratch s = carve(scratch, num_chunks(rows), c);
   TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
-  chunk_sums_kernel<kSumX><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, nullptr, nullptr, nullptr, rows, c,
-                                                                      s.partial);
-  TG_CUDA_CHECK_LAUNCH();
-  finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, mean);
-  TG_CUDA_CHECK_LAUNCH();
-  chunk_sums_kernel<kSumSqDev><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, nullptr, mean, nullptr, rows, c,
-                                                                          s.partial);
-  TG_CUDA_CHECK_LAUNCH();
-  finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var,
-                                                              s);
-  TG_CUDA_CHECK_LAUNCH();
-  affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, y, rows, c, s);
-  TG_CUDA_CHECK_LAUNCH();
+  dispatch_float(t, "batch_norm_forward_training", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    chunk_sums_kernel<kSumX, T>
+        <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, nullptr, nullptr, rows, c, s.partial);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+    finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, mean);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+    chunk_sums_kernel<kSumSqDev, T>
+        <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, mean, nullptr, rows, c, s.partial);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+    finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var, s);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+    affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, static_cast<T*>(y), rows, c, s);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+  });
 }
 
-void batch_norm_forward_inference_f32(const float* x, const float* gamma, const float* beta, const float* mean,
-                                      const float* var, float* y, int64_t rows, int64_t c, float epsilon,
-                                      void* scratch, cudaStream_t stream) {
+void batch_norm_forward_inference(DType t, const void* x, const float* gamma, const float* beta, const float* mean,
+                                  const float* var, void* y, int64_t rows, int64_t c, float epsilon, void* scratch,
+                                  cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
   const Scratch s = carve(scratch, num_chunks(rows), c);
-  inference_coef_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, gamma, beta, mean, var, s);
-  TG_CUDA_CHECK_LAUNCH();
-  affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, y, rows, c, s);
-  TG_CUDA_CHECK_LAUNCH();
+  linear_kernel("batch_norm_forward_inference", inference_coef_kernel, c, stream, epsilon, gamma, beta, mean, var, s);
+  dispatch_float(t, "batch_norm_forward_inference", [&](auto tag) {
+    using T = decltype(tag);
+    affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, s);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_inference");
+  });
 }
 
-void batch_norm_backward_f32(const float* x, const float* gamma, const float* mean, const float* var,
-                             const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c,
-                             float epsilon, void* scratch, cudaStream_t stream) {
+void batch_norm_backward(DType t, const void* x, const float* gamma, const float* mean, const float* var,
+                         const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c, float epsilon,
+                         void* scratch, cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
   const Scratch s = carve(scratch, num_chunks(rows), c);
   TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
-  inv_std_kernel<<<grid_for(c), kThreads, 0, stream>>>(c, epsilon, var, s);
-  TG_CUDA_CHECK_LAUNCH();
-  chunk_sums_kernel<kSumDy><<<chunk_grid(rows, c), kBlock, 0, stream>>>(x, dy, mean, s.inv_std, rows, c,
-                                                                       s.partial);
-  TG_CUDA_CHECK_LAUNCH();
-  finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
-  TG_CUDA_CHECK_LAUNCH();
-  if (!dx) return;
-  backward_dx_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(x, dy, mean, dx, rows, c, s);
-  TG_CUDA_CHECK_LAUNCH();
+  linear_kernel("batch_norm_backward", inv_std_kernel, c, stream, epsilon, var, s);
+  dispatch_float(t, "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T *xt = static_cast<const T*>(x), *dyt = static_cast<const T*>(dy);
+    chunk_sums_kernel<kSumDy, T>
+        <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, s.inv_std, rows, c, s.partial);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
+    finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
+    if (!dx) return;
+    backward_dx_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, static_cast<T*>(dx), rows, c, s);
+    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
+  });
 }
 
 }  // namespace tg::cuda_kernels

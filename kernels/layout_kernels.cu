@@ -1,11 +1,11 @@
 // Layout kernels of the CUDA backend: a tiled 2-D transpose (our (KH, KW, Cin, Cout) filters <-> cuDNN's
 // NHWC filter layout (Cout, KH, KW, Cin)) and zero-padding / cropping of NHWC tensors (cuDNN pads
-// symmetrically; TensorFlow's SAME puts the odd pixel after, so such convolutions run on a padded copy).
+// symmetrically; TensorFlow's SAME puts the odd pixel after, so such convolutions run on a padded copy), for
+// elements of any compute dtype T (moved, never converted).
 #include <cuda_runtime.h>
 
 #include "src/backend/cuda/cuda_kernels.h"
 #include "src/backend/cuda/cuda_launch.h"
-#include "terngrad/backend/cuda_check.h"
 
 namespace tg::cuda_kernels {
 namespace {
@@ -14,8 +14,9 @@ constexpr int kTile = 32;
 constexpr int kTileRows = 8;
 
 // Block (kTile x kTileRows) moves one kTile x kTile tile through shared memory (+1 column: no bank conflicts).
-__global__ void transpose_kernel(const float* src, float* dst, int64_t rows, int64_t cols) {
-  __shared__ float tile[kTile][kTile + 1];
+template <typename T>
+__global__ void transpose_kernel(const T* src, T* dst, int64_t rows, int64_t cols) {
+  __shared__ T tile[kTile][kTile + 1];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     int64_t r = r0 + j, c = c0 + threadIdx.x;
@@ -28,21 +29,23 @@ __global__ void transpose_kernel(const float* src, float* dst, int64_t rows, int
   }
 }
 
-__global__ void pad_kernel(const float* x, float* xp, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt,
-                           int64_t pl, int64_t hp, int64_t wp) {
-  TG_GRID_STRIDE_LOOP(i, n * hp * wp * c) {
+template <typename T>
+__global__ void pad_kernel(int64_t total, const T* x, T* xp, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pl,
+                           int64_t hp, int64_t wp) {
+  TG_GRID_STRIDE_LOOP(i, total) {
     int64_t ch = i % c, rest = i / c;
     int64_t col = rest % wp - pl;
     rest /= wp;
     int64_t row = rest % hp - pt;
     int64_t b = rest / hp;
-    xp[i] = (row >= 0 && row < h && col >= 0 && col < w) ? x[((b * h + row) * w + col) * c + ch] : 0.f;
+    xp[i] = (row >= 0 && row < h && col >= 0 && col < w) ? x[((b * h + row) * w + col) * c + ch] : from_f32<T>(0.f);
   }
 }
 
-__global__ void crop_kernel(const float* xp, float* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt,
-                            int64_t pl, int64_t hp, int64_t wp) {
-  TG_GRID_STRIDE_LOOP(i, n * h * w * c) {
+template <typename T>
+__global__ void crop_kernel(int64_t total, const T* xp, T* x, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pl,
+                            int64_t hp, int64_t wp) {
+  TG_GRID_STRIDE_LOOP(i, total) {
     int64_t ch = i % c, rest = i / c;
     int64_t col = rest % w;
     rest /= w;
@@ -54,28 +57,36 @@ __global__ void crop_kernel(const float* xp, float* x, int64_t n, int64_t h, int
 
 }  // namespace
 
-void transpose_f32(const float* src, float* dst, int64_t rows, int64_t cols, cudaStream_t stream) {
+void transpose(DType t, const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   TG_CHECK((rows + kTile - 1) / kTile <= 65535, "transpose of {} rows exceeds the grid", rows);
   dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile));
-  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(src, dst, rows, cols);
-  TG_CUDA_CHECK_LAUNCH();
+  dispatch_float(t, "transpose", [&](auto tag) {
+    using T = decltype(tag);
+    transpose_kernel<T>
+        <<<grid, dim3(kTile, kTileRows), 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), rows, cols);
+    TG_CUDA_CHECK_LAUNCH_OF("transpose");
+  });
 }
 
-void pad_nhwc_f32(const float* x, float* xp, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pb,
-                  int64_t pl, int64_t pr, cudaStream_t stream) {
-  const int64_t hp = h + pt + pb, wp = w + pl + pr, total = n * hp * wp * c;
-  if (total == 0) return;
-  pad_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, xp, n, h, w, c, pt, pl, hp, wp);
-  TG_CUDA_CHECK_LAUNCH();
+void pad_nhwc(DType t, const void* x, void* xp, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pb,
+              int64_t pl, int64_t pr, cudaStream_t stream) {
+  const int64_t hp = h + pt + pb, wp = w + pl + pr;
+  dispatch_float(t, "pad_nhwc", [&](auto tag) {
+    using T = decltype(tag);
+    linear_kernel("pad_nhwc", pad_kernel<T>, n * hp * wp * c, stream, static_cast<const T*>(x), static_cast<T*>(xp), h,
+                  w, c, pt, pl, hp, wp);
+  });
 }
 
-void crop_nhwc_f32(const float* xp, float* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pb,
-                   int64_t pl, int64_t pr, cudaStream_t stream) {
-  const int64_t hp = h + pt + pb, wp = w + pl + pr, total = n * h * w * c;
-  if (total == 0) return;
-  crop_kernel<<<grid_for(total), kThreads, 0, stream>>>(xp, x, n, h, w, c, pt, pl, hp, wp);
-  TG_CUDA_CHECK_LAUNCH();
+void crop_nhwc(DType t, const void* xp, void* x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pb,
+               int64_t pl, int64_t pr, cudaStream_t stream) {
+  const int64_t hp = h + pt + pb, wp = w + pl + pr;
+  dispatch_float(t, "crop_nhwc", [&](auto tag) {
+    using T = decltype(tag);
+    linear_kernel("crop_nhwc", crop_kernel<T>, n * h * w * c, stream, static_cast<const T*>(xp), static_cast<T*>(x), h,
+                  w, c, pt, pl, hp, wp);
+  });
 }
 
 }  // namespace tg::cuda_kernels

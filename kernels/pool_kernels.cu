@@ -3,14 +3,13 @@
 // come from the PoolDesc), and TF's average divides by the number of in-image cells. Max ignores padded
 // cells. The backward gathers (one thread per input element, no atomics: deterministic): for max it
 // recomputes each covering window's arg-max (first maximum in row-major window order), so the forward
-// keeps no workspace.
+// keeps no workspace. x, y, dy, dx have the compute dtype T (f32, f16, bf16): compared and summed in f32.
 #include <cuda_runtime.h>
 
 #include <cfloat>
 
 #include "src/backend/cuda/cuda_kernels.h"
 #include "src/backend/cuda/cuda_launch.h"
-#include "terngrad/backend/cuda_check.h"
 
 namespace tg::cuda_kernels {
 namespace {
@@ -25,20 +24,22 @@ __device__ Window window_of(const PoolDesc& d, int64_t oh, int64_t ow) {
 }
 
 // Position (h * W + w) of the first maximum of window (b, oh, ow, ch); -1 if the window is empty.
-__device__ int64_t window_argmax(const PoolDesc& d, const float* x, int64_t b, int64_t oh, int64_t ow, int64_t ch) {
+template <typename T>
+__device__ int64_t window_argmax(const PoolDesc& d, const T* x, int64_t b, int64_t oh, int64_t ow, int64_t ch) {
   Window win = window_of(d, oh, ow);
   int64_t best = -1;
   float best_v = -FLT_MAX;
   for (int64_t h = win.h0; h < win.h1; ++h)
     for (int64_t w = win.w0; w < win.w1; ++w) {
-      float v = x[((b * d.h + h) * d.w + w) * d.c + ch];
+      float v = to_f32(x[((b * d.h + h) * d.w + w) * d.c + ch]);
       if (best < 0 || v > best_v) best = h * d.w + w, best_v = v;
     }
   return best;
 }
 
-__global__ void pool_forward_kernel(PoolDesc d, const float* x, float* y) {
-  TG_GRID_STRIDE_LOOP(i, d.n * d.out_h * d.out_w * d.c) {
+template <typename T>
+__global__ void pool_forward_kernel(int64_t total, PoolDesc d, const T* x, T* y) {
+  TG_GRID_STRIDE_LOOP(i, total) {
     int64_t ch = i % d.c, rest = i / d.c;
     int64_t ow = rest % d.out_w;
     rest /= d.out_w;
@@ -49,22 +50,23 @@ __global__ void pool_forward_kernel(PoolDesc d, const float* x, float* y) {
       bool any = false;
       for (int64_t h = win.h0; h < win.h1; ++h)
         for (int64_t w = win.w0; w < win.w1; ++w) {
-          float v = x[((b * d.h + h) * d.w + w) * d.c + ch];
+          float v = to_f32(x[((b * d.h + h) * d.w + w) * d.c + ch]);
           if (!any || v > m) m = v, any = true;
         }
-      y[i] = any ? m : 0.f;
+      y[i] = from_f32<T>(any ? m : 0.f);
     } else {
       float s = 0.f;
       for (int64_t h = win.h0; h < win.h1; ++h)
-        for (int64_t w = win.w0; w < win.w1; ++w) s += x[((b * d.h + h) * d.w + w) * d.c + ch];
+        for (int64_t w = win.w0; w < win.w1; ++w) s += to_f32(x[((b * d.h + h) * d.w + w) * d.c + ch]);
       int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
-      y[i] = count > 0 ? s / static_cast<float>(count) : 0.f;
+      y[i] = from_f32<T>(count > 0 ? s / static_cast<float>(count) : 0.f);
     }
   }
 }
 
-__global__ void pool_backward_kernel(PoolDesc d, const float* x, const float* dy, float* dx) {
-  TG_GRID_STRIDE_LOOP(i, d.n * d.h * d.w * d.c) {
+template <typename T>
+__global__ void pool_backward_kernel(int64_t total, PoolDesc d, const T* x, const T* dy, T* dx) {
+  TG_GRID_STRIDE_LOOP(i, total) {
     int64_t ch = i % d.c, rest = i / d.c;
     int64_t w = rest % d.w;
     rest /= d.w;
@@ -78,7 +80,7 @@ __global__ void pool_backward_kernel(PoolDesc d, const float* x, const float* dy
     float g = 0.f;
     for (int64_t oh = oh0; oh < oh1; ++oh)
       for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const float gy = dy[((b * d.out_h + oh) * d.out_w + ow) * d.c + ch];
+        const float gy = to_f32(dy[((b * d.out_h + oh) * d.out_w + ow) * d.c + ch]);
         if (d.kind == PoolKind::MAX) {
           if (window_argmax(d, x, b, oh, ow, ch) == h * d.w + w) g += gy;
         } else {
@@ -86,24 +88,26 @@ __global__ void pool_backward_kernel(PoolDesc d, const float* x, const float* dy
           g += gy / static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
         }
       }
-    dx[i] = g;
+    dx[i] = from_f32<T>(g);
   }
 }
 
 }  // namespace
 
-void pool_forward_f32(const PoolDesc& d, const float* x, float* y, cudaStream_t stream) {
-  const int64_t total = d.n * d.out_h * d.out_w * d.c;
-  if (total == 0) return;
-  pool_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(d, x, y);
-  TG_CUDA_CHECK_LAUNCH();
+void pool_forward(DType t, const PoolDesc& d, const void* x, void* y, cudaStream_t stream) {
+  dispatch_float(t, "pool_forward", [&](auto tag) {
+    using T = decltype(tag);
+    linear_kernel("pool_forward", pool_forward_kernel<T>, d.n * d.out_h * d.out_w * d.c, stream, d,
+                  static_cast<const T*>(x), static_cast<T*>(y));
+  });
 }
 
-void pool_backward_f32(const PoolDesc& d, const float* x, const float* dy, float* dx, cudaStream_t stream) {
-  const int64_t total = d.n * d.h * d.w * d.c;
-  if (total == 0) return;
-  pool_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(d, x, dy, dx);
-  TG_CUDA_CHECK_LAUNCH();
+void pool_backward(DType t, const PoolDesc& d, const void* x, const void* dy, void* dx, cudaStream_t stream) {
+  dispatch_float(t, "pool_backward", [&](auto tag) {
+    using T = decltype(tag);
+    linear_kernel("pool_backward", pool_backward_kernel<T>, d.n * d.h * d.w * d.c, stream, d, static_cast<const T*>(x),
+                  static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
 }
 
 }  // namespace tg::cuda_kernels

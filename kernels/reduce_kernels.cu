@@ -2,6 +2,7 @@
 // row-major matrix (bias gradients). All are two-pass with a grid that depends only on the sizes and a
 // fixed tree inside blocks, so the same input always gives the same bits (no atomics). The column sums use
 // a 2-D grid (column tiles x row slabs), so a bias gradient of 64 channels over 400k rows fills the GPU.
+// Inputs have any compute dtype T (f32, f16, bf16), read as f32; the column sums are stored as T.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 
 #include "src/backend/cuda/cuda_kernels.h"
 #include "src/backend/cuda/cuda_launch.h"
-#include "terngrad/backend/cuda_check.h"
 
 namespace tg::cuda_kernels {
 namespace {
@@ -38,12 +38,14 @@ template <typename Op> __device__ double block_reduce(double v) {
 }
 
 // mode 0: x, 1: x^2, 2: |x|
-template <typename Op, int kMode> __global__ void reduce_pass1(const float* x, int64_t n, double* partials) {
+template <typename Op, int kMode, typename T>
+__global__ void reduce_pass1(const T* x, int64_t n, double* partials) {
   double acc = Op::identity();
   TG_GRID_STRIDE_LOOP(i, n) {
-    double v = kMode == 0 ? static_cast<double>(x[i])
-             : kMode == 1 ? static_cast<double>(x[i]) * static_cast<double>(x[i])
-                          : static_cast<double>(fabsf(x[i]));
+    const float xi = to_f32(x[i]);
+    double v = kMode == 0   ? static_cast<double>(xi)
+               : kMode == 1 ? static_cast<double>(xi) * static_cast<double>(xi)
+                            : static_cast<double>(fabsf(xi));
     acc = Op::combine(acc, v);
   }
   double total = block_reduce<Op>(acc);
@@ -69,7 +71,8 @@ constexpr int64_t kMaxSlabs = 4096;
 
 int64_t column_slabs(int64_t rows) { return std::clamp<int64_t>((rows + kSlabRows - 1) / kSlabRows, 1, kMaxSlabs); }
 
-__global__ void column_sum_pass1(const float* __restrict__ x, int64_t rows, int64_t cols, int64_t rows_per_slab,
+template <typename T>
+__global__ void column_sum_pass1(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t rows_per_slab,
                                  double* __restrict__ partials) {
   __shared__ double shared[8][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
@@ -77,7 +80,7 @@ __global__ void column_sum_pass1(const float* __restrict__ x, int64_t rows, int6
   const int64_t r1 = rows < r0 + rows_per_slab ? rows : r0 + rows_per_slab;
   double acc = 0.0;
   if (col < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) acc += x[r * cols + col];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f32(x[r * cols + col]);
   shared[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   for (int s = 4; s > 0; s >>= 1) {
@@ -89,7 +92,8 @@ __global__ void column_sum_pass1(const float* __restrict__ x, int64_t rows, int6
 
 // Pass 2: block (32, 32) per 32 columns: thread (tx, ty) adds slabs ty, ty+32, ... in order, then a fixed
 // tree over ty.
-__global__ void column_sum_pass2(const double* __restrict__ partials, int64_t slabs, int64_t cols, float* out) {
+template <typename T>
+__global__ void column_sum_pass2(const double* __restrict__ partials, int64_t slabs, int64_t cols, T* out) {
   __shared__ double shared[32][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   double acc = 0.0;
@@ -101,27 +105,34 @@ __global__ void column_sum_pass2(const double* __restrict__ partials, int64_t sl
     if (threadIdx.y < s) shared[threadIdx.y][threadIdx.x] += shared[threadIdx.y + s][threadIdx.x];
     __syncthreads();
   }
-  if (threadIdx.y == 0 && col < cols) out[col] = static_cast<float>(shared[0][threadIdx.x]);
+  if (threadIdx.y == 0 && col < cols) out[col] = from_f32<T>(static_cast<float>(shared[0][threadIdx.x]));
 }
 
 }  // namespace
 
-void reduce_sum_f64(const float* x, int64_t n, bool squares, double* partials, double* result,
+void reduce_sum_f64(DType t, const void* x, int64_t n, bool squares, double* partials, double* result,
                     cudaStream_t stream) {
   const unsigned blocks = reduce_blocks(n);
-  if (squares)
-    reduce_pass1<SumOp, 1><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
-  else
-    reduce_pass1<SumOp, 0><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
-  TG_CUDA_CHECK_LAUNCH();
+  dispatch_float(t, squares ? "sum_squares" : "sum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    if (squares)
+      reduce_pass1<SumOp, 1><<<blocks, kReduceThreads, 0, stream>>>(xt, n, partials);
+    else
+      reduce_pass1<SumOp, 0><<<blocks, kReduceThreads, 0, stream>>>(xt, n, partials);
+    TG_CUDA_CHECK_LAUNCH_OF(squares ? "sum_squares" : "sum");
+  });
   reduce_pass2<SumOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
   TG_CUDA_CHECK_LAUNCH();
 }
 
-void reduce_max_abs(const float* x, int64_t n, double* partials, double* result, cudaStream_t stream) {
+void reduce_max_abs(DType t, const void* x, int64_t n, double* partials, double* result, cudaStream_t stream) {
   const unsigned blocks = reduce_blocks(n);
-  reduce_pass1<MaxAbsOp, 2><<<blocks, kReduceThreads, 0, stream>>>(x, n, partials);
-  TG_CUDA_CHECK_LAUNCH();
+  dispatch_float(t, "max_abs", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_pass1<MaxAbsOp, 2><<<blocks, kReduceThreads, 0, stream>>>(static_cast<const T*>(x), n, partials);
+    TG_CUDA_CHECK_LAUNCH_OF("max_abs");
+  });
   reduce_pass2<MaxAbsOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
   TG_CUDA_CHECK_LAUNCH();
 }
@@ -130,17 +141,20 @@ size_t column_sum_scratch_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(column_slabs(rows) * std::max<int64_t>(cols, 1)) * sizeof(double);
 }
 
-void column_sum_f32(const float* x, int64_t rows, int64_t cols, float* out, void* scratch, cudaStream_t stream) {
+void column_sum(DType t, const void* x, int64_t rows, int64_t cols, void* out, void* scratch, cudaStream_t stream) {
   if (cols == 0) return;
   const int64_t slabs = column_slabs(rows);
   const int64_t rows_per_slab = std::max<int64_t>(1, (rows + slabs - 1) / slabs);
   const unsigned col_blocks = static_cast<unsigned>((cols + 31) / 32);
   auto* partials = static_cast<double*>(scratch);
-  column_sum_pass1<<<dim3(col_blocks, static_cast<unsigned>(slabs)), dim3(32, 8), 0, stream>>>(x, rows, cols,
-                                                                                               rows_per_slab, partials);
-  TG_CUDA_CHECK_LAUNCH();
-  column_sum_pass2<<<col_blocks, dim3(32, 32), 0, stream>>>(partials, slabs, cols, out);
-  TG_CUDA_CHECK_LAUNCH();
+  dispatch_float(t, "column_sum", [&](auto tag) {
+    using T = decltype(tag);
+    column_sum_pass1<<<dim3(col_blocks, static_cast<unsigned>(slabs)), dim3(32, 8), 0, stream>>>(
+        static_cast<const T*>(x), rows, cols, rows_per_slab, partials);
+    TG_CUDA_CHECK_LAUNCH_OF("column_sum");
+    column_sum_pass2<<<col_blocks, dim3(32, 32), 0, stream>>>(partials, slabs, cols, static_cast<T*>(out));
+    TG_CUDA_CHECK_LAUNCH_OF("column_sum");
+  });
 }
 
 }  // namespace tg::cuda_kernels

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "src/backend/cuda/cuda_launch.h"
 #include "terngrad/backend/cuda_check.h"
 #include "terngrad/backend/ternary_cuda.h"
 #include "terngrad/math/ternary_math.h"
@@ -132,9 +133,8 @@ __global__ void encode_kernel(const float* g, int64_t n, const float* scaler, Ph
   }
 }
 
-__global__ void unpack_kernel(const uint8_t* packed, int64_t n, int8_t* codes) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    codes[i] = static_cast<int8_t>(unpack_ternary(packed, i));
+__global__ void unpack_kernel(int64_t n, const uint8_t* packed, int8_t* codes) {
+  TG_GRID_STRIDE_LOOP(i, n) codes[i] = static_cast<int8_t>(unpack_ternary(packed, i));
 }
 
 __device__ int code_sum(const uint8_t* packed, int64_t stride, int num_workers, int64_t i) {
@@ -143,22 +143,19 @@ __device__ int code_sum(const uint8_t* packed, int64_t stride, int num_workers, 
   return sum;
 }
 
-__global__ void sum_codes_kernel(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    code_sums[i] = static_cast<int8_t>(code_sum(packed, stride, num_workers, i));
+__global__ void sum_codes_kernel(int64_t n, const uint8_t* packed, int64_t stride, int num_workers, int8_t* code_sums) {
+  TG_GRID_STRIDE_LOOP(i, n) code_sums[i] = static_cast<int8_t>(code_sum(packed, stride, num_workers, i));
 }
 
-__global__ void decode_sums_kernel(const int8_t* sums, int64_t n, const float* scaler, int num_workers, float* g) {
+__global__ void decode_sums_kernel(int64_t n, const int8_t* sums, const float* scaler, int num_workers, float* g) {
   const float s = *scaler;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    g[i] = ternary_decode_value(s, sums[i], num_workers);
+  TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(s, sums[i], num_workers);
 }
 
-__global__ void decode_gathered_kernel(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
+__global__ void decode_gathered_kernel(int64_t n, const uint8_t* gathered, int64_t stride, int num_workers,
                                        const float* scaler, float* g) {
   const float s = *scaler;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
+  TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
 // ---- fp16 and fp32 codings -----------------------------------------------------------------------------------
@@ -175,29 +172,27 @@ __device__ float rounded_half_sum(const Inputs& xs, int64_t i) {
   return acc;
 }
 
-__global__ void encode_f16_sum_kernel(Inputs xs, int64_t n, half_bits* out) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = float_to_half(rounded_half_sum(xs, i));
+__global__ void encode_f16_sum_kernel(int64_t n, Inputs xs, half_bits* out) {
+  TG_GRID_STRIDE_LOOP(i, n) out[i] = float_to_half(rounded_half_sum(xs, i));
 }
 
-__global__ void average_f16_kernel(Inputs xs, int64_t n, float* out) {
+__global__ void average_f16_kernel(int64_t n, Inputs xs, float* out) {
   const float nf = static_cast<float>(xs.count);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = half_to_float(float_to_half(rounded_half_sum(xs, i))) / nf;
+  TG_GRID_STRIDE_LOOP(i, n) out[i] = half_to_float(float_to_half(rounded_half_sum(xs, i))) / nf;
 }
 
 // divide: out = sum / count (the average), else the sum.
-__global__ void f32_sum_kernel(Inputs xs, int64_t n, bool divide, float* out) {
+__global__ void f32_sum_kernel(int64_t n, Inputs xs, bool divide, float* out) {
   const float nf = static_cast<float>(xs.count);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+  TG_GRID_STRIDE_LOOP(i, n) {
     float acc = xs.p[0][i];
     for (int w = 1; w < xs.count; ++w) acc += xs.p[w][i];
     out[i] = divide ? acc / nf : acc;
   }
 }
 
-__global__ void max_scalers_kernel(Inputs xs, int64_t n, float* out) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+__global__ void max_scalers_kernel(int64_t n, Inputs xs, float* out) {
+  TG_GRID_STRIDE_LOOP(i, n) {
     float m = 0.f;
     for (int w = 0; w < xs.count; ++w) {
       float s = xs.p[w][i];
@@ -208,16 +203,14 @@ __global__ void max_scalers_kernel(Inputs xs, int64_t n, float* out) {
   }
 }
 
-__global__ void decode_f16_sum_kernel(const half_bits* sum, int64_t n, int num_workers, float* g) {
+__global__ void decode_f16_sum_kernel(int64_t n, const half_bits* sum, int num_workers, float* g) {
   const float nf = static_cast<float>(num_workers);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    g[i] = half_to_float(sum[i]) / nf;
+  TG_GRID_STRIDE_LOOP(i, n) g[i] = half_to_float(sum[i]) / nf;
 }
 
-__global__ void decode_f32_sum_kernel(const float* sum, int64_t n, int num_workers, float* g) {
+__global__ void decode_f32_sum_kernel(int64_t n, const float* sum, int num_workers, float* g) {
   const float nf = static_cast<float>(num_workers);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    g[i] = sum[i] / nf;
+  TG_GRID_STRIDE_LOOP(i, n) g[i] = sum[i] / nf;
 }
 
 Inputs make_inputs(const float* const* xs, int count) {
@@ -265,54 +258,43 @@ void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxK
 }
 
 void ternary_unpack_cuda(const uint8_t* packed, int64_t n, int8_t* codes, void* stream) {
-  if (n <= 0) return;
-  unpack_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(packed, n, codes);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("unpack", unpack_kernel, n, as_stream(stream), packed, codes);
 }
 
 void ternary_sum_codes_cuda(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums,
                             void* stream) {
   TG_CHECK(num_workers >= 1 && num_workers <= 127, "ternary code sums: {} workers (an int8 sum holds 1 to 127)",
            num_workers);
-  if (n <= 0) return;
-  sum_codes_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(packed, stride, num_workers, n, code_sums);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("sum_codes", sum_codes_kernel, n, as_stream(stream), packed, stride, num_workers,
+                              code_sums);
 }
 
 void ternary_decode_sums_cuda(const int8_t* code_sums, int64_t n, const float* scaler, int num_workers, float* g,
                               void* stream) {
-  if (n <= 0) return;
-  decode_sums_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(code_sums, n, scaler, num_workers, g);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("decode_sums", decode_sums_kernel, n, as_stream(stream), code_sums, scaler, num_workers,
+                              g);
 }
 
 void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
                                   const float* scaler, float* g, void* stream) {
-  if (n <= 0) return;
-  decode_gathered_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(gathered, stride, num_workers, n, scaler, g);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("decode_gathered", decode_gathered_kernel, n, as_stream(stream), gathered, stride,
+                              num_workers, scaler, g);
 }
 
 // ---- fp16 and fp32 codings ------------------------------------------------------------------------------------
 void encode_f16_sum_cuda(const float* const* xs, int count, int64_t n, half_bits* out, void* stream) {
   const Inputs in = make_inputs(xs, count);
-  if (n <= 0) return;
-  encode_f16_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("encode_f16_sum", encode_f16_sum_kernel, n, as_stream(stream), in, out);
 }
 
 void encode_f32_sum_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
   const Inputs in = make_inputs(xs, count);
-  if (n <= 0) return;
-  f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, false, out);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("encode_f32_sum", f32_sum_kernel, n, as_stream(stream), in, false, out);
 }
 
 void average_f16_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
   const Inputs in = make_inputs(xs, count);
-  if (n <= 0) return;
-  average_f16_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("average_f16", average_f16_kernel, n, as_stream(stream), in, out);
 }
 
 void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
@@ -324,29 +306,22 @@ void average_f32_cuda(const float* const* xs, int count, int64_t n, float* out, 
                                     as_stream(stream)));
     return;
   }
-  f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, true, out);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("average_f32", f32_sum_kernel, n, as_stream(stream), in, true, out);
 }
 
 void max_scalers_cuda(const float* const* xs, int count, int64_t n, float* out, void* stream) {
   const Inputs in = make_inputs(xs, count);
-  if (n <= 0) return;
-  max_scalers_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(in, n, out);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("max_scalers", max_scalers_kernel, n, as_stream(stream), in, out);
 }
 
 void decode_f16_sum_cuda(const half_bits* sum, int64_t n, int num_workers, float* g, void* stream) {
   TG_CHECK(num_workers >= 1, "fp16 decode: {} workers", num_workers);
-  if (n <= 0) return;
-  decode_f16_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(sum, n, num_workers, g);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("decode_f16_sum", decode_f16_sum_kernel, n, as_stream(stream), sum, num_workers, g);
 }
 
 void decode_f32_sum_cuda(const float* sum, int64_t n, int num_workers, float* g, void* stream) {
   TG_CHECK(num_workers >= 1, "fp32 decode: {} workers", num_workers);
-  if (n <= 0) return;
-  decode_f32_sum_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(sum, n, num_workers, g);
-  TG_CUDA_CHECK_LAUNCH();
+  cuda_kernels::linear_kernel("decode_f32_sum", decode_f32_sum_kernel, n, as_stream(stream), sum, num_workers, g);
 }
 
 }  // namespace tg

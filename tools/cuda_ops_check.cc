@@ -2,7 +2,7 @@
 // references in double, timed, and run twice for bit-identical results. No GoogleTest and no CPU backend
 // (oneDNN), so it builds wherever the CUDA backend does (scripts/gpu_check.sh builds it on a bare GPU machine).
 //
-//   cuda_ops_check [--group conv|fc|bn|optim|reduce|all] [--small] [--allow_tf32] [--nondeterministic]
+//   cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|all] [--small] [--allow_tf32] [--nondeterministic]
 //
 // One line per op and shape: op, shape, max abs error, max error relative to the reference's scale, max ulps,
 // bad/checked elements, median ms, algorithm, deterministic (two runs gave the same bits), PASS/FAIL.
@@ -10,170 +10,29 @@
 // double with its condition sum(|term|); an element is bad when |got - ref| > tol * (sum |term|) or it is not
 // finite (outputs are filled with NaN first, so an unwritten element is bad). Batch norm is checked in full
 // against tests/common/reference_ops.cc; optimizer updates must equal the shared host math bit for bit.
+// Compute dtypes: conv, FC and batch norm also run in f16 and bf16 at their tensor-core shapes ("... f16" /
+// "... bf16" lines; a device without the dtype prints a SKIP line): inputs are rounded to the dtype on the host,
+// the references are computed in double from those rounded values (what the fp32 CPU reference computes on
+// them), and the tolerance (kTol below, printed on the line) allows the output's rounding to the dtype. The
+// amp group (tools/cuda_ops_check_amp.cc) checks cast, unscale_and_check and the element-wise ops in f16/bf16.
 // Exit status: 0 all PASS, 1 any FAIL, 77 no CUDA device ("cuda_ops_check: no CUDA device (...)").
-#include <cuda_runtime.h>
-#include <omp.h>
+#include "tools/cuda_ops_check.h"
 
-#include <algorithm>
-#include <cinttypes>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "common/reference_ops.h"
-#include "src/backend/cuda/cuda_backend.h"
-#include "terngrad/backend/cuda_check.h"
-#include "terngrad/core/error.h"
 #include "terngrad/math/optim_math.h"
 
-namespace tg {
+namespace tg::ops_check {
 namespace {
 
-constexpr double kH200Bandwidth = 4.8e12;  // bytes/s, the H200's HBM3e (datasheet)
-constexpr int kTimedRuns = 5;
-
-struct Options {
-  std::string group = "all";
-  bool small = false;
-  BackendOptions backend;
-};
-
-int g_failures = 0;
-
-// ---- host data -------------------------------------------------------------------------------------------
-// Uniform floats in [lo, hi) from a 64-bit xorshift (fast enough for 100M-element tensors).
-std::vector<float> randoms(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& e : v) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    e = lo + (hi - lo) * static_cast<float>(s >> 40) * (1.f / 16777216.f);
-  }
-  return v;
-}
-
-std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
-
-// `count` distinct-enough indices in [0, n) (fixed seed), or all of them when n <= count.
-std::vector<int64_t> sample(int64_t n, int64_t count, uint64_t seed) {
-  std::vector<int64_t> idx;
-  if (n <= count) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
-    return idx;
-  }
-  uint64_t s = seed * 0x2545F4914F6CDD1Dull + 7;
-  for (int64_t i = 0; i < count; ++i) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    idx.push_back(static_cast<int64_t>(s % static_cast<uint64_t>(n)));
-  }
-  idx.push_back(0), idx.push_back(n - 1);  // the ends too
-  return idx;
-}
-
-// ---- device tensors --------------------------------------------------------------------------------------
-struct Dev {
-  Buffer buf;
-  Tensor t;
-  Dev(CudaBackend& be, const Shape& s, DType dt = DType::F32)
-      : buf(be.allocator(), static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt)),
-        t(buf.data(), s, dt, be.device()) {}
-};
-
-void upload(Backend& be, const Tensor& dst, std::vector<float>& v) {
-  be.copy(dst, Tensor(v.data(), dst.shape(), DType::F32, Device::cpu()));
-}
-std::vector<float> download(Backend& be, const Tensor& src) {
-  std::vector<float> v(static_cast<size_t>(src.numel()));
-  be.copy(Tensor(v.data(), src.shape(), DType::F32, Device::cpu()), src);
-  return v;
-}
-void poison(Backend& be, const Tensor& t) { be.fill(t, std::nanf("")); }
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// Median milliseconds of kTimedRuns calls of f, timed with events on the backend's stream.
-double time_ms(CudaBackend& be, const std::function<void()>& f) {
-  cudaEvent_t start, stop;
-  TG_CUDA_CHECK(cudaEventCreate(&start));
-  TG_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < kTimedRuns; ++i) {
-    TG_CUDA_CHECK(cudaEventRecord(start, be.stream()));
-    f();
-    TG_CUDA_CHECK(cudaEventRecord(stop, be.stream()));
-    TG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    TG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start), cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// ---- error statistics and the report line ----------------------------------------------------------------------
-int64_t ulps(float a, float b) {
-  int32_t ia, ib;
-  std::memcpy(&ia, &a, 4), std::memcpy(&ib, &b, 4);
-  if (ia < 0) ia = INT32_MIN - ia;
-  if (ib < 0) ib = INT32_MIN - ib;
-  return std::llabs(static_cast<int64_t>(ia) - ib);
-}
-
-struct Stats {
-  double max_abs = 0, max_rel = 0;
-  int64_t max_ulps = 0, bad = 0, checked = 0;
-  // got vs ref; scale: the reference's size for this element (sum |term|, or the tensor's max |ref|).
-  void add(float got, double ref, double scale, double tol) {
-    ++checked;
-    if (!std::isfinite(got)) {
-      ++bad;
-      max_abs = max_rel = INFINITY;
-      return;
-    }
-    const double err = std::fabs(static_cast<double>(got) - ref);
-    const double rel = err / std::max(scale, 1e-30);
-    max_abs = std::max(max_abs, err), max_rel = std::max(max_rel, rel);
-    max_ulps = std::max(max_ulps, ulps(got, static_cast<float>(ref)));
-    if (rel > tol) ++bad;
-  }
-  void merge(const Stats& o) {
-    max_abs = std::max(max_abs, o.max_abs), max_rel = std::max(max_rel, o.max_rel);
-    max_ulps = std::max(max_ulps, o.max_ulps), bad += o.bad, checked += o.checked;
-  }
-};
-
-void report(const std::string& op, const std::string& shape, const Stats& st, double ms, const std::string& algo,
-            bool deterministic, bool det_required, const std::string& extra = "") {
-  const bool pass = st.bad == 0 && st.checked > 0 && (deterministic || !det_required);
-  if (!pass) ++g_failures;
-  std::printf("%-22s %-30s abs %-9.3g rel %-9.3g ulps %-8" PRId64 " bad %" PRId64 "/%-8" PRId64
-              " %9.3f ms  %-34s det %-3s %s%s\n",
-              op.c_str(), shape.c_str(), st.max_abs, st.max_rel, st.max_ulps, st.bad, st.checked, ms, algo.c_str(),
-              deterministic ? "yes" : "no", pass ? "PASS" : "FAIL", extra.c_str());
-  std::fflush(stdout);
-}
-
-void report_error(const std::string& op, const std::string& shape, const std::string& what) {
-  ++g_failures;
-  std::printf("%-22s %-30s FAIL: %s\n", op.c_str(), shape.c_str(), what.c_str());
-  std::fflush(stdout);
-}
-
-// Runs one case; an exception becomes a FAIL line (the next case still runs unless the device faulted).
-void guarded(const std::string& op, const std::string& shape, const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    report_error(op, shape, e.what());
-  }
-}
+// Tolerances of the sampled GEMM-like checks, relative to the element's sum |term|: fp32 FMA is ~1e-7 (TF32
+// operands give ~1e-5 and more); an f16 output carries up to 2^-11 = 4.9e-4 of rounding, bf16 up to 2^-8 =
+// 3.9e-3, and a bias added after cuDNN/cuBLAS rounds once more.
+double gemm_tol(DType t) { return t == DType::F32 ? 5e-6 : t == DType::F16 ? 2e-3 : 1.6e-2; }
+// Batch norm outputs, relative to the tensor's max |ref|: f32 as before; one rounding of the output in f16/bf16.
+double bn_tol(DType t, double f32_tol) { return t == DType::F32 ? f32_tol : t == DType::F16 ? 2e-3 : 1.6e-2; }
+std::string tol_text(DType t, double tol) { return t == DType::F32 ? "" : fmt::format("  tol {:g}", tol); }
 
 // ---- convolution ------------------------------------------------------------------------------------------------
 struct ConvCase {
@@ -246,87 +105,72 @@ struct ConvRef {
   }
 };
 
-// Checks `got` at `idx` against ref(i, &value, &scale) in parallel; every element of got must be finite.
-template <typename Ref> Stats check_sampled(const std::vector<float>& got, const std::vector<int64_t>& idx, double tol,
-                                           Ref ref) {
-  std::vector<Stats> per(static_cast<size_t>(omp_get_max_threads()));
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t k = 0; k < static_cast<int64_t>(idx.size()); ++k) {
-    double r, s;
-    ref(idx[k], &r, &s);
-    per[omp_get_thread_num()].add(got[idx[k]], r, s, tol);
-  }
-  Stats st;
-  for (const Stats& p : per) st.merge(p);
-  for (float v : got)
-    if (!std::isfinite(v)) {
-      ++st.bad;  // an unwritten (NaN-poisoned) or overflowed element outside the sample
-      break;
-    }
-  return st;
-}
-
 std::string algo_text(const ConvAlgorithm& a) {
   if (!a.chosen) return "(not run)";
-  return "cuDNN " + a.name + (a.tf32 ? " tf32" : " fma") + (a.deterministic ? " det" : " nondet");
+  return "cuDNN " + a.name + (a.tensor_op ? " tensor-op" : " fma") + (a.deterministic ? " det" : " nondet");
 }
 
-void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc) {
+void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc, DType t) {
+  const std::string name = std::string("conv ") + cc.name;
+  if (skip_dtype(be, t, name)) return;
   const int64_t n = o.small ? 4 : cc.n;
   const ConvDesc d = make_conv_desc(n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, Padding::SAME, 1, cc.bias);
   const std::string shape = fmt::format("{}x{}x{}x{} k{} /{} ->{}", n, cc.h, cc.w, cc.c, cc.k, cc.stride, cc.o);
   const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
   auto hx = randoms(xs.numel(), 1), hw = randoms(ws.numel(), 2), hb = randoms(d.out_c, 3), hdy = randoms(ys.numel(), 4);
-  Dev x(be, xs), w(be, ws), b(be, Shape{d.out_c}), y(be, ys), dy(be, ys), dx(be, xs), dw(be, ws), db(be, Shape{d.out_c});
-  upload(be, x.t, hx), upload(be, w.t, hw), upload(be, b.t, hb), upload(be, dy.t, hdy);
+  for (auto* v : {&hx, &hw, &hb, &hdy}) round_all(t, *v);  // the reference sees the values the device holds
+  Dev x(be, xs, t), w(be, ws, t), b(be, Shape{d.out_c}, t), y(be, ys, t), dy(be, ys, t), dx(be, xs, t), dw(be, ws, t),
+      db(be, Shape{d.out_c}, t);
+  upload_as(be, x.t, hx), upload_as(be, w.t, hw), upload_as(be, b.t, hb), upload_as(be, dy.t, hdy);
   const Tensor bias = cc.bias ? b.t : Tensor();
   const ConvRef ref{d, hx, hw, hb, hdy};
-  constexpr double kTol = 5e-6;  // of sum |term|: FMA fp32 is ~1e-7; TF32 operands give ~1e-5 and more
+  const double kTol = gemm_tol(t);
+  const std::string tol = tol_text(t, kTol);
   const bool det_required = o.backend.deterministic;
-  const std::string name = std::string("conv ") + cc.name;
+  const std::string sfx = suffix(t);
 
-  guarded(name + " fwd", shape, [&] {
-    poison(be, y.t);
+  guarded(name + " fwd" + sfx, shape, [&] {
+    poison_any(be, y.t);
     be.conv2d_forward(d, x.t, w.t, bias, y.t);
-    auto first = download(be, y.t);
+    auto first = download_as(be, y.t);
     be.conv2d_forward(d, x.t, w.t, bias, y.t);
-    const bool det = same_bits(first, download(be, y.t));
+    const bool det = same_bits(first, download_as(be, y.t));
     const double ms = time_ms(be, [&] { be.conv2d_forward(d, x.t, w.t, bias, y.t); });
     const Stats st = check_sampled(first, sample(ys.numel(), 2048, 5), kTol,
                                    [&](int64_t i, double* r, double* s) { ref.y(i, r, s); });
     const double flops = 2.0 * ys.numel() * d.kh * d.kw * d.c;
-    report(name + " fwd", shape, st, ms, algo_text(be.conv_algorithms(d)[0]), det, det_required,
-           fmt::format("  {:.1f} TFLOP/s", flops / ms * 1e-9));
+    report(name + " fwd" + sfx, shape, st, ms, algo_text(be.conv_algorithms(d, t)[0]), det, det_required,
+           fmt::format("  {:.1f} TFLOP/s", flops / ms * 1e-9) + tol);
   });
-  guarded(name + " bwd data", shape, [&] {
-    poison(be, dx.t);
+  guarded(name + " bwd data" + sfx, shape, [&] {
+    poison_any(be, dx.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor());
-    auto first = download(be, dx.t);
+    auto first = download_as(be, dx.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor());
-    const bool det = same_bits(first, download(be, dx.t));
+    const bool det = same_bits(first, download_as(be, dx.t));
     const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); });
     const Stats st = check_sampled(first, sample(xs.numel(), 2048, 6), kTol,
                                    [&](int64_t i, double* r, double* s) { ref.dx(i, r, s); });
-    report(name + " bwd data", shape, st, ms, algo_text(be.conv_algorithms(d)[1]), det, det_required);
+    report(name + " bwd data" + sfx, shape, st, ms, algo_text(be.conv_algorithms(d, t)[1]), det, det_required, tol);
   });
-  guarded(name + " bwd filter", shape, [&] {
-    poison(be, dw.t);
+  guarded(name + " bwd filter" + sfx, shape, [&] {
+    poison_any(be, dw.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor());
-    auto first = download(be, dw.t);
+    auto first = download_as(be, dw.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor());
-    const bool det = same_bits(first, download(be, dw.t));
+    const bool det = same_bits(first, download_as(be, dw.t));
     const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); });
     const Stats st = check_sampled(first, sample(ws.numel(), 512, 7), kTol,
                                    [&](int64_t i, double* r, double* s) { ref.dw(i, r, s); });
-    report(name + " bwd filter", shape, st, ms, algo_text(be.conv_algorithms(d)[2]), det, det_required);
+    report(name + " bwd filter" + sfx, shape, st, ms, algo_text(be.conv_algorithms(d, t)[2]), det, det_required, tol);
   });
   if (!cc.bias) return;
-  guarded(name + " bias grad", shape, [&] {
-    poison(be, db.t);
+  guarded(name + " bias grad" + sfx, shape, [&] {
+    poison_any(be, db.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t);
-    auto first = download(be, db.t);
+    auto first = download_as(be, db.t);
     be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t);
-    const bool det = same_bits(first, download(be, db.t));
+    const bool det = same_bits(first, download_as(be, db.t));
     const double ms = time_ms(be, [&] { be.conv2d_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t); });
     const int64_t rows = d.n * d.out_h * d.out_w;
     const Stats st = check_sampled(first, sample(d.out_c, d.out_c, 8), kTol, [&](int64_t o, double* r, double* s) {
@@ -334,8 +178,8 @@ void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc) {
       for (int64_t row = 0; row < rows; ++row) sum += hdy[row * d.out_c + o], abs += std::fabs(hdy[row * d.out_c + o]);
       *r = sum, *s = abs;
     });
-    report(name + " bias grad", fmt::format("{} rows x {}", rows, d.out_c), st, ms, "column_sum 2-D grid", det,
-           det_required);
+    report(name + " bias grad" + sfx, fmt::format("{} rows x {}", rows, d.out_c), st, ms, "column_sum 2-D grid", det,
+           det_required, tol);
   });
 }
 
@@ -345,22 +189,35 @@ void group_conv(CudaBackend& be, const Options& o) {
       {"alexnet conv2", 128, 27, 27, 48, 5, 128, 1, false},
       {"resnet50 3x3", 64, 56, 56, 64, 3, 64, 1, false},
   };
-  for (const ConvCase& cc : cases) check_conv(be, o, cc);
+  for (const ConvCase& cc : cases) check_conv(be, o, cc, DType::F32);
+  // Mixed precision at ResNet-50 shapes (tensor-core friendly channel counts), bias included (its column sum).
+  const ConvCase half_cases[] = {
+      {"resnet50 3x3", 64, 56, 56, 64, 3, 64, 1, true},
+      {"resnet50 1x1", 64, 56, 56, 256, 1, 64, 1, false},
+  };
+  for (DType t : {DType::F16, DType::BF16})
+    for (const ConvCase& cc : half_cases) check_conv(be, o, cc, t);
 }
 
 // ---- fully connected ---------------------------------------------------------------------------------------------
-void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, int64_t in, int64_t out) {
+void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, int64_t in, int64_t out, DType t) {
+  if (skip_dtype(be, t, std::string("fc ") + name)) return;
   if (o.small) n = 8;
   InnerProductDesc d;
   d.n = n, d.in = in, d.out = out, d.has_bias = true;
   const std::string shape = fmt::format("{}x{} -> {}", n, in, out);
   auto hx = randoms(n * in, 11), hw = randoms(in * out, 12), hb = randoms(out, 13), hdy = randoms(n * out, 14);
-  Dev x(be, Shape{n, in}), w(be, Shape{in, out}), b(be, Shape{out}), y(be, Shape{n, out}), dy(be, Shape{n, out});
-  Dev dx(be, Shape{n, in}), dw(be, Shape{in, out}), db(be, Shape{out});
-  upload(be, x.t, hx), upload(be, w.t, hw), upload(be, b.t, hb), upload(be, dy.t, hdy);
-  constexpr double kTol = 5e-6;
-  const std::string algo = be.options().allow_tf32 ? "cublasSgemm tf32" : "cublasSgemm fp32";
+  for (auto* v : {&hx, &hw, &hb, &hdy}) round_all(t, *v);
+  Dev x(be, Shape{n, in}, t), w(be, Shape{in, out}, t), b(be, Shape{out}, t), y(be, Shape{n, out}, t),
+      dy(be, Shape{n, out}, t);
+  Dev dx(be, Shape{n, in}, t), dw(be, Shape{in, out}, t), db(be, Shape{out}, t);
+  upload_as(be, x.t, hx), upload_as(be, w.t, hw), upload_as(be, b.t, hb), upload_as(be, dy.t, hdy);
+  const double kTol = gemm_tol(t);
+  const std::string algo = t != DType::F32           ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
+                           : be.options().allow_tf32 ? "cublasGemmEx tf32"
+                                                     : "cublasGemmEx fp32";
   const std::string op = std::string("fc ") + name;
+  const std::string sfx = suffix(t), tol = tol_text(t, kTol);
   struct Part {
     const char* what;
     Tensor out;
@@ -392,24 +249,25 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
        [&](int64_t c, double* r, double* s) { dot(pdy + c, out, nullptr, 0, n, 0, r, s); }, out},
   };
   for (const Part& p : parts) {
-    guarded(op + " " + p.what, shape, [&] {
-      poison(be, p.out);
+    guarded(op + " " + p.what + sfx, shape, [&] {
+      poison_any(be, p.out);
       p.run();
-      auto first = download(be, p.out);
+      auto first = download_as(be, p.out);
       p.run();
-      const bool det = same_bits(first, download(be, p.out));
+      const bool det = same_bits(first, download_as(be, p.out));
       const double ms = time_ms(be, p.run);
       const Stats st = check_sampled(first, sample(p.out.numel(), p.samples, 15), kTol, p.ref);
       const bool gemm = std::strcmp(p.what, "bias grad") != 0;
-      report(op + " " + p.what, shape, st, ms, gemm ? algo : "column_sum 2-D grid", det, o.backend.deterministic,
-             gemm ? fmt::format("  {:.1f} TFLOP/s", 2.0 * n * in * out / ms * 1e-9) : "");
+      report(op + " " + p.what + sfx, shape, st, ms, gemm ? algo : "column_sum 2-D grid", det, o.backend.deterministic,
+             (gemm ? fmt::format("  {:.1f} TFLOP/s", 2.0 * n * in * out / ms * 1e-9) : "") + tol);
     });
   }
 }
 
 void group_fc(CudaBackend& be, const Options& o) {
-  check_fc(be, o, "alexnet fc6", 128, 9216, 4096);
-  check_fc(be, o, "alexnet fc7", 128, 4096, 4096);
+  check_fc(be, o, "alexnet fc6", 128, 9216, 4096, DType::F32);
+  check_fc(be, o, "alexnet fc7", 128, 4096, 4096, DType::F32);
+  for (DType t : {DType::F16, DType::BF16}) check_fc(be, o, "resnet50 fc", 256, 2048, 1000, t);
 }
 
 // ---- batch norm ------------------------------------------------------------------------------------------------------
@@ -422,7 +280,8 @@ Stats check_full(const std::vector<float>& got, const ref::Vec& want, double tol
   return st;
 }
 
-void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows, int64_t c, bool has_gamma) {
+void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows, int64_t c, bool has_gamma, DType t) {
+  if (skip_dtype(be, t, std::string("bn ") + name)) return;
   if (o.small) rows = std::min<int64_t>(rows, 40000);
   BatchNormDesc d;
   d.rows = rows, d.c = c, d.epsilon = 0.001f, d.has_gamma = has_gamma;
@@ -430,54 +289,58 @@ void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows,
   const std::string op = std::string("bn ") + name;
   auto hx = randoms(rows * c, 21, -1.f, 3.f), hdy = randoms(rows * c, 22), hg = randoms(c, 23, 0.5f, 1.5f),
        hb = randoms(c, 24);
-  Dev x(be, Shape{rows, c}), dy(be, Shape{rows, c}), y(be, Shape{rows, c}), dx(be, Shape{rows, c});
+  round_all(t, hx), round_all(t, hdy);  // activations in the dtype; gamma, beta and the statistics stay f32
+  Dev x(be, Shape{rows, c}, t), dy(be, Shape{rows, c}, t), y(be, Shape{rows, c}, t), dx(be, Shape{rows, c}, t);
   Dev gamma(be, Shape{c}), beta(be, Shape{c}), mean(be, Shape{c}), var(be, Shape{c}), dg(be, Shape{c}),
       dbeta(be, Shape{c});
-  upload(be, x.t, hx), upload(be, dy.t, hdy), upload(be, gamma.t, hg), upload(be, beta.t, hb);
+  upload_as(be, x.t, hx), upload_as(be, dy.t, hdy), upload(be, gamma.t, hg), upload(be, beta.t, hb);
   const Tensor g = has_gamma ? gamma.t : Tensor(), dgt = has_gamma ? dg.t : Tensor();
   const ref::Vec rx = to_double(hx), rg = has_gamma ? to_double(hg) : ref::Vec{}, rb = to_double(hb);
   ref::Vec rmean, rvar;
   const ref::Vec ry = ref::batch_norm_forward_training(d, rx, rg, rb, &rmean, &rvar);
 
-  guarded(op + " fwd train", shape, [&] {
-    poison(be, y.t), poison(be, mean.t), poison(be, var.t);
+  const std::string sfx = suffix(t);
+  const double es = static_cast<double>(dtype_size(t));
+  guarded(op + " fwd train" + sfx, shape, [&] {
+    poison_any(be, y.t), poison(be, mean.t), poison(be, var.t);
     auto run = [&] { be.batch_norm_forward_training(d, x.t, g, beta.t, y.t, mean.t, var.t); };
     run();
-    auto first = download(be, y.t);
+    auto first = download_as(be, y.t);
     run();
-    const bool det = same_bits(first, download(be, y.t));
+    const bool det = same_bits(first, download_as(be, y.t));
     const double ms = time_ms(be, run);
-    Stats st = check_full(first, ry, 1e-5);
+    Stats st = check_full(first, ry, bn_tol(t, 1e-5));
     st.merge(check_full(download(be, mean.t), rmean, 1e-6));
     st.merge(check_full(download(be, var.t), rvar, 1e-5));
-    report(op + " fwd train", shape, st, ms, "tg kernels (CPU order)", det, true,
-           fmt::format("  {:.0f} GB/s", 3.0 * rows * c * 4 / ms * 1e-6));
+    report(op + " fwd train" + sfx, shape, st, ms, "tg kernels (CPU order)", det, true,
+           fmt::format("  {:.0f} GB/s", 3.0 * rows * c * es / ms * 1e-6) + tol_text(t, bn_tol(t, 1e-5)));
   });
-  guarded(op + " bwd", shape, [&] {
+  guarded(op + " bwd" + sfx, shape, [&] {
     // the reference's statistics on the device too: backward uses the given mean/var
     auto fm = std::vector<float>(rmean.begin(), rmean.end()), fv = std::vector<float>(rvar.begin(), rvar.end());
     upload(be, mean.t, fm), upload(be, var.t, fv);
     ref::Vec rdx, rdg, rdb;
     ref::batch_norm_backward(d, rx, rg, to_double(fm), to_double(fv), to_double(hdy), &rdx, &rdg, &rdb);
-    poison(be, dx.t), poison(be, dbeta.t);
+    poison_any(be, dx.t), poison(be, dbeta.t);
     if (has_gamma) poison(be, dg.t);
     auto run = [&] { be.batch_norm_backward(d, x.t, g, mean.t, var.t, dy.t, dx.t, dgt, dbeta.t); };
     run();
-    auto first = download(be, dx.t);
+    auto first = download_as(be, dx.t);
     run();
-    const bool det = same_bits(first, download(be, dx.t));
+    const bool det = same_bits(first, download_as(be, dx.t));
     const double ms = time_ms(be, run);
-    Stats st = check_full(first, rdx, 1e-4);
+    Stats st = check_full(first, rdx, bn_tol(t, 1e-4));
     st.merge(check_full(download(be, dbeta.t), rdb, 1e-5));
     if (has_gamma) st.merge(check_full(download(be, dg.t), rdg, 1e-5));
-    report(op + " bwd", shape, st, ms, "tg kernels (CPU order)", det, true,
-           fmt::format("  {:.0f} GB/s", 5.0 * rows * c * 4 / ms * 1e-6));
+    report(op + " bwd" + sfx, shape, st, ms, "tg kernels (CPU order)", det, true,
+           fmt::format("  {:.0f} GB/s", 5.0 * rows * c * es / ms * 1e-6) + tol_text(t, bn_tol(t, 1e-4)));
   });
 }
 
 void group_bn(CudaBackend& be, const Options& o) {
-  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false);       // 401,408 rows
-  check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true);  // 1,605,632 rows: past cuDNN's limits
+  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false, DType::F32);        // 401,408 rows
+  check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, DType::F32);  // 1,605,632 rows: past cuDNN's limits
+  for (DType t : {DType::F16, DType::BF16}) check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, t);
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------------------------------
@@ -569,17 +432,19 @@ int run(int argc, char** argv) {
     else if (a == "--nondeterministic") o.backend.deterministic = false;
     else {
       std::fprintf(stderr,
-                   "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|all] [--small] [--allow_tf32] "
+                   "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|all] [--small] [--allow_tf32] "
                    "[--nondeterministic]\n");
       return 2;
     }
   }
   const std::vector<std::pair<std::string, void (*)(CudaBackend&, const Options&)>> groups = {
-      {"conv", group_conv}, {"fc", group_fc}, {"bn", group_bn}, {"optim", group_optim}, {"reduce", group_reduce}};
+      {"conv", group_conv},   {"fc", group_fc},         {"bn", group_bn},
+      {"optim", group_optim}, {"reduce", group_reduce}, {"amp", group_amp}};
   bool known = o.group == "all";
   for (const auto& g : groups) known = known || g.first == o.group;
   if (!known) {
-    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, all)\n", o.group.c_str());
+    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, amp, all)\n",
+                 o.group.c_str());
     return 2;
   }
   int count = 0;
@@ -604,11 +469,11 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace tg
+}  // namespace tg::ops_check
 
 int main(int argc, char** argv) {
   try {
-    return tg::run(argc, argv);
+    return tg::ops_check::run(argc, argv);
   } catch (const std::exception& e) {
     std::printf("cuda_ops_check: FAIL: %s\n", e.what());
     return 1;

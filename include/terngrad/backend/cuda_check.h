@@ -3,6 +3,7 @@
 //   TG_CUDA_CHECK(cudaMemcpyAsync(...));      // CUDA runtime
 //   TG_CUDA_CHECK_LAUNCH();                   // after every kernel launch (cudaGetLastError; with
 //                                             // TG_CUDA_SYNC=1 also a device sync, naming the launcher)
+//   TG_CUDA_CHECK_LAUNCH_OF("relu_forward");  // the same, naming the launcher (inside a lambda)
 //   TG_CUDNN_CHECK(cudnnConvolutionForward(...));
 //   TG_CUBLAS_CHECK(cublasSgemm(...));
 //   TG_NCCL_CHECK(ncclAllReduce(...));
@@ -44,17 +45,31 @@ inline bool cuda_sync_after_launch() {
                 ::fmt::format("{} ({}) on {}", cudaGetErrorName(status_), cudaGetErrorString(status_),      \
                               ::tg::detail::cuda_current_device_text()))
 
-// A kernel launch reports bad configurations through cudaGetLastError; call this right after each one.
-// With TG_CUDA_SYNC=1 it also waits for the kernel(s) and names the launching function in the error.
-#define TG_CUDA_CHECK_LAUNCH()                                                                              \
-  do {                                                                                                      \
-    TG_CUDA_CHECK(cudaGetLastError());                                                                      \
-    if (::tg::detail::cuda_sync_after_launch())                                                             \
-      TG_CHECK_CALL("CUDA", cudaDeviceSynchronize(), status_ == cudaSuccess,                                \
-                    ::fmt::format("{} ({}) in a kernel launched by {} (TG_CUDA_SYNC=1) on {}",              \
-                                  cudaGetErrorName(status_), cudaGetErrorString(status_), __func__,         \
-                                  ::tg::detail::cuda_current_device_text()));                              \
-  } while (0)
+namespace tg::detail {
+// A kernel launch reports bad configurations through cudaGetLastError: checks it, naming `launcher` (the
+// function that launched); with TG_CUDA_SYNC=1 also waits for the kernel(s) and names the launcher if one
+// faulted. Called right after each launch (TG_CUDA_CHECK_LAUNCH, cuda_kernels::linear_kernel).
+inline void check_launch(const char* launcher, const char* file, int line) {
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw_call_failed("CUDA", "cudaGetLastError()",
+                      ::fmt::format("{} ({}) launching from {} on {}", cudaGetErrorName(status),
+                                    cudaGetErrorString(status), launcher, cuda_current_device_text()),
+                      file, line);
+  if (!cuda_sync_after_launch()) return;
+  status = cudaDeviceSynchronize();
+  if (status != cudaSuccess)
+    throw_call_failed(
+        "CUDA", "cudaDeviceSynchronize()",
+        ::fmt::format("{} ({}) in a kernel launched by {} (TG_CUDA_SYNC=1) on {}", cudaGetErrorName(status),
+                      cudaGetErrorString(status), launcher, cuda_current_device_text()),
+        file, line);
+}
+}  // namespace tg::detail
+
+#define TG_CUDA_CHECK_LAUNCH() ::tg::detail::check_launch(__func__, __FILE__, __LINE__)
+// The same naming the launcher explicitly (inside a lambda, where __func__ would say "operator()").
+#define TG_CUDA_CHECK_LAUNCH_OF(launcher) ::tg::detail::check_launch(launcher, __FILE__, __LINE__)
 
 #define TG_CUDNN_CHECK(call)                                                                                \
   TG_CHECK_CALL("cuDNN", call, status_ == CUDNN_STATUS_SUCCESS,                                             \

@@ -1,6 +1,7 @@
 // CudaBackend: construction (stream, cuBLAS/cuDNN handles bound to it, small reduction buffers), the
 // cudaMalloc allocator, the workspace arena, memory ops, element-wise ops, reductions, softmax
-// cross-entropy, optimizer updates and make_cuda_backend. The layer ops live in cuda_conv.cc, cuda_pool.cc,
+// cross-entropy, optimizer updates and make_cuda_backend. Activations of any compute dtype (F32, F16, BF16)
+// are handed to the kernels as raw pointers with their dtype. The layer ops live in cuda_conv.cc, cuda_pool.cc,
 // cuda_lrn.cc, cuda_batch_norm.cc and cuda_inner_product.cc; kernels in kernels/*.cu.
 #include "src/backend/cuda/cuda_backend.h"
 
@@ -82,6 +83,8 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
   TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
   name_ = fmt::format("cuda:{} ({}, sm_{}{}, {} MiB, cuDNN {})", index_, prop.name, prop.major, prop.minor,
                       prop.totalGlobalMem >> 20, cudnnGetVersion());
+  sm_ = prop.major * 10 + prop.minor;
+  device_text_ = fmt::format("cuda:{} ({}) is sm_{}{}", index_, prop.name, prop.major, prop.minor);
   TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TG_CUBLAS_CHECK(cublasCreate(&cublas_));
   TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -193,7 +196,8 @@ void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) 
   check_same_numel(a, out, "add");
   check_on_device(a, "add", "a"), check_on_device(b, "add", "b"), check_on_device(out, "add", "out");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::add_f32(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
+  const DType t = compute_dtype("add", a, {&b, &out});
+  cuda_kernels::add(t, a.raw(), b.raw(), out.raw(), a.numel(), stream_);
 }
 
 void CudaBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
@@ -213,7 +217,7 @@ void CudaBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
   check_on_device(x, "relu", "x"), check_on_device(y, "relu", "y");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::relu_forward_f32(x.data<float>(), y.data<float>(), x.numel(), stream_);
+  cuda_kernels::relu_forward(compute_dtype("relu", x, {&y}), x.raw(), y.raw(), x.numel(), stream_);
 }
 
 void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
@@ -222,7 +226,8 @@ void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Te
   check_on_device(y, "relu_backward", "y"), check_on_device(dy, "relu_backward", "dy");
   check_on_device(dx, "relu_backward", "dx");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::relu_backward_f32(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel(), stream_);
+  const DType t = compute_dtype("relu_backward", y, {&dy, &dx});
+  cuda_kernels::relu_backward(t, y.raw(), dy.raw(), dx.raw(), y.numel(), stream_);
 }
 
 void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
@@ -232,8 +237,9 @@ void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const T
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
   check_on_device(x, "dropout", "x"), check_on_device(y, "dropout", "y"), check_on_device(mask, "dropout", "mask");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::dropout_forward_f32(x.data<float>(), y.data<float>(), mask.data<uint8_t>(), x.numel(), keep_prob,
-                                    key, step, salt, stream_);
+  const DType t = compute_dtype("dropout", x, {&y});
+  cuda_kernels::dropout_forward(t, x.raw(), y.raw(), mask.data<uint8_t>(), x.numel(), keep_prob, key, step, salt,
+                                stream_);
 }
 
 void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
@@ -242,16 +248,18 @@ void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, fl
   check_on_device(dy, "dropout_backward", "dy"), check_on_device(mask, "dropout_backward", "mask");
   check_on_device(dx, "dropout_backward", "dx");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::dropout_backward_f32(dy.data<float>(), mask.data<uint8_t>(), keep_prob, dx.data<float>(),
-                                     dy.numel(), stream_);
+  const DType t = compute_dtype("dropout_backward", dy, {&dx});
+  cuda_kernels::dropout_backward(t, dy.raw(), mask.data<uint8_t>(), keep_prob, dx.raw(), dy.numel(), stream_);
 }
 
-// Channel concat/split are strided 2-D copies: rows = N*H*W, a part's row is c floats at offset `offset`.
+// Channel concat/split are strided 2-D copies: rows = N*H*W, a part's row is c elements (of the compute dtype,
+// es bytes each) at offset `offset`.
 void CudaBackend::concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) {
   check_on_device(out, "concat", "out");
   const int64_t c_out = out.shape().dim(-1);
   const int64_t rows = c_out ? out.numel() / c_out : 0;
-  float* po = out.data<float>();
+  const size_t es = dtype_size(compute_dtype("concat", out, {}));
+  char* po = static_cast<char*>(out.raw());
   CudaDeviceGuard guard(index_);
   int64_t offset = 0;
   for (const Tensor& p : parts) {
@@ -259,9 +267,10 @@ void CudaBackend::concat_channels_impl(const std::vector<Tensor>& parts, const T
     TG_CHECK(p.numel() == rows * c, "concat: part {} does not match output {}", p.str(), out.str());
     TG_CHECK(offset + c <= c_out, "concat: parts have more channels than the output {}", out.str());
     check_on_device(p, "concat", "part");
+    compute_dtype("concat", out, {&p});
     if (rows * c > 0)
-      TG_CUDA_CHECK(cudaMemcpy2DAsync(po + offset, c_out * sizeof(float), p.data<float>(), c * sizeof(float),
-                                      c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+      TG_CUDA_CHECK(cudaMemcpy2DAsync(po + offset * es, c_out * es, p.raw(), c * es, c * es, rows,
+                                      cudaMemcpyDeviceToDevice, stream_));
     offset += c;
   }
   TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
@@ -271,7 +280,8 @@ void CudaBackend::split_channels_impl(const Tensor& dout, const std::vector<Tens
   check_on_device(dout, "split", "dout");
   const int64_t c_out = dout.shape().dim(-1);
   const int64_t rows = c_out ? dout.numel() / c_out : 0;
-  const float* po = dout.data<float>();
+  const size_t es = dtype_size(compute_dtype("split", dout, {}));
+  const char* po = static_cast<const char*>(dout.raw());
   CudaDeviceGuard guard(index_);
   int64_t offset = 0;
   for (const Tensor& p : dparts) {
@@ -280,9 +290,10 @@ void CudaBackend::split_channels_impl(const Tensor& dout, const std::vector<Tens
     if (p) {
       TG_CHECK(p.numel() == rows * c, "split: part {} does not match {}", p.str(), dout.str());
       check_on_device(p, "split", "part");
+      compute_dtype("split", dout, {&p});
       if (rows * c > 0)
-        TG_CUDA_CHECK(cudaMemcpy2DAsync(p.data<float>(), c * sizeof(float), po + offset, c_out * sizeof(float),
-                                        c * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+        TG_CUDA_CHECK(cudaMemcpy2DAsync(p.raw(), c * es, po + offset * es, c_out * es, c * es, rows,
+                                        cudaMemcpyDeviceToDevice, stream_));
     }
     offset += c;
   }
@@ -296,7 +307,7 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
   CudaDeviceGuard guard(index_);
   auto* partials = static_cast<double*>(reduce_partials_.data());
   auto* result = static_cast<double*>(reduce_result_.data());
-  cuda_kernels::reduce_sum_f64(x.data<float>(), x.numel(), squares, partials, result, stream_);
+  cuda_kernels::reduce_sum_f64(x.dtype(), x.raw(), x.numel(), squares, partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync_and_check();
   double v;
@@ -313,7 +324,7 @@ float CudaBackend::max_abs_impl(const Tensor& x) {
   CudaDeviceGuard guard(index_);
   auto* partials = static_cast<double*>(reduce_partials_.data());
   auto* result = static_cast<double*>(reduce_result_.data());
-  cuda_kernels::reduce_max_abs(x.data<float>(), x.numel(), partials, result, stream_);
+  cuda_kernels::reduce_max_abs(x.dtype(), x.raw(), x.numel(), partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync_and_check();
   double v;
@@ -334,9 +345,9 @@ void CudaBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& 
   check_on_device(probs, "softmax_xent", "probs"), check_on_device(losses, "softmax_xent", "losses");
   if (n == 0) return;
   CudaDeviceGuard guard(index_);
-  cuda_kernels::softmax_xent_forward_f32(logits.data<float>(), labels.data<int32_t>(), n, k, label_smoothing,
-                                         probs.data<float>(), losses.data<float>(),
-                                         static_cast<unsigned long long*>(label_flag_.data()), stream_);
+  cuda_kernels::softmax_xent_forward(logits.dtype(), logits.raw(), labels.data<int32_t>(), n, k, label_smoothing,
+                                     probs.data<float>(), losses.data<float>(),
+                                     static_cast<unsigned long long*>(label_flag_.data()), stream_);
   label_check_pending_ = true, label_k_ = k;  // read at the next host sync (no wait here)
 }
 
@@ -351,9 +362,9 @@ void CudaBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& 
   check_on_device(dlogits, "softmax_xent_backward", "dlogits");
   if (n == 0) return;
   CudaDeviceGuard guard(index_);
-  cuda_kernels::softmax_xent_backward_f32(probs.data<float>(), labels.data<int32_t>(), n, k, label_smoothing, scale,
-                                          dlogits.data<float>(), static_cast<unsigned long long*>(label_flag_.data()),
-                                          stream_);
+  cuda_kernels::softmax_xent_backward(dlogits.dtype(), probs.data<float>(), labels.data<int32_t>(), n, k,
+                                      label_smoothing, scale, dlogits.raw(),
+                                      static_cast<unsigned long long*>(label_flag_.data()), stream_);
   label_check_pending_ = true, label_k_ = k;
 }
 

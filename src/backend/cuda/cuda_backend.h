@@ -6,12 +6,19 @@
 //   - a workspace arena: one growable device buffer shared by all ops (they run in stream order, so one
 //     op's scratch is free again when the next starts). It grows when an op descriptor is first seen
 //     (cache creation), never in steady state;
-//   - a cache of per-descriptor state (cuDNN descriptors and chosen algorithms) keyed by op key().
+//   - a cache of per-descriptor state (cuDNN descriptors and chosen algorithms) keyed by a CudaOpKey (the
+//     op, the descriptor's numbers and the compute dtype; src/backend/op_key.h, shared with the CPU backend).
 // Element-wise ops, reductions, losses and optimizer updates are kernels in kernels/*.cu that call the
 // shared TG_HOST_DEVICE math (compiled with -fmad=false: the CPU's bits). Reductions and the loss's label
 // check synchronize the stream (their results are read on the host).
+// Compute dtypes (backend.h): activations, and conv/FC weights and their gradients, may be F32, F16 or BF16
+// (one per call); kernels convert to f32 in registers; cuDNN runs CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16
+// tensors with f32 compute (tensor-op math), cuBLAS cublasGemmEx with CUBLAS_COMPUTE_32F; batch norm
+// statistics, probabilities and losses are f32. The batch norm scratch does not depend on the dtype, so its
+// cache key holds none.
 //
 // Files: cuda_backend.cc (construction, memory, element-wise, reductions, loss, optimizer, factory),
+// cuda_precision.cc (compute dtypes: supports_compute, cast, unscale_and_check),
 // cuda_conv.cc (cuDNN convolution), cuda_pool.cc (pooling kernels), cuda_lrn.cc (LRN kernels),
 // cuda_batch_norm.cc (batch norm kernels), cuda_inner_product.cc (cuBLAS). Kernel launchers: cuda_kernels.h.
 //
@@ -26,17 +33,29 @@
 #include <cudnn.h>
 
 #include <array>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "src/backend/op_key.h"
 #include "terngrad/backend/backend.h"
+#include "terngrad/backend/backend_impls.h"
 
 namespace tg {
+
+// The ops whose per-descriptor state the CUDA backend caches; their keys (CudaOpKey) hold the descriptor's
+// numbers (and the compute dtype where the state depends on it: the convolution's).
+enum class CudaOp : int32_t { CONV, BATCH_NORM };
+using CudaOpKey = OpKeyOf<CudaOp>;
 
 // With TG_CUDA_SYNC=1: waits for the device after a library call (cuDNN, cuBLAS) that launched kernels and
 // throws naming `op` if one faulted (our own launches do this in TG_CUDA_CHECK_LAUNCH).
 void debug_sync_after(const char* op);
+
+// The compute dtype of an op's activations: x's, which must be F32, F16 or BF16; every tensor in `others`
+// that is defined must have it too (else one line naming the op and both tensors).
+DType compute_dtype(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others);
 
 // Creates the backend of CUDA device `index`. Throws tg::Error when no device is present or the index is
 // out of range ("--device cuda: no CUDA device is available (cudaGetDeviceCount: ...)").
@@ -71,7 +90,7 @@ class CudaAllocator final : public Allocator {
 struct ConvAlgorithm {
   std::string name;            // "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ...
   bool deterministic = false;  // cuDNN's CUDNN_DETERMINISTIC
-  bool tf32 = false;           // the descriptor allowed TF32 (BackendOptions::allow_tf32)
+  bool tensor_op = false;      // the descriptor allowed tensor-op math: TF32 for f32 data (allow_tf32), or f16/bf16
   bool chosen = false;
 };
 
@@ -89,79 +108,15 @@ class CudaBackend final : public Backend {
   void bind_thread() override;
   void* native_stream() override { return stream_; }
 
-  // Compute dtypes (cuda_precision_stubs.cc until the fp16/bf16 kernels land: F32 only).
+  // Compute dtypes: F32 everywhere; F16 on sm_70+, BF16 on sm_80+ (tensor-core generations with those types).
   bool supports_compute(DType t) const override;
   std::string why_not(DType t) const override;
 
-  void copy_impl(const Tensor& dst, const Tensor& src) override;
-  void cast_impl(const Tensor& dst, const Tensor& src) override;
-  void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) override;
-  void zero_impl(const Tensor& dst) override;
-  void fill_impl(const Tensor& dst, float value) override;
-
-  void add_impl(const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void axpy_impl(float alpha, const Tensor& x, const Tensor& y) override;
-  void scale_impl(float alpha, const Tensor& x) override;
-  void relu_forward_impl(const Tensor& x, const Tensor& y) override;
-  void relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
-  void dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
-                       uint32_t step, uint32_t salt) override;
-  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) override;
-  void concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) override;
-  void split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) override;
-
-  double sum_impl(const Tensor& x) override;
-  double sum_squares_impl(const Tensor& x) override;
-  float max_abs_impl(const Tensor& x) override;
-
-  void softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
-                            const Tensor& losses) override;
-  void softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
-                             const Tensor& dlogits) override;
-
-  void conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                      const Tensor& y) override;
-  void conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
-                       const Tensor& dw, const Tensor& db) override;
-  size_t pool_workspace_bytes_impl(const PoolDesc& d) override;
-  void pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
-  void pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
-                     const Tensor& dx) override;
-  size_t lrn_workspace_bytes_impl(const LrnDesc& d) override;
-  void lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) override;
-  void lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
-                    const Tensor& dx) override;
-  void batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   const Tensor& y, const Tensor& mean, const Tensor& var) override;
-  void batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    const Tensor& mean, const Tensor& var, const Tensor& y) override;
-  void batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                           const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
-                           const Tensor& dbeta) override;
-  void inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                             const Tensor& y) override;
-  void inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
-                              const Tensor& dx, const Tensor& dw, const Tensor& db) override;
-
-  void optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                        const Tensor& s2, const Tensor& ema) override;
-  void ema_update_impl(float decay, const Tensor& w, const Tensor& ema) override;
-
-  // ---- gradient codec (cuda_codec.cc: checks, then the kernels of kernels/ternary_kernels.cu) ----
-  void ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) override;
-  void ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                      const Tensor& packed, const Tensor& zero_count) override;
-  void ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) override;
-  void max_scalers_impl(const Tensor* xs, int count, const Tensor& out) override;
-  void ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) override;
-  void ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                               const Tensor& g) override;
-  void encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) override;
-  void encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) override;
-  void average_f16_impl(const Tensor* xs, int count, const Tensor& out) override;
-  void average_f32_impl(const Tensor* xs, int count, const Tensor& out) override;
-  void decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) override;
-  void decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) override;
+  // The Backend's *_impl hooks (include/terngrad/backend/backend_impls.h), defined in the files named at the
+  // top of this header.
+#define TG_DECLARE_IMPL(ret, name, params) ret name params override;
+  TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
+#undef TG_DECLARE_IMPL
 
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }
@@ -185,19 +140,21 @@ class CudaBackend final : public Backend {
     virtual ~CachedOp() = default;
   };
   // The entry for `key`, created with make() on first use.
-  template <typename T, typename Make> T& cached(const std::string& key, Make&& make) {
+  template <typename T, typename Make>
+  T& cached(const CudaOpKey& key, Make&& make) {
     auto it = cache_.find(key);
     if (it == cache_.end()) it = cache_.emplace(key, std::unique_ptr<CachedOp>(make())).first;
     return static_cast<T&>(*it->second);
   }
   size_t cache_size() const { return cache_.size(); }
-  const CachedOp* find_cached(const std::string& key) const {
+  const CachedOp* find_cached(const CudaOpKey& key) const {
     auto it = cache_.find(key);
     return it == cache_.end() ? nullptr : it->second.get();
   }
 
-  // The algorithms conv `d` ran with: forward, backward-data, backward-filter (for reports; cuda_ops_check).
-  std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d) const;
+  // The algorithms conv `d` ran with in compute dtype t: forward, backward-data, backward-filter (for reports;
+  // cuda_ops_check).
+  std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d, DType t = DType::F32) const;
 
  private:
   double reduce_to_host(const Tensor& x, bool squares, const char* op);
@@ -220,7 +177,9 @@ class CudaBackend final : public Backend {
   bool label_check_pending_ = false;  // a loss kernel ran since the flag was last read
   int64_t label_k_ = 0;               // K of the last loss (for the message)
   void* host_pinned_ = nullptr;  // 64 bytes of page-locked host memory for the values read back
-  std::unordered_map<std::string, std::unique_ptr<CachedOp>> cache_;
+  int sm_ = 0;                   // compute capability major * 10 + minor
+  std::string device_text_;      // "cuda:0 (NVIDIA H200, sm_90)", for why_not
+  std::unordered_map<CudaOpKey, std::unique_ptr<CachedOp>, OpKeyHashOf<CudaOp>> cache_;
 };
 
 }  // namespace tg

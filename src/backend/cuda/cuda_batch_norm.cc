@@ -11,6 +11,8 @@
 // Contract (include/terngrad/backend/backend.h): gamma defined iff d.has_gamma; beta required by both
 // forwards; backward uses the given mean/var; dx, dgamma, dbeta may each be undefined. Per-descriptor
 // scratch (chunk sums, coefficients) is reserved in the arena when a descriptor is first seen.
+// Compute dtypes: x, y, dy, dx may be F32, F16 or BF16 (read as f32, rounded once when stored); gamma, beta,
+// mean, var, dgamma, dbeta are f32. The scratch does not depend on the dtype, so neither does the cache key.
 #include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/cuda/cuda_kernels.h"
 #include "terngrad/backend/cuda_check.h"
@@ -24,7 +26,8 @@ struct BnEntry : CudaBackend::CachedOp {
 
 void* bn_scratch(CudaBackend& be, const BatchNormDesc& d) {
   TG_CHECK(d.rows > 0 && d.c > 0, "batch norm {}: empty", d.key());
-  BnEntry& e = be.cached<BnEntry>("cuda_bn:" + d.key(), [&] {
+  const CudaOpKey key(CudaOp::BATCH_NORM, {d.rows, d.c});  // all the scratch size depends on
+  BnEntry& e = be.cached<BnEntry>(key, [&] {
     auto* n = new BnEntry;
     n->scratch_bytes = cuda_kernels::batch_norm_scratch_bytes(d.rows, d.c);
     be.workspace(n->scratch_bytes);  // grow now, while the descriptor is new
@@ -66,11 +69,12 @@ void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const
   check_x(*this, d, op, x, gamma);
   check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
   check_param(*this, d, op, var, "var"), check_same(*this, d, op, y, "y");
+  const DType t = compute_dtype(op, x, {&y});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
-  cuda_kernels::batch_norm_forward_training_f32(x.data<float>(), ptr_or_null(gamma), beta.data<float>(),
-                                                y.data<float>(), mean.data<float>(), var.data<float>(), d.rows, d.c,
-                                                d.epsilon, scratch, stream());
+  cuda_kernels::batch_norm_forward_training(t, x.raw(), ptr_or_null(gamma), beta.data<float>(), y.raw(),
+                                            mean.data<float>(), var.data<float>(), d.rows, d.c, d.epsilon, scratch,
+                                            stream());
 }
 
 void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -80,11 +84,11 @@ void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, cons
   check_x(*this, d, op, x, gamma);
   check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
   check_param(*this, d, op, var, "var"), check_same(*this, d, op, y, "y");
+  const DType t = compute_dtype(op, x, {&y});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
-  cuda_kernels::batch_norm_forward_inference_f32(x.data<float>(), ptr_or_null(gamma), beta.data<float>(),
-                                                 mean.data<float>(), var.data<float>(), y.data<float>(), d.rows, d.c,
-                                                 d.epsilon, scratch, stream());
+  cuda_kernels::batch_norm_forward_inference(t, x.raw(), ptr_or_null(gamma), beta.data<float>(), mean.data<float>(),
+                                             var.data<float>(), y.raw(), d.rows, d.c, d.epsilon, scratch, stream());
 }
 
 void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -98,11 +102,12 @@ void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor&
   TG_CHECK(d.has_gamma || !dgamma, "{}: dgamma requested from a batch norm without gamma ({})", op, d.key());
   if (dgamma) check_param(*this, d, op, dgamma, "dgamma");
   if (dbeta) check_param(*this, d, op, dbeta, "dbeta");
+  const DType t = compute_dtype(op, x, {&dy, &dx});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
-  cuda_kernels::batch_norm_backward_f32(x.data<float>(), ptr_or_null(gamma), mean.data<float>(), var.data<float>(),
-                                        dy.data<float>(), mut_ptr_or_null(dx), mut_ptr_or_null(dgamma),
-                                        mut_ptr_or_null(dbeta), d.rows, d.c, d.epsilon, scratch, stream());
+  cuda_kernels::batch_norm_backward(t, x.raw(), ptr_or_null(gamma), mean.data<float>(), var.data<float>(), dy.raw(),
+                                    dx ? dx.raw() : nullptr, mut_ptr_or_null(dgamma), mut_ptr_or_null(dbeta), d.rows,
+                                    d.c, d.epsilon, scratch, stream());
 }
 
 }  // namespace tg

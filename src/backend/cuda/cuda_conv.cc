@@ -1,6 +1,7 @@
 // CudaBackend 2-D convolution on cuDNN (legacy convolution API: cudnnConvolutionForward/BackwardData/
 // BackwardFilter with candidates from the *_v7 heuristics, per ConvDesc, cached with the descriptors). NHWC
-// activations.
+// activations of the compute dtype (F32, F16 or BF16: CUDNN_DATA_FLOAT / HALF / BFLOAT16 tensors and filters,
+// always with CUDNN_DATA_FLOAT compute, i.e. f32 accumulation); the weights have the activations' dtype.
 //
 // Layouts: our weights are TensorFlow's (KH, KW, Cin/g, Cout); cuDNN's NHWC filter is (Cout, KH, KW, Cin/g)
 // ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout), done per call into the
@@ -10,12 +11,15 @@
 // on the padded grid and cropped. Symmetric pads go to cuDNN directly.
 // Algorithms: per direction, the heuristics' list is filtered once (scratch within kMaxAlgoWorkspace; with
 // BackendOptions::deterministic only CUDNN_DETERMINISTIC ones, which excludes the atomics-based backward
-// algorithms; without allow_tf32 no tensor-op candidates) and kept in the heuristics' order. Without
-// allow_tf32 every candidate runs with the descriptor on CUDNN_FMA_MATH (plain fp32, comparable with the CPU
-// backend; CUDNN_DEFAULT_MATH would let sm_80+ round operands to TF32). The first call of a direction tries
-// the candidates in order until one executes, and that one is kept (conv_algorithms() reports it).
+// algorithms; for f32 data without allow_tf32 no tensor-op candidates) and kept in the heuristics' order. For
+// f32 data without allow_tf32 every candidate runs with the descriptor on CUDNN_FMA_MATH (plain fp32,
+// comparable with the CPU backend; CUDNN_DEFAULT_MATH would let sm_80+ round operands to TF32). F16/BF16 data
+// run each candidate with the math type the heuristics gave it (tensor-op math: the point of half types). The first
+// call of a direction tries the candidates in order until one executes, and that one is kept (conv_algorithms() reports
+// it).
 //
-// Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx][cuDNN scratch].
+// Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx][cuDNN scratch] (elements of the dtype).
+// The cache key holds the descriptor's numbers and the dtype.
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -55,6 +59,19 @@ bool is_tensor_op(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return CUDNN_DATA_FLOAT;
+    case DType::F16:
+      return CUDNN_DATA_HALF;
+    case DType::BF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      TG_THROW("conv: dtype {} is not a compute dtype (f32, f16, bf16)", dtype_name(t));
+  }
+}
+
 // One direction's acceptable algorithms, in the heuristics' order, and the one that executed first.
 template <typename Algo> struct AlgoChoice {
   struct Candidate {
@@ -69,17 +86,19 @@ template <typename Algo> struct AlgoChoice {
 
   // Filters a *_v7 result list; ws_size(algo, &bytes) asks cuDNN for an algorithm's scratch under the
   // candidate's math type (set on `conv` first).
+  // half: F16/BF16 data (tensor-op math allowed and kept as the heuristics chose it).
   template <typename Perf, typename WsSize>
-  void fill(const std::vector<Perf>& perfs, int returned, const BackendOptions& o, cudnnConvolutionDescriptor_t conv,
-            WsSize ws_size) {
+  void fill(const std::vector<Perf>& perfs, int returned, const BackendOptions& o, bool half,
+            cudnnConvolutionDescriptor_t conv, WsSize ws_size) {
     for (int i = 0; i < returned; ++i) {
       const Perf& p = perfs[i];
       const bool det = p.determinism == CUDNN_DETERMINISTIC;
       std::string why;
       if (p.status != CUDNN_STATUS_SUCCESS) why = cudnnGetErrorString(p.status);
       else if (o.deterministic && !det) why = "nondeterministic";
-      else if (!o.allow_tf32 && is_tensor_op(p.mathType)) why = "tensor-op math";
-      Candidate c{p.algo, o.allow_tf32 ? p.mathType : CUDNN_FMA_MATH, det, 0};
+      else if (!half && !o.allow_tf32 && is_tensor_op(p.mathType))
+        why = "tensor-op math";
+      Candidate c{p.algo, (half || o.allow_tf32) ? p.mathType : CUDNN_FMA_MATH, det, 0};
       if (why.empty()) {
         TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
         const cudnnStatus_t st = ws_size(p.algo, &c.workspace);
@@ -148,18 +167,20 @@ struct ConvEntry : CudaBackend::CachedOp {
   }
 };
 
-cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad) {
+// Compute type CUDNN_DATA_FLOAT for every data type (f32 accumulation; PSEUDO_HALF / PSEUDO_BFLOAT16 configs).
+// Math: FMA for f32 data (until a candidate allows TF32), tensor-op for f16/bf16 (the heuristics' queries see it).
+cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad, bool half) {
   cudnnConvolutionDescriptor_t conv;
   TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
   const int ph = explicit_pad ? 0 : as_int(d.pad_top, d), pw = explicit_pad ? 0 : as_int(d.pad_left, d);
   TG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, ph, pw, as_int(d.stride_h, d), as_int(d.stride_w, d), 1, 1,
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(d.groups, d)));
-  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   return conv;
 }
 
-ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
+ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   TG_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.out_c % d.groups == 0 && d.out_h > 0 && d.out_w > 0,
            "conv {}: inconsistent descriptor", d.key());
   auto e = std::make_unique<ConvEntry>();
@@ -167,17 +188,19 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
   const int64_t hx = e->explicit_pad ? d.h + d.pad_top + d.pad_bottom : d.h;
   const int64_t wx = e->explicit_pad ? d.w + d.pad_left + d.pad_right : d.w;
   TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
-  TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, as_int(d.n, d),
-                                            as_int(d.c, d), as_int(hx, d), as_int(wx, d)));
+  const cudnnDataType_t ct = cudnn_type(t);
+  TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, ct, as_int(d.n, d), as_int(d.c, d), as_int(hx, d),
+                                            as_int(wx, d)));
   TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
-  TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, as_int(d.n, d),
-                                            as_int(d.out_c, d), as_int(d.out_h, d), as_int(d.out_w, d)));
+  TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, ct, as_int(d.n, d), as_int(d.out_c, d),
+                                            as_int(d.out_h, d), as_int(d.out_w, d)));
   TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
-  TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, as_int(d.out_c, d),
-                                            as_int(d.c / d.groups, d), as_int(d.kh, d), as_int(d.kw, d)));
-  e->fwd_conv = make_conv(d, e->explicit_pad);
-  e->data_conv = make_conv(d, e->explicit_pad);
-  e->filter_conv = make_conv(d, e->explicit_pad);
+  TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, ct, CUDNN_TENSOR_NHWC, as_int(d.out_c, d), as_int(d.c / d.groups, d),
+                                            as_int(d.kh, d), as_int(d.kw, d)));
+  const bool half = t != DType::F32;
+  e->fwd_conv = make_conv(d, e->explicit_pad, half);
+  e->data_conv = make_conv(d, e->explicit_pad, half);
+  e->filter_conv = make_conv(d, e->explicit_pad, half);
 
   int on = 0, oc = 0, oh = 0, ow = 0;
   TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_conv, e->x, e->w, &on, &oc, &oh, &ow));
@@ -192,7 +215,7 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
     int returned = 0;
     TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, e->fwd_conv, e->y,
                                                           static_cast<int>(perfs.size()), &returned, perfs.data()));
-    e->fwd_algo.fill(perfs, returned, o, e->fwd_conv, [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+    e->fwd_algo.fill(perfs, returned, o, half, e->fwd_conv, [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
       return cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->w, e->fwd_conv, e->y, a, bytes);
     });
   }
@@ -202,7 +225,7 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->w, e->y, e->data_conv, e->x,
                                                                static_cast<int>(perfs.size()), &returned,
                                                                perfs.data()));
-    e->data_algo.fill(perfs, returned, o, e->data_conv, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+    e->data_algo.fill(perfs, returned, o, half, e->data_conv, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
       return cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, e->data_conv, e->x, a, bytes);
     });
   }
@@ -212,13 +235,15 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, e->filter_conv, e->w,
                                                                  static_cast<int>(perfs.size()), &returned,
                                                                  perfs.data()));
-    e->filter_algo.fill(perfs, returned, o, e->filter_conv, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->filter_conv, e->w, a, bytes);
-    });
+    e->filter_algo.fill(
+        perfs, returned, o, half, e->filter_conv, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->filter_conv, e->w, a, bytes);
+        });
   }
 
-  e->filter_bytes = static_cast<size_t>(d.kh * d.kw * (d.c / d.groups) * d.out_c) * sizeof(float);
-  e->padded_bytes = e->explicit_pad ? static_cast<size_t>(d.n * hx * wx * d.c) * sizeof(float) : 0;
+  const size_t es = dtype_size(t);
+  e->filter_bytes = static_cast<size_t>(d.kh * d.kw * (d.c / d.groups) * d.out_c) * es;
+  e->padded_bytes = e->explicit_pad ? static_cast<size_t>(d.n * hx * wx * d.c) * es : 0;
   e->off_dw = align256(e->filter_bytes);
   e->off_xp = e->off_dw + align256(e->filter_bytes);
   e->off_scratch = e->off_xp + align256(e->padded_bytes);
@@ -229,8 +254,13 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d) {
   return e.release();
 }
 
-ConvEntry& conv_entry(CudaBackend& be, const ConvDesc& d) {
-  return be.cached<ConvEntry>("cuda_conv:" + d.key(), [&] { return make_entry(be, d); });
+CudaOpKey conv_key(const ConvDesc& d, DType t) {
+  return CudaOpKey(CudaOp::CONV, {d.n, d.h, d.w, d.c, d.kh, d.kw, d.out_c, d.groups, d.stride_h, d.stride_w, d.pad_top,
+                                  d.pad_bottom, d.pad_left, d.pad_right, d.has_bias, static_cast<int64_t>(t)});
+}
+
+ConvEntry& conv_entry(CudaBackend& be, const ConvDesc& d, DType t) {
+  return be.cached<ConvEntry>(conv_key(d, t), [&] { return make_entry(be, d, t); });
 }
 
 char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
@@ -248,27 +278,26 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
     TG_CHECK(b.numel() == d.out_c, "conv2d_forward {}: bias {} must have {} elements", d.key(), b.str(), d.out_c);
     check_on_device(b, "conv2d_forward", "b");
   }
+  const DType t = compute_dtype("conv2d_forward", x, {&w, &b, &y});
   if (d.n == 0) return;
   CudaDeviceGuard guard(index());
-  ConvEntry& e = conv_entry(*this, d);
+  ConvEntry& e = conv_entry(*this, d, t);
   void* ws = workspace(e.total);
   const int64_t rows_w = d.kh * d.kw * (d.c / d.groups);
-  float* wk = reinterpret_cast<float*>(at(ws, 0));
-  cuda_kernels::transpose_f32(w.data<float>(), wk, rows_w, d.out_c, stream());
-  const float* xin = x.data<float>();
+  void* wk = at(ws, 0);
+  cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
+  const void* xin = x.raw();
   if (e.explicit_pad) {
-    float* xp = reinterpret_cast<float*>(at(ws, e.off_xp));
-    cuda_kernels::pad_nhwc_f32(xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
-                               stream());
+    void* xp = at(ws, e.off_xp);
+    cuda_kernels::pad_nhwc(t, xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right, stream());
     xin = xp;
   }
   const float one = 1.f, beta0 = 0.f;
   e.fwd_algo.run(e.fwd_conv, "forward", d, [&](const auto& c) {
     return cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, c.algo, at(ws, e.off_scratch),
-                                   c.workspace, &beta0, e.y, y.data<float>());
+                                   c.workspace, &beta0, e.y, y.raw());
   });
-  if (d.has_bias)
-    cuda_kernels::add_bias_rows_f32(y.data<float>(), b.data<float>(), d.n * d.out_h * d.out_w, d.out_c, stream());
+  if (d.has_bias) cuda_kernels::add_bias_rows(t, y.raw(), b.raw(), d.n * d.out_h * d.out_w, d.out_c, stream());
 }
 
 void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
@@ -276,6 +305,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
   TG_CHECK(dy.numel() == d.n * d.out_h * d.out_w * d.out_c, "conv2d_backward {}: dy {} does not match", d.key(),
            dy.str());
   check_on_device(dy, "conv2d_backward", "dy");
+  const DType t = compute_dtype("conv2d_backward", dy, {&x, &w, &dx, &dw, &db});
   const int64_t rows_w = d.kh * d.kw * (d.c / d.groups);
   CudaDeviceGuard guard(index());
   if (db) {
@@ -283,54 +313,54 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
              db.str(), d.out_c);
     check_on_device(db, "conv2d_backward", "db");
     const int64_t rows = d.n * d.out_h * d.out_w;  // db: scratch from the arena, before the conv uses it
-    cuda_kernels::column_sum_f32(dy.data<float>(), rows, d.out_c, db.data<float>(),
-                                 workspace(cuda_kernels::column_sum_scratch_bytes(rows, d.out_c)), stream());
+    cuda_kernels::column_sum(t, dy.raw(), rows, d.out_c, db.raw(),
+                             workspace(cuda_kernels::column_sum_scratch_bytes(rows, d.out_c)), stream());
   }
   if (!dx && !dw) return;
   if (d.n == 0) {
     if (dw) zero(dw);
     return;
   }
-  ConvEntry& e = conv_entry(*this, d);
+  ConvEntry& e = conv_entry(*this, d, t);
   void* ws = workspace(e.total);
   const float one = 1.f, beta0 = 0.f;
-  float* xp = reinterpret_cast<float*>(at(ws, e.off_xp));
+  void* xp = at(ws, e.off_xp);
   if (dw) {  // first: it reads the padded x that dx's computation then overwrites
     TG_CHECK(dw.numel() == rows_w * d.out_c && x.numel() == d.n * d.h * d.w * d.c,
              "conv2d_backward {}: dw {} or x {} does not match", d.key(), dw.str(), x.str());
     check_on_device(dw, "conv2d_backward", "dw"), check_on_device(x, "conv2d_backward", "x");
-    const float* xin = x.data<float>();
+    const void* xin = x.raw();
     if (e.explicit_pad) {
-      cuda_kernels::pad_nhwc_f32(xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
-                                 stream());
+      cuda_kernels::pad_nhwc(t, xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
+                             stream());
       xin = xp;
     }
-    float* dwk = reinterpret_cast<float*>(at(ws, e.off_dw));
+    void* dwk = at(ws, e.off_dw);
     e.filter_algo.run(e.filter_conv, "backward-filter", d, [&](const auto& c) {
-      return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.data<float>(), e.filter_conv, c.algo,
+      return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.raw(), e.filter_conv, c.algo,
                                             at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
     });
-    cuda_kernels::transpose_f32(dwk, dw.data<float>(), d.out_c, rows_w, stream());
+    cuda_kernels::transpose(t, dwk, dw.raw(), d.out_c, rows_w, stream());
   }
   if (dx) {
     TG_CHECK(dx.numel() == d.n * d.h * d.w * d.c && w.numel() == rows_w * d.out_c,
              "conv2d_backward {}: dx {} or w {} does not match", d.key(), dx.str(), w.str());
     check_on_device(dx, "conv2d_backward", "dx"), check_on_device(w, "conv2d_backward", "w");
-    float* wk = reinterpret_cast<float*>(at(ws, 0));
-    cuda_kernels::transpose_f32(w.data<float>(), wk, rows_w, d.out_c, stream());
-    float* dxin = e.explicit_pad ? xp : dx.data<float>();
+    void* wk = at(ws, 0);
+    cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
+    void* dxin = e.explicit_pad ? xp : dx.raw();
     e.data_algo.run(e.data_conv, "backward-data", d, [&](const auto& c) {
-      return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.data<float>(), e.data_conv, c.algo,
+      return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.raw(), e.data_conv, c.algo,
                                           at(ws, e.off_scratch), c.workspace, &beta0, e.x, dxin);
     });
     if (e.explicit_pad)
-      cuda_kernels::crop_nhwc_f32(xp, dx.data<float>(), d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left,
-                                  d.pad_right, stream());
+      cuda_kernels::crop_nhwc(t, xp, dx.raw(), d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
+                              stream());
   }
 }
 
-std::array<ConvAlgorithm, 3> CudaBackend::conv_algorithms(const ConvDesc& d) const {
-  const auto* e = static_cast<const ConvEntry*>(find_cached("cuda_conv:" + d.key()));
+std::array<ConvAlgorithm, 3> CudaBackend::conv_algorithms(const ConvDesc& d, DType t) const {
+  const auto* e = static_cast<const ConvEntry*>(find_cached(conv_key(d, t)));
   if (!e) return {};
   return {e->fwd_algo.report(), e->data_algo.report(), e->filter_algo.report()};
 }

@@ -3,7 +3,8 @@
 //   y = x / (bias + alpha * sum_{|d'-d| <= r} x_{d'}^2)^beta
 // Not cuDNN: cudnnLRNCrossChannel* caps the window at 16 (depth_radius <= 7) and is documented for
 // NCHW-packed tensors, so NHWC data would need transposes around every call. The backward recomputes the
-// normalizers from x: no workspace (0 bytes), and a backward after an inference forward is valid.
+// normalizers from x: no workspace (0 bytes), and a backward after an inference forward is valid. Any compute
+// dtype (x, y, dy, dx), computed in f32.
 #include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/cuda/cuda_kernels.h"
 
@@ -27,9 +28,9 @@ void CudaBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tens
   TG_CHECK(x.numel() == numel && y.numel() == numel, "lrn_forward {}: x {}, y {} do not match", d.key(), x.str(),
            y.str());
   check_on_device(x, "lrn_forward", "x"), check_on_device(y, "lrn_forward", "y");
+  const DType t = compute_dtype("lrn_forward", x, {&y});
   CudaDeviceGuard guard(index());
-  cuda_kernels::lrn_forward_f32(x.data<float>(), y.data<float>(), numel / d.c, d.c, d.depth_radius, d.bias, d.alpha,
-                                d.beta, stream());
+  cuda_kernels::lrn_forward(t, x.raw(), y.raw(), numel / d.c, d.c, d.depth_radius, d.bias, d.alpha, d.beta, stream());
 }
 
 void CudaBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& /*workspace*/,
@@ -40,9 +41,10 @@ void CudaBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Ten
            "lrn_backward {}: x {}, dy {}, dx {} do not match", d.key(), x.str(), dy.str(), dx.str());
   check_on_device(x, "lrn_backward", "x"), check_on_device(dy, "lrn_backward", "dy");
   check_on_device(dx, "lrn_backward", "dx");
+  const DType t = compute_dtype("lrn_backward", x, {&dy, &dx});
   CudaDeviceGuard guard(index());
-  cuda_kernels::lrn_backward_f32(x.data<float>(), dy.data<float>(), dx.data<float>(), numel / d.c, d.c,
-                                 d.depth_radius, d.bias, d.alpha, d.beta, stream());
+  cuda_kernels::lrn_backward(t, x.raw(), dy.raw(), dx.raw(), numel / d.c, d.c, d.depth_radius, d.bias, d.alpha, d.beta,
+                             stream());
 }
 
 }  // namespace tg

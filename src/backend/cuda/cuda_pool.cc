@@ -1,7 +1,7 @@
 // CudaBackend pooling: pool_workspace_bytes / pool_forward / pool_backward over the direct NHWC kernels of
 // kernels/pool_kernels.cu. Not cuDNN: cuDNN's pooling pads symmetrically and cannot express TensorFlow's
 // SAME split (odd pixel after) nor, with that split, TF's in-image average count. The max backward
-// recomputes arg-maxes from x, so no workspace is kept (0 bytes; y is not needed either).
+// recomputes arg-maxes from x, so no workspace is kept (0 bytes; y is not needed either). Any compute dtype.
 #include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/cuda/cuda_kernels.h"
 
@@ -26,8 +26,9 @@ void CudaBackend::pool_forward_impl(const PoolDesc& d, const Tensor& x, const Te
   TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && y.numel() == d.n * d.out_h * d.out_w * d.c,
            "pool_forward {}: x {}, y {} do not match", d.key(), x.str(), y.str());
   check_on_device(x, "pool_forward", "x"), check_on_device(y, "pool_forward", "y");
+  const DType t = compute_dtype("pool_forward", x, {&y});
   CudaDeviceGuard guard(index());
-  cuda_kernels::pool_forward_f32(d, x.data<float>(), y.data<float>(), stream());
+  cuda_kernels::pool_forward(t, d, x.raw(), y.raw(), stream());
 }
 
 void CudaBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
@@ -38,8 +39,9 @@ void CudaBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const T
            "pool_backward {}: x {}, dy {}, dx {} do not match", d.key(), x.str(), dy.str(), dx.str());
   check_on_device(x, "pool_backward", "x"), check_on_device(dy, "pool_backward", "dy");
   check_on_device(dx, "pool_backward", "dx");
+  const DType t = compute_dtype("pool_backward", x, {&dy, &dx});
   CudaDeviceGuard guard(index());
-  cuda_kernels::pool_backward_f32(d, x.data<float>(), dy.data<float>(), dx.data<float>(), stream());
+  cuda_kernels::pool_backward(t, d, x.raw(), dy.raw(), dx.raw(), stream());
 }
 
 }  // namespace tg

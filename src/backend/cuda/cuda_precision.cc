@@ -1,0 +1,77 @@
+// CudaBackend's compute dtypes (mixed precision): which ones the device runs (supports_compute / why_not),
+// cast between F32/F16/BF16 and unscale_and_check (kernels/cast_kernels.cu), and compute_dtype, the
+// dtype check every op with activations makes before dispatching its kernels on that dtype.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "src/backend/cuda/cuda_backend.h"
+#include "src/backend/cuda/cuda_kernels.h"
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+}  // namespace
+
+DType compute_dtype(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
+  const DType t = x.dtype();
+  TG_CHECK(is_float_dtype(t), "{}: {} has dtype {}; the compute dtypes are f32, f16 and bf16", op, x.str(),
+           dtype_name(t));
+  for (const Tensor* o : others)
+    TG_CHECK(!o->defined() || o->dtype() == t, "{}: {} and {} differ in dtype (one compute dtype per call)", op,
+             x.str(), o->str());
+  return t;
+}
+
+// fp16 tensor cores arrived with Volta (sm_70), bf16 with Ampere (sm_80); older devices would run the
+// conversions but no fast math, so they are refused rather than run slowly.
+bool CudaBackend::supports_compute(DType t) const {
+  switch (t) {
+    case DType::F32:
+      return true;
+    case DType::F16:
+      return sm_ >= 70;
+    case DType::BF16:
+      return sm_ >= 80;
+    default:
+      return false;
+  }
+}
+
+std::string CudaBackend::why_not(DType t) const {
+  if (supports_compute(t)) return "";
+  switch (t) {
+    case DType::F16:
+      return fmt::format("fp16 compute needs sm_70 or newer (tensor cores); {}", device_text_);
+    case DType::BF16:
+      return fmt::format("bf16 compute needs sm_80 or newer (Ampere); {}", device_text_);
+    default:
+      return fmt::format("{} is not a compute dtype (f32, f16, bf16)", dtype_name(t));
+  }
+}
+
+void CudaBackend::cast_impl(const Tensor& dst, const Tensor& src) {
+  TG_CHECK(dst.numel() == src.numel(), "cast: {} and {} differ in element count", dst.str(), src.str());
+  check_on_device(dst, "cast", "dst"), check_on_device(src, "cast", "src");
+  compute_dtype("cast", dst, {}), compute_dtype("cast", src, {});
+  if (dst.raw() == src.raw() && dst.dtype() == src.dtype()) return;
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::cast(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(), stream_);
+}
+
+void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
+  TG_CHECK(dst.dtype() == DType::F32 && dst.numel() == src.numel(),
+           "unscale_and_check: dst {} must be f32 with the {} elements of src {}", dst.str(), src.numel(), src.str());
+  TG_CHECK(found.dtype() == DType::I32 && found.numel() == 1, "unscale_and_check: found {} must be i32 (1)",
+           found.str());
+  check_on_device(src, "unscale_and_check", "src"), check_on_device(dst, "unscale_and_check", "dst");
+  check_on_device(found, "unscale_and_check", "found");
+  compute_dtype("unscale_and_check", src, {});
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::unscale_and_check(src.dtype(), src.raw(), scale, dst.data<float>(), found.data<int32_t>(), src.numel(),
+                                  stream_);
+}
+
+}  // namespace tg
