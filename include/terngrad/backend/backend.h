@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/backend/backend_impls.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/philox.h"
@@ -213,52 +214,10 @@ class Backend {
   // ---- implementations: what each backend provides; the public operations above check the arguments once
   // (devices, dtypes, element counts; backend_front.cc) and call these.
  protected:
-  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
-  virtual void cast_impl(const Tensor& dst, const Tensor& src) = 0;
-  virtual void unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) = 0;
-  virtual void zero_impl(const Tensor& dst) = 0;
-  virtual void fill_impl(const Tensor& dst, float value) = 0;
-  virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  virtual void axpy_impl(float alpha, const Tensor& x, const Tensor& y) = 0;
-  virtual void scale_impl(float alpha, const Tensor& x) = 0;
-  virtual void relu_forward_impl(const Tensor& x, const Tensor& y) = 0;
-  virtual void relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
-  virtual void dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key, uint32_t step, uint32_t salt) = 0;
-  virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) = 0;
-  virtual void concat_channels_impl(const std::vector<Tensor>& parts, const Tensor& out) = 0;
-  virtual void split_channels_impl(const Tensor& dout, const std::vector<Tensor>& dparts) = 0;
-  virtual double sum_impl(const Tensor& x) = 0;
-  virtual double sum_squares_impl(const Tensor& x) = 0;
-  virtual float max_abs_impl(const Tensor& x) = 0;
-  virtual void softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs, const Tensor& losses) = 0;
-  virtual void softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale, const Tensor& dlogits) = 0;
-  virtual void conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
-  virtual void conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
-  virtual size_t pool_workspace_bytes_impl(const PoolDesc& d) = 0;
-  virtual void pool_forward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
-  virtual void pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace, const Tensor& dx) = 0;
-  virtual size_t lrn_workspace_bytes_impl(const LrnDesc& d) = 0;
-  virtual void lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) = 0;
-  virtual void lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx) = 0;
-  virtual void batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) = 0;
-  virtual void batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var, const Tensor& y) = 0;
-  virtual void batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) = 0;
-  virtual void inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
-  virtual void inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) = 0;
-  virtual void optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2, const Tensor& ema) = 0;
-  virtual void ema_update_impl(float decay, const Tensor& w, const Tensor& ema) = 0;
-  virtual void ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) = 0;
-  virtual void ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed, const Tensor& zero_count) = 0;
-  virtual void ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) = 0;
-  virtual void max_scalers_impl(const Tensor* xs, int count, const Tensor& out) = 0;
-  virtual void ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) = 0;
-  virtual void ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g) = 0;
-  virtual void encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) = 0;
-  virtual void encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) = 0;
-  virtual void average_f16_impl(const Tensor* xs, int count, const Tensor& out) = 0;
-  virtual void average_f32_impl(const Tensor* xs, int count, const Tensor& out) = 0;
-  virtual void decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) = 0;
-  virtual void decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) = 0;
+  // One list of the hooks (backend_impls.h) declares them here and in every backend.
+#define TG_DECLARE_IMPL(ret, name, params) virtual ret name params = 0;
+  TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
+#undef TG_DECLARE_IMPL
 };
 
 struct BackendOptions {

@@ -41,20 +41,6 @@ CpuBackend::CpuBackend(int threads)
   set_compute_threads(threads_);  // oneDNN's runtime on Debian is OpenMP: one team for everything
 }
 
-OpKey::OpKey(CpuOp o, std::initializer_list<int64_t> values) : op(o), size(static_cast<int32_t>(values.size())) {
-  TG_CHECK(values.size() <= fields.size(), "OpKey: {} fields, at most {}", values.size(), fields.size());
-  std::copy(values.begin(), values.end(), fields.begin());
-}
-
-size_t OpKeyHash::operator()(const OpKey& k) const {
-  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(k.op);  // FNV-1a over the fields
-  for (int i = 0; i < k.size; ++i) {
-    h ^= static_cast<uint64_t>(k.fields[i]);
-    h *= 1099511628211ull;
-  }
-  return static_cast<size_t>(h ^ (h >> 29));
-}
-
 CpuBackend::~CpuBackend() = default;
 
 void CpuBackend::bind_thread() { set_compute_threads(threads_); }
