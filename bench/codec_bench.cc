@@ -127,10 +127,10 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
   Backend& be = cpu_backend(threads);
   set_compute_threads(threads);
   float scaler = 0.f;
-  const Tensor tgrad(d.g.data(), Shape{n}, DType::F32, Device::cpu());
-  const Tensor tout(d.out.data(), Shape{n}, DType::F32, Device::cpu());
-  const Tensor tscaler(&scaler, Shape{1}, DType::F32, Device::cpu());
-  const Tensor tpacked(d.packed.data(), Shape{2 * d.nbytes}, DType::U8, Device::cpu());
+  const Tensor tgrad(d.g.data(), Shape{n}, DType::kF32, Device::cpu());
+  const Tensor tout(d.out.data(), Shape{n}, DType::kF32, Device::cpu());
+  const Tensor tscaler(&scaler, Shape{1}, DType::kF32, Device::cpu());
+  const Tensor tpacked(d.packed.data(), Shape{2 * d.nbytes}, DType::kU8, Device::cpu());
   for (auto _ : state) {
     float s = d.s;
     switch (op) {

@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
           for (size_t k = 0; k < ours.size(); ++k) {
             std::fill(buf.begin(), buf.end(), float(rank + 1) + float(k));
             time_once(raw, o[k],
-                      [&] { ours[k]->allreduce(buf.data(), int64_t(n), tg::DType::F32, tg::ReduceOp::kSum); });
+                      [&] { ours[k]->allreduce(buf.data(), int64_t(n), tg::DType::kF32, tg::ReduceOp::kSum); });
             const float want = 3.f + 2.f * float(k);
             if (std::any_of(buf.begin(), buf.end(), [&](float v) { return v != want; })) {
               std::fprintf(stderr, "comm_bench: rank %d: wrong all-reduce result (%s)\n", rank, labels[k].c_str());
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
         for (size_t k = 0; k < ours.size(); ++k)
           time_once(raw, o[k], [&] {
             late();
-            ours[k]->allreduce(buf.data(), int64_t(n), tg::DType::F32, tg::ReduceOp::kSum);
+            ours[k]->allreduce(buf.data(), int64_t(n), tg::DType::kF32, tg::ReduceOp::kSum);
           });
       }
       report("allreduce f32, rank 1 " + std::to_string(opt.late_ms) + " ms late (rank 0's CPU)", size_t{1} << 20,

@@ -100,8 +100,8 @@ struct Trainee {
     labels.resize(static_cast<size_t>(batch));
     for (float& v : images) v = pixel(rng);
     for (int32_t& v : labels) v = label(rng);
-    x = Tensor(images.data(), Shape{batch, c.image_size, c.image_size, c.channels}, DType::F32, Device::cpu());
-    y = Tensor(labels.data(), Shape{batch}, DType::I32, Device::cpu());
+    x = Tensor(images.data(), Shape{batch, c.image_size, c.image_size, c.channels}, DType::kF32, Device::cpu());
+    y = Tensor(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
   }
 
   float train_step() {

@@ -45,7 +45,7 @@ __global__ void pool_forward_kernel(int64_t total, PoolDesc d, const T* x, T* y)
     rest /= d.out_w;
     int64_t oh = rest % d.out_h, b = rest / d.out_h;
     Window win = window_of(d, oh, ow);
-    if (d.kind == PoolKind::MAX) {
+    if (d.kind == PoolKind::kMax) {
       float m = -FLT_MAX;
       bool any = false;
       for (int64_t h = win.h0; h < win.h1; ++h)
@@ -81,7 +81,7 @@ __global__ void pool_backward_kernel(int64_t total, PoolDesc d, const T* x, cons
     for (int64_t oh = oh0; oh < oh1; ++oh)
       for (int64_t ow = ow0; ow < ow1; ++ow) {
         const float gy = to_f32(dy[((b * d.out_h + oh) * d.out_w + ow) * d.c + ch]);
-        if (d.kind == PoolKind::MAX) {
+        if (d.kind == PoolKind::kMax) {
           if (window_argmax(d, x, b, oh, ow, ch) == h * d.w + w) g += gy;
         } else {
           Window win = window_of(d, oh, ow);

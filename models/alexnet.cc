@@ -36,7 +36,7 @@ std::string conv_bn_relu(Net& net, const std::string& name, const std::string& i
   conv.out_channels = out_channels;
   conv.kernel_h = conv.kernel_w = kernel;
   conv.stride = stride;
-  conv.padding = Padding::SAME;
+  conv.padding = Padding::kSame;
   conv.bias = false;
   conv.weight_decay = weight_decay;
   conv.weight_init = Initializer::truncated_normal(0.01f, seed_offset);
@@ -63,10 +63,10 @@ void build_alexnet(Net& net, const ModelConfig& c) {
     const std::string s = std::to_string(b + 1);
     conv_bn_relu(net, "conv1_" + s, "images", 48, 11, 4, 1 + b, wd);
     net.add(alexnet_lrn("lrn1_" + s));
-    const std::string pool1 = net.add(max_pool("pool1_" + s, 3, 2, Padding::VALID));
+    const std::string pool1 = net.add(max_pool("pool1_" + s, 3, 2, Padding::kValid));
     conv_bn_relu(net, "conv2_" + s, pool1, 128, 5, 1, 3 + b, wd);
     net.add(alexnet_lrn("lrn2_" + s));
-    pool2[b] = net.add(max_pool("pool2_" + s, 3, 2, Padding::VALID));
+    pool2[b] = net.add(max_pool("pool2_" + s, 3, 2, Padding::kValid));
   }
   const std::string merged2 = net.add(concat("pool2"), {pool2[0], pool2[1]});
 
@@ -77,7 +77,7 @@ void build_alexnet(Net& net, const ModelConfig& c) {
     std::string x = conv_bn_relu(net, "conv3_" + s, merged2, 192, 3, 1, 5 + b, wd);
     x = conv_bn_relu(net, "conv4_" + s, x, 192, 3, 1, 7 + b, wd);
     conv_bn_relu(net, "conv5_" + s, x, 128, 3, 1, 9 + b, wd);
-    pool5[b] = net.add(max_pool("pool5_" + s, 3, 2, Padding::VALID));
+    pool5[b] = net.add(max_pool("pool5_" + s, 3, 2, Padding::kValid));
   }
   net.add(concat("pool5"), {pool5[0], pool5[1]});
   net.add(flatten("flatten"));

@@ -61,7 +61,7 @@ constexpr float kConvStddev = 0.1f;
 constexpr float kAuxLossWeight = 0.4f;
 
 int64_t out_size(int64_t size, int64_t kernel, int64_t stride, Padding padding) {
-  return padding == Padding::SAME ? (size + stride - 1) / stride : (size - kernel) / stride + 1;
+  return padding == Padding::kSame ? (size + stride - 1) / stride : (size - kernel) / stride + 1;
 }
 
 class InceptionBuilder {
@@ -70,7 +70,7 @@ class InceptionBuilder {
 
   // BasicConv2d: conv (no bias) -> BN (gamma, beta) -> ReLU; returns the ReLU's output name.
   std::string conv(const std::string& name, const std::string& input, int64_t out_channels, int64_t kh, int64_t kw,
-                   int64_t stride = 1, Padding padding = Padding::SAME, float stddev = kConvStddev) {
+                   int64_t stride = 1, Padding padding = Padding::kSame, float stddev = kConvStddev) {
     ConvOptions o;
     o.out_channels = out_channels;
     o.kernel_h = kh;
@@ -89,10 +89,10 @@ class InceptionBuilder {
     return net_.add(relu(name + "/relu"));
   }
   std::string avg3x3(const std::string& name, const std::string& input) {
-    return net_.add(avg_pool(name, 3, 1, Padding::SAME), {input});
+    return net_.add(avg_pool(name, 3, 1, Padding::kSame), {input});
   }
   std::string max3x3s2(const std::string& name, const std::string& input) {
-    return net_.add(max_pool(name, 3, 2, Padding::VALID), {input});
+    return net_.add(max_pool(name, 3, 2, Padding::kValid), {input});
   }
   std::string concat_of(const std::string& name, const std::vector<std::string>& branches) {
     return net_.add(concat(name), branches);
@@ -112,12 +112,12 @@ class InceptionBuilder {
   }
   // 35 -> 17 reduction (InceptionB).
   std::string block_b(const std::string& s, const std::string& x) {
-    std::string b0 = conv(s + "/Branch_0/Conv2d_1a_3x3", x, 384, 3, 3, 2, Padding::VALID);
+    std::string b0 = conv(s + "/Branch_0/Conv2d_1a_3x3", x, 384, 3, 3, 2, Padding::kValid);
     std::string b1 = conv(s + "/Branch_1/Conv2d_0a_1x1", x, 64, 1, 1);
     b1 = conv(s + "/Branch_1/Conv2d_0b_3x3", b1, 96, 3, 3);
-    b1 = conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 96, 3, 3, 2, Padding::VALID);
+    b1 = conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 96, 3, 3, 2, Padding::kValid);
     std::string b2 = max3x3s2(s + "/Branch_2/MaxPool_1a_3x3", x);
-    spatial_ = out_size(spatial_, 3, 2, Padding::VALID);
+    spatial_ = out_size(spatial_, 3, 2, Padding::kValid);
     return concat_of(s, {b0, b1, b2});
   }
   // 17x17 block with factorized 7x7 convolutions (InceptionC).
@@ -138,13 +138,13 @@ class InceptionBuilder {
   // 17 -> 8 reduction (InceptionD).
   std::string block_d(const std::string& s, const std::string& x) {
     std::string b0 = conv(s + "/Branch_0/Conv2d_0a_1x1", x, 192, 1, 1);
-    b0 = conv(s + "/Branch_0/Conv2d_1a_3x3", b0, 320, 3, 3, 2, Padding::VALID);
+    b0 = conv(s + "/Branch_0/Conv2d_1a_3x3", b0, 320, 3, 3, 2, Padding::kValid);
     std::string b1 = conv(s + "/Branch_1/Conv2d_0a_1x1", x, 192, 1, 1);
     b1 = conv(s + "/Branch_1/Conv2d_0b_1x7", b1, 192, 1, 7);
     b1 = conv(s + "/Branch_1/Conv2d_0c_7x1", b1, 192, 7, 1);
-    b1 = conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 192, 3, 3, 2, Padding::VALID);
+    b1 = conv(s + "/Branch_1/Conv2d_1a_3x3", b1, 192, 3, 3, 2, Padding::kValid);
     std::string b2 = max3x3s2(s + "/Branch_2/MaxPool_1a_3x3", x);
-    spatial_ = out_size(spatial_, 3, 2, Padding::VALID);
+    spatial_ = out_size(spatial_, 3, 2, Padding::kValid);
     return concat_of(s, {b0, b1, b2});
   }
   // 8x8 block with expanded filter banks (InceptionE); the split 1x3 / 3x1 outputs are concatenated in
@@ -166,13 +166,13 @@ class InceptionBuilder {
   // Auxiliary classifier on Mixed_6e (N, S, S, 768); adds its loss with weight 0.4.
   void aux_head(const std::string& x) {
     const int64_t pool_kernel = std::min<int64_t>(5, spatial_);
-    net_.add(avg_pool("AuxLogits/AvgPool_1a_5x5", pool_kernel, 3, Padding::VALID), {x});
-    int64_t s = out_size(spatial_, pool_kernel, 3, Padding::VALID);
+    net_.add(avg_pool("AuxLogits/AvgPool_1a_5x5", pool_kernel, 3, Padding::kValid), {x});
+    int64_t s = out_size(spatial_, pool_kernel, 3, Padding::kValid);
     std::string y = conv("AuxLogits/Conv2d_1b_1x1", "AuxLogits/AvgPool_1a_5x5", 128, 1, 1);
-    const Padding pad5 = s >= 5 ? Padding::VALID : Padding::SAME;
+    const Padding pad5 = s >= 5 ? Padding::kValid : Padding::kSame;
     y = conv("AuxLogits/Conv2d_2a_5x5", y, 768, 5, 5, 1, pad5, 0.01f);
     s = out_size(s, 5, 1, pad5);
-    if (s > 1) y = net_.add(avg_pool("AuxLogits/AvgPool_2b", s, 1, Padding::VALID), {y});
+    if (s > 1) y = net_.add(avg_pool("AuxLogits/AvgPool_2b", s, 1, Padding::kValid), {y});
     net_.add(flatten("AuxLogits/flatten"), {y});  // (N, 768)
     FcOptions fc;
     fc.out = c_.num_classes;
@@ -186,18 +186,18 @@ class InceptionBuilder {
   void build() {
     net_.set_input_shape(c_.image_size, c_.image_size, c_.channels);
     spatial_ = c_.image_size;
-    std::string x = conv("Conv2d_1a_3x3", "images", 32, 3, 3, 2, Padding::VALID);
-    x = conv("Conv2d_2a_3x3", x, 32, 3, 3, 1, Padding::VALID);
+    std::string x = conv("Conv2d_1a_3x3", "images", 32, 3, 3, 2, Padding::kValid);
+    x = conv("Conv2d_2a_3x3", x, 32, 3, 3, 1, Padding::kValid);
     x = conv("Conv2d_2b_3x3", x, 64, 3, 3);
     x = max3x3s2("MaxPool_3a_3x3", x);
     x = conv("Conv2d_3b_1x1", x, 80, 1, 1);
-    x = conv("Conv2d_4a_3x3", x, 192, 3, 3, 1, Padding::VALID);
+    x = conv("Conv2d_4a_3x3", x, 192, 3, 3, 1, Padding::kValid);
     x = max3x3s2("MaxPool_5a_3x3", x);
-    spatial_ = out_size(spatial_, 3, 2, Padding::VALID);  // Conv2d_1a_3x3
-    spatial_ = out_size(spatial_, 3, 1, Padding::VALID);  // Conv2d_2a_3x3
-    spatial_ = out_size(spatial_, 3, 2, Padding::VALID);  // MaxPool_3a_3x3
-    spatial_ = out_size(spatial_, 3, 1, Padding::VALID);  // Conv2d_4a_3x3
-    spatial_ = out_size(spatial_, 3, 2, Padding::VALID);  // MaxPool_5a_3x3
+    spatial_ = out_size(spatial_, 3, 2, Padding::kValid);  // Conv2d_1a_3x3
+    spatial_ = out_size(spatial_, 3, 1, Padding::kValid);  // Conv2d_2a_3x3
+    spatial_ = out_size(spatial_, 3, 2, Padding::kValid);  // MaxPool_3a_3x3
+    spatial_ = out_size(spatial_, 3, 1, Padding::kValid);  // Conv2d_4a_3x3
+    spatial_ = out_size(spatial_, 3, 2, Padding::kValid);  // MaxPool_5a_3x3
 
     x = block_a("Mixed_5b", x, 32);
     x = block_a("Mixed_5c", x, 64);
@@ -212,7 +212,7 @@ class InceptionBuilder {
     x = block_e("Mixed_7b", x);
     x = block_e("Mixed_7c", x);
 
-    net_.add(avg_pool("Logits/AvgPool_1a", spatial_, 1, Padding::VALID), {x});  // (N, 1, 1, 2048)
+    net_.add(avg_pool("Logits/AvgPool_1a", spatial_, 1, Padding::kValid), {x});  // (N, 1, 1, 2048)
     net_.add(dropout("Logits/Dropout_1b", c_.dropout_keep_prob));
     net_.add(flatten("Logits/flatten"));  // (N, 2048)
     FcOptions fc;

@@ -50,7 +50,7 @@ class ResNetBuilder {
     conv.out_channels = out_channels;
     conv.kernel_h = conv.kernel_w = kernel;
     conv.stride = stride;
-    conv.padding = Padding::SAME;
+    conv.padding = Padding::kSame;
     conv.bias = false;
     conv.weight_init = Initializer::he(0);
     conv.weight_decay = c_.weight_decay;
@@ -85,7 +85,7 @@ class ResNetBuilder {
     int64_t spatial = c_.image_size;
     std::string x = conv_bn("conv1", "images", 64, 7, 2, true);
     spatial = same_out(spatial, 2);
-    x = net_.add(max_pool("pool1", 3, 2, Padding::SAME));
+    x = net_.add(max_pool("pool1", 3, 2, Padding::kSame));
     spatial = same_out(spatial, 2);
 
     const int64_t units[4] = {3, 4, 6, 3};
@@ -99,7 +99,7 @@ class ResNetBuilder {
         spatial = same_out(spatial, stride);
       }
     }
-    net_.add(avg_pool("pool5", spatial, 1, Padding::VALID));  // global average: (N, 1, 1, 2048)
+    net_.add(avg_pool("pool5", spatial, 1, Padding::kValid));  // global average: (N, 1, 1, 2048)
     net_.add(flatten("flatten"));                             // (N, 2048)
     FcOptions fc;
     fc.out = c_.num_classes;

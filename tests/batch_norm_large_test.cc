@@ -12,7 +12,7 @@
 namespace tg {
 namespace {
 
-Tensor view(std::vector<float>& v) { return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::cpu()); }
+Tensor view(std::vector<float>& v) { return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kF32, Device::cpu()); }
 
 struct BnOut {
   std::vector<float> y, mean, var, dx, dgamma, dbeta;

@@ -35,17 +35,17 @@ constexpr double kBf16Unit = 1.0 / 256;  // 2^-8: the largest relative error of 
 
 double to_double(DType t, const uint8_t* p) {
   switch (t) {
-    case DType::F32: {
+    case DType::kF32: {
       float f;
       std::memcpy(&f, p, 4);
       return f;
     }
-    case DType::BF16: {
+    case DType::kBf16: {
       bf16_bits b;
       std::memcpy(&b, p, 2);
       return bf16_to_float(b);
     }
-    case DType::F16: {
+    case DType::kF16: {
       half_bits h;
       std::memcpy(&h, p, 2);
       return half_to_float(h);
@@ -58,12 +58,12 @@ double to_double(DType t, const uint8_t* p) {
 
 void from_double(DType t, double v, uint8_t* p) {
   const float f = static_cast<float>(v);
-  if (t == DType::F32) std::memcpy(p, &f, 4);
-  if (t == DType::BF16) {
+  if (t == DType::kF32) std::memcpy(p, &f, 4);
+  if (t == DType::kBf16) {
     bf16_bits b = float_to_bf16(f);
     std::memcpy(p, &b, 2);
   }
-  if (t == DType::F16) {
+  if (t == DType::kF16) {
     half_bits h = float_to_half(f);
     std::memcpy(p, &h, 2);
   }
@@ -111,10 +111,10 @@ void expect_close(const Host& got, const Vec& want, const char* what, double tol
 class Bf16Ops : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!be.supports_compute(DType::BF16)) GTEST_SKIP() << be.why_not(DType::BF16);
+    if (!be.supports_compute(DType::kBf16)) GTEST_SKIP() << be.why_not(DType::kBf16);
   }
   CpuBackend be{2};
-  static constexpr DType B = DType::BF16;
+  static constexpr DType B = DType::kBf16;
 };
 
 // ---- oneDNN ops ---------------------------------------------------------------------------------------
@@ -125,9 +125,9 @@ class Bf16Ops : public ::testing::Test {
 constexpr double kGemmTol = 2 * kBf16Unit;
 
 TEST_F(Bf16Ops, Conv2dForwardBackward) {
-  for (const ConvDesc& d : {make_conv_desc(2, 9, 9, 3, 5, 5, 4, 2, Padding::VALID, 1, true),
-                            make_conv_desc(3, 8, 8, 4, 3, 3, 6, 1, Padding::SAME, 2, true),
-                            make_conv_desc(3, 14, 14, 20, 5, 5, 50, 1, Padding::SAME, 1, false)}) {
+  for (const ConvDesc& d : {make_conv_desc(2, 9, 9, 3, 5, 5, 4, 2, Padding::kValid, 1, true),
+                            make_conv_desc(3, 8, 8, 4, 3, 3, 6, 1, Padding::kSame, 2, true),
+                            make_conv_desc(3, 14, 14, 20, 5, 5, 50, 1, Padding::kSame, 1, false)}) {
     SCOPED_TRACE(d.key());
     Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c / d.groups, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
     Vec x = bf16_vec(xs.numel(), 1), w = bf16_vec(ws.numel(), 2), dy = bf16_vec(ys.numel(), 4);
@@ -171,15 +171,15 @@ TEST_F(Bf16Ops, InnerProductForwardBackward) {
 // inputs are distinct draws, so ties are rare), average divides a sum of at most 9 values (one rounding).
 // Backward routes or spreads dy (one rounding of a sum of at most 4 overlapping windows' shares).
 TEST_F(Bf16Ops, PoolForwardBackward) {
-  for (const PoolDesc& d : {make_pool_desc(PoolKind::MAX, 3, 7, 7, 4, 3, 3, 2, Padding::SAME),
-                            make_pool_desc(PoolKind::AVG, 3, 7, 7, 4, 3, 3, 2, Padding::SAME),
-                            make_pool_desc(PoolKind::MAX, 1, 28, 28, 3, 2, 2, 2, Padding::SAME)}) {
+  for (const PoolDesc& d : {make_pool_desc(PoolKind::kMax, 3, 7, 7, 4, 3, 3, 2, Padding::kSame),
+                            make_pool_desc(PoolKind::kAvg, 3, 7, 7, 4, 3, 3, 2, Padding::kSame),
+                            make_pool_desc(PoolKind::kMax, 1, 28, 28, 3, 2, 2, 2, Padding::kSame)}) {
     SCOPED_TRACE(d.key());
     Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
     Vec x = bf16_vec(xs.numel(), 11), dy = bf16_vec(ys.numel(), 12);
     std::vector<uint8_t> ws_bytes(std::max<size_t>(1, be.pool_workspace_bytes(d)));
-    Tensor ws = d.kind == PoolKind::MAX
-                    ? Tensor(ws_bytes.data(), Shape{static_cast<int64_t>(ws_bytes.size())}, DType::U8, Device::cpu())
+    Tensor ws = d.kind == PoolKind::kMax
+                    ? Tensor(ws_bytes.data(), Shape{static_cast<int64_t>(ws_bytes.size())}, DType::kU8, Device::cpu())
                     : Tensor();
     Host tx(B, xs, x), ty(B, ys), tdy(B, ys, dy), tdx(B, xs);
     be.pool_forward(d, tx.t, ty.t, ws);
@@ -197,7 +197,7 @@ TEST_F(Bf16Ops, LrnForwardBackward) {
   Shape s{d.n, d.h, d.w, d.c};
   Vec x = bf16_vec(s.numel(), 21), dy = bf16_vec(s.numel(), 22);
   std::vector<uint8_t> ws_bytes(std::max<size_t>(1, be.lrn_workspace_bytes(d)));
-  Tensor ws(ws_bytes.data(), Shape{static_cast<int64_t>(ws_bytes.size())}, DType::U8, Device::cpu());
+  Tensor ws(ws_bytes.data(), Shape{static_cast<int64_t>(ws_bytes.size())}, DType::kU8, Device::cpu());
   Host tx(B, s, x), ty(B, s), tdy(B, s, dy), tdx(B, s);
   be.lrn_forward(d, tx.t, ty.t, ws);
   expect_close(ty, ref::lrn_forward(d, x), "lrn y", 2 * kBf16Unit);
@@ -215,8 +215,8 @@ TEST_F(Bf16Ops, BatchNormStatisticsStayF32) {
   Shape xs{d.rows, d.c}, cs{d.c};
   Vec x = bf16_vec(xs.numel(), 31, -1.0, 3.0), dy = bf16_vec(xs.numel(), 32);
   Vec gamma = bf16_vec(d.c, 33, 0.5, 1.5), beta = bf16_vec(d.c, 34);
-  Host tx(B, xs, x), tg(DType::F32, cs, gamma), tb(DType::F32, cs, beta), ty(B, xs), tmean(DType::F32, cs),
-      tvar(DType::F32, cs);
+  Host tx(B, xs, x), tg(DType::kF32, cs, gamma), tb(DType::kF32, cs, beta), ty(B, xs), tmean(DType::kF32, cs),
+      tvar(DType::kF32, cs);
   be.batch_norm_forward_training(d, tx.t, tg.t, tb.t, ty.t, tmean.t, tvar.t);
   Vec rmean, rvar;
   Vec ry = ref::batch_norm_forward_training(d, x, gamma, beta, &rmean, &rvar);
@@ -228,7 +228,7 @@ TEST_F(Bf16Ops, BatchNormStatisticsStayF32) {
   expect_close(ty2, ry, "bn y (inference)", 2 * kBf16Unit);
   Vec rdx, rdg, rdb;
   ref::batch_norm_backward(d, x, gamma, rmean, rvar, dy, &rdx, &rdg, &rdb);
-  Host tdy(B, xs, dy), tdx(B, xs), tdg(DType::F32, cs), tdb(DType::F32, cs);
+  Host tdy(B, xs, dy), tdx(B, xs), tdg(DType::kF32, cs), tdb(DType::kF32, cs);
   be.batch_norm_backward(d, tx.t, tg.t, tmean.t, tvar.t, tdy.t, tdx.t, tdg.t, tdb.t);
   expect_close(tdx, rdx, "bn dx", 2 * kBf16Unit);
   expect_close(tdb, rdb, "bn dbeta (f32)", 1e-5);
@@ -251,7 +251,7 @@ TEST_F(Bf16Ops, ElementwiseConcatAndReductions) {
   expect_close(drelu, dr, "relu backward", 0);
 
   std::vector<uint8_t> mask(n);
-  Tensor tm(mask.data(), Shape{n}, DType::U8, Device::cpu());
+  Tensor tm(mask.data(), Shape{n}, DType::kU8, Device::cpu());
   Host dropped(B, Shape{n});
   be.dropout_forward(ta.t, dropped.t, tm, 0.7f, PhiloxKey{1, 2}, 3, 4);
   Vec want(n);
@@ -281,8 +281,8 @@ TEST_F(Bf16Ops, SoftmaxXentLogitsInBf16ProbsAndLossInF32) {
   const float ls = 0.1f, scale = 0.25f;
   Vec logits = bf16_vec(n * k, 61, -4.0, 4.0);
   std::vector<int32_t> labels = {3, 0, 9, 5};
-  Tensor tl(labels.data(), Shape{n}, DType::I32, Device::cpu());
-  Host tlog(B, Shape{n, k}, logits), probs(DType::F32, Shape{n, k}), losses(DType::F32, Shape{n});
+  Tensor tl(labels.data(), Shape{n}, DType::kI32, Device::cpu());
+  Host tlog(B, Shape{n, k}, logits), probs(DType::kF32, Shape{n, k}), losses(DType::kF32, Shape{n});
   Host dlogits(B, Shape{n, k});
   be.softmax_xent_forward(tlog.t, tl, ls, probs.t, losses.t);
   be.softmax_xent_backward(probs.t, tl, ls, scale, dlogits.t);
@@ -313,9 +313,9 @@ TEST(BackendPrecision, CastRoundsToNearestEvenAndKeepsInfNan) {
   const std::vector<float> in = {
       1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, 1.f + 0x1p-8f + 0x1p-20f, -2.5f, inf, -inf, nan, 70000.f, 0.f, -0.f};
   const int64_t n = static_cast<int64_t>(in.size());
-  Tensor src(const_cast<float*>(in.data()), Shape{n}, DType::F32, Device::cpu());
+  Tensor src(const_cast<float*>(in.data()), Shape{n}, DType::kF32, Device::cpu());
   std::vector<uint16_t> b16(n), h16(n);
-  Tensor tb(b16.data(), Shape{n}, DType::BF16, Device::cpu()), th(h16.data(), Shape{n}, DType::F16, Device::cpu());
+  Tensor tb(b16.data(), Shape{n}, DType::kBf16, Device::cpu()), th(h16.data(), Shape{n}, DType::kF16, Device::cpu());
   be.cast(tb, src);
   be.cast(th, src);
   const std::vector<float> want_b = {1.f, 1.f + 0x1p-6f, 1.f + 0x1p-7f, -2.5f, inf, -inf, nan, 70144.f, 0.f, -0.f};
@@ -332,10 +332,10 @@ TEST(BackendPrecision, CastRoundsToNearestEvenAndKeepsInfNan) {
   EXPECT_TRUE(std::isnan(half_to_float(half_bits{h16[6]})));
   // Round trips: bf16 -> f32 -> bf16 and f16 -> bf16 -> f32 through the op, against the scalar conversions.
   std::vector<float> back(n);
-  Tensor tback(back.data(), Shape{n}, DType::F32, Device::cpu());
+  Tensor tback(back.data(), Shape{n}, DType::kF32, Device::cpu());
   be.cast(tback, tb);
   std::vector<uint16_t> b16_again(n);
-  Tensor tb2(b16_again.data(), Shape{n}, DType::BF16, Device::cpu());
+  Tensor tb2(b16_again.data(), Shape{n}, DType::kBf16, Device::cpu());
   be.cast(tb2, tback);
   EXPECT_EQ(b16_again, b16) << "bf16 -> f32 -> bf16 is the identity";
   be.cast(tb2, th);  // f16 -> bf16 directly
@@ -347,7 +347,7 @@ TEST(BackendPrecision, CastRoundsToNearestEvenAndKeepsInfNan) {
     else
       EXPECT_EQ(got, want) << "f16 -> bf16 element " << i;
   }
-  EXPECT_THROW(be.cast(tb, Tensor(b16.data(), Shape{n - 1}, DType::BF16, Device::cpu())), Error);
+  EXPECT_THROW(be.cast(tb, Tensor(b16.data(), Shape{n - 1}, DType::kBf16, Device::cpu())), Error);
 }
 
 TEST(BackendPrecision, UnscaleAndCheckSetsTheFlagOnInfOrNanOnly) {
@@ -355,11 +355,11 @@ TEST(BackendPrecision, UnscaleAndCheckSetsTheFlagOnInfOrNanOnly) {
   const int64_t n = 40000;  // more than one thread's chunk
   std::vector<uint16_t> g(n);
   for (int64_t i = 0; i < n; ++i) g[i] = float_to_bf16(static_cast<float>(i % 97) - 48.f).bits;
-  Tensor tg(g.data(), Shape{n}, DType::BF16, Device::cpu());
+  Tensor tg(g.data(), Shape{n}, DType::kBf16, Device::cpu());
   std::vector<float> out(n);
-  Tensor to(out.data(), Shape{n}, DType::F32, Device::cpu());
+  Tensor to(out.data(), Shape{n}, DType::kF32, Device::cpu());
   int32_t found = 0;
-  Tensor tf(&found, Shape{1}, DType::I32, Device::cpu());
+  Tensor tf(&found, Shape{1}, DType::kI32, Device::cpu());
   be.unscale_and_check(tg, 0.5f, to, tf);
   EXPECT_EQ(found, 0) << "finite gradients set no flag";
   for (int64_t i = 0; i < n; i += 997) EXPECT_EQ(out[i], (static_cast<float>(i % 97) - 48.f) * 0.5f) << i;
@@ -376,7 +376,7 @@ TEST(BackendPrecision, UnscaleAndCheckSetsTheFlagOnInfOrNanOnly) {
   EXPECT_EQ(found, 1);
   // f32 in place.
   std::vector<float> f(5, 3.f);
-  Tensor tf32(f.data(), Shape{5}, DType::F32, Device::cpu());
+  Tensor tf32(f.data(), Shape{5}, DType::kF32, Device::cpu());
   found = 0;
   be.unscale_and_check(tf32, 1.f / 4, tf32, tf);
   EXPECT_EQ(f[4], 0.75f);
@@ -388,7 +388,7 @@ TEST(BackendPrecision, FrontRefusesMixedOrMisplacedDtypes) {
   CpuBackend be(1);
   std::vector<float> f(8, 1.f);
   std::vector<uint16_t> h(8, 0);
-  Tensor f32(f.data(), Shape{8}, DType::F32, Device::cpu()), b16(h.data(), Shape{8}, DType::BF16, Device::cpu());
+  Tensor f32(f.data(), Shape{8}, DType::kF32, Device::cpu()), b16(h.data(), Shape{8}, DType::kBf16, Device::cpu());
   auto expect_error = [](const std::function<void()>& call, const std::vector<std::string>& words) {
     const std::string what = testing::error_of(call);  // "(no error)" names none of the words
     for (const auto& w : words) EXPECT_NE(what.find(w), std::string::npos) << what;
@@ -401,7 +401,7 @@ TEST(BackendPrecision, FrontRefusesMixedOrMisplacedDtypes) {
   expect_error([&] { be.batch_norm_forward_inference(d, f32, Tensor(), b16.reshaped(Shape{8}), f32, f32, f32); },
                {"batch_norm_forward_inference", "beta", "f32"});
   std::vector<int32_t> labels(2, 0);
-  Tensor tl(labels.data(), Shape{2}, DType::I32, Device::cpu());
+  Tensor tl(labels.data(), Shape{2}, DType::kI32, Device::cpu());
   expect_error(
       [&] {
         be.softmax_xent_forward(f32.reshaped(Shape{2, 4}), tl, 0.f, b16.reshaped(Shape{2, 4}), f32);
@@ -412,16 +412,16 @@ TEST(BackendPrecision, FrontRefusesMixedOrMisplacedDtypes) {
 // fp16 compute on the CPU is refused by name, with the reason (a GPU), and so is bf16 below AVX512_BF16.
 TEST(BackendPrecision, Fp16ComputeIsRefusedOnTheCpu) {
   CpuBackend be(1);
-  EXPECT_TRUE(be.supports_compute(DType::F32));
-  EXPECT_EQ(be.why_not(DType::F32), "");
-  EXPECT_FALSE(be.supports_compute(DType::F16));
-  EXPECT_NE(be.why_not(DType::F16).find("GPU"), std::string::npos) << be.why_not(DType::F16);
-  ConvDesc d = make_conv_desc(1, 5, 5, 2, 3, 3, 4, 1, Padding::SAME, 1, false);
+  EXPECT_TRUE(be.supports_compute(DType::kF32));
+  EXPECT_EQ(be.why_not(DType::kF32), "");
+  EXPECT_FALSE(be.supports_compute(DType::kF16));
+  EXPECT_NE(be.why_not(DType::kF16).find("GPU"), std::string::npos) << be.why_not(DType::kF16);
+  ConvDesc d = make_conv_desc(1, 5, 5, 2, 3, 3, 4, 1, Padding::kSame, 1, false);
   std::vector<uint16_t> x(50), w(72), y(100);
   try {
-    be.conv2d_forward(d, Tensor(x.data(), Shape{1, 5, 5, 2}, DType::F16, Device::cpu()),
-                      Tensor(w.data(), Shape{3, 3, 2, 4}, DType::F16, Device::cpu()), Tensor(),
-                      Tensor(y.data(), Shape{1, 5, 5, 4}, DType::F16, Device::cpu()));
+    be.conv2d_forward(d, Tensor(x.data(), Shape{1, 5, 5, 2}, DType::kF16, Device::cpu()),
+                      Tensor(w.data(), Shape{3, 3, 2, 4}, DType::kF16, Device::cpu()), Tensor(),
+                      Tensor(y.data(), Shape{1, 5, 5, 4}, DType::kF16, Device::cpu()));
     FAIL() << "fp16 convolution accepted on the CPU";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("conv2d_forward"), std::string::npos) << e.what();
@@ -434,14 +434,14 @@ TEST(BackendPrecision, Bf16RefusedBelowAvx512Bf16) {
   if (dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) != dnnl::status::success)
     GTEST_SKIP() << "oneDNN's ISA was already fixed in this process (run this test alone)";
   CpuBackend be(1);
-  EXPECT_FALSE(be.supports_compute(DType::BF16));
-  EXPECT_EQ(be.why_not(DType::BF16), "bf16 needs AVX512_BF16 or AMX; this CPU has avx2");
+  EXPECT_FALSE(be.supports_compute(DType::kBf16));
+  EXPECT_EQ(be.why_not(DType::kBf16), "bf16 needs AVX512_BF16 or AMX; this CPU has avx2");
   InnerProductDesc d;
   d.n = 1, d.in = 2, d.out = 2, d.has_bias = false;
   std::vector<uint16_t> x(2), w(4), y(2);
-  EXPECT_THROW(be.inner_product_forward(d, Tensor(x.data(), Shape{1, 2}, DType::BF16, Device::cpu()),
-                                        Tensor(w.data(), Shape{2, 2}, DType::BF16, Device::cpu()), Tensor(),
-                                        Tensor(y.data(), Shape{1, 2}, DType::BF16, Device::cpu())),
+  EXPECT_THROW(be.inner_product_forward(d, Tensor(x.data(), Shape{1, 2}, DType::kBf16, Device::cpu()),
+                                        Tensor(w.data(), Shape{2, 2}, DType::kBf16, Device::cpu()), Tensor(),
+                                        Tensor(y.data(), Shape{1, 2}, DType::kBf16, Device::cpu())),
                Error);
 }
 

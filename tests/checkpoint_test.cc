@@ -36,8 +36,8 @@ class CheckpointTest : public ::testing::Test {
     m.data_cursor = 7;
     m.flags = {{"seed", "1"}, {"batch_size", "64"}, {"zeta", "z"}, {"alpha", "a"}};
     return write_checkpoint(checkpoint_path(dir_.string(), step), m,
-                            {{"params/w", Tensor(w_.data(), Shape{3, 5}, DType::F32, Device::cpu())},
-                             {"state/count", Tensor(c_.data(), Shape{4}, DType::I32, Device::cpu())}});
+                            {{"params/w", Tensor(w_.data(), Shape{3, 5}, DType::kF32, Device::cpu())},
+                             {"state/count", Tensor(c_.data(), Shape{4}, DType::kI32, Device::cpu())}});
   }
   std::vector<char> bytes(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -58,10 +58,10 @@ TEST_F(CheckpointTest, RoundTripAndDeterministicBytes) {
   EXPECT_EQ(r.meta().flags.at("batch_size"), "64");
   EXPECT_EQ(r.meta().parameter_digest, digest);
   std::vector<float> w(15);
-  r.read("params/w", Tensor(w.data(), Shape{3, 5}, DType::F32, Device::cpu()));
+  r.read("params/w", Tensor(w.data(), Shape{3, 5}, DType::kF32, Device::cpu()));
   EXPECT_EQ(w, w_);
   std::vector<float> wrong(4);
-  EXPECT_THROW(r.read("state/count", Tensor(wrong.data(), Shape{4}, DType::F32, Device::cpu())), Error);
+  EXPECT_THROW(r.read("state/count", Tensor(wrong.data(), Shape{4}, DType::kF32, Device::cpu())), Error);
   const auto first = bytes(checkpoint_path(dir_.string(), 10));
   write(10);
   EXPECT_EQ(first, bytes(checkpoint_path(dir_.string(), 10))) << "same content, same bytes";
@@ -77,7 +77,7 @@ TEST_F(CheckpointTest, CorruptionIsNamed) {
     try {
       CheckpointReader r(path);
       std::vector<float> w(15);
-      r.read("params/w", Tensor(w.data(), Shape{3, 5}, DType::F32, Device::cpu()));
+      r.read("params/w", Tensor(w.data(), Shape{3, 5}, DType::kF32, Device::cpu()));
       ADD_FAILURE() << "no error for " << what;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << "expected \"" << what << "\" in: " << e.what();

@@ -123,8 +123,8 @@ struct Batch {
     for (auto& v : images) v = u(rng);
     labels.resize(n);
     for (auto& l : labels) l = static_cast<int32_t>(rng() % classes);
-    x = Tensor(images.data(), Shape{n, size, size, channels}, DType::F32, Device::cpu());
-    y = Tensor(labels.data(), Shape{n}, DType::I32, Device::cpu());
+    x = Tensor(images.data(), Shape{n, size, size, channels}, DType::kF32, Device::cpu());
+    y = Tensor(labels.data(), Shape{n}, DType::kI32, Device::cpu());
   }
 };
 

@@ -90,8 +90,8 @@ class Mem {
         buf_(be.allocator(), static_cast<size_t>(count) * dtype_size(dtype) + kGuardBytes) {
     std::vector<uint8_t> init(buf_.bytes(), fill);
     std::fill(init.end() - kGuardBytes, init.end(), kGuardByte);
-    be.copy(Tensor(buf_.data(), Shape{static_cast<int64_t>(init.size())}, DType::U8, be.device()),
-            Tensor(init.data(), Shape{static_cast<int64_t>(init.size())}, DType::U8, Device::cpu()));
+    be.copy(Tensor(buf_.data(), Shape{static_cast<int64_t>(init.size())}, DType::kU8, be.device()),
+            Tensor(init.data(), Shape{static_cast<int64_t>(init.size())}, DType::kU8, Device::cpu()));
   }
   Tensor t() const { return Tensor(buf_.data(), Shape{count_}, dtype_, be_->device()); }
   template <typename T>
@@ -107,8 +107,8 @@ class Mem {
   bool guards_intact() const {
     std::vector<uint8_t> g(kGuardBytes);
     const size_t data_bytes = static_cast<size_t>(count_) * dtype_size(dtype_);
-    be_->copy(Tensor(g.data(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8, Device::cpu()),
-              Tensor(static_cast<char*>(buf_.data()) + data_bytes, Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8,
+    be_->copy(Tensor(g.data(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::kU8, Device::cpu()),
+              Tensor(static_cast<char*>(buf_.data()) + data_bytes, Shape{static_cast<int64_t>(kGuardBytes)}, DType::kU8,
                      be_->device()));
     return std::all_of(g.begin(), g.end(), [](uint8_t b) { return b == kGuardByte; });
   }
@@ -173,7 +173,7 @@ TEST(CodecOpsCpu, ScalerFollowsTheDocumentedOrder) {
     std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 1);
     if (n > 3) g[n / 2] = 0.02f;  // an outlier: clipping matters
     for (float c : {0.f, 2.5f}) {
-      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32);
+      Mem dg(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32);
       dg.upload(g);
       cpu().ternary_scaler(dg.t(), c, ds.t());
       const float got = ds.download<float>()[0], want = ref_scaler(g, c);
@@ -188,7 +188,7 @@ TEST(CodecOpsCpu, ScalerFollowsTheDocumentedOrder) {
     for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000003}}) {
       std::vector<float> g = normal(n, 9);
       g[n - 1] = bad;
-      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32);
+      Mem dg(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32);
       dg.upload(g);
       cpu().ternary_scaler(dg.t(), 2.5f, ds.t());
       EXPECT_TRUE(std::isnan(ds.download<float>()[0])) << "n=" << n << " bad=" << bad;
@@ -203,7 +203,7 @@ TEST(CodecOpsCpu, EncodeMatchesTheDefinitionWithZeroCounts) {
     if (n >= 3) g[1] = kNaN, g[2] = kInf;  // NaN: code 0; Inf: its sign
     for (float s : {ref_scaler(normal(n + 1, 1), 2.5f), 0.f, kNaN, 1e-3f}) {
       const int64_t nbytes = (n + 3) / 4;
-      Mem dg(cpu(), n, DType::F32), ds(cpu(), 1, DType::F32), dp(cpu(), nbytes, DType::U8), dz(cpu(), 1, DType::I32);
+      Mem dg(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32), dp(cpu(), nbytes, DType::kU8), dz(cpu(), 1, DType::kI32);
       dg.upload(g);
       ds.upload(std::vector<float>{s});
       cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), dz.t());
@@ -225,11 +225,11 @@ TEST(CodecOpsCpu, CodeSumsAndDecodesMatchTheDefinition) {
       if (workers > 3 && n > 5) continue;  // the wide sums on small tensors only (the loops are the same)
       const int64_t stride = nbytes + 3;   // blocks apart, with bytes between that must not be read as codes
       const std::vector<uint8_t> packed = random_bytes((workers - 1) * stride + nbytes, 7 + workers);
-      Mem dp(cpu(), static_cast<int64_t>(packed.size()), DType::U8), ds(cpu(), 1, DType::F32);
+      Mem dp(cpu(), static_cast<int64_t>(packed.size()), DType::kU8), ds(cpu(), 1, DType::kF32);
       dp.upload(packed);
       const float s = 3.25e-3f;
       ds.upload(std::vector<float>{s});
-      Mem out(cpu(), n, DType::F32);
+      Mem out(cpu(), n, DType::kF32);
       cpu().ternary_decode_gathered(dp.t(), stride, workers, ds.t(), out.t());
       const std::vector<float> got = out.download<float>();
       for (int64_t i = 0; i < n; ++i)
@@ -237,11 +237,11 @@ TEST(CodecOpsCpu, CodeSumsAndDecodesMatchTheDefinition) {
             << "n=" << n << " workers=" << workers << " i=" << i;
       EXPECT_TRUE(out.guards_intact());
       if (workers > 127) {
-        Mem sums(cpu(), n, DType::I8);
+        Mem sums(cpu(), n, DType::kI8);
         EXPECT_THROW(cpu().ternary_sum_codes(dp.t(), stride, workers, sums.t()), Error);
         continue;
       }
-      Mem sums(cpu(), n, DType::I8);
+      Mem sums(cpu(), n, DType::kI8);
       cpu().ternary_sum_codes(dp.t(), stride, workers, sums.t());
       const std::vector<int8_t> code_sums = sums.download<int8_t>();
       for (int64_t i = 0; i < n; ++i)
@@ -277,7 +277,7 @@ std::vector<std::vector<float>> float_inputs(int workers, int64_t n) {
 // The workers' inputs as f32 (n) tensors on the CPU backend, their memory kept in `mem`.
 std::vector<Tensor> upload_inputs(const std::vector<std::vector<float>>& xs, int64_t n, std::vector<Mem>& mem) {
   for (const auto& x : xs) {
-    mem.emplace_back(cpu(), n, DType::F32);
+    mem.emplace_back(cpu(), n, DType::kF32);
     mem.back().upload(x);
   }
   std::vector<Tensor> ts;
@@ -302,7 +302,7 @@ TEST(CodecOpsCpu, Fp16AndFp32CodingsMatchTheDefinition) {
         f32_sum[i] = sum;
         f32_avg[i] = sum / static_cast<float>(workers);
       }
-      Mem o16(cpu(), n, DType::F16), o32(cpu(), n, DType::F32);
+      Mem o16(cpu(), n, DType::kF16), o32(cpu(), n, DType::kF32);
       cpu().encode_f16_sum(ts.data(), workers, o16.t());
       std::vector<half_bits> got16 = o16.download<half_bits>();
       for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_half(got16[i], h16[i])) << "n=" << n << " i=" << i;
@@ -351,7 +351,7 @@ TEST(CodecOpsCpu, MaxScalersMatchTheDefinition) {
     xs[0][4] = 0.f;
     std::vector<Mem> in;
     const std::vector<Tensor> ts = upload_inputs(xs, n, in);
-    Mem out(cpu(), n, DType::F32);
+    Mem out(cpu(), n, DType::kF32);
     cpu().max_scalers(ts.data(), workers, out.t());
     const std::vector<float> got = out.download<float>();
     for (int64_t k = 0; k < n; ++k) EXPECT_TRUE(same_float(got[k], ref_max_scaler(xs, k))) << "k=" << k;
@@ -363,12 +363,12 @@ TEST(CodecOpsCpu, MaxScalersMatchTheDefinition) {
 }
 
 TEST(CodecOpsCpu, WrongDtypesAndSizesAreErrors) {
-  Mem g(cpu(), 9, DType::F32), s(cpu(), 1, DType::F32), p(cpu(), 3, DType::U8), wrong(cpu(), 2, DType::U8);
+  Mem g(cpu(), 9, DType::kF32), s(cpu(), 1, DType::kF32), p(cpu(), 3, DType::kU8), wrong(cpu(), 2, DType::kU8);
   EXPECT_NO_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, p.t(), Tensor()));
   EXPECT_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, wrong.t(), Tensor()), Error);
   EXPECT_THROW(cpu().ternary_scaler(g.t(), 0.f, p.t()), Error);                   // scaler not f32 (1)
   EXPECT_THROW(cpu().ternary_decode_gathered(p.t(), 3, 2, s.t(), g.t()), Error);  // 2 workers need 6 bytes
-  Mem sums(cpu(), 9, DType::I8);
+  Mem sums(cpu(), 9, DType::kI8);
   EXPECT_THROW(cpu().ternary_sum_codes(p.t(), 0, 0, sums.t()), Error);
   const Tensor xs[2] = {g.t(), g.t()};
   EXPECT_THROW(cpu().encode_f16_sum(xs, 2, g.t()), Error);  // out must be f16
@@ -419,7 +419,7 @@ RangeResults host_form(Step& st, TensorRange r) {
   std::vector<const std::vector<Tensor>*> workers;
   for (int w = 0; w < W; ++w) {
     for (auto& g : st.grads[w])
-      views[w].emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+      views[w].emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
     workers.push_back(&views[w]);
   }
   RangeResults res;
@@ -447,7 +447,7 @@ RangeResults host_form(Step& st, TensorRange r) {
     out = range_tensors(st, r, -7.f);
     std::vector<Tensor> t(c.policy().num_tensors());
     for (int i = r.begin; i < r.end; ++i)
-      t[i] = Tensor(out[i - r.begin].data(), Shape{static_cast<int64_t>(out[i - r.begin].size())}, DType::F32,
+      t[i] = Tensor(out[i - r.begin].data(), Shape{static_cast<int64_t>(out[i - r.begin].size())}, DType::kF32,
                     Device::cpu());
     if (gathered)
       c.decode_ternary_gathered(res.codes.data(), l.packed_bytes(), W, r, st.shared.data(), t);
@@ -461,7 +461,7 @@ RangeResults host_form(Step& st, TensorRange r) {
   // average_local over a copy of worker 0's gradient, which is also the output (in place).
   std::vector<std::vector<float>> copy0 = st.grads[0];
   std::vector<Tensor> v0;
-  for (auto& g : copy0) v0.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+  for (auto& g : copy0) v0.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
   std::vector<const std::vector<Tensor>*> aliased = workers;
   aliased[0] = &v0;
   c.average_local(aliased, r, v0);
@@ -479,7 +479,7 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
   for (int w = 0; w <= W; ++w)
     for (int i = 0; i < N; ++i) {
       const std::vector<float>& g = st.grads[w == W ? 0 : w][i];
-      mem[w].emplace_back(be, static_cast<int64_t>(g.size()), DType::F32);
+      mem[w].emplace_back(be, static_cast<int64_t>(g.size()), DType::kF32);
       mem[w].back().upload(g);
     }
   for (int w = 0; w <= W; ++w)
@@ -489,11 +489,11 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
   for (int w = 0; w <= W; ++w) c.check_grads(views[w], be.device());
 
   RangeResults res;
-  Mem shared(be, T, DType::F32);
+  Mem shared(be, T, DType::kF32);
   shared.upload(st.shared);
   std::vector<Mem> worker_scalers;
   std::vector<Tensor> ws;
-  for (int w = 0; w < W; ++w) worker_scalers.emplace_back(be, T, DType::F32, 0);
+  for (int w = 0; w < W; ++w) worker_scalers.emplace_back(be, T, DType::kF32, 0);
   for (int w = 0; w < W; ++w) {
     ws.push_back(worker_scalers[w].t());
     c.local_scalers(be, views[w], r, ws[w]);
@@ -502,12 +502,12 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
     EXPECT_TRUE(worker_scalers[w].guards_intact());
   }
   {
-    Mem m(be, T, DType::F32, 0);
+    Mem m(be, T, DType::kF32, 0);
     c.max_local_scalers(be, ws, r, m.t());
     res.max_shared = m.download<float>();
     EXPECT_TRUE(m.guards_intact());
   }
-  Mem codes(be, W * l.packed_bytes(), DType::U8), zeros(be, T, DType::I32);
+  Mem codes(be, W * l.packed_bytes(), DType::kU8), zeros(be, T, DType::kI32);
   {  // zero codes outside the range stay as the host form leaves them
     std::vector<int32_t> init(T, -1);
     zeros.upload(init);
@@ -517,8 +517,8 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
                      codes.t().slice0(w * l.packed_bytes(), (w + 1) * l.packed_bytes()), w == 0 ? zeros.t() : Tensor());
   res.codes = codes.download<uint8_t>();
   for (int32_t z : zeros.download<int32_t>()) res.zeros.push_back(z);
-  Mem sums(be, 4 * l.packed_bytes(), DType::I8), f16(be, l.f16_elements(), DType::F16),
-      f32(be, l.f32_elements(), DType::F32);
+  Mem sums(be, 4 * l.packed_bytes(), DType::kI8), f16(be, l.f16_elements(), DType::kF16),
+      f32(be, l.f32_elements(), DType::kF32);
   c.sum_codes(be, codes.t(), l.packed_bytes(), W, r, sums.t());
   c.encode_f16(be, workers, r, f16.t());
   c.encode_f32(be, workers, r, f32.t());
@@ -529,7 +529,7 @@ RangeResults device_form(Backend& be, Step& st, TensorRange r) {
     std::vector<Mem> m;
     std::vector<Tensor> t(N);
     for (int i = r.begin; i < r.end; ++i) {
-      m.emplace_back(be, c.policy().tensors()[i].numel, DType::F32);
+      m.emplace_back(be, c.policy().tensors()[i].numel, DType::kF32);
       m.back().upload(std::vector<float>(c.policy().tensors()[i].numel, -7.f));
     }
     for (int i = r.begin; i < r.end; ++i) t[i] = m[i - r.begin].t();
@@ -592,7 +592,7 @@ Step lenet_step(const GradientCodec& codec) {
   for (int w = 0; w < 3; ++w) {
     std::vector<Tensor> v;
     for (auto& g : st.grads[w])
-      v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+      v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
     const std::vector<float> s = codec.local_scalers(v);
     for (size_t k = 0; k < s.size(); ++k) st.shared[k] = std::max(st.shared[k], s[k]);
   }
@@ -628,7 +628,7 @@ TEST(CodecDeviceForm, CpuBackendGivesTheHostFormsBits) { compare_forms(cpu()); }
 TEST(CodecDeviceForm, GradientsOnAnotherDeviceAreRejected) {
   const GradientCodec codec(CompressionPolicy(CompressionFlags{}, {{"w", 4}}), 1);
   std::vector<float> g(4);
-  const std::vector<Tensor> grads = {Tensor(g.data(), Shape{4}, DType::F32, Device::cpu())};
+  const std::vector<Tensor> grads = {Tensor(g.data(), Shape{4}, DType::kF32, Device::cpu())};
   EXPECT_NO_THROW(codec.check_grads(grads, Device::cpu()));
   EXPECT_THROW(codec.check_grads(grads, Device::cuda(0)), Error);
 }
@@ -648,8 +648,8 @@ void on_both(const std::vector<std::pair<const void*, std::pair<int64_t, DType>>
       const size_t bytes = static_cast<size_t>(in.second.first) * dtype_size(in.second.second);
       std::vector<uint8_t> raw(static_cast<const uint8_t*>(in.first), static_cast<const uint8_t*>(in.first) + bytes);
       const Mem& m = mem.back();
-      be.copy(Tensor(m.t().raw(), Shape{static_cast<int64_t>(bytes)}, DType::U8, be.device()),
-              Tensor(raw.data(), Shape{static_cast<int64_t>(bytes)}, DType::U8, Device::cpu()));
+      be.copy(Tensor(m.t().raw(), Shape{static_cast<int64_t>(bytes)}, DType::kU8, be.device()),
+              Tensor(raw.data(), Shape{static_cast<int64_t>(bytes)}, DType::kU8, Device::cpu()));
     }
     for (const auto& out : outputs) mem.emplace_back(be, out.first, out.second);
     for (auto& m : mem) ts.push_back(m.t());
@@ -659,8 +659,8 @@ void on_both(const std::vector<std::pair<const void*, std::pair<int64_t, DType>>
     for (size_t k = inputs.size(); k < mem.size(); ++k) {
       const Tensor t = mem[k].t();
       std::vector<uint8_t> raw(t.bytes());
-      be.copy(Tensor(raw.data(), Shape{static_cast<int64_t>(raw.size())}, DType::U8, Device::cpu()),
-              Tensor(t.raw(), Shape{static_cast<int64_t>(raw.size())}, DType::U8, be.device()));
+      be.copy(Tensor(raw.data(), Shape{static_cast<int64_t>(raw.size())}, DType::kU8, Device::cpu()),
+              Tensor(t.raw(), Shape{static_cast<int64_t>(raw.size())}, DType::kU8, be.device()));
       dst.push_back(std::move(raw));
       EXPECT_TRUE(mem[k].guards_intact()) << "output " << k - inputs.size() << " on " << be.name();
     }
@@ -689,7 +689,7 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     SCOPED_TRACE("n=" + std::to_string(n));
     std::vector<float> g = normal(n, static_cast<uint32_t>(n % 1000) + 3);
     if (n > 10) g[n / 3] = 0.03f;
-    const std::pair<int64_t, DType> G{n, DType::F32}, S{1, DType::F32};
+    const std::pair<int64_t, DType> G{n, DType::kF32}, S{1, DType::kF32};
     for (float c : {0.f, 2.5f}) {
       on_both(
           {{g.data(), G}}, {S}, [&](Backend& be, std::vector<Tensor>& t) { be.ternary_scaler(t[0], c, t[1]); }, &a, &b);
@@ -711,7 +711,7 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     if (n >= 3) enc_in[0] = kNaN, enc_in[1] = -kInf;
     for (float scaler : {s, 0.f, kNaN}) {
       on_both(
-          {{enc_in.data(), G}, {&scaler, S}}, {{W * nbytes, DType::U8}, {W, DType::I32}},
+          {{enc_in.data(), G}, {&scaler, S}}, {{W * nbytes, DType::kU8}, {W, DType::kI32}},
           [&](Backend& be, std::vector<Tensor>& t) {
             for (int w = 0; w < W; ++w)
               be.ternary_encode(t[0], t[1], philox_key(99, w), 123, 7, t[2].slice0(w * nbytes, (w + 1) * nbytes),
@@ -725,9 +725,9 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     std::vector<uint8_t> packed(W * nbytes);
     for (int w = 0; w < W; ++w)
       ternary_encode_cpu(g.data(), n, s, philox_key(99, w), 123, 7, packed.data() + w * nbytes);
-    const std::pair<int64_t, DType> P{W * nbytes, DType::U8};
+    const std::pair<int64_t, DType> P{W * nbytes, DType::kU8};
     on_both(
-        {{packed.data(), P}, {&s, S}}, {{n, DType::I8}, {n, DType::F32}, {n, DType::F32}},
+        {{packed.data(), P}, {&s, S}}, {{n, DType::kI8}, {n, DType::kF32}, {n, DType::kF32}},
         [&](Backend& be, std::vector<Tensor>& t) {
           be.ternary_sum_codes(t[0], nbytes, W, t[2]);
           be.ternary_decode_sums(t[2], t[1], W, t[3]);
@@ -744,7 +744,7 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
     const std::vector<uint8_t> packed = random_bytes(W * nbytes, 5);
     const float s = 0.5f;
     on_both(
-        {{packed.data(), {W * nbytes, DType::U8}}, {&s, {1, DType::F32}}}, {{n, DType::F32}},
+        {{packed.data(), {W * nbytes, DType::kU8}}, {&s, {1, DType::kF32}}}, {{n, DType::kF32}},
         [&](Backend& be, std::vector<Tensor>& t) { be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[2]); }, &a, &b);
     expect_same_floats(a[0], b[0], "decode of 130 workers");
   }
@@ -758,9 +758,9 @@ TEST(CodecOpsCuda, Fp16Fp32AndScalerMaxOpsMatchCpu) {
       SCOPED_TRACE("n=" + std::to_string(n) + " workers=" + std::to_string(W));
       const std::vector<std::vector<float>> xs = float_inputs(W, n);
       std::vector<std::pair<const void*, std::pair<int64_t, DType>>> in;
-      for (const auto& x : xs) in.push_back({x.data(), {n, DType::F32}});
+      for (const auto& x : xs) in.push_back({x.data(), {n, DType::kF32}});
       on_both(
-          in, {{n, DType::F16}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}, {n, DType::F32}},
+          in, {{n, DType::kF16}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}},
           [&](Backend& be, std::vector<Tensor>& t) {
             const Tensor* x = t.data();
             be.encode_f16_sum(x, W, t[W]);

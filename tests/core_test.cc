@@ -98,7 +98,7 @@ TEST(Slab, NamedAlignedViews) {
   Slab slab;
   slab.add("conv1/weights", Shape{5, 5, 1, 20});
   slab.add("conv1/biases", Shape{20});
-  slab.add("mask", Shape{7}, DType::U8);
+  slab.add("mask", Shape{7}, DType::kU8);
   EXPECT_THROW(slab.add("conv1/biases", Shape{1}), Error);
   slab.allocate(host_allocator());
   EXPECT_THROW(slab.add("late", Shape{1}), Error);
@@ -117,7 +117,7 @@ TEST(Slab, NamedAlignedViews) {
 
 TEST(Tensor, SliceAndReshape) {
   Buffer buf(host_allocator(), 6 * 4 * sizeof(float));
-  Tensor t(buf.data(), Shape{6, 4}, DType::F32, Device::cpu());
+  Tensor t(buf.data(), Shape{6, 4}, DType::kF32, Device::cpu());
   for (int i = 0; i < 24; ++i) t.data<float>()[i] = float(i);
   Tensor s = t.slice0(2, 5);
   EXPECT_EQ(s.shape(), (Shape{3, 4}));

@@ -30,7 +30,7 @@ struct HostF32 {
   HostF32(const Shape& s, const Vec& values = {}) : storage(s.numel() + kGuard, kGuardValue) {
     for (size_t i = 0; i < values.size(); ++i) storage[i] = static_cast<float>(values[i]);
     if (values.empty()) std::fill(storage.begin(), storage.begin() + s.numel(), std::nanf(""));  // must be written
-    t = Tensor(storage.data(), s, DType::F32, Device::cpu());
+    t = Tensor(storage.data(), s, DType::kF32, Device::cpu());
   }
   Vec values() const { return Vec(storage.begin(), storage.begin() + t.numel()); }
   bool guard_intact() const {
@@ -66,7 +66,7 @@ struct ConvCase {
 
 void PrintTo(const ConvCase& p, std::ostream* os) {
   *os << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.kh << "x" << p.kw << " o" << p.out_c << " s"
-      << p.stride << (p.padding == Padding::SAME ? " SAME" : " VALID") << " g" << p.groups << (p.bias ? " bias" : "");
+      << p.stride << (p.padding == Padding::kSame ? " SAME" : " VALID") << " g" << p.groups << (p.bias ? " bias" : "");
 }
 
 class ConvTest : public ::testing::TestWithParam<ConvCase> {};
@@ -120,16 +120,16 @@ TEST_P(ConvTest, SecondCallCreatesNoPrimitive) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvTest,
-    ::testing::Values(ConvCase{1, 5, 5, 1, 3, 3, 2, 1, Padding::SAME, 1, true},
-                      ConvCase{3, 7, 6, 4, 3, 3, 6, 2, Padding::SAME, 2, true},
-                      ConvCase{2, 9, 9, 3, 5, 5, 4, 2, Padding::VALID, 1, false},
-                      ConvCase{3, 8, 8, 4, 2, 2, 4, 2, Padding::SAME, 2, true},
-                      ConvCase{1, 7, 7, 2, 3, 3, 4, 2, Padding::SAME, 1, true},
-                      ConvCase{2, 6, 5, 6, 1, 1, 6, 1, Padding::VALID, 2, true},
-                      ConvCase{3, 11, 11, 4, 3, 3, 8, 2, Padding::VALID, 2, false},
-                      ConvCase{1, 28, 28, 1, 5, 5, 20, 1, Padding::SAME, 1, true},
-                      ConvCase{3, 14, 14, 20, 5, 5, 50, 1, Padding::SAME, 1, true},
-                      ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::SAME, 2, true}));
+    ::testing::Values(ConvCase{1, 5, 5, 1, 3, 3, 2, 1, Padding::kSame, 1, true},
+                      ConvCase{3, 7, 6, 4, 3, 3, 6, 2, Padding::kSame, 2, true},
+                      ConvCase{2, 9, 9, 3, 5, 5, 4, 2, Padding::kValid, 1, false},
+                      ConvCase{3, 8, 8, 4, 2, 2, 4, 2, Padding::kSame, 2, true},
+                      ConvCase{1, 7, 7, 2, 3, 3, 4, 2, Padding::kSame, 1, true},
+                      ConvCase{2, 6, 5, 6, 1, 1, 6, 1, Padding::kValid, 2, true},
+                      ConvCase{3, 11, 11, 4, 3, 3, 8, 2, Padding::kValid, 2, false},
+                      ConvCase{1, 28, 28, 1, 5, 5, 20, 1, Padding::kSame, 1, true},
+                      ConvCase{3, 14, 14, 20, 5, 5, 50, 1, Padding::kSame, 1, true},
+                      ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::kSame, 2, true}));
 
 // ---- pooling ------------------------------------------------------------------------------------------
 
@@ -140,8 +140,8 @@ struct PoolCase {
 };
 
 void PrintTo(const PoolCase& p, std::ostream* os) {
-  *os << (p.kind == PoolKind::MAX ? "max " : "avg ") << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.k
-      << " s" << p.stride << (p.padding == Padding::SAME ? " SAME" : " VALID");
+  *os << (p.kind == PoolKind::kMax ? "max " : "avg ") << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.k
+      << " s" << p.stride << (p.padding == Padding::kSame ? " SAME" : " VALID");
 }
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
@@ -153,11 +153,11 @@ TEST_P(PoolTest, ForwardAndBackwardMatchReference) {
   Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
   Vec x = random_vec(xs.numel(), 11), dy = random_vec(ys.numel(), 12);
   size_t ws_bytes = be.pool_workspace_bytes(d);
-  if (p.kind == PoolKind::MAX) {
+  if (p.kind == PoolKind::kMax) {
     EXPECT_GT(ws_bytes, 0u) << "max pooling needs its arg-max workspace";
   }
   std::vector<uint8_t> ws(ws_bytes + 1);
-  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::U8, Device::cpu()) : Tensor();
+  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
   HostF32 tx(xs, x), ty(ys), tdy(ys, dy), tdx(xs);
   be.pool_forward(d, tx.t, ty.t, tws);
   Vec ry = ref::pool_forward(d, x);
@@ -177,15 +177,15 @@ TEST_P(PoolTest, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
-                         ::testing::Values(PoolCase{PoolKind::MAX, 1, 28, 28, 3, 2, 2, Padding::SAME},
-                                           PoolCase{PoolKind::MAX, 3, 7, 7, 4, 2, 2, Padding::SAME},
-                                           PoolCase{PoolKind::MAX, 3, 7, 7, 4, 3, 2, Padding::SAME},
-                                           PoolCase{PoolKind::MAX, 1, 9, 8, 5, 3, 2, Padding::VALID},
-                                           PoolCase{PoolKind::MAX, 3, 6, 6, 2, 3, 1, Padding::SAME},
-                                           PoolCase{PoolKind::AVG, 3, 7, 7, 4, 3, 2, Padding::SAME},
-                                           PoolCase{PoolKind::AVG, 1, 8, 9, 3, 2, 2, Padding::VALID},
-                                           PoolCase{PoolKind::AVG, 3, 5, 5, 2, 3, 1, Padding::SAME},
-                                           PoolCase{PoolKind::AVG, 1, 8, 8, 16, 8, 1, Padding::VALID}));
+                         ::testing::Values(PoolCase{PoolKind::kMax, 1, 28, 28, 3, 2, 2, Padding::kSame},
+                                           PoolCase{PoolKind::kMax, 3, 7, 7, 4, 2, 2, Padding::kSame},
+                                           PoolCase{PoolKind::kMax, 3, 7, 7, 4, 3, 2, Padding::kSame},
+                                           PoolCase{PoolKind::kMax, 1, 9, 8, 5, 3, 2, Padding::kValid},
+                                           PoolCase{PoolKind::kMax, 3, 6, 6, 2, 3, 1, Padding::kSame},
+                                           PoolCase{PoolKind::kAvg, 3, 7, 7, 4, 3, 2, Padding::kSame},
+                                           PoolCase{PoolKind::kAvg, 1, 8, 9, 3, 2, 2, Padding::kValid},
+                                           PoolCase{PoolKind::kAvg, 3, 5, 5, 2, 3, 1, Padding::kSame},
+                                           PoolCase{PoolKind::kAvg, 1, 8, 8, 16, 8, 1, Padding::kValid}));
 
 // ---- LRN ----------------------------------------------------------------------------------------------
 
@@ -211,7 +211,7 @@ TEST_P(LrnTest, ForwardAndBackwardMatchReference) {
   Vec x = random_vec(xs.numel(), 21, -2.0, 2.0), dy = random_vec(xs.numel(), 22);
   size_t ws_bytes = be.lrn_workspace_bytes(d);
   std::vector<uint8_t> ws(ws_bytes + 1);
-  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::U8, Device::cpu()) : Tensor();
+  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
   HostF32 tx(xs, x), ty(xs), tdy(xs, dy), tdx(xs);
   be.lrn_forward(d, tx.t, ty.t, tws);
   Vec ry = ref::lrn_forward(d, x);
@@ -341,7 +341,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, InnerProductTest,
 
 TEST(CpuOpsErrors, WrongTensorSizeIsAClearError) {
   CpuBackend be(1);
-  ConvDesc d = make_conv_desc(1, 5, 5, 2, 3, 3, 4, 1, Padding::SAME, 1, false);
+  ConvDesc d = make_conv_desc(1, 5, 5, 2, 3, 3, 4, 1, Padding::kSame, 1, false);
   HostF32 x(Shape{1, 5, 5, 2}, Vec(50, 1.0)), w(Shape{3, 3, 2, 3}, Vec(54, 1.0)), y(Shape{1, 5, 5, 4});
   try {
     be.conv2d_forward(d, x.t, w.t, Tensor(), y.t);
@@ -357,7 +357,7 @@ TEST(CpuOpsErrors, WrongTensorSizeIsAClearError) {
 TEST(CpuOpsErrors, TheBackendFrontRefusesForeignDevicesAndMismatchedTensors) {
   CpuBackend be(1);
   HostF32 a(Shape{8}, Vec(8, 1.0)), b(Shape{8}, Vec(8, 2.0)), out(Shape{8}), short_out(Shape{7});
-  Tensor on_gpu(a.t.raw(), Shape{8}, DType::F32, Device::cuda(0));
+  Tensor on_gpu(a.t.raw(), Shape{8}, DType::kF32, Device::cuda(0));
   auto expect_error = [](const std::function<void()>& call, const std::vector<std::string>& words) {
     try {
       call();
@@ -371,7 +371,7 @@ TEST(CpuOpsErrors, TheBackendFrontRefusesForeignDevicesAndMismatchedTensors) {
   expect_error([&] { be.axpy(2.f, a.t, short_out.t); }, {"axpy"});
   expect_error([&] { be.ema_update(0.9f, a.t, on_gpu); }, {"ema_update", "ema"});
   std::vector<int32_t> ints(8);
-  expect_error([&] { be.sum(Tensor(ints.data(), Shape{8}, DType::I32, Device::cpu())); }, {"sum", "f32"});
+  expect_error([&] { be.sum(Tensor(ints.data(), Shape{8}, DType::kI32, Device::cpu())); }, {"sum", "f32"});
   be.add(a.t, b.t, out.t);  // and a correct call still runs
   EXPECT_EQ(static_cast<const float*>(out.t.raw())[7], 3.f);
 }
@@ -390,7 +390,7 @@ TEST(CpuOpsReductions, MaxAbsPropagatesNaN) {
 
 TEST(CpuOpsErrors, MaxPoolBackwardWithoutWorkspaceIsAnError) {
   CpuBackend be(1);
-  PoolDesc d = make_pool_desc(PoolKind::MAX, 1, 4, 4, 1, 2, 2, 2, Padding::VALID);
+  PoolDesc d = make_pool_desc(PoolKind::kMax, 1, 4, 4, 1, 2, 2, 2, Padding::kValid);
   HostF32 x(Shape{1, 4, 4, 1}, random_vec(16, 1)), y(Shape{1, 2, 2, 1}, Vec(4, 0.0)), dy(Shape{1, 2, 2, 1}, Vec(4, 1.0));
   HostF32 dx(Shape{1, 4, 4, 1});
   EXPECT_THROW(be.pool_backward(d, x.t, y.t, dy.t, Tensor(), dx.t), Error);

@@ -87,7 +87,7 @@ TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
 TEST_F(CudaBackendTest, DropoutMasksAndValuesAreBitIdentical) {
   const Shape s{4, 9, 9, 33};
   for (float keep : {0.5f, 0.9f, 1.0f}) {
-    Pair x(s), y(s), mask(s, DType::U8), dy(s), dx(s);
+    Pair x(s), y(s), mask(s, DType::kU8), dy(s), dx(s);
     x.set(random_floats(s.numel(), 4)), dy.set(random_floats(s.numel(), 5));
     const PhiloxKey key = philox_key(1234, 3);
     cpu().dropout_forward(x.c.t, y.c.t, mask.c.t, keep, key, 17, 2);
@@ -110,8 +110,8 @@ TEST_F(CudaBackendTest, ConcatAndSplitChannels) {
   gpu().concat_channels({p1.g.t, p2.g.t, p3.g.t}, out.g.t);
   expect_same_bits(out, "concat");
   Pair d1(Shape{2, 3, 5, 4}), d3(Shape{2, 3, 5, 7});
-  const Tensor skipped_c(nullptr, Shape{2, 3, 5, 1}, DType::F32, Device::cpu());
-  const Tensor skipped_g(nullptr, Shape{2, 3, 5, 1}, DType::F32, gpu().device());
+  const Tensor skipped_c(nullptr, Shape{2, 3, 5, 1}, DType::kF32, Device::cpu());
+  const Tensor skipped_g(nullptr, Shape{2, 3, 5, 1}, DType::kF32, gpu().device());
   cpu().split_channels(out.c.t, {d1.c.t, skipped_c, d3.c.t});
   gpu().split_channels(out.g.t, {d1.g.t, skipped_g, d3.g.t});
   expect_same_bits(d1, "split part 1");
@@ -140,7 +140,7 @@ TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
   for (int64_t k : {int64_t{10}, int64_t{1001}}) {
     for (float ls : {0.f, 0.1f}) {
       const int64_t n = 37;
-      Pair logits(Shape{n, k}), labels(Shape{n}, DType::I32), probs(Shape{n, k}), losses(Shape{n});
+      Pair logits(Shape{n, k}), labels(Shape{n}, DType::kI32), probs(Shape{n, k}), losses(Shape{n});
       logits.set(random_floats(n * k, 10, -8.f, 8.f));
       std::vector<int32_t> lab(n);
       for (int64_t i = 0; i < n; ++i) lab[i] = static_cast<int32_t>((i * 7919) % k);
@@ -162,8 +162,8 @@ TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
 
 TEST_F(CudaBackendTest, SoftmaxCrossEntropyRejectsBadLabelNamingTheExample) {
   const int64_t n = 8, k = 5;
-  Mem logits(gpu(), Shape{n, k}, DType::F32), labels(gpu(), Shape{n}, DType::I32), probs(gpu(), Shape{n, k}, DType::F32),
-      losses(gpu(), Shape{n}, DType::F32);
+  Mem logits(gpu(), Shape{n, k}, DType::kF32), labels(gpu(), Shape{n}, DType::kI32), probs(gpu(), Shape{n, k}, DType::kF32),
+      losses(gpu(), Shape{n}, DType::kF32);
   logits.write(random_floats(n * k, 11));
   for (int32_t bad : {5, -1}) {
     std::vector<int32_t> lab = {0, 1, 2, 3, 4, 0, 1, 2};
@@ -257,11 +257,11 @@ struct ConvCase {
 
 TEST_F(CudaBackendTest, Conv2dForwardBackward) {
   const ConvCase cases[] = {
-      {2, 9, 9, 3, 3, 8, 1, Padding::SAME, 1, true},    // symmetric padding: cuDNN pads
-      {3, 10, 11, 4, 3, 6, 2, Padding::SAME, 1, true},  // odd pixel after: explicit padding
-      {2, 14, 14, 3, 7, 5, 2, Padding::SAME, 1, false}, // ResNet stem shape, asymmetric
-      {2, 8, 9, 4, 5, 4, 2, Padding::VALID, 2, true},   // groups
-      {1, 6, 6, 8, 1, 16, 1, Padding::SAME, 1, true},   // 1x1
+      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},    // symmetric padding: cuDNN pads
+      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},  // odd pixel after: explicit padding
+      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false}, // ResNet stem shape, asymmetric
+      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},   // groups
+      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},   // 1x1
   };
   for (const ConvCase& cc : cases) {
     ConvDesc d = make_conv_desc(cc.n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, cc.pad, cc.groups, cc.bias);
@@ -303,9 +303,9 @@ TEST_F(CudaBackendTest, PoolForwardBackward) {
     Padding pad;
   };
   const PoolCase cases[] = {
-      {PoolKind::MAX, 9, 9, 3, 2, Padding::VALID}, {PoolKind::MAX, 10, 11, 3, 2, Padding::SAME},
-      {PoolKind::MAX, 8, 8, 2, 2, Padding::SAME},  {PoolKind::AVG, 9, 10, 3, 2, Padding::SAME},
-      {PoolKind::AVG, 7, 7, 3, 1, Padding::SAME},  {PoolKind::AVG, 8, 8, 2, 2, Padding::VALID},
+      {PoolKind::kMax, 9, 9, 3, 2, Padding::kValid}, {PoolKind::kMax, 10, 11, 3, 2, Padding::kSame},
+      {PoolKind::kMax, 8, 8, 2, 2, Padding::kSame},  {PoolKind::kAvg, 9, 10, 3, 2, Padding::kSame},
+      {PoolKind::kAvg, 7, 7, 3, 1, Padding::kSame},  {PoolKind::kAvg, 8, 8, 2, 2, Padding::kValid},
   };
   for (const PoolCase& pc : cases) {
     PoolDesc d = make_pool_desc(pc.kind, 2, pc.h, pc.w, 5, pc.k, pc.k, pc.stride, pc.pad);
@@ -313,7 +313,7 @@ TEST_F(CudaBackendTest, PoolForwardBackward) {
     Pair x(xs), y(ys), dy(ys), dx(xs);
     x.set(random_floats(xs.numel(), 50)), dy.set(random_floats(ys.numel(), 51));
     const size_t wsc = cpu().pool_workspace_bytes(d), wsg = gpu().pool_workspace_bytes(d);
-    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::U8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::U8);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
     const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
     cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, twg);
     expect_close(y, d.key() + " forward", 1e-6);
@@ -331,7 +331,7 @@ TEST_F(CudaBackendTest, LrnForwardBackward) {
     Pair x(s), y(s), dy(s), dx(s);
     x.set(random_floats(s.numel(), 60, -2.f, 2.f)), dy.set(random_floats(s.numel(), 61));
     const size_t wsc = cpu().lrn_workspace_bytes(d), wsg = gpu().lrn_workspace_bytes(d);
-    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::U8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::U8);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
     const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
     cpu().lrn_forward(d, x.c.t, y.c.t, twc), gpu().lrn_forward(d, x.g.t, y.g.t, twg);
     expect_close(y, d.key() + " forward", 1e-5);

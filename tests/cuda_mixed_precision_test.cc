@@ -32,23 +32,23 @@ using namespace cuda_test;  // NOLINT: the fixture and its helpers
 // summation order adds ~1e-6. The tolerances leave a factor ~2 over two roundings.
 constexpr double kTolF16 = 2e-3;
 constexpr double kTolBf16 = 1.6e-2;
-double tol_of(DType t) { return t == DType::F16 ? kTolF16 : kTolBf16; }
+double tol_of(DType t) { return t == DType::kF16 ? kTolF16 : kTolBf16; }
 
 float round_to(DType t, float v) {
-  if (t == DType::F16) return half_to_float(float_to_half(v));
-  if (t == DType::BF16) return bf16_to_float(float_to_bf16(v));
+  if (t == DType::kF16) return half_to_float(float_to_half(v));
+  if (t == DType::kBf16) return bf16_to_float(float_to_bf16(v));
   return v;
 }
-uint16_t bits_of(DType t, float v) { return t == DType::F16 ? float_to_half(v).bits : float_to_bf16(v).bits; }
+uint16_t bits_of(DType t, float v) { return t == DType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits; }
 float value_of(DType t, uint16_t b) {
-  return t == DType::F16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b});
+  return t == DType::kF16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b});
 }
 
 // One tensor: f32 on the CPU, dtype t on the GPU, holding the same (rounded) values.
 struct Mixed {
   DType t;
   Mem c, g;
-  Mixed(DType dt, const Shape& s) : t(dt), c(*backends().cpu, s, DType::F32), g(*backends().cuda, s, dt) {}
+  Mixed(DType dt, const Shape& s) : t(dt), c(*backends().cpu, s, DType::kF32), g(*backends().cuda, s, dt) {}
   void set(std::vector<float> v) {
     std::vector<uint16_t> b(v.size());
     for (size_t i = 0; i < v.size(); ++i) v[i] = round_to(t, v[i]), b[i] = bits_of(t, v[i]);
@@ -109,7 +109,7 @@ class CudaMixedPrecisionTest : public CudaBackendTest {
   // The compute dtypes this device runs; each skipped one is named in the test's output.
   std::vector<DType> dtypes() {
     std::vector<DType> r;
-    for (DType t : {DType::F16, DType::BF16}) {
+    for (DType t : {DType::kF16, DType::kBf16}) {
       if (gpu().supports_compute(t))
         r.push_back(t);
       else
@@ -120,13 +120,13 @@ class CudaMixedPrecisionTest : public CudaBackendTest {
 };
 
 TEST_F(CudaMixedPrecisionTest, SupportsComputeNamesTheDevice) {
-  EXPECT_TRUE(gpu().supports_compute(DType::F32));
-  EXPECT_EQ(gpu().why_not(DType::F32), "");
-  for (DType t : {DType::F16, DType::BF16}) {
+  EXPECT_TRUE(gpu().supports_compute(DType::kF32));
+  EXPECT_EQ(gpu().why_not(DType::kF32), "");
+  for (DType t : {DType::kF16, DType::kBf16}) {
     if (gpu().supports_compute(t)) continue;
     EXPECT_NE(gpu().why_not(t).find("cuda:0"), std::string::npos) << gpu().why_not(t);
   }
-  EXPECT_FALSE(gpu().supports_compute(DType::I32));
+  EXPECT_FALSE(gpu().supports_compute(DType::kI32));
 }
 
 // ---- cast and unscale_and_check -----------------------------------------------------------------------------
@@ -140,10 +140,10 @@ TEST_F(CudaMixedPrecisionTest, CastRoundsToNearestEvenAsTheHostConversions) {
   // ties of f16 (1 + 2^-11 and 1 + 3 * 2^-11) and bf16 (1 + 2^-8), overflow of f16, infinities, signed zero
   v.insert(v.end(), {1.00048828125f, 1.00146484375f, 1.00390625f, 65519.f, 65520.f, 1e30f, inf, -inf, -0.f, 0.f});
   const int64_t n = static_cast<int64_t>(v.size());
-  Mem src(gpu(), Shape{n}, DType::F32);
+  Mem src(gpu(), Shape{n}, DType::kF32);
   src.write(v);
   for (DType t : dtypes()) {
-    Mem half(gpu(), Shape{n}, t), back(gpu(), Shape{n}, DType::F32);
+    Mem half(gpu(), Shape{n}, t), back(gpu(), Shape{n}, DType::kF32);
     gpu().cast(half.t, src.t);
     auto got = half.read<uint16_t>();
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], bits_of(t, v[i])) << name_of(t) << " of " << v[i];
@@ -153,23 +153,23 @@ TEST_F(CudaMixedPrecisionTest, CastRoundsToNearestEvenAsTheHostConversions) {
     EXPECT_TRUE(half.guard_intact() && back.guard_intact()) << name_of(t);
   }
   // f16 <-> bf16 through f32 (exact widening, then one rounding); NaN stays NaN.
-  if (gpu().supports_compute(DType::F16) && gpu().supports_compute(DType::BF16)) {
+  if (gpu().supports_compute(DType::kF16) && gpu().supports_compute(DType::kBf16)) {
     std::vector<float> w = v;
     w.push_back(std::nanf(""));
     const int64_t m = static_cast<int64_t>(w.size());
-    Mem f32(gpu(), Shape{m}, DType::F32), h(gpu(), Shape{m}, DType::F16), bf(gpu(), Shape{m}, DType::BF16);
+    Mem f32(gpu(), Shape{m}, DType::kF32), h(gpu(), Shape{m}, DType::kF16), bf(gpu(), Shape{m}, DType::kBf16);
     f32.write(w);
     gpu().cast(h.t, f32.t);
     gpu().cast(bf.t, h.t);
     auto hb = h.read<uint16_t>(), bb = bf.read<uint16_t>();
     for (int64_t i = 0; i + 1 < m; ++i)
-      ASSERT_EQ(bb[i], bits_of(DType::BF16, value_of(DType::F16, hb[i]))) << "bf16 of f16 " << hb[i];
-    EXPECT_TRUE(std::isnan(value_of(DType::BF16, bb[m - 1])));
+      ASSERT_EQ(bb[i], bits_of(DType::kBf16, value_of(DType::kF16, hb[i]))) << "bf16 of f16 " << hb[i];
+    EXPECT_TRUE(std::isnan(value_of(DType::kBf16, bb[m - 1])));
     gpu().cast(h.t, bf.t);
     hb = h.read<uint16_t>();
     for (int64_t i = 0; i + 1 < m; ++i)
-      ASSERT_EQ(hb[i], bits_of(DType::F16, value_of(DType::BF16, bb[i]))) << "f16 of bf16 " << bb[i];
-    EXPECT_TRUE(std::isnan(value_of(DType::F16, hb[m - 1])));
+      ASSERT_EQ(hb[i], bits_of(DType::kF16, value_of(DType::kBf16, bb[i]))) << "f16 of bf16 " << bb[i];
+    EXPECT_TRUE(std::isnan(value_of(DType::kF16, hb[m - 1])));
   }
 }
 
@@ -178,7 +178,7 @@ TEST_F(CudaMixedPrecisionTest, UnscaleAndCheckFlagsNonFiniteProductsAndNeverClea
   for (DType t : dtypes()) {
     Mixed g(t, Shape{n});
     g.set(random_floats(n, 3, -4.f, 4.f));
-    Mem out(gpu(), Shape{n}, DType::F32), found(gpu(), Shape{1}, DType::I32);
+    Mem out(gpu(), Shape{n}, DType::kF32), found(gpu(), Shape{1}, DType::kI32);
     found.write(std::vector<int32_t>{0});
     const float scale = 1.f / 32768.f;
     gpu().unscale_and_check(g.g.t, scale, out.t, found.t);
@@ -214,7 +214,7 @@ TEST_F(CudaMixedPrecisionTest, ElementwiseOpsRoundTheCpuResultOnce) {
     expect_rounded_cpu(y, "relu_forward");
     cpu().relu_backward(y.c.t, b.c.t, dx.c.t), gpu().relu_backward(y.g.t, b.g.t, dx.g.t);
     expect_rounded_cpu(dx, "relu_backward");
-    Pair mask(s, DType::U8);
+    Pair mask(s, DType::kU8);
     const PhiloxKey key = philox_key(99, 1);
     cpu().dropout_forward(a.c.t, y.c.t, mask.c.t, 0.8f, key, 5, 1);
     gpu().dropout_forward(a.g.t, y.g.t, mask.g.t, 0.8f, key, 5, 1);
@@ -253,7 +253,7 @@ TEST_F(CudaMixedPrecisionTest, SoftmaxCrossEntropyHasF32ProbsAndLosses) {
   for (DType t : dtypes()) {
     Mixed logits(t, Shape{n, k}), dlogits(t, Shape{n, k});
     logits.set(random_floats(n * k, 10, -8.f, 8.f));
-    Pair labels(Shape{n}, DType::I32), probs(Shape{n, k}), losses(Shape{n});
+    Pair labels(Shape{n}, DType::kI32), probs(Shape{n, k}), losses(Shape{n});
     std::vector<int32_t> lab(n);
     for (int64_t i = 0; i < n; ++i) lab[i] = static_cast<int32_t>((i * 7919) % k);
     labels.set(lab);
@@ -278,10 +278,10 @@ TEST_F(CudaMixedPrecisionTest, Conv2dForwardBackward) {
     bool bias;
   };
   const Case cases[] = {
-      {2, 9, 9, 8, 3, 16, 1, Padding::SAME, 1, true},    // symmetric padding, tensor-core friendly channels
-      {3, 10, 11, 4, 3, 6, 2, Padding::SAME, 1, true},   // odd pixel after: explicit padding
-      {2, 14, 14, 3, 7, 8, 2, Padding::SAME, 1, false},  // ResNet stem shape (3 input channels)
-      {2, 8, 9, 4, 5, 4, 2, Padding::VALID, 2, true},    // groups
+      {2, 9, 9, 8, 3, 16, 1, Padding::kSame, 1, true},    // symmetric padding, tensor-core friendly channels
+      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},   // odd pixel after: explicit padding
+      {2, 14, 14, 3, 7, 8, 2, Padding::kSame, 1, false},  // ResNet stem shape (3 input channels)
+      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},    // groups
   };
   for (DType t : dtypes()) {
     for (const Case& cc : cases) {
@@ -303,7 +303,7 @@ TEST_F(CudaMixedPrecisionTest, Conv2dForwardBackward) {
       // The dtype is part of the cache key: the f32 descriptor's entry is another one; each direction ran.
       for (const ConvAlgorithm& a : cuda().conv_algorithms(d, t))
         EXPECT_TRUE(a.chosen && a.deterministic) << what << " " << dtype_name(t) << " " << a.name;
-      EXPECT_FALSE(cuda().conv_algorithms(d, DType::F32)[0].chosen) << what << ": f32 entry shared with " << name_of(t);
+      EXPECT_FALSE(cuda().conv_algorithms(d, DType::kF32)[0].chosen) << what << ": f32 entry shared with " << name_of(t);
 #endif
     }
   }
@@ -330,15 +330,15 @@ TEST_F(CudaMixedPrecisionTest, InnerProduct) {
 
 TEST_F(CudaMixedPrecisionTest, PoolAndLrn) {
   for (DType t : dtypes()) {
-    for (PoolKind kind : {PoolKind::MAX, PoolKind::AVG}) {
-      PoolDesc d = make_pool_desc(kind, 2, 10, 11, 5, 3, 3, 2, Padding::SAME);
+    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+      PoolDesc d = make_pool_desc(kind, 2, 10, 11, 5, 3, 3, 2, Padding::kSame);
       const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
       Mixed x(t, xs), y(t, ys), dy(t, ys), dx(t, xs);
       x.set(distinct_in_windows(xs.numel())), dy.set(random_floats(ys.numel(), 51));
-      Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(cpu().pool_workspace_bytes(d)))}, DType::U8);
+      Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(cpu().pool_workspace_bytes(d)))}, DType::kU8);
       const Tensor twc = cpu().pool_workspace_bytes(d) ? wc.t : Tensor();
       cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, Tensor());
-      if (kind == PoolKind::MAX)
+      if (kind == PoolKind::kMax)
         expect_rounded_cpu(y, d.key() + " forward");  // a copy of one input
       else
         expect_close_mixed(y, d.key() + " forward", tol_of(t));
@@ -352,7 +352,7 @@ TEST_F(CudaMixedPrecisionTest, PoolAndLrn) {
     Mixed x(t, s), y(t, s), dy(t, s), dx(t, s);
     x.set(random_floats(s.numel(), 60, -2.f, 2.f)), dy.set(random_floats(s.numel(), 61));
     const size_t wsc = cpu().lrn_workspace_bytes(d);
-    Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(wsc))}, DType::U8);
+    Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(wsc))}, DType::kU8);
     const Tensor twc = wsc ? wc.t : Tensor();
     cpu().lrn_forward(d, x.c.t, y.c.t, twc), gpu().lrn_forward(d, x.g.t, y.g.t, Tensor());
     expect_close_mixed(y, d.key() + " forward", tol_of(t));
@@ -392,14 +392,14 @@ TEST_F(CudaMixedPrecisionTest, BatchNormHasF32Statistics) {
 // Mixed dtypes within one call are refused with one line naming the op (never a silent reinterpretation).
 TEST_F(CudaMixedPrecisionTest, MixedDtypesInOneCallAreErrors) {
   for (DType t : dtypes()) {
-    Mem x(gpu(), Shape{64}, t), y(gpu(), Shape{64}, DType::F32);
+    Mem x(gpu(), Shape{64}, t), y(gpu(), Shape{64}, DType::kF32);
     try {
       gpu().relu_forward(x.t, y.t);
       FAIL() << "relu of " << dtype_name(t) << " into f32 accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("relu"), std::string::npos) << e.what();
     }
-    Mem i(gpu(), Shape{64}, DType::I32), f(gpu(), Shape{64}, t);
+    Mem i(gpu(), Shape{64}, DType::kI32), f(gpu(), Shape{64}, t);
     EXPECT_THROW(gpu().cast(f.t, i.t), Error) << "cast from i32";
   }
 }
@@ -415,8 +415,8 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
   const int64_t batch = 32, steps = 200, tail = 50;
   std::vector<float> images(batch * 784);
   std::vector<int32_t> labels(batch);
-  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
   auto train_losses = [&](DType compute, int* skipped) {
     testing::BoundNet m(
         gpu(),
@@ -426,7 +426,7 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
         },
         batch);
     Optimizer opt(testing::momentum_sgd(), m.store.params(), gpu());
-    const float scale = compute == DType::F16 ? 1024.f : 1.f;
+    const float scale = compute == DType::kF16 ? 1024.f : 1.f;
     std::vector<double> losses;
     for (int64_t step = 0; step < steps; ++step) {
       for (int64_t i = 0; i < batch; ++i) {
@@ -436,7 +436,7 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
       }
       losses.push_back(m.net.forward(x, y, true, static_cast<uint32_t>(step)));
       m.net.backward(nullptr, scale);
-      if (compute == DType::F16 && m.net.overflowed()) {
+      if (compute == DType::kF16 && m.net.overflowed()) {
         ++*skipped;
         continue;
       }
@@ -448,7 +448,7 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
     return std::accumulate(v.end() - tail, v.end(), 0.0) / static_cast<double>(tail);
   };
   int none = 0;
-  const std::vector<double> f32 = train_losses(DType::F32, &none);
+  const std::vector<double> f32 = train_losses(DType::kF32, &none);
   const double a = tail_mean(f32);
   EXPECT_LT(a, f32[0] * 0.6) << "fp32 itself must learn for the comparison to mean anything";
   for (DType t : dtypes()) {

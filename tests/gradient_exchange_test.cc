@@ -64,7 +64,7 @@ struct Workload {
   }
   std::vector<Tensor> views(int w) {
     std::vector<Tensor> v;
-    for (auto& g : grads[w]) v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::F32, Device::cpu());
+    for (auto& g : grads[w]) v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
     return v;
   }
   std::vector<std::vector<Tensor>> all_views() {

@@ -39,7 +39,7 @@ ConvOptions conv_opts(int64_t out, int64_t k, int64_t stride, Padding p, int64_t
 // ---- shapes and declarations ----------------------------------------------------------------------------
 
 TEST(HeavyLayerShapes, Conv2d) {
-  LayerHarness h(conv2d("conv1", conv_opts(20, 5, 1, Padding::SAME)), {Shape{2, 28, 28, 1}});
+  LayerHarness h(conv2d("conv1", conv_opts(20, 5, 1, Padding::kSame)), {Shape{2, 28, 28, 1}});
   EXPECT_EQ(h.layer().output_shapes()[0], (Shape{2, 28, 28, 20}));
   ASSERT_EQ(h.param_specs().size(), 2u);
   EXPECT_EQ(h.param_specs()[0].name, "conv1/weights");
@@ -47,34 +47,34 @@ TEST(HeavyLayerShapes, Conv2d) {
   EXPECT_EQ(h.param_specs()[1].name, "conv1/biases");
   EXPECT_EQ(h.param_specs()[1].shape, (Shape{20}));
 
-  EXPECT_EQ(setup_shape(conv2d("c", conv_opts(4, 5, 2, Padding::VALID)), {Shape{1, 9, 9, 3}}), (Shape{1, 3, 3, 4}));
-  EXPECT_EQ(setup_shape(conv2d("c", conv_opts(4, 3, 2, Padding::SAME)), {Shape{3, 7, 8, 3}}), (Shape{3, 4, 4, 4}));
-  LayerHarness g(conv2d("g", conv_opts(6, 3, 1, Padding::SAME, 2, false)), {Shape{1, 8, 8, 4}});
+  EXPECT_EQ(setup_shape(conv2d("c", conv_opts(4, 5, 2, Padding::kValid)), {Shape{1, 9, 9, 3}}), (Shape{1, 3, 3, 4}));
+  EXPECT_EQ(setup_shape(conv2d("c", conv_opts(4, 3, 2, Padding::kSame)), {Shape{3, 7, 8, 3}}), (Shape{3, 4, 4, 4}));
+  LayerHarness g(conv2d("g", conv_opts(6, 3, 1, Padding::kSame, 2, false)), {Shape{1, 8, 8, 4}});
   ASSERT_EQ(g.param_specs().size(), 1u) << "no bias declared when bias is off";
   EXPECT_EQ(g.param_specs()[0].shape, (Shape{3, 3, 2, 6}));
 }
 
 TEST(HeavyLayerShapes, Conv2dImpossibleShapesAreErrors) {
-  expect_setup_error(conv2d("convg", conv_opts(4, 3, 1, Padding::SAME, 2)), {Shape{1, 5, 5, 3}},
+  expect_setup_error(conv2d("convg", conv_opts(4, 3, 1, Padding::kSame, 2)), {Shape{1, 5, 5, 3}},
                      {"convg", "(1, 5, 5, 3)", "groups 2"});
-  expect_setup_error(conv2d("convk", conv_opts(4, 7, 1, Padding::VALID)), {Shape{1, 5, 5, 3}},
+  expect_setup_error(conv2d("convk", conv_opts(4, 7, 1, Padding::kValid)), {Shape{1, 5, 5, 3}},
                      {"convk", "(1, 5, 5, 3)"});
-  expect_setup_error(conv2d("convr", conv_opts(4, 3, 1, Padding::SAME)), {Shape{5, 5, 3}}, {"convr", "(5, 5, 3)"});
-  EXPECT_THROW(conv2d("convz", conv_opts(0, 3, 1, Padding::SAME)), Error);
+  expect_setup_error(conv2d("convr", conv_opts(4, 3, 1, Padding::kSame)), {Shape{5, 5, 3}}, {"convr", "(5, 5, 3)"});
+  EXPECT_THROW(conv2d("convz", conv_opts(0, 3, 1, Padding::kSame)), Error);
 }
 
 TEST(HeavyLayerShapes, Pooling) {
-  LayerHarness m(max_pool("pool1", 2, 2, Padding::SAME), {Shape{1, 7, 7, 3}});
+  LayerHarness m(max_pool("pool1", 2, 2, Padding::kSame), {Shape{1, 7, 7, 3}});
   EXPECT_EQ(m.layer().output_shapes()[0], (Shape{1, 4, 4, 3}));
   EXPECT_TRUE(m.param_specs().empty());
   ASSERT_EQ(m.saved_specs().size(), 1u) << "max pooling keeps its arg-max workspace";
-  EXPECT_EQ(m.saved_specs()[0].dtype, DType::U8);
-  EXPECT_EQ(setup_shape(max_pool("p", 3, 2, Padding::VALID), {Shape{2, 7, 7, 3}}), (Shape{2, 3, 3, 3}));
-  EXPECT_EQ(setup_shape(avg_pool("p", 3, 2, Padding::SAME), {Shape{2, 7, 6, 3}}), (Shape{2, 4, 3, 3}));
-  LayerHarness a(avg_pool("avg", 2, 2, Padding::VALID), {Shape{1, 4, 4, 2}});
+  EXPECT_EQ(m.saved_specs()[0].dtype, DType::kU8);
+  EXPECT_EQ(setup_shape(max_pool("p", 3, 2, Padding::kValid), {Shape{2, 7, 7, 3}}), (Shape{2, 3, 3, 3}));
+  EXPECT_EQ(setup_shape(avg_pool("p", 3, 2, Padding::kSame), {Shape{2, 7, 6, 3}}), (Shape{2, 4, 3, 3}));
+  LayerHarness a(avg_pool("avg", 2, 2, Padding::kValid), {Shape{1, 4, 4, 2}});
   EXPECT_TRUE(a.saved_specs().empty());
-  expect_setup_error(max_pool("poolk", 5, 2, Padding::VALID), {Shape{1, 4, 4, 2}}, {"poolk", "(1, 4, 4, 2)"});
-  expect_setup_error(avg_pool("poolr", 2, 2, Padding::VALID), {Shape{4, 2}}, {"poolr", "(4, 2)"});
+  expect_setup_error(max_pool("poolk", 5, 2, Padding::kValid), {Shape{1, 4, 4, 2}}, {"poolk", "(1, 4, 4, 2)"});
+  expect_setup_error(avg_pool("poolr", 2, 2, Padding::kValid), {Shape{4, 2}}, {"poolr", "(4, 2)"});
 }
 
 TEST(HeavyLayerShapes, Lrn) {
@@ -132,10 +132,10 @@ TEST_P(ConvGradTest, BackwardMatchesNumericalGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvGradTest,
-                         ::testing::Values(ConvGradCase{1, 5, 5, 2, 3, 3, 1, Padding::SAME, 1, true},
-                                           ConvGradCase{3, 6, 5, 4, 6, 3, 2, Padding::SAME, 2, true},
-                                           ConvGradCase{2, 7, 7, 3, 2, 3, 2, Padding::VALID, 1, false},
-                                           ConvGradCase{1, 4, 4, 4, 4, 2, 1, Padding::VALID, 2, true}));
+                         ::testing::Values(ConvGradCase{1, 5, 5, 2, 3, 3, 1, Padding::kSame, 1, true},
+                                           ConvGradCase{3, 6, 5, 4, 6, 3, 2, Padding::kSame, 2, true},
+                                           ConvGradCase{2, 7, 7, 3, 2, 3, 2, Padding::kValid, 1, false},
+                                           ConvGradCase{1, 4, 4, 4, 4, 2, 1, Padding::kValid, 2, true}));
 
 struct PoolGradCase {
   bool max;
@@ -153,12 +153,12 @@ TEST_P(PoolGradTest, BackwardMatchesNumericalGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolGradTest,
-                         ::testing::Values(PoolGradCase{true, 1, 5, 5, 2, 2, 2, Padding::SAME},
-                                           PoolGradCase{true, 3, 7, 6, 2, 3, 2, Padding::VALID},
-                                           PoolGradCase{true, 2, 5, 5, 3, 3, 1, Padding::SAME},
-                                           PoolGradCase{false, 1, 5, 5, 2, 3, 2, Padding::SAME},
-                                           PoolGradCase{false, 3, 6, 7, 2, 2, 2, Padding::VALID},
-                                           PoolGradCase{false, 2, 4, 4, 3, 3, 1, Padding::SAME}));
+                         ::testing::Values(PoolGradCase{true, 1, 5, 5, 2, 2, 2, Padding::kSame},
+                                           PoolGradCase{true, 3, 7, 6, 2, 3, 2, Padding::kValid},
+                                           PoolGradCase{true, 2, 5, 5, 3, 3, 1, Padding::kSame},
+                                           PoolGradCase{false, 1, 5, 5, 2, 3, 2, Padding::kSame},
+                                           PoolGradCase{false, 3, 6, 7, 2, 2, 2, Padding::kValid},
+                                           PoolGradCase{false, 2, 4, 4, 3, 3, 1, Padding::kSame}));
 
 TEST(LrnGrad, BackwardMatchesNumericalGradient) {
   GradCheckOptions o;
@@ -233,10 +233,10 @@ TEST(BatchNormLayer, MovingStatisticsAndInference) {
 
 // The layers compute what the references compute (one shape each; cpu_ops_test covers the ops in depth).
 TEST(HeavyLayerForward, ConvMatchesReference) {
-  LayerHarness h(conv2d("c", conv_opts(6, 3, 2, Padding::SAME, 2)), {Shape{2, 5, 5, 4}});
+  LayerHarness h(conv2d("c", conv_opts(6, 3, 2, Padding::kSame, 2)), {Shape{2, 5, 5, 4}});
   h.randomize({});
   h.forward(true);
-  ConvDesc d = make_conv_desc(2, 5, 5, 4, 3, 3, 6, 2, Padding::SAME, 2, true);
+  ConvDesc d = make_conv_desc(2, 5, 5, 4, 3, 3, 6, 2, Padding::kSame, 2, true);
   auto vec = [](const Tensor& t) {
     const float* p = t.data<float>();
     return ref::Vec(p, p + t.numel());
@@ -275,7 +275,7 @@ TEST(GradChecker, CatchesAWrongBackward) {
 
 TEST(GradChecker, SkipsKinksButRefusesToPassOnKinksAlone) {
   // Max pooling over exact ties: every input element sits on a kink.
-  LayerHarness h(max_pool("tied", 2, 2, Padding::VALID), {Shape{1, 4, 4, 1}});
+  LayerHarness h(max_pool("tied", 2, 2, Padding::kValid), {Shape{1, 4, 4, 1}});
   h.backend().fill(h.io().in[0], 0.5f);
   GradCheckReport r = check_gradients(h);
   EXPECT_GT(r.kinks, 0) << r.summary();

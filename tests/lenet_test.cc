@@ -109,7 +109,7 @@ TEST(Net, SpatialSizeReachingZeroNamesTheLayer) {
   ConvOptions o;
   o.out_channels = 4;
   o.kernel_h = o.kernel_w = 5;
-  o.padding = Padding::VALID;
+  o.padding = Padding::kValid;
   net.add(conv2d("conv_too_big", o), {"images"});
   net.add(flatten("flatten"));
   try {
@@ -129,8 +129,8 @@ TEST(Net, NonFiniteLossIsAnErrorNamingTheStep) {
   std::vector<int32_t> labels = {1, 2};
   float* bias = m.store.params().view("logits/biases").data<float>();
   bias[3] = std::numeric_limits<float>::quiet_NaN();  // a diverged parameter
-  Tensor x(images.data(), Shape{2, 28, 28, 1}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{2}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{2, 28, 28, 1}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{2}, DType::kI32, Device::cpu());
   try {
     net.forward(x, y, true, 17);
     FAIL();
@@ -156,8 +156,8 @@ double test_accuracy(Backend& be, ParameterStore& store, const testing::IdxDatas
   net.bind(store);
   int64_t correct = 0;
   for (int64_t b = 0; b + batch <= test.count; b += batch) {
-    Tensor x(const_cast<float*>(test.images.data()) + b * 784, Shape{batch, 28, 28, 1}, DType::F32, Device::cpu());
-    Tensor y(const_cast<int32_t*>(test.labels.data()) + b, Shape{batch}, DType::I32, Device::cpu());
+    Tensor x(const_cast<float*>(test.images.data()) + b * 784, Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
+    Tensor y(const_cast<int32_t*>(test.labels.data()) + b, Shape{batch}, DType::kI32, Device::cpu());
     net.forward(x, y, false);
     const float* logits = net.tensor(net.logits_name()).data<float>();
     for (int64_t i = 0; i < batch; ++i) {
@@ -189,8 +189,8 @@ TEST(LeNet, LearnsFashionMnistOnTheCpu) {
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<float> images(batch * 784);
   std::vector<int32_t> labels(batch);
-  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
 
   float first_loss = 0, last_loss = 0;
   const auto t0 = std::chrono::steady_clock::now();

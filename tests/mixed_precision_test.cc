@@ -112,8 +112,8 @@ struct Batch {
     std::uniform_real_distribution<float> u(-amplitude, amplitude);
     for (auto& v : images) v = u(gen);
     for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>(i % 10);
-    x = Tensor(images.data(), Shape{n, 28, 28, 1}, DType::F32, Device::cpu());
-    y = Tensor(labels.data(), Shape{n}, DType::I32, Device::cpu());
+    x = Tensor(images.data(), Shape{n, 28, 28, 1}, DType::kF32, Device::cpu());
+    y = Tensor(labels.data(), Shape{n}, DType::kI32, Device::cpu());
   }
 };
 
@@ -165,13 +165,13 @@ TEST(NetLossScaling, InjectedOverflowIsFlaggedAndSkipped) {
 TEST(MixedPrecisionTraining, Bf16LeNetLossCurveFollowsFp32) {
   if (testing::fashion_mnist_dir().empty()) GTEST_SKIP() << "Fashion-MNIST not installed";
   auto be = make_backend("cpu", {2});
-  if (!be->supports_compute(DType::BF16)) GTEST_SKIP() << be->why_not(DType::BF16);
+  if (!be->supports_compute(DType::kBf16)) GTEST_SKIP() << be->why_not(DType::kBf16);
   const testing::IdxDataset train = testing::load_fashion_mnist("train");
   const int64_t batch = 32, steps = 200, tail = 50;
   std::vector<float> images(batch * 784);
   std::vector<int32_t> labels(batch);
-  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
   auto train_losses = [&](DType compute) {
     testing::BoundNet m(
         *be,
@@ -194,7 +194,7 @@ TEST(MixedPrecisionTraining, Bf16LeNetLossCurveFollowsFp32) {
     }
     return losses;
   };
-  const std::vector<double> f32 = train_losses(DType::F32), bf16 = train_losses(DType::BF16);
+  const std::vector<double> f32 = train_losses(DType::kF32), bf16 = train_losses(DType::kBf16);
   auto tail_mean = [&](const std::vector<double>& v) {
     return std::accumulate(v.end() - tail, v.end(), 0.0) / static_cast<double>(tail);
   };

@@ -60,11 +60,11 @@ TEST(MpiCommunicator, CollectivesAndByteCounters) {
     m32[i] = static_cast<int32_t>((r - 1) * i);
     h[i] = float_to_half(value(r, i));
   }
-  c.allreduce(sum.data(), n, DType::F32, ReduceOp::kSum);
-  c.allreduce(mx.data(), n, DType::F32, ReduceOp::kMax);
-  c.allreduce(s8.data(), n, DType::I8, ReduceOp::kSum);
-  c.allreduce(m32.data(), n, DType::I32, ReduceOp::kMax);
-  c.allreduce(h.data(), n, DType::F16, ReduceOp::kSum);
+  c.allreduce(sum.data(), n, DType::kF32, ReduceOp::kSum);
+  c.allreduce(mx.data(), n, DType::kF32, ReduceOp::kMax);
+  c.allreduce(s8.data(), n, DType::kI8, ReduceOp::kSum);
+  c.allreduce(m32.data(), n, DType::kI32, ReduceOp::kMax);
+  c.allreduce(h.data(), n, DType::kF16, ReduceOp::kSum);
   for (int64_t i = 0; i < n; ++i) {
     float es = 0.f, em = -1e30f, eh = 0.f;
     int e8 = 0, e32 = std::numeric_limits<int>::min();
@@ -109,7 +109,7 @@ TEST(MpiCommunicator, FailedCallNamesIt) {
   }
   MpiCommunicator c;
   float x = 0.f;
-  EXPECT_THROW(c.allreduce(&x, 1, DType::F32, ReduceOp::kSum, Device::cuda(0)), Error);
+  EXPECT_THROW(c.allreduce(&x, 1, DType::kF32, ReduceOp::kSum, Device::cuda(0)), Error);
 }
 
 // The same inputs summed by two MPI processes and by two threads of one process (ThreadCommunicator) give the
@@ -139,17 +139,17 @@ TEST(MpiCommunicator, TwoRankSumsMatchThreadCommunicator) {
     }
     std::vector<float> mpi = x[c.rank()];
     std::vector<half_bits> mpi_h = h[c.rank()];
-    c.allreduce(mpi.data(), n, DType::F32, ReduceOp::kSum);
-    c.allreduce(mpi_h.data(), n, DType::F16, ReduceOp::kSum);
-    on_two_threads(x, n, DType::F32);
-    on_two_threads(h, n, DType::F16);
+    c.allreduce(mpi.data(), n, DType::kF32, ReduceOp::kSum);
+    c.allreduce(mpi_h.data(), n, DType::kF16, ReduceOp::kSum);
+    on_two_threads(x, n, DType::kF32);
+    on_two_threads(h, n, DType::kF16);
     ASSERT_EQ(std::memcmp(mpi.data(), x[0].data(), n * sizeof(float)), 0) << "f32, n=" << n;
     ASSERT_EQ(std::memcmp(mpi_h.data(), h[0].data(), n * sizeof(half_bits)), 0) << "f16, n=" << n;
   }
   // bf16 is the NCCL and thread communicators' addition; MPI refuses it, listing what it supports.
   bf16_bits b{0};
   try {
-    c.allreduce(&b, 1, DType::BF16, ReduceOp::kSum);
+    c.allreduce(&b, 1, DType::kBf16, ReduceOp::kSum);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("all-reduce sum over bf16 is not supported (supported: f32 sum, f32 max, f16 sum"),
@@ -184,7 +184,7 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
   };
   auto views = [](std::vector<std::vector<float>>& g) {
     std::vector<Tensor> v;
-    for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
+    for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::kF32, Device::cpu());
     return v;
   };
   for (int local : {1, 3}) {
@@ -271,7 +271,7 @@ TEST(MpiGradientExchange, NonFiniteGradientStopsEveryProcess) {
   for (auto& p : params) g.emplace_back(p.numel, 0.01f * (c.rank() + 1));
   if (c.rank() == 1) g[0][7] = std::numeric_limits<float>::infinity();
   std::vector<Tensor> v;
-  for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::F32, Device::cpu());
+  for (auto& x : g) v.emplace_back(x.data(), Shape{static_cast<int64_t>(x.size())}, DType::kF32, Device::cpu());
   ExchangeOptions o;
   o.bucket_mb = 1.0 / 1024;
   GradientExchange ex(cpu_backend(), pol, {v}, {0}, &c, o);
@@ -339,7 +339,7 @@ void check_large_collectives_match_blocking_mpi() {
       // Two ranks, or integers, or max: the reduction is the same whatever the order, so the bits must match.
       // Float sums over more ranks depend on the order (the ring's differs from Open MPI's): every rank must
       // hold the same bits (replicas stay identical) and be within rounding of the blocking result.
-      const bool exact = N == 2 || op == ReduceOp::kMax || dtype == DType::I8 || dtype == DType::I32;
+      const bool exact = N == 2 || op == ReduceOp::kMax || dtype == DType::kI8 || dtype == DType::kI32;
       if (exact) {
         ASSERT_EQ(std::memcmp(ours.data(), want.data(), n * sizeof(T)), 0) << what;
         continue;
@@ -347,7 +347,7 @@ void check_large_collectives_match_blocking_mpi() {
       std::vector<T> rank0 = ours;
       ASSERT_EQ(MPI_Bcast(rank0.data(), static_cast<int>(n * sizeof(T)), MPI_BYTE, 0, ref), MPI_SUCCESS);
       ASSERT_EQ(std::memcmp(ours.data(), rank0.data(), n * sizeof(T)), 0) << what << ": ranks differ";
-      const double tol = dtype == DType::F16 ? 4e-3 * N : 1e-6 * N;  // inputs are within [-2, 2]
+      const double tol = dtype == DType::kF16 ? 4e-3 * N : 1e-6 * N;  // inputs are within [-2, 2]
       for (int64_t i = 0; i < n; ++i) {
         double a, b;
         if constexpr (std::is_same_v<T, half_bits>) {
@@ -362,12 +362,12 @@ void check_large_collectives_match_blocking_mpi() {
     }
   };
   const int64_t m = 1 << 20;
-  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::kSum, MPI_FLOAT, MPI_SUM, -1.0, 1.0);  // 6 MB
-  check(float{}, 3 * m / 2 + 3, DType::F32, ReduceOp::kMax, MPI_FLOAT, MPI_MAX, -1.0, 1.0);
-  check(int32_t{}, m + 1, DType::I32, ReduceOp::kSum, MPI_INT32_T, MPI_SUM, -1e6, 1e6);     // 4 MB
-  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::kSum, MPI_INT8_T, MPI_SUM, -40.0, 40.0);  // 5 MB
-  check(int8_t{}, 5 * m + 1, DType::I8, ReduceOp::kMax, MPI_INT8_T, MPI_MAX, -127.0, 127.0);
-  check(half_bits{}, 5 * m / 2 + 5, DType::F16, ReduceOp::kSum, MPI_UINT16_T, half_sum, -2.0, 2.0);  // 5 MB
+  check(float{}, 3 * m / 2 + 3, DType::kF32, ReduceOp::kSum, MPI_FLOAT, MPI_SUM, -1.0, 1.0);  // 6 MB
+  check(float{}, 3 * m / 2 + 3, DType::kF32, ReduceOp::kMax, MPI_FLOAT, MPI_MAX, -1.0, 1.0);
+  check(int32_t{}, m + 1, DType::kI32, ReduceOp::kSum, MPI_INT32_T, MPI_SUM, -1e6, 1e6);     // 4 MB
+  check(int8_t{}, 5 * m + 1, DType::kI8, ReduceOp::kSum, MPI_INT8_T, MPI_SUM, -40.0, 40.0);  // 5 MB
+  check(int8_t{}, 5 * m + 1, DType::kI8, ReduceOp::kMax, MPI_INT8_T, MPI_MAX, -127.0, 127.0);
+  check(half_bits{}, 5 * m / 2 + 5, DType::kF16, ReduceOp::kSum, MPI_UINT16_T, half_sum, -2.0, 2.0);  // 5 MB
   for (size_t bytes : {size_t{3} * m + 1, size_t{9} * m + 7}) {
     for (int round = 0; round < 2; ++round) {
       const std::vector<uint8_t> send = random_values<uint8_t>(bytes, 31u * r + round, 0.0, 255.0);
@@ -419,9 +419,9 @@ TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
   };
   const std::vector<Case> cases = {
       {"all-reduce 4 MB (ring)", 1000,
-       [&] { c.allreduce(big.data(), int64_t(big.size()), DType::F32, ReduceOp::kSum); }},
+       [&] { c.allreduce(big.data(), int64_t(big.size()), DType::kF32, ReduceOp::kSum); }},
       {"all-reduce 64 B (MPI_Iallreduce)", 500,
-       [&] { c.allreduce(small.data(), int64_t(small.size()), DType::F32, ReduceOp::kSum); }},
+       [&] { c.allreduce(small.data(), int64_t(small.size()), DType::kF32, ReduceOp::kSum); }},
       {"all-gather 2 MB (ring)", 500, [&] { c.allgather(send.data(), gathered.data(), send.size()); }},
       {"broadcast 64 B", 500, [&] { c.broadcast(small.data(), 64, 1); }},
       {"barrier", 500, [&] { c.barrier(); }},

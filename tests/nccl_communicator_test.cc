@@ -165,14 +165,14 @@ TEST(NcclCommunicator, OneGpuGroup) {
     const std::vector<T> back = buf.download<T>(n);
     EXPECT_EQ(std::memcmp(back.data(), v.data(), n * sizeof(T)), 0) << dtype_name(dtype) << " " << enum_name(op);
   };
-  identity(float{}, DType::F32, ReduceOp::kSum);
-  identity(float{}, DType::F32, ReduceOp::kMax);
-  identity(int8_t{}, DType::I8, ReduceOp::kSum);
-  identity(int8_t{}, DType::I8, ReduceOp::kMax);
-  identity(int32_t{}, DType::I32, ReduceOp::kSum);
-  identity(int32_t{}, DType::I32, ReduceOp::kMax);
-  identity(half_bits{}, DType::F16, ReduceOp::kSum);
-  identity(bf16_bits{}, DType::BF16, ReduceOp::kSum);
+  identity(float{}, DType::kF32, ReduceOp::kSum);
+  identity(float{}, DType::kF32, ReduceOp::kMax);
+  identity(int8_t{}, DType::kI8, ReduceOp::kSum);
+  identity(int8_t{}, DType::kI8, ReduceOp::kMax);
+  identity(int32_t{}, DType::kI32, ReduceOp::kSum);
+  identity(int32_t{}, DType::kI32, ReduceOp::kMax);
+  identity(half_bits{}, DType::kF16, ReduceOp::kSum);
+  identity(bf16_bits{}, DType::kBf16, ReduceOp::kSum);
   const std::vector<uint8_t> bytes = random_values<uint8_t>(n, 9);
   buf.upload(bytes);
   c.allgather(buf.ptr, out.ptr, n, Device::cuda(0));
@@ -183,14 +183,14 @@ TEST(NcclCommunicator, OneGpuGroup) {
   EXPECT_EQ(c.stats().calls, 8u + 3u);
   EXPECT_EQ(c.stats().moved_bytes, 0u);  // one rank moves nothing
   // Refusals: the dtype/op, a host buffer (declared as such or not), another GPU's.
-  EXPECT_NE(error_of([&] { c.allreduce(buf.ptr, n, DType::F16, ReduceOp::kMax, Device::cuda(0)); })
+  EXPECT_NE(error_of([&] { c.allreduce(buf.ptr, n, DType::kF16, ReduceOp::kMax, Device::cuda(0)); })
                 .find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, f16 sum, bf16 sum"),
             std::string::npos);
   std::vector<float> host(n);
-  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::F32, ReduceOp::kSum, Device::cpu()); })
+  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cpu()); })
                 .find("nccl (rank 0 of 1, cuda:0): buffers on cpu are not supported (device memory of cuda:0 only)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::F32, ReduceOp::kSum, Device::cuda(0)); })
+  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cuda(0)); })
                 .find("is host memory, not memory of cuda:0"),
             std::string::npos);
   EXPECT_NE(error_of([&] { c.allgather(buf.ptr, out.ptr, 4, Device::cuda(1)); })
@@ -246,12 +246,12 @@ TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
         ASSERT_NEAR(as_double(out[0][i]), want, rel_tol * std::max(scale, 1.0)) << what << " element " << i;
     }
   };
-  check(float{}, DType::F32, ReduceOp::kSum, 1e-6 * G);
-  check(float{}, DType::F32, ReduceOp::kMax, 0);
-  check(int8_t{}, DType::I8, ReduceOp::kSum, 0);
-  check(int32_t{}, DType::I32, ReduceOp::kMax, 0);
-  check(half_bits{}, DType::F16, ReduceOp::kSum, 2e-3 * G);
-  check(bf16_bits{}, DType::BF16, ReduceOp::kSum, 1.6e-2 * G);
+  check(float{}, DType::kF32, ReduceOp::kSum, 1e-6 * G);
+  check(float{}, DType::kF32, ReduceOp::kMax, 0);
+  check(int8_t{}, DType::kI8, ReduceOp::kSum, 0);
+  check(int32_t{}, DType::kI32, ReduceOp::kMax, 0);
+  check(half_bits{}, DType::kF16, ReduceOp::kSum, 2e-3 * G);
+  check(bf16_bits{}, DType::kBf16, ReduceOp::kSum, 1.6e-2 * G);
   // All-gather (separate and in place), broadcast from rank 1, barrier.
   const size_t block = (size_t{1} << 20) + 3;
   std::vector<std::vector<uint8_t>> gathered(G), in_place(G), bcast(G);
@@ -344,7 +344,7 @@ TEST(NcclAcrossProcesses, TwoProcessesOneGpuEach) {
   const size_t n = 100003;
   DeviceBuffer b(p, n * 4), g(p, 2 * n);
   b.upload(std::vector<float>(n, 1.5f * (p + 1)));
-  c.allreduce(b.ptr, n, DType::F32, ReduceOp::kSum, Device::cuda(p));
+  c.allreduce(b.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(p));
   c.synchronize();
   EXPECT_EQ(b.download<float>(n), std::vector<float>(n, 4.5f));
   DeviceBuffer send(p, n);

@@ -50,8 +50,8 @@ TEST(Net, FanOutGradientsAccumulateAndMatchCentralDifferences) {
   std::vector<float> images(2 * 5 * 5 * 3);
   for (size_t i = 0; i < images.size(); ++i) images[i] = std::sin(0.7f * float(i)) + 0.3f;
   std::vector<int32_t> labels = {2, 0};
-  Tensor x(images.data(), Shape{2, 5, 5, 3}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{2}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{2, 5, 5, 3}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{2}, DType::kI32, Device::cpu());
   net.forward(x, y, true);
   net.backward();
 
@@ -92,8 +92,8 @@ TEST(Net, WeightDecayEntersLossAndGradient) {
   without.bind(store);
   std::vector<float> images(2 * 75, 0.25f);
   std::vector<int32_t> labels = {1, 1};
-  Tensor x(images.data(), Shape{2, 5, 5, 3}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{2}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{2, 5, 5, 3}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{2}, DType::kI32, Device::cpu());
   const float lw = with.forward(x, y, true);
   with.backward();
   const float l0 = without.forward(x, y, true);
@@ -113,7 +113,7 @@ TEST(Net, WeightDecayEntersLossAndGradient) {
 
 TEST(Initializer, XavierAndHeDrawTheirDistributions) {
   std::vector<float> buf(300 * 200);
-  Tensor t(buf.data(), Shape{300, 200}, DType::F32, Device::cpu());
+  Tensor t(buf.data(), Shape{300, 200}, DType::kF32, Device::cpu());
   initialize_host(Initializer::xavier(1), t, 7, 0);
   const double a = std::sqrt(6.0 / 500);
   double sq = 0;
@@ -124,7 +124,7 @@ TEST(Initializer, XavierAndHeDrawTheirDistributions) {
   EXPECT_NEAR(std::sqrt(sq / buf.size()), a / std::sqrt(3.0), 0.01 * a);  // uniform(-a, a) has std a/sqrt(3)
 
   std::vector<float> cbuf(3 * 3 * 64 * 128);
-  Tensor c(cbuf.data(), Shape{3, 3, 64, 128}, DType::F32, Device::cpu());
+  Tensor c(cbuf.data(), Shape{3, 3, 64, 128}, DType::kF32, Device::cpu());
   initialize_host(Initializer::he(2), c, 7, 0);
   const double s = std::sqrt(2.0 / (3 * 3 * 64));
   sq = 0;
@@ -134,7 +134,7 @@ TEST(Initializer, XavierAndHeDrawTheirDistributions) {
   }
   EXPECT_NEAR(std::sqrt(sq / cbuf.size()), 0.8796 * s, 0.01 * s);  // normal truncated at 2 sigma
   std::vector<float> again(cbuf.size());
-  initialize_host(Initializer::he(2), Tensor(again.data(), c.shape(), DType::F32, Device::cpu()), 7, 0);
+  initialize_host(Initializer::he(2), Tensor(again.data(), c.shape(), DType::kF32, Device::cpu()), 7, 0);
   EXPECT_EQ(again, cbuf);
 }
 

@@ -634,7 +634,7 @@ TEST_F(MovingAverageFixture, SwapAndAssign) {
 TEST_F(MovingAverageFixture, Errors) {
   expect_error([&] { ExponentialMovingAverage e(*be_, {&params_}, 1.5f); }, "moving-average decay must be in [0, 1]");
   Slab ints;
-  ints.add("step", Shape{1}, DType::I32);
+  ints.add("step", Shape{1}, DType::kI32);
   ints.allocate(be_->allocator());
   expect_error([&] { ExponentialMovingAverage e(*be_, {&ints}); }, "tensor 'step' is i32, only f32 tensors");
   Slab unallocated;

@@ -310,14 +310,14 @@ TEST(InceptionV3, ImageSizeBelow75IsOneClearErrorAnd75IsTheTrueMinimum) {
 
 std::vector<float> host_copy(Backend& be, const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
-  be.copy(Tensor(v.data(), t.shape(), DType::F32, Device::cpu()), t);
+  be.copy(Tensor(v.data(), t.shape(), DType::kF32, Device::cpu()), t);
   return v;
 }
 
 std::vector<uint8_t> slab_bytes(Backend& be, const Slab& slab) {
   const Tensor flat = slab.flat_bytes();
   std::vector<uint8_t> v(static_cast<size_t>(flat.numel()));
-  be.copy(Tensor(v.data(), flat.shape(), DType::U8, Device::cpu()), flat);
+  be.copy(Tensor(v.data(), flat.shape(), DType::kU8, Device::cpu()), flat);
   return v;
 }
 
@@ -357,8 +357,8 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
   for (float& v : images) v = uni(rng);
   std::vector<int32_t> labels(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>((3 + 7 * i) % classes);
-  Tensor x(images.data(), Shape{batch, size, size, 3}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{batch, size, size, 3}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
 
   const std::string mean_name = spec.probe_bn + "/moving_mean", var_name = spec.probe_bn + "/moving_variance";
   const std::vector<float> state0 = host_copy(*be, store.state().view(mean_name));
@@ -418,7 +418,7 @@ void run_smoke(const SmokeSpec& spec, const std::function<void(Net&, float)>& ch
   std::vector<float> shifted = mean_trained;
   for (float& v : shifted) v += 1.f;
   be->copy(store.state().view(mean_name),
-           Tensor(shifted.data(), Shape{int64_t(shifted.size())}, DType::F32, Device::cpu()));
+           Tensor(shifted.data(), Shape{int64_t(shifted.size())}, DType::kF32, Device::cpu()));
   net.forward(x, y, false);
   const std::vector<float> logits_shifted = host_copy(*be, net.tensor(net.logits_name()));
   EXPECT_GT(max_abs_diff(logits_shifted, logits_a), 1e-6) << "inference ignored " << mean_name;

@@ -33,7 +33,7 @@ namespace tg {
 namespace {
 
 Tensor host_tensor(std::vector<float>& v) {
-  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::cpu());
+  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kF32, Device::cpu());
 }
 
 using testing::random_bytes;
@@ -801,53 +801,53 @@ TEST(TernaryCuda, MatchesCpu) {
     return Tensor(keep.back().data(), Shape{count}, dtype, gpu->device());
   };
   auto host = [](void* p, int64_t count, DType dtype) { return Tensor(p, Shape{count}, dtype, Device::cpu()); };
-  const Tensor dg = device(n, DType::F32), ds = device(1, DType::F32), dout = device(n, DType::F32);
-  const Tensor dpacked = device(2 * nbytes, DType::U8), dsums = device(n, DType::I8), dzeros = device(1, DType::I32);
-  gpu->copy(dg, host(g.data(), n, DType::F32));
+  const Tensor dg = device(n, DType::kF32), ds = device(1, DType::kF32), dout = device(n, DType::kF32);
+  const Tensor dpacked = device(2 * nbytes, DType::kU8), dsums = device(n, DType::kI8), dzeros = device(1, DType::kI32);
+  gpu->copy(dg, host(g.data(), n, DType::kF32));
   for (float c : {0.f, 2.5f}) {
     gpu->ternary_scaler(dg, c, ds);
     float s_gpu = 0.f;
-    gpu->copy(host(&s_gpu, 1, DType::F32), ds);
+    gpu->copy(host(&s_gpu, 1, DType::kF32), ds);
     const float s_cpu = ternary_scaler_cpu(g.data(), n, c);
     EXPECT_TRUE(same_bits(s_gpu, s_cpu)) << "clip_factor " << c << ": " << s_gpu << " vs " << s_cpu;
   }
   {  // a NaN anywhere gives a NaN scaler, as on the CPU
     std::vector<float> bad = g;
     bad[n / 3] = std::numeric_limits<float>::quiet_NaN();
-    const Tensor dbad = device(n, DType::F32);
-    gpu->copy(dbad, host(bad.data(), n, DType::F32));
+    const Tensor dbad = device(n, DType::kF32);
+    gpu->copy(dbad, host(bad.data(), n, DType::kF32));
     gpu->ternary_scaler(dbad, 2.5f, ds);
     float s_gpu = 0.f;
-    gpu->copy(host(&s_gpu, 1, DType::F32), ds);
+    gpu->copy(host(&s_gpu, 1, DType::kF32), ds);
     EXPECT_TRUE(std::isnan(s_gpu));
   }
   float s = ternary_scaler_cpu(g.data(), n, 2.5f);
-  gpu->copy(ds, host(&s, 1, DType::F32));
+  gpu->copy(ds, host(&s, 1, DType::kF32));
   const PhiloxKey k0 = philox_key(5, 0), k1 = philox_key(5, 1);
   std::vector<uint8_t> gpu_packed(2 * nbytes), cpu_packed(2 * nbytes);
   const int64_t cpu_zeros = ternary_encode_cpu(g.data(), n, s, k0, 12, 3, cpu_packed.data());
   ternary_encode_cpu(g.data(), n, s, k1, 12, 3, cpu_packed.data() + nbytes);
   gpu->ternary_encode(dg, ds, k0, 12, 3, dpacked.slice0(0, nbytes), dzeros);
   gpu->ternary_encode(dg, ds, k1, 12, 3, dpacked.slice0(nbytes, 2 * nbytes), Tensor());
-  gpu->copy(host(gpu_packed.data(), 2 * nbytes, DType::U8), dpacked);
+  gpu->copy(host(gpu_packed.data(), 2 * nbytes, DType::kU8), dpacked);
   ASSERT_EQ(gpu_packed, cpu_packed);
   int32_t gpu_zeros = -1;
-  gpu->copy(host(&gpu_zeros, 1, DType::I32), dzeros);
+  gpu->copy(host(&gpu_zeros, 1, DType::kI32), dzeros);
   EXPECT_EQ(gpu_zeros, cpu_zeros);
   // decode from the two gathered buffers, and from int8 sums
   std::vector<float> cpu_out(n), gpu_out(n);
   ternary_decode_gathered_cpu(cpu_packed.data(), nbytes, 2, n, s, cpu_out.data());
   gpu->ternary_decode_gathered(dpacked, nbytes, 2, ds, dout);
-  gpu->copy(host(gpu_out.data(), n, DType::F32), dout);
+  gpu->copy(host(gpu_out.data(), n, DType::kF32), dout);
   ASSERT_EQ(gpu_out, cpu_out);
   std::vector<int8_t> sums(n), cpu_sums(n);
   ternary_sum_codes_cpu(cpu_packed.data(), nbytes, 2, n, cpu_sums.data());
   gpu->ternary_sum_codes(dpacked, nbytes, 2, dsums);
-  gpu->copy(host(sums.data(), n, DType::I8), dsums);
+  gpu->copy(host(sums.data(), n, DType::kI8), dsums);
   ASSERT_EQ(sums, cpu_sums);
   ternary_decode_sums_cpu(cpu_sums.data(), n, s, 3, cpu_out.data());
   gpu->ternary_decode_sums(dsums, ds, 3, dout);
-  gpu->copy(host(gpu_out.data(), n, DType::F32), dout);
+  gpu->copy(host(gpu_out.data(), n, DType::kF32), dout);
   ASSERT_EQ(gpu_out, cpu_out);
 }
 

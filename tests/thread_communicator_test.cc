@@ -123,14 +123,14 @@ void check_allreduce(int R, DType dtype, ReduceOp op) {
 
 TEST(ThreadCommunicator, AllreduceMatchesAPlainLoopOnEveryRank) {
   for (int R = 1; R <= 4; ++R) {
-    check_allreduce<float>(R, DType::F32, ReduceOp::kSum);
-    check_allreduce<float>(R, DType::F32, ReduceOp::kMax);
-    check_allreduce<int8_t>(R, DType::I8, ReduceOp::kSum);
-    check_allreduce<int8_t>(R, DType::I8, ReduceOp::kMax);
-    check_allreduce<int32_t>(R, DType::I32, ReduceOp::kSum);
-    check_allreduce<int32_t>(R, DType::I32, ReduceOp::kMax);
-    check_allreduce<half_bits>(R, DType::F16, ReduceOp::kSum);
-    check_allreduce<bf16_bits>(R, DType::BF16, ReduceOp::kSum);
+    check_allreduce<float>(R, DType::kF32, ReduceOp::kSum);
+    check_allreduce<float>(R, DType::kF32, ReduceOp::kMax);
+    check_allreduce<int8_t>(R, DType::kI8, ReduceOp::kSum);
+    check_allreduce<int8_t>(R, DType::kI8, ReduceOp::kMax);
+    check_allreduce<int32_t>(R, DType::kI32, ReduceOp::kSum);
+    check_allreduce<int32_t>(R, DType::kI32, ReduceOp::kMax);
+    check_allreduce<half_bits>(R, DType::kF16, ReduceOp::kSum);
+    check_allreduce<bf16_bits>(R, DType::kBf16, ReduceOp::kSum);
   }
 }
 
@@ -184,7 +184,7 @@ TEST(ThreadCommunicator, ByteCountersFollowTheModel) {
   expect_no_errors(run_ranks(comms, [&](int, ThreadCommunicator& c) {
     std::vector<float> x(n, 1.f);
     std::vector<uint8_t> send(7), recv(7 * R);
-    c.allreduce(x.data(), n, DType::F32, ReduceOp::kSum);
+    c.allreduce(x.data(), n, DType::kF32, ReduceOp::kSum);
     c.allgather(send.data(), recv.data(), 7);
     c.broadcast(send.data(), 7, 2);
     c.barrier();
@@ -201,7 +201,7 @@ TEST(ThreadCommunicator, ArgumentErrors) {
   ThreadCommunicator& c = *comms[0];
   float x = 0.f;
   try {
-    c.allreduce(&x, 1, DType::F32, ReduceOp::kSum, Device::cuda(0));
+    c.allreduce(&x, 1, DType::kF32, ReduceOp::kSum, Device::cuda(0));
     FAIL() << "a device buffer was accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -209,7 +209,7 @@ TEST(ThreadCommunicator, ArgumentErrors) {
   }
   half_bits h{0};
   try {
-    c.allreduce(&h, 1, DType::F16, ReduceOp::kMax);
+    c.allreduce(&h, 1, DType::kF16, ReduceOp::kMax);
     FAIL() << "f16 max was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, "
@@ -227,9 +227,9 @@ TEST(ThreadCommunicator, MismatchedCallsFailOnEveryRank) {
   const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
     std::vector<float> x(11, 1.f);
     if (r == 2)
-      c.allreduce(x.data(), 11, DType::F32, ReduceOp::kSum);
+      c.allreduce(x.data(), 11, DType::kF32, ReduceOp::kSum);
     else
-      c.allreduce(x.data(), 10, DType::F32, ReduceOp::kSum);
+      c.allreduce(x.data(), 10, DType::kF32, ReduceOp::kSum);
   });
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(errors[r].find("ranks disagree on the collective: rank 0 called all-reduce sum of 10 f32, rank 2 "
@@ -246,13 +246,13 @@ TEST(ThreadCommunicator, AbortWakesTheWaitingRanks) {
   auto comms = make_thread_communicators(3);
   const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
     std::vector<float> x(100, 1.f);
-    c.allreduce(x.data(), 100, DType::F32, ReduceOp::kSum);  // one that completes
+    c.allreduce(x.data(), 100, DType::kF32, ReduceOp::kSum);  // one that completes
     if (r == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       c.abort("decoding the batch failed");
       return;
     }
-    c.allreduce(x.data(), 100, DType::F32, ReduceOp::kSum);  // waits for rank 0, which never comes
+    c.allreduce(x.data(), 100, DType::kF32, ReduceOp::kSum);  // waits for rank 0, which never comes
   });
   EXPECT_EQ(errors[0], "");
   for (int r = 1; r < 3; ++r)
@@ -302,12 +302,12 @@ TEST(ThreadCommunicator, WaitingForALatePeerLeavesTheCore) {
     std::vector<float> x(16, 1.f);
     if (r == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      c.allreduce(x.data(), 16, DType::F32, ReduceOp::kSum);
+      c.allreduce(x.data(), 16, DType::kF32, ReduceOp::kSum);
       return;
     }
     const double c0 = thread_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    c.allreduce(x.data(), 16, DType::F32, ReduceOp::kSum);
+    c.allreduce(x.data(), 16, DType::kF32, ReduceOp::kSum);
     wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cpu = thread_cpu_seconds() - c0;
   }));

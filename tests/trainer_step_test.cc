@@ -38,8 +38,8 @@ int64_t net_step_allocations() {
   Optimizer opt(testing::momentum_sgd(), store.params(), *be);
   std::vector<float> images(kWorkerBatch * 28 * 28, 0.5f);
   std::vector<int32_t> labels(kWorkerBatch, 3);
-  Tensor x(images.data(), Shape{kWorkerBatch, 28, 28, 1}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{kWorkerBatch}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{kWorkerBatch, 28, 28, 1}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{kWorkerBatch}, DType::kI32, Device::cpu());
   auto step = [&](int64_t t) {
     net.forward(x, y, true, static_cast<uint32_t>(t));
     net.backward();

@@ -124,7 +124,7 @@ class TrainerTest : public ::testing::Test {
     for (const auto& name : r.names()) {
       Shape s = r.shape(name);
       std::vector<char> buf(static_cast<size_t>(s.numel()) * 4);
-      r.read(name, Tensor(buf.data(), s, DType::F32, Device::cpu()));
+      r.read(name, Tensor(buf.data(), s, DType::kF32, Device::cpu()));
       all.insert(all.end(), buf.begin(), buf.end());
     }
     return all;
@@ -714,7 +714,7 @@ TEST_F(TrainerTest, StaleTemporaryCheckpointFilesAreRemovedAtStart) {
 // flag, in fp32.
 TEST_F(TrainerTest, Bf16ResumeIsBitIdenticalAndItsCheckpointEvaluatesInFp32) {
   const auto cpu = make_backend("cpu", {1});
-  if (!cpu->supports_compute(DType::BF16)) GTEST_SKIP() << cpu->why_not(DType::BF16);
+  if (!cpu->supports_compute(DType::kBf16)) GTEST_SKIP() << cpu->why_not(DType::kBf16);
   TrainConfig a = config("a");
   a.precision = "bf16";
   TrainResult ra = Trainer(a).run();

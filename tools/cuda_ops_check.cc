@@ -29,10 +29,10 @@ namespace {
 // Tolerances of the sampled GEMM-like checks, relative to the element's sum |term|: fp32 FMA is ~1e-7 (TF32
 // operands give ~1e-5 and more); an f16 output carries up to 2^-11 = 4.9e-4 of rounding, bf16 up to 2^-8 =
 // 3.9e-3, and a bias added after cuDNN/cuBLAS rounds once more.
-double gemm_tol(DType t) { return t == DType::F32 ? 5e-6 : t == DType::F16 ? 2e-3 : 1.6e-2; }
+double gemm_tol(DType t) { return t == DType::kF32 ? 5e-6 : t == DType::kF16 ? 2e-3 : 1.6e-2; }
 // Batch norm outputs, relative to the tensor's max |ref|: f32 as before; one rounding of the output in f16/bf16.
-double bn_tol(DType t, double f32_tol) { return t == DType::F32 ? f32_tol : t == DType::F16 ? 2e-3 : 1.6e-2; }
-std::string tol_text(DType t, double tol) { return t == DType::F32 ? "" : fmt::format("  tol {:g}", tol); }
+double bn_tol(DType t, double f32_tol) { return t == DType::kF32 ? f32_tol : t == DType::kF16 ? 2e-3 : 1.6e-2; }
+std::string tol_text(DType t, double tol) { return t == DType::kF32 ? "" : fmt::format("  tol {:g}", tol); }
 
 // ---- convolution ------------------------------------------------------------------------------------------------
 struct ConvCase {
@@ -114,7 +114,7 @@ void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc, DType t) 
   const std::string name = std::string("conv ") + cc.name;
   if (skip_dtype(be, t, name)) return;
   const int64_t n = o.small ? 4 : cc.n;
-  const ConvDesc d = make_conv_desc(n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, Padding::SAME, 1, cc.bias);
+  const ConvDesc d = make_conv_desc(n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, Padding::kSame, 1, cc.bias);
   const std::string shape = fmt::format("{}x{}x{}x{} k{} /{} ->{}", n, cc.h, cc.w, cc.c, cc.k, cc.stride, cc.o);
   const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
   auto hx = randoms(xs.numel(), 1), hw = randoms(ws.numel(), 2), hb = randoms(d.out_c, 3), hdy = randoms(ys.numel(), 4);
@@ -189,13 +189,13 @@ void group_conv(CudaBackend& be, const Options& o) {
       {"alexnet conv2", 128, 27, 27, 48, 5, 128, 1, false},
       {"resnet50 3x3", 64, 56, 56, 64, 3, 64, 1, false},
   };
-  for (const ConvCase& cc : cases) check_conv(be, o, cc, DType::F32);
+  for (const ConvCase& cc : cases) check_conv(be, o, cc, DType::kF32);
   // Mixed precision at ResNet-50 shapes (tensor-core friendly channel counts), bias included (its column sum).
   const ConvCase half_cases[] = {
       {"resnet50 3x3", 64, 56, 56, 64, 3, 64, 1, true},
       {"resnet50 1x1", 64, 56, 56, 256, 1, 64, 1, false},
   };
-  for (DType t : {DType::F16, DType::BF16})
+  for (DType t : {DType::kF16, DType::kBf16})
     for (const ConvCase& cc : half_cases) check_conv(be, o, cc, t);
 }
 
@@ -213,7 +213,7 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
   Dev dx(be, Shape{n, in}, t), dw(be, Shape{in, out}, t), db(be, Shape{out}, t);
   upload_as(be, x.t, hx), upload_as(be, w.t, hw), upload_as(be, b.t, hb), upload_as(be, dy.t, hdy);
   const double kTol = gemm_tol(t);
-  const std::string algo = t != DType::F32           ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
+  const std::string algo = t != DType::kF32           ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
                            : be.options().allow_tf32 ? "cublasGemmEx tf32"
                                                      : "cublasGemmEx fp32";
   const std::string op = std::string("fc ") + name;
@@ -265,9 +265,9 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
 }
 
 void group_fc(CudaBackend& be, const Options& o) {
-  check_fc(be, o, "alexnet fc6", 128, 9216, 4096, DType::F32);
-  check_fc(be, o, "alexnet fc7", 128, 4096, 4096, DType::F32);
-  for (DType t : {DType::F16, DType::BF16}) check_fc(be, o, "resnet50 fc", 256, 2048, 1000, t);
+  check_fc(be, o, "alexnet fc6", 128, 9216, 4096, DType::kF32);
+  check_fc(be, o, "alexnet fc7", 128, 4096, 4096, DType::kF32);
+  for (DType t : {DType::kF16, DType::kBf16}) check_fc(be, o, "resnet50 fc", 256, 2048, 1000, t);
 }
 
 // ---- batch norm ------------------------------------------------------------------------------------------------------
@@ -338,9 +338,9 @@ void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows,
 }
 
 void group_bn(CudaBackend& be, const Options& o) {
-  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false, DType::F32);        // 401,408 rows
-  check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, DType::F32);  // 1,605,632 rows: past cuDNN's limits
-  for (DType t : {DType::F16, DType::BF16}) check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, t);
+  check_bn(be, o, "alexnet conv1", 128 * 56 * 56, 48, false, DType::kF32);        // 401,408 rows
+  check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, DType::kF32);  // 1,605,632 rows: past cuDNN's limits
+  for (DType t : {DType::kF16, DType::kBf16}) check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, t);
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------------------------------
@@ -413,7 +413,7 @@ void group_reduce(CudaBackend& be, const Options& o) {
     st.add(be.max_abs(x.t), mx, mx, 0);
     // a NaN followed by finite values must come back as NaN
     std::vector<float> nan = {std::nanf("")};
-    be.copy(Tensor(x.buf.data(), Shape{1}, DType::F32, be.device()), Tensor(nan.data(), Shape{1}, DType::F32, Device::cpu()));
+    be.copy(Tensor(x.buf.data(), Shape{1}, DType::kF32, be.device()), Tensor(nan.data(), Shape{1}, DType::kF32, Device::cpu()));
     const bool nan_ok = std::isnan(be.max_abs(x.t));
     if (!nan_ok) ++st.bad;
     report("max_abs (+NaN case)", shape, st, time_ms(be, [&] { be.max_abs(x.t); }), "tg two-pass", true, true,

@@ -68,17 +68,17 @@ inline std::vector<int64_t> sample(int64_t n, int64_t count, uint64_t seed) {
 struct Dev {
   Buffer buf;
   Tensor t;
-  Dev(CudaBackend& be, const Shape& s, DType dt = DType::F32)
+  Dev(CudaBackend& be, const Shape& s, DType dt = DType::kF32)
       : buf(be.allocator(), static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt)),
         t(buf.data(), s, dt, be.device()) {}
 };
 
 inline void upload(Backend& be, const Tensor& dst, std::vector<float>& v) {
-  be.copy(dst, Tensor(v.data(), dst.shape(), DType::F32, Device::cpu()));
+  be.copy(dst, Tensor(v.data(), dst.shape(), DType::kF32, Device::cpu()));
 }
 inline std::vector<float> download(Backend& be, const Tensor& src) {
   std::vector<float> v(static_cast<size_t>(src.numel()));
-  be.copy(Tensor(v.data(), src.shape(), DType::F32, Device::cpu()), src);
+  be.copy(Tensor(v.data(), src.shape(), DType::kF32, Device::cpu()), src);
   return v;
 }
 inline void poison(Backend& be, const Tensor& t) { be.fill(t, std::nanf("")); }
@@ -168,26 +168,26 @@ inline void guarded(const std::string& op, const std::string& shape, const std::
 // ---- compute dtypes --------------------------------------------------------------------------------------------
 // The value of v in dtype t (round to nearest even), as a float.
 inline float round_to(DType t, float v) {
-  if (t == DType::F16) return half_to_float(float_to_half(v));
-  if (t == DType::BF16) return bf16_to_float(float_to_bf16(v));
+  if (t == DType::kF16) return half_to_float(float_to_half(v));
+  if (t == DType::kBf16) return bf16_to_float(float_to_bf16(v));
   return v;
 }
 inline void round_all(DType t, std::vector<float>& v) {
-  if (t == DType::F32) return;
+  if (t == DType::kF32) return;
 #pragma omp parallel for
   for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) v[i] = round_to(t, v[i]);
 }
-inline uint16_t bits16(DType t, float v) { return t == DType::F16 ? float_to_half(v).bits : float_to_bf16(v).bits; }
+inline uint16_t bits16(DType t, float v) { return t == DType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits; }
 inline float value16(DType t, uint16_t b) {
-  return t == DType::F16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b});
+  return t == DType::kF16 ? half_to_float(half_bits{b}) : bf16_to_float(bf16_bits{b});
 }
 // " f16" / " bf16" after an op's name; nothing for f32 (the original lines).
-inline std::string suffix(DType t) { return t == DType::F32 ? "" : std::string(" ") + dtype_name(t); }
+inline std::string suffix(DType t) { return t == DType::kF32 ? "" : std::string(" ") + dtype_name(t); }
 
 // dst (dtype t: F32, F16, BF16) = v, converted on the host.
 inline void upload_as(Backend& be, const Tensor& dst, const std::vector<float>& v) {
-  if (dst.dtype() == DType::F32) {
-    be.copy(dst, Tensor(const_cast<float*>(v.data()), dst.shape(), DType::F32, Device::cpu()));
+  if (dst.dtype() == DType::kF32) {
+    be.copy(dst, Tensor(const_cast<float*>(v.data()), dst.shape(), DType::kF32, Device::cpu()));
     return;
   }
   std::vector<uint16_t> b(v.size());
@@ -197,7 +197,7 @@ inline void upload_as(Backend& be, const Tensor& dst, const std::vector<float>& 
 }
 // The values of src (F32, F16, BF16) as floats.
 inline std::vector<float> download_as(Backend& be, const Tensor& src) {
-  if (src.dtype() == DType::F32) return download(be, src);
+  if (src.dtype() == DType::kF32) return download(be, src);
   std::vector<uint16_t> b(static_cast<size_t>(src.numel()));
   be.copy(Tensor(b.data(), src.shape(), src.dtype(), Device::cpu()), src);
   std::vector<float> v(b.size());
@@ -208,7 +208,7 @@ inline std::vector<float> download_as(Backend& be, const Tensor& src) {
 // All bytes 0xFF: NaN in f32, f16 and bf16 ("not written yet").
 inline void poison_any(Backend& be, const Tensor& t) {
   std::vector<uint8_t> ff(t.bytes(), 0xFF);
-  be.copy(t, Tensor(ff.data(), Shape{static_cast<int64_t>(t.bytes())}, DType::U8, Device::cpu()));
+  be.copy(t, Tensor(ff.data(), Shape{static_cast<int64_t>(t.bytes())}, DType::kU8, Device::cpu()));
 }
 // Prints a SKIP line (not a failure) and returns true when the device does not run dtype t.
 inline bool skip_dtype(CudaBackend& be, DType t, const std::string& op) {

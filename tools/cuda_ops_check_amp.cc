@@ -60,13 +60,13 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
     poison(be, f32.t);
     be.cast(f32.t, a.t);
     const auto first = download(be, f32.t);
-    const Stats st = check_rounded(DType::F32, first, hx);
+    const Stats st = check_rounded(DType::kF32, first, hx);
     const double ms = time_ms(be, [&] { be.cast(f32.t, a.t); });
     const bool det = same_bits(first, download(be, f32.t));
     report("cast" + sfx + " -> f32", shape, st, ms, "tg kernel", det, true, "  tol 0" + gbps(n * (4 + es), ms));
   });
   guarded("unscale_and_check" + sfx, shape, [&] {
-    Dev found(be, Shape{1}, DType::I32);
+    Dev found(be, Shape{1}, DType::kI32);
     be.zero(found.t);
     const float scale = 1.f / 32768.f;
     be.unscale_and_check(a.t, scale, f32.t, found.t);
@@ -74,13 +74,13 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; ++i) want[i] = hx[i] * scale;
     const auto first = download(be, f32.t);
-    Stats st = check_rounded(DType::F32, first, want);
+    Stats st = check_rounded(DType::kF32, first, want);
     int32_t flag = -1;
-    be.copy(Tensor(&flag, Shape{1}, DType::I32, Device::cpu()), found.t);
+    be.copy(Tensor(&flag, Shape{1}, DType::kI32, Device::cpu()), found.t);
     std::string extra;
     if (flag != 0) ++st.bad, extra += "  finite input flagged";
     be.unscale_and_check(a.t, 3e38f, f32.t, found.t);  // |x| up to 4 times 3e38: Inf
-    be.copy(Tensor(&flag, Shape{1}, DType::I32, Device::cpu()), found.t);
+    be.copy(Tensor(&flag, Shape{1}, DType::kI32, Device::cpu()), found.t);
     if (flag != 1) ++st.bad, extra += "  overflow not flagged";
     const double ms = time_ms(be, [&] { be.unscale_and_check(a.t, scale, f32.t, found.t); });
     const bool det = same_bits(first, download(be, f32.t));  // the timed runs used the same scale
@@ -111,7 +111,7 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
       [&](int64_t i) { return relu_grad_one(hx[i], hy[i]); });
   elementwise(
       "add", 3, [&] { be.add(a.t, b.t, out.t); }, [&](int64_t i) { return hx[i] + hy[i]; });
-  Dev mask(be, Shape{n}, DType::U8);
+  Dev mask(be, Shape{n}, DType::kU8);
   const PhiloxKey key = philox_key(7, 3);
   const float keep = 0.9f, inv = 1.f / keep;
   elementwise(
@@ -144,10 +144,10 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
     round_all(t, hl);
     std::vector<int32_t> lab(rows);
     for (int64_t r = 0; r < rows; ++r) lab[r] = static_cast<int32_t>((r * 7919) % k);
-    Dev logits(be, Shape{rows, k}, t), labels(be, Shape{rows}, DType::I32), probs(be, Shape{rows, k}),
+    Dev logits(be, Shape{rows, k}, t), labels(be, Shape{rows}, DType::kI32), probs(be, Shape{rows, k}),
         losses(be, Shape{rows}), dlogits(be, Shape{rows, k}, t);
     upload_as(be, logits.t, hl);
-    be.copy(labels.t, Tensor(lab.data(), Shape{rows}, DType::I32, Device::cpu()));
+    be.copy(labels.t, Tensor(lab.data(), Shape{rows}, DType::kI32, Device::cpu()));
     const float ls = 0.1f, off = ls / k, on = 1.f - ls + off;
     be.softmax_xent_forward(logits.t, labels.t, ls, probs.t, losses.t);
     auto gp = download(be, probs.t), gl = download(be, losses.t);
@@ -179,7 +179,7 @@ void check_dtype(CudaBackend& be, const Options& o, DType t) {
 }  // namespace
 
 void group_amp(CudaBackend& be, const Options& o) {
-  for (DType t : {DType::F16, DType::BF16}) check_dtype(be, o, t);
+  for (DType t : {DType::kF16, DType::kBf16}) check_dtype(be, o, t);
 }
 
 }  // namespace tg::ops_check

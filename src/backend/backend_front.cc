@@ -27,14 +27,14 @@ void on_device(const Backend& be, const Tensor* xs, int count, const char* op, c
 // t (when defined) is f32 with ref's element count.
 void f32_like(const Tensor& ref, const Tensor& t, const char* op, const char* what) {
   if (!t.defined()) return;
-  TG_CHECK(t.dtype() == DType::F32 && t.numel() == ref.numel(), "{}: {} {} must be f32 with {} elements", op, what,
+  TG_CHECK(t.dtype() == DType::kF32 && t.numel() == ref.numel(), "{}: {} {} must be f32 with {} elements", op, what,
            t.str(), ref.numel());
 }
 
 // t (when defined) is f32 (a batch-norm statistic, a loss output); shapes are checked by the implementation.
 void f32_only(const Tensor& t, const char* op, const char* what) {
   if (!t.defined()) return;
-  TG_CHECK(t.dtype() == DType::F32, "{}: {} {} must be f32", op, what, t.str());
+  TG_CHECK(t.dtype() == DType::kF32, "{}: {} {} must be f32", op, what, t.str());
 }
 
 // ref has a compute dtype (f32, f16, bf16) and t (when defined) has the same one: the activations, weights and
@@ -83,7 +83,7 @@ void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& ds
   same_compute(src, src, "unscale_and_check", "src");
   TG_CHECK(dst.defined(), "unscale_and_check: dst is undefined");
   f32_like(src, dst, "unscale_and_check", "dst");
-  TG_CHECK(found.defined() && found.dtype() == DType::I32 && found.numel() == 1,
+  TG_CHECK(found.defined() && found.dtype() == DType::kI32 && found.numel() == 1,
            "unscale_and_check: found {} must be i32 with 1 element", found.str());
   TG_CHECK(std::isfinite(scale), "unscale_and_check: scale {} is not finite", scale);
   unscale_and_check_impl(src, scale, dst, found);
@@ -144,7 +144,7 @@ void Backend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& ma
   on_device(*this, y, "dropout_forward", "y");
   on_device(*this, mask, "dropout_forward", "mask");
   compute_like(x, y, "dropout_forward", "y");
-  TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == x.numel(), "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
+  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == x.numel(), "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout_forward: keep_prob {} is not in (0, 1]", keep_prob);
   dropout_forward_impl(x, y, mask, keep_prob, key, step, salt);
 }
@@ -154,7 +154,7 @@ void Backend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_
   on_device(*this, mask, "dropout_backward", "mask");
   on_device(*this, dx, "dropout_backward", "dx");
   compute_like(dy, dx, "dropout_backward", "dx");
-  TG_CHECK(mask.dtype() == DType::U8 && mask.numel() == dy.numel(), "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
+  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == dy.numel(), "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
   dropout_backward_impl(dy, mask, keep_prob, dx);
 }
 

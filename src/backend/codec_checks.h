@@ -19,13 +19,13 @@ inline void numel(const Tensor& t, int64_t n, const char* op, const char* what) 
 
 // A scaler: f32 (1).
 inline void scaler(const Tensor& s, const char* op) {
-  dtype(s, DType::F32, op, "scaler");
+  dtype(s, DType::kF32, op, "scaler");
   numel(s, 1, op, "scaler");
 }
 
 // The workers' packed codes of n elements: ceil(n/4) bytes each, worker w's at byte w * stride of `packed`.
 inline void workers_packed(const Tensor& packed, int64_t stride, int num_workers, int64_t n, const char* op) {
-  dtype(packed, DType::U8, op, "packed codes");
+  dtype(packed, DType::kU8, op, "packed codes");
   TG_CHECK(num_workers >= 1 && stride >= 0, "{}: {} workers, stride {}", op, num_workers, stride);
   const int64_t need = n > 0 ? (num_workers - 1) * stride + (n + 3) / 4 : 0;
   TG_CHECK(packed.numel() >= need, "{}: {} holds {} bytes, {} workers at stride {} of {} elements need {}", op,
@@ -37,7 +37,7 @@ inline void inputs(const Tensor* xs, int count, int64_t n, const char* op) {
   TG_CHECK(xs != nullptr && count >= 1 && count <= Backend::kMaxCodecInputs, "{}: {} inputs (1 to {})", op, count,
            Backend::kMaxCodecInputs);
   for (int w = 0; w < count; ++w) {
-    dtype(xs[w], DType::F32, op, "input");
+    dtype(xs[w], DType::kF32, op, "input");
     numel(xs[w], n, op, "input");
   }
 }

@@ -11,7 +11,7 @@ namespace tg {
 
 Pad1D tf_padding(int64_t in, int64_t kernel, int64_t stride, Padding padding) {
   TG_CHECK(stride >= 1 && kernel >= 1, "kernel {} and stride {} must be positive", kernel, stride);
-  if (padding == Padding::SAME) {
+  if (padding == Padding::kSame) {
     int64_t out = (in + stride - 1) / stride;
     int64_t total = std::max<int64_t>((out - 1) * stride + kernel - in, 0);
     return {out, total / 2, total - total / 2};
@@ -50,7 +50,7 @@ std::string ConvDesc::key() const {
                      stride_h, stride_w, pad_top, pad_bottom, pad_left, pad_right, has_bias);
 }
 std::string PoolDesc::key() const {
-  return fmt::format("pool{}:{}x{}x{}x{}:k{}x{}:s{}x{}:p{},{},{},{}", kind == PoolKind::MAX ? "max" : "avg", n, h, w,
+  return fmt::format("pool{}:{}x{}x{}x{}:k{}x{}:s{}x{}:p{},{},{},{}", kind == PoolKind::kMax ? "max" : "avg", n, h, w,
                      c, kh, kw, stride_h, stride_w, pad_top, pad_bottom, pad_left, pad_right);
 }
 std::string LrnDesc::key() const {

@@ -6,12 +6,12 @@
 namespace tg {
 
 bool reduce_supported(DType dtype, ReduceOp op) {
-  return dtype == DType::F32 || dtype == DType::I8 || dtype == DType::I32 || (dtype == DType::F16 && op == ReduceOp::kSum);
+  return dtype == DType::kF32 || dtype == DType::kI8 || dtype == DType::kI32 || (dtype == DType::kF16 && op == ReduceOp::kSum);
 }
 
 std::string Communicator::supported_text() const {
   std::string text;
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32})
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBf16, DType::kI8, DType::kU8, DType::kI32})
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
       if (supports(dtype, op)) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), enum_name(op));
   return text;

@@ -145,21 +145,21 @@ void GradientExchange::allocate_buffers() {
   storage_ = Buffer(be_.allocator(), std::max<size_t>(total, kAlign));
   char* base = static_cast<char*>(storage_.data());
   const Device dev = be_.device();
-  be_.zero(Tensor(base, Shape{static_cast<int64_t>(storage_.bytes())}, DType::U8, dev));  // first touch now
+  be_.zero(Tensor(base, Shape{static_cast<int64_t>(storage_.bytes())}, DType::kU8, dev));  // first touch now
   auto view = [&](size_t at, int64_t n, DType t) { return Tensor(base + at, Shape{n}, t, dev); };
-  local_scalers_ = view(local_scalers, local_ * T, DType::F32);
+  local_scalers_ = view(local_scalers, local_ * T, DType::kF32);
   for (int w = 0; w < local_; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
-  shared_scalers_ = view(shared_scalers, T, DType::F32);
-  zero_codes_ = view(zero_codes, T, DType::I32);
+  shared_scalers_ = view(shared_scalers, T, DType::kF32);
+  zero_codes_ = view(zero_codes, T, DType::kI32);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t pb = b.layout.packed_bytes();
-    b.local_codes = view(off[i].local, local_ * pb, DType::U8);
-    if (gather) b.gathered = view(off[i].gathered, num_workers_ * pb, DType::U8);
-    if (sums) b.code_sums = view(off[i].sums, 4 * pb, DType::I8);
+    b.local_codes = view(off[i].local, local_ * pb, DType::kU8);
+    if (gather) b.gathered = view(off[i].gathered, num_workers_ * pb, DType::kU8);
+    if (sums) b.code_sums = view(off[i].sums, 4 * pb, DType::kI8);
     if (processes_) {
-      b.f16 = view(off[i].f16, b.layout.f16_elements(), DType::F16);
-      b.f32 = view(off[i].f32, b.layout.f32_elements(), DType::F32);
+      b.f16 = view(off[i].f16, b.layout.f16_elements(), DType::kF16);
+      b.f32 = view(off[i].f32, b.layout.f32_elements(), DType::kF32);
     }
   }
 }
@@ -200,7 +200,7 @@ void GradientExchange::compute_scalers(Bucket& b) {
 void GradientExchange::share_scalers(Bucket& b) {
   const RangeLayout& l = b.layout;
   if (processes_ && l.num_scalers() > 0)
-    processes_->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(), DType::F32,
+    processes_->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(), DType::kF32,
                           ReduceOp::kMax, be_.device());
 }
 
@@ -233,10 +233,10 @@ void GradientExchange::exchange_data(Bucket& b) {
       processes_->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(local_) * l.packed_bytes(),
                             dev);
     else
-      processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::I8, ReduceOp::kSum, dev);
+      processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::kI8, ReduceOp::kSum, dev);
   }
-  if (l.f16_elements() > 0) processes_->allreduce(b.f16.raw(), l.f16_elements(), DType::F16, ReduceOp::kSum, dev);
-  if (l.f32_elements() > 0) processes_->allreduce(b.f32.raw(), l.f32_elements(), DType::F32, ReduceOp::kSum, dev);
+  if (l.f16_elements() > 0) processes_->allreduce(b.f16.raw(), l.f16_elements(), DType::kF16, ReduceOp::kSum, dev);
+  if (l.f32_elements() > 0) processes_->allreduce(b.f32.raw(), l.f32_elements(), DType::kF32, ReduceOp::kSum, dev);
 }
 
 void GradientExchange::decode(Bucket& b) {
@@ -264,14 +264,14 @@ void GradientExchange::decode(Bucket& b) {
 
 const std::vector<float>& GradientExchange::shared_scalers() {
   const int64_t T = codec_.policy().num_ternary();
-  if (T > 0) be_.copy(Tensor(host_scalers_.data(), Shape{T}, DType::F32, Device::cpu()), shared_scalers_);
+  if (T > 0) be_.copy(Tensor(host_scalers_.data(), Shape{T}, DType::kF32, Device::cpu()), shared_scalers_);
   return host_scalers_;
 }
 
 const std::vector<int64_t>& GradientExchange::zero_codes() {
   const int64_t T = codec_.policy().num_ternary();
   std::vector<int32_t> z(static_cast<size_t>(T));
-  if (T > 0) be_.copy(Tensor(z.data(), Shape{T}, DType::I32, Device::cpu()), zero_codes_);
+  if (T > 0) be_.copy(Tensor(z.data(), Shape{T}, DType::kI32, Device::cpu()), zero_codes_);
   for (int64_t k = 0; k < T; ++k) host_zero_codes_[k] = z[k];
   return host_zero_codes_;
 }

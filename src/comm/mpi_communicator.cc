@@ -109,13 +109,13 @@ void half_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return MPI_FLOAT;
-    case DType::I8:
+    case DType::kI8:
       return MPI_INT8_T;
-    case DType::I32:
+    case DType::kI32:
       return MPI_INT32_T;
-    case DType::F16:
+    case DType::kF16:
       return MPI_UINT16_T;  // reduced by half_sum_op only
     default:
       TG_THROW("MPI communicator: no MPI datatype for {}", dtype_name(t));
@@ -293,7 +293,7 @@ void MpiCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, R
   uint8_t* p = static_cast<uint8_t*>(buffer);
   const size_t elem = dtype_size(dtype);
   if (static_cast<size_t>(count) * elem < kRingMinBytes || count < size_) {
-    MPI_Op mop = dtype == DType::F16 ? m.half_sum : (op == ReduceOp::kSum ? MPI_SUM : MPI_MAX);
+    MPI_Op mop = dtype == DType::kF16 ? m.half_sum : (op == ReduceOp::kSum ? MPI_SUM : MPI_MAX);
     MPI_Request request;
     TG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(count), mpi_type(dtype), mop, m.comm, &request));
     m.wait(&request);
@@ -337,7 +337,7 @@ void MpiCommunicator::allgather_impl(const void* send, void* recv, size_t send_b
   for (int s = 0; s < N - 1; ++s) {
     const int sb = (r - s + 2 * N) % N, rb = (r - s - 1 + 2 * N) % N;
     m.ring_step(out + static_cast<size_t>(sb) * send_bytes, send_bytes, out + static_cast<size_t>(rb) * send_bytes,
-                send_bytes, false, DType::U8, ReduceOp::kSum);
+                send_bytes, false, DType::kU8, ReduceOp::kSum);
   }
 }
 

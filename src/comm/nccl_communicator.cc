@@ -41,17 +41,17 @@ class DeviceScope {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return ncclFloat32;
-    case DType::F16:
+    case DType::kF16:
       return ncclFloat16;
-    case DType::BF16:
+    case DType::kBf16:
       return ncclBfloat16;
-    case DType::I8:
+    case DType::kI8:
       return ncclInt8;
-    case DType::U8:
+    case DType::kU8:
       return ncclUint8;
-    case DType::I32:
+    case DType::kI32:
       return ncclInt32;
   }
   TG_THROW("NCCL communicator: no NCCL datatype for {}", dtype_name(t));
@@ -156,7 +156,7 @@ std::string NcclCommunicator::name() const {
 }
 
 bool NcclCommunicator::supports(DType dtype, ReduceOp op) const {
-  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::kSum);
+  return reduce_supported(dtype, op) || (dtype == DType::kBf16 && op == ReduceOp::kSum);
 }
 
 void NcclCommunicator::check_nccl(int result, const char* what) {

@@ -10,7 +10,7 @@ namespace tg::comm_detail {
 
 void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::F32: {
+    case DType::kF32: {
       float* d = reinterpret_cast<float*>(dst_bytes);
       const float* s = reinterpret_cast<const float*>(src_bytes);
       const size_t n = bytes / sizeof(float);
@@ -21,7 +21,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       }
       return;
     }
-    case DType::I32: {
+    case DType::kI32: {
       int32_t* d = reinterpret_cast<int32_t*>(dst_bytes);
       const int32_t* s = reinterpret_cast<const int32_t*>(src_bytes);
       const size_t n = bytes / sizeof(int32_t);
@@ -33,7 +33,7 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       }
       return;
     }
-    case DType::I8: {
+    case DType::kI8: {
       int8_t* d = reinterpret_cast<int8_t*>(dst_bytes);
       const int8_t* s = reinterpret_cast<const int8_t*>(src_bytes);
       if (op == ReduceOp::kSum) {
@@ -44,12 +44,12 @@ void reduce_into(uint8_t* dst_bytes, const uint8_t* src_bytes, size_t bytes, DTy
       }
       return;
     }
-    case DType::F16:
+    case DType::kF16:
       if (op != ReduceOp::kSum) break;
       add_halves(reinterpret_cast<half_bits*>(dst_bytes), reinterpret_cast<const half_bits*>(src_bytes),
                  static_cast<int64_t>(bytes / sizeof(half_bits)));
       return;
-    case DType::BF16: {
+    case DType::kBf16: {
       if (op != ReduceOp::kSum) break;
       bf16_bits* d = reinterpret_cast<bf16_bits*>(dst_bytes);
       const bf16_bits* s = reinterpret_cast<const bf16_bits*>(src_bytes);

@@ -24,7 +24,7 @@ struct Call {
   Kind kind = Kind::kBarrier;
   const void* src = nullptr;  // allgather: the send block; allreduce, broadcast: the buffer
   int64_t count = 0;          // allreduce: elements
-  DType dtype = DType::U8;
+  DType dtype = DType::kU8;
   ReduceOp op = ReduceOp::kSum;
   size_t bytes = 0;           // allgather: the send block; broadcast: the buffer
   int root = 0;               // broadcast
@@ -186,7 +186,7 @@ std::vector<std::unique_ptr<ThreadCommunicator>> make_thread_communicators(int r
 std::string ThreadCommunicator::name() const { return fmt::format("local (rank {} of {})", rank_, size_); }
 
 bool ThreadCommunicator::supports(DType dtype, ReduceOp op) const {
-  return reduce_supported(dtype, op) || (dtype == DType::BF16 && op == ReduceOp::kSum);
+  return reduce_supported(dtype, op) || (dtype == DType::kBf16 && op == ReduceOp::kSum);
 }
 
 void ThreadCommunicator::abort(const std::string& why) {
@@ -236,7 +236,7 @@ void ThreadCommunicator::allgather_impl(const void* send, void* recv, size_t sen
     return;
   }
   Group& g = *group_;
-  const Call call{Kind::kAllgather, send, 0, DType::U8, ReduceOp::kSum, send_bytes};
+  const Call call{Kind::kAllgather, send, 0, DType::kU8, ReduceOp::kSum, send_bytes};
   g.enter(*this, rank_, call);
   for (int w = 0; w < size_; ++w) {
     const void* from = g.calls[static_cast<size_t>(w)].src;
@@ -250,7 +250,7 @@ void ThreadCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, De
   check_host(*this, device);
   if (size_ == 1) return;
   Group& g = *group_;
-  const Call call{Kind::kBroadcast, buffer, 0, DType::U8, ReduceOp::kSum, bytes, root};
+  const Call call{Kind::kBroadcast, buffer, 0, DType::kU8, ReduceOp::kSum, bytes, root};
   g.enter(*this, rank_, call);
   if (rank_ != root && bytes > 0) std::memcpy(buffer, g.calls[static_cast<size_t>(root)].src, bytes);
   g.leave(*this, call);

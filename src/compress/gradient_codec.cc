@@ -62,7 +62,7 @@ void GradientCodec::check_grads(const std::vector<Tensor>& grads, Device device)
   for (size_t i = 0; i < grads.size(); ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     const Tensor& g = grads[i];
-    TG_CHECK(g.dtype() == DType::F32, "gradient codec: gradient of '{}' is {}, expected f32", t.name,
+    TG_CHECK(g.dtype() == DType::kF32, "gradient codec: gradient of '{}' is {}, expected f32", t.name,
              dtype_name(g.dtype()));
     TG_CHECK(g.numel() == t.numel, "gradient codec: gradient of '{}' has {} elements, the policy expects {}", t.name,
              g.numel(), t.numel);
@@ -245,7 +245,7 @@ void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads,
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::kTernary)
-      be.ternary_scaler(grads[i], c, piece(scalers, DType::F32, t.scaler_index, t.scaler_index + 1, "scalers"));
+      be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"));
   }
 }
 
@@ -257,8 +257,8 @@ void GradientCodec::max_local_scalers(Backend& be, const std::vector<Tensor>& wo
   Tensor xs[Backend::kMaxCodecInputs];
   const int count = static_cast<int>(worker_scalers.size());
   for (int w = 0; w < count; ++w)
-    xs[w] = piece(worker_scalers[w], DType::F32, l.scaler_begin, l.scaler_end, "worker scalers");
-  be.max_scalers(xs, count, piece(shared, DType::F32, l.scaler_begin, l.scaler_end, "shared scalers"));
+    xs[w] = piece(worker_scalers[w], DType::kF32, l.scaler_begin, l.scaler_end, "worker scalers");
+  be.max_scalers(xs, count, piece(shared, DType::kF32, l.scaler_begin, l.scaler_end, "shared scalers"));
 }
 
 void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
@@ -271,9 +271,9 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = t.offset - base;
     const int k = t.scaler_index;
-    be.ternary_encode(grads[i], piece(scalers, DType::F32, k, k + 1, "scalers"), key, step, static_cast<uint32_t>(i),
-                      piece(packed, DType::U8, at, at + (t.numel + 3) / 4, "packed codes"),
-                      zero_codes ? piece(zero_codes, DType::I32, k, k + 1, "zero codes") : Tensor());
+    be.ternary_encode(grads[i], piece(scalers, DType::kF32, k, k + 1, "scalers"), key, step, static_cast<uint32_t>(i),
+                      piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
+                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor());
   }
 }
 
@@ -285,7 +285,7 @@ void GradientCodec::encode_f16(Backend& be, const std::vector<const std::vector<
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kF16) continue;
     const int64_t at = t.offset - base;
-    be.encode_f16_sum(xs.of(workers, i), xs.count, piece(f16, DType::F16, at, at + t.numel, "fp16 buffer"));
+    be.encode_f16_sum(xs.of(workers, i), xs.count, piece(f16, DType::kF16, at, at + t.numel, "fp16 buffer"));
   }
 }
 
@@ -297,7 +297,7 @@ void GradientCodec::encode_f32(Backend& be, const std::vector<const std::vector<
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kF32) continue;
     const int64_t at = t.offset - base;
-    be.encode_f32_sum(xs.of(workers, i), xs.count, piece(f32, DType::F32, at, at + t.numel, "fp32 buffer"));
+    be.encode_f32_sum(xs.of(workers, i), xs.count, piece(f32, DType::kF32, at, at + t.numel, "fp32 buffer"));
   }
 }
 
@@ -316,7 +316,7 @@ void GradientCodec::sum_codes(Backend& be, const Tensor& packed, int64_t stride,
                               const Tensor& code_sums) const {
   // Every byte of the range (the unused fields of a tensor's last byte are 00: code 0).
   const int64_t bytes = layout(r).packed_bytes();
-  be.ternary_sum_codes(packed, stride, num_workers, piece(code_sums, DType::I8, 0, 4 * bytes, "code sums"));
+  be.ternary_sum_codes(packed, stride, num_workers, piece(code_sums, DType::kI8, 0, 4 * bytes, "code sums"));
 }
 
 void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered, int64_t stride, int num_workers,
@@ -328,8 +328,8 @@ void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered,
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const int k = t.scaler_index;
-    be.ternary_decode_gathered(piece(gathered, DType::U8, t.offset - base, gathered.numel(), "gathered codes"), stride,
-                               num_workers, piece(scalers, DType::F32, k, k + 1, "scalers"), grads[i]);
+    be.ternary_decode_gathered(piece(gathered, DType::kU8, t.offset - base, gathered.numel(), "gathered codes"), stride,
+                               num_workers, piece(scalers, DType::kF32, k, k + 1, "scalers"), grads[i]);
   }
 }
 
@@ -342,8 +342,8 @@ void GradientCodec::decode_ternary_sums(Backend& be, const Tensor& code_sums, in
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = 4 * (t.offset - base);
     const int k = t.scaler_index;
-    be.ternary_decode_sums(piece(code_sums, DType::I8, at, at + t.numel, "code sums"),
-                           piece(scalers, DType::F32, k, k + 1, "scalers"), num_workers, grads[i]);
+    be.ternary_decode_sums(piece(code_sums, DType::kI8, at, at + t.numel, "code sums"),
+                           piece(scalers, DType::kF32, k, k + 1, "scalers"), num_workers, grads[i]);
   }
 }
 
@@ -354,7 +354,7 @@ void GradientCodec::decode_f16_sum(Backend& be, const Tensor& sum, int num_worke
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kF16) continue;
     const int64_t at = t.offset - base;
-    be.decode_f16_sum(piece(sum, DType::F16, at, at + t.numel, "fp16 sum"), num_workers, grads[i]);
+    be.decode_f16_sum(piece(sum, DType::kF16, at, at + t.numel, "fp16 sum"), num_workers, grads[i]);
   }
 }
 
@@ -365,7 +365,7 @@ void GradientCodec::decode_f32_sum(Backend& be, const Tensor& sum, int num_worke
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kF32) continue;
     const int64_t at = t.offset - base;
-    be.decode_f32_sum(piece(sum, DType::F32, at, at + t.numel, "fp32 sum"), num_workers, grads[i]);
+    be.decode_f32_sum(piece(sum, DType::kF32, at, at + t.numel, "fp32 sum"), num_workers, grads[i]);
   }
 }
 

@@ -33,7 +33,7 @@ Tensor Slab::view(int i) const {
 }
 
 Tensor Slab::flat_bytes() const {
-  return Tensor(buffer_.data(), Shape{static_cast<int64_t>(bytes_)}, DType::U8, buffer_.device());
+  return Tensor(buffer_.data(), Shape{static_cast<int64_t>(bytes_)}, DType::kU8, buffer_.device());
 }
 
 }  // namespace tg

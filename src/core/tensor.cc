@@ -7,12 +7,12 @@ namespace tg {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::I8: return "i8";
-    case DType::U8: return "u8";
-    case DType::I32: return "i32";
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBf16: return "bf16";
+    case DType::kI8: return "i8";
+    case DType::kU8: return "u8";
+    case DType::kI32: return "i32";
   }
   return "?";
 }

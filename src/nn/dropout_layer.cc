@@ -15,7 +15,7 @@ class DropoutLayer final : public Layer {
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
-    ctx.saved("mask", Shape{ctx.input(0).numel()}, DType::U8);  // (numel) 1 = kept
+    ctx.saved("mask", Shape{ctx.input(0).numel()}, DType::kU8);  // (numel) 1 = kept
     return {ctx.input(0)};
   }
   void forward_impl(LayerIO& io) override {

@@ -22,7 +22,7 @@ class LrnLayer final : public Layer {
     desc_.n = x[0], desc_.h = x[1], desc_.w = x[2], desc_.c = x[3];
     size_t ws = ctx.backend().lrn_workspace_bytes(desc_);
     has_workspace_ = ws > 0;
-    if (has_workspace_) ctx.saved("workspace", Shape{static_cast<int64_t>(ws)}, DType::U8);
+    if (has_workspace_) ctx.saved("workspace", Shape{static_cast<int64_t>(ws)}, DType::kU8);
     return {x};
   }
   void forward_impl(LayerIO& io) override {

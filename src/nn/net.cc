@@ -25,7 +25,7 @@ void ParameterStore::initialize(uint64_t seed) {
   for (int i = 0; i < params_.size(); ++i) {
     const ParamSpec& spec = param_specs_[i];
     Buffer host(host_allocator(), static_cast<size_t>(spec.shape.numel()) * sizeof(float));
-    Tensor h(host.data(), spec.shape, DType::F32, Device::cpu());
+    Tensor h(host.data(), spec.shape, DType::kF32, Device::cpu());
     initialize_host(spec.init, h, seed, static_cast<uint32_t>(i));
     backend_.copy(params_.view(i), h);
   }
@@ -44,8 +44,8 @@ void Net::set_input_shape(int64_t height, int64_t width, int64_t channels) {
   TG_CHECK(height > 0 && width > 0 && channels > 0, "input shape {}x{}x{} must be positive", height, width,
            channels);
   input_shape_ = Shape{height, width, channels};
-  tensors_.push_back({"images", Shape{}, DType::F32, -1, {}, -1, -1, {}});
-  tensors_.push_back({"labels", Shape{}, DType::I32, -1, {}, -1, -1, {}});
+  tensors_.push_back({"images", Shape{}, DType::kF32, -1, {}, -1, -1, {}});
+  tensors_.push_back({"labels", Shape{}, DType::kI32, -1, {}, -1, -1, {}});
   tensor_ids_["images"] = 0;
   tensor_ids_["labels"] = 1;
 }
@@ -125,7 +125,7 @@ void Net::infer_shapes(Backend& backend) {
     tensors_[node.output].dtype = node.layer->output_dtype(compute_);
     node.params = ctx.params();
     node.half_slot.assign(node.params.size(), -1);
-    if (compute_ != DType::F32 && node.layer->params_in_compute_dtype())
+    if (compute_ != DType::kF32 && node.layer->params_in_compute_dtype())
       for (size_t p = 0; p < node.params.size(); ++p) {
         node.half_slot[p] = half_params_.add(node.params[p].name, node.params[p].shape, compute_);
         half_grads_.add(node.params[p].name, node.params[p].shape, compute_);
@@ -190,8 +190,8 @@ void Net::plan_gradient_slots(const std::vector<bool>& needs) {
 // One allocation per slab; gradients start at zero. Mixed precision adds the f32 staging of the images and
 // the gradients' Inf/NaN flag.
 void Net::allocate(Backend& backend) {
-  images_f32_ = compute_ != DType::F32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
-  found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::I32);
+  images_f32_ = compute_ != DType::kF32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
+  found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::kI32);
   acts_.allocate(backend.allocator());
   act_grads_.allocate(backend.allocator());
   saved_.allocate(backend.allocator());
@@ -273,7 +273,7 @@ Tensor Net::tensor(const std::string& name) const {
 // ---- running ----------------------------------------------------------------------------------------------------
 static float read_scalar(Backend& be, const Tensor& t) {
   float v = 0.f;
-  be.copy(Tensor(&v, Shape{1}, DType::F32, Device::cpu()), t);
+  be.copy(Tensor(&v, Shape{1}, DType::kF32, Device::cpu()), t);
   return v;
 }
 
@@ -283,7 +283,7 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   const Tensor in_images = acts_.view(tensors_[0].act), in_labels = acts_.view(tensors_[1].act);
   TG_CHECK(images.shape() == in_images.shape(), "images have shape {}, the net expects {}", images.shape().str(),
            in_images.shape().str());
-  TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::I32,
+  TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::kI32,
            "labels are {}, the net expects i32{}", labels.str(), in_labels.shape().str());
   if (images_f32_ >= 0) {  // mixed precision: the f32 batch, then one cast (images may be on the host)
     be.copy(precision_.view(images_f32_), images);
@@ -309,7 +309,7 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   total += reg;
   // fp16: an activation overflowing in the forward is dynamic loss scaling's to handle (the step's gradients
   // are flagged and the step skipped; a persisting overflow collapses the scale and stops the run).
-  TG_CHECK(std::isfinite(total) || compute_ == DType::F16,
+  TG_CHECK(std::isfinite(total) || compute_ == DType::kF16,
            "loss is not finite at step {}: cross-entropy {}, regularization {}", step, xent, reg);
   forward_was_training_ = training;
   return static_cast<float>(total);
@@ -320,7 +320,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
   TG_CHECK(std::isfinite(loss_scale) && loss_scale > 0.f, "loss scale {} must be positive and finite", loss_scale);
   Backend& be = *backend_;
   // Half gradients (or a loss scale) are converted to fp32 into grads_ and checked for Inf/NaN, layer by layer.
-  checked_ = compute_ != DType::F32 || loss_scale != 1.f;
+  checked_ = compute_ != DType::kF32 || loss_scale != 1.f;
   const Tensor found = precision_.view(found_);
   if (checked_) be.zero(found);
   be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), loss_scale);
@@ -349,7 +349,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
 bool Net::overflowed() const {
   if (!checked_) return false;
   int32_t flag = 0;
-  backend_->copy(Tensor(&flag, Shape{1}, DType::I32, Device::cpu()), precision_.view(found_));
+  backend_->copy(Tensor(&flag, Shape{1}, DType::kI32, Device::cpu()), precision_.view(found_));
   return flag != 0;
 }
 

@@ -12,7 +12,7 @@ class PoolLayer final : public Layer {
     TG_CHECK(kernel > 0 && stride > 0, "layer '{}' ({}): kernel {} and stride {} must be positive", name, type(),
              kernel, stride);
   }
-  const char* type() const override { return kind_ == PoolKind::MAX ? "max_pool" : "avg_pool"; }
+  const char* type() const override { return kind_ == PoolKind::kMax ? "max_pool" : "avg_pool"; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -21,10 +21,10 @@ class PoolLayer final : public Layer {
     desc_ = make_pool_desc(kind_, x[0], x[1], x[2], x[3], kernel_, kernel_, stride_, padding_);
     TG_CHECK(desc_.out_h > 0 && desc_.out_w > 0,
              "layer '{}' ({}): a {}x{} window with stride {} ({}) leaves no output from input {}", name(), type(),
-             kernel_, kernel_, stride_, padding_ == Padding::SAME ? "SAME" : "VALID", x.str());
+             kernel_, kernel_, stride_, padding_ == Padding::kSame ? "SAME" : "VALID", x.str());
     size_t ws = ctx.backend().pool_workspace_bytes(desc_);
     has_workspace_ = ws > 0;
-    if (has_workspace_) ctx.saved("argmax", Shape{static_cast<int64_t>(ws)}, DType::U8);
+    if (has_workspace_) ctx.saved("argmax", Shape{static_cast<int64_t>(ws)}, DType::kU8);
     return {Shape{x[0], desc_.out_h, desc_.out_w, x[3]}};
   }
   // The workspace is filled in inference too, so a backward is valid after any forward.
@@ -47,10 +47,10 @@ class PoolLayer final : public Layer {
 }  // namespace
 
 LayerPtr max_pool(const std::string& name, int64_t kernel, int64_t stride, Padding padding) {
-  return std::make_unique<PoolLayer>(name, PoolKind::MAX, kernel, stride, padding);
+  return std::make_unique<PoolLayer>(name, PoolKind::kMax, kernel, stride, padding);
 }
 LayerPtr avg_pool(const std::string& name, int64_t kernel, int64_t stride, Padding padding) {
-  return std::make_unique<PoolLayer>(name, PoolKind::AVG, kernel, stride, padding);
+  return std::make_unique<PoolLayer>(name, PoolKind::kAvg, kernel, stride, padding);
 }
 
 }  // namespace tg

@@ -14,7 +14,7 @@ class SoftmaxXentLayer final : public Layer {
   const char* type() const override { return "softmax_cross_entropy"; }
   int num_inputs() const override { return 2; }
   bool input_differentiable(int i) const override { return i == 0; }
-  DType output_dtype(DType) const override { return DType::F32; }  // the loss (probs, losses saved in f32)
+  DType output_dtype(DType) const override { return DType::kF32; }  // the loss (probs, losses saved in f32)
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -37,7 +37,7 @@ class SoftmaxXentLayer final : public Layer {
     if (!io.din[0]) return;
     Backend& be = *io.backend;
     float dloss = 0.f;
-    be.copy(Tensor(&dloss, Shape{1}, DType::F32, Device::cpu()), io.dout[0]);
+    be.copy(Tensor(&dloss, Shape{1}, DType::kF32, Device::cpu()), io.dout[0]);
     const float scale = dloss / static_cast<float>(io.in[0].shape()[0]);
     be.softmax_xent_backward(io.saved[0], io.in[1], label_smoothing_, scale, io.din[0]);
   }

@@ -20,7 +20,7 @@ void check_decay(float decay) {
 }
 
 Tensor flat_f32(void* data, size_t bytes, Device device) {
-  return Tensor(data, Shape{static_cast<int64_t>(bytes / sizeof(float))}, DType::F32, device);
+  return Tensor(data, Shape{static_cast<int64_t>(bytes / sizeof(float))}, DType::kF32, device);
 }
 
 }  // namespace
@@ -42,9 +42,9 @@ ExponentialMovingAverage::ExponentialMovingAverage(Backend& backend, const std::
              src->device().str(), backend.device().str());
     groups.push_back({src, shadow_.size()});
     for (const Slab::Entry& e : src->entries()) {
-      TG_CHECK(e.dtype == DType::F32, "moving average: tensor '{}' is {}, only f32 tensors are averaged", e.name,
+      TG_CHECK(e.dtype == DType::kF32, "moving average: tensor '{}' is {}, only f32 tensors are averaged", e.name,
                dtype_name(e.dtype));
-      shadow_.add(shadow_name(e.name), e.shape, DType::F32);
+      shadow_.add(shadow_name(e.name), e.shape, DType::kF32);
     }
   }
   shadow_.allocate(backend.allocator());
@@ -72,13 +72,13 @@ ExponentialMovingAverage::ExponentialMovingAverage(Backend& backend,
     : decay_(decay) {
   check_decay(decay);
   for (const auto& [name, t] : tracked) {
-    TG_CHECK(t.defined() && t.dtype() == DType::F32,
+    TG_CHECK(t.defined() && t.dtype() == DType::kF32,
              "moving average: tensor '{}' must be a defined f32 tensor, "
              "got {}",
              name, t.str());
     TG_CHECK(t.device() == backend.device(), "moving average: tensor '{}' is on {}, the backend on {}", name,
              t.device().str(), backend.device().str());
-    shadow_.add(shadow_name(name), t.shape(), DType::F32);
+    shadow_.add(shadow_name(name), t.shape(), DType::kF32);
   }
   shadow_.allocate(backend.allocator());
   for (size_t i = 0; i < tracked.size(); ++i) pairs_.push_back({tracked[i].second, shadow_.view(int(i))});
@@ -115,7 +115,7 @@ void ExponentialMovingAverage::swap(Backend& backend) {
   if (scratch_.bytes() < largest) scratch_ = Buffer(backend.allocator(), largest);
   for (const Pair& p : pairs_) {
     if (p.live.numel() == 0) continue;
-    Tensor tmp(scratch_.data(), p.live.shape(), DType::F32, backend.device());
+    Tensor tmp(scratch_.data(), p.live.shape(), DType::kF32, backend.device());
     backend.copy(tmp, p.live);
     backend.copy(p.live, p.shadow);
     backend.copy(p.shadow, tmp);

@@ -61,7 +61,7 @@ Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backen
   check_options(options_);
   size_t end = 0;
   for (const Slab::Entry& e : params.entries()) {
-    TG_CHECK(e.dtype == DType::F32, "optimizer: parameter '{}' is {}, only f32 parameters are trained", e.name,
+    TG_CHECK(e.dtype == DType::kF32, "optimizer: parameter '{}' is {}, only f32 parameters are trained", e.name,
              dtype_name(e.dtype));
     params_.push_back({e.name, e.shape});
     param_offsets_.push_back(e.offset);
@@ -70,7 +70,7 @@ Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backen
   param_slab_bytes_ = align_up(end);
   // Slot by slot: group g holds every parameter's g-th slot, laid out exactly like the parameter slab.
   for (const std::string& suffix : slot_suffixes_)
-    for (const ParamEntry& p : params_) slots_.add(slot_name(p.name, suffix), p.shape, DType::F32);
+    for (const ParamEntry& p : params_) slots_.add(slot_name(p.name, suffix), p.shape, DType::kF32);
   for (int i = 0; i < slots_.size(); ++i)
     TG_CHECK(slots_.entry(i).offset == (i / params_.size()) * param_slab_bytes_ + param_offsets_[i % params_.size()],
              "optimizer: slot '{}' is not where the slot-group layout expects it", slots_.entry(i).name);
@@ -95,7 +95,7 @@ void Optimizer::reset(Backend& backend) {
 Tensor Optimizer::slot_group(int group) const {
   const size_t count = param_slab_bytes_ / sizeof(float);
   char* base = static_cast<char*>(slots_.data()) + static_cast<size_t>(group) * param_slab_bytes_;
-  return Tensor(base, Shape{static_cast<int64_t>(count)}, DType::F32, slots_.device());
+  return Tensor(base, Shape{static_cast<int64_t>(count)}, DType::kF32, slots_.device());
 }
 
 double Optimizer::adam_corrected_lr(double lr, double beta1, double beta2, int64_t step) {
@@ -136,7 +136,7 @@ void Optimizer::check_slab(const Slab& slab, const char* what) const {
   for (const ParamEntry& p : params_) {
     TG_CHECK(slab.contains(p.name), "optimizer: the {} slab has no tensor '{}'", what, p.name);
     const Slab::Entry& e = slab.entry(slab.index_of(p.name));
-    TG_CHECK(e.shape == p.shape && e.dtype == DType::F32,
+    TG_CHECK(e.shape == p.shape && e.dtype == DType::kF32,
              "optimizer: {} tensor '{}' is {}{}, the optimizer was built for f32{}", what, p.name, dtype_name(e.dtype),
              e.shape.str(), p.shape.str());
   }
@@ -165,8 +165,8 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
   if (same_layout(params) && same_layout(grads)) {
     // One call over the whole slab; every view has param_slab_bytes_ / 4 elements.
     const int64_t count = static_cast<int64_t>(param_slab_bytes_ / sizeof(float));
-    Tensor w(params.data(), Shape{count}, DType::F32, params.device());
-    Tensor g(grads.data(), Shape{count}, DType::F32, grads.device());
+    Tensor w(params.data(), Shape{count}, DType::kF32, params.device());
+    Tensor g(grads.data(), Shape{count}, DType::kF32, grads.device());
     backend.optimizer_update(desc, w, g, groups > 0 ? slot_group(0) : Tensor(), groups > 1 ? slot_group(1) : Tensor(),
                              flat_ema);
     return;

@@ -28,7 +28,7 @@ constexpr int64_t kMaxImageSize = 1 << 16;  // sanity bounds of a header's sizes
 constexpr int64_t kMaxClasses = 1 << 24;
 
 DType parse_dtype(const std::string& s, const std::string& where) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBf16, DType::kI8, DType::kU8, DType::kI32})
     if (s == dtype_name(t)) return t;
   TG_THROW("{}: unknown dtype '{}'", where, s);
 }

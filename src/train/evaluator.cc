@@ -110,10 +110,10 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   Buffer images(host_allocator(),
                 static_cast<size_t>(o.batch_size * m.image_size * m.image_size * m.channels) * sizeof(float));
   Buffer labels(host_allocator(), static_cast<size_t>(o.batch_size) * sizeof(int32_t));
-  Tensor x(images.data(), Shape{o.batch_size, m.image_size, m.image_size, m.channels}, DType::F32, Device::cpu());
-  Tensor y(labels.data(), Shape{o.batch_size}, DType::I32, Device::cpu());
+  Tensor x(images.data(), Shape{o.batch_size, m.image_size, m.image_size, m.channels}, DType::kF32, Device::cpu());
+  Tensor y(labels.data(), Shape{o.batch_size}, DType::kI32, Device::cpu());
   std::vector<float> logits(static_cast<size_t>(o.batch_size * m.num_classes));
-  const Tensor host_logits(logits.data(), Shape{o.batch_size, m.num_classes}, DType::F32, Device::cpu());
+  const Tensor host_logits(logits.data(), Shape{o.batch_size, m.num_classes}, DType::kF32, Device::cpu());
   int64_t batches = 0;
   for (;;) {
     const int64_t n = source->next(x, y);

@@ -39,10 +39,10 @@ bool LossScaler::update(bool found, int64_t step) {
 void LossScaler::append_checkpoint_tensors(std::vector<NamedTensor>& out, std::vector<Buffer>& storage) const {
   storage.emplace_back(host_allocator(), sizeof(float));
   *static_cast<float*>(storage.back().data()) = scale_;
-  out.push_back({"loss_scale/scale", Tensor(storage.back().data(), Shape{1}, DType::F32, Device::cpu())});
+  out.push_back({"loss_scale/scale", Tensor(storage.back().data(), Shape{1}, DType::kF32, Device::cpu())});
   storage.emplace_back(host_allocator(), sizeof(int32_t));
   *static_cast<int32_t*>(storage.back().data()) = static_cast<int32_t>(good_steps_);
-  out.push_back({"loss_scale/good_steps", Tensor(storage.back().data(), Shape{1}, DType::I32, Device::cpu())});
+  out.push_back({"loss_scale/good_steps", Tensor(storage.back().data(), Shape{1}, DType::kI32, Device::cpu())});
 }
 
 bool LossScaler::restore_from(const CheckpointReader& reader) {
@@ -51,8 +51,8 @@ bool LossScaler::restore_from(const CheckpointReader& reader) {
     if (std::find(names.begin(), names.end(), name) == names.end()) return false;
   float scale = 0.f;
   int32_t good = 0;
-  reader.read("loss_scale/scale", Tensor(&scale, Shape{1}, DType::F32, Device::cpu()));
-  reader.read("loss_scale/good_steps", Tensor(&good, Shape{1}, DType::I32, Device::cpu()));
+  reader.read("loss_scale/scale", Tensor(&scale, Shape{1}, DType::kF32, Device::cpu()));
+  reader.read("loss_scale/good_steps", Tensor(&good, Shape{1}, DType::kI32, Device::cpu()));
   restore(scale, good);
   return true;
 }

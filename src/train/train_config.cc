@@ -59,11 +59,11 @@ void TrainConfig::validate(int num_processes) const {
 
 DType TrainConfig::compute_dtype() const {
   switch (parse_enum<Precision>(precision)) {
-    case Precision::kFp16: return DType::F16;
-    case Precision::kBf16: return DType::BF16;
+    case Precision::kFp16: return DType::kF16;
+    case Precision::kBf16: return DType::kBf16;
     case Precision::kFp32: break;
   }
-  return DType::F32;
+  return DType::kF32;
 }
 
 ModelConfig TrainConfig::model_config() const {

@@ -220,7 +220,7 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
 Trainer::~Trainer() = default;
 
 void Trainer::Impl::build() {
-  scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::F16);
+  scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
@@ -480,8 +480,8 @@ void Trainer::Impl::step(int64_t t, float lr) {
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
   const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
-  Tensor images(host_images.data(), batch_shape, DType::F32, Device::cpu());
-  Tensor labels(host_labels.data(), Shape{process_batch}, DType::I32, Device::cpu());
+  Tensor images(host_images.data(), batch_shape, DType::kF32, Device::cpu());
+  Tensor labels(host_labels.data(), Shape{process_batch}, DType::kI32, Device::cpu());
   {
     ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
     source->next(images, labels);
@@ -549,8 +549,8 @@ bool Trainer::Impl::agree_on_overflow(Replica& r) {
   int32_t found = 0;
   for (int w : r.workers) found |= workers[w].net->overflowed() ? 1 : 0;
   if (!r.group) return found != 0;
-  const Tensor host(&found, Shape{1}, DType::I32, Device::cpu());
-  const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::I32, r.backend->device());
+  const Tensor host(&found, Shape{1}, DType::kI32, Device::cpu());
+  const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device());
   r.backend->copy(dev, host);
   r.group->allreduce(dev, ReduceOp::kMax);
   r.backend->copy(host, dev);
@@ -625,7 +625,7 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
 uint32_t Trainer::Impl::parameter_crc(Replica& r) {
   Slab& p = r.store->params();
   Buffer host(host_allocator(), p.bytes());
-  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::U8, Device::cpu()),
+  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
                   p.flat_bytes());
   return crc32c(host.data(), p.bytes());
 }
@@ -651,7 +651,7 @@ void Trainer::Impl::verify_processes_agree() {
 // each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
 bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
   int32_t flag = stop && stop->load() ? 1 : 0;
-  if (process_comm) process_comm->allreduce(&flag, 1, DType::I32, ReduceOp::kMax);
+  if (process_comm) process_comm->allreduce(&flag, 1, DType::kI32, ReduceOp::kMax);
   return flag != 0;
 }
 

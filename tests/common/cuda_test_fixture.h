@@ -52,7 +52,7 @@ inline Backends& backends() {
 }
 
 inline Tensor host_bytes(std::vector<uint8_t>& v) {
-  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::U8, Device::cpu());
+  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kU8, Device::cpu());
 }
 
 // One tensor's memory on one backend, followed by kGuardBytes guard bytes; all access through Backend::copy.
@@ -85,7 +85,7 @@ class Mem {
 
  private:
   Tensor guard_tensor() const {
-    return Tensor(static_cast<uint8_t*>(buf_.data()) + t.bytes(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::U8,
+    return Tensor(static_cast<uint8_t*>(buf_.data()) + t.bytes(), Shape{static_cast<int64_t>(kGuardBytes)}, DType::kU8,
                   be_->device());
   }
   Backend* be_;
@@ -95,7 +95,7 @@ class Mem {
 // The same tensor on the CPU (c) and the GPU (g).
 struct Pair {
   Mem c, g;
-  Pair(const Shape& s, DType dt = DType::F32) : c(*backends().cpu, s, dt), g(*backends().cuda, s, dt) {}
+  Pair(const Shape& s, DType dt = DType::kF32) : c(*backends().cpu, s, dt), g(*backends().cuda, s, dt) {}
   template <typename T>
   void set(const std::vector<T>& v) {
     c.write(v), g.write(v);

@@ -41,7 +41,7 @@ LayerHarness::LayerHarness(LayerPtr layer, std::vector<Shape> input_shapes, std:
   }
   TG_CHECK(backend->device().is_cpu(), "LayerHarness runs layers on the cpu, got {}", backend->name());
   backend_ = backend;
-  if (input_dtypes.empty()) input_dtypes.assign(input_shapes.size(), DType::F32);
+  if (input_dtypes.empty()) input_dtypes.assign(input_shapes.size(), DType::kF32);
   TG_CHECK(input_dtypes.size() == input_shapes.size(), "LayerHarness: {} input shapes but {} dtypes",
            input_shapes.size(), input_dtypes.size());
 
@@ -54,20 +54,20 @@ LayerHarness::LayerHarness(LayerPtr layer, std::vector<Shape> input_shapes, std:
   io_.layer_id = 3;
   for (size_t i = 0; i < input_shapes.size(); ++i) {
     io_.in.push_back(allocate(input_shapes[i], input_dtypes[i]));
-    bool differentiable = layer_->input_differentiable(static_cast<int>(i)) && input_dtypes[i] == DType::F32;
-    io_.din.push_back(differentiable ? allocate(input_shapes[i], DType::F32) : Tensor());
+    bool differentiable = layer_->input_differentiable(static_cast<int>(i)) && input_dtypes[i] == DType::kF32;
+    io_.din.push_back(differentiable ? allocate(input_shapes[i], DType::kF32) : Tensor());
   }
   for (const Shape& s : outs) {
-    io_.out.push_back(allocate(s, DType::F32));
-    io_.dout.push_back(allocate(s, DType::F32));
+    io_.out.push_back(allocate(s, DType::kF32));
+    io_.dout.push_back(allocate(s, DType::kF32));
   }
   for (const ParamSpec& p : ctx_->params()) {
-    io_.params.push_back(allocate(p.shape, DType::F32));
-    io_.dparams.push_back(allocate(p.shape, DType::F32));
+    io_.params.push_back(allocate(p.shape, DType::kF32));
+    io_.dparams.push_back(allocate(p.shape, DType::kF32));
     initialize_host(p.init, io_.params.back(), 1, static_cast<uint32_t>(io_.params.size()));
   }
   for (const StateSpec& s : ctx_->states()) {
-    io_.state.push_back(allocate(s.shape, DType::F32));
+    io_.state.push_back(allocate(s.shape, DType::kF32));
     backend_->fill(io_.state.back(), s.init_value);
   }
   for (const SavedSpec& s : ctx_->saveds()) io_.saved.push_back(allocate(s.shape, s.dtype));
@@ -89,7 +89,7 @@ Tensor LayerHarness::allocate(const Shape& shape, DType dtype) {
 void LayerHarness::randomize(const GradCheckOptions& o) {
   uint32_t seed = o.seed;
   for (const Tensor& t : io_.in)
-    if (t.dtype() == DType::F32) fill_uniform(t, ++seed, o.input_lo, o.input_hi);
+    if (t.dtype() == DType::kF32) fill_uniform(t, ++seed, o.input_lo, o.input_hi);
   for (const Tensor& t : io_.params) fill_uniform(t, ++seed, o.param_lo, o.param_hi);
   for (size_t i = 0; i < io_.state.size(); ++i) backend_->fill(io_.state[i], ctx_->states()[i].init_value);
 }

@@ -108,7 +108,7 @@ Vec pool_forward(const PoolDesc& d, const Vec& x) {
   check_size(x, d.n * d.h * d.w * d.c, "pool x");
   Vec y(d.n * d.out_h * d.out_w * d.c);
   for_each_window(d, [&](int64_t yi, const std::vector<int64_t>& cells) {
-    if (d.kind == PoolKind::MAX) {
+    if (d.kind == PoolKind::kMax) {
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t i : cells) m = std::max(m, x[i]);
       y[yi] = m;
@@ -125,7 +125,7 @@ Vec pool_backward(const PoolDesc& d, const Vec& x, const Vec& dy) {
   check_size(dy, d.n * d.out_h * d.out_w * d.c, "pool dy");
   Vec dx(x.size(), 0.0);
   for_each_window(d, [&](int64_t yi, const std::vector<int64_t>& cells) {
-    if (d.kind == PoolKind::MAX) {
+    if (d.kind == PoolKind::kMax) {
       int64_t best = cells[0];
       for (int64_t i : cells)
         if (x[i] > x[best]) best = i;

@@ -24,7 +24,7 @@ void read_checkpoint(const std::string& path) {
     if (shape.numel() < 0 || bytes > kMaxTensorBytes) continue;
     tg::Buffer host(tg::host_allocator(), bytes ? bytes : 4);
     try {
-      reader.read(name, tg::Tensor(host.data(), shape, tg::DType::F32, tg::Device::cpu()));
+      reader.read(name, tg::Tensor(host.data(), shape, tg::DType::kF32, tg::Device::cpu()));
     } catch (const tg::Error&) {
     }
   }

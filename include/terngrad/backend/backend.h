@@ -35,7 +35,7 @@
 namespace tg {
 
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
-constexpr bool is_compute_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+constexpr bool is_compute_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }
 
 class Backend {
  public:

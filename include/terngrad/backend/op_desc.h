@@ -10,7 +10,7 @@
 
 namespace tg {
 
-enum class Padding { SAME, VALID };
+enum class Padding { kSame, kValid };
 
 // TensorFlow's output size and padding split (SAME puts the odd pixel after).
 struct Pad1D {
@@ -30,9 +30,9 @@ struct ConvDesc {
 ConvDesc make_conv_desc(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t out_c,
                         int64_t stride, Padding padding, int64_t groups, bool has_bias);
 
-enum class PoolKind { MAX, AVG };
+enum class PoolKind { kMax, kAvg };
 struct PoolDesc {
-  PoolKind kind = PoolKind::MAX;
+  PoolKind kind = PoolKind::kMax;
   int64_t n = 0, h = 0, w = 0, c = 0;  // input (N, H, W, C)
   int64_t kh = 0, kw = 0, stride_h = 1, stride_w = 1;
   int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;

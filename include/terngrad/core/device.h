@@ -5,15 +5,15 @@
 
 namespace tg {
 
-enum class DeviceKind { CPU, CUDA };
+enum class DeviceKind { kCpu, kCuda };
 
 struct Device {
-  DeviceKind kind = DeviceKind::CPU;
+  DeviceKind kind = DeviceKind::kCpu;
   int index = 0;
 
-  static Device cpu() { return {DeviceKind::CPU, 0}; }
-  static Device cuda(int k) { return {DeviceKind::CUDA, k}; }
-  bool is_cpu() const { return kind == DeviceKind::CPU; }
+  static Device cpu() { return {DeviceKind::kCpu, 0}; }
+  static Device cuda(int k) { return {DeviceKind::kCuda, k}; }
+  bool is_cpu() const { return kind == DeviceKind::kCpu; }
   bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }

@@ -9,16 +9,16 @@
 
 namespace tg {
 
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, I8 = 3, U8 = 4, I32 = 5 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBf16 = 2, kI8 = 3, kU8 = 4, kI32 = 5 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I8: return 1;
-    case DType::U8: return 1;
-    case DType::I32: return 4;
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBf16: return 2;
+    case DType::kI8: return 1;
+    case DType::kU8: return 1;
+    case DType::kI32: return 4;
   }
   return 0;
 }
@@ -26,16 +26,16 @@ constexpr size_t dtype_size(DType t) {
 const char* dtype_name(DType t);
 
 template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::F32; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::I8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
 
 // Storage types for the 16-bit floats (bit patterns; arithmetic happens in fp32).
 struct half_bits { uint16_t bits; };
 struct bf16_bits { uint16_t bits; };
-template <> struct DTypeOf<half_bits> { static constexpr DType value = DType::F16; };
-template <> struct DTypeOf<bf16_bits> { static constexpr DType value = DType::BF16; };
+template <> struct DTypeOf<half_bits> { static constexpr DType value = DType::kF16; };
+template <> struct DTypeOf<bf16_bits> { static constexpr DType value = DType::kBf16; };
 
 TG_HOST_DEVICE uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)

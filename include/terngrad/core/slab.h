@@ -26,7 +26,7 @@ class Slab {
   Slab& operator=(Slab&&) = default;
 
   // Declares a tensor; returns its index. Names are unique.
-  int add(const std::string& name, const Shape& shape, DType dtype = DType::F32);
+  int add(const std::string& name, const Shape& shape, DType dtype = DType::kF32);
   void allocate(Allocator& alloc);
 
   bool allocated() const { return !buffer_.empty() || (bytes_ == 0 && frozen_); }

@@ -44,7 +44,7 @@ class Tensor {
  private:
   void* data_ = nullptr;
   Shape shape_;
-  DType dtype_ = DType::F32;
+  DType dtype_ = DType::kF32;
   Device device_;
 };
 

@@ -28,7 +28,7 @@ struct StateSpec {
 struct SavedSpec {
   std::string name;
   Shape shape;
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
 };
 
 class SetupContext {
@@ -42,7 +42,7 @@ class SetupContext {
   // Declarations return the index the tensor will have in LayerIO::params / state / saved.
   int param(const std::string& local_name, const Shape& shape, const Initializer& init, float weight_decay);
   int state(const std::string& local_name, const Shape& shape, float init_value);
-  int saved(const std::string& local_name, const Shape& shape, DType dtype = DType::F32);
+  int saved(const std::string& local_name, const Shape& shape, DType dtype = DType::kF32);
 
   const std::vector<ParamSpec>& params() const { return params_; }
   const std::vector<StateSpec>& states() const { return states_; }

@@ -13,7 +13,7 @@ struct ConvOptions {
   int64_t out_channels = 0;
   int64_t kernel_h = 1, kernel_w = 1;
   int64_t stride = 1;
-  Padding padding = Padding::SAME;
+  Padding padding = Padding::kSame;
   int64_t groups = 1;
   Initializer weight_init = Initializer::truncated_normal(0.1f, 0);
   float weight_decay = 0.f;

@@ -135,7 +135,7 @@ class Net {
   struct TensorInfo {
     std::string name;
     Shape shape;  // per-batch shape after setup
-    DType dtype = DType::F32;
+    DType dtype = DType::kF32;
     int producer = -1;         // node index, -1 for network inputs
     std::vector<int> consumers;
     int act = -1;              // entry in acts_
@@ -165,7 +165,7 @@ class Net {
   Slab acts_, act_grads_, saved_, grads_;
   // Mixed precision: the compute dtype, the half copies of conv/FC parameters and their gradients (C), the
   // f32 staging of the images, and the Inf/NaN flag (i32 (1)) of the gradients' unscaling.
-  DType compute_ = DType::F32;
+  DType compute_ = DType::kF32;
   Slab half_params_, half_grads_, precision_;
   std::vector<std::pair<Tensor, Tensor>> casts_;  // (half copy, master) cast at every forward; filled by bind()
   int images_f32_ = -1, found_ = -1;              // entries in precision_

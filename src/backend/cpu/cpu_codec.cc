@@ -37,7 +37,7 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }  // namespace
 
 void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
-  cc::dtype(g, DType::F32, "ternary_scaler", "g");
+  cc::dtype(g, DType::kF32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");
   on_host(scaler, "ternary_scaler", "scaler");
@@ -48,12 +48,12 @@ void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phil
                                 const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
   cc::numel(packed, (n + 3) / 4, op, "packed codes");
   on_host(g, op, "g"), on_host(packed, op, "packed codes");
   const float s = scaler_value(scaler, op);
   if (zero_count) {
-    cc::dtype(zero_count, DType::I32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
+    cc::dtype(zero_count, DType::kI32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
     on_host(zero_count, op, "zero count");
     TG_CHECK(n <= INT32_MAX, "{}: {} elements overflow an i32 zero count", op, n);
   }
@@ -63,7 +63,7 @@ void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phil
 
 void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
-  cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
   on_host(code_sums, op, "code sums"), on_host(packed, op, "packed codes");
   ternary_sum_codes_cpu(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>());
@@ -71,13 +71,13 @@ void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, in
 
 void CpuBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(xs, count, out, DType::F32, "max_scalers", ptrs);
+  input_pointers(xs, count, out, DType::kF32, "max_scalers", ptrs);
   max_scalers_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
 void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::numel(code_sums, g.numel(), op, "code sums");
   on_host(g, op, "g"), on_host(code_sums, op, "code sums");
   ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers, g.data<float>());
@@ -86,7 +86,7 @@ void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor&
 void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                          const Tensor& g) {
   const char* op = "ternary_decode_gathered";
-  cc::dtype(g, DType::F32, op, "g");
+  cc::dtype(g, DType::kF32, op, "g");
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
   on_host(g, op, "g"), on_host(gathered, op, "packed codes");
   ternary_decode_gathered_cpu(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler_value(scaler, op),
@@ -95,39 +95,39 @@ void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t st
 
 void CpuBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(xs, count, out, DType::F16, "encode_f16_sum", ptrs);
+  input_pointers(xs, count, out, DType::kF16, "encode_f16_sum", ptrs);
   encode_f16_sum_cpu(ptrs, count, out.numel(), out.data<half_bits>());
 }
 
 void CpuBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(xs, count, out, DType::F32, "encode_f32_sum", ptrs);
+  input_pointers(xs, count, out, DType::kF32, "encode_f32_sum", ptrs);
   cc::not_a_later_input(xs, count, out, "encode_f32_sum");
   encode_f32_sum_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
 void CpuBackend::average_f16_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(xs, count, out, DType::F32, "average_f16", ptrs);
+  input_pointers(xs, count, out, DType::kF32, "average_f16", ptrs);
   average_f16_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
 void CpuBackend::average_f32_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(xs, count, out, DType::F32, "average_f32", ptrs);
+  input_pointers(xs, count, out, DType::kF32, "average_f32", ptrs);
   average_f32_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
 void CpuBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f16_sum";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(sum, DType::kF16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   on_host(g, op, "g"), on_host(sum, op, "sum");
   decode_f16_sum_cpu(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>());
 }
 
 void CpuBackend::decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f32_sum";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(sum, DType::kF32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   on_host(g, op, "g"), on_host(sum, op, "sum");
   decode_f32_sum_cpu(sum.data<float>(), g.numel(), num_workers, g.data<float>());
 }

@@ -39,11 +39,11 @@ inline half_bits from_f32<half_bits>(float v) {
 template <typename Fn>
 decltype(auto) dispatch_compute(DType t, const char* op, Fn&& fn) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return fn(static_cast<float*>(nullptr));
-    case DType::BF16:
+    case DType::kBf16:
       return fn(static_cast<bf16_bits*>(nullptr));
-    case DType::F16:
+    case DType::kF16:
       return fn(static_cast<half_bits*>(nullptr));
     default:
       break;

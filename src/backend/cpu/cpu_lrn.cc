@@ -53,9 +53,9 @@ static CachedPrimitive& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool
 
 size_t CpuBackend::lrn_workspace_bytes_impl(const LrnDesc& d) {
   check_desc(d, "lrn_workspace_bytes");
-  size_t bytes = lrn_forward_entry(*this, d, /*training=*/true, DType::F32).workspace_bytes;
-  if (supports_compute(DType::BF16))
-    bytes = std::max(bytes, lrn_forward_entry(*this, d, /*training=*/true, DType::BF16).workspace_bytes);
+  size_t bytes = lrn_forward_entry(*this, d, /*training=*/true, DType::kF32).workspace_bytes;
+  if (supports_compute(DType::kBf16))
+    bytes = std::max(bytes, lrn_forward_entry(*this, d, /*training=*/true, DType::kBf16).workspace_bytes);
   return bytes;
 }
 

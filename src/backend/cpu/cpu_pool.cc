@@ -21,7 +21,7 @@ using dnnl::algorithm;
 using dnnl::prop_kind;
 
 algorithm pool_algorithm(const PoolDesc& d) {
-  return d.kind == PoolKind::MAX ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+  return d.kind == PoolKind::kMax ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
 }
 
 OpKey pool_key(CpuOp op, const PoolDesc& d, DType t) {
@@ -59,9 +59,9 @@ static CachedPrimitive& pool_forward_entry(CpuBackend& be, const PoolDesc& d, bo
 
 size_t CpuBackend::pool_workspace_bytes_impl(const PoolDesc& d) {
   check_desc(d, "pool_workspace_bytes");
-  size_t bytes = pool_forward_entry(*this, d, /*training=*/true, DType::F32).workspace_bytes;
-  if (supports_compute(DType::BF16))
-    bytes = std::max(bytes, pool_forward_entry(*this, d, /*training=*/true, DType::BF16).workspace_bytes);
+  size_t bytes = pool_forward_entry(*this, d, /*training=*/true, DType::kF32).workspace_bytes;
+  if (supports_compute(DType::kBf16))
+    bytes = std::max(bytes, pool_forward_entry(*this, d, /*training=*/true, DType::kBf16).workspace_bytes);
   return bytes;
 }
 

@@ -35,11 +35,11 @@ bool CpuBackend::supports_compute(DType t) const { return why_not(t).empty(); }
 
 std::string CpuBackend::why_not(DType t) const {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return "";
-    case DType::F16:
+    case DType::kF16:
       return "fp16 compute needs a GPU (--device cuda); the CPU backend runs fp32 and bf16";
-    case DType::BF16: {
+    case DType::kBf16: {
       const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
       if (isa_has(isa, dnnl::cpu_isa::avx512_core_bf16) || isa_has(isa, dnnl::cpu_isa::avx512_core_amx)) return "";
       return fmt::format("bf16 needs AVX512_BF16 or AMX; this CPU has {}", isa_name(isa));
@@ -50,7 +50,7 @@ std::string CpuBackend::why_not(DType t) const {
 }
 
 void CpuBackend::require_compute(DType t, const char* op) const {
-  if (t == DType::F32) return;
+  if (t == DType::kF32) return;
   const std::string why = why_not(t);
   TG_CHECK(why.empty(), "{}: {}", op, why);
 }

@@ -57,11 +57,11 @@ class Args {
 // oneDNN's data type for a compute dtype.
 inline dt dnnl_type(DType t) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return dt::f32;
-    case DType::BF16:
+    case DType::kBf16:
       return dt::bf16;
-    case DType::F16:
+    case DType::kF16:
       return dt::f16;
     default:
       TG_THROW("oneDNN op: dtype {} is not a compute dtype", dtype_name(t));
@@ -91,7 +91,7 @@ inline dnnl::memory owned(const dnnl::memory::desc& md, const dnnl::engine& eng,
 // Checks that `t` is a defined f32 CPU tensor of `numel` elements, naming the op and the argument.
 inline void check_f32(const Tensor& t, int64_t numel, const char* op, const char* arg) {
   TG_CHECK(t.raw() != nullptr, "{}: tensor `{}` is undefined", op, arg);
-  TG_CHECK(t.dtype() == DType::F32 && t.device().is_cpu() && t.numel() == numel,
+  TG_CHECK(t.dtype() == DType::kF32 && t.device().is_cpu() && t.numel() == numel,
            "{}: tensor `{}` is {}, expected {} f32 elements on the cpu", op, arg, t.str(), numel);
 }
 

@@ -154,7 +154,7 @@ class CudaBackend final : public Backend {
 
   // The algorithms conv `d` ran with in compute dtype t: forward, backward-data, backward-filter (for reports;
   // cuda_ops_check).
-  std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d, DType t = DType::F32) const;
+  std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d, DType t = DType::kF32) const;
 
  private:
   double reduce_to_host(const Tensor& x, bool squares, const char* op);

@@ -34,7 +34,7 @@ void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Te
 
 void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
   const char* op = "ternary_scaler";
-  cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
@@ -45,12 +45,12 @@ void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phi
                                  const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(packed, DType::U8, op, "packed codes"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes"), cc::scaler(scaler, op);
   cc::numel(packed, (n + 3) / 4, op, "packed codes");
   check_on_device(g, op, "g"), check_on_device(packed, op, "packed codes"), check_on_device(scaler, op, "scaler");
   int32_t* zeros = nullptr;
   if (zero_count) {
-    cc::dtype(zero_count, DType::I32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
+    cc::dtype(zero_count, DType::kI32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
     check_on_device(zero_count, op, "zero count");
     zeros = zero_count.data<int32_t>();
   }
@@ -61,7 +61,7 @@ void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phi
 
 void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
-  cc::dtype(code_sums, DType::I8, op, "code sums");
+  cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
   check_on_device(packed, op, "packed codes"), check_on_device(code_sums, op, "code sums");
   CudaDeviceGuard guard(index_);
@@ -71,14 +71,14 @@ void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, i
 
 void CudaBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(*this, xs, count, out, DType::F32, "max_scalers", ptrs);
+  input_pointers(*this, xs, count, out, DType::kF32, "max_scalers", ptrs);
   CudaDeviceGuard guard(index_);
   max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
 void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
   const char* op = "ternary_decode_sums";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(code_sums, DType::I8, op, "code sums"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums"), cc::scaler(scaler, op);
   cc::numel(code_sums, g.numel(), op, "code sums");
   TG_CHECK(num_workers >= 1, "{}: {} workers", op, num_workers);
   check_on_device(g, op, "g"), check_on_device(code_sums, op, "code sums"), check_on_device(scaler, op, "scaler");
@@ -90,7 +90,7 @@ void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor
 void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                           const Tensor& g) {
   const char* op = "ternary_decode_gathered";
-  cc::dtype(g, DType::F32, op, "g"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
   check_on_device(g, op, "g"), check_on_device(gathered, op, "packed codes"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
@@ -100,14 +100,14 @@ void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t s
 
 void CudaBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(*this, xs, count, out, DType::F16, "encode_f16_sum", ptrs);
+  input_pointers(*this, xs, count, out, DType::kF16, "encode_f16_sum", ptrs);
   CudaDeviceGuard guard(index_);
   encode_f16_sum_cuda(ptrs, count, out.numel(), out.data<half_bits>(), stream_);
 }
 
 void CudaBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(*this, xs, count, out, DType::F32, "encode_f32_sum", ptrs);
+  input_pointers(*this, xs, count, out, DType::kF32, "encode_f32_sum", ptrs);
   cc::not_a_later_input(xs, count, out, "encode_f32_sum");
   CudaDeviceGuard guard(index_);
   encode_f32_sum_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
@@ -115,21 +115,21 @@ void CudaBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor&
 
 void CudaBackend::average_f16_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(*this, xs, count, out, DType::F32, "average_f16", ptrs);
+  input_pointers(*this, xs, count, out, DType::kF32, "average_f16", ptrs);
   CudaDeviceGuard guard(index_);
   average_f16_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
 void CudaBackend::average_f32_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
-  input_pointers(*this, xs, count, out, DType::F32, "average_f32", ptrs);
+  input_pointers(*this, xs, count, out, DType::kF32, "average_f32", ptrs);
   CudaDeviceGuard guard(index_);
   average_f32_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
 void CudaBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f16_sum";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(sum, DType::kF16, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   check_on_device(g, op, "g"), check_on_device(sum, op, "sum");
   CudaDeviceGuard guard(index_);
   decode_f16_sum_cuda(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>(), stream_);
@@ -137,7 +137,7 @@ void CudaBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const 
 
 void CudaBackend::decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   const char* op = "decode_f32_sum";
-  cc::dtype(g, DType::F32, op, "g"), cc::dtype(sum, DType::F32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(sum, DType::kF32, op, "sum"), cc::numel(sum, g.numel(), op, "sum");
   check_on_device(g, op, "g"), check_on_device(sum, op, "sum");
   CudaDeviceGuard guard(index_);
   decode_f32_sum_cuda(sum.data<float>(), g.numel(), num_workers, g.data<float>(), stream_);

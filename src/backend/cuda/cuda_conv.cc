@@ -61,11 +61,11 @@ bool is_tensor_op(cudnnMathType_t m) {
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return CUDNN_DATA_FLOAT;
-    case DType::F16:
+    case DType::kF16:
       return CUDNN_DATA_HALF;
-    case DType::BF16:
+    case DType::kBf16:
       return CUDNN_DATA_BFLOAT16;
     default:
       TG_THROW("conv: dtype {} is not a compute dtype (f32, f16, bf16)", dtype_name(t));
@@ -197,7 +197,7 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
   TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, ct, CUDNN_TENSOR_NHWC, as_int(d.out_c, d), as_int(d.c / d.groups, d),
                                             as_int(d.kh, d), as_int(d.kw, d)));
-  const bool half = t != DType::F32;
+  const bool half = t != DType::kF32;
   e->fwd_conv = make_conv(d, e->explicit_pad, half);
   e->data_conv = make_conv(d, e->explicit_pad, half);
   e->filter_conv = make_conv(d, e->explicit_pad, half);

@@ -24,11 +24,11 @@ void check_ip(const InnerProductDesc& d, const char* op) {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return CUDA_R_32F;
-    case DType::F16:
+    case DType::kF16:
       return CUDA_R_16F;
-    case DType::BF16:
+    case DType::kBf16:
       return CUDA_R_16BF;
     default:
       TG_THROW("inner_product: dtype {} is not a compute dtype (f32, f16, bf16)", dtype_name(t));

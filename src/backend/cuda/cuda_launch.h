@@ -70,11 +70,11 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
 template <typename Fn>
 void dispatch_float(DType t, const char* op, Fn&& fn) {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return fn(float{});
-    case DType::F16:
+    case DType::kF16:
       return fn(__half{});
-    case DType::BF16:
+    case DType::kBf16:
       return fn(__nv_bfloat16{});
     default:
       TG_THROW("{}: dtype {} is not supported by the CUDA backend (f32, f16, bf16)", op, dtype_name(t));

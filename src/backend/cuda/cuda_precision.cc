@@ -12,7 +12,7 @@
 namespace tg {
 
 namespace {
-bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }
 }  // namespace
 
 DType compute_dtype(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
@@ -29,11 +29,11 @@ DType compute_dtype(const char* op, const Tensor& x, std::initializer_list<const
 // conversions but no fast math, so they are refused rather than run slowly.
 bool CudaBackend::supports_compute(DType t) const {
   switch (t) {
-    case DType::F32:
+    case DType::kF32:
       return true;
-    case DType::F16:
+    case DType::kF16:
       return sm_ >= 70;
-    case DType::BF16:
+    case DType::kBf16:
       return sm_ >= 80;
     default:
       return false;
@@ -43,9 +43,9 @@ bool CudaBackend::supports_compute(DType t) const {
 std::string CudaBackend::why_not(DType t) const {
   if (supports_compute(t)) return "";
   switch (t) {
-    case DType::F16:
+    case DType::kF16:
       return fmt::format("fp16 compute needs sm_70 or newer (tensor cores); {}", device_text_);
-    case DType::BF16:
+    case DType::kBf16:
       return fmt::format("bf16 compute needs sm_80 or newer (Ampere); {}", device_text_);
     default:
       return fmt::format("{} is not a compute dtype (f32, f16, bf16)", dtype_name(t));
@@ -62,9 +62,9 @@ void CudaBackend::cast_impl(const Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
-  TG_CHECK(dst.dtype() == DType::F32 && dst.numel() == src.numel(),
+  TG_CHECK(dst.dtype() == DType::kF32 && dst.numel() == src.numel(),
            "unscale_and_check: dst {} must be f32 with the {} elements of src {}", dst.str(), src.numel(), src.str());
-  TG_CHECK(found.dtype() == DType::I32 && found.numel() == 1, "unscale_and_check: found {} must be i32 (1)",
+  TG_CHECK(found.dtype() == DType::kI32 && found.numel() == 1, "unscale_and_check: found {} must be i32 (1)",
            found.str());
   check_on_device(src, "unscale_and_check", "src"), check_on_device(dst, "unscale_and_check", "dst");
   check_on_device(found, "unscale_and_check", "found");
