@@ -4,10 +4,9 @@
 // Fixture shards are generated once in a temporary folder. Run: build/bench/data_pipeline_bench
 // (see bench/README.md for the recorded figures).
 #include <benchmark/benchmark.h>
-
-#include <cmath>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 

@@ -133,7 +133,8 @@ Trainee& trainee_for(const NetCase& c, int threads, int64_t batch) {
 
 // The timed loop of a benchmark: step() per iteration with heap allocations and minor page faults counted;
 // sets images/s, allocs/step and faults/step.
-template <typename Step> void run_counted(benchmark::State& state, int64_t batch, Step&& step) {
+template <typename Step>
+void run_counted(benchmark::State& state, int64_t batch, Step&& step) {
   const int64_t before = alloc_counter::count();
   const long faults_before = alloc_counter::minor_page_faults();
   alloc_counter::start();
@@ -147,7 +148,8 @@ template <typename Step> void run_counted(benchmark::State& state, int64_t batch
 }
 
 // make() for a benchmark's setup; on failure the benchmark reports the error and runs nothing.
-template <typename Make> auto setup_or_skip(benchmark::State& state, Make&& make) -> decltype(make()) {
+template <typename Make>
+auto setup_or_skip(benchmark::State& state, Make&& make) -> decltype(make()) {
   try {
     return make();
   } catch (const std::exception& e) {
@@ -306,8 +308,8 @@ int main(int argc, char** argv) {
             const int nw = std::atoi(w.c_str());
             TG_CHECK(nw >= 1, "--workers={}: counts of at least 1", w);
             tg::TrainerCase tc{c, th, nw, bits == "fp32" ? 32 : 1, batch * nw};
-            std::string tb = "trainer_step/" + c.name + "/" + bits + "/workers:" + w + "x" + std::to_string(batch) +
-                             "/threads:" + t;
+            std::string tb =
+                "trainer_step/" + c.name + "/" + bits + "/workers:" + w + "x" + std::to_string(batch) + "/threads:" + t;
             benchmark::RegisterBenchmark(tb.c_str(), tg::bm_trainer_step, tc)
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond);

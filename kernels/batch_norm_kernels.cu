@@ -25,7 +25,7 @@ constexpr int kTileY = 8;            // chunks (pass 1) or rows (element-wise) p
 constexpr int kTileChunks = 64;      // chunk sums staged in shared memory per step of the ordered sum
 
 struct Scratch {
-  double* partial;  // (chunks, 2, C)
+  double* partial;                                // (chunks, 2, C)
   float *scale, *shift, *inv_std, *mean_dy_xhat;  // (C) each
 };
 
@@ -92,8 +92,7 @@ __device__ void ordered_sums(const double* __restrict__ partial, int64_t chunks,
   for (int64_t k0 = 0; k0 < chunks; k0 += kTileChunks) {
     for (int kk = threadIdx.y; kk < kTileChunks; kk += kTileY)
       for (int s = 0; s < kSlots; ++s)
-        tile[s][kk][threadIdx.x] =
-            (k0 + kk < chunks && j < c) ? partial[((k0 + kk) * 2 + kFirst + s) * c + j] : 0.0;
+        tile[s][kk][threadIdx.x] = (k0 + kk < chunks && j < c) ? partial[((k0 + kk) * 2 + kFirst + s) * c + j] : 0.0;
     __syncthreads();
     if (threadIdx.y == 0) {
       const int n = static_cast<int>(min64(kTileChunks, chunks - k0));

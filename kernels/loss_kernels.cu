@@ -20,7 +20,8 @@ __device__ unsigned long long bad_label_code(int64_t row, int32_t label) {
   return (static_cast<unsigned long long>(row) << 32) | static_cast<uint32_t>(label);
 }
 
-template <typename T, typename Combine> __device__ T block_combine(T v, Combine combine) {
+template <typename T, typename Combine>
+__device__ T block_combine(T v, Combine combine) {
   __shared__ T shared[kRowThreads];
   shared[threadIdx.x] = v;
   __syncthreads();

@@ -26,7 +26,8 @@ struct MaxAbsOp {  // values are |x| >= 0; NaN wins
 };
 
 // Tree reduction of one value per thread over a block of kReduceThreads; thread 0 gets the result.
-template <typename Op> __device__ double block_reduce(double v) {
+template <typename Op>
+__device__ double block_reduce(double v) {
   __shared__ double shared[kReduceThreads];
   shared[threadIdx.x] = v;
   __syncthreads();
@@ -52,7 +53,8 @@ __global__ void reduce_pass1(const T* x, int64_t n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-template <typename Op> __global__ void reduce_pass2(const double* partials, int count, double* result) {
+template <typename Op>
+__global__ void reduce_pass2(const double* partials, int count, double* result) {
   double acc = Op::identity();
   for (int i = threadIdx.x; i < count; i += kReduceThreads) acc = Op::combine(acc, partials[i]);
   double total = block_reduce<Op>(acc);
@@ -60,8 +62,8 @@ template <typename Op> __global__ void reduce_pass2(const double* partials, int 
 }
 
 unsigned reduce_blocks(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + 4 * kReduceThreads - 1) / (4 * kReduceThreads), 1,
-                                                   kReduceMaxBlocks));
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + 4 * kReduceThreads - 1) / (4 * kReduceThreads), 1, kReduceMaxBlocks));
 }
 
 // Column sums, pass 1: block (32, 8) sums 32 columns over one slab of kSlabRows rows (blockIdx.y): thread

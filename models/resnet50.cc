@@ -100,7 +100,7 @@ class ResNetBuilder {
       }
     }
     net_.add(avg_pool("pool5", spatial, 1, Padding::kValid));  // global average: (N, 1, 1, 2048)
-    net_.add(flatten("flatten"));                             // (N, 2048)
+    net_.add(flatten("flatten"));                              // (N, 2048)
     FcOptions fc;
     fc.out = c_.num_classes;
     fc.weight_init = Initializer::truncated_normal(0.01f, 0);

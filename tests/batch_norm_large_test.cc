@@ -12,7 +12,9 @@
 namespace tg {
 namespace {
 
-Tensor view(std::vector<float>& v) { return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kF32, Device::cpu()); }
+Tensor view(std::vector<float>& v) {
+  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kF32, Device::cpu());
+}
 
 struct BnOut {
   std::vector<float> y, mean, var, dx, dgamma, dbeta;
@@ -22,8 +24,8 @@ BnOut run_bn(int threads, const BatchNormDesc& d, std::vector<float>& x, std::ve
              std::vector<float>& beta, std::vector<float>& dy) {
   CpuBackend be(threads);
   const size_t n = x.size(), c = static_cast<size_t>(d.c);
-  BnOut o{std::vector<float>(n), std::vector<float>(c), std::vector<float>(c), std::vector<float>(n),
-          std::vector<float>(c), std::vector<float>(c)};
+  BnOut o{std::vector<float>(n), std::vector<float>(c), std::vector<float>(c),
+          std::vector<float>(n), std::vector<float>(c), std::vector<float>(c)};
   Tensor g = d.has_gamma ? view(gamma) : Tensor();
   be.batch_norm_forward_training(d, view(x), g, view(beta), view(o.y), view(o.mean), view(o.var));
   be.batch_norm_backward(d, view(x), g, view(o.mean), view(o.var), view(dy), view(o.dx),

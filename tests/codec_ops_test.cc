@@ -24,9 +24,9 @@
 
 #include "common/random_inputs.h"
 #include "terngrad/backend/backend.h"
+#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/compress/gradient_codec.h"
-#include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/error.h"
 #include "terngrad/math/ternary_math.h"
@@ -203,7 +203,8 @@ TEST(CodecOpsCpu, EncodeMatchesTheDefinitionWithZeroCounts) {
     if (n >= 3) g[1] = kNaN, g[2] = kInf;  // NaN: code 0; Inf: its sign
     for (float s : {ref_scaler(normal(n + 1, 1), 2.5f), 0.f, kNaN, 1e-3f}) {
       const int64_t nbytes = (n + 3) / 4;
-      Mem dg(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32), dp(cpu(), nbytes, DType::kU8), dz(cpu(), 1, DType::kI32);
+      Mem dg(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32), dp(cpu(), nbytes, DType::kU8),
+          dz(cpu(), 1, DType::kI32);
       dg.upload(g);
       ds.upload(std::vector<float>{s});
       cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), dz.t());
@@ -760,7 +761,8 @@ TEST(CodecOpsCuda, Fp16Fp32AndScalerMaxOpsMatchCpu) {
       std::vector<std::pair<const void*, std::pair<int64_t, DType>>> in;
       for (const auto& x : xs) in.push_back({x.data(), {n, DType::kF32}});
       on_both(
-          in, {{n, DType::kF16}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}},
+          in,
+          {{n, DType::kF16}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}, {n, DType::kF32}},
           [&](Backend& be, std::vector<Tensor>& t) {
             const Tensor* x = t.data();
             be.encode_f16_sum(x, W, t[W]);

@@ -9,10 +9,10 @@
 
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/philox.h"
-#include "terngrad/core/slab.h"
 #include "terngrad/core/half_convert.h"
 #include "terngrad/core/parallel.h"
+#include "terngrad/core/philox.h"
+#include "terngrad/core/slab.h"
 
 namespace tg {
 namespace {

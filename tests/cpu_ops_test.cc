@@ -118,18 +118,17 @@ TEST_P(ConvTest, SecondCallCreatesNoPrimitive) {
   EXPECT_EQ(tdw.values(), dw1);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, ConvTest,
-    ::testing::Values(ConvCase{1, 5, 5, 1, 3, 3, 2, 1, Padding::kSame, 1, true},
-                      ConvCase{3, 7, 6, 4, 3, 3, 6, 2, Padding::kSame, 2, true},
-                      ConvCase{2, 9, 9, 3, 5, 5, 4, 2, Padding::kValid, 1, false},
-                      ConvCase{3, 8, 8, 4, 2, 2, 4, 2, Padding::kSame, 2, true},
-                      ConvCase{1, 7, 7, 2, 3, 3, 4, 2, Padding::kSame, 1, true},
-                      ConvCase{2, 6, 5, 6, 1, 1, 6, 1, Padding::kValid, 2, true},
-                      ConvCase{3, 11, 11, 4, 3, 3, 8, 2, Padding::kValid, 2, false},
-                      ConvCase{1, 28, 28, 1, 5, 5, 20, 1, Padding::kSame, 1, true},
-                      ConvCase{3, 14, 14, 20, 5, 5, 50, 1, Padding::kSame, 1, true},
-                      ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::kSame, 2, true}));
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
+                         ::testing::Values(ConvCase{1, 5, 5, 1, 3, 3, 2, 1, Padding::kSame, 1, true},
+                                           ConvCase{3, 7, 6, 4, 3, 3, 6, 2, Padding::kSame, 2, true},
+                                           ConvCase{2, 9, 9, 3, 5, 5, 4, 2, Padding::kValid, 1, false},
+                                           ConvCase{3, 8, 8, 4, 2, 2, 4, 2, Padding::kSame, 2, true},
+                                           ConvCase{1, 7, 7, 2, 3, 3, 4, 2, Padding::kSame, 1, true},
+                                           ConvCase{2, 6, 5, 6, 1, 1, 6, 1, Padding::kValid, 2, true},
+                                           ConvCase{3, 11, 11, 4, 3, 3, 8, 2, Padding::kValid, 2, false},
+                                           ConvCase{1, 28, 28, 1, 5, 5, 20, 1, Padding::kSame, 1, true},
+                                           ConvCase{3, 14, 14, 20, 5, 5, 50, 1, Padding::kSame, 1, true},
+                                           ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::kSame, 2, true}));
 
 // ---- pooling ------------------------------------------------------------------------------------------
 
@@ -157,7 +156,8 @@ TEST_P(PoolTest, ForwardAndBackwardMatchReference) {
     EXPECT_GT(ws_bytes, 0u) << "max pooling needs its arg-max workspace";
   }
   std::vector<uint8_t> ws(ws_bytes + 1);
-  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
+  Tensor tws =
+      ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
   HostF32 tx(xs, x), ty(ys), tdy(ys, dy), tdx(xs);
   be.pool_forward(d, tx.t, ty.t, tws);
   Vec ry = ref::pool_forward(d, x);
@@ -195,8 +195,8 @@ struct LrnCase {
 };
 
 void PrintTo(const LrnCase& p, std::ostream* os) {
-  *os << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " r" << p.radius << " bias " << p.bias << " alpha "
-      << p.alpha << " beta " << p.beta;
+  *os << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " r" << p.radius << " bias " << p.bias << " alpha " << p.alpha
+      << " beta " << p.beta;
 }
 
 class LrnTest : public ::testing::TestWithParam<LrnCase> {};
@@ -211,7 +211,8 @@ TEST_P(LrnTest, ForwardAndBackwardMatchReference) {
   Vec x = random_vec(xs.numel(), 21, -2.0, 2.0), dy = random_vec(xs.numel(), 22);
   size_t ws_bytes = be.lrn_workspace_bytes(d);
   std::vector<uint8_t> ws(ws_bytes + 1);
-  Tensor tws = ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
+  Tensor tws =
+      ws_bytes ? Tensor(ws.data(), Shape{static_cast<int64_t>(ws_bytes)}, DType::kU8, Device::cpu()) : Tensor();
   HostF32 tx(xs, x), ty(xs), tdy(xs, dy), tdx(xs);
   be.lrn_forward(d, tx.t, ty.t, tws);
   Vec ry = ref::lrn_forward(d, x);
@@ -300,7 +301,9 @@ struct IpCase {
   bool bias;
 };
 
-void PrintTo(const IpCase& p, std::ostream* os) { *os << p.n << "x" << p.in << "->" << p.out << (p.bias ? " bias" : ""); }
+void PrintTo(const IpCase& p, std::ostream* os) {
+  *os << p.n << "x" << p.in << "->" << p.out << (p.bias ? " bias" : "");
+}
 
 class InnerProductTest : public ::testing::TestWithParam<IpCase> {};
 
@@ -391,7 +394,8 @@ TEST(CpuOpsReductions, MaxAbsPropagatesNaN) {
 TEST(CpuOpsErrors, MaxPoolBackwardWithoutWorkspaceIsAnError) {
   CpuBackend be(1);
   PoolDesc d = make_pool_desc(PoolKind::kMax, 1, 4, 4, 1, 2, 2, 2, Padding::kValid);
-  HostF32 x(Shape{1, 4, 4, 1}, random_vec(16, 1)), y(Shape{1, 2, 2, 1}, Vec(4, 0.0)), dy(Shape{1, 2, 2, 1}, Vec(4, 1.0));
+  HostF32 x(Shape{1, 4, 4, 1}, random_vec(16, 1)), y(Shape{1, 2, 2, 1}, Vec(4, 0.0)),
+      dy(Shape{1, 2, 2, 1}, Vec(4, 1.0));
   HostF32 dx(Shape{1, 4, 4, 1});
   EXPECT_THROW(be.pool_backward(d, x.t, y.t, dy.t, Tensor(), dx.t), Error);
 }

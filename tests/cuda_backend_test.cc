@@ -54,8 +54,8 @@ TEST_F(CudaBackendTest, CopyZeroFill) {
   const Shape s{3, 5, 7, 11};
   auto v = random_floats(s.numel(), 1);
   Pair a(s), b(s);
-  a.set(v);                      // host -> device (and host -> host)
-  cpu().copy(b.c.t, a.c.t);      // device -> device
+  a.set(v);                  // host -> device (and host -> host)
+  cpu().copy(b.c.t, a.c.t);  // device -> device
   gpu().copy(b.g.t, a.g.t);
   expect_same_bits(b, "copy");
   EXPECT_EQ(b.g.read<float>(), v);  // device -> host
@@ -162,8 +162,8 @@ TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
 
 TEST_F(CudaBackendTest, SoftmaxCrossEntropyRejectsBadLabelNamingTheExample) {
   const int64_t n = 8, k = 5;
-  Mem logits(gpu(), Shape{n, k}, DType::kF32), labels(gpu(), Shape{n}, DType::kI32), probs(gpu(), Shape{n, k}, DType::kF32),
-      losses(gpu(), Shape{n}, DType::kF32);
+  Mem logits(gpu(), Shape{n, k}, DType::kF32), labels(gpu(), Shape{n}, DType::kI32),
+      probs(gpu(), Shape{n, k}, DType::kF32), losses(gpu(), Shape{n}, DType::kF32);
   logits.write(random_floats(n * k, 11));
   for (int32_t bad : {5, -1}) {
     std::vector<int32_t> lab = {0, 1, 2, 3, 4, 0, 1, 2};
@@ -207,8 +207,8 @@ TEST_F(CudaBackendTest, OptimizerUpdatesAreBitIdentical) {
   mom.kind = OptimizerKind::kMomentum, mom.lr = 0.05f, mom.momentum = 0.9f;
   adam.kind = OptimizerKind::kAdam, adam.lr = 0.001f;
   rms.kind = OptimizerKind::kRmsprop, rms.lr = 0.01f, rms.momentum = 0.5f, rms.decay = 0.9f, rms.epsilon = 1e-10f;
-  for (const Case& c : {Case{"gd", gd, 0, 0}, Case{"momentum", mom, 0, 0}, Case{"adam", adam, 0, 0},
-                        Case{"rmsprop", rms, 1.f, 0}}) {
+  for (const Case& c :
+       {Case{"gd", gd, 0, 0}, Case{"momentum", mom, 0, 0}, Case{"adam", adam, 0, 0}, Case{"rmsprop", rms, 1.f, 0}}) {
     Pair w(s), g(s), s1(s), s2(s);
     w.set(random_floats(s.numel(), 12));
     s1.set(std::vector<float>(s.numel(), c.s1_init)), s2.set(std::vector<float>(s.numel(), c.s2_init));
@@ -227,7 +227,8 @@ TEST_F(CudaBackendTest, OptimizerUpdatesAreBitIdentical) {
   expect_same_bits(ema, "ema");
 }
 
-// ---- inner product ---------------------------------------------------------------------------------------------------
+// ---- inner product
+// ---------------------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, InnerProduct) {
   for (bool bias : {true, false}) {
     InnerProductDesc d;
@@ -247,7 +248,8 @@ TEST_F(CudaBackendTest, InnerProduct) {
   }
 }
 
-// ---- convolution ---------------------------------------------------------------------------------------------------------
+// ---- convolution
+// ---------------------------------------------------------------------------------------------------------
 struct ConvCase {
   int64_t n, h, w, c, k, o, stride;
   Padding pad;
@@ -257,11 +259,11 @@ struct ConvCase {
 
 TEST_F(CudaBackendTest, Conv2dForwardBackward) {
   const ConvCase cases[] = {
-      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},    // symmetric padding: cuDNN pads
-      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},  // odd pixel after: explicit padding
-      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false}, // ResNet stem shape, asymmetric
-      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},   // groups
-      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},   // 1x1
+      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},     // symmetric padding: cuDNN pads
+      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},   // odd pixel after: explicit padding
+      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false},  // ResNet stem shape, asymmetric
+      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},    // groups
+      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},    // 1x1
   };
   for (const ConvCase& cc : cases) {
     ConvDesc d = make_conv_desc(cc.n, cc.h, cc.w, cc.c, cc.k, cc.k, cc.o, cc.stride, cc.pad, cc.groups, cc.bias);
@@ -295,7 +297,8 @@ TEST_F(CudaBackendTest, Conv2dForwardBackward) {
   }
 }
 
-// ---- pooling ----------------------------------------------------------------------------------------------------------------
+// ---- pooling
+// ----------------------------------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, PoolForwardBackward) {
   struct PoolCase {
     PoolKind kind;
@@ -313,16 +316,19 @@ TEST_F(CudaBackendTest, PoolForwardBackward) {
     Pair x(xs), y(ys), dy(ys), dx(xs);
     x.set(random_floats(xs.numel(), 50)), dy.set(random_floats(ys.numel(), 51));
     const size_t wsc = cpu().pool_workspace_bytes(d), wsg = gpu().pool_workspace_bytes(d);
-    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8),
+        wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
     const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
     cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, twg);
     expect_close(y, d.key() + " forward", 1e-6);
-    cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t), gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, twg, dx.g.t);
+    cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
+        gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, twg, dx.g.t);
     expect_close(dx, d.key() + " backward", 1e-6);
   }
 }
 
-// ---- LRN ------------------------------------------------------------------------------------------------------------------
+// ---- LRN
+// ------------------------------------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, LrnForwardBackward) {
   for (int64_t radius : {int64_t{2}, int64_t{5}}) {
     LrnDesc d;
@@ -331,7 +337,8 @@ TEST_F(CudaBackendTest, LrnForwardBackward) {
     Pair x(s), y(s), dy(s), dx(s);
     x.set(random_floats(s.numel(), 60, -2.f, 2.f)), dy.set(random_floats(s.numel(), 61));
     const size_t wsc = cpu().lrn_workspace_bytes(d), wsg = gpu().lrn_workspace_bytes(d);
-    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8), wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
+    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8),
+        wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
     const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
     cpu().lrn_forward(d, x.c.t, y.c.t, twc), gpu().lrn_forward(d, x.g.t, y.g.t, twg);
     expect_close(y, d.key() + " forward", 1e-5);
@@ -348,15 +355,17 @@ TEST_F(CudaBackendTest, LrnForwardBackward) {
   expect_close(y, wide.key() + " forward", 1e-5);
 }
 
-// ---- batch norm -------------------------------------------------------------------------------------------------------------
-// The CUDA kernels run the CPU loops' arithmetic in the same order (fixed row chunks, double sums): the same bits.
+// ---- batch norm
+// ------------------------------------------------------------------------------------------------------------- The
+// CUDA kernels run the CPU loops' arithmetic in the same order (fixed row chunks, double sums): the same bits.
 TEST_F(CudaBackendTest, BatchNormTrainingInferenceBackward) {
   struct BnCase {
     int64_t n, hw, c;
     bool has_gamma;
   };
   // one chunk, several chunks with a partial last one and channels past a warp, a single row
-  for (const BnCase& bc : {BnCase{2, 5, 7, true}, BnCase{2, 5, 7, false}, BnCase{3, 17, 45, true}, BnCase{1, 1, 3, true}}) {
+  for (const BnCase& bc :
+       {BnCase{2, 5, 7, true}, BnCase{2, 5, 7, false}, BnCase{3, 17, 45, true}, BnCase{1, 1, 3, true}}) {
     BatchNormDesc d;
     d.rows = bc.n * bc.hw * bc.hw, d.c = bc.c, d.epsilon = 0.001f, d.has_gamma = bc.has_gamma;
     const Shape xs{bc.n, bc.hw, bc.hw, bc.c}, cs{d.c};

@@ -303,7 +303,8 @@ TEST_F(CudaMixedPrecisionTest, Conv2dForwardBackward) {
       // The dtype is part of the cache key: the f32 descriptor's entry is another one; each direction ran.
       for (const ConvAlgorithm& a : cuda().conv_algorithms(d, t))
         EXPECT_TRUE(a.chosen && a.deterministic) << what << " " << dtype_name(t) << " " << a.name;
-      EXPECT_FALSE(cuda().conv_algorithms(d, DType::kF32)[0].chosen) << what << ": f32 entry shared with " << name_of(t);
+      EXPECT_FALSE(cuda().conv_algorithms(d, DType::kF32)[0].chosen)
+          << what << ": f32 entry shared with " << name_of(t);
 #endif
     }
   }

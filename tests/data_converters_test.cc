@@ -2,9 +2,8 @@
 // installed Fashion-MNIST test set), CIFAR-10 binary layout, class folders (labels 1..K, resize, RAW),
 // inspect, and atomic shard writing.
 #include <gtest/gtest.h>
-#include <zlib.h>
-
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,7 +23,8 @@ using tg::testing::temp_dir;
 namespace {
 
 std::string be32(uint32_t v) {
-  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                     static_cast<char>(v)};
 }
 
 void write_gz(const fs::path& p, const std::string& data) {
@@ -42,7 +42,8 @@ void read_back(const PipelineOptions& o, std::vector<std::vector<uint8_t>>* imag
   while (p.next(&b))
     for (int r = 0; r < b.count; ++r) {
       std::vector<uint8_t> img(n);
-      for (size_t i = 0; i < n; ++i) img[i] = static_cast<uint8_t>(std::lround((b.images[r * n + i] / 2.0f + 0.5f) * 255.0f));
+      for (size_t i = 0; i < n; ++i)
+        img[i] = static_cast<uint8_t>(std::lround((b.images[r * n + i] / 2.0f + 0.5f) * 255.0f));
       images->push_back(img);
       labels->push_back(b.labels[r]);
     }
@@ -199,7 +200,8 @@ TEST(BuildImageData, ClassFoldersToShards) {
         img.channels = 3;
         img.pixels.assign(img.size(), static_cast<uint8_t>(60 * k + 20));
         std::string bytes = i == 2 ? encode_png(img) : encode_jpeg(img, 95);
-        std::ofstream f(dir / subset / classes[k] / (std::to_string(i) + (i == 2 ? ".png" : ".JPEG")), std::ios::binary);
+        std::ofstream f(dir / subset / classes[k] / (std::to_string(i) + (i == 2 ? ".png" : ".JPEG")),
+                        std::ios::binary);
         f << bytes;
       }
     }

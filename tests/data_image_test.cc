@@ -118,8 +118,8 @@ TEST(ImageDecode, DispatchFallsBackToMagicBytes) {
 
 TEST(ImageDecode, UndecodableBytesNameTheRecord) {
   std::string bad_png = kGrayPng.substr(0, 40);
-  for (auto [bytes, fmt] : {std::pair<std::string, std::string>{bad_png, "png"}, {"\xff\xd8\xff garbage", "jpeg"},
-                            {"hello", ""}}) {
+  for (auto [bytes, fmt] :
+       {std::pair<std::string, std::string>{bad_png, "png"}, {"\xff\xd8\xff garbage", "jpeg"}, {"hello", ""}}) {
     try {
       decode_image(bytes, fmt, 0, 0, 0, 0, "train-00000-of-00001:96");
       FAIL() << "expected an error for format '" << fmt << "'";

@@ -1,16 +1,15 @@
 // CRC-32C vectors, TFRecord framing round trips and corruption handling, tf.Example build/parse.
 #include <gtest/gtest.h>
-
-#include <cstdio>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 
-#include "example.pb.h"
 #include "common/files.h"
+#include "example.pb.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
 #include "terngrad/data/example.h"

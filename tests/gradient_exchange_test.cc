@@ -2,7 +2,6 @@
 // plain reference built from the per-element ternary definition (exact: the same codes), for both exchange
 // modes, fp16/fp32 remainders, several targets, any bucketing; byte model; non-finite scalers; the
 // communication thread's FIFO. Across processes (MPI, overlap): tests/mpi_communicator_test.cc.
-#include "terngrad/backend/backend.h"
 #include "terngrad/comm/gradient_exchange.h"
 
 #include <gtest/gtest.h>
@@ -14,8 +13,9 @@
 #include <random>
 #include <thread>
 
-#include "terngrad/comm/communication_thread.h"
+#include "terngrad/backend/backend.h"
 #include "terngrad/backend/ternary_codec.h"
+#include "terngrad/comm/communication_thread.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/timeline.h"
@@ -64,7 +64,8 @@ struct Workload {
   }
   std::vector<Tensor> views(int w) {
     std::vector<Tensor> v;
-    for (auto& g : grads[w]) v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
+    for (auto& g : grads[w])
+      v.emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
     return v;
   }
   std::vector<std::vector<Tensor>> all_views() {
@@ -169,7 +170,7 @@ TEST(GradientExchange, EveryTargetGetsTheAverageAndStepsRepeat) {
   o.seed = 7;
   GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0, 2}, nullptr, o);
   for (uint32_t step = 0; step < 3; ++step) {  // the buffers are reused: every step must start clean
-    for (int w = 0; w < N; ++w)  // new gradients in the same memory (the exchange holds views of it)
+    for (int w = 0; w < N; ++w)                // new gradients in the same memory (the exchange holds views of it)
       for (size_t t = 0; t < wl.grads[w].size(); ++t)
         std::copy(fresh.grads[w][t].begin(), fresh.grads[w][t].end(), wl.grads[w][t].begin());
     const auto expected = reference_exchange(wl, pol, 7, step);

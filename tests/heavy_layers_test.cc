@@ -127,8 +127,8 @@ class ConvGradTest : public ::testing::TestWithParam<ConvGradCase> {};
 
 TEST_P(ConvGradTest, BackwardMatchesNumericalGradient) {
   const ConvGradCase& p = GetParam();
-  EXPECT_GRADIENTS_OK(check_layer_gradients(conv2d("conv", conv_opts(p.out, p.k, p.stride, p.padding, p.groups, p.bias)),
-                                            {Shape{p.n, p.h, p.w, p.c}}));
+  EXPECT_GRADIENTS_OK(check_layer_gradients(
+      conv2d("conv", conv_opts(p.out, p.k, p.stride, p.padding, p.groups, p.bias)), {Shape{p.n, p.h, p.w, p.c}}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvGradTest,

@@ -3,7 +3,6 @@
 // filter naming itself and checks that every rank ran and passed it (tests/common/mpi_launch.h); under mpirun
 // (OMPI_COMM_WORLD_SIZE set) the test bodies run on every rank.
 // Without an mpirun on PATH the tests report SKIPPED.
-#include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
 
 #include <fmt/format.h>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "common/mpi_launch.h"
+#include "terngrad/backend/backend.h"
 #include "terngrad/comm/gradient_exchange.h"
 #include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/error.h"
@@ -152,8 +152,9 @@ TEST(MpiCommunicator, TwoRankSumsMatchThreadCommunicator) {
     c.allreduce(&b, 1, DType::kBf16, ReduceOp::kSum);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("all-reduce sum over bf16 is not supported (supported: f32 sum, f32 max, f16 sum"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("all-reduce sum over bf16 is not supported (supported: f32 sum, f32 max, f16 sum"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -227,8 +228,8 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
           o.overlap = false;
           GradientExchange alone(cpu_backend(), pol, all_views, {0}, nullptr, o);
           const ExchangeStats ast = alone.run(step);
-          const std::string what = fmt::format("{} local, grad_bits {}, {}, {}", local, bits,
-                                               enum_name(mode), overlap ? "overlapped" : "serial");
+          const std::string what = fmt::format("{} local, grad_bits {}, {}, {}", local, bits, enum_name(mode),
+                                               overlap ? "overlapped" : "serial");
           for (size_t t = 0; t < params.size(); ++t) {
             const GradCoding coding = pol.tensors()[t].coding;
             if (coding == GradCoding::kTernary || local == 1) {
@@ -244,8 +245,8 @@ TEST(MpiGradientExchange, MatchesSingleProcessComputation) {
                 }
               float expected = part[0] + part[1];
               if (coding == GradCoding::kF16)
-                expected = half_to_float(float_to_half(half_to_float(float_to_half(part[0])) +
-                                                       half_to_float(float_to_half(part[1]))));
+                expected = half_to_float(
+                    float_to_half(half_to_float(float_to_half(part[0])) + half_to_float(float_to_half(part[1]))));
               ASSERT_EQ(mine[0][t][i], expected / N) << what << ", tensor " << params[t].name << " element " << i;
             }
           }

@@ -183,21 +183,27 @@ TEST(NcclCommunicator, OneGpuGroup) {
   EXPECT_EQ(c.stats().calls, 8u + 3u);
   EXPECT_EQ(c.stats().moved_bytes, 0u);  // one rank moves nothing
   // Refusals: the dtype/op, a host buffer (declared as such or not), another GPU's.
-  EXPECT_NE(error_of([&] { c.allreduce(buf.ptr, n, DType::kF16, ReduceOp::kMax, Device::cuda(0)); })
-                .find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, f16 sum, bf16 sum"),
+  EXPECT_NE(error_of([&] {
+              c.allreduce(buf.ptr, n, DType::kF16, ReduceOp::kMax, Device::cuda(0));
+            }).find("all-reduce max over f16 is not supported (supported: f32 sum, f32 max, f16 sum, bf16 sum"),
             std::string::npos);
   std::vector<float> host(n);
-  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cpu()); })
-                .find("nccl (rank 0 of 1, cuda:0): buffers on cpu are not supported (device memory of cuda:0 only)"),
+  EXPECT_NE(error_of([&] {
+              c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cpu());
+            }).find("nccl (rank 0 of 1, cuda:0): buffers on cpu are not supported (device memory of cuda:0 only)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cuda(0)); })
-                .find("is host memory, not memory of cuda:0"),
+  EXPECT_NE(error_of([&] {
+              c.allreduce(host.data(), n, DType::kF32, ReduceOp::kSum, Device::cuda(0));
+            }).find("is host memory, not memory of cuda:0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { c.allgather(buf.ptr, out.ptr, 4, Device::cuda(1)); })
-                .find("buffers on cuda:1 are not supported (device memory of cuda:0 only)"),
+  EXPECT_NE(error_of([&] {
+              c.allgather(buf.ptr, out.ptr, 4, Device::cuda(1));
+            }).find("buffers on cuda:1 are not supported (device memory of cuda:0 only)"),
             std::string::npos);
   // Bad device lists, one line each.
-  EXPECT_NE(error_of([&] { make_nccl_communicators({0, 0}, {s.streams[0], s.streams[0]}); }).find("listed twice"),
+  EXPECT_NE(error_of([&] {
+              make_nccl_communicators({0, 0}, {s.streams[0], s.streams[0]});
+            }).find("listed twice"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_nccl_communicators({99}, {nullptr}); }).find("cuda:99: no such device"),
             std::string::npos);

@@ -1,6 +1,8 @@
 // Net: fan-out gradients accumulate (a tensor read by two branches gets the sum of both gradients, checked
 // against central differences of the whole net's loss), weight decay enters loss and gradient, and the
 // Xavier and He initializers draw the right distributions.
+#include "terngrad/nn/net.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include "common/bound_net.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/nn/layers.h"
-#include "terngrad/nn/net.h"
 
 namespace tg {
 namespace {

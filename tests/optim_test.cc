@@ -259,7 +259,8 @@ TEST_F(OptimTest, RmsPropThreeStepsFromMsOne) {
 
 // A gradient slab in another order takes the per-tensor path; it must give the fused path's bits.
 TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
-  for (OptimizerKind kind : {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
     Model fused(be()), split(be());
     Slab reordered;
     reordered.add("fc/biases", Shape{3});
@@ -284,7 +285,8 @@ TEST_F(OptimTest, PerTensorPathMatchesFusedPath) {
 // The trainer's one pass (update + moving average of the new values) gives the bits of two separate passes,
 // on the fused and the per-tensor path, for every kind.
 TEST_F(OptimTest, UpdateWithMovingAverageMatchesTwoPasses) {
-  for (OptimizerKind kind : {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kGd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kRmsprop}) {
     for (bool reorder : {false, true}) {
       Model one(be()), two(be());
       Slab reordered;

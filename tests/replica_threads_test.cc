@@ -1,6 +1,8 @@
 // ReplicaThreads: every replica's job runs on its own thread at the same time, setup runs on the thread that
 // later runs the replica's jobs, a failing replica reaches on_error once and its error is rethrown after all
 // replicas returned, and the threads are reused run after run.
+#include "terngrad/train/replica_threads.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "terngrad/core/error.h"
-#include "terngrad/train/replica_threads.h"
 
 namespace tg {
 namespace {

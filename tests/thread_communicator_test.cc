@@ -217,7 +217,7 @@ TEST(ThreadCommunicator, ArgumentErrors) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(c.broadcast(&x, 4, 2), Error);   // root outside the group
+  EXPECT_THROW(c.broadcast(&x, 4, 2), Error);  // root outside the group
   EXPECT_THROW(make_thread_communicators(0), Error);
 }
 

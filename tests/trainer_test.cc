@@ -216,14 +216,12 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(root_ / "bad" / "checkpoint"));
   // The binary: one line on stderr, exit 1.
   std::string out;
-  EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --grad_bits 7 --train_dir " + (root_ / "cli").string(),
-                &out),
-            1);
+  EXPECT_EQ(
+      run(bin("terngrad-train") + " --benchmark_mode --grad_bits 7 --train_dir " + (root_ / "cli").string(), &out), 1);
   EXPECT_NE(out.find("--grad_bits 7 is not one of 1 (TernGrad), 16 (fp16), 32 (fp32)"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --bucket_mb 0 --train_dir " + (root_ / "cli").string(),
-                &out),
-            1);
+  EXPECT_EQ(
+      run(bin("terngrad-train") + " --benchmark_mode --bucket_mb 0 --train_dir " + (root_ / "cli").string(), &out), 1);
   EXPECT_NE(out.find("--bucket_mb 0 must be a positive number of MiB"), std::string::npos) << out;
   EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --timeline /nonexistent/folder/t.json --train_dir " +
                     (root_ / "cli").string(),
@@ -240,7 +238,8 @@ std::string python_json(const std::string& path, const std::string& expr) {
   std::ofstream(expr_file) << expr;
   const std::string cmd =
       "python3 -c \"import json,sys; p=sys.argv[1]; d=[json.loads(l) for l in open(p)] if p.endswith('.jsonl') "
-      "else json.load(open(p)); print(eval(open(sys.argv[2]).read()))\" " + path + " " + expr_file + " 2>&1";
+      "else json.load(open(p)); print(eval(open(sys.argv[2]).read()))\" " +
+      path + " " + expr_file + " 2>&1";
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return "popen failed";
@@ -274,9 +273,10 @@ TEST_F(TrainerTest, PhaseTimesAndTimeline) {
   EXPECT_EQ(python_json(metrics, "sorted(d[0]['time'].keys())"),
             "['comm_blocked', 'comm_in_flight', 'decode', 'encode', 'forward_backward', 'input_wait', "
             "'optimizer_ema', 'other', 'scalers']");
-  EXPECT_EQ(python_json(metrics, "all(abs(sum(v for k,v in l['time'].items() if k!='comm_in_flight') - "
-                                 "l['sec_per_batch']) < 0.05*l['sec_per_batch'] + 1e-3 for l in d if 'time' in l and "
-                                 "'step' in l)"),
+  EXPECT_EQ(python_json(metrics,
+                        "all(abs(sum(v for k,v in l['time'].items() if k!='comm_in_flight') - "
+                        "l['sec_per_batch']) < 0.05*l['sec_per_batch'] + 1e-3 for l in d if 'time' in l and "
+                        "'step' in l)"),
             "True");
   EXPECT_EQ(python_json(metrics, "[len(l['worker_forward_backward']) for l in d if 'step' in l]"), "[2, 2, 2]");
   EXPECT_EQ(python_json(metrics, "d[-1]['summary'] and d[-1]['time']['forward_backward'] > 0"), "True");
@@ -294,7 +294,8 @@ TEST_F(TrainerTest, OverlapIsBitIdenticalToSerialAcrossTwoMpiProcesses) {
                            " --data_dir " + data_dir_ +
                            " --dataset fashion_mnist --net lenet --num_nodes 2 --batch_size 32 --grad_bits 1"
                            " --clip_factor 2.5 --max_steps 5 --save_iter 100 --log_every 5 --threads 1"
-                           " --num_readers 1 --num_preprocess_threads 1 --train_dir " + dir + " " + extra,
+                           " --num_readers 1 --num_preprocess_threads 1 --train_dir " +
+                           dir + " " + extra,
                        &out);
     EXPECT_EQ(rc, 0) << out;
     auto latest = latest_checkpoint(dir);
@@ -367,7 +368,8 @@ TEST_F(TrainerTest, SigintSavesACheckpointAndExitsCleanly) {
   std::string out;
   int rc = run("timeout --preserve-status -s INT 6 " + bin("terngrad-train") +
                    " --benchmark_mode --net lenet --dataset fashion_mnist --max_steps 1000000 --threads 1 "
-                   "--train_dir " + dir,
+                   "--train_dir " +
+                   dir,
                &out);
   EXPECT_EQ(rc, 0) << out;
   auto latest = latest_checkpoint(dir);
@@ -401,8 +403,9 @@ TEST_F(TrainerTest, EvalJsonLineEscapesTheCheckpointPath) {
                      &out);
   ASSERT_EQ(rc, 0) << out;
   const std::string jsonl = (fs::path(eval_dir) / "eval.jsonl").string();
-  EXPECT_EQ(python_json(jsonl, "[len(d), d[0]['checkpoint'] == __import__('os').environ['TG_ODD_CHECKPOINT'], "
-                               "d[0]['step'], d[0]['examples']]"),
+  EXPECT_EQ(python_json(jsonl,
+                        "[len(d), d[0]['checkpoint'] == __import__('os').environ['TG_ODD_CHECKPOINT'], "
+                        "d[0]['step'], d[0]['examples']]"),
             "[1, True, 3, 500]");
   ::unsetenv("TG_ODD_TRAIN_DIR");
   ::unsetenv("TG_ODD_CHECKPOINT");
@@ -463,11 +466,13 @@ TEST_F(TrainerTest, TrainsAcrossTwoMpiProcesses) {
   if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
   const std::string dir = (root_ / "mpi").string();
   std::string out;
-  int rc = run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
-                   " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet --num_nodes 1 --batch_size 32"
-                   " --grad_bits 1 --clip_factor 2.5 --max_steps 6 --save_iter 3 --log_every 3 --threads 1"
-                   " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " + dir,
-               &out);
+  int rc =
+      run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") + " --data_dir " + data_dir_ +
+              " --dataset fashion_mnist --net lenet --num_nodes 1 --batch_size 32"
+              " --grad_bits 1 --clip_factor 2.5 --max_steps 6 --save_iter 3 --log_every 3 --threads 1"
+              " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " +
+              dir,
+          &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("2 workers x 16 examples"), std::string::npos) << out;
   auto latest = latest_checkpoint(dir);
@@ -479,11 +484,13 @@ TEST_F(TrainerTest, TwoMpiProcessesOfTwoWorkersEach) {
   if (run("command -v mpirun") != 0) GTEST_SKIP() << "mpirun not found";
   const std::string dir = (root_ / "mpi2x2").string();
   std::string out;
-  int rc = run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") +
-                   " --data_dir " + data_dir_ + " --dataset fashion_mnist --net lenet --num_nodes 2 --batch_size 32"
-                   " --grad_bits 1 --clip_factor 2.5 --max_steps 4 --save_iter 4 --log_every 2 --threads 1"
-                   " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " + dir,
-               &out);
+  int rc =
+      run("mpirun --allow-run-as-root --oversubscribe -np 2 " + bin("terngrad-train") + " --data_dir " + data_dir_ +
+              " --dataset fashion_mnist --net lenet --num_nodes 2 --batch_size 32"
+              " --grad_bits 1 --clip_factor 2.5 --max_steps 4 --save_iter 4 --log_every 2 --threads 1"
+              " --num_readers 1 --num_preprocess_threads 1 --check_replicas_every 2 --train_dir " +
+              dir,
+          &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("4 workers x 8 examples"), std::string::npos) << out;
   auto latest = latest_checkpoint(dir);
@@ -494,7 +501,8 @@ TEST_F(TrainerTest, TwoMpiProcessesOfTwoWorkersEach) {
 TEST_F(TrainerTest, CorruptRecordStopsNamingFileAndOffsetOrIsSkippedAndCounted) {
   const fs::path bad = root_ / "bad_data";
   fs::create_directories(bad);
-  for (const auto& entry : fs::directory_iterator(data_dir_)) fs::copy_file(entry.path(), bad / entry.path().filename());
+  for (const auto& entry : fs::directory_iterator(data_dir_))
+    fs::copy_file(entry.path(), bad / entry.path().filename());
   {
     std::fstream f(bad / "train-00000-of-00002", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);  // inside the data of the first record: its data CRC no longer matches

@@ -213,7 +213,7 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
   Dev dx(be, Shape{n, in}, t), dw(be, Shape{in, out}, t), db(be, Shape{out}, t);
   upload_as(be, x.t, hx), upload_as(be, w.t, hw), upload_as(be, b.t, hb), upload_as(be, dy.t, hdy);
   const double kTol = gemm_tol(t);
-  const std::string algo = t != DType::kF32           ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
+  const std::string algo = t != DType::kF32          ? fmt::format("cublasGemmEx {} (f32 accumulate)", dtype_name(t))
                            : be.options().allow_tf32 ? "cublasGemmEx tf32"
                                                      : "cublasGemmEx fp32";
   const std::string op = std::string("fc ") + name;
@@ -226,8 +226,7 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
     int64_t samples;
   };
   // sum_k a[k * sa] * b[k * sb] (+ init) in double, and its sum |term|
-  auto dot = [](const float* a, int64_t sa, const float* b, int64_t sb, int64_t k, double init, double* r,
-                double* s) {
+  auto dot = [](const float* a, int64_t sa, const float* b, int64_t sb, int64_t k, double init, double* r, double* s) {
     double sum = init, abs = std::fabs(init);
     for (int64_t i = 0; i < k; ++i) {
       const double t = static_cast<double>(a[i * sa]) * (b ? b[i * sb] : 1.f);
@@ -241,8 +240,7 @@ void check_fc(CudaBackend& be, const Options& o, const char* name, int64_t n, in
        [&](int64_t i, double* r, double* s) { dot(px + i / out * in, 1, pw + i % out, out, in, hb[i % out], r, s); },
        2048},
       {"bwd data", dx.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); },
-       [&](int64_t i, double* r, double* s) { dot(pdy + i / in * out, 1, pw + i % in * out, 1, out, 0, r, s); },
-       2048},
+       [&](int64_t i, double* r, double* s) { dot(pdy + i / in * out, 1, pw + i % in * out, 1, out, 0, r, s); }, 2048},
       {"bwd weights", dw.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); },
        [&](int64_t i, double* r, double* s) { dot(px + i / out, in, pdy + i % out, out, n, 0, r, s); }, 4096},
       {"bias grad", db.t, [&] { be.inner_product_backward(d, x.t, w.t, dy.t, Tensor(), Tensor(), db.t); },
@@ -270,8 +268,9 @@ void group_fc(CudaBackend& be, const Options& o) {
   for (DType t : {DType::kF16, DType::kBf16}) check_fc(be, o, "resnet50 fc", 256, 2048, 1000, t);
 }
 
-// ---- batch norm ------------------------------------------------------------------------------------------------------
-// Normalized by the tensor's max |ref| (at least 1), as tests/cuda_backend_test.cc's expect_close.
+// ---- batch norm
+// ------------------------------------------------------------------------------------------------------ Normalized by
+// the tensor's max |ref| (at least 1), as tests/cuda_backend_test.cc's expect_close.
 Stats check_full(const std::vector<float>& got, const ref::Vec& want, double tol) {
   double scale = 1.0;
   for (double v : want) scale = std::max(scale, std::fabs(v));
@@ -343,7 +342,8 @@ void group_bn(CudaBackend& be, const Options& o) {
   for (DType t : {DType::kF16, DType::kBf16}) check_bn(be, o, "resnet50 stem b128", 128 * 112 * 112, 64, true, t);
 }
 
-// ---- optimizer ---------------------------------------------------------------------------------------------------------
+// ---- optimizer
+// ---------------------------------------------------------------------------------------------------------
 void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, OptimizerStep step, int64_t n) {
   const std::string shape = fmt::format("{} params + EMA", n);
   const std::string op = std::string("optimizer ") + name;
@@ -368,8 +368,9 @@ void check_optimizer(CudaBackend& be, const Options& /*o*/, const char* name, Op
     if (st.bad) st.max_rel = 1;
     const double ms = time_ms(be, [&] { be.optimizer_update(step, w.t, g.t, s1.t, two ? s2.t : Tensor(), ema.t); });
     const double bytes = (two ? 9.0 : 7.0) * 4.0 * n;  // read w g s1 (s2) ema, write w s1 (s2) ema
-    report(op, shape, st, ms, "tg kernel (shared math)", true, true,
-           fmt::format("  {:.0f} GB/s = {:.0f}% of 4.8 TB/s", bytes / ms * 1e-6, 100 * bytes / ms * 1e3 / kH200Bandwidth));
+    report(
+        op, shape, st, ms, "tg kernel (shared math)", true, true,
+        fmt::format("  {:.0f} GB/s = {:.0f}% of 4.8 TB/s", bytes / ms * 1e-6, 100 * bytes / ms * 1e3 / kH200Bandwidth));
   });
 }
 
@@ -383,7 +384,8 @@ void group_optim(CudaBackend& be, const Options& o) {
   check_optimizer(be, o, "adam", adam, n);
 }
 
-// ---- reductions ------------------------------------------------------------------------------------------------------------
+// ---- reductions
+// ------------------------------------------------------------------------------------------------------------
 void group_reduce(CudaBackend& be, const Options& o) {
   const int64_t n = o.small ? 1000003 : 61100840;
   const std::string shape = fmt::format("{}", n);
@@ -413,7 +415,8 @@ void group_reduce(CudaBackend& be, const Options& o) {
     st.add(be.max_abs(x.t), mx, mx, 0);
     // a NaN followed by finite values must come back as NaN
     std::vector<float> nan = {std::nanf("")};
-    be.copy(Tensor(x.buf.data(), Shape{1}, DType::kF32, be.device()), Tensor(nan.data(), Shape{1}, DType::kF32, Device::cpu()));
+    be.copy(Tensor(x.buf.data(), Shape{1}, DType::kF32, be.device()),
+            Tensor(nan.data(), Shape{1}, DType::kF32, Device::cpu()));
     const bool nan_ok = std::isnan(be.max_abs(x.t));
     if (!nan_ok) ++st.bad;
     report("max_abs (+NaN case)", shape, st, time_ms(be, [&] { be.max_abs(x.t); }), "tg two-pass", true, true,
@@ -426,10 +429,14 @@ int run(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--group" && i + 1 < argc) o.group = argv[++i];
-    else if (a == "--small") o.small = true;
-    else if (a == "--allow_tf32") o.backend.allow_tf32 = true;
-    else if (a == "--nondeterministic") o.backend.deterministic = false;
+    if (a == "--group" && i + 1 < argc)
+      o.group = argv[++i];
+    else if (a == "--small")
+      o.small = true;
+    else if (a == "--allow_tf32")
+      o.backend.allow_tf32 = true;
+    else if (a == "--nondeterministic")
+      o.backend.deterministic = false;
     else {
       std::fprintf(stderr,
                    "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|all] [--small] [--allow_tf32] "

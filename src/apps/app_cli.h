@@ -64,7 +64,8 @@ void add_flag_table(CLI::App& app, const std::vector<Flag<C>>& table, C& config)
         f.member);
     for (const FlagAlias& a : f.aliases)
       app.add_flag_callback(
-          std::string("--") + a.name, [f, &config, value = std::string(a.value)] { set_flag_from_text(f, config, value); },
+          std::string("--") + a.name,
+          [f, &config, value = std::string(a.value)] { set_flag_from_text(f, config, value); },
           "same as " + name + " " + a.value);
   }
 }

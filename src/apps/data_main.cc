@@ -6,9 +6,9 @@
 // Converters write plain shards, or gzip/zlib compressed ones with --compression (TF's TFRecordOptions); readers
 // detect the compression (inspect --tfrecord_compression forces one). --max_image_pixels bounds every decode.
 // Errors end with one line "terngrad-data: error: ..." and exit status 1 (usage errors: 2).
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "app_cli.h"
@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
 
   tg::ConvertCifar10Options cifar;
   CLI::App* c_cifar = app.add_subcommand("convert-cifar10", "CIFAR-10 binary batches -> TFRecord shards");
-  c_cifar->add_option("--input_dir", cifar.input_dir, "folder with data_batch_{1..5}.bin and test_batch.bin")->required();
+  c_cifar->add_option("--input_dir", cifar.input_dir, "folder with data_batch_{1..5}.bin and test_batch.bin")
+      ->required();
   c_cifar->add_option("--output_dir", cifar.output_dir, "output folder")->required();
   c_cifar->add_option("--train_shards", cifar.train_shards, "train shards")->capture_default_str();
   c_cifar->add_option("--test_shards", cifar.test_shards, "test shards")->capture_default_str();
@@ -102,7 +103,8 @@ int main(int argc, char** argv) {
       TG_THROW("--compression '{}' is not one of none, gzip, zlib", compression);
     const tg::TfRecordCompression write_c = tg::parse_enum<tg::TfRecordCompression>(compression, "--compression");
     idx.compression = cifar.compression = img.compression = write_c;
-    tg::set_default_tfrecord_compression(tg::parse_enum<tg::TfRecordCompression>(read_compression, "--tfrecord_compression"));
+    tg::set_default_tfrecord_compression(
+        tg::parse_enum<tg::TfRecordCompression>(read_compression, "--tfrecord_compression"));
     if (c_idx->parsed()) {
       print_written(tg::convert_idx(idx));
     } else if (c_cifar->parsed()) {

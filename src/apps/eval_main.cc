@@ -4,7 +4,6 @@
 // --run_once evaluates the latest checkpoint once; otherwise it polls every --eval_interval_secs, evaluates
 // each new checkpoint once and exits after the checkpoint of step >= --max_steps.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -65,8 +64,8 @@ tg::EvalOptions evaluator_options(const EvalConfig& ec) {
 
 // The reference's line on stdout; with --eval_dir, a JSON line in eval_dir/eval.jsonl and TensorBoard scalars.
 void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* events) {
-  std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(),
-              r.precision_at_1(), r.recall_at_5(), static_cast<long long>(r.examples));
+  std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(), r.precision_at_1(),
+              r.recall_at_5(), static_cast<long long>(r.examples));
   std::fflush(stdout);
   if (ec.eval_dir.empty()) return;
   std::filesystem::create_directories(ec.eval_dir);

@@ -3,15 +3,14 @@
 // malformed value) prints one line and exits 2; a bad value or a failure prints one line and exits 1.
 // SIGINT/SIGTERM: the step running finishes, a checkpoint is saved, exit 0 (app_cli.h: at most 10 s,
 // and a second signal exits at once with 128 + signal).
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <memory>
 
 #include "app_cli.h"
-
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/logging.h"
@@ -103,10 +102,11 @@ int main(int argc, char** argv) {
     tg::TrainResult r = trainer.run(signals.flag());
     if ((!comm || comm->rank() == 0) && !r.already_finished) {
       double saved = r.fp32_bytes_moved ? 1.0 - double(r.bytes_moved) / double(r.fp32_bytes_moved) : 0.0;
-      spdlog::info("done: {} steps, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} bytes vs {} in fp32 "
-                   "({:.1f}% saved), parameter digest {}",
-                   r.steps_done, r.final_loss, r.median_examples_per_sec, r.bytes_moved, r.fp32_bytes_moved,
-                   100 * saved, r.parameter_digest);
+      spdlog::info(
+          "done: {} steps, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} bytes vs {} in fp32 "
+          "({:.1f}% saved), parameter digest {}",
+          r.steps_done, r.final_loss, r.median_examples_per_sec, r.bytes_moved, r.fp32_bytes_moved, 100 * saved,
+          r.parameter_digest);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -63,9 +63,7 @@ void compute_like(const Tensor& ref, const Tensor& t, const char* op, const char
 }
 }  // namespace
 
-void Backend::copy(const Tensor& dst, const Tensor& src) {
-  copy_impl(dst, src);
-}
+void Backend::copy(const Tensor& dst, const Tensor& src) { copy_impl(dst, src); }
 
 void Backend::cast(const Tensor& dst, const Tensor& src) {
   on_device(*this, dst, "cast", "dst");
@@ -139,12 +137,14 @@ void Backend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx)
   relu_backward_impl(y, dy, dx);
 }
 
-void Backend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key, uint32_t step, uint32_t salt) {
+void Backend::dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
+                              uint32_t step, uint32_t salt) {
   on_device(*this, x, "dropout_forward", "x");
   on_device(*this, y, "dropout_forward", "y");
   on_device(*this, mask, "dropout_forward", "mask");
   compute_like(x, y, "dropout_forward", "y");
-  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == x.numel(), "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
+  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == x.numel(),
+           "dropout_forward: mask {} must be u8 with {} elements", mask.str(), x.numel());
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout_forward: keep_prob {} is not in (0, 1]", keep_prob);
   dropout_forward_impl(x, y, mask, keep_prob, key, step, salt);
 }
@@ -154,7 +154,8 @@ void Backend::dropout_backward(const Tensor& dy, const Tensor& mask, float keep_
   on_device(*this, mask, "dropout_backward", "mask");
   on_device(*this, dx, "dropout_backward", "dx");
   compute_like(dy, dx, "dropout_backward", "dx");
-  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == dy.numel(), "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
+  TG_CHECK(mask.dtype() == DType::kU8 && mask.numel() == dy.numel(),
+           "dropout_backward: mask {} must be u8 with {} elements", mask.str(), dy.numel());
   dropout_backward_impl(dy, mask, keep_prob, dx);
 }
 
@@ -194,7 +195,8 @@ float Backend::max_abs(const Tensor& x) {
   return max_abs_impl(x);
 }
 
-void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs, const Tensor& losses) {
+void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   const Tensor& probs, const Tensor& losses) {
   on_device(*this, logits, "softmax_xent_forward", "logits");
   on_device(*this, labels, "softmax_xent_forward", "labels");
   on_device(*this, probs, "softmax_xent_forward", "probs");
@@ -206,7 +208,8 @@ void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, f
   softmax_xent_forward_impl(logits, labels, label_smoothing, probs, losses);
 }
 
-void Backend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale, const Tensor& dlogits) {
+void Backend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
+                                    const Tensor& dlogits) {
   on_device(*this, probs, "softmax_xent_backward", "probs");
   on_device(*this, labels, "softmax_xent_backward", "labels");
   on_device(*this, dlogits, "softmax_xent_backward", "dlogits");
@@ -227,7 +230,8 @@ void Backend::conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w
   conv2d_forward_impl(d, x, w, b, y);
 }
 
-void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                              const Tensor& dw, const Tensor& db) {
   on_device(*this, x, "conv2d_backward", "x");
   on_device(*this, w, "conv2d_backward", "w");
   on_device(*this, dy, "conv2d_backward", "dy");
@@ -238,9 +242,7 @@ void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& 
   conv2d_backward_impl(d, x, w, dy, dx, dw, db);
 }
 
-size_t Backend::pool_workspace_bytes(const PoolDesc& d) {
-  return pool_workspace_bytes_impl(d);
-}
+size_t Backend::pool_workspace_bytes(const PoolDesc& d) { return pool_workspace_bytes_impl(d); }
 
 void Backend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   on_device(*this, x, "pool_forward", "x");
@@ -250,7 +252,8 @@ void Backend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, 
   pool_forward_impl(d, x, y, workspace);
 }
 
-void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace, const Tensor& dx) {
+void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& workspace, const Tensor& dx) {
   on_device(*this, x, "pool_backward", "x");
   on_device(*this, y, "pool_backward", "y");
   on_device(*this, dy, "pool_backward", "dy");
@@ -260,9 +263,7 @@ void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y,
   pool_backward_impl(d, x, y, dy, workspace, dx);
 }
 
-size_t Backend::lrn_workspace_bytes(const LrnDesc& d) {
-  return lrn_workspace_bytes_impl(d);
-}
+size_t Backend::lrn_workspace_bytes(const LrnDesc& d) { return lrn_workspace_bytes_impl(d); }
 
 void Backend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   on_device(*this, x, "lrn_forward", "x");
@@ -272,7 +273,8 @@ void Backend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, co
   lrn_forward_impl(d, x, y, workspace);
 }
 
-void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx) {
+void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                           const Tensor& dx) {
   on_device(*this, x, "lrn_backward", "x");
   on_device(*this, dy, "lrn_backward", "dy");
   on_device(*this, workspace, "lrn_backward", "workspace");
@@ -282,7 +284,8 @@ void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, 
   lrn_backward_impl(d, x, dy, workspace, dx);
 }
 
-void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) {
+void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) {
   on_device(*this, x, "batch_norm_forward_training", "x");
   on_device(*this, gamma, "batch_norm_forward_training", "gamma");
   on_device(*this, beta, "batch_norm_forward_training", "beta");
@@ -294,7 +297,8 @@ void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& 
   batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var);
 }
 
-void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var, const Tensor& y) {
+void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& beta, const Tensor& mean, const Tensor& var, const Tensor& y) {
   on_device(*this, x, "batch_norm_forward_inference", "x");
   on_device(*this, gamma, "batch_norm_forward_inference", "gamma");
   on_device(*this, beta, "batch_norm_forward_inference", "beta");
@@ -306,7 +310,9 @@ void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor&
   batch_norm_forward_inference_impl(d, x, gamma, beta, mean, var, y);
 }
 
-void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
+                                  const Tensor& dbeta) {
   on_device(*this, x, "batch_norm_backward", "x");
   on_device(*this, gamma, "batch_norm_backward", "gamma");
   on_device(*this, mean, "batch_norm_backward", "mean");
@@ -322,7 +328,8 @@ void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const
   batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
 }
 
-void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                                    const Tensor& y) {
   on_device(*this, x, "inner_product_forward", "x");
   on_device(*this, w, "inner_product_forward", "w");
   on_device(*this, b, "inner_product_forward", "b");
@@ -331,7 +338,8 @@ void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, 
   inner_product_forward_impl(d, x, w, b, y);
 }
 
-void Backend::inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void Backend::inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                                     const Tensor& dx, const Tensor& dw, const Tensor& db) {
   on_device(*this, x, "inner_product_backward", "x");
   on_device(*this, w, "inner_product_backward", "w");
   on_device(*this, dy, "inner_product_backward", "dy");
@@ -342,7 +350,8 @@ void Backend::inner_product_backward(const InnerProductDesc& d, const Tensor& x,
   inner_product_backward_impl(d, x, w, dy, dx, dw, db);
 }
 
-void Backend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+void Backend::optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
+                               const Tensor& s2, const Tensor& ema) {
   on_device(*this, w, "optimizer_update", "w");
   on_device(*this, g, "optimizer_update", "g");
   on_device(*this, s1, "optimizer_update", "s1");
@@ -370,7 +379,8 @@ void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& s
   ternary_scaler_impl(g, clip_factor, scaler);
 }
 
-void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                             const Tensor& packed, const Tensor& zero_count) {
   on_device(*this, g, "ternary_encode", "g");
   on_device(*this, scaler, "ternary_encode", "scaler");
   on_device(*this, packed, "ternary_encode", "packed");
@@ -397,7 +407,8 @@ void Backend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler,
   ternary_decode_sums_impl(code_sums, scaler, num_workers, g);
 }
 
-void Backend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g) {
+void Backend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
+                                      const Tensor& g) {
   on_device(*this, gathered, "ternary_decode_gathered", "gathered");
   on_device(*this, scaler, "ternary_decode_gathered", "scaler");
   on_device(*this, g, "ternary_decode_gathered", "g");

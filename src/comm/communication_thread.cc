@@ -84,8 +84,7 @@ bool CommunicationThread::done(uint64_t ticket) {
 
 void CommunicationThread::wait(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(state_->mu);
-  TG_CHECK(ticket < state_->posted, "communication thread: waiting for job {} of {} posted", ticket,
-           state_->posted);
+  TG_CHECK(ticket < state_->posted, "communication thread: waiting for job {} of {} posted", ticket, state_->posted);
   state_->done_cv.wait(lock, [&] { return ticket < state_->completed || state_->error != nullptr; });
   rethrow_locked();
 }

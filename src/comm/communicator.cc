@@ -6,14 +6,16 @@
 namespace tg {
 
 bool reduce_supported(DType dtype, ReduceOp op) {
-  return dtype == DType::kF32 || dtype == DType::kI8 || dtype == DType::kI32 || (dtype == DType::kF16 && op == ReduceOp::kSum);
+  return dtype == DType::kF32 || dtype == DType::kI8 || dtype == DType::kI32 ||
+         (dtype == DType::kF16 && op == ReduceOp::kSum);
 }
 
 std::string Communicator::supported_text() const {
   std::string text;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBf16, DType::kI8, DType::kU8, DType::kI32})
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
-      if (supports(dtype, op)) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), enum_name(op));
+      if (supports(dtype, op))
+        text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), enum_name(op));
   return text;
 }
 
@@ -31,8 +33,8 @@ void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp 
   TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
   TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
   if (!supports(dtype, op))  // name() formats a string: only on failure (a step allocates nothing)
-    TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), enum_name(op),
-             dtype_name(dtype), supported_text());
+    TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), enum_name(op), dtype_name(dtype),
+             supported_text());
   const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
   allreduce_impl(buffer, count, dtype, op, device);
   stats_.calls += 1;

@@ -52,7 +52,8 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   mode_ = resolve_exchange_mode(options.mode, num_workers_);
   if (mode_ == ExchangeMode::kAllreduce8 && policy.num_ternary() > 0)
     TG_CHECK(num_workers_ <= 127,
-             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2", num_workers_);
+             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2",
+             num_workers_);
 
   const bool overlap = options.overlap && processes_ != nullptr;
   plan_buckets(options.bucket_mb, !overlap);
@@ -164,7 +165,8 @@ void GradientExchange::allocate_buffers() {
   }
 }
 
-template <typename Fn> void GradientExchange::timed(Phase phase, const char* name, int64_t arg, Fn&& fn) {
+template <typename Fn>
+void GradientExchange::timed(Phase phase, const char* name, int64_t arg, Fn&& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   const auto t1 = std::chrono::steady_clock::now();
@@ -173,7 +175,8 @@ template <typename Fn> void GradientExchange::timed(Phase phase, const char* nam
 }
 
 // A collective called on this thread: blocked for as long as it is in flight.
-template <typename Fn> void GradientExchange::blocking_collective(Bucket& b, const char* name, Fn&& fn) {
+template <typename Fn>
+void GradientExchange::blocking_collective(Bucket& b, const char* name, Fn&& fn) {
   if (!processes_) return;
   const auto t0 = std::chrono::steady_clock::now();
   fn();
@@ -213,8 +216,8 @@ void GradientExchange::encode(Bucket& b) {
       const int64_t pb = l.packed_bytes();
       for (int w = 0; w < local_; ++w)
         codec_.encode_ternary(be_, grads_[w], b.range, shared_scalers_, step_,
-                              static_cast<uint32_t>(process_rank_ * local_ + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
-                              w == 0 ? zero_codes_ : Tensor());
+                              static_cast<uint32_t>(process_rank_ * local_ + w),
+                              b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor());
       if (mode_ == ExchangeMode::kAllreduce8) codec_.sum_codes(be_, b.local_codes, pb, local_, b.range, b.code_sums);
     }
     // Alone, the fp16/fp32 tensors are averaged in place by decode(): nothing to send.
@@ -230,8 +233,7 @@ void GradientExchange::exchange_data(Bucket& b) {
   const Device dev = be_.device();
   if (l.packed_bytes() > 0) {
     if (mode_ == ExchangeMode::kAllgather2)
-      processes_->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(local_) * l.packed_bytes(),
-                            dev);
+      processes_->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(local_) * l.packed_bytes(), dev);
     else
       processes_->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::kI8, ReduceOp::kSum, dev);
   }
@@ -290,8 +292,8 @@ void GradientExchange::begin(uint32_t step) {
 
 void GradientExchange::tensors_ready(int first) {
   TG_CHECK(in_step_, "gradient exchange: tensors_ready() outside a step");
-  TG_CHECK(first >= 0 && first <= codec_.policy().num_tensors(), "gradient exchange: tensor {} outside [0, {}]",
-           first, codec_.policy().num_tensors());
+  TG_CHECK(first >= 0 && first <= codec_.policy().num_tensors(), "gradient exchange: tensor {} outside [0, {}]", first,
+           codec_.policy().num_tensors());
   ready_from_ = std::min(ready_from_, first);
   for (Bucket& b : buckets_)
     if (b.stage == Stage::kWaiting && b.range.begin >= ready_from_) compute_scalers(b);
@@ -366,7 +368,8 @@ bool GradientExchange::advance(bool block) {
     comm_thread_->wait(oldest->ticket);
     const auto t1 = std::chrono::steady_clock::now();
     times_.add(Phase::kCommBlocked, std::chrono::duration<double>(t1 - t0).count());
-    if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, "wait", t0, t1, oldest - buckets_.data());
+    if (timeline_ && timeline_->recording())
+      timeline_->record(exchange_track_, "wait", t0, t1, oldest - buckets_.data());
     moved = true;
   }
   return moved;

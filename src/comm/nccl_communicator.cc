@@ -100,8 +100,8 @@ std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& com
   size_t k = 0;
   try {
     for (; k < comms.size(); ++k)
-      out.push_back(std::make_unique<NcclCommunicator>(comms[k], first_rank + static_cast<int>(k), size,
-                                                       devices[k], streams[k]));
+      out.push_back(
+          std::make_unique<NcclCommunicator>(comms[k], first_rank + static_cast<int>(k), size, devices[k], streams[k]));
   } catch (...) {
     for (auto& c : out) c->abort();
     for (; k < comms.size(); ++k) ncclCommAbort(comms[k]);
@@ -238,9 +238,9 @@ void NcclCommunicator::barrier_impl() {
   {
     DeviceScope scope(device_);
     // Max keeps the word at 0 however often it runs.
-    check_nccl(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
-                             static_cast<cudaStream_t>(stream_)),
-               "ncclAllReduce (barrier)");
+    check_nccl(
+        ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
+        "ncclAllReduce (barrier)");
   }
   synchronize();
 }
@@ -282,8 +282,8 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const ncclResult_t r = ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data());
   if (r != ncclSuccess)
-    TG_THROW("NCCL communicator: ncclCommInitAll over {} failed: {} ({})", device_list(devices),
-             ncclGetErrorString(r), last_error_text(nullptr));
+    TG_THROW("NCCL communicator: ncclCommInitAll over {} failed: {} ({})", device_list(devices), ncclGetErrorString(r),
+             last_error_text(nullptr));
   return wrap(comms, 0, static_cast<int>(devices.size()), devices, streams);
 }
 
@@ -303,14 +303,17 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_pr
   // The same message on every process first (a configuration error), then this process's own, then the others'.
   for (int q = 1; q < P; ++q)
     if (all[2 * q] != all[0])
-      TG_THROW("NCCL communicator across processes: process 0 brings {} GPUs, process {} brings {}: every process "
-               "must bring the same number (global rank = process rank * local GPUs + local index)",
-               all[0], q, all[2 * q]);
+      TG_THROW(
+          "NCCL communicator across processes: process 0 brings {} GPUs, process {} brings {}: every process "
+          "must bring the same number (global rank = process rank * local GPUs + local index)",
+          all[0], q, all[2 * q]);
   if (!local_error.empty()) throw Error(local_error);
   for (int q = 0; q < P; ++q)
     if (all[2 * q + 1] == 0)
-      TG_THROW("NCCL communicator across processes: process {} of {} cannot use its GPUs (its own error says why); "
-               "no group was formed", q, P);
+      TG_THROW(
+          "NCCL communicator across processes: process {} of {} cannot use its GPUs (its own error says why); "
+          "no group was formed",
+          q, P);
   // Rank 0 makes the unique id and broadcasts it, with whether that worked.
   struct {
     int32_t ok;

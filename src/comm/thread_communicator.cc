@@ -26,8 +26,8 @@ struct Call {
   int64_t count = 0;          // allreduce: elements
   DType dtype = DType::kU8;
   ReduceOp op = ReduceOp::kSum;
-  size_t bytes = 0;           // allgather: the send block; broadcast: the buffer
-  int root = 0;               // broadcast
+  size_t bytes = 0;  // allgather: the send block; broadcast: the buffer
+  int root = 0;      // broadcast
 };
 
 bool same_call(const Call& a, const Call& b) {
@@ -84,9 +84,9 @@ struct ThreadCommunicator::Group {
   uint64_t generation = 0;                   // completed barriers
   std::atomic<uint64_t> generation_seen{0};  // = generation, read without the lock while spinning
   std::atomic<bool> failed{false};
-  std::string failure;                       // why the group failed (set once, under the lock)
-  std::vector<Call> calls;                   // each rank's call, posted at the entry barrier
-  std::unique_ptr<uint8_t[]> scratch;        // the all-reduce result (grows, never shrinks)
+  std::string failure;                 // why the group failed (set once, under the lock)
+  std::vector<Call> calls;             // each rank's call, posted at the entry barrier
+  std::unique_ptr<uint8_t[]> scratch;  // the all-reduce result (grows, never shrinks)
   size_t scratch_bytes = 0;
 
   void fail_locked(std::string why) {
@@ -133,9 +133,10 @@ struct ThreadCommunicator::Group {
   void check_calls_locked() {
     for (int k = 1; k < size; ++k)
       if (!same_call(calls[0], calls[k]))
-        return fail_locked(fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
-                                       "rank must post the same collectives in the same order)",
-                                       describe(calls[0]), k, describe(calls[k])));
+        return fail_locked(
+            fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
+                        "rank must post the same collectives in the same order)",
+                        describe(calls[0]), k, describe(calls[k])));
     if (calls[0].kind != Kind::kAllreduce) return;
     const size_t need = static_cast<size_t>(calls[0].count) * dtype_size(calls[0].dtype);
     if (need <= scratch_bytes) return;
@@ -197,8 +198,10 @@ void ThreadCommunicator::abort(const std::string& why) {
 namespace {
 // Takes the communicator, not its name: formatting the name on every call would allocate.
 void check_host(const ThreadCommunicator& c, Device device) {
-  TG_CHECK(device.is_cpu(), "{}: buffers on {} are not supported (host memory only; the NCCL communicator takes GPU "
-           "buffers)", c.name(), device.str());
+  TG_CHECK(device.is_cpu(),
+           "{}: buffers on {} are not supported (host memory only; the NCCL communicator takes GPU "
+           "buffers)",
+           c.name(), device.str());
 }
 }  // namespace
 

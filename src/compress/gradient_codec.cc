@@ -95,8 +95,8 @@ void GradientCodec::check_scalers(const float* scalers, TensorRange r, uint32_t 
   }
 }
 
-void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange r, const float* scalers,
-                                   uint32_t step, uint32_t worker, uint8_t* packed, int64_t* zero_codes) const {
+void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange r, const float* scalers, uint32_t step,
+                                   uint32_t worker, uint8_t* packed, int64_t* zero_codes) const {
   check_scalers(scalers, r, step);
   const int64_t base = layout(r).packed_begin;
   const PhiloxKey key = philox_key(seed_, worker);
@@ -172,8 +172,8 @@ void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, int64_t str
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::kTernary)
-      ternary_decode_gathered_cpu(gathered + (t.offset - base), stride, num_workers, t.numel,
-                                  scalers[t.scaler_index], grads[i].data<float>());
+      ternary_decode_gathered_cpu(gathered + (t.offset - base), stride, num_workers, t.numel, scalers[t.scaler_index],
+                                  grads[i].data<float>());
   }
 }
 

@@ -36,7 +36,8 @@ Buffer::Buffer(Allocator& alloc, size_t bytes) : alloc_(&alloc), bytes_(bytes) {
 Buffer::~Buffer() { release(); }
 
 Buffer::Buffer(Buffer&& o) noexcept
-    : alloc_(std::exchange(o.alloc_, nullptr)), ptr_(std::exchange(o.ptr_, nullptr)),
+    : alloc_(std::exchange(o.alloc_, nullptr)),
+      ptr_(std::exchange(o.ptr_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)) {}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {

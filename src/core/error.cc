@@ -14,8 +14,7 @@ void throw_check_failed(const char* expr, const char* file, int line, const std:
   throw Error(fmt::format("{} (check `{}` failed at {}:{})", msg, expr, basename_of(file), line));
 }
 
-void throw_call_failed(const char* library, const char* call, const std::string& status, const char* file,
-                       int line) {
+void throw_call_failed(const char* library, const char* call, const std::string& status, const char* file, int line) {
   throw Error(fmt::format("{} error: {} returned {} at {}:{}", library, call, status, basename_of(file), line));
 }
 

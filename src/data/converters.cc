@@ -104,7 +104,8 @@ IdxImages read_idx_images(const std::string& path) {
   im.rows = static_cast<int>(be32(d, 8));
   im.cols = static_cast<int>(be32(d, 12));
   const size_t want = 16 + static_cast<size_t>(im.count) * im.rows * im.cols;
-  if (d.size() != want) TG_THROW("'{}': {} images of {}x{} need {} bytes, file has {}", path, im.count, im.rows, im.cols, want, d.size());
+  if (d.size() != want)
+    TG_THROW("'{}': {} images of {}x{} need {} bytes, file has {}", path, im.count, im.rows, im.cols, want, d.size());
   im.pixels.assign(d.begin() + 16, d.end());
   return im;
 }
@@ -129,21 +130,24 @@ std::vector<std::string> convert_idx(const ConvertIdxOptions& opt) {
   std::string subset = opt.subset;
   if (subset.empty()) subset = fs::path(opt.images).filename().string().rfind("t10k", 0) == 0 ? "test" : "train";
   const size_t pixels = static_cast<size_t>(im.rows) * im.cols;
-  return write_sharded(im.count, opt.num_shards, opt.output_dir, subset, opt.num_threads, [&](size_t i) {
-    Image img;
-    img.height = im.rows;
-    img.width = im.cols;
-    img.channels = 1;
-    img.pixels.assign(im.pixels.begin() + i * pixels, im.pixels.begin() + (i + 1) * pixels);
-    ImageExample ex;
-    ex.encoded = opt.format == "png" ? encode_png(img) : std::string(img.pixels.begin(), img.pixels.end());
-    ex.format = opt.format == "png" ? "png" : "RAW";
-    ex.label = labels[i];
-    ex.height = im.rows;
-    ex.width = im.cols;
-    ex.channels = 1;
-    return build_image_example(ex);
-  }, opt.compression);
+  return write_sharded(
+      im.count, opt.num_shards, opt.output_dir, subset, opt.num_threads,
+      [&](size_t i) {
+        Image img;
+        img.height = im.rows;
+        img.width = im.cols;
+        img.channels = 1;
+        img.pixels.assign(im.pixels.begin() + i * pixels, im.pixels.begin() + (i + 1) * pixels);
+        ImageExample ex;
+        ex.encoded = opt.format == "png" ? encode_png(img) : std::string(img.pixels.begin(), img.pixels.end());
+        ex.format = opt.format == "png" ? "png" : "RAW";
+        ex.label = labels[i];
+        ex.height = im.rows;
+        ex.width = im.cols;
+        ex.channels = 1;
+        return build_image_example(ex);
+      },
+      opt.compression);
 }
 
 // ---- CIFAR-10 -------------------------------------------------------------------------------------------
@@ -187,14 +191,13 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
       return build_image_example(ex);
     };
   };
-  std::string train = load({"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"});
+  std::string train =
+      load({"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"});
   std::string test = load({"test_batch.bin"});
-  std::vector<std::string> out =
-      write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train", opt.num_threads, make(train),
-                    opt.compression);
-  std::vector<std::string> t =
-      write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test", opt.num_threads, make(test),
-                    opt.compression);
+  std::vector<std::string> out = write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train",
+                                               opt.num_threads, make(train), opt.compression);
+  std::vector<std::string> t = write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test",
+                                             opt.num_threads, make(test), opt.compression);
   out.insert(out.end(), t.begin(), t.end());
   return out;
 }
@@ -284,8 +287,9 @@ std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
   auto run = [&](const std::string& dir, const std::string& prefix, int shards) {
     if (dir.empty()) return;
     std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
-    auto paths = write_sharded(files.size(), shards, opt.output_dir, prefix, opt.num_threads,
-                               [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
+    auto paths = write_sharded(
+        files.size(), shards, opt.output_dir, prefix, opt.num_threads,
+        [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
     out.insert(out.end(), paths.begin(), paths.end());
   };
   run(opt.train_directory, "train", opt.train_shards);
@@ -345,7 +349,8 @@ InspectReport inspect_files(const std::vector<std::string>& files, bool decode) 
 }
 
 std::string format_report(const InspectReport& r) {
-  std::string s = fmt::format("files: {}\nrecords: {}\ncorrupt records: {}\n", r.records_per_file.size(), r.records, r.corrupt);
+  std::string s =
+      fmt::format("files: {}\nrecords: {}\ncorrupt records: {}\n", r.records_per_file.size(), r.records, r.corrupt);
   if (r.undecodable) s += fmt::format("undecodable images: {}\n", r.undecodable);
   for (const auto& [f, n] : r.records_per_file) s += fmt::format("  {}: {} records\n", f, n);
   s += "feature keys:\n";

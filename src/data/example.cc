@@ -87,4 +87,3 @@ std::vector<std::string> example_feature_keys(const std::string& bytes, const st
 }
 
 }  // namespace tg
-

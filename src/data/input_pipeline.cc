@@ -42,8 +42,8 @@ std::vector<std::string> list_data_files(const std::string& data_dir, const std:
 }
 
 ShardAssignment assign_shards(int num_files, int worker_index, int num_workers) {
-  TG_CHECK(num_workers >= 1 && worker_index >= 0 && worker_index < num_workers,
-           "worker index {} outside [0, {})", worker_index, num_workers);
+  TG_CHECK(num_workers >= 1 && worker_index >= 0 && worker_index < num_workers, "worker index {} outside [0, {})",
+           worker_index, num_workers);
   ShardAssignment a;
   if (num_files >= num_workers) {
     for (int f = worker_index; f < num_files; f += num_workers) a.files.push_back(f);
@@ -60,8 +60,8 @@ namespace {
 struct RawRecord {
   enum Kind { kRecord, kEndOfFile } kind = kRecord;
   int64_t epoch = 0;
-  int file = 0;        // index in the sorted file list
-  uint32_t index = 0;  // record number within the file
+  int file = 0;         // index in the sorted file list
+  uint32_t index = 0;   // record number within the file
   uint64_t offset = 0;  // in the uncompressed stream for a gzip/zlib file
   TfRecordCompression compression = TfRecordCompression::kNone;
   std::string bytes;
@@ -432,7 +432,8 @@ struct InputPipeline::State {
         }
         if (ex.end) {
           if (batch.count > 0) {
-            std::fill(batch.images.begin() + static_cast<size_t>(batch.count) * example_floats, batch.images.end(), 0.0f);
+            std::fill(batch.images.begin() + static_cast<size_t>(batch.count) * example_floats, batch.images.end(),
+                      0.0f);
             prefetch->push(std::move(batch));
           }
           prefetch->close();
@@ -440,7 +441,8 @@ struct InputPipeline::State {
         }
         if (ex.skipped) continue;
         batch.records_end = opt.skip_records + consumed;
-        std::copy(ex.image.begin(), ex.image.end(), batch.images.begin() + static_cast<size_t>(batch.count) * example_floats);
+        std::copy(ex.image.begin(), ex.image.end(),
+                  batch.images.begin() + static_cast<size_t>(batch.count) * example_floats);
         batch.labels[batch.count] = ex.label;
         batch.epoch = ex.epoch;
         if (++batch.count == opt.batch_size) {
@@ -466,7 +468,8 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   if (o.batch_size < 1) TG_THROW("--batch_size {} must be positive", o.batch_size);
   if (o.num_classes < 1) TG_THROW("--num_classes {} must be positive", o.num_classes);
   if (o.num_readers < 1) TG_THROW("--num_readers {} must be at least 1", o.num_readers);
-  if (o.num_preprocess_threads < 1) TG_THROW("--num_preprocess_threads {} must be at least 1", o.num_preprocess_threads);
+  if (o.num_preprocess_threads < 1)
+    TG_THROW("--num_preprocess_threads {} must be at least 1", o.num_preprocess_threads);
   if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers)
     TG_THROW("worker index {} outside [0, {})", o.worker_index, o.num_workers);
   if (o.prefetch_batches < 1) o.prefetch_batches = 1;

@@ -23,7 +23,6 @@ PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind im
   return imagenet;
 }
 
-
 FloatImage to_float(const Image& img) {
   FloatImage f;
   f.height = img.height;
@@ -144,9 +143,12 @@ void rgb_to_hsv(float r, float g, float b, float* h, float* s, float* v) {
   *s = mx > 0.0f ? d / mx : 0.0f;
   float hh = 0.0f;
   if (d > 0.0f) {
-    if (mx == r) hh = (g - b) / d;
-    else if (mx == g) hh = 2.0f + (b - r) / d;
-    else hh = 4.0f + (r - g) / d;
+    if (mx == r)
+      hh = (g - b) / d;
+    else if (mx == g)
+      hh = 2.0f + (b - r) / d;
+    else
+      hh = 4.0f + (r - g) / d;
     hh /= 6.0f;
     if (hh < 0.0f) hh += 1.0f;
   }
@@ -159,12 +161,24 @@ void hsv_to_rgb(float h, float s, float v, float* r, float* g, float* b) {
   const float f = h6 - std::floor(h6);
   const float p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   switch (sector < 0 ? sector + 6 : sector) {
-    case 0: *r = v, *g = t, *b = p; break;
-    case 1: *r = q, *g = v, *b = p; break;
-    case 2: *r = p, *g = v, *b = t; break;
-    case 3: *r = p, *g = q, *b = v; break;
-    case 4: *r = t, *g = p, *b = v; break;
-    default: *r = v, *g = p, *b = q; break;
+    case 0:
+      *r = v, *g = t, *b = p;
+      break;
+    case 1:
+      *r = q, *g = v, *b = p;
+      break;
+    case 2:
+      *r = p, *g = v, *b = t;
+      break;
+    case 3:
+      *r = p, *g = q, *b = v;
+      break;
+    case 4:
+      *r = t, *g = p, *b = v;
+      break;
+    default:
+      *r = v, *g = p, *b = q;
+      break;
   }
 }
 
@@ -255,9 +269,9 @@ void check_image_channels(const Image& img, const PreprocessSpec& spec, const st
   const bool gray = source == 1, want_gray = spec.kind == PreprocessKind::kMnist;
   if (gray == want_gray) return;
   throw DatasetMismatchError(fmt::format(
-      "{}: the image has {} channel{} ({}) but --dataset {} needs {} ({}): the shards do not hold this dataset",
-      where, source, source == 1 ? "" : "s", gray ? "grayscale" : "colour",
-      want_gray ? "mnist/fashion_mnist" : "cifar10", want_gray ? 1 : 3, want_gray ? "grayscale" : "colour"));
+      "{}: the image has {} channel{} ({}) but --dataset {} needs {} ({}): the shards do not hold this dataset", where,
+      source, source == 1 ? "" : "s", gray ? "grayscale" : "colour", want_gray ? "mnist/fashion_mnist" : "cifar10",
+      want_gray ? 1 : 3, want_gray ? "grayscale" : "colour"));
 }
 
 void preprocess_image(const Image& img, const PreprocessSpec& spec, AugmentRng& rng, float* out,

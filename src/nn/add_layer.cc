@@ -13,8 +13,8 @@ class AddLayer final : public Layer {
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
     TG_CHECK(ctx.inputs().size() >= 2, "layer '{}' adds at least two inputs", name());
     for (size_t i = 1; i < ctx.inputs().size(); ++i)
-      TG_CHECK(ctx.input(static_cast<int>(i)) == ctx.input(0), "layer '{}': input {} has shape {}, input 0 {}",
-               name(), i, ctx.input(static_cast<int>(i)).str(), ctx.input(0).str());
+      TG_CHECK(ctx.input(static_cast<int>(i)) == ctx.input(0), "layer '{}': input {} has shape {}, input 0 {}", name(),
+               i, ctx.input(static_cast<int>(i)).str(), ctx.input(0).str());
     return {ctx.input(0)};
   }
   void forward_impl(LayerIO& io) override {

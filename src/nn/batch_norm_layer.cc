@@ -50,9 +50,8 @@ class BatchNormLayer final : public Layer {
   }
   void backward_impl(LayerIO& io) override {
     TG_CHECK(trained_, "layer '{}' (batch_norm): backward needs a training forward (batch statistics)", name());
-    io.backend->batch_norm_backward(desc_, io.in[0], o_.gamma ? io.params[gamma_] : Tensor(), io.saved[0],
-                                    io.saved[1], io.dout[0], io.din[0], o_.gamma ? io.dparams[gamma_] : Tensor(),
-                                    io.dparams[beta_]);
+    io.backend->batch_norm_backward(desc_, io.in[0], o_.gamma ? io.params[gamma_] : Tensor(), io.saved[0], io.saved[1],
+                                    io.dout[0], io.din[0], o_.gamma ? io.dparams[gamma_] : Tensor(), io.dparams[beta_]);
   }
 
  private:

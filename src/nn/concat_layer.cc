@@ -18,8 +18,8 @@ class ConcatLayer final : public Layer {
       TG_CHECK(s.rank() == out.rank(), "layer '{}': input {} has rank {}, input 0 rank {}", name(), i, s.rank(),
                out.rank());
       for (int d = 0; d + 1 < s.rank(); ++d)
-        TG_CHECK(s[d] == out[d], "layer '{}': input {} {} does not match input 0 {} outside the channels", name(),
-                 i, s.str(), out.str());
+        TG_CHECK(s[d] == out[d], "layer '{}': input {} {} does not match input 0 {} outside the channels", name(), i,
+                 s.str(), out.str());
       channels += s.dim(-1);
     }
     out[out.rank() - 1] = channels;

@@ -11,10 +11,14 @@ namespace tg {
 
 std::string Initializer::str() const {
   switch (kind) {
-    case Kind::kConstant: return fmt::format("constant({})", value);
-    case Kind::kTruncatedNormal: return fmt::format("truncated_normal({}, seed+{})", stddev, seed_offset);
-    case Kind::kXavier: return fmt::format("xavier(seed+{})", seed_offset);
-    case Kind::kHe: return fmt::format("he(seed+{})", seed_offset);
+    case Kind::kConstant:
+      return fmt::format("constant({})", value);
+    case Kind::kTruncatedNormal:
+      return fmt::format("truncated_normal({}, seed+{})", stddev, seed_offset);
+    case Kind::kXavier:
+      return fmt::format("xavier(seed+{})", seed_offset);
+    case Kind::kHe:
+      return fmt::format("he(seed+{})", seed_offset);
   }
   return "?";
 }
@@ -88,7 +92,8 @@ void initialize_host(const Initializer& init, const Tensor& t, uint64_t seed, ui
       for (int64_t i = 0; i < n; ++i) p[i] = (2.f * u.next() - 1.f) * a;
       break;
     }
-    case Initializer::Kind::kConstant: break;
+    case Initializer::Kind::kConstant:
+      break;
   }
 }
 

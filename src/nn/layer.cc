@@ -31,8 +31,8 @@ std::vector<Shape> Layer::setup(SetupContext& ctx) {
   TG_CHECK(out_shapes_.size() == 1, "layer '{}' must produce exactly one output", name_);
   for (const Shape& s : out_shapes_)
     for (int i = 0; i < s.rank(); ++i)
-      TG_CHECK(s[i] > 0, "layer '{}' ({}): output shape {} has an empty dimension (inputs {})", name_, type(),
-               s.str(), in_shapes_.empty() ? "" : in_shapes_[0].str());
+      TG_CHECK(s[i] > 0, "layer '{}' ({}): output shape {} has an empty dimension (inputs {})", name_, type(), s.str(),
+               in_shapes_.empty() ? "" : in_shapes_[0].str());
   param_shapes_.clear();
   state_shapes_.clear();
   saved_shapes_.clear();
@@ -57,18 +57,18 @@ void Layer::check_io(const LayerIO& io, bool backward) const {
                io.saved.size() == saved_shapes_.size(),
            "layer '{}' run with the wrong number of parameter/state/saved tensors", name_);
   for (size_t i = 0; i < param_shapes_.size(); ++i)
-    TG_CHECK(io.params[i].shape() == param_shapes_[i], "layer '{}': parameter {} has shape {}, expected {}", name_,
-             i, io.params[i].shape().str(), param_shapes_[i].str());
+    TG_CHECK(io.params[i].shape() == param_shapes_[i], "layer '{}': parameter {} has shape {}, expected {}", name_, i,
+             io.params[i].shape().str(), param_shapes_[i].str());
   if (backward) {
     TG_CHECK(io.din.size() == in_shapes_.size() && io.dout.size() == out_shapes_.size(),
              "layer '{}' backward with the wrong number of gradient tensors", name_);
     TG_CHECK(io.dparams.size() == param_shapes_.size(), "layer '{}' backward without parameter gradients", name_);
     for (size_t i = 0; i < in_shapes_.size(); ++i)
-      TG_CHECK(!io.din[i] || io.din[i].shape() == in_shapes_[i], "layer '{}': input gradient {} has shape {}",
-               name_, i, io.din[i].shape().str());
+      TG_CHECK(!io.din[i] || io.din[i].shape() == in_shapes_[i], "layer '{}': input gradient {} has shape {}", name_, i,
+               io.din[i].shape().str());
     for (size_t i = 0; i < param_shapes_.size(); ++i)
-      TG_CHECK(io.dparams[i].shape() == param_shapes_[i], "layer '{}': parameter gradient {} has shape {}", name_,
-               i, io.dparams[i].shape().str());
+      TG_CHECK(io.dparams[i].shape() == param_shapes_[i], "layer '{}': parameter gradient {} has shape {}", name_, i,
+               io.dparams[i].shape().str());
   }
 }
 

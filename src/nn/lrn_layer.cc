@@ -9,8 +9,8 @@ class LrnLayer final : public Layer {
  public:
   LrnLayer(const std::string& name, int64_t depth_radius, float bias, float alpha, float beta) : Layer(name) {
     TG_CHECK(depth_radius >= 0 && alpha >= 0.f && beta >= 0.f && bias > 0.f,
-             "layer '{}' (lrn): depth_radius {} , alpha {}, beta {} must be >= 0 and bias {} > 0", name,
-             depth_radius, alpha, beta, bias);
+             "layer '{}' (lrn): depth_radius {} , alpha {}, beta {} must be >= 0 and bias {} > 0", name, depth_radius,
+             alpha, beta, bias);
     desc_.depth_radius = depth_radius, desc_.bias = bias, desc_.alpha = alpha, desc_.beta = beta;
   }
   const char* type() const override { return "lrn"; }

@@ -41,8 +41,7 @@ int64_t ParameterStore::num_parameters() const {
 // ---- building ---------------------------------------------------------------------------------------------------
 void Net::set_input_shape(int64_t height, int64_t width, int64_t channels) {
   TG_CHECK(tensors_.empty(), "set_input_shape must come before any layer");
-  TG_CHECK(height > 0 && width > 0 && channels > 0, "input shape {}x{}x{} must be positive", height, width,
-           channels);
+  TG_CHECK(height > 0 && width > 0 && channels > 0, "input shape {}x{}x{} must be positive", height, width, channels);
   input_shape_ = Shape{height, width, channels};
   tensors_.push_back({"images", Shape{}, DType::kF32, -1, {}, -1, -1, {}});
   tensors_.push_back({"labels", Shape{}, DType::kI32, -1, {}, -1, -1, {}});
@@ -251,8 +250,8 @@ void Net::bind(ParameterStore& store) {
     node.decayed.clear();
     for (const auto& p : node.params) {
       Tensor v = store.params().view(p.name);
-      TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name,
-               v.shape().str(), p.shape.str());
+      TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name, v.shape().str(),
+               p.shape.str());
       const int half = node.half_slot[node.io.params.size()];
       if (half >= 0) casts_.push_back({half_params_.view(half), v});
       node.io.params.push_back(half >= 0 ? half_params_.view(half) : v);
@@ -283,8 +282,8 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
   const Tensor in_images = acts_.view(tensors_[0].act), in_labels = acts_.view(tensors_[1].act);
   TG_CHECK(images.shape() == in_images.shape(), "images have shape {}, the net expects {}", images.shape().str(),
            in_images.shape().str());
-  TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::kI32,
-           "labels are {}, the net expects i32{}", labels.str(), in_labels.shape().str());
+  TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::kI32, "labels are {}, the net expects i32{}",
+           labels.str(), in_labels.shape().str());
   if (images_f32_ >= 0) {  // mixed precision: the f32 batch, then one cast (images may be on the host)
     be.copy(precision_.view(images_f32_), images);
     be.cast(in_images, precision_.view(images_f32_));
@@ -328,7 +327,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
-    if (out.grad >= 0) {  // else nothing downstream needs this layer's gradient
+    if (out.grad >= 0) {              // else nothing downstream needs this layer's gradient
       if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
         const Tensor g = act_grads_.view(out.grad);
         be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);

@@ -23,7 +23,7 @@ class SoftmaxXentLayer final : public Layer {
     TG_CHECK(logits.rank() == 2, "layer '{}': logits must be (N, K), got {}", name(), logits.str());
     TG_CHECK(labels.rank() == 1 && labels[0] == logits[0], "layer '{}': labels {} do not match logits {}", name(),
              labels.str(), logits.str());
-    ctx.saved("softmax", logits);       // (N, K)
+    ctx.saved("softmax", logits);           // (N, K)
     ctx.saved("losses", Shape{logits[0]});  // (N)
     return {Shape{1}};
   }

@@ -159,7 +159,8 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
   OptimizerStep desc = step_descriptor(step, lr);
   const int groups = slots_per_param();
   const Tensor flat_ema = ema ? ema->flat_average(params) : Tensor();
-  TG_CHECK(!ema || flat_ema.defined(), "optimizer: the moving average given to apply() does not track this parameter slab");
+  TG_CHECK(!ema || flat_ema.defined(),
+           "optimizer: the moving average given to apply() does not track this parameter slab");
   if (ema) desc.ema_decay = static_cast<float>(ema->decay_at(step));
 
   if (same_layout(params) && same_layout(grads)) {

@@ -2,6 +2,8 @@
 #include "terngrad/train/checkpoint.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,9 +11,6 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "checkpoint.pb.h"
 #include "terngrad/backend/backend.h"
@@ -36,10 +35,14 @@ DType parse_dtype(const std::string& s, const std::string& where) {
 
 const char* CheckpointLayout::prefix(Part part) {
   switch (part) {
-    case kParams: return "params/";
-    case kState: return "state/";
-    case kEma: return "ema/";
-    case kSlots: return "slots/";
+    case kParams:
+      return "params/";
+    case kState:
+      return "state/";
+    case kEma:
+      return "ema/";
+    case kSlots:
+      return "slots/";
   }
   TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
 }
@@ -167,9 +170,9 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
                  entry.bytes == static_cast<uint64_t>(numel) * dtype_size(entry.dtype),
              "{}: tensor {} declares {} bytes for {}{} (corrupt header)", path, e.name(), entry.bytes,
              dtype_name(entry.dtype), entry.shape.str());
-    TG_CHECK(entry.offset <= file_size && entry.bytes <= file_size &&
-                 data_offset_ + entry.offset + entry.bytes <= file_size,
-             "{}: tensor {} lies beyond the end of the file", path, e.name());
+    TG_CHECK(
+        entry.offset <= file_size && entry.bytes <= file_size && data_offset_ + entry.offset + entry.bytes <= file_size,
+        "{}: tensor {} lies beyond the end of the file", path, e.name());
     table_[e.name()] = entry;
   }
 }

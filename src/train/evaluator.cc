@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "terngrad/backend/backend.h"
+#include "terngrad/data/dataset_info.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/data/preprocess.h"
 #include "terngrad/models/registry.h"
@@ -18,7 +19,6 @@
 #include "terngrad/optim/moving_average.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
-#include "terngrad/data/dataset_info.h"
 
 namespace tg {
 

@@ -59,9 +59,12 @@ void TrainConfig::validate(int num_processes) const {
 
 DType TrainConfig::compute_dtype() const {
   switch (parse_enum<Precision>(precision)) {
-    case Precision::kFp16: return DType::kF16;
-    case Precision::kBf16: return DType::kBf16;
-    case Precision::kFp32: break;
+    case Precision::kFp16:
+      return DType::kF16;
+    case Precision::kBf16:
+      return DType::kBf16;
+    case Precision::kFp32:
+      break;
   }
   return DType::kF32;
 }

@@ -43,10 +43,13 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"allow_tf32", &C::allow_tf32,
        "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
        "relative error; runs stay deterministic)"},
-      {"precision", &C::precision,
+      {"precision",
+       &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "
        "weights, optimizer state, BN statistics, the loss and exchanged gradients stay fp32 (see Mixed precision)",
-       one_of<Precision>(), 0, {{"fp16", "fp16"}}},
+       one_of<Precision>(),
+       0,
+       {{"fp16", "fp16"}}},
       {"cpu_replicas", &C::cpu_replicas,
        "`--device cpu`: model replicas in this process, each on its own thread with `--threads` / replicas "
        "threads (e.g. one per socket); `--num_nodes` must be a multiple; one process only",

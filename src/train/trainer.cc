@@ -33,8 +33,8 @@
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/stale_files.h"
-#include "terngrad/train/train_flags.h"
 #include "terngrad/train/throughput_meter.h"
+#include "terngrad/train/train_flags.h"
 
 namespace tg {
 
@@ -71,16 +71,22 @@ struct Worker {
 // The replica's slab that a checkpoint part holds.
 Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
   switch (part) {
-    case CheckpointLayout::kParams: return r.store->params();
-    case CheckpointLayout::kState: return r.store->state();
-    case CheckpointLayout::kEma: return r.ema->shadow();
-    case CheckpointLayout::kSlots: return r.optimizer->slots();
+    case CheckpointLayout::kParams:
+      return r.store->params();
+    case CheckpointLayout::kState:
+      return r.store->state();
+    case CheckpointLayout::kEma:
+      return r.ema->shadow();
+    case CheckpointLayout::kSlots:
+      return r.optimizer->slots();
   }
   TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
 }
 
 using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Hands the exchange, layer by layer, the gradients the last worker's backward has finished (--overlap), and
 // lets it encode and decode the buckets whose collectives came back.
@@ -127,7 +133,7 @@ struct RunLog {
   std::unique_ptr<EventWriter> events;     // TensorBoard (process 0)
   ThroughputMeter meter;                   // its warm-up is the first log window
   Clock::time_point start = Clock::now();
-  PhaseTimes window_times, run_times;     // sums over the log window; over the run after the warm-up
+  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
   int64_t run_time_steps = 0;
   std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
   bool timeline_written = false;
@@ -146,9 +152,9 @@ struct Trainer::Impl {
 #endif
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
-  std::unique_ptr<Timeline> timeline;  // --timeline
+  std::unique_ptr<Timeline> timeline;       // --timeline
   std::unique_ptr<ReplicaThreads> threads;  // one host thread per replica
-  PhaseTimes step_times;  // of the last step (replica 0's, plus the input wait and other)
+  PhaseTimes step_times;                    // of the last step (replica 0's, plus the input wait and other)
   ExchangeStats last_stats;
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
@@ -157,7 +163,7 @@ struct Trainer::Impl {
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
   std::string last_digest;
-  std::string resumed_path;  // the checkpoint this run resumed from
+  std::string resumed_path;            // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
   // Construction: build() (replicas, workers, exchange, schedule), then resume_or_initialize().
@@ -352,12 +358,11 @@ void Trainer::Impl::build_exchanges() {
     // queue the backward's next kernels behind the network; overlapping needs a communication stream).
     // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
     xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
-    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group, xo,
-                                                    timeline.get());
+    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group,
+                                                    xo, timeline.get());
     r.overlap = r.exchange->overlapped();
   }
 }
-
 
 // --timeline: one track per worker.
 void Trainer::Impl::build_timeline() {
@@ -385,8 +390,8 @@ void Trainer::Impl::build_schedule() {
 // (process_batch) i32.
 void Trainer::Impl::allocate_host_batch() {
   const int64_t channels = dataset_info(cfg.dataset).channels;
-  host_images = Buffer(host_allocator(), static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size *
-                                                             channels) * sizeof(float));
+  host_images = Buffer(host_allocator(),
+                       static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size * channels) * sizeof(float));
   host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
   std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
   std::memset(host_labels.data(), 0, host_labels.bytes());
@@ -435,7 +440,8 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
   last_digest = m.parameter_digest;
   resumed_path = path;
   kept_steps = list_checkpoint_steps(cfg.train_dir);
-  if (is_chief()) spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
+  if (is_chief())
+    spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
   return m.data_cursor;
 }
 
@@ -776,9 +782,8 @@ void Trainer::Impl::log_configuration() const {
                replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
   const GradientExchange& x = *replicas[0].exchange;
   spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", replicas.size(),
-               replicas.size() == 1 ? "" : "s", enum_name(x.mode()), x.num_buckets(),
-               x.num_buckets() == 1 ? "" : "s", replicas[0].overlap ? " overlapped with backward" : "",
-               schedule->describe());
+               replicas.size() == 1 ? "" : "s", enum_name(x.mode()), x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
+               replicas[0].overlap ? " overlapped with backward" : "", schedule->describe());
 }
 
 // Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
@@ -868,11 +873,9 @@ void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
   const Net& last = *workers.back().net;
   if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
   result.median_examples_per_sec = log.meter.median_examples_per_sec();
-  result.time_per_step =
-      log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
+  result.time_per_step = log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
   result.parameter_digest = last_digest;
-  if (log.metrics)
-    log.metrics->summary(result);
+  if (log.metrics) log.metrics->summary(result);
 }
 
 PhaseTimes Trainer::run_steps(int64_t steps) {

@@ -10,8 +10,8 @@ namespace tg::alloc_counter {
 
 void start();
 void stop();
-int64_t count();          // allocations counted so far
-void set_tracing(bool);   // a raw backtrace per counted allocation on stderr (resolve with addr2line)
+int64_t count();           // allocations counted so far
+void set_tracing(bool);    // a raw backtrace per counted allocation on stderr (resolve with addr2line)
 long minor_page_faults();  // of the process so far (getrusage)
 
 }  // namespace tg::alloc_counter

@@ -53,8 +53,8 @@ IdxDataset load_fashion_mnist(const std::string& subset) {
   d.rows = be32(img, 8);
   d.cols = be32(img, 12);
   TG_CHECK(be32(lab, 4) == d.count, "{} and {} disagree on the count", ipath, lpath);
-  TG_CHECK(img.size() == 16 + size_t(d.count * d.rows * d.cols) && lab.size() == 8 + size_t(d.count),
-           "{}: truncated", ipath);
+  TG_CHECK(img.size() == 16 + size_t(d.count * d.rows * d.cols) && lab.size() == 8 + size_t(d.count), "{}: truncated",
+           ipath);
   d.images.resize(img.size() - 16);
   for (size_t i = 0; i < d.images.size(); ++i) d.images[i] = (img[16 + i] / 255.f - 0.5f) * 2.f;
   d.labels.assign(lab.begin() + 8, lab.end());

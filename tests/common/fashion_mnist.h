@@ -11,8 +11,8 @@ namespace tg::testing {
 
 struct IdxDataset {
   int64_t count = 0, rows = 0, cols = 0;
-  std::vector<float> images;   // (count, rows, cols, 1)
-  std::vector<int32_t> labels; // (count)
+  std::vector<float> images;    // (count, rows, cols, 1)
+  std::vector<int32_t> labels;  // (count)
 };
 
 std::string fashion_mnist_dir();  // "" when the package is not installed; an Error instead when CI=true

@@ -160,9 +160,10 @@ struct Checker {
         ++report.kinks;
         continue;
       }
-      report.failures.push_back(fmt::format("{}[{}] (value {}): analytic {:.7g}, numeric {:.7g} (step {}), {:.7g} "
-                                            "(step {})",
-                                            name, i, orig, a, numeric, o.step, central, o.step / 10));
+      report.failures.push_back(
+          fmt::format("{}[{}] (value {}): analytic {:.7g}, numeric {:.7g} (step {}), {:.7g} "
+                      "(step {})",
+                      name, i, orig, a, numeric, o.step, central, o.step / 10));
     }
   }
 };
@@ -199,14 +200,14 @@ GradCheckReport check_gradients(LayerHarness& h, const GradCheckOptions& o) {
     for (size_t k = 0; k < io.in.size(); ++k)
       if (io.din[k]) c.check_tensor(fmt::format("{}/input{}", layer, k), io.in[k], din[k], f0);
   if (o.check_params)
-    for (size_t k = 0; k < io.params.size(); ++k)
-      c.check_tensor(h.param_specs()[k].name, io.params[k], dparams[k], f0);
+    for (size_t k = 0; k < io.params.size(); ++k) c.check_tensor(h.param_specs()[k].name, io.params[k], dparams[k], f0);
 
   if (c.report.checked > 0 &&
       static_cast<double>(c.report.kinks) > o.max_kink_fraction * static_cast<double>(c.report.checked))
-    c.report.failures.push_back(fmt::format("{}: {} of {} elements sit on kinks (limit {:.0f}%): the check says "
-                                            "nothing; use other inputs",
-                                            layer, c.report.kinks, c.report.checked, 100 * o.max_kink_fraction));
+    c.report.failures.push_back(
+        fmt::format("{}: {} of {} elements sit on kinks (limit {:.0f}%): the check says "
+                    "nothing; use other inputs",
+                    layer, c.report.kinks, c.report.checked, 100 * o.max_kink_fraction));
   h.forward(o.training);  // leave the outputs at the unperturbed point
   return c.report;
 }

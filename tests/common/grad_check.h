@@ -33,12 +33,12 @@ namespace tg {
 struct GradCheckOptions {
   double step = 1e-2;
   double threshold = 1e-3;
-  bool training = true;                       // forward mode (BN batch statistics, dropout)
-  float input_lo = -1.f, input_hi = 1.f;      // randomize(): f32 inputs uniform in [lo, hi)
-  float param_lo = -1.f, param_hi = 1.f;      // randomize(): parameters uniform in [lo, hi)
-  uint32_t seed = 1701;                       // inputs, parameters and r
+  bool training = true;                   // forward mode (BN batch statistics, dropout)
+  float input_lo = -1.f, input_hi = 1.f;  // randomize(): f32 inputs uniform in [lo, hi)
+  float param_lo = -1.f, param_hi = 1.f;  // randomize(): parameters uniform in [lo, hi)
+  uint32_t seed = 1701;                   // inputs, parameters and r
   double max_kink_fraction = 0.1;
-  int64_t max_elements_per_tensor = 0;        // 0: every element; else an evenly strided subset
+  int64_t max_elements_per_tensor = 0;  // 0: every element; else an evenly strided subset
   bool check_inputs = true, check_params = true;
 };
 
@@ -94,9 +94,9 @@ void fill_uniform(const Tensor& t, uint32_t seed, float lo, float hi);
 }  // namespace tg
 
 // gtest helper: EXPECT_GRADIENTS_OK(report) prints the summary on failure.
-#define EXPECT_GRADIENTS_OK(report_expr)              \
-  do {                                                \
-    const ::tg::GradCheckReport r_ = (report_expr);   \
-    EXPECT_TRUE(r_.ok()) << r_.summary();             \
+#define EXPECT_GRADIENTS_OK(report_expr)               \
+  do {                                                 \
+    const ::tg::GradCheckReport r_ = (report_expr);    \
+    EXPECT_TRUE(r_.ok()) << r_.summary();              \
     EXPECT_GT(r_.checked, 0) << "nothing was checked"; \
   } while (0)

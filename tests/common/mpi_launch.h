@@ -19,10 +19,10 @@ int run_all_tests_under_mpi_if_launched(int argc, char** argv);
 }  // namespace tg::testing_mpi
 
 // At the top of a test body: outside mpirun, launch this test on n ranks and return; under mpirun, go on.
-#define TG_RUN_ON_N_MPI_RANKS(n)                                    \
-  do {                                                              \
-    if (!::tg::testing_mpi::g_under_mpi) {                          \
-      ::tg::testing_mpi::launch_current_test_under_mpirun(n);       \
-      return;                                                       \
-    }                                                               \
+#define TG_RUN_ON_N_MPI_RANKS(n)                              \
+  do {                                                        \
+    if (!::tg::testing_mpi::g_under_mpi) {                    \
+      ::tg::testing_mpi::launch_current_test_under_mpirun(n); \
+      return;                                                 \
+    }                                                         \
   } while (0)

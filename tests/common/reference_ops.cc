@@ -83,7 +83,8 @@ void conv2d_backward(const ConvDesc& d, const Vec& x, const Vec& w, const Vec& d
 }
 
 // Calls f(output index, input index) for every in-image cell of every pooling window, window by window.
-template <typename F> static void for_each_window(const PoolDesc& d, F&& f) {
+template <typename F>
+static void for_each_window(const PoolDesc& d, F&& f) {
   for (int64_t n = 0; n < d.n; ++n)
     for (int64_t oh = 0; oh < d.out_h; ++oh)
       for (int64_t ow = 0; ow < d.out_w; ++ow)

@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // to their defaults and CLI11's parse state cleared before every parse.
   static tg::TrainConfig config;
   static MainOptions options;
-  static CLI::App& app = [] () -> CLI::App& {
+  static CLI::App& app = []() -> CLI::App& {
     static CLI::App a{"terngrad-train"};
     add_flags(a, config, options);
     return a;

@@ -1,8 +1,8 @@
 // libFuzzer target: the TFRecord reader on arbitrary file bytes. Reads every record with read(), or with
 // skip() (the path of records another worker owns), or with next()/read_all_tfrecords (which throw tg::Error
-// on corruption), chosen by the input's size. Written against the reader's public API only, so it covers whatever framing the
-// reader accepts (plain files; compressed ones once the reader detects them from the bytes).
-// Seeds: tests/fuzz/corpus/tfrecord/ (shards written by terngrad-data's converters).
+// on corruption), chosen by the input's size. Written against the reader's public API only, so it covers whatever
+// framing the reader accepts (plain files; compressed ones once the reader detects them from the bytes). Seeds:
+// tests/fuzz/corpus/tfrecord/ (shards written by terngrad-data's converters).
 #include <cstdint>
 #include <string>
 

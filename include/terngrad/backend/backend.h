@@ -61,8 +61,8 @@ class Backend {
   // ---- memory -------------------------------------------------------------------------------------
   // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).
   void copy(const Tensor& dst, const Tensor& src);
-  void zero(const Tensor& dst);                 // any dtype
-  void fill(const Tensor& dst, float value);    // f32
+  void zero(const Tensor& dst);               // any dtype
+  void fill(const Tensor& dst, float value);  // f32
 
   // ---- precision ------------------------------------------------------------------------------------
   // dst = src converted, any of F32/F16/BF16 to any, same element count: round to nearest even; f16
@@ -76,15 +76,15 @@ class Backend {
 
   // ---- element-wise -----------------------------------------------------------------------------------
   // add, relu and dropout take any compute dtype (one per call); axpy and scale are f32.
-  void add(const Tensor& a, const Tensor& b, const Tensor& out);   // out = a + b
-  void axpy(float alpha, const Tensor& x, const Tensor& y);        // y += alpha * x
-  void scale(float alpha, const Tensor& x);                        // x *= alpha
-  void relu_forward(const Tensor& x, const Tensor& y);             // y = max(x, 0)
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);            // out = a + b
+  void axpy(float alpha, const Tensor& x, const Tensor& y);                 // y += alpha * x
+  void scale(float alpha, const Tensor& x);                                 // x *= alpha
+  void relu_forward(const Tensor& x, const Tensor& y);                      // y = max(x, 0)
   void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);  // dx = dy * (y > 0)
   // Inverted dropout: mask (u8, same numel) = u < keep_prob with u from Philox(key; element, step, salt);
   // y = x * mask / keep_prob.
-  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
-                               PhiloxKey key, uint32_t step, uint32_t salt);
+  void dropout_forward(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob, PhiloxKey key,
+                       uint32_t step, uint32_t salt);
   void dropout_backward(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx);
   // Channel concat of NHWC tensors (same N, H, W) into out, and its adjoint (split dout into the parts).
   void concat_channels(const std::vector<Tensor>& parts, const Tensor& out);
@@ -102,60 +102,56 @@ class Backend {
   // losses (N) = -sum target*log softmax. A label outside [0, K) is an error naming the example: thrown by this
   // call on the CPU; on CUDA (which does not wait for the kernel) by the next call that synchronizes (a
   // reduction, a copy to or from the host, synchronize()).
-  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                    const Tensor& probs, const Tensor& losses);
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs,
+                            const Tensor& losses);
   // dlogits = scale * (probs - target)
-  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                     float scale, const Tensor& dlogits);
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float label_smoothing, float scale,
+                             const Tensor& dlogits);
 
   // ---- layers ---------------------------------------------------------------------------------------
   // Activations, conv/inner-product weights and biases and their gradients share one compute dtype per call;
   // batch norm's per-channel tensors are f32 (see the top of this file).
   // x (N,H,W,C), w (KH,KW,C/g,O), b (O) or undefined, y (N,OH,OW,O)
-  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                              const Tensor& y);
+  void conv2d_forward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
   // Any of dx, dw, db may be undefined (not needed).
-  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
-                               const Tensor& dx, const Tensor& dw, const Tensor& db);
+  void conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                       const Tensor& dw, const Tensor& db);
 
   // Bytes of per-call state a pooling forward keeps for its backward (e.g. max indices); 0 if none.
   size_t pool_workspace_bytes(const PoolDesc& d);
   void pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace);
-  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
-                             const Tensor& workspace, const Tensor& dx);
+  void pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
+                     const Tensor& dx);
 
   size_t lrn_workspace_bytes(const LrnDesc& d);
   void lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace);
-  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
-                            const Tensor& dx);
+  void lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx);
 
   // Batch norm over x (rows = N*H*W, C), per channel. gamma (C) is defined iff d.has_gamma (else 1 is used and
   // dgamma must be undefined); beta (C) is required by both forwards. Training: the batch mean and the
   // population variance (C) are computed and written to mean/var. Backward is the gradient of the training
   // forward, computed from the given mean/var (the forward's); dx, dgamma and dbeta may each be undefined.
   // Statistics are accumulated in double over fixed row chunks: the same bits on any thread count.
-  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                           const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                           const Tensor& var);
-  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                            const Tensor& beta, const Tensor& mean, const Tensor& var,
-                                            const Tensor& y);
-  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                   const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                   const Tensor& dgamma, const Tensor& dbeta);
+  void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& y, const Tensor& mean, const Tensor& var);
+  void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& mean, const Tensor& var, const Tensor& y);
+  void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                           const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
+                           const Tensor& dbeta);
 
   // x (N,in), w (in,out), b (out) or undefined, y (N,out)
-  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                     const Tensor& b, const Tensor& y);
-  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db);
+  void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                             const Tensor& y);
+  void inner_product_backward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
+                              const Tensor& dx, const Tensor& dw, const Tensor& db);
 
   // ---- optimizer --------------------------------------------------------------------------------------
   // One update of w with gradient g; s1/s2 are the optimizer's slots (momentum accumulator; adam m, v;
   // rmsprop ms, mom), undefined when the optimizer has fewer. With step.ema_decay >= 0 the same pass also
   // updates ema (w's moving average) from the new w: one pass over the parameters instead of two.
-  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                const Tensor& s2, const Tensor& ema);
+  void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2,
+                        const Tensor& ema);
   // ema = decay * ema + (1 - decay) * w
   void ema_update(float decay, const Tensor& w, const Tensor& ema);
 
@@ -177,7 +173,7 @@ class Backend {
   // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.
   void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                              const Tensor& packed, const Tensor& zero_count);
+                      const Tensor& packed, const Tensor& zero_count);
   // code_sums (i8 (n)) = the sum over num_workers (1..127) workers of their codes; worker w's packed codes
   // (ceil(n/4) bytes) start at byte w * stride of `packed` (u8 of at least (num_workers-1)*stride + ceil(n/4)).
   void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums);
@@ -191,7 +187,7 @@ class Backend {
   // g (f32 (n)) = ternary_decode_value(scaler, sum over workers of their codes, num_workers), the workers'
   // packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
   void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                                       const Tensor& g);
+                               const Tensor& g);
 
   // fp16/fp32 codings. xs: `count` (1..kMaxCodecInputs) f32 tensors of n elements, the workers' gradients in
   // worker order (an array the caller owns, so no call allocates).

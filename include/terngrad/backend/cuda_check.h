@@ -40,9 +40,9 @@ inline bool cuda_sync_after_launch() {
 }
 }  // namespace tg::detail
 
-#define TG_CUDA_CHECK(call)                                                                                 \
-  TG_CHECK_CALL("CUDA", call, status_ == cudaSuccess,                                                       \
-                ::fmt::format("{} ({}) on {}", cudaGetErrorName(status_), cudaGetErrorString(status_),      \
+#define TG_CUDA_CHECK(call)                                                                            \
+  TG_CHECK_CALL("CUDA", call, status_ == cudaSuccess,                                                  \
+                ::fmt::format("{} ({}) on {}", cudaGetErrorName(status_), cudaGetErrorString(status_), \
                               ::tg::detail::cuda_current_device_text()))
 
 namespace tg::detail {
@@ -71,15 +71,15 @@ inline void check_launch(const char* launcher, const char* file, int line) {
 // The same naming the launcher explicitly (inside a lambda, where __func__ would say "operator()").
 #define TG_CUDA_CHECK_LAUNCH_OF(launcher) ::tg::detail::check_launch(launcher, __FILE__, __LINE__)
 
-#define TG_CUDNN_CHECK(call)                                                                                \
-  TG_CHECK_CALL("cuDNN", call, status_ == CUDNN_STATUS_SUCCESS,                                             \
+#define TG_CUDNN_CHECK(call)                                    \
+  TG_CHECK_CALL("cuDNN", call, status_ == CUDNN_STATUS_SUCCESS, \
                 ::fmt::format("{} on {}", cudnnGetErrorString(status_), ::tg::detail::cuda_current_device_text()))
 
-#define TG_CUBLAS_CHECK(call)                                                                               \
-  TG_CHECK_CALL("cuBLAS", call, status_ == CUBLAS_STATUS_SUCCESS,                                           \
+#define TG_CUBLAS_CHECK(call)                                                                                \
+  TG_CHECK_CALL("cuBLAS", call, status_ == CUBLAS_STATUS_SUCCESS,                                            \
                 ::fmt::format("{} ({}) on {}", cublasGetStatusName(status_), cublasGetStatusString(status_), \
                               ::tg::detail::cuda_current_device_text()))
 
-#define TG_NCCL_CHECK(call)                                                                                 \
-  TG_CHECK_CALL("NCCL", call, status_ == ncclSuccess,                                                       \
+#define TG_NCCL_CHECK(call)                           \
+  TG_CHECK_CALL("NCCL", call, status_ == ncclSuccess, \
                 ::fmt::format("{} on {}", ncclGetErrorString(status_), ::tg::detail::cuda_current_device_text()))

@@ -28,8 +28,10 @@ CodecIsa ternary_codec_isa();  // the path in use
 template <>
 struct EnumNames<CodecIsa> : EnumNamesBase {
   static constexpr const char* kFlag = "--isa";
-  static constexpr EnumName<CodecIsa> kList[] = {
-      {CodecIsa::kAuto, "auto"}, {CodecIsa::kGeneric, "generic"}, {CodecIsa::kAvx2, "avx2"}, {CodecIsa::kAvx512, "avx512"}};
+  static constexpr EnumName<CodecIsa> kList[] = {{CodecIsa::kAuto, "auto"},
+                                                 {CodecIsa::kGeneric, "generic"},
+                                                 {CodecIsa::kAvx2, "avx2"},
+                                                 {CodecIsa::kAvx512, "avx512"}};
 };
 
 // One-pass statistics of one tensor (ternary_math.h's scaler definition).

@@ -57,8 +57,9 @@ enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8 };
 template <>
 struct EnumNames<ExchangeMode> : EnumNamesBase {
   static constexpr const char* kFlag = "--exchange";
-  static constexpr EnumName<ExchangeMode> kList[] = {
-      {ExchangeMode::kAuto, "auto"}, {ExchangeMode::kAllgather2, "allgather2"}, {ExchangeMode::kAllreduce8, "allreduce8"}};
+  static constexpr EnumName<ExchangeMode> kList[] = {{ExchangeMode::kAuto, "auto"},
+                                                     {ExchangeMode::kAllgather2, "allgather2"},
+                                                     {ExchangeMode::kAllreduce8, "allreduce8"}};
 };
 // kAuto -> kAllgather2 for num_workers < 8, kAllreduce8 otherwise; explicit modes stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
@@ -121,7 +122,14 @@ class GradientExchange {
 
  private:
   enum class Stage : uint8_t {
-    kWaiting, kScalersReady, kScalersPosted, kScalersShared, kEncoded, kDataPosted, kDataDone, kDecoded
+    kWaiting,
+    kScalersReady,
+    kScalersPosted,
+    kScalersShared,
+    kEncoded,
+    kDataPosted,
+    kDataDone,
+    kDecoded
   };
   struct Bucket {
     TensorRange range;
@@ -132,23 +140,25 @@ class GradientExchange {
     Tensor f16;          // f16 (f16_elements) with several processes
     Tensor f32;          // f32 (f32_elements) with several processes
     Stage stage = Stage::kWaiting;
-    uint64_t ticket = 0;             // the communication thread's job of the current stage
+    uint64_t ticket = 0;  // the communication thread's job of the current stage
   };
   void plan_buckets(double bucket_mb, bool one_bucket);
   void allocate_buffers();
   // Stages of one bucket (compute thread unless noted).
   void compute_scalers(Bucket& b);
-  void share_scalers(Bucket& b);   // collective (communication thread with overlap)
+  void share_scalers(Bucket& b);  // collective (communication thread with overlap)
   void encode(Bucket& b);
-  void exchange_data(Bucket& b);   // collectives (communication thread with overlap)
+  void exchange_data(Bucket& b);  // collectives (communication thread with overlap)
   void decode(Bucket& b);
-  void post_next();                 // posts the next collective of the fixed order when its input is ready
-  bool advance(bool block);         // one round of post / collect / encode / decode; true if anything moved
-  void collect(Bucket& b);          // after its job finished: timings, next stage
+  void post_next();          // posts the next collective of the fixed order when its input is ready
+  bool advance(bool block);  // one round of post / collect / encode / decode; true if anything moved
+  void collect(Bucket& b);   // after its job finished: timings, next stage
   static void run_share_scalers(void* self, int64_t bucket);
   static void run_exchange_data(void* self, int64_t bucket);
-  template <typename Fn> void timed(Phase phase, const char* name, int64_t arg, Fn&& fn);
-  template <typename Fn> void blocking_collective(Bucket& b, const char* name, Fn&& fn);
+  template <typename Fn>
+  void timed(Phase phase, const char* name, int64_t arg, Fn&& fn);
+  template <typename Fn>
+  void blocking_collective(Bucket& b, const char* name, Fn&& fn);
 
   Backend& be_;
   bool on_host_;  // the backend's memory is the host's (the CPU)
@@ -160,17 +170,17 @@ class GradientExchange {
   int num_processes_ = 1, process_rank_ = 0, local_ = 1, num_workers_ = 1;
   ExchangeMode mode_;
   std::vector<Bucket> buckets_;  // in backward order: bucket 0 holds the last tensors
-  Buffer storage_;         // on the device: every bucket's buffers and the scaler vectors, allocated once
-  Tensor local_scalers_;   // f32 (L * num_ternary) each local worker's scalers, worker l's at l * num_ternary
+  Buffer storage_;               // on the device: every bucket's buffers and the scaler vectors, allocated once
+  Tensor local_scalers_;         // f32 (L * num_ternary) each local worker's scalers, worker l's at l * num_ternary
   std::vector<Tensor> local_scaler_rows_;  // (L) views of local_scalers_, one per worker
-  Tensor shared_scalers_;  // f32 (num_ternary)
-  Tensor zero_codes_;      // i32 (num_ternary) local worker 0's zero codes
-  std::vector<float> host_scalers_;       // (num_ternary) for shared_scalers()
-  std::vector<int64_t> host_zero_codes_;  // (num_ternary) for zero_codes()
-  ExchangeStats step_stats_;           // the byte model of one step (fixed by the policy)
+  Tensor shared_scalers_;                  // f32 (num_ternary)
+  Tensor zero_codes_;                      // i32 (num_ternary) local worker 0's zero codes
+  std::vector<float> host_scalers_;        // (num_ternary) for shared_scalers()
+  std::vector<int64_t> host_zero_codes_;   // (num_ternary) for zero_codes()
+  ExchangeStats step_stats_;               // the byte model of one step (fixed by the policy)
   uint32_t step_ = 0;
-  int ready_from_ = 0;     // tensors [ready_from_, num_tensors) are final
-  int next_post_ = 0;      // position in the fixed order: 2 * bucket + (0 scalers, 1 data)
+  int ready_from_ = 0;  // tensors [ready_from_, num_tensors) are final
+  int next_post_ = 0;   // position in the fixed order: 2 * bucket + (0 scalers, 1 data)
   bool in_step_ = false;
   std::unique_ptr<CommunicationThread> comm_thread_;
   Timeline* timeline_;

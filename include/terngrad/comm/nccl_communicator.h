@@ -52,7 +52,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string name() const override;  // "nccl (rank 3 of 16, cuda:3)"
+  std::string name() const override;                       // "nccl (rank 3 of 16, cuda:3)"
   bool supports(DType dtype, ReduceOp op) const override;  // reduce_supported() and bf16 sum
   Device device() const { return Device::cuda(device_); }
   void* stream() const { return stream_; }

@@ -42,7 +42,7 @@ class ThreadCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string name() const override;  // "local (rank 2 of 4)"
+  std::string name() const override;                       // "local (rank 2 of 4)"
   bool supports(DType dtype, ReduceOp op) const override;  // reduce_supported() and bf16 sum
 
   // Fails the group (see the file comment); any thread may call it, any number of times (the first reason

@@ -13,29 +13,58 @@ enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBf16 = 2, kI8 = 3, kU8 = 4, kI
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBf16: return 2;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBf16:
+      return 2;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType t);
 
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kF32;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::kI8;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kU8;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kI32;
+};
 
 // Storage types for the 16-bit floats (bit patterns; arithmetic happens in fp32).
-struct half_bits { uint16_t bits; };
-struct bf16_bits { uint16_t bits; };
-template <> struct DTypeOf<half_bits> { static constexpr DType value = DType::kF16; };
-template <> struct DTypeOf<bf16_bits> { static constexpr DType value = DType::kBf16; };
+struct half_bits {
+  uint16_t bits;
+};
+struct bf16_bits {
+  uint16_t bits;
+};
+template <>
+struct DTypeOf<half_bits> {
+  static constexpr DType value = DType::kF16;
+};
+template <>
+struct DTypeOf<bf16_bits> {
+  static constexpr DType value = DType::kBf16;
+};
 
 TG_HOST_DEVICE uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
@@ -71,9 +100,9 @@ TG_HOST_DEVICE half_bits float_to_half(float f) {
   uint32_t x = float_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return half_bits{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (ax > 0x7f800000u) return half_bits{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (ax >= 0x477ff000u) return half_bits{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow -> inf
-  if (ax < 0x38800000u) {  // subnormal or zero in fp16
+  if (ax < 0x38800000u) {                                                          // subnormal or zero in fp16
     if (ax < 0x33000000u) return half_bits{static_cast<uint16_t>(sign)};
     uint32_t mant = (ax & 0x007fffffu) | 0x00800000u;
     uint32_t shift = 126u - (ax >> 23);  // 14..24: value / 2^-24 = mant >> shift

@@ -18,8 +18,8 @@ class Error : public std::runtime_error {
 
 namespace detail {
 [[noreturn]] void throw_check_failed(const char* expr, const char* file, int line, const std::string& msg);
-[[noreturn]] void throw_call_failed(const char* library, const char* call, const std::string& status,
-                                    const char* file, int line);
+[[noreturn]] void throw_call_failed(const char* library, const char* call, const std::string& status, const char* file,
+                                    int line);
 }  // namespace detail
 
 }  // namespace tg
@@ -28,15 +28,15 @@ namespace detail {
 #define TG_THROW(...) throw ::tg::Error(::fmt::format(__VA_ARGS__))
 
 // Always-on invariant: on failure throws "<message> (check `expr` failed at file:line)".
-#define TG_CHECK(cond, ...)                                                                          \
-  do {                                                                                               \
+#define TG_CHECK(cond, ...)                                                                               \
+  do {                                                                                                    \
     if (!(cond)) ::tg::detail::throw_check_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // Generic core for library return codes: `ok` is an expression over `status_`, `describe` turns it into
 // text. Variants: TG_CUDA_CHECK, TG_CUDNN_CHECK, TG_CUBLAS_CHECK, TG_NCCL_CHECK, TG_MPI_CHECK.
-#define TG_CHECK_CALL(library, call, ok, describe)                                                 \
-  do {                                                                                             \
-    auto status_ = (call);                                                                         \
-    if (!(ok)) ::tg::detail::throw_call_failed(library, #call, (describe), __FILE__, __LINE__);    \
+#define TG_CHECK_CALL(library, call, ok, describe)                                              \
+  do {                                                                                          \
+    auto status_ = (call);                                                                      \
+    if (!(ok)) ::tg::detail::throw_call_failed(library, #call, (describe), __FILE__, __LINE__); \
   } while (0)

@@ -21,13 +21,14 @@ namespace tg {
 inline int compute_threads() { return omp_get_max_threads(); }
 inline void set_compute_threads(int n) { omp_set_num_threads(std::max(1, n)); }
 
-template <typename Fn> void parallel_for(int64_t n, int64_t grain, const Fn& fn, int threads = compute_threads()) {
+template <typename Fn>
+void parallel_for(int64_t n, int64_t grain, const Fn& fn, int threads = compute_threads()) {
   const int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
   if (chunks <= 1) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
-#pragma omp parallel num_threads(static_cast<int>(chunks))
+#pragma omp parallel num_threads(static_cast <int>(chunks))
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
@@ -41,9 +42,12 @@ template <typename Fn> void parallel_for(int64_t n, int64_t grain, const Fn& fn,
 template <typename Fn>
 void parallel_chunks(int64_t n, int64_t chunk_size, const Fn& fn, int threads = compute_threads()) {
   const int64_t num_chunks = n <= 0 ? 0 : (n + chunk_size - 1) / chunk_size;
-  parallel_for(num_chunks, 1, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) fn(k, k * chunk_size, std::min(n, (k + 1) * chunk_size));
-  }, threads);
+  parallel_for(
+      num_chunks, 1,
+      [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) fn(k, k * chunk_size, std::min(n, (k + 1) * chunk_size));
+      },
+      threads);
 }
 
 }  // namespace tg

@@ -28,7 +28,8 @@ class Tensor {
   explicit operator bool() const { return data_ != nullptr; }
 
   // Typed pointer; checks that T matches the dtype.
-  template <typename T> T* data() const {
+  template <typename T>
+  T* data() const {
     TG_CHECK(DTypeOf<T>::value == dtype_, "tensor of dtype {} accessed as {}", dtype_name(dtype_),
              dtype_name(DTypeOf<T>::value));
     return static_cast<T*>(data_);

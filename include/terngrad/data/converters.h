@@ -1,9 +1,10 @@
 // Dataset converters behind `terngrad-data`: raw datasets -> sharded TFRecord files of image tf.Examples
 // (keys in example.h), and `inspect`, which reads shards back and summarises them.
 //
-// Shards are named "<prefix>-NNNNN-of-NNNNN" (also when compressed: TF names no suffix either); example i of n goes to shard s with s*n/S <= i < (s+1)*n/S
-// (contiguous blocks, in input order). Each shard is written by one thread through TfRecordWriter (temporary
-// name, then rename), so an interrupted conversion never leaves a half-written shard under a final name.
+// Shards are named "<prefix>-NNNNN-of-NNNNN" (also when compressed: TF names no suffix either); example i of n goes to
+// shard s with s*n/S <= i < (s+1)*n/S (contiguous blocks, in input order). Each shard is written by one thread through
+// TfRecordWriter (temporary name, then rename), so an interrupted conversion never leaves a half-written shard under a
+// final name.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@ struct IdxImages {
   int count = 0, rows = 0, cols = 0;
   std::vector<uint8_t> pixels;  // (count, rows, cols)
 };
-IdxImages read_idx_images(const std::string& path);   // .gz or plain; throws tg::Error naming the file
+IdxImages read_idx_images(const std::string& path);  // .gz or plain; throws tg::Error naming the file
 std::vector<uint8_t> read_idx_labels(const std::string& path);
 
 struct ConvertIdxOptions {
@@ -60,14 +61,14 @@ struct BuildImageDataOptions {
   std::string output_dir;
   int train_shards = 1024, validation_shards = 128;
   int num_threads = 8;
-  int resize = 0;         // > 0: resize every image to resize x resize (bilinear, aspect not kept)
-  int quality = 90;       // JPEG quality when an image must be (re-)encoded
-  bool raw_pixel = false; // store decoded RGB bytes with image/format "RAW"
-  uint64_t seed = 12345;  // order shuffle, as the reference's random.seed(12345)
+  int resize = 0;          // > 0: resize every image to resize x resize (bilinear, aspect not kept)
+  int quality = 90;        // JPEG quality when an image must be (re-)encoded
+  bool raw_pixel = false;  // store decoded RGB bytes with image/format "RAW"
+  uint64_t seed = 12345;   // order shuffle, as the reference's random.seed(12345)
   TfRecordCompression compression = TfRecordCompression::kNone;
 };
-// JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK, which become RGB) and PNG files are
-// re-encoded as JPEG, both at `quality`; with raw_pixel every image is stored decoded (RGB).
+// JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK, which become RGB) and PNG files
+// are re-encoded as JPEG, both at `quality`; with raw_pixel every image is stored decoded (RGB).
 std::vector<std::string> build_image_data(const BuildImageDataOptions& opt);
 
 // ---- inspect ----------------------------------------------------------------------------------------------
@@ -78,7 +79,7 @@ struct InspectReport {
   std::map<int64_t, int64_t> labels;            // label -> count
   std::map<std::string, int64_t> image_sizes;   // "HxWxC" -> count
   std::map<std::string, int64_t> formats;
-  std::vector<std::string> errors;              // first problems, one line each
+  std::vector<std::string> errors;  // first problems, one line each
 };
 // Reads every record of every file (checking both CRCs); with decode, decodes every image too (else the
 // sizes come from image/height,width,channels when present).

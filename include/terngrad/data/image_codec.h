@@ -39,8 +39,10 @@ enum class ImageFormat { kPng, kJpeg, kRaw, kUnknown };
 template <>
 struct EnumNames<ImageFormat> : EnumNamesBase {
   static constexpr const char* kFlag = "image/format";
-  static constexpr EnumName<ImageFormat> kList[] = {
-      {ImageFormat::kPng, "PNG"}, {ImageFormat::kJpeg, "JPEG"}, {ImageFormat::kRaw, "RAW"}, {ImageFormat::kUnknown, "unknown"}};
+  static constexpr EnumName<ImageFormat> kList[] = {{ImageFormat::kPng, "PNG"},
+                                                    {ImageFormat::kJpeg, "JPEG"},
+                                                    {ImageFormat::kRaw, "RAW"},
+                                                    {ImageFormat::kUnknown, "unknown"}};
 };
 
 enum class JpegDct { kFast, kAccurate };  // libjpeg's JDCT_IFAST / JDCT_ISLOW

@@ -51,36 +51,36 @@ namespace tg {
 
 struct PipelineOptions {
   std::string data_dir;
-  std::string subset = "train";     // files "<data_dir>/<subset>-*"
-  std::string dataset = "mnist";    // mnist, fashion_mnist, cifar10, imagenet
+  std::string subset = "train";   // files "<data_dir>/<subset>-*"
+  std::string dataset = "mnist";  // mnist, fashion_mnist, cifar10, imagenet
   // imagenet: the model's preprocessing (its registry entry: ModelInfo::imagenet_preprocessing)
   PreprocessKind imagenet_preprocessing = PreprocessKind::kInception;
-  int image_size = 0;               // 0: dataset default (28, 24, 224)
-  int batch_size = 64;              // this pipeline's batch (the trainer passes its worker's slice)
+  int image_size = 0;   // 0: dataset default (28, 24, 224)
+  int batch_size = 64;  // this pipeline's batch (the trainer passes its worker's slice)
   bool train = true;
   int num_readers = 1;
   int num_preprocess_threads = 2;
-  int shuffle_buffer = 4096;        // serialized records; <= 1 disables shuffling
+  int shuffle_buffer = 4096;  // serialized records; <= 1 disables shuffling
   int prefetch_batches = 2;
   uint64_t seed = 0;
   int worker_index = 0;
   int num_workers = 1;
   bool skip_corrupt_records = false;
   double max_corrupt_fraction = 0.01;  // skip_corrupt_records: more bad records in one pass stop the pipeline
-  int num_classes = 0;              // 0: dataset default (10, 10, 1001 with background 0)
-  int64_t start_epoch = 0;          // first epoch (train: resume; changes file order and augmentation)
-  uint64_t skip_records = 0;        // train: drop the first records of the sequence before decoding (resume
-                                    // at Batch::records_end of the last batch trained on)
+  int num_classes = 0;                 // 0: dataset default (10, 10, 1001 with background 0)
+  int64_t start_epoch = 0;             // first epoch (train: resume; changes file order and augmentation)
+  uint64_t skip_records = 0;           // train: drop the first records of the sequence before decoding (resume
+                                       // at Batch::records_end of the last batch trained on)
 };
 
 struct Batch {
   int batch_size = 0, image_size = 0, channels = 0;
-  int count = 0;                 // valid rows (== batch_size except eval's last batch)
-  int64_t epoch = 0;             // epoch of the last valid row
-  uint64_t records_end = 0;      // records of the sequence consumed up to this batch, skipped corrupt ones
-                                 // included: the position to resume from (PipelineOptions::skip_records)
-  std::vector<float> images;     // (batch_size, image_size, image_size, channels), NHWC
-  std::vector<int32_t> labels;   // (batch_size); -1 in rows past count
+  int count = 0;                // valid rows (== batch_size except eval's last batch)
+  int64_t epoch = 0;            // epoch of the last valid row
+  uint64_t records_end = 0;     // records of the sequence consumed up to this batch, skipped corrupt ones
+                                // included: the position to resume from (PipelineOptions::skip_records)
+  std::vector<float> images;    // (batch_size, image_size, image_size, channels), NHWC
+  std::vector<int32_t> labels;  // (batch_size); -1 in rows past count
 };
 
 // next() was waiting for a batch when the stop flag (set_stop_flag) became true.
@@ -116,7 +116,7 @@ class InputPipeline {
   int64_t epoch() const;            // epoch of the last row handed out
   int64_t skipped_records() const;  // corrupt records skipped so far (skip_corrupt_records)
   int64_t records_delivered() const;
-  const PipelineOptions& options() const;  // with defaults filled in
+  const PipelineOptions& options() const;         // with defaults filled in
   const std::vector<std::string>& files() const;  // every file of the subset, sorted
   const ShardAssignment& assignment() const;
 

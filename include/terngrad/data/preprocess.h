@@ -72,17 +72,17 @@ struct FloatImage {
 };
 
 // ---- building blocks (each tested against a hand-computed case) ---------------------------------------
-FloatImage to_float(const Image& img);                                        // x / 255
-FloatImage crop(const FloatImage& img, int y0, int x0, int h, int w);         // must fit
-FloatImage crop_or_pad(const FloatImage& img, int h, int w);                   // TF resize_image_with_crop_or_pad
-FloatImage central_crop(const FloatImage& img, float fraction);                // TF central_crop
-FloatImage resize_bilinear(const FloatImage& img, int h, int w);               // TF1 convention
+FloatImage to_float(const Image& img);                                 // x / 255
+FloatImage crop(const FloatImage& img, int y0, int x0, int h, int w);  // must fit
+FloatImage crop_or_pad(const FloatImage& img, int h, int w);           // TF resize_image_with_crop_or_pad
+FloatImage central_crop(const FloatImage& img, float fraction);        // TF central_crop
+FloatImage resize_bilinear(const FloatImage& img, int h, int w);       // TF1 convention
 void flip_left_right(FloatImage* img);
-void adjust_brightness(FloatImage* img, float delta);                          // x + delta
-void adjust_contrast(FloatImage* img, float factor);                           // (x - mean_c) * f + mean_c
-void adjust_saturation(FloatImage* img, float factor);                         // HSV s * f, clipped to [0, 1]
-void adjust_hue(FloatImage* img, float delta);                                 // HSV h + delta (mod 1)
-void per_image_standardization(FloatImage* img);  // (x - mean) / max(std, 1 / sqrt(N))
+void adjust_brightness(FloatImage* img, float delta);   // x + delta
+void adjust_contrast(FloatImage* img, float factor);    // (x - mean_c) * f + mean_c
+void adjust_saturation(FloatImage* img, float factor);  // HSV s * f, clipped to [0, 1]
+void adjust_hue(FloatImage* img, float delta);          // HSV h + delta (mod 1)
+void per_image_standardization(FloatImage* img);        // (x - mean) / max(std, 1 / sqrt(N))
 void clip01(FloatImage* img);
 
 // Crop window of TF's sample_distorted_bounding_box with the whole image as the only box.

@@ -16,10 +16,9 @@ struct OptimizerStep {
   float lr = 0.f;        // learning rate of this step (for adam: bias-corrected lr_t)
   float momentum = 0.f;  // momentum, rmsprop momentum
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
-  float decay = 0.9f;    // rmsprop decay
+  float decay = 0.9f;      // rmsprop decay
   float ema_decay = -1.f;  // >= 0: the same pass folds the updated w into its moving average (ema_update_one)
 };
-
 
 // gd: w -= lr * g
 TG_HOST_DEVICE void gd_update(float& w, float g, float lr) { w -= lr * g; }
@@ -38,8 +37,7 @@ TG_HOST_DEVICE void adam_update(float& w, float g, float& m, float& v, float lr_
 }
 
 // rmsprop (ms initialised to 1): ms = d ms + (1-d) g^2; mom = mu mom + lr g / sqrt(ms + eps); w -= mom
-TG_HOST_DEVICE void rmsprop_update(float& w, float g, float& ms, float& mom, float lr, float d, float mu,
-                                   float eps) {
+TG_HOST_DEVICE void rmsprop_update(float& w, float g, float& ms, float& mom, float lr, float d, float mu, float eps) {
   ms = d * ms + (1.f - d) * (g * g);
   mom = mu * mom + lr * g / sqrtf(ms + eps);
   w -= mom;
@@ -50,10 +48,18 @@ TG_HOST_DEVICE void ema_update_one(float& ema, float w, float decay) { ema -= (1
 
 TG_HOST_DEVICE void optimizer_update_one(const OptimizerStep& s, float& w, float g, float* s1, float* s2) {
   switch (s.kind) {
-    case OptimizerKind::kGd: gd_update(w, g, s.lr); break;
-    case OptimizerKind::kMomentum: momentum_update(w, g, *s1, s.lr, s.momentum); break;
-    case OptimizerKind::kAdam: adam_update(w, g, *s1, *s2, s.lr, s.beta1, s.beta2, s.epsilon); break;
-    case OptimizerKind::kRmsprop: rmsprop_update(w, g, *s1, *s2, s.lr, s.decay, s.momentum, s.epsilon); break;
+    case OptimizerKind::kGd:
+      gd_update(w, g, s.lr);
+      break;
+    case OptimizerKind::kMomentum:
+      momentum_update(w, g, *s1, s.lr, s.momentum);
+      break;
+    case OptimizerKind::kAdam:
+      adam_update(w, g, *s1, *s2, s.lr, s.beta1, s.beta2, s.epsilon);
+      break;
+    case OptimizerKind::kRmsprop:
+      rmsprop_update(w, g, *s1, *s2, s.lr, s.decay, s.momentum, s.epsilon);
+      break;
   }
 }
 

@@ -27,9 +27,9 @@ using ModelBuilder = std::function<void(Net&, const ModelConfig&)>;
 struct ModelInfo {
   std::string name;
   std::string description;
-  int64_t min_image_size;      // smallest --image_size the architecture accepts
-  int64_t default_image_size;  // --image_size 0 means this; 0: the dataset's
-  float label_smoothing;       // --label_smoothing < 0 means this
+  int64_t min_image_size;              // smallest --image_size the architecture accepts
+  int64_t default_image_size;          // --image_size 0 means this; 0: the dataset's
+  float label_smoothing;               // --label_smoothing < 0 means this
   const char* imagenet_preprocessing;  // on ImageNet: "alexnet" or "inception" (data/preprocess.h)
   ModelBuilder build;
 };

@@ -11,8 +11,8 @@ namespace tg {
 
 struct Initializer {
   enum class Kind { kConstant, kTruncatedNormal, kXavier, kHe } kind = Kind::kConstant;
-  float value = 0.f;    // kConstant
-  float stddev = 0.f;   // kTruncatedNormal
+  float value = 0.f;         // kConstant
+  float stddev = 0.f;        // kTruncatedNormal
   uint32_t seed_offset = 0;  // the reference's per-layer `seed + k`
 
   static Initializer constant(float v) { return {Kind::kConstant, v, 0.f, 0}; }

@@ -94,8 +94,7 @@ class Net {
   // Copies images/labels (host or device) into the input tensors, runs forward; returns the total loss
   // (cross-entropy + aux losses + weight-decay terms). A non-finite loss is an error naming the step (in fp16
   // compute it is returned: the step's gradients are then flagged by backward and the step skipped).
-  float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0,
-                PhiloxKey key = {});
+  float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0, PhiloxKey key = {});
   // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
   // A listener hears, layer by layer, which gradients are final. loss_scale (fp16's dynamic loss scaling)
   // multiplies the loss before the backward; the fp32 gradients in grads() are divided by it again.
@@ -104,7 +103,7 @@ class Net {
   // flag, so it synchronizes). Always false in f32 compute without a loss scale (nothing is checked then).
   bool overflowed() const;
 
-  Slab& grads() { return grads_; }          // one tensor per parameter, same names and order as params
+  Slab& grads() { return grads_; }               // one tensor per parameter, same names and order as params
   Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
   const std::string& logits_name() const { return logits_; }
   float last_cross_entropy() const { return last_xent_; }
@@ -121,8 +120,8 @@ class Net {
  private:
   struct Node {
     LayerPtr layer;
-    std::vector<int> inputs;  // tensor ids
-    int output = -1;          // tensor id
+    std::vector<int> inputs;     // tensor ids
+    int output = -1;             // tensor id
     std::vector<int> saved_ids;  // entries of the saved slab
     std::vector<ParamSpec> params;
     std::vector<StateSpec> states;
@@ -136,10 +135,10 @@ class Net {
     std::string name;
     Shape shape;  // per-batch shape after setup
     DType dtype = DType::kF32;
-    int producer = -1;         // node index, -1 for network inputs
+    int producer = -1;  // node index, -1 for network inputs
     std::vector<int> consumers;
-    int act = -1;              // entry in acts_
-    int grad = -1;             // entry in act_grads_: the summed gradient (-1: none needed)
+    int act = -1;                 // entry in acts_
+    int grad = -1;                // entry in act_grads_: the summed gradient (-1: none needed)
     std::vector<int> grad_parts;  // per consumer edge with fan-out > 1: its own gradient buffer
   };
   int tensor_id(const std::string& name) const;
@@ -170,7 +169,7 @@ class Net {
   std::vector<std::pair<Tensor, Tensor>> casts_;  // (half copy, master) cast at every forward; filled by bind()
   int images_f32_ = -1, found_ = -1;              // entries in precision_
   bool checked_ = false;                          // the last backward ran unscale_and_check
-  struct Decayed {  // a parameter with weight decay, as this net declared it
+  struct Decayed {                                // a parameter with weight decay, as this net declared it
     Tensor param, grad;
     float weight_decay;
   };

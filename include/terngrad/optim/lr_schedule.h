@@ -39,13 +39,13 @@ struct EnumNames<LearningRateDecay> : EnumNamesBase {
 // Field names follow the trainer's flags; errors name those flags.
 struct LearningRateOptions {
   LearningRateDecay decay_type = LearningRateDecay::kExponential;  // --learning_rate_decay_type
-  double initial_learning_rate = 0.01;                            // --initial_learning_rate
-  double num_epochs_per_decay = 20.0;                             // --num_epochs_per_decay
-  double learning_rate_decay_factor = 0.1;                        // --learning_rate_decay_factor
-  int64_t examples_per_epoch = 0;                                 // of the training subset (dataset property)
-  int64_t batch_size = 0;                                         // --batch_size: the total batch over all workers
-  int64_t max_steps = 0;                                          // --max_steps
-  int64_t warmup_steps = 0;                                       // --warmup_steps (cosine only)
+  double initial_learning_rate = 0.01;                             // --initial_learning_rate
+  double num_epochs_per_decay = 20.0;                              // --num_epochs_per_decay
+  double learning_rate_decay_factor = 0.1;                         // --learning_rate_decay_factor
+  int64_t examples_per_epoch = 0;                                  // of the training subset (dataset property)
+  int64_t batch_size = 0;                                          // --batch_size: the total batch over all workers
+  int64_t max_steps = 0;                                           // --max_steps
+  int64_t warmup_steps = 0;                                        // --warmup_steps (cosine only)
   OptimizerKind optimizer = OptimizerKind::kMomentum;              // --optimizer (adam: constant rate)
 };
 

@@ -34,7 +34,8 @@ class ReplicaThreads {
   void set_on_error(std::function<void()> on_error) { on_error_ = std::move(on_error); }
   // fn(r) on every replica at once; rethrows the first exception after all have returned. fn is called by
   // reference (no copy, no allocation).
-  template <typename Fn> void run(Fn&& fn) {
+  template <typename Fn>
+  void run(Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
     run_job(Job{[](void* f, int r) { (*static_cast<F*>(f))(r); }, const_cast<void*>(static_cast<const void*>(&fn))});
   }

@@ -32,9 +32,9 @@ struct TrainConfig {
   std::string subset = "train";
   std::string device = "cpu";  // cpu | cuda | cuda:<k>
   int num_gpus = 1;
-  int num_nodes = -1;  // workers (towers) in this process; <= 0: num_gpus
-  int threads = 0;     // CPU threads (0: all)
-  int cpu_replicas = 1;  // --device cpu: replicas (each its own thread and share of --threads) in this process
+  int num_nodes = -1;       // workers (towers) in this process; <= 0: num_gpus
+  int threads = 0;          // CPU threads (0: all)
+  int cpu_replicas = 1;     // --device cpu: replicas (each its own thread and share of --threads) in this process
   bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
@@ -46,7 +46,7 @@ struct TrainConfig {
   int64_t num_classes = 0;  // 0: the dataset's
   float weight_decay = 0.0005f;
   float dropout_keep_prob = 0.5f;
-  float label_smoothing = -1.f;  // < 0: the network's default (ModelInfo::label_smoothing)
+  float label_smoothing = -1.f;          // < 0: the network's default (ModelInfo::label_smoothing)
   bool aux_logits = true;                // inception_v3: auxiliary head (loss weight 0.4)
   bool zero_init_last_bn_gamma = false;  // resnet50: zero gamma of each block's last BN
   // optimisation
@@ -66,8 +66,8 @@ struct TrainConfig {
   int64_t size_to_binarize = 1;
   bool quantize_logits = false;
   std::string exchange = "auto";
-  bool overlap = true;     // exchange buckets while backward runs (several processes, host gradients)
-  double bucket_mb = 25;   // MiB of fp32 gradient per bucket (DDP's default)
+  bool overlap = true;    // exchange buckets while backward runs (several processes, host gradients)
+  double bucket_mb = 25;  // MiB of fp32 gradient per bucket (DDP's default)
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;

@@ -53,8 +53,7 @@ std::string CpuBackend::name() const {
 // ---- memory ----------------------------------------------------------------------------------------------
 void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
-  TG_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "CPU backend copy between {} and {}", dst.str(),
-           src.str());
+  TG_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "CPU backend copy between {} and {}", dst.str(), src.str());
   if (dst.raw() != src.raw() && dst.bytes()) std::memmove(dst.raw(), src.raw(), dst.bytes());
 }
 
@@ -79,16 +78,22 @@ void CpuBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "axpy");
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) py[i] += alpha * px[i];
-  }, kGrain);
+  parallel_for(
+      x.numel(),
+      [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) py[i] += alpha * px[i];
+      },
+      kGrain);
 }
 
 void CpuBackend::scale_impl(float alpha, const Tensor& x) {
   float* p = x.data<float>();
-  parallel_for(x.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) p[i] *= alpha;
-  }, kGrain);
+  parallel_for(
+      x.numel(),
+      [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) p[i] *= alpha;
+      },
+      kGrain);
 }
 
 void CpuBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
@@ -259,7 +264,7 @@ void CpuBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& l
 }
 
 void CpuBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                       float scale, const Tensor& dlogits) {
+                                            float scale, const Tensor& dlogits) {
   const int64_t n = probs.shape().dim(0), k = probs.shape().dim(1);
   const float* pp = probs.data<float>();
   const int32_t* py = labels.data<int32_t>();
@@ -307,7 +312,7 @@ void update_range(bool ema, int64_t s, int64_t e, float* pw, const float* pg, fl
 }  // namespace
 
 void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                  const Tensor& s2, const Tensor& ema) {
+                                       const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   float* pw = w.data<float>();
   const float* pg = g.data<float>();
@@ -318,30 +323,35 @@ void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& 
   TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
   TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
   const bool with_ema = step.ema_decay >= 0.f;
-  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}",
-           w.str());
+  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}", w.str());
   float* pe = with_ema ? ema.data<float>() : nullptr;
-  parallel_for(w.numel(), [&](int64_t s, int64_t e) {
-    switch (step.kind) {
-      case OptimizerKind::kGd:
-        return update_range<OptimizerKind::kGd>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::kMomentum:
-        return update_range<OptimizerKind::kMomentum>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::kAdam:
-        return update_range<OptimizerKind::kAdam>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-      case OptimizerKind::kRmsprop:
-        return update_range<OptimizerKind::kRmsprop>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-    }
-  }, kGrain);
+  parallel_for(
+      w.numel(),
+      [&](int64_t s, int64_t e) {
+        switch (step.kind) {
+          case OptimizerKind::kGd:
+            return update_range<OptimizerKind::kGd>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+          case OptimizerKind::kMomentum:
+            return update_range<OptimizerKind::kMomentum>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+          case OptimizerKind::kAdam:
+            return update_range<OptimizerKind::kAdam>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+          case OptimizerKind::kRmsprop:
+            return update_range<OptimizerKind::kRmsprop>(with_ema, s, e, pw, pg, p1, p2, pe, step);
+        }
+      },
+      kGrain);
 }
 
 void CpuBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {
   check_same_numel(w, ema, "ema_update");
   const float* pw = w.data<float>();
   float* pe = ema.data<float>();
-  parallel_for(w.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) ema_update_one(pe[i], pw[i], decay);
-  }, kGrain);
+  parallel_for(
+      w.numel(),
+      [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) ema_update_one(pe[i], pw[i], decay);
+      },
+      kGrain);
 }
 
 }  // namespace tg

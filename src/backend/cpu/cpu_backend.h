@@ -12,13 +12,13 @@
 // (gradient codec ops over the vectorized loops of ternary_codec.cc, terngrad/backend/ternary_codec.h).
 #pragma once
 
-#include <dnnl.hpp>
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <dnnl.hpp>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -33,22 +33,32 @@ namespace tg {
 
 // oneDNN reports failures by throwing dnnl::error; TG_DNNL_CALL turns one into a tg::Error naming the
 // call, file and line.
-#define TG_DNNL_CALL(...)                                                                            \
-  do {                                                                                               \
-    try {                                                                                            \
-      __VA_ARGS__;                                                                                   \
-    } catch (const dnnl::error& e_) {                                                                \
-      ::tg::detail::throw_call_failed("oneDNN", #__VA_ARGS__, e_.what(), __FILE__, __LINE__);        \
-    }                                                                                                \
+#define TG_DNNL_CALL(...)                                                                     \
+  do {                                                                                        \
+    try {                                                                                     \
+      __VA_ARGS__;                                                                            \
+    } catch (const dnnl::error& e_) {                                                         \
+      ::tg::detail::throw_call_failed("oneDNN", #__VA_ARGS__, e_.what(), __FILE__, __LINE__); \
+    }                                                                                         \
   } while (0)
 
 // The oneDNN ops the CPU backend caches (one primitive per op and descriptor).
 enum class CpuOp : int32_t {
-  kConvFwd, kConvBwdData, kConvBwdWeights,
-  kPoolFwdTrain, kPoolFwdInfer, kPoolBwd,
-  kLrnFwdTrain, kLrnFwdInfer, kLrnBwd,
-  kBnFwdTrain, kBnFwdInfer, kBnBwd,
-  kIpFwd, kIpBwdData, kIpBwdWeights,
+  kConvFwd,
+  kConvBwdData,
+  kConvBwdWeights,
+  kPoolFwdTrain,
+  kPoolFwdInfer,
+  kPoolBwd,
+  kLrnFwdTrain,
+  kLrnFwdInfer,
+  kLrnBwd,
+  kBnFwdTrain,
+  kBnFwdInfer,
+  kBnBwd,
+  kIpFwd,
+  kIpBwdData,
+  kIpBwdWeights,
 };
 
 // Cache key: the op and up to kMaxFields numbers of its descriptor (src/backend/op_key.h, shared with CUDA).
@@ -89,7 +99,8 @@ class CpuBackend final : public Backend {
     virtual ~CachedOp() = default;
   };
   // Returns the entry for `key`, creating it with make() on first use.
-  template <typename T, typename Make> T& cached(const OpKey& key, Make&& make) {
+  template <typename T, typename Make>
+  T& cached(const OpKey& key, Make&& make) {
     auto it = cache_.find(key);
     if (it == cache_.end()) it = cache_.emplace(key, std::unique_ptr<CachedOp>(make())).first;
     return static_cast<T&>(*it->second);
@@ -98,7 +109,8 @@ class CpuBackend final : public Backend {
 
  private:
   // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ compute threads (core/parallel.h).
-  template <typename Fn> void parallel_for(int64_t n, const Fn& fn, int64_t grain) {
+  template <typename Fn>
+  void parallel_for(int64_t n, const Fn& fn, int64_t grain) {
     tg::parallel_for(n, grain, fn, threads_);
   }
 

@@ -37,22 +37,22 @@ int64_t num_chunks(const BatchNormDesc& d) { return (d.rows + kChunkRows - 1) / 
 
 // Per-chunk partial sums and per-channel coefficients, sized once per descriptor.
 struct BnScratch : CpuBackend::CachedOp {
-  std::vector<double> partial;   // (chunks, 2, C): two per-channel sums per chunk
-  std::vector<double> sums;      // (2, C): the chunks' sums added in order
+  std::vector<double> partial;      // (chunks, 2, C): two per-channel sums per chunk
+  std::vector<double> sums;         // (2, C): the chunks' sums added in order
   std::vector<float> scale, shift;  // (C) each: y = x * scale + shift; backward: gamma * inv_std, mean dy
   std::vector<float> inv_std;       // (C) backward: 1 / sqrt(var + eps)
   std::vector<float> mean_dy_xhat;  // (C) backward: sum(dy * x^) / R
 };
 
-OpKey bn_key(CpuOp op, const BatchNormDesc& d) {
-  return OpKey(op, {d.rows, d.c, OpKey::bits(d.epsilon), d.has_gamma});
-}
+OpKey bn_key(CpuOp op, const BatchNormDesc& d) { return OpKey(op, {d.rows, d.c, OpKey::bits(d.epsilon), d.has_gamma}); }
 
 void check_common(const BatchNormDesc& d, const char* op, const Tensor& x, const Tensor& gamma) {
   TG_CHECK(d.rows > 0 && d.c > 0, "{}: empty batch norm {}", op, d.key());
   dnnl_util::check_act(x, d.rows * d.c, x.dtype(), op, "x");
-  if (d.has_gamma) dnnl_util::check_f32(gamma, d.c, op, "gamma");
-  else TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
+  if (d.has_gamma)
+    dnnl_util::check_f32(gamma, d.c, op, "gamma");
+  else
+    TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
 }
 
 // y = x * scale[c] + shift[c] over rows [r0, r1).
@@ -94,8 +94,8 @@ static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
 }
 
 void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                             const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                             const Tensor& var) {
+                                                  const Tensor& beta, const Tensor& y, const Tensor& mean,
+                                                  const Tensor& var) {
   const char* op = "batch_norm_forward_training";
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(beta, d.c, op, "beta");
@@ -164,8 +164,8 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
 }
 
 void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                              const Tensor& beta, const Tensor& mean, const Tensor& var,
-                                              const Tensor& y) {
+                                                   const Tensor& beta, const Tensor& mean, const Tensor& var,
+                                                   const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(beta, d.c, op, "beta");
@@ -191,8 +191,8 @@ void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const
 }
 
 void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                     const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& dgamma, const Tensor& dbeta) {
+                                          const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
+                                          const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";
   check_common(d, op, x, gamma);
   dnnl_util::check_f32(mean, d.c, op, "mean");

@@ -44,8 +44,8 @@ void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const T
   *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
 }
 
-void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                                const Tensor& packed, const Tensor& zero_count) {
+void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                                     uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
@@ -61,7 +61,8 @@ void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phil
   if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
 }
 
-void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers,
+                                        const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
   cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
@@ -75,7 +76,8 @@ void CpuBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out
   max_scalers_cpu(ptrs, count, out.numel(), out.data<float>());
 }
 
-void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers,
+                                          const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::numel(code_sums, g.numel(), op, "code sums");
@@ -83,8 +85,8 @@ void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor&
   ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers, g.data<float>());
 }
 
-void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                                         const Tensor& g) {
+void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers,
+                                              const Tensor& scaler, const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::kF32, op, "g");
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);

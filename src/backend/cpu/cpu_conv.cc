@@ -9,7 +9,6 @@
 // weights, bias and gradients are all f32 or all bf16 (oneDNN accumulates in f32); the dtype is part of the
 // cache key.
 #include <dnnl.hpp>
-
 #include <memory>
 
 #include "src/backend/cpu/cpu_backend.h"
@@ -76,7 +75,7 @@ void check_args(const CpuBackend& be, const ConvDesc& d, const char* op, const T
 }  // namespace
 
 void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                                const Tensor& y) {
+                                     const Tensor& y) {
   const char* op = "conv2d_forward";
   check_args(*this, d, op, x, w);
   const DType t = x.dtype();
@@ -102,7 +101,7 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
 }
 
 void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
-                                 const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                                      const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const char* op = "conv2d_backward";
   check_args(*this, d, op, x, w);
   const DType t = x.dtype();
@@ -146,8 +145,8 @@ void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const 
                                                         any_weight_desc(d, t), act_desc(dst_dims(d), t), strides(d),
                                                         pad_l(d), pad_r(d));
       };
-      TG_DNNL_CALL(pd = dnnl::convolution_backward_weights::primitive_desc(make(), user_scratchpad_attr(), engine_,
-                                                                           hint));
+      TG_DNNL_CALL(
+          pd = dnnl::convolution_backward_weights::primitive_desc(make(), user_scratchpad_attr(), engine_, hint));
       e->init(pd, tf_weight_desc(d, t), d.has_bias, engine_);
       return e;
     });

@@ -7,7 +7,6 @@
 // format, a cached reorder converts (weights in, weight gradient out). Activations, weights, bias and
 // gradients are all f32 or all bf16 (oneDNN accumulates in f32); the dtype is part of the cache key.
 #include <dnnl.hpp>
-
 #include <memory>
 
 #include "src/backend/cpu/cpu_backend.h"
@@ -115,8 +114,8 @@ void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Te
                                                             dst_desc(d, t));
         return dnnl::inner_product_backward_weights::desc(src_desc(d, t), prim_weight_desc(d, t), dst_desc(d, t));
       };
-      TG_DNNL_CALL(pd = dnnl::inner_product_backward_weights::primitive_desc(make(), user_scratchpad_attr(), engine_,
-                                                                             hint));
+      TG_DNNL_CALL(
+          pd = dnnl::inner_product_backward_weights::primitive_desc(make(), user_scratchpad_attr(), engine_, hint));
       e->init(pd, user_weight_desc(d, t), d.has_bias, engine_);
       return e;
     });

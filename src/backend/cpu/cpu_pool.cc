@@ -38,8 +38,8 @@ dnnl::pooling_forward::desc forward_desc(const PoolDesc& d, prop_kind pk, DType 
 }
 
 void check_desc(const PoolDesc& d, const char* op) {
-  TG_CHECK(d.out_h > 0 && d.out_w > 0 && d.kh >= 1 && d.kw >= 1, "{}: empty output {}x{} for {}", op, d.out_h,
-           d.out_w, d.key());
+  TG_CHECK(d.out_h > 0 && d.out_w > 0 && d.kh >= 1 && d.kw >= 1, "{}: empty output {}x{} for {}", op, d.out_h, d.out_w,
+           d.key());
 }
 
 }  // namespace

@@ -9,9 +9,8 @@
 // oneDNN accumulates bf16 in f32), and so do the cache keys (the dtype is the key's last field).
 #pragma once
 
-#include <dnnl.hpp>
-
 #include <cstdint>
+#include <dnnl.hpp>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -116,10 +115,10 @@ inline dnnl::primitive_attr user_scratchpad_attr() {
 // Executes `prim` with `args` and waits (CPU streams are in order; waiting keeps the contract synchronous).
 inline void execute(dnnl::stream& s, const dnnl::primitive& prim, Args& args) {
   const std::vector<dnnl_exec_arg_t>& c = args.c_args();
-  TG_DNNL_CALL(dnnl::error::wrap_c_api(
-                   dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(c.size()), c.data()),
-                   "could not execute a primitive");
-               s.wait());
+  TG_DNNL_CALL(
+      dnnl::error::wrap_c_api(dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(c.size()), c.data()),
+                              "could not execute a primitive");
+      s.wait());
 }
 
 // A reorder between two descriptors, with its memories (unbound) and argument map.
@@ -217,7 +216,7 @@ struct BackwardWeightsOp : CpuBackend::CachedOp {
   Primitive prim;
   dnnl::memory src, diff_dst, diff_wei, diff_bias, scratch;
   Buffer scratch_storage;
-  bool reorder = false;      // the primitive's weight format differs from the caller's
+  bool reorder = false;  // the primitive's weight format differs from the caller's
   Reorder to_user;
   Buffer diff_wei_storage;   // primitive-format dw (when reordering, or when dw is unwanted)
   Buffer diff_bias_storage;  // db when unwanted
@@ -225,8 +224,7 @@ struct BackwardWeightsOp : CpuBackend::CachedOp {
 
   // Everything but the primitive itself, from its descriptor; user_weights is the caller's weight layout.
   template <typename PrimitiveDesc>
-  void init(const PrimitiveDesc& pd, const dnnl::memory::desc& user_weights, bool has_bias,
-            const dnnl::engine& eng) {
+  void init(const PrimitiveDesc& pd, const dnnl::memory::desc& user_weights, bool has_bias, const dnnl::engine& eng) {
     TG_DNNL_CALL(prim = Primitive(pd));
     src = unbound(pd.src_desc(), eng);
     diff_dst = unbound(pd.diff_dst_desc(), eng);
@@ -235,7 +233,9 @@ struct BackwardWeightsOp : CpuBackend::CachedOp {
     diff_wei_storage = Buffer(host_allocator(), pd.diff_weights_desc().get_size());
     reorder = pd.diff_weights_desc() != user_weights;
     if (reorder) to_user.init(pd.diff_weights_desc(), user_weights, eng);
-    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
+    args = {{DNNL_ARG_SRC, src},
+            {DNNL_ARG_DIFF_DST, diff_dst},
+            {DNNL_ARG_DIFF_WEIGHTS, diff_wei},
             {DNNL_ARG_SCRATCHPAD, scratch}};
     if (has_bias) {
       diff_bias = unbound(pd.diff_bias_desc(), eng);

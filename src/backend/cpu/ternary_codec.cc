@@ -54,8 +54,8 @@ CodecIsa best_isa() {
 #if defined(__clang__) && __clang_major__ < 15
     // clang 14 (the fuzzing build's compiler) knows no ISA levels here: the levels' defining features it can
     // ask (every CPU with AVX2, BMI1/2 and FMA also has v3's F16C, LZCNT and MOVBE).
-    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma");
+    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+                    __builtin_cpu_supports("fma");
     const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
                     __builtin_cpu_supports("avx512vl");

@@ -129,8 +129,8 @@ void CudaBackend::sync_and_check() {
   const bool read_flag = label_check_pending_;
   auto* flag_host = static_cast<char*>(host_pinned_) + 8;
   if (read_flag)
-    TG_CUDA_CHECK(cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                                  stream_));
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_));
   TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (!read_flag) return;
   label_check_pending_ = false;
@@ -140,8 +140,7 @@ void CudaBackend::sync_and_check() {
   TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));  // reset
   const auto row = static_cast<int64_t>(flag >> 32);
   const auto label = static_cast<int32_t>(static_cast<uint32_t>(flag & 0xFFFFFFFFull));
-  TG_THROW("label {} of example {} is outside [0, {}) (found by a softmax cross-entropy kernel)", label, row,
-           label_k_);
+  TG_THROW("label {} of example {} is outside [0, {}) (found by a softmax cross-entropy kernel)", label, row, label_k_);
 }
 
 void* CudaBackend::workspace(size_t bytes) {
@@ -167,9 +166,9 @@ void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
              t->str());
   if (dst.bytes() == 0 || dst.raw() == src.raw()) return;
   CudaDeviceGuard guard(index_);
-  cudaMemcpyKind kind = dst.device().is_cpu() ? (src.device().is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
-                                              : (src.device().is_cpu() ? cudaMemcpyHostToDevice
-                                                                       : cudaMemcpyDeviceToDevice);
+  cudaMemcpyKind kind = dst.device().is_cpu()
+                            ? (src.device().is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
+                            : (src.device().is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream_));
   // A host destination is read by the caller right after: wait for it. A host source may be reused at once
   // too: pageable sources are staged before cudaMemcpyAsync returns, pinned (page-locked) ones are read
@@ -231,7 +230,7 @@ void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Te
 }
 
 void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
-                                  PhiloxKey key, uint32_t step, uint32_t salt) {
+                                       PhiloxKey key, uint32_t step, uint32_t salt) {
   check_same_numel(x, y, "dropout");
   check_same_numel(x, mask, "dropout");
   TG_CHECK(keep_prob > 0.f && keep_prob <= 1.f, "dropout keep_prob {} is not in (0, 1]", keep_prob);
@@ -334,7 +333,7 @@ float CudaBackend::max_abs_impl(const Tensor& x) {
 
 // ---- softmax cross-entropy --------------------------------------------------------------------------------------
 void CudaBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                       const Tensor& probs, const Tensor& losses) {
+                                            const Tensor& probs, const Tensor& losses) {
   TG_CHECK(logits.shape().rank() == 2, "softmax_xent: logits {} must be (N, K)", logits.str());
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   TG_CHECK(labels.numel() == n && probs.numel() == n * k && losses.numel() == n,
@@ -352,7 +351,7 @@ void CudaBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& 
 }
 
 void CudaBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                        float scale, const Tensor& dlogits) {
+                                             float scale, const Tensor& dlogits) {
   TG_CHECK(probs.shape().rank() == 2, "softmax_xent_backward: probs {} must be (N, K)", probs.str());
   const int64_t n = probs.shape()[0], k = probs.shape()[1];
   TG_CHECK(labels.numel() == n && dlogits.numel() == n * k,
@@ -370,7 +369,7 @@ void CudaBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& 
 
 // ---- optimizer ------------------------------------------------------------------------------------------------------
 void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                   const Tensor& s2, const Tensor& ema) {
+                                        const Tensor& s2, const Tensor& ema) {
   check_same_numel(w, g, "optimizer_update");
   check_on_device(w, "optimizer_update", "w"), check_on_device(g, "optimizer_update", "g");
   const bool needs1 = step.kind != OptimizerKind::kGd;
@@ -380,8 +379,7 @@ void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor&
   if (needs1) check_on_device(s1, "optimizer_update", "slot 1");
   if (needs2) check_on_device(s2, "optimizer_update", "slot 2");
   const bool with_ema = step.ema_decay >= 0.f;
-  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}",
-           w.str());
+  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}", w.str());
   if (with_ema) check_on_device(ema, "optimizer_update", "ema");
   CudaDeviceGuard guard(index_);
   cuda_kernels::optimizer_update_f32(step, w.data<float>(), g.data<float>(), needs1 ? s1.data<float>() : nullptr,
@@ -396,7 +394,8 @@ void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& em
   cuda_kernels::ema_update_f32(decay, w.data<float>(), ema.data<float>(), w.numel(), stream_);
 }
 
-// ---- factory ----------------------------------------------------------------------------------------------------------
+// ---- factory
+// ----------------------------------------------------------------------------------------------------------
 std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
@@ -406,8 +405,8 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& opti
              cudaGetErrorString(status));
   }
   if (count == 0) TG_THROW("--device cuda: no CUDA device is available (cudaGetDeviceCount: 0 devices)");
-  TG_CHECK(index >= 0 && index < count, "--device cuda:{}: this machine has {} CUDA device(s), cuda:0..cuda:{}",
-           index, count, count - 1);
+  TG_CHECK(index >= 0 && index < count, "--device cuda:{}: this machine has {} CUDA device(s), cuda:0..cuda:{}", index,
+           count, count - 1);
   return std::make_unique<CudaBackend>(index, options);
 }
 

@@ -171,14 +171,14 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   Buffer workspace_;
   int workspace_grows_ = 0;
-  Buffer reduce_partials_;  // per-block partial sums of the reductions (double)
-  Buffer reduce_result_;    // one double on the device
-  Buffer label_flag_;       // one u64: (first bad example's row << 32 | its label), or kNoBadLabel
+  Buffer reduce_partials_;            // per-block partial sums of the reductions (double)
+  Buffer reduce_result_;              // one double on the device
+  Buffer label_flag_;                 // one u64: (first bad example's row << 32 | its label), or kNoBadLabel
   bool label_check_pending_ = false;  // a loss kernel ran since the flag was last read
   int64_t label_k_ = 0;               // K of the last loss (for the message)
-  void* host_pinned_ = nullptr;  // 64 bytes of page-locked host memory for the values read back
-  int sm_ = 0;                   // compute capability major * 10 + minor
-  std::string device_text_;      // "cuda:0 (NVIDIA H200, sm_90)", for why_not
+  void* host_pinned_ = nullptr;       // 64 bytes of page-locked host memory for the values read back
+  int sm_ = 0;                        // compute capability major * 10 + minor
+  std::string device_text_;           // "cuda:0 (NVIDIA H200, sm_90)", for why_not
   std::unordered_map<CudaOpKey, std::unique_ptr<CachedOp>, OpKeyHashOf<CudaOp>> cache_;
 };
 

@@ -63,8 +63,8 @@ float* mut_ptr_or_null(const Tensor& t) { return t ? t.data<float>() : nullptr; 
 }  // namespace
 
 void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                              const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                              const Tensor& var) {
+                                                   const Tensor& beta, const Tensor& y, const Tensor& mean,
+                                                   const Tensor& var) {
   const char* op = "batch_norm_forward_training";
   check_x(*this, d, op, x, gamma);
   check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
@@ -78,8 +78,8 @@ void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const
 }
 
 void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                               const Tensor& beta, const Tensor& mean, const Tensor& var,
-                                               const Tensor& y) {
+                                                    const Tensor& beta, const Tensor& mean, const Tensor& var,
+                                                    const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
   check_x(*this, d, op, x, gamma);
   check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
@@ -92,8 +92,8 @@ void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, cons
 }
 
 void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                      const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                      const Tensor& dgamma, const Tensor& dbeta) {
+                                           const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
+                                           const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";
   check_x(*this, d, op, x, gamma);
   check_param(*this, d, op, mean, "mean"), check_param(*this, d, op, var, "var");

@@ -41,8 +41,8 @@ void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const 
   ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
 }
 
-void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                                 const Tensor& packed, const Tensor& zero_count) {
+void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes"), cc::scaler(scaler, op);
@@ -59,7 +59,8 @@ void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phi
                       stream_);
 }
 
-void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
+void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers,
+                                         const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";
   cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
@@ -76,7 +77,8 @@ void CudaBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& ou
   max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
 }
 
-void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers,
+                                           const Tensor& g) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums"), cc::scaler(scaler, op);
   cc::numel(code_sums, g.numel(), op, "code sums");
@@ -87,8 +89,8 @@ void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor
                            stream_);
 }
 
-void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                                          const Tensor& g) {
+void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers,
+                                               const Tensor& scaler, const Tensor& g) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);

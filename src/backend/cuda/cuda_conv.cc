@@ -42,8 +42,8 @@ int as_int(int64_t v, const ConvDesc& d) {
 }
 
 const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
-  static const char* const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
-                                      "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+                                      "WINOGRAD",      "WINOGRAD_NONFUSED"};
   return a >= 0 && a < 8 ? names[a] : "?";
 }
 const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
@@ -51,13 +51,11 @@ const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
   return a >= 0 && a < 6 ? names[a] : "?";
 }
 const char* algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
-  static const char* const names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+  static const char* const names[] = {"ALGO_0",    "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
                                       "FFT_TILING"};
   return a >= 0 && a < 7 ? names[a] : "?";
 }
-bool is_tensor_op(cudnnMathType_t m) {
-  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
+bool is_tensor_op(cudnnMathType_t m) { return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
@@ -73,7 +71,8 @@ cudnnDataType_t cudnn_type(DType t) {
 }
 
 // One direction's acceptable algorithms, in the heuristics' order, and the one that executed first.
-template <typename Algo> struct AlgoChoice {
+template <typename Algo>
+struct AlgoChoice {
   struct Candidate {
     Algo algo;
     cudnnMathType_t math;  // what the descriptor is set to when this candidate runs
@@ -94,19 +93,25 @@ template <typename Algo> struct AlgoChoice {
       const Perf& p = perfs[i];
       const bool det = p.determinism == CUDNN_DETERMINISTIC;
       std::string why;
-      if (p.status != CUDNN_STATUS_SUCCESS) why = cudnnGetErrorString(p.status);
-      else if (o.deterministic && !det) why = "nondeterministic";
+      if (p.status != CUDNN_STATUS_SUCCESS)
+        why = cudnnGetErrorString(p.status);
+      else if (o.deterministic && !det)
+        why = "nondeterministic";
       else if (!half && !o.allow_tf32 && is_tensor_op(p.mathType))
         why = "tensor-op math";
       Candidate c{p.algo, (half || o.allow_tf32) ? p.mathType : CUDNN_FMA_MATH, det, 0};
       if (why.empty()) {
         TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
         const cudnnStatus_t st = ws_size(p.algo, &c.workspace);
-        if (st != CUDNN_STATUS_SUCCESS) why = cudnnGetErrorString(st);
-        else if (c.workspace > kMaxAlgoWorkspace) why = fmt::format("{} bytes of scratch", c.workspace);
+        if (st != CUDNN_STATUS_SUCCESS)
+          why = cudnnGetErrorString(st);
+        else if (c.workspace > kMaxAlgoWorkspace)
+          why = fmt::format("{} bytes of scratch", c.workspace);
       }
-      if (why.empty()) candidates.push_back(c);
-      else rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", algo_name(p.algo), why);
+      if (why.empty())
+        candidates.push_back(c);
+      else
+        rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", algo_name(p.algo), why);
     }
     if (!candidates.empty()) TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[0].math));
   }
@@ -116,7 +121,8 @@ template <typename Algo> struct AlgoChoice {
     return m;
   }
   // Runs the kept algorithm, or on first use the candidates in order until one executes.
-  template <typename Run> void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, Run r) {
+  template <typename Run>
+  void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, Run r) {
     if (chosen >= 0) {
       const cudnnStatus_t st = r(candidates[chosen]);
       TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
@@ -135,8 +141,8 @@ template <typename Algo> struct AlgoChoice {
         return;
       }
       cudaGetLastError();  // a launch error of the failed try must not be reported by the next call
-      failed += fmt::format("{}{}: {}", failed.empty() ? "" : "; ", algo_name(candidates[i].algo),
-                            cudnnGetErrorString(st));
+      failed +=
+          fmt::format("{}{}: {}", failed.empty() ? "" : "; ", algo_name(candidates[i].algo), cudnnGetErrorString(st));
     }
     TG_THROW("conv {}: no {} algorithm executed ({})", d.key(), what, failed);
   }
@@ -205,8 +211,8 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   int on = 0, oc = 0, oh = 0, ow = 0;
   TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_conv, e->x, e->w, &on, &oc, &oh, &ow));
   TG_CHECK(on == d.n && oc == d.out_c && oh == d.out_h && ow == d.out_w,
-           "conv {}: cuDNN computes output {}x{}x{}x{}, the descriptor says {}x{}x{}x{}", d.key(), on, oh, ow, oc,
-           d.n, d.out_h, d.out_w, d.out_c);
+           "conv {}: cuDNN computes output {}x{}x{}x{}, the descriptor says {}x{}x{}x{}", d.key(), on, oh, ow, oc, d.n,
+           d.out_h, d.out_w, d.out_c);
 
   cudnnHandle_t h = be.cudnn();
   const BackendOptions& o = be.options();
@@ -222,9 +228,8 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     int returned = 0;
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->w, e->y, e->data_conv, e->x,
-                                                               static_cast<int>(perfs.size()), &returned,
-                                                               perfs.data()));
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        h, e->w, e->y, e->data_conv, e->x, static_cast<int>(perfs.size()), &returned, perfs.data()));
     e->data_algo.fill(perfs, returned, o, half, e->data_conv, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
       return cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, e->data_conv, e->x, a, bytes);
     });
@@ -232,9 +237,8 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     int returned = 0;
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, e->filter_conv, e->w,
-                                                                 static_cast<int>(perfs.size()), &returned,
-                                                                 perfs.data()));
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        h, e->x, e->y, e->filter_conv, e->w, static_cast<int>(perfs.size()), &returned, perfs.data()));
     e->filter_algo.fill(
         perfs, returned, o, half, e->filter_conv, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->filter_conv, e->w, a, bytes);
@@ -268,7 +272,7 @@ char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; 
 }  // namespace
 
 void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
-                                 const Tensor& y) {
+                                      const Tensor& y) {
   TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && w.numel() == d.kh * d.kw * (d.c / d.groups) * d.out_c &&
                y.numel() == d.n * d.out_h * d.out_w * d.out_c,
            "conv2d_forward {}: x {}, w {}, y {} do not match", d.key(), x.str(), w.str(), y.str());
@@ -301,7 +305,7 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
 }
 
 void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
-                                  const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                                       const Tensor& dx, const Tensor& dw, const Tensor& db) {
   TG_CHECK(dy.numel() == d.n * d.out_h * d.out_w * d.out_c, "conv2d_backward {}: dy {} does not match", d.key(),
            dy.str());
   check_on_device(dy, "conv2d_backward", "dy");
@@ -309,8 +313,8 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
   const int64_t rows_w = d.kh * d.kw * (d.c / d.groups);
   CudaDeviceGuard guard(index());
   if (db) {
-    TG_CHECK(d.has_bias && db.numel() == d.out_c, "conv2d_backward {}: db {} given for {} outputs", d.key(),
-             db.str(), d.out_c);
+    TG_CHECK(d.has_bias && db.numel() == d.out_c, "conv2d_backward {}: db {} given for {} outputs", d.key(), db.str(),
+             d.out_c);
     check_on_device(db, "conv2d_backward", "db");
     const int64_t rows = d.n * d.out_h * d.out_w;  // db: scratch from the arena, before the conv uses it
     cuda_kernels::column_sum(t, dy.raw(), rows, d.out_c, db.raw(),

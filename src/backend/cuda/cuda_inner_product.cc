@@ -46,7 +46,7 @@ void gemm(cublasHandle_t h, DType t, cublasOperation_t ta, cublasOperation_t tb,
 }  // namespace
 
 void CudaBackend::inner_product_forward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                        const Tensor& b, const Tensor& y) {
+                                             const Tensor& b, const Tensor& y) {
   check_ip(d, "inner_product_forward");
   TG_CHECK(x.numel() == d.n * d.in && w.numel() == d.in * d.out && y.numel() == d.n * d.out,
            "inner_product_forward {}: x {}, w {}, y {} do not match", d.key(), x.str(), w.str(), y.str());
@@ -66,7 +66,7 @@ void CudaBackend::inner_product_forward_impl(const InnerProductDesc& d, const Te
 }
 
 void CudaBackend::inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,
-                                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                                              const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   check_ip(d, "inner_product_backward");
   TG_CHECK(dy.numel() == d.n * d.out, "inner_product_backward {}: dy {} does not match", d.key(), dy.str());
   check_on_device(dy, "inner_product_backward", "dy");

@@ -34,7 +34,7 @@ void CudaBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tens
 }
 
 void CudaBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& /*workspace*/,
-                               const Tensor& dx) {
+                                    const Tensor& dx) {
   check_lrn(d, "lrn_backward");
   const int64_t numel = d.n * d.h * d.w * d.c;
   TG_CHECK(x.numel() == numel && dy.numel() == numel && dx.numel() == numel,

@@ -32,10 +32,9 @@ void CudaBackend::pool_forward_impl(const PoolDesc& d, const Tensor& x, const Te
 }
 
 void CudaBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
-                                const Tensor& /*workspace*/, const Tensor& dx) {
+                                     const Tensor& /*workspace*/, const Tensor& dx) {
   check_pool(d, "pool_backward");
-  TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && dx.numel() == x.numel() &&
-               dy.numel() == d.n * d.out_h * d.out_w * d.c,
+  TG_CHECK(x.numel() == d.n * d.h * d.w * d.c && dx.numel() == x.numel() && dy.numel() == d.n * d.out_h * d.out_w * d.c,
            "pool_backward {}: x {}, dy {}, dx {} do not match", d.key(), x.str(), dy.str(), dx.str());
   check_on_device(x, "pool_backward", "x"), check_on_device(dy, "pool_backward", "dy");
   check_on_device(dx, "pool_backward", "dx");
