@@ -2,7 +2,10 @@
 """PyTorch peers of bench/train_step_bench.cc: images/sec of one full CPU training step (forward + backward +
 momentum SGD update) of the same networks at the same input sizes, batches and thread counts.
 
-    python3 bench/pytorch_peers.py --net lenet --threads 1 [--batch 64] [--min_time 2] [--json]
+    python3 bench/pytorch_peers.py --net lenet --threads 1 [--batch 64] [--min_time 2] [--precision bf16] [--json]
+
+--precision bf16: forward and loss under torch.autocast("cpu", torch.bfloat16) (PyTorch's CPU mixed precision:
+bf16 convolutions and matrix products, fp32 parameters and optimizer), the peer of terngrad-train --precision bf16.
 
 Networks (NCHW, PyTorch's layout):
   lenet         models/lenet.cc: conv 5x5 20 pad 2 relu, maxpool 2, conv 5x5 50 pad 2 relu, maxpool 2,
@@ -134,6 +137,7 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="0: the network's default")
     ap.add_argument("--min_time", type=float, default=2.0, help="seconds of timed steps (at least 3 steps)")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -148,7 +152,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=False)
-        out = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            out = model(x)
+        out = tuple(o.float() for o in out) if isinstance(out, tuple) else out.float()  # the loss in fp32
         if isinstance(out, tuple):  # inception_v3 in training mode: (logits, aux_logits)
             loss = F.cross_entropy(out[0], y, label_smoothing=smoothing) + \
                 0.4 * F.cross_entropy(out[1], y, label_smoothing=smoothing)
@@ -170,9 +176,10 @@ def main():
     rate = steps * batch / elapsed
     if args.json:
         print(json.dumps({"net": args.net, "threads": args.threads, "batch": batch, "images_per_sec": rate,
-                          "steps": steps, "torch": torch.__version__}))
+                          "steps": steps, "precision": args.precision, "torch": torch.__version__}))
     else:
-        print(f"{args.net} threads={args.threads} batch={batch} images/s={rate:.2f} steps={steps}")
+        print(f"{args.net} threads={args.threads} batch={batch} precision={args.precision} images/s={rate:.2f} "
+              f"steps={steps}")
 
 
 if __name__ == "__main__":
