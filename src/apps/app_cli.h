@@ -161,6 +161,21 @@ inline std::string check_config_file(int argc, char** argv) {
   return "";
 }
 
+// The command line of a program: strict integers, the --config file checked first, then CLI11's parse. Returns
+// -1 when the program goes on, else the exit status to return at once (a usage error: one line and 2; --help:
+// the help and 0).
+inline int parse_command_line(CLI::App& app, int argc, char** argv, const char* program) {
+  strict_integers(app);
+  try {
+    const std::string bad_config = check_config_file(argc, argv);
+    if (!bad_config.empty()) throw CLI::ConversionError(bad_config);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(app, e, program);
+  }
+  return -1;
+}
+
 // Construct first thing in main, before any thread exists (MPI, OpenMP, the input pipeline): the signals are
 // blocked in this thread and so in every thread created later, and one thread of ours receives them with
 // sigtimedwait. No handler ever interrupts a computation, and no blocking call anywhere sees EINTR. This is

@@ -87,12 +87,7 @@ int main(int argc, char** argv) {
   std::string read_compression = "auto";
   c_inspect->add_option("--tfrecord_compression", read_compression, "auto | none | gzip | zlib")->capture_default_str();
 
-  tg::apps::strict_integers(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return tg::apps::usage_error(app, e, "terngrad-data");  // one line, exit 2 (--help: the help, exit 0)
-  }
+  if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-data"); status >= 0) return status;
   try {
     tg::setup_logging(log_level);
     tg::DecodeOptions dopt = tg::default_decode_options();

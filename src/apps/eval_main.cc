@@ -136,14 +136,7 @@ int main(int argc, char** argv) {
   tg::apps::add_help_markdown(app, [] {
     return tg::flags_markdown_rows(eval_flags(), EvalConfig{}) + tg::flags_markdown_rows(main_flags(), MainOptions{});
   });
-  tg::apps::strict_integers(app);
-  try {
-    const std::string bad_config = tg::apps::check_config_file(argc, argv);
-    if (!bad_config.empty()) throw CLI::ConversionError(bad_config);
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return tg::apps::usage_error(app, e, "terngrad-eval");
-  }
+  if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-eval"); status >= 0) return status;
   try {
     tg::setup_logging(options.log_level);
     tg::check_flags(eval_flags(), ec);

@@ -78,14 +78,7 @@ int main(int argc, char** argv) {
   tg::TrainConfig config;
   MainOptions options;
   add_flags(app, config, options);
-  tg::apps::strict_integers(app);
-  try {
-    const std::string bad_config = tg::apps::check_config_file(argc, argv);
-    if (!bad_config.empty()) throw CLI::ConversionError(bad_config);
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return tg::apps::usage_error(app, e, "terngrad-train");
-  }
+  if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-train"); status >= 0) return status;
   // Outside the try: when one process fails, its error is printed and the whole job aborted (MPI_Abort)
   // before MPI would be finalized, which would wait for the other processes forever.
   std::unique_ptr<tg::MpiEnvironment> mpi;
