@@ -82,22 +82,15 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
   check_act(y, d.n * d.out_h * d.out_w * d.out_c, t, op, "y");
   if (d.has_bias) check_act(b, d.out_c, t, op, "b");
 
-  auto& e = cached<WeightedPrimitive>(conv_key(CpuOp::kConvFwd, d, t), [&] {
-    auto e = std::make_unique<WeightedPrimitive>();
-    dnnl::convolution_forward::primitive_desc pd;
-    TG_DNNL_CALL(pd = dnnl::convolution_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine_));
-    if (d.has_bias)
-      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS}, engine_);
-    else
-      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST}, engine_);
-    e->weights.init(pd.weights_desc(), tf_weight_desc(d, t), engine_);
-    return e;
-  });
-  void* wei = e.weights.prepare(stream_, w);
-  if (d.has_bias)
-    e.run(stream_, {x.raw(), wei, y.raw(), b.raw()});
-  else
-    e.run(stream_, {x.raw(), wei, y.raw()});
+  run_weighted_forward(
+      *this, conv_key(CpuOp::kConvFwd, d, t),
+      [&] {
+        dnnl::convolution_forward::primitive_desc pd;
+        TG_DNNL_CALL(
+            pd = dnnl::convolution_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine()));
+        return pd;
+      },
+      [&] { return tf_weight_desc(d, t); }, d.has_bias, x, w, b, y);
 }
 
 void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,

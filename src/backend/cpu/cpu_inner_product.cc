@@ -56,22 +56,15 @@ void CpuBackend::inner_product_forward_impl(const InnerProductDesc& d, const Ten
   const DType t = x.dtype();
   check_act(y, d.n * d.out, t, op, "y");
   if (d.has_bias) check_act(b, d.out, t, op, "b");
-  auto& e = cached<WeightedPrimitive>(ip_key(CpuOp::kIpFwd, d, t), [&] {
-    auto e = std::make_unique<WeightedPrimitive>();
-    dnnl::inner_product_forward::primitive_desc pd;
-    TG_DNNL_CALL(pd = dnnl::inner_product_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine_));
-    if (d.has_bias)
-      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS}, engine_);
-    else
-      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST}, engine_);
-    e->weights.init(pd.weights_desc(), user_weight_desc(d, t), engine_);
-    return e;
-  });
-  void* wei = e.weights.prepare(stream_, w);
-  if (d.has_bias)
-    e.run(stream_, {x.raw(), wei, y.raw(), b.raw()});
-  else
-    e.run(stream_, {x.raw(), wei, y.raw()});
+  run_weighted_forward(
+      *this, ip_key(CpuOp::kIpFwd, d, t),
+      [&] {
+        dnnl::inner_product_forward::primitive_desc pd;
+        TG_DNNL_CALL(
+            pd = dnnl::inner_product_forward::primitive_desc(forward_desc(d, t), user_scratchpad_attr(), engine()));
+        return pd;
+      },
+      [&] { return user_weight_desc(d, t); }, d.has_bias, x, w, b, y);
 }
 
 void CpuBackend::inner_product_backward_impl(const InnerProductDesc& d, const Tensor& x, const Tensor& w,

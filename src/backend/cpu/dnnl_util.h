@@ -208,6 +208,29 @@ struct WeightedPrimitive : CachedPrimitive {
   WeightsIn weights;
 };
 
+// The forward of a layer with weights and an optional bias (convolution, inner product): y = op(x, w) (+ b),
+// by the primitive cached under `key`, made on first use from make_pd() (a forward primitive descriptor) with
+// the weights reordered from the caller's layout user_weights() when the primitive wants another.
+template <typename MakePd, typename UserWeights>
+void run_weighted_forward(CpuBackend& be, const OpKey& key, MakePd&& make_pd, UserWeights&& user_weights, bool has_bias,
+                          const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  auto& e = be.cached<WeightedPrimitive>(key, [&] {
+    auto e = std::make_unique<WeightedPrimitive>();
+    const auto pd = make_pd();
+    if (has_bias)
+      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS}, be.engine());
+    else
+      e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST}, be.engine());
+    e->weights.init(pd.weights_desc(), user_weights(), be.engine());
+    return e;
+  });
+  void* wei = e.weights.prepare(be.stream(), w);
+  if (has_bias)
+    e.run(be.stream(), {x.raw(), wei, y.raw(), b.raw()});
+  else
+    e.run(be.stream(), {x.raw(), wei, y.raw()});
+}
+
 // The cached state of a backward-weights primitive (convolution or inner product): the primitive, its
 // memories and scratchpad, and, when its weight format differs from the caller's, a reorder into the
 // caller's layout. dw and db may be unwanted: the primitive then writes into storage of the entry.
