@@ -245,6 +245,12 @@ TEST_F(Bf16Ops, ElementwiseConcatAndReductions) {
   Vec sum(n), r(n), dr(n);
   for (int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i], r[i] = std::max(a[i], 0.0), dr[i] = a[i] > 0 ? b[i] : 0.0;
   expect_close(out, sum, "add", kBf16Unit);
+  // In place (out is a: the add layer's third and later inputs): a + b rounded, plus b, rounded again.
+  Vec sum2(n);
+  const Vec rounded = out.values();
+  for (int64_t i = 0; i < n; ++i) sum2[i] = rounded[i] + b[i];
+  be.add(out.t, tb.t, out.t);
+  expect_close(out, sum2, "add in place", kBf16Unit);
   be.relu_forward(ta.t, relu.t);
   expect_close(relu, r, "relu", 0);
   be.relu_backward(relu.t, tb.t, drelu.t);

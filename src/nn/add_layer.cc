@@ -19,7 +19,9 @@ class AddLayer final : public Layer {
   }
   void forward_impl(LayerIO& io) override {
     io.backend->add(io.in[0], io.in[1], io.out[0]);
-    for (size_t i = 2; i < io.in.size(); ++i) io.backend->axpy(1.f, io.in[i], io.out[0]);
+    // Further inputs in place (out may be a: any compute dtype; axpy is f32 only). In f32 the same bits as
+    // out += 1 * in.
+    for (size_t i = 2; i < io.in.size(); ++i) io.backend->add(io.out[0], io.in[i], io.out[0]);
   }
   void backward_impl(LayerIO& io) override {
     for (const Tensor& d : io.din)

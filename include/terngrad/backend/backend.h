@@ -76,7 +76,7 @@ class Backend {
 
   // ---- element-wise -----------------------------------------------------------------------------------
   // add, relu and dropout take any compute dtype (one per call); axpy and scale are f32.
-  void add(const Tensor& a, const Tensor& b, const Tensor& out);            // out = a + b
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);            // out = a + b; out may be a or b
   void axpy(float alpha, const Tensor& x, const Tensor& y);                 // y += alpha * x
   void scale(float alpha, const Tensor& x);                                 // x *= alpha
   void relu_forward(const Tensor& x, const Tensor& y);                      // y = max(x, 0)

@@ -52,12 +52,13 @@ decltype(auto) dispatch_compute(DType t, const char* op, Fn&& fn) {
 }
 
 // out[i] = fn(i, in_0[i], ..., in_k[i]) with the inputs read into f32 and the result rounded once into out's
-// dtype (all tensors share it, as the Backend front checked), over contiguous chunks on `threads` threads.
+// dtype (all tensors share it, as the Backend front checked), over contiguous chunks on `threads` threads. out
+// may be one of the inputs (element i is read before it is written; no restrict on out for that reason).
 template <typename Fn, typename... In>
 void map_elements(const char* op, int threads, int64_t grain, const Fn& fn, const Tensor& out, const In&... ins) {
   dispatch_compute(out.dtype(), op, [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
-    T* __restrict po = static_cast<T*>(out.raw());
+    T* po = static_cast<T*>(out.raw());
     tg::parallel_for(
         out.numel(), grain,
         [&](int64_t s, int64_t e) {
