@@ -12,13 +12,13 @@
 
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "common/bound_net.h"
 #include "common/cuda_test_fixture.h"
 #include "common/fashion_mnist.h"
+#include "common/lenet_loss_curve.h"
 #include "terngrad/core/dtype.h"
 #include "terngrad/optim/optimizer.h"
 
@@ -414,48 +414,19 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
   if (testing::fashion_mnist_dir().empty()) GTEST_SKIP() << "Fashion-MNIST not installed";
   const testing::IdxDataset train = testing::load_fashion_mnist("train");
   const int64_t batch = 32, steps = 200, tail = 50;
-  std::vector<float> images(batch * 784);
-  std::vector<int32_t> labels(batch);
-  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
+  // fp16 with a fixed loss scale of 1024; bf16 and fp32 unscaled.
   auto train_losses = [&](DType compute, int* skipped) {
-    testing::BoundNet m(
-        gpu(),
-        [&](Net& n) {
-          build_model("lenet", ModelConfig{}, n);
-          n.set_compute_dtype(compute);
-        },
-        batch);
-    Optimizer opt(testing::momentum_sgd(), m.store.params(), gpu());
-    const float scale = compute == DType::kF16 ? 1024.f : 1.f;
-    std::vector<double> losses;
-    for (int64_t step = 0; step < steps; ++step) {
-      for (int64_t i = 0; i < batch; ++i) {
-        const int64_t r = (step * batch + i) % train.count;
-        std::copy_n(train.images.begin() + r * 784, 784, images.begin() + i * 784);
-        labels[i] = train.labels[r];
-      }
-      losses.push_back(m.net.forward(x, y, true, static_cast<uint32_t>(step)));
-      m.net.backward(nullptr, scale);
-      if (compute == DType::kF16 && m.net.overflowed()) {
-        ++*skipped;
-        continue;
-      }
-      opt.apply(gpu(), m.store.params(), m.net.grads(), step, 0.01f);
-    }
-    return losses;
-  };
-  auto tail_mean = [&](const std::vector<double>& v) {
-    return std::accumulate(v.end() - tail, v.end(), 0.0) / static_cast<double>(tail);
+    return testing::lenet_loss_curve(gpu(), train, compute, batch, steps, compute == DType::kF16 ? 1024.f : 1.f,
+                                     skipped);
   };
   int none = 0;
   const std::vector<double> f32 = train_losses(DType::kF32, &none);
-  const double a = tail_mean(f32);
+  const double a = testing::tail_mean(f32, tail);
   EXPECT_LT(a, f32[0] * 0.6) << "fp32 itself must learn for the comparison to mean anything";
   for (DType t : dtypes()) {
     int skipped = 0;
     const std::vector<double> h = train_losses(t, &skipped);
-    const double b = tail_mean(h);
+    const double b = testing::tail_mean(h, tail);
     std::printf(
         "[ INFO     ] LeNet 200 steps on %s: mean loss of the last 50: fp32 %.5f, %s %.5f (%.3f%%), %d skipped\n",
         gpu().name().c_str(), a, dtype_name(t), b, 100 * std::fabs(b - a) / a, skipped);

@@ -8,13 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <numeric>
 #include <random>
 #include <vector>
 
 #include "common/bound_net.h"
 #include "common/fashion_mnist.h"
 #include "common/files.h"
+#include "common/lenet_loss_curve.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/optim/optimizer.h"
 #include "terngrad/train/checkpoint.h"
@@ -168,37 +168,9 @@ TEST(MixedPrecisionTraining, Bf16LeNetLossCurveFollowsFp32) {
   if (!be->supports_compute(DType::kBf16)) GTEST_SKIP() << be->why_not(DType::kBf16);
   const testing::IdxDataset train = testing::load_fashion_mnist("train");
   const int64_t batch = 32, steps = 200, tail = 50;
-  std::vector<float> images(batch * 784);
-  std::vector<int32_t> labels(batch);
-  Tensor x(images.data(), Shape{batch, 28, 28, 1}, DType::kF32, Device::cpu());
-  Tensor y(labels.data(), Shape{batch}, DType::kI32, Device::cpu());
-  auto train_losses = [&](DType compute) {
-    testing::BoundNet m(
-        *be,
-        [&](Net& n) {
-          build_model("lenet", ModelConfig{}, n);
-          n.set_compute_dtype(compute);
-        },
-        batch);
-    Optimizer opt(testing::momentum_sgd(), m.store.params(), *be);
-    std::vector<double> losses;
-    for (int64_t step = 0; step < steps; ++step) {
-      for (int64_t i = 0; i < batch; ++i) {
-        const int64_t r = (step * batch + i) % train.count;
-        std::copy_n(train.images.begin() + r * 784, 784, images.begin() + i * 784);
-        labels[i] = train.labels[r];
-      }
-      losses.push_back(m.net.forward(x, y, true, static_cast<uint32_t>(step)));
-      m.net.backward();
-      opt.apply(*be, m.store.params(), m.net.grads(), step, 0.01f);
-    }
-    return losses;
-  };
-  const std::vector<double> f32 = train_losses(DType::kF32), bf16 = train_losses(DType::kBf16);
-  auto tail_mean = [&](const std::vector<double>& v) {
-    return std::accumulate(v.end() - tail, v.end(), 0.0) / static_cast<double>(tail);
-  };
-  const double a = tail_mean(f32), b = tail_mean(bf16);
+  const std::vector<double> f32 = testing::lenet_loss_curve(*be, train, DType::kF32, batch, steps),
+                            bf16 = testing::lenet_loss_curve(*be, train, DType::kBf16, batch, steps);
+  const double a = testing::tail_mean(f32, tail), b = testing::tail_mean(bf16, tail);
   std::printf("LeNet 200 steps: mean loss of the last 50: fp32 %.5f, bf16 %.5f (%.3f%%); first %.4f / %.4f\n", a, b,
               100 * std::fabs(b - a) / a, f32[0], bf16[0]);
   EXPECT_LT(a, f32[0] * 0.6) << "fp32 itself must learn for the comparison to mean anything";
