@@ -333,8 +333,9 @@ TEST(HostileImages, CraftedRecordsThroughThePipelineEndAsOneLine) {
 TEST(HostileImages, FashionMnistShardsWithCifar10AreRefused) {
   fs::path dir = temp_dir("mismatch");
   {
+    // One record: with several, the preprocessing threads race and any of them may be the one reported.
     TfRecordWriter w((dir / "test-00000-of-00001").string());
-    for (int i = 0; i < 3; ++i) w.write(gray_png_example(i));
+    w.write(gray_png_example(0));
     w.close();
   }
   int64_t seen = 0, skipped = 0;
