@@ -17,11 +17,12 @@ BELOW = {
     "models": {"core", "math", "backend", "nn"},
     "optim": {"core", "math", "backend"},
     "compress": {"core", "math", "backend"},
+    "comm": {"core", "math", "backend"},
     # The exchange strings the codec (compress) and the communicators together (README, design section).
-    "comm": {"core", "math", "backend", "compress"},
+    "exchange": {"core", "math", "backend", "compress", "comm"},
     "data": {"core"},
-    "train": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "data"},
-    "apps": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "data", "train"},
+    "train": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data"},
+    "apps": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data", "train"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

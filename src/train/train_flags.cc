@@ -1,7 +1,7 @@
 // The flag table of terngrad-train.
 #include "terngrad/train/train_flags.h"
 
-#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/data/data_flags.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/optimizer.h"
@@ -93,8 +93,17 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
        kFlagSwitch},
       {"exchange", &C::exchange,
-       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; auto: allgather2 below 8 workers",
+       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 inside a node, "
+       "2-bit codes between nodes (one ring per local rank); auto: hierarchical with --grad_bits 1 on several "
+       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
+       "(benchmarks' compute-only step; replicas drift apart)",
        one_of<ExchangeMode>()},
+      {"error_feedback", &C::error_feedback,
+       "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
+       "(per element, per rank; checkpointed per rank)",
+       no_check(), kFlagSwitch | kFlagResume},
+      {"local_bits", &C::local_bits, "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in "
+       "fp32 (32) or fp16 (16)", one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
       {"overlap", &C::overlap,
        "with several processes and host gradients: exchange buckets on a communication thread while backward "
        "runs; `--overlap=false` exchanges everything after backward (same bits)"},

@@ -68,6 +68,8 @@ struct TrainConfig {
   std::string exchange = "auto";
   bool overlap = true;    // exchange buckets while backward runs (several processes, host gradients)
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket (DDP's default)
+  bool error_feedback = false;  // terngrad: carry each worker's rounding error to its next step
+  int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;

@@ -1,0 +1,48 @@
+// ExchangeOptions: how a replica's gradients are exchanged: --exchange (the algorithm), --bucket_mb and
+// --overlap (the scheduler), --error_feedback and --local_bits (scheme options), the seed of the ternary
+// rounding. The values of --exchange:
+//   auto          hierarchical when the job spans more than one node and a node has more than one rank and
+//                 gradients are ternary; otherwise allgather2 below 8 workers, allreduce8 from 8 on
+//   allgather2    every worker's 2-bit codes gathered by every worker ((N-1) n/4 bytes in per worker)
+//   allreduce8    codes summed as int8 by a ring all-reduce (2 (N-1)/N n bytes; exact up to 127 workers)
+//   hierarchical  reduce-scatter inside the node (fp32, or fp16 with --local_bits 16), each local rank
+//                 ternarizes its shard and exchanges it with the same shard of every other node (one ring per
+//                 local index), then an all-gather inside the node
+//   none          (benchmarks) no exchange at all: each replica steps with its own workers' gradients; the
+//                 compute-only step that link overheads are measured against
+#pragma once
+
+#include <cstdint>
+
+#include "terngrad/core/enum_names.h"
+
+namespace tg {
+
+enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8, kHierarchical, kNone };
+template <>
+struct EnumNames<ExchangeMode> : EnumNamesBase {
+  static constexpr const char* kFlag = "--exchange";
+  static constexpr EnumName<ExchangeMode> kList[] = {{ExchangeMode::kAuto, "auto"},
+                                                     {ExchangeMode::kAllgather2, "allgather2"},
+                                                     {ExchangeMode::kAllreduce8, "allreduce8"},
+                                                     {ExchangeMode::kHierarchical, "hierarchical"},
+                                                     {ExchangeMode::kNone, "none"}};
+};
+
+// The flat ternary algorithm for `workers` participants: allgather2 below 8, allreduce8 from 8 on (per-worker
+// traffic (N-1) n/4 against 2 (N-1)/N n bytes). Explicit allgather2/allreduce8 stay.
+ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
+
+struct ExchangeOptions {
+  ExchangeMode mode = ExchangeMode::kAuto;
+  uint64_t seed = 1;
+  double bucket_mb = 25;        // MiB of fp32 gradient per bucket (with overlap)
+  bool overlap = true;          // buckets exchanged by a communication thread while backward runs
+  bool error_feedback = false;  // TernGrad: carry each worker's rounding error g - s*code to its next step
+  int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
+  // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
+  bool host_scaler_check = true;
+};
+
+}  // namespace tg

@@ -1,0 +1,131 @@
+// GradientExchange: one replica's part of a step's gradient exchange (DESIGN.md section 3, steps 3-7), as a
+// scheme-agnostic bucket scheduler. The coding and the collectives of a bucket belong to a GradientScheme
+// (exchange/gradient_scheme.h) chosen by name (exchange/scheme_registry.h); this class decides the buckets, the
+// order in which their stages run, what overlaps with backward, and where the time goes.
+//
+// Workers: the replica computes L local workers (virtual nodes) whose gradients come in; N is the number of
+// workers of every replica of every process, and local worker l has the global index world.rank() * L + l.
+// The average over all N workers lands in the gradients of the targets (local workers; usually the first).
+//
+// Buckets and overlap (--bucket_mb, --overlap; DDP's and Horovod's buckets): tensors are grouped into buckets
+// of about bucket_mb of fp32 gradient in the order backward produces them (the last tensors first; the tensor
+// that crosses the limit closes the bucket). The trainer reports progress from inside the last local worker's
+// backward (tensors_ready); a bucket starts its stages as soon as it is complete. Compute stages run on the
+// calling (compute) thread: in tensors_ready/progress between layers, and in finish(); collective stages run
+// on a communication thread in one fixed order, identical on every process (bucket 0's collective stages in
+// their order, then bucket 1's, ...), as MPI requires. Without overlap (or with no group to talk to) the whole
+// gradient is one bucket whose stages all run in finish() on the calling thread. A scheme's stages are
+// deterministic, so the results are the same bits overlapped or not and for any bucketing.
+//
+// Timing (PhaseTimes of the step): compute stages count in their scheme phase (scalers, encode, decode);
+// collectives count as comm_in_flight (the time they ran) and the compute thread's waits for them as
+// comm_blocked. With a Timeline, every stage is an event on the exchange's track and every collective one on
+// the communication thread's track.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/comm/communicator.h"
+#include "terngrad/compress/gradient_codec.h"
+#include "terngrad/core/phase_times.h"
+#include "terngrad/exchange/exchange_options.h"
+#include "terngrad/exchange/gradient_scheme.h"
+
+namespace tg {
+
+class CommunicationThread;
+class Timeline;
+
+class GradientExchange {
+ public:
+  // backend: the replica's device, where the gradients and the scheme's buffers live and its codec ops run.
+  // worker_grads[l]: local worker l's gradient, one f32 tensor on that device per policy tensor (read; the
+  // targets' are overwritten with the average). comms: the replica's groups (all nullptr: this replica
+  // alone); with overlap their collectives are called from the communication thread only, during a step.
+  GradientExchange(Backend& backend, const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
+                   std::vector<int> targets, const ExchangeComms& comms, const ExchangeOptions& options,
+                   Timeline* timeline = nullptr);
+  // One flat group (`world`, or nullptr alone).
+  GradientExchange(Backend& backend, const CompressionPolicy& policy, std::vector<std::vector<Tensor>> worker_grads,
+                   std::vector<int> targets, Communicator* world, const ExchangeOptions& options,
+                   Timeline* timeline = nullptr);
+  ~GradientExchange();
+  GradientExchange(const GradientExchange&) = delete;
+  GradientExchange& operator=(const GradientExchange&) = delete;
+
+  // ---- one step, from the compute thread ----
+  void begin(uint32_t step);
+  // Tensors [first, num_tensors) are final on every local worker (backward runs from the last tensor down).
+  void tensors_ready(int first);
+  // Runs the compute stages whose inputs are ready; never blocks on the network.
+  void progress();
+  // Blocks until every bucket has been through every stage; returns the step's bytes.
+  ExchangeStats finish();
+  // begin + tensors_ready(0) + finish.
+  ExchangeStats run(uint32_t step);
+
+  const GradientScheme& scheme() const { return *scheme_; }
+  GradientScheme& scheme() { return *scheme_; }
+  const char* scheme_name() const { return scheme_->name(); }
+  int num_workers() const { return ctx_.num_workers; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  TensorRange bucket(int b) const { return buckets_[b].range; }
+  bool overlapped() const { return comm_thread_ != nullptr; }
+  const GradientCodec& codec() const { return codec_; }
+  // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
+  const PhaseTimes& times() const { return times_; }
+  // Of the last step: the shared scalers and local worker 0's zero-code count per ternary tensor (summaries;
+  // on a GPU each call copies them to the host, a synchronization); empty for schemes without scalers.
+  const std::vector<float>& shared_scalers();
+  const std::vector<int64_t>& zero_codes();
+  // Whether a shared scaler was not finite at any step since the last call (reads the scheme's device flag: a
+  // synchronization on a GPU; call it before writing a checkpoint), and clears the flag.
+  bool take_nonfinite_flag();
+
+ private:
+  struct Bucket {
+    TensorRange range;
+    int stage = 0;        // the next stage to run (== stages().size(): done)
+    bool ready = false;   // its tensors are final
+    bool posted = false;  // its current (collective) stage is on the communication thread
+    uint64_t ticket = 0;
+  };
+  void plan_buckets(double bucket_mb, bool one_bucket);
+  bool advance(bool block);      // one round over the buckets; true if anything moved
+  bool advance_bucket(Bucket& b);  // runs / posts / collects what it can of one bucket
+  void run_compute(Bucket& b);
+  void run_blocking(Bucket& b);  // a collective stage on this thread (no overlap)
+  void post_next();              // posts the collectives whose turn it is in the fixed order
+  void collect(Bucket& b);
+  static void run_posted(void* self, int64_t job);
+  bool done() const;
+
+  Backend& be_;
+  GradientCodec codec_;
+  SchemeContext ctx_;
+  std::unique_ptr<GradientScheme> scheme_;
+  std::vector<SchemeStage> stages_;
+  std::vector<int> collective_stages_;  // indices into stages_ of the collective stages
+  std::vector<Bucket> buckets_;         // in backward order: bucket 0 holds the last tensors
+  std::vector<int64_t> post_order_;     // job = bucket * stages + stage, in the fixed order
+  size_t next_post_ = 0;
+  uint32_t step_ = 0;
+  int ready_from_ = 0;  // tensors [ready_from_, num_tensors) are final
+  bool in_step_ = false;
+  bool has_groups_ = false;
+  std::unique_ptr<CommunicationThread> comm_thread_;
+  Timeline* timeline_;
+  int exchange_track_ = -1, comm_track_ = -1;
+  PhaseTimes times_;
+  std::vector<Communicator*> groups_;  // distinct groups of ctx_.comms (for the wire counters)
+  uint64_t wire_before_[3] = {0, 0, 0};
+  std::vector<float> host_scalers_;
+  std::vector<int64_t> host_zero_codes_;
+};
+
+}  // namespace tg

@@ -1,0 +1,117 @@
+// GradientScheme: what happens to one bucket of gradients in a step's exchange: its coding (fp32, fp16,
+// TernGrad, hierarchical TernGrad, ...) and the collectives that carry it, written as one fixed list of stages
+// that the scheduler (GradientExchange, exchange/gradient_exchange.h) runs for every bucket in order. The scheme
+// owns its buffers and its state; the scheduler owns the bucket order, the overlap with backward and the timing
+// (PyTorch DDP's split between the Reducer and a comm hook; Horovod's compressor chosen by name).
+//
+// Stages are either compute stages (codec work on the replica's backend: they run on the compute thread,
+// between layers or in finish()) or collective stages (calls on the communicators: with --overlap they run on
+// the communication thread, which only waits on the network). A collective stage may touch only the buffers its
+// bucket's earlier stages filled; every rank posts the collective stages of every bucket in one fixed order
+// (bucket 0's, then bucket 1's, ...), as MPI requires. A stage with nothing to do for a bucket simply returns.
+// Every stage of a scheme must be deterministic: the same bits for any bucketing, overlap or thread count.
+//
+// A new scheme is one folder under src/exchange/schemes/ and one line in the registry
+// (exchange/scheme_registry.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/comm/communicator.h"
+#include "terngrad/compress/gradient_codec.h"
+#include "terngrad/core/phase_times.h"
+#include "terngrad/core/slab.h"
+#include "terngrad/exchange/exchange_options.h"
+
+namespace tg {
+
+// The groups a replica's exchange talks to (the Topology's view of one replica; nullptr: a group of one).
+struct ExchangeComms {
+  Communicator* world = nullptr;  // every replica of every process
+  Communicator* local = nullptr;  // the replicas of this node (fast links: NVLink, shared memory)
+  Communicator* cross = nullptr;  // the replicas with this replica's local rank on every node (one ring each)
+};
+
+// Bytes of one step. The per-worker figures follow the byte model of communicator.h over all N workers, as if
+// every worker were its own rank, so runs compare across process layouts; the process figures are what this
+// replica's collectives moved (measured by the communicators' counters, 0 alone), split into traffic inside
+// the node and traffic between nodes.
+struct ExchangeStats {
+  uint64_t payload_bytes = 0;       // bytes a worker hands to collectives
+  uint64_t moved_bytes = 0;         // bytes the algorithms move per worker
+  uint64_t fp32_payload_bytes = 0;  // the same step sent as fp32 (4 bytes per element)
+  uint64_t fp32_moved_bytes = 0;    // ... and what a ring all-reduce of it moves per worker
+  uint64_t process_wire_bytes = 0;  // moved into this replica by its collectives (byte model, all groups)
+  uint64_t intra_node_bytes = 0;    // ... of which inside its node (the local group; flat groups: see below)
+  uint64_t inter_node_bytes = 0;    // ... of which between nodes (the cross group; flat groups: see below)
+};
+
+enum class StageKind : uint8_t { kCompute, kCollective };
+
+// One stage of a bucket's lifecycle. `phase` is where a compute stage's time counts (scalers, encode, decode);
+// collective stages count as communication. `name` labels the timeline events.
+struct SchemeStage {
+  const char* name;
+  StageKind kind;
+  Phase phase;
+};
+
+// What every scheme is built from (owned by the GradientExchange, alive as long as the scheme).
+struct SchemeContext {
+  Backend* backend = nullptr;
+  const GradientCodec* codec = nullptr;             // the policy's layout and the seed
+  std::vector<std::vector<Tensor>> grads;           // (L) local workers' f32 gradients, policy order, on the device
+  std::vector<const std::vector<Tensor>*> workers;  // (L) pointers to grads, in worker order (codec inputs)
+  std::vector<int> targets;                         // local workers whose gradients receive the average
+  ExchangeComms comms;
+  int local_workers = 1;  // L: workers computing on this replica
+  int num_workers = 1;    // N: workers of every replica of every process
+  int first_worker = 0;   // global index of local worker 0 (worker l is first_worker + l)
+  ExchangeOptions options;
+  // The average lands in the first target's gradients; the other targets get a copy of tensors [r.begin, r.end).
+  void copy_to_other_targets(TensorRange r) const;
+};
+
+class GradientScheme {
+ public:
+  explicit GradientScheme(SchemeContext& ctx) : ctx_(ctx) {}
+  virtual ~GradientScheme() = default;
+  GradientScheme(const GradientScheme&) = delete;
+  GradientScheme& operator=(const GradientScheme&) = delete;
+
+  virtual const char* name() const = 0;  // its registry name: "terngrad", "fp32", ...
+  // The lifecycle of every bucket, in order (fixed for the scheme's life).
+  virtual const std::vector<SchemeStage>& stages() const = 0;
+  // Once, before the first step, with the buckets in backward order: allocates and first-touches every buffer
+  // (nothing in a step allocates).
+  virtual void plan(const std::vector<TensorRange>& buckets) = 0;
+  // The step's counter (Philox) and per-step bookkeeping, before any stage of the step.
+  virtual void begin_step(uint32_t step) { step_ = step; }
+  // Stage `stage` (index into stages()) of bucket `bucket`.
+  virtual void run_stage(int stage, int bucket) = 0;
+  // The byte model of one step (fixed by the policy and the groups); process_* figures are left 0.
+  virtual ExchangeStats byte_model() const = 0;
+
+  // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
+  // the device; nullptr when it has none.
+  virtual Slab* rank_state() { return nullptr; }
+  // Ternary schemes: the shared scaler of each ternary tensor and local worker 0's zero-code count of the last
+  // step, on the device (summaries); undefined tensors otherwise.
+  virtual Tensor shared_scalers() const { return Tensor(); }
+  virtual Tensor zero_codes() const { return Tensor(); }
+  // A device flag (i32 (1)) set when any shared scaler of any step since the last clear was not finite: read
+  // before a checkpoint is written, so a NaN never reaches one. Undefined when the scheme has no scalers.
+  virtual Tensor nonfinite_flag() const { return Tensor(); }
+  // A short description for the start-of-run log ("allgather2, error feedback").
+  virtual std::string describe() const { return name(); }
+
+ protected:
+  SchemeContext& ctx_;
+  uint32_t step_ = 0;
+};
+
+}  // namespace tg

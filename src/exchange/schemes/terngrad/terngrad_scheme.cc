@@ -1,0 +1,195 @@
+// TernGradScheme: scalers, their MAX, 2-bit codes of every worker, gathered or summed, decoded.
+#include "src/exchange/schemes/terngrad/terngrad_scheme.h"
+
+#include "terngrad/core/error.h"
+
+namespace tg {
+
+namespace {
+enum Stage { kScalers, kShareScalers, kEncode, kExchange, kDecode };
+}
+
+TernGradScheme::TernGradScheme(SchemeContext& ctx)
+    : GradientScheme(ctx), mode_(resolve_exchange_mode(ctx.options.mode, ctx.num_workers)) {
+  TG_CHECK(mode_ == ExchangeMode::kAllgather2 || mode_ == ExchangeMode::kAllreduce8,
+           "the terngrad scheme exchanges codes by allgather2 or allreduce8, not --exchange {}", enum_name(mode_));
+  if (mode_ == ExchangeMode::kAllreduce8 && ctx.codec->policy().num_ternary() > 0)
+    TG_CHECK(ctx.num_workers <= 127,
+             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2",
+             ctx.num_workers);
+  if (ctx.options.error_feedback) feedback_ = std::make_unique<ErrorFeedback>(ctx);
+}
+
+std::string TernGradScheme::describe() const {
+  return fmt::format("terngrad ({}{})", enum_name(mode_), feedback_ ? ", error feedback" : "");
+}
+
+const std::vector<SchemeStage>& TernGradScheme::stages() const {
+  static const std::vector<SchemeStage> s = {{"scalers", StageKind::kCompute, Phase::kScalers},
+                                             {"share scalers", StageKind::kCollective, Phase::kCommInFlight},
+                                             {"encode", StageKind::kCompute, Phase::kEncode},
+                                             {"exchange codes", StageKind::kCollective, Phase::kCommInFlight},
+                                             {"decode", StageKind::kCompute, Phase::kDecode}};
+  return s;
+}
+
+void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
+  const int L = ctx_.local_workers, N = ctx_.num_workers;
+  const int64_t T = ctx_.codec->policy().num_ternary();
+  const bool group = ctx_.comms.world != nullptr;
+  const size_t at_local = arena_.reserve(4 * static_cast<size_t>(L * T));
+  const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
+  const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(T));
+  const size_t at_flag = arena_.reserve(4);
+  struct Offsets {
+    size_t local, gathered, sums;
+  };
+  std::vector<Offsets> off;
+  for (const TensorRange& r : ranges) {
+    Bucket b;
+    b.range = r;
+    b.layout = ctx_.codec->layout(r);
+    const size_t pb = static_cast<size_t>(b.layout.packed_bytes());
+    Offsets o{};
+    o.local = arena_.reserve(static_cast<size_t>(L) * pb);
+    o.gathered = mode_ == ExchangeMode::kAllgather2 && group ? arena_.reserve(static_cast<size_t>(N) * pb) : 0;
+    o.sums = mode_ == ExchangeMode::kAllreduce8 ? arena_.reserve(4 * pb) : 0;
+    off.push_back(o);
+    buckets_.push_back(b);
+  }
+  arena_.allocate(*ctx_.backend);
+  local_scalers_ = arena_.view(at_local, L * T, DType::kF32);
+  for (int w = 0; w < L; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
+  shared_scalers_ = arena_.view(at_shared, T, DType::kF32);
+  zero_codes_ = arena_.view(at_zeros, T, DType::kI32);
+  nonfinite_ = arena_.view(at_flag, 1, DType::kI32);
+  host_scalers_.assign(static_cast<size_t>(T), 0.f);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    const int64_t pb = b.layout.packed_bytes();
+    b.local_codes = arena_.view(off[i].local, L * pb, DType::kU8);
+    if (mode_ == ExchangeMode::kAllgather2 && group) b.gathered = arena_.view(off[i].gathered, N * pb, DType::kU8);
+    if (mode_ == ExchangeMode::kAllreduce8) b.code_sums = arena_.view(off[i].sums, 4 * pb, DType::kI8);
+  }
+  dense_ = std::make_unique<DensePart>(ctx_, ranges);
+}
+
+void TernGradScheme::run_stage(int stage, int bucket) {
+  Bucket& b = buckets_[bucket];
+  switch (stage) {
+    case kScalers:
+      scalers(b);
+      break;
+    case kShareScalers:
+      share_scalers(b);
+      break;
+    case kEncode:
+      encode(b, bucket);
+      break;
+    case kExchange:
+      exchange(b, bucket);
+      break;
+    case kDecode:
+      decode(b, bucket);
+      break;
+  }
+}
+
+void TernGradScheme::scalers(Bucket& b) {
+  if (b.layout.num_scalers() == 0) return;
+  if (feedback_) feedback_->add_residuals(b.range);
+  Backend& be = *ctx_.backend;
+  for (int w = 0; w < ctx_.local_workers; ++w)
+    ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w]);
+  // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and all
+  // of them stop with the same error (none is left waiting in the next collective).
+  ctx_.codec->max_local_scalers(be, local_scaler_rows_, b.range, shared_scalers_);
+}
+
+void TernGradScheme::share_scalers(Bucket& b) {
+  const RangeLayout& l = b.layout;
+  if (ctx_.comms.world && l.num_scalers() > 0)
+    ctx_.comms.world->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(),
+                                DType::kF32, ReduceOp::kMax, ctx_.backend->device());
+}
+
+void TernGradScheme::encode(Bucket& b, int index) {
+  const RangeLayout& l = b.layout;
+  Backend& be = *ctx_.backend;
+  if (l.packed_bytes() > 0) {
+    const Tensor shared = shared_scalers_.slice0(l.scaler_begin, l.scaler_end);
+    be.unscale_and_check(shared, 1.f, shared, nonfinite_);  // the device flag: any non-finite shared scaler
+    if (be.device().is_cpu() && ctx_.options.host_scaler_check) {
+      be.copy(Tensor(host_scalers_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()),
+              shared);
+      ctx_.codec->check_scalers(host_scalers_.data(), b.range, step_);
+    }
+    const int64_t pb = l.packed_bytes();
+    for (int w = 0; w < ctx_.local_workers; ++w)
+      ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, shared_scalers_, step_,
+                                 static_cast<uint32_t>(ctx_.first_worker + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
+                                 w == 0 ? zero_codes_ : Tensor());
+    if (feedback_) feedback_->update_residuals(b.range, b.local_codes, pb, shared_scalers_);
+    if (mode_ == ExchangeMode::kAllreduce8)
+      ctx_.codec->sum_codes(be, b.local_codes, pb, ctx_.local_workers, b.range, b.code_sums);
+  }
+  dense_->encode(index);
+}
+
+void TernGradScheme::exchange(Bucket& b, int index) {
+  Communicator* world = ctx_.comms.world;
+  if (!world) return;
+  const RangeLayout& l = b.layout;
+  const Device dev = ctx_.backend->device();
+  if (l.packed_bytes() > 0) {
+    if (mode_ == ExchangeMode::kAllgather2)
+      world->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(ctx_.local_workers) * l.packed_bytes(),
+                       dev);
+    else
+      world->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::kI8, ReduceOp::kSum, dev);
+  }
+  dense_->exchange(world, index);
+}
+
+void TernGradScheme::decode(Bucket& b, int index) {
+  const RangeLayout& l = b.layout;
+  Backend& be = *ctx_.backend;
+  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+  if (l.packed_bytes() > 0) {
+    if (mode_ == ExchangeMode::kAllgather2)
+      ctx_.codec->decode_ternary_gathered(be, ctx_.comms.world ? b.gathered : b.local_codes, l.packed_bytes(),
+                                         ctx_.num_workers, b.range, shared_scalers_, out);
+    else
+      ctx_.codec->decode_ternary_sums(be, b.code_sums, ctx_.num_workers, b.range, shared_scalers_, out);
+  }
+  dense_->decode(index);
+  ctx_.copy_to_other_targets(b.range);
+}
+
+// The byte model of a step, per worker over all N workers (communicator.h), one collective per fused buffer.
+ExchangeStats TernGradScheme::byte_model() const {
+  const CompressionPolicy& p = ctx_.codec->policy();
+  const int n = ctx_.num_workers;
+  ExchangeStats s;
+  if (p.num_ternary() > 0) {
+    const uint64_t scalers = 4ull * p.num_ternary();
+    s.payload_bytes += scalers;
+    s.moved_bytes += Communicator::allreduce_moved_bytes(scalers, n);
+    if (mode_ == ExchangeMode::kAllgather2) {
+      s.payload_bytes += p.packed_bytes();
+      s.moved_bytes += Communicator::allgather_moved_bytes(p.packed_bytes(), n);
+    } else {
+      s.payload_bytes += 4ull * p.packed_bytes();
+      s.moved_bytes += Communicator::allreduce_moved_bytes(4ull * p.packed_bytes(), n);
+    }
+  }
+  dense_->add_byte_model(s);
+  DensePart::set_fp32_equivalent(ctx_, s);
+  return s;
+}
+
+std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx) {
+  return std::make_unique<TernGradScheme>(ctx);
+}
+
+}  // namespace tg

@@ -1,0 +1,71 @@
+// TernGradScheme ("terngrad"): every worker's gradient ternarized on its own (DESIGN.md section 3): per bucket
+//   scalers         each local worker's per-tensor scalers, the max over the local workers
+//   share scalers   all-reduce MAX over the world group: every worker uses the same s per tensor
+//   encode          each local worker's 2-bit codes (Philox keyed by its global index; allreduce8: the local
+//                   workers' codes summed as int8), the fp16/fp32 tensors summed (DensePart)
+//   exchange codes  allgather2: every worker's packed codes gathered; allreduce8: int8 sums all-reduced; the
+//                   fp16/fp32 sums all-reduced
+//   decode          s * sum of codes / N into the first target, the fp16/fp32 averages, copies to other targets
+// Alone (no group) the gathered codes are the local workers' own. With --error_feedback each worker's rounding
+// error is added back before the next step's scalers (error_feedback.h).
+//
+// Non-finite scalers: the local max counts a non-finite scaler as +Inf, so the MAX carries it to every worker.
+// On the CPU the shared scalers are checked on the host every step (the step stops with an error naming the
+// tensor and step on every worker); on every device a non-finite shared scaler also sets the scheme's device
+// flag (nonfinite_flag()), which the trainer reads before writing a checkpoint.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "src/exchange/dense_part.h"
+#include "src/exchange/exchange_arena.h"
+#include "src/exchange/schemes/terngrad/error_feedback.h"
+#include "terngrad/exchange/gradient_scheme.h"
+
+namespace tg {
+
+class TernGradScheme final : public GradientScheme {
+ public:
+  explicit TernGradScheme(SchemeContext& ctx);
+  const char* name() const override { return "terngrad"; }
+  const std::vector<SchemeStage>& stages() const override;
+  void plan(const std::vector<TensorRange>& buckets) override;
+  void run_stage(int stage, int bucket) override;
+  ExchangeStats byte_model() const override;
+  Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
+  Tensor shared_scalers() const override { return shared_scalers_; }
+  Tensor zero_codes() const override { return zero_codes_; }
+  Tensor nonfinite_flag() const override { return nonfinite_; }
+  std::string describe() const override;
+
+ private:
+  struct Bucket {
+    TensorRange range;
+    RangeLayout layout;
+    Tensor local_codes;  // u8 (L * packed_bytes): local worker l's codes at l * packed_bytes
+    Tensor gathered;     // u8 (N * packed_bytes): allgather2 with a group
+    Tensor code_sums;    // i8 (4 * packed_bytes): allreduce8
+  };
+  void scalers(Bucket& b);
+  void share_scalers(Bucket& b);
+  void encode(Bucket& b, int index);
+  void exchange(Bucket& b, int index);
+  void decode(Bucket& b, int index);
+
+  ExchangeMode mode_;  // kAllgather2 or kAllreduce8
+  ExchangeArena arena_;
+  std::vector<Bucket> buckets_;
+  std::unique_ptr<DensePart> dense_;
+  std::unique_ptr<ErrorFeedback> feedback_;
+  Tensor local_scalers_;                   // f32 (L * num_ternary): worker l's at l * num_ternary
+  std::vector<Tensor> local_scaler_rows_;  // (L) views of local_scalers_
+  Tensor shared_scalers_;                  // f32 (num_ternary)
+  Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
+  Tensor nonfinite_;                       // i32 (1)
+  std::vector<float> host_scalers_;        // (num_ternary) the host check's copy
+};
+
+std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);
+
+}  // namespace tg
