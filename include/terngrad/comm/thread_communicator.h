@@ -20,7 +20,9 @@
 // failed) or the destruction of a rank's communicator fails the group: ranks waiting in a collective, and any
 // later call, throw tg::Error naming the aborting rank and why, instead of waiting forever. Once every rank has
 // entered a collective it completes on all of them (the copies between barriers touch other ranks' buffers, so
-// no rank may leave early), and only later calls fail.
+// no rank may leave early), and only later calls fail. An abort reaches the groups split from this one (and
+// theirs): a failed replica thread aborting its world group frees replicas waiting in a sub-group too. The
+// destruction of a rank's communicator fails its own group only (a parent may go away before its splits).
 #pragma once
 
 #include <memory>
@@ -51,14 +53,18 @@ class ThreadCommunicator final : public Communicator {
 
  protected:
   void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
+  void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                           Device device) override;
   void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
   void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
   void barrier_impl() override;
+  std::unique_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
   std::shared_ptr<Group> group_;
   int rank_ = 0;
   int size_ = 1;
+  std::unique_ptr<uint8_t[]> chunk_;  // reduce_scatter's partial sums (allocated on first use)
 };
 
 // The `ranks` communicators of one in-process group, rank k at index k (ranks >= 1).
