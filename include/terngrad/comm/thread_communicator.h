@@ -9,8 +9,13 @@
 //     every rank copies the scratch into its buffer. So every rank gets the same bits, whatever the thread
 //     timing, and the sum's order is that of a plain loop over ranks. Reductions (src/comm/reduce_into.h):
 //     f32/i8/i32 sum and max, f16 and bf16 sum (fp32 add, rounded to the 16-bit type after each combination).
-//   allgather: every rank copies every rank's send block into its own recv; broadcast: every rank copies the
-//     root's buffer; barrier: the entry barrier alone.
+//   reduce_scatter: rank k reduces block k of every rank's send buffer over the ranks in rank order, exactly as
+//     allreduce adds (so reduce_scatter followed by allgather gives allreduce's bits), through a 64 KiB chunk
+//     of its own into its recv (in place allowed), then waits until the others have read its send buffer.
+//   allgather: every rank copies every rank's send block into its own recv (in place: its own block stays);
+//     broadcast: every rank copies the root's buffer; barrier: the entry barrier alone.
+//   split(color, key): the last rank to arrive builds the new groups (one per color >= 0, ranked by (key,
+//     rank)); each rank takes its communicator of its new group.
 // The scratch grows to the largest all-reduce's size (allocated by the last rank to arrive, under the lock):
 // no allocation in steady state. Waiting spins for a few microseconds (a collective whose peers are already
 // there costs no sleep) and then blocks on a condition variable, so waiting never holds a core for long.
