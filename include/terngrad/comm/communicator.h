@@ -1,22 +1,30 @@
-// Communicator: the collectives data-parallel ranks use (all-reduce, all-gather, broadcast, barrier) and the
-// byte counters every call adds to. A rank is one device's part of the exchange. Implementations:
-// MpiCommunicator (mpi_communicator.h: one rank per process, host memory), ThreadCommunicator
-// (thread_communicator.h: several ranks inside one process, one thread each, host memory) and NcclCommunicator
-// (nccl_communicator.h, CUDA builds: one rank per GPU, device memory, stream-ordered). Buffers are raw pointers
-// plus the Device they live on (or Tensors); an implementation refuses devices it cannot reach with an error
-// naming both, and all-reduce types it cannot reduce with an error listing those it can (supports()).
+// Communicator: the collectives data-parallel ranks use (all-reduce, reduce-scatter, all-gather, broadcast,
+// barrier), sub-groups (split) and the byte counters every call adds to. A rank is one device's part of the
+// exchange. Implementations: MpiCommunicator (mpi_communicator.h: one rank per process, host memory),
+// ThreadCommunicator (thread_communicator.h: several ranks inside one process, one thread each, host memory),
+// NcclCommunicator (nccl_communicator.h, CUDA builds: one rank per GPU, device memory, stream-ordered) and
+// CompositeCommunicator (composite_communicator.h: P processes x R threads as one group of P*R ranks). Buffers
+// are raw pointers plus the Device they live on (or Tensors); an implementation refuses devices it cannot reach
+// with an error naming both, and reduction types it cannot reduce with an error listing those it can
+// (supports()).
+//
+// In place: reduce_scatter may take recv == send + rank() * count elements, allgather send == recv + rank() *
+// send_bytes (MPI's and NCCL's in-place forms); any other overlap of send and recv is refused.
 //
 // Byte accounting, per call and per rank (N = size(), n = payload bytes of this rank):
-//   allreduce: payload n, moved 2(N-1)/N * n   (ring all-reduce: reduce-scatter + all-gather)
-//   allgather: payload n (the send block), moved (N-1) * n   (every other rank's block arrives)
-//   broadcast: payload n, moved n on every rank when N > 1   (pipelined ring)
-//   barrier:   nothing.
+//   allreduce:      payload n, moved 2(N-1)/N * n   (ring all-reduce: reduce-scatter + all-gather)
+//   reduce_scatter: payload n = N * count * element size (the whole send buffer), moved (N-1)/N * n
+//                   (the ring's reduce-scatter half: every other rank's part of this rank's block arrives)
+//   allgather:      payload n (the send block), moved (N-1) * n   (every other rank's block arrives)
+//   broadcast:      payload n, moved n on every rank when N > 1   (pipelined ring)
+//   barrier, split: nothing (split is set-up, not step traffic).
 // These are the algorithm's costs, the same for every implementation, so runs compare across transports.
 // The public methods are non-virtual: they check arguments, count bytes and call the *_impl.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "terngrad/core/device.h"
@@ -62,11 +70,25 @@ class Communicator {
   // (BF16 Sum: ThreadCommunicator, NcclCommunicator). supports() says which.
   void allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device = Device::cpu());
   void allreduce(const Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op, t.device()); }
-  // recv (size() * send_bytes) = every rank's send block in rank order.
+  // recv (count elements) = the element-wise reduction over all ranks of block rank() of send (size() * count
+  // elements, rank-major: block k is elements [k * count, (k + 1) * count)). recv may be send + rank() * count
+  // elements (in place). The same dtype/op combinations as allreduce (supports()); each implementation documents
+  // its summation order (ThreadCommunicator: rank order, as its allreduce).
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                      Device device = Device::cpu());
+  // recv (size() * send_bytes) = every rank's send block in rank order. send may be recv + rank() * send_bytes
+  // (in place).
   void allgather(const void* send, void* recv, size_t send_bytes, Device device = Device::cpu());
   // buffer on every rank becomes root's buffer.
   void broadcast(void* buffer, size_t bytes, int root, Device device = Device::cpu());
   void barrier();
+
+  // Collective over all ranks of this communicator: the ranks passing the same color >= 0 form one new
+  // communicator, ranked by (key, rank in this one); a rank passing color < 0 joins none and gets nullptr. The
+  // new communicator is independent of this one: its own byte counters, and it may be driven by another thread
+  // than this one (one thread at a time per communicator, as always). Implementations say how their splits
+  // relate to the parent (e.g. whether an abort reaches them).
+  std::unique_ptr<Communicator> split(int color, int key);
 
   // Whether allreduce accepts dtype/op here. The default is reduce_supported() (the set above).
   virtual bool supports(DType dtype, ReduceOp op) const { return reduce_supported(dtype, op); }
@@ -78,12 +100,16 @@ class Communicator {
   // The byte model of the file comment, exposed for reports and tests.
   static uint64_t allreduce_moved_bytes(uint64_t payload, int size);
   static uint64_t allgather_moved_bytes(uint64_t payload, int size);
+  static uint64_t reduce_scatter_moved_bytes(uint64_t payload, int size);  // payload: the whole send buffer
 
  protected:
   virtual void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) = 0;
+  virtual void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                   Device device) = 0;
   virtual void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) = 0;
   virtual void broadcast_impl(void* buffer, size_t bytes, int root, Device device) = 0;
   virtual void barrier_impl() = 0;
+  virtual std::unique_ptr<Communicator> split_impl(int color, int key) = 0;
 
  private:
   CommStats stats_;

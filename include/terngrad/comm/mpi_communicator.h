@@ -12,11 +12,27 @@
 // ran one after the other (see the .cc). Reductions: f32/i32/i8 sum and max (integer sums wrap), f16 sum
 // added in fp32 and rounded to fp16 after each pairwise combination (ring and MPI user op alike, through
 // src/comm/reduce_into.h); every rank ends with the same bits; bf16 is refused (supports()).
+// Reduce-scatter: payloads (size() * count elements) of >= 256 KiB run the ring's reduce-scatter half, the same
+// code as the all-reduce's, so reduce_scatter followed by allgather gives the large all-reduce's bits: block b is
+// reduced along the ring starting at rank b + 1, ((x[b+1] + x[b+2]) + ...) + x[b] (indices mod N), each step
+// adding the received partial sum to the local block. Smaller ones go through MPI_Ireduce_scatter_block (Open
+// MPI's order). In-place forms (reduce_scatter recv = send + rank * count, allgather send = recv + rank * bytes)
+// are MPI_IN_PLACE or a copy where MPI has no matching form.
 // Broadcast: MPI_Ibcast; barrier: MPI_Ibarrier. Every MPI return code is checked
 // with TG_MPI_CHECK (the call, its error string, file and line). The ring's scratch (4 segments, allocated
 // on first use) and request arrays belong to the communicator: no allocation per call in steady state.
 // MpiEnvironment initialises MPI once per process (and finalises it if it did the initialising);
 // NcclCommunicator::create_across_processes bootstraps a GPU group through an MpiCommunicator.
+//
+// Threads: different MpiCommunicators (e.g. the splits of one replica thread each) may be driven by different
+// threads at once; one communicator by one thread at a time. MpiEnvironment asks for MPI_THREAD_MULTIPLE; when
+// the library provides only MPI_THREAD_SERIALIZED (or TG_MPI_THREAD_LEVEL=serialized asks for it), every MPI
+// call of this file holds one process-wide lock, which is cheap because the collectives are non-blocking and
+// waited for by polling (the lock is held for one MPI_Test, not for the wait). Creating communicators
+// (construction, split, split_shared_memory) is blocking and collective: under the lock, the processes must
+// create them from one thread at a time and in the same order (which the set-up code does anyway).
+//
+// split(color, key): MPI_Comm_split (MPI_UNDEFINED for color < 0); the new communicator has its own ring state.
 #pragma once
 
 #include <memory>
@@ -35,7 +51,8 @@ bool launched_by_mpi();
 
 class MpiEnvironment {
  public:
-  // Initialises MPI (MPI_THREAD_SERIALIZED) unless it already is; finalises in the destructor if it did.
+  // Initialises MPI (MPI_THREAD_MULTIPLE, or MPI_THREAD_SERIALIZED when TG_MPI_THREAD_LEVEL=serialized) unless
+  // it already is; finalises in the destructor if it did. At least MPI_THREAD_SERIALIZED is required.
   MpiEnvironment();
   ~MpiEnvironment();
   MpiEnvironment(const MpiEnvironment&) = delete;
@@ -45,6 +62,9 @@ class MpiEnvironment {
   // Ends every process of the job with `code` (MPI_Abort): what a failing process does so that the others,
   // waiting in a collective, do not wait forever.
   [[noreturn]] static void abort_all(int code);
+  // Whether MPI calls of different threads run concurrently (MPI_THREAD_MULTIPLE provided) rather than one at
+  // a time under the process-wide lock. MPI must be initialised.
+  static bool thread_multiple();
 
  private:
   bool owns_ = false;
@@ -56,18 +76,28 @@ class MpiCommunicator final : public Communicator {
   // MPI must be initialised (MpiEnvironment).
   MpiCommunicator();
   ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override;
 
+  // Collective: the processes of this communicator that share this one's host memory (MPI_Comm_split_type
+  // MPI_COMM_TYPE_SHARED), ranked as here: the processes of one host.
+  std::unique_ptr<MpiCommunicator> split_shared_memory();
+
  protected:
   void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
+  void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                           Device device) override;
   void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
   void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
   void barrier_impl() override;
+  std::unique_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
   struct Impl;
+  explicit MpiCommunicator(std::unique_ptr<Impl> impl);  // wraps a communicator made by a split
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;
   int size_ = 1;

@@ -9,20 +9,26 @@
 // GPU at local index i of process p is global rank p*L + i. Every process must bring the same number of GPUs
 // (checked: every process gets the same error otherwise), and no GPU may appear twice in a group.
 //
-// Collectives: allreduce f32 sum/max, i8 sum/max, i32 sum/max, f16 sum, bf16 sum (NCCL's reduction order, a
-// ring or a tree: every rank gets the same bits, but the sum's order is not a plain loop over ranks, and an
-// fp16/bf16 sum is NCCL's); allgather and broadcast of bytes; barrier. Each is enqueued on the CUDA stream given
-// at construction (a cudaStream_t passed as void*, owned by the caller, e.g. the CUDA backend; nullptr = the
-// legacy default stream) and is *stream-ordered*: the call returns once the work is queued; later work on that
-// stream sees the result, and the host sees it after synchronize(). barrier() is the exception: it waits for
-// the stream (a one-element all-reduce), so every rank has reached it when it returns. The byte counters follow
-// the Communicator's model (the base class counts).
+// Collectives: allreduce and reduce_scatter (ncclReduceScatter) f32 sum/max, i8 sum/max, i32 sum/max, f16 sum,
+// bf16 sum (NCCL's reduction order, a ring or a tree: every rank gets the same bits, but the sum's order is not
+// a plain loop over ranks, and an fp16/bf16 sum is NCCL's); allgather and broadcast of bytes; barrier. In-place
+// forms are NCCL's (reduce-scatter recv = send + rank * count, all-gather send = recv + rank * bytes). Each is enqueued
+// on the CUDA stream given at construction (a cudaStream_t passed as void*, owned by the caller, e.g. the CUDA backend;
+// nullptr = the legacy default stream) and is *stream-ordered*: the call returns once the work is queued; later work on
+// that stream sees the result, and the host sees it after synchronize(). barrier() is the exception: it waits for the
+// stream (a one-element all-reduce), so every rank has reached it when it returns. The byte counters follow the
+// Communicator's model (the base class counts).
 //
 // Threads: a communicator is driven by one thread at a time, and the communicators of one process's GPUs by
 // different threads (one per GPU, as the trainer's device threads are): NCCL documents that one thread issuing
 // a collective on two of them in turn may wait forever on the first (its group calls are not exposed here).
 // NCCL init failures on one process can leave the others waiting in NCCL's bootstrap; under mpirun the job
 // ends when the failing process exits with its error.
+//
+// Sub-groups: split(color, key) is ncclCommSplit (collective over this communicator's ranks; NCCL_SPLIT_NOCOLOR
+// for color < 0); the new communicator uses the parent's GPU and stream. With several GPUs in one thread use
+// split_nccl_communicators, which splits them inside one NCCL group call. An abort of the parent does not reach
+// its splits (NCCL communicators are independent); abort each (ReplicaGroups::abort does).
 //
 // Errors: every NCCL and CUDA failure becomes a tg::Error naming the call, the communicator ("nccl (rank 3 of
 // 16, cuda:3)"), ncclGetErrorString and ncclGetLastError. synchronize() and barrier() wait by polling the
@@ -66,11 +72,17 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
+  void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                           Device device) override;
   void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
   void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
   void barrier_impl() override;
+  std::unique_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
+  friend std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(
+      const std::vector<NcclCommunicator*>& parents, const std::vector<int>& colors, const std::vector<int>& keys);
+
   void check_device(Device device) const;  // throws unless device is this communicator's GPU
   void check_usable() const;               // throws after abort() or an error
   // Turns a failed NCCL result of `what` into a tg::Error (and marks the communicator failed).
@@ -98,5 +110,12 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std
 // id) throws on all of them rather than leaving the others waiting.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_processes(
     Communicator& host, const std::vector<int>& devices, const std::vector<void*>& streams);
+
+// Splits several communicators of one process (e.g. one per GPU, driven by this one thread) in one NCCL group
+// call: result k is parents[k]'s new communicator for colors[k]/keys[k] (nullptr for a color < 0). Collective
+// over the parents' group: every process calls it for all its GPUs.
+std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(const std::vector<NcclCommunicator*>& parents,
+                                                                        const std::vector<int>& colors,
+                                                                        const std::vector<int>& keys);
 
 }  // namespace tg

@@ -9,8 +9,13 @@
 //     every rank copies the scratch into its buffer. So every rank gets the same bits, whatever the thread
 //     timing, and the sum's order is that of a plain loop over ranks. Reductions (src/comm/reduce_into.h):
 //     f32/i8/i32 sum and max, f16 and bf16 sum (fp32 add, rounded to the 16-bit type after each combination).
-//   allgather: every rank copies every rank's send block into its own recv; broadcast: every rank copies the
-//     root's buffer; barrier: the entry barrier alone.
+//   reduce_scatter: rank k reduces block k of every rank's send buffer over the ranks in rank order, exactly as
+//     allreduce adds (so reduce_scatter followed by allgather gives allreduce's bits), through a 64 KiB chunk
+//     of its own into its recv (in place allowed), then waits until the others have read its send buffer.
+//   allgather: every rank copies every rank's send block into its own recv (in place: its own block stays);
+//     broadcast: every rank copies the root's buffer; barrier: the entry barrier alone.
+//   split(color, key): the last rank to arrive builds the new groups (one per color >= 0, ranked by (key,
+//     rank)); each rank takes its communicator of its new group.
 // The scratch grows to the largest all-reduce's size (allocated by the last rank to arrive, under the lock):
 // no allocation in steady state. Waiting spins for a few microseconds (a collective whose peers are already
 // there costs no sleep) and then blocks on a condition variable, so waiting never holds a core for long.
@@ -20,7 +25,9 @@
 // failed) or the destruction of a rank's communicator fails the group: ranks waiting in a collective, and any
 // later call, throw tg::Error naming the aborting rank and why, instead of waiting forever. Once every rank has
 // entered a collective it completes on all of them (the copies between barriers touch other ranks' buffers, so
-// no rank may leave early), and only later calls fail.
+// no rank may leave early), and only later calls fail. An abort reaches the groups split from this one (and
+// theirs): a failed replica thread aborting its world group frees replicas waiting in a sub-group too. The
+// destruction of a rank's communicator fails its own group only (a parent may go away before its splits).
 #pragma once
 
 #include <memory>
@@ -51,14 +58,18 @@ class ThreadCommunicator final : public Communicator {
 
  protected:
   void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
+  void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                           Device device) override;
   void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
   void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
   void barrier_impl() override;
+  std::unique_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
   std::shared_ptr<Group> group_;
   int rank_ = 0;
   int size_ = 1;
+  std::unique_ptr<uint8_t[]> chunk_;  // reduce_scatter's partial sums (allocated on first use)
 };
 
 // The `ranks` communicators of one in-process group, rank k at index k (ranks >= 1).

@@ -1,0 +1,74 @@
+// ReplicaGroups: the communicators of this process's replicas, built from a Topology (topology.h): for replica r
+// of this process (rank = process * R + r),
+//   world: all ranks;
+//   local: the ranks of the replica's node, ranked by local rank;
+//   cross: the ranks with the same local rank on every node, ranked by node (one ring per local index).
+// A group of one rank is nullptr (no communicator needed). Every communicator is its own object with its own
+// byte counters (world and local are distinct even when they hold the same ranks), may be driven by another
+// thread than the replica's others, and is driven by one thread at a time.
+//
+// CPU layouts (connect_cpu_replicas, host memory):
+//   1 process x R replicas: world and local are thread groups (ThreadCommunicator); no cross.
+//   P processes x 1 replica: world is an MPI dup of `processes`, local and cross MPI splits (by node / by local
+//     rank).
+//   P processes x R replicas: world is a CompositeCommunicator (a thread group + one MPI dup per replica);
+//     local a thread group when a node is one process, else a composite over the node's processes (a thread
+//     group + one MPI split per replica); cross one MPI split per replica (the processes at the same index of
+//     every node).
+// GPU layouts (connect_gpu_replicas, CUDA builds): world is NCCL over all GPUs (make_nccl_communicators, or
+// make_nccl_communicators_across_processes when there are several processes); local and cross are ncclCommSplit
+// of it, all GPUs of this process in one NCCL group call.
+// Both are collective over `processes` (every process calls them, from one thread, in the same order).
+// abort(why): a failed replica thread fails every in-process group (thread groups, the composites' inner groups,
+// NCCL communicators), so no replica of this process waits forever; MPI communicators have no abort of their own
+// (a failing process ends the job: MpiEnvironment::abort_all).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/comm/communicator.h"
+#include "terngrad/comm/topology.h"
+
+namespace tg {
+
+struct ReplicaComms {
+  Communicator* world = nullptr;
+  Communicator* local = nullptr;
+  Communicator* cross = nullptr;
+};
+
+class ReplicaGroups {
+ public:
+  ReplicaGroups() = default;
+  ReplicaGroups(const ReplicaGroups&) = delete;
+  ReplicaGroups& operator=(const ReplicaGroups&) = delete;
+
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  const ReplicaComms& replica(int r) const;
+  // Fails every in-process group (see the file comment); any thread may call it, any number of times.
+  void abort(const std::string& why);
+
+  // Building (connect_*_replicas): set the replicas' communicators, hand over the objects and how to abort them.
+  void set_replicas(std::vector<ReplicaComms> replicas) { replicas_ = std::move(replicas); }
+  Communicator* own(std::unique_ptr<Communicator> c);  // returns c.get()
+  void add_abort(std::function<void(const std::string&)> abort) { aborts_.push_back(std::move(abort)); }
+
+ private:
+  std::vector<ReplicaComms> replicas_;
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  std::vector<std::function<void(const std::string&)>> aborts_;
+};
+
+// processes: the job's process communicator (nullptr: one process), as given to Topology::build.
+std::unique_ptr<ReplicaGroups> connect_cpu_replicas(const Topology& t, Communicator* processes);
+
+#if TG_HAVE_CUDA
+// devices[r], streams[r]: replica r's GPU and the stream its collectives are queued on.
+std::unique_ptr<ReplicaGroups> connect_gpu_replicas(const Topology& t, Communicator* processes,
+                                                    const std::vector<int>& devices, const std::vector<void*>& streams);
+#endif
+
+}  // namespace tg
