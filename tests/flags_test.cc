@@ -9,7 +9,7 @@
 
 #include "common/error_of.h"
 #include "src/apps/app_cli.h"
-#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/core/enum_names.h"
 #include "terngrad/core/flag_table.h"
 #include "terngrad/data/dataset_info.h"

@@ -2,7 +2,7 @@
 // plain reference built from the per-element ternary definition (exact: the same codes), for both exchange
 // modes, fp16/fp32 remainders, several targets, any bucketing; byte model; non-finite scalers; the
 // communication thread's FIFO. Across processes (MPI, overlap): tests/mpi_communicator_test.cc.
-#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/exchange/gradient_exchange.h"
 
 #include <gtest/gtest.h>
 
@@ -146,7 +146,7 @@ void check_exchange(int N, ExchangeMode mode) {
   // Bytes per worker (byte model over N ranks): scalers (2 floats) all-reduced, codes gathered or summed as
   // int8, fp32 remainder all-reduced.
   const uint64_t packed = pol.packed_bytes(), f32 = 4 * pol.f32_elements();
-  const bool gather = ex.mode() == ExchangeMode::kAllgather2;
+  const bool gather = resolve_exchange_mode(mode, N) == ExchangeMode::kAllgather2;
   EXPECT_EQ(st.payload_bytes, 8 + f32 + (gather ? packed : 4 * packed));
   EXPECT_EQ(st.moved_bytes, Communicator::allreduce_moved_bytes(8, N) + Communicator::allreduce_moved_bytes(f32, N) +
                                 (gather ? Communicator::allgather_moved_bytes(packed, N)

@@ -26,7 +26,7 @@
 
 #include "common/mpi_launch.h"
 #include "terngrad/backend/backend.h"
-#include "terngrad/comm/gradient_exchange.h"
+#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/error.h"
 

@@ -14,6 +14,17 @@
 # From the launcher: CONFIG DEVICE NUM_GPUS VAL_BATCH_SIZE EVAL_INTERVAL_SECS [NUM_NODES] [FOLDER_WITH_GPUS=1].
 # From the environment: BUILD_DIR ROOT_WORKSPACE DATA_DIR RESTORE_AVG_VAR(true) EVAL_SUBSET(the dataset's)
 # DRY_RUN, and the variables of TG_OVERRIDES.
+# Several machines (NVIDIA's scripts start them with one mpiexec the same way): HOSTS=a:8,b:8 (host:slots) or
+# HOSTFILE=FILE (Open MPI's hostfile) makes the training one `mpirun -np <slots> -H ...` of one process per slot,
+# each with GPUS_PER_PROCESS GPUs (1; a process takes the GPUs after those of the processes before it on its
+# host) and one worker per GPU; the processes of one host form a node (--ranks_per_node RANKS_PER_NODE to set it),
+# so `--exchange auto` is hierarchical with TernGrad. MPIRUN (mpirun) and MPI_ARGS (extra mpirun arguments) are
+# passed through; the evaluation runs on this machine.
+# Pinning (default; PIN=0 leaves placement to the OS): every process is bound to its own cores and its compute
+# team to them (OMP_PROC_BIND=close, OMP_PLACES=cores; not with CPU_REPLICAS > 1, whose teams would share them):
+# mpirun --bind-to core --map-by slot:PE=<threads> on the CPU (THREADS per process: the cores divided among the
+# host's slots), --bind-to socket with GPUs; a single CPU process keeps its team on its cores. Unpinned, the ranks of one host and their threads migrate between
+# cores and compute slower (bench/README.md, "Placement").
 
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -49,6 +60,74 @@ resolved() {
   echo "$value"
 }
 
+# Slots of HOSTS (a:8,b:8 -> 16) or of HOSTFILE ("host slots=8" lines), and the slots of one host.
+host_slots() {
+  if [[ -n ${HOSTS:-} ]]; then
+    local total=0 per="" entry n
+    for entry in ${HOSTS//,/ }; do
+      [[ $entry =~ ^[A-Za-z0-9._-]+:([1-9][0-9]*)$ ]] || tg_die "HOSTS=$HOSTS: '$entry' is not host:slots (e.g. a:8,b:8)"
+      n=${BASH_REMATCH[1]}
+      [[ -z $per || $per == "$n" ]] || tg_die "HOSTS=$HOSTS: every host must have the same number of slots"
+      per=$n
+      total=$((total + n))
+    done
+    echo "$total $per"
+  else
+    [[ -f $HOSTFILE ]] || tg_die "HOSTFILE=$HOSTFILE: no such file"
+    awk '/^[ \t]*(#|$)/ { next }
+         { s = 1; for (i = 2; i <= NF; ++i) if ($i ~ /^slots=/) s = substr($i, 7) + 0
+           if (per != "" && s != per) bad = 1; per = s; total += s }
+         END { if (bad || total == 0) exit 1; print total, per }' "$HOSTFILE" ||
+      tg_die "HOSTFILE=$HOSTFILE: no host, or hosts with different slots"
+  fi
+}
+
+# LAUNCHER_ARRAY TRAIN_ARGS_ARRAY: the mpirun prefix for HOSTS/HOSTFILE and the flags it implies (NUM_GPUS and
+# NUM_NODES become GPUS_PER_PROCESS: one worker per GPU of each process), or, for one process, the pinning of its
+# compute team.
+multi_host_launcher() {
+  local -n launch=$1 args=$2
+  local pin=${PIN:-1}
+  # One compute team per process: its threads bound one per core (several CPU replicas' teams would share them).
+  local team_binding=0
+  [[ $pin == 1 && ${CPU_REPLICAS:-1} == 1 ]] && team_binding=1
+  if [[ -z ${HOSTS:-} && -z ${HOSTFILE:-} ]]; then
+    if [[ $team_binding == 1 ]]; then
+      launch=(env OMP_PROC_BIND=close OMP_PLACES=cores)
+    fi
+    return 0
+  fi
+  local slots total per gpus=${GPUS_PER_PROCESS:-1}
+  slots=$(host_slots)
+  total=${slots% *}
+  per=${slots#* }
+  [[ $gpus =~ ^[1-9][0-9]*$ ]] || tg_die "GPUS_PER_PROCESS=$gpus must be a positive integer"
+  launch=("${MPIRUN:-mpirun}" -np "$total")
+  if [[ -n ${HOSTS:-} ]]; then launch+=(-H "$HOSTS"); else launch+=(--hostfile "$HOSTFILE"); fi
+  if [[ $DEVICE == cpu ]]; then
+    local threads=${THREADS:-$(($(nproc) / per))}
+    ((threads >= 1)) || threads=1
+    [[ $pin == 1 ]] && launch+=(--bind-to core --map-by "slot:PE=$threads")
+    args+=(--threads "$threads")
+  else
+    [[ $pin == 1 ]] && launch+=(--bind-to socket --map-by slot)
+    launch+=(-x CUDA_MODULE_LOADING=EAGER)
+  fi
+  NUM_GPUS=$gpus
+  # shellcheck disable=SC2034  # NUM_NODES is read through TG_OVERRIDES (${!var})
+  NUM_NODES=$gpus
+  if [[ $DEVICE == cpu ]]; then
+    # shellcheck disable=SC2034  # read through TG_OVERRIDES
+    NUM_NODES=${CPU_REPLICAS:-1}
+    [[ -n ${CPU_REPLICAS:-} ]] && args+=(--cpu_replicas "$CPU_REPLICAS")
+  fi
+  [[ $team_binding == 1 ]] && launch+=(-x OMP_PROC_BIND=close -x OMP_PLACES=cores)
+  [[ -n ${RANKS_PER_NODE:-} ]] && args+=(--ranks_per_node "$RANKS_PER_NODE")
+  local extra=()
+  read -r -a extra <<< "${MPI_ARGS:-}"
+  launch+=("${extra[@]}")
+}
+
 stop_training() {  # EXIT_STATUS: asks the training to stop (checkpoint, exit), waits for it, exits
   kill -TERM "$TRAIN_PID" 2> /dev/null || true
   wait "$TRAIN_PID" 2> /dev/null || true
@@ -63,6 +142,8 @@ launch_training() {
   TRAIN_BIN=$(tg_binary terngrad-train)
   EVAL_BIN=$(tg_binary terngrad-eval)
 
+  local launcher=() launch_args=()
+  multi_host_launcher launcher launch_args
   local dataset folder="" field
   dataset=$(resolved DATASET_NAME dataset)
   for field in DATASET_NAME:dataset NET:net IMAGE_SIZE:image_size OPTIMIZER:optimizer GRAD_BITS:grad_bits \
@@ -90,14 +171,14 @@ launch_training() {
     if [[ -n ${!var:-} ]]; then train_args+=("--${pair#*:}=${!var}"); fi
   done
   train_args+=(--train_dir "$train_dir" --data_dir "$DATA_DIR" --device "$DEVICE" --num_gpus "$NUM_GPUS"
-    --metrics_jsonl "$info_dir/training_${folder}_metrics.jsonl")
+    --metrics_jsonl "$info_dir/training_${folder}_metrics.jsonl" "${launch_args[@]}")
 
   if [[ ${DRY_RUN:-0} == 1 ]]; then
     echo "train_dir: $train_dir"
     echo "eval_dir: $eval_dir"
     echo "logs: $train_log $eval_log"
     echo "eval: $(printf '%q ' "$EVAL_BIN" "${eval_args[@]}")"
-    echo "train: $(printf '%q ' "$TRAIN_BIN" "${train_args[@]}")"
+    echo "train: $(printf '%q ' "${launcher[@]}" "$TRAIN_BIN" "${train_args[@]}")"
     return 0
   fi
 
@@ -107,7 +188,7 @@ launch_training() {
   EVAL_PID=$!
   # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
   trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
-  "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
+  "${launcher[@]}" "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
   TRAIN_PID=$!
   trap 'stop_training 130' INT
   trap 'stop_training 143' TERM

@@ -61,6 +61,8 @@ std::string write_checkpoint(const std::string& path, CheckpointMeta meta, const
   h.set_num_classes(meta.num_classes);
   h.set_step(meta.step);
   h.set_data_cursor(meta.data_cursor);
+  h.set_rank_files(meta.rank_files);
+  h.set_topology(meta.topology);
   for (const auto& [k, v] : meta.flags) (*h.mutable_flags())[k] = v;
   uint64_t offset = 0;
   uint32_t param_crc = 0;
@@ -141,6 +143,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   meta_.num_classes = h.num_classes();
   meta_.step = h.step();
   meta_.data_cursor = h.data_cursor();
+  meta_.rank_files = h.rank_files();
+  meta_.topology = h.topology();
   meta_.parameter_digest = h.parameter_digest();
   for (const auto& [k, v] : h.flags()) meta_.flags[k] = v;
   // Every size the header declares is checked against the file before anything is allocated from it.
@@ -243,6 +247,25 @@ std::optional<std::string> latest_checkpoint(const std::string& train_dir) {
     }
   }
   return std::nullopt;
+}
+
+std::string checkpoint_rank_path(const std::string& train_dir, int64_t step, int rank) {
+  return fmt::format("{}.rank-{}", checkpoint_path(train_dir, step), rank);
+}
+
+std::vector<std::string> orphan_rank_files(const std::string& train_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(train_dir, ec)) return out;
+  static const std::regex re("^model\\.ckpt-([0-9]+)\\.rank-[0-9]+$");
+  for (fs::directory_iterator it(train_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::smatch m;
+    const std::string name = it->path().filename().string();
+    if (std::regex_match(name, m, re) && !fs::exists(checkpoint_path(train_dir, std::stoll(m[1].str()))))
+      out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::vector<int64_t> list_checkpoint_steps(const std::string& train_dir) {

@@ -14,10 +14,10 @@ namespace tg {
 namespace fs = std::filesystem;
 
 bool is_checkpoint_temporary(const std::string& name, long* pid) {
-  static const std::regex re("^(model\\.ckpt-[0-9]+|checkpoint)\\.tmp-([0-9]{1,9})$");
+  static const std::regex re("^(model\\.ckpt-[0-9]+(\\.rank-[0-9]+)?|checkpoint)\\.tmp-([0-9]{1,9})$");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return false;
-  *pid = std::stol(m[2].str());
+  *pid = std::stol(m[3].str());
   return true;
 }
 

@@ -32,10 +32,9 @@ void TrainConfig::validate(int num_processes) const {
            "--num_nodes {} is not a multiple of the {} replicas (--num_gpus / --cpu_replicas): every device runs "
            "the same number of workers",
            workers_per_process(), replicas);
-  TG_CHECK(cpu_replicas == 1 || num_processes == 1,
-           "--cpu_replicas {} with {} processes: CPU replicas meet in one process only; run one process per "
-           "replica (mpirun -np {} ... --cpu_replicas 1) instead",
-           cpu_replicas, num_processes, cpu_replicas * num_processes);
+  TG_CHECK(!reset_rank_state || allow_topology_change,
+           "--reset_rank_state drops per-rank state when a run resumes on another topology: it needs "
+           "--allow_topology_change");
   const int64_t workers = static_cast<int64_t>(workers_per_process()) * num_processes;
   TG_CHECK(batch_size % workers == 0,
            "--batch_size {} is not divisible by the {} workers (--num_nodes x processes): it is the total batch, "

@@ -52,8 +52,12 @@ std::vector<Flag<TrainConfig>> make_table() {
        {{"fp16", "fp16"}}},
       {"cpu_replicas", &C::cpu_replicas,
        "`--device cpu`: model replicas in this process, each on its own thread with `--threads` / replicas "
-       "threads (e.g. one per socket); `--num_nodes` must be a multiple; one process only",
+       "threads (e.g. one per socket); `--num_nodes` must be a multiple",
        at_least(1).max(kMaxWorkers)},
+      {"ranks_per_node", &C::ranks_per_node,
+       "ranks (replicas: GPUs or CPU replicas) per node, whole processes; 0: the processes of one host form a node "
+       "(MPI's shared-memory split). Set it to emulate nodes on one machine",
+       at_least(0).max(kMaxWorkers).note("0: one node per host")},
       {"num_processes", &C::num_processes, "MPI processes training together (set by the trainer)", no_check(),
        kFlagInternal | kFlagResume},
       {"net", &C::net, "the network (cifar10_alexnet: the reference's name of cifarnet)", known_network()},
@@ -102,6 +106,14 @@ std::vector<Flag<TrainConfig>> make_table() {
        "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
        "(per element, per rank; checkpointed per rank)",
        no_check(), kFlagSwitch | kFlagResume},
+      {"allow_topology_change", &C::allow_topology_change,
+       "resume a checkpoint written by another number of workers or processes (a node lost or added): the "
+       "replicated state is restored, the data cursor re-derived; per-rank state is refused unless "
+       "`--reset_rank_state`",
+       no_check(), kFlagSwitch | kFlagNotSaved},
+      {"reset_rank_state", &C::reset_rank_state,
+       "with `--allow_topology_change`: drop the checkpoint's per-rank state (error-feedback residuals start at 0)",
+       no_check(), kFlagSwitch | kFlagNotSaved},
       {"local_bits", &C::local_bits, "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in "
        "fp32 (32) or fp16 (16)", one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
       {"overlap", &C::overlap,

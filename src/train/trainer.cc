@@ -1,91 +1,21 @@
-// Trainer: replicas, workers, the step loop, logging, metrics and checkpoints.
-#include "terngrad/train/trainer.h"
-
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstring>
-#include <filesystem>
-#include <map>
-#include <thread>
-
-#include "terngrad/backend/backend.h"
-#include "terngrad/comm/communicator.h"
-#include "terngrad/comm/gradient_exchange.h"
-#include "terngrad/comm/thread_communicator.h"
-#if TG_HAVE_CUDA
-#include "terngrad/comm/nccl_communicator.h"
-#endif
-#include "terngrad/core/phase_times.h"
-#include "terngrad/core/timeline.h"
-#include "terngrad/data/crc32c.h"
-#include "terngrad/data/input_pipeline.h"
-#include "terngrad/models/registry.h"
-#include "terngrad/optim/lr_schedule.h"
-#include "terngrad/optim/moving_average.h"
-#include "terngrad/optim/optimizer.h"
-#include "terngrad/train/batch_source.h"
-#include "terngrad/train/checkpoint.h"
-#include "terngrad/train/event_writer.h"
-#include "terngrad/train/loss_scaler.h"
-#include "terngrad/train/metrics.h"
-#include "terngrad/train/replica_threads.h"
-#include "terngrad/train/stale_files.h"
-#include "terngrad/train/throughput_meter.h"
-#include "terngrad/train/train_flags.h"
+// Trainer: building the replicas, their workers, groups and exchanges; one training step.
+#include "src/train/trainer_impl.h"
 
 namespace tg {
 
-namespace fs = std::filesystem;
-
 namespace {
-// One device's model copy and everything that runs on it: its workers (virtual nodes) compute one after
-// another on the replica's thread, and its exchange meets the other replicas (of this and other processes)
-// through the replicas' communicator.
-struct Replica {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<ParameterStore> store;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<ExponentialMovingAverage> ema;
-  std::vector<int> workers;                    // indices into Impl::workers
-  Communicator* group = nullptr;               // over every replica of every process; nullptr when alone
-  std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
-  bool overlap = false;                        // its exchange runs inside the last worker's backward
-  PhaseTimes times;                            // of the last step
-  ExchangeStats stats;                         // of the last step
-  Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
-  bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
-};
-
-struct Worker {
-  int replica = 0;
-  int global_index = 0;  // (process * replicas + replica) * workers per replica + index in the replica
-  std::unique_ptr<Net> net;
-  std::vector<Tensor> grad_views;  // views of its gradient slab (on its device) for the exchange, in parameter order
-  int track = -1;                  // its timeline track
-  double forward_backward = 0;     // seconds in the last step, exchange work inside backward excluded
-};
-
-// The replica's slab that a checkpoint part holds.
-Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
-  switch (part) {
-    case CheckpointLayout::kParams:
-      return r.store->params();
-    case CheckpointLayout::kState:
-      return r.store->state();
-    case CheckpointLayout::kEma:
-      return r.ema->shadow();
-    case CheckpointLayout::kSlots:
-      return r.optimizer->slots();
-  }
-  TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
+// This process's index among the processes of its host, from the MPI launcher's environment (Open MPI, MPICH /
+// Intel MPI, MVAPICH, Slurm); 0 when not launched by one.
+int host_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
+  return 0;
 }
 
-using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
+// --threads over --cpu_replicas: each CPU replica's team gets an equal share of the cores (at least one).
+int cpu_threads_per_replica(int threads, int replicas) {
+  const int all = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, all / replicas);
 }
 
 // Hands the exchange, layer by layer, the gradients the last worker's backward has finished (--overlap), and
@@ -104,110 +34,7 @@ class ExchangeFeeder final : public GradientListener {
  private:
   GradientExchange& exchange_;
 };
-
-// --threads over --cpu_replicas: each CPU replica's team gets an equal share of the cores (at least one).
-int cpu_threads_per_replica(int threads, int replicas) {
-  const int all = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, all / replicas);
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
-
-std::string human_duration(double s) {
-  int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-// What run() keeps between steps: where the log lines go and the sums of the current log window.
-
-struct RunLog {
-  RunLog(int64_t batch_size, int64_t log_every, size_t n_workers)
-      : meter(batch_size, log_every), window_worker_fb(n_workers, 0.0) {}
-  std::unique_ptr<MetricsWriter> metrics;  // --metrics_jsonl (process 0)
-  std::unique_ptr<EventWriter> events;     // TensorBoard (process 0)
-  ThroughputMeter meter;                   // its warm-up is the first log window
-  Clock::time_point start = Clock::now();
-  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
-  int64_t run_time_steps = 0;
-  std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
-  bool timeline_written = false;
-};
 }  // namespace
-
-struct Trainer::Impl {
-  TrainConfig cfg;
-  Communicator* process_comm = nullptr;
-  int rank = 0, num_processes = 1;
-  int64_t worker_batch = 0, process_batch = 0;
-  // The replicas' communicators, one rank per replica (declared first: they outlive the exchanges using them).
-  std::vector<std::unique_ptr<ThreadCommunicator>> thread_comms;  // CPU replicas of one process
-#if TG_HAVE_CUDA
-  std::vector<std::unique_ptr<NcclCommunicator>> nccl_comms;  // GPUs
-#endif
-  std::vector<Replica> replicas;
-  std::vector<Worker> workers;
-  std::unique_ptr<Timeline> timeline;       // --timeline
-  std::unique_ptr<ReplicaThreads> threads;  // one host thread per replica
-  PhaseTimes step_times;                    // of the last step (replica 0's, plus the input wait and other)
-  ExchangeStats last_stats;
-  std::unique_ptr<LearningRateSchedule> schedule;
-  std::unique_ptr<BatchSource> source;
-  CompressionPolicy policy;
-  Buffer host_images, host_labels;
-  int64_t start_step = 0;
-  std::vector<int64_t> kept_steps;
-  std::string last_digest;
-  std::string resumed_path;            // the checkpoint this run resumed from
-  std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
-
-  // Construction: build() (replicas, workers, exchange, schedule), then resume_or_initialize().
-  void build();
-  void place_workers(int n_replicas);
-  void build_replicas();
-  void build_replica(Replica& r, const ModelConfig& mc);
-  void connect_replicas();
-  void build_timeline();
-  void build_exchanges();
-  void build_schedule();
-  void allocate_host_batch();
-  void resume_or_initialize();
-  void clean_train_dir();
-  uint64_t resume(const std::string& path);
-  void check_resumable(const CheckpointMeta& m) const;
-  void create_ema(Replica& r);
-  void open_batch_source(uint64_t cursor);
-
-  // A step.
-  void step(int64_t t, float lr);
-  void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
-  bool agree_on_overflow(Replica& r);
-
-  // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.
-  TrainResult already_finished() const;
-  RunLog open_run_log();
-  void log_configuration() const;
-  bool timed_step(int64_t t, float lr, RunLog& log);
-  void log_window(int64_t done, float lr, RunLog& log);
-  void after_step(int64_t done, RunLog& log);
-  void finish_run(int64_t t, RunLog& log, TrainResult& result);
-
-  void write_timeline();
-  std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
-  std::string save(int64_t steps_done);
-  void check_replicas(int64_t steps_done);
-  uint32_t parameter_crc(Replica& r);
-  void verify_processes_agree();
-  bool stop_requested(const std::atomic<bool>* stop);
-  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec, const PhaseTimes& time);
-  std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
-  bool is_chief() const { return rank == 0; }
-};
 
 Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = config;
@@ -230,6 +57,10 @@ void Trainer::Impl::build() {
   const int n_workers = cfg.workers_per_process();
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
+  TopologyOptions to;
+  to.ranks_per_node = cfg.ranks_per_node;
+  topology = std::make_unique<Topology>(
+      Topology::build(process_comm, cfg.device == "cpu" ? cfg.cpu_replicas : cfg.num_gpus, to));
   build_replicas();
   connect_replicas();
   build_timeline();
@@ -263,10 +94,13 @@ void Trainer::Impl::build_replicas() {
   bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
   bo.allow_tf32 = cfg.allow_tf32;
   const ModelConfig mc = cfg.model_config();
+  // --device cuda: this process's GPUs follow its place among the processes of its host (several processes
+  // of one GPU each per host, as mpirun -H a:8,b:8 starts them).
+  const int first_gpu = cpu ? 0 : host_local_rank() * n_replicas;
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
     std::string dev = cfg.device;
-    if (!cpu && n_replicas > 1) dev = fmt::format("cuda:{}", d);
+    if (!cpu && cfg.device == "cuda" && first_gpu + n_replicas > 1) dev = fmt::format("cuda:{}", first_gpu + d);
     r.backend = make_backend(dev, bo);
     r.backend->bind_thread();
     build_replica(r, mc);
@@ -301,43 +135,35 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
   }
 }
 
-// Replicas meet through one communicator rank each. CPU: the process communicator (MPI) when there is one
-// replica per process, an in-process ThreadCommunicator between the replicas of one process. GPUs: NCCL over
-// every GPU of every process (bootstrapped over MPI), on each backend's stream.
+// Each replica's groups from the job's shape (Topology: nodes of local ranks, one cross-node group per local rank): CPU replicas meet through thread groups inside a process and MPI between processes (a composite of
+// both when a process holds several replicas); GPUs through NCCL over every GPU of every process (bootstrapped
+// over MPI), with ncclCommSplit for the node and cross-node groups, on each backend's stream.
 void Trainer::Impl::connect_replicas() {
   const int n_replicas = static_cast<int>(replicas.size());
+  for (int d = 0; d < n_replicas; ++d) replicas[d].rank = topology->rank_of(rank, d);
   if (replicas[0].backend->device().is_cpu()) {
-    if (n_replicas == 1) {
-      replicas[0].group = process_comm;
-      return;
-    }
-    thread_comms = make_thread_communicators(n_replicas);
-    for (int d = 0; d < n_replicas; ++d) replicas[d].group = thread_comms[d].get();
-    // A replica that fails must not leave the others waiting in a collective.
-    threads->set_on_error([this] { thread_comms[0]->abort("a replica's step failed"); });
-    return;
-  }
-  if (n_replicas * num_processes == 1) return;  // one GPU alone
+    groups = connect_cpu_replicas(*topology, process_comm);
+  } else {
 #if TG_HAVE_CUDA
-  std::vector<int> devices;
-  std::vector<void*> streams;
-  for (Replica& r : replicas) {
-    devices.push_back(r.backend->device().index);
-    streams.push_back(r.backend->native_stream());
-  }
-  nccl_comms = process_comm ? make_nccl_communicators_across_processes(*process_comm, devices, streams)
-                            : make_nccl_communicators(devices, streams);
-  for (int d = 0; d < n_replicas; ++d) replicas[d].group = nccl_comms[d].get();
-  threads->set_on_error([this] {
-    for (auto& c : nccl_comms) c->abort();
-  });
+    std::vector<int> devices;
+    std::vector<void*> streams;
+    for (Replica& r : replicas) {
+      devices.push_back(r.backend->device().index);
+      streams.push_back(r.backend->native_stream());
+    }
+    groups = connect_gpu_replicas(*topology, process_comm, devices, streams);
 #else
-  TG_THROW("--device {}: this build has no CUDA backend", cfg.device);
+    TG_THROW("--device {}: this build has no CUDA backend", cfg.device);
 #endif
+  }
+  for (int d = 0; d < n_replicas; ++d) replicas[d].comms = groups->replica(d);
+  // A replica that fails must not leave the others waiting in a collective.
+  threads->set_on_error([this] { groups->abort("a replica's step failed"); });
 }
 
 // One exchange per replica: its workers' gradients in, the average over all workers of all replicas out to its
-// first worker's gradient (the slab the replica's optimizer reads).
+// first worker's gradient (the slab the replica's optimizer reads). The scheme follows from --grad_bits,
+// --exchange and the topology (exchange/scheme_registry.h).
 void Trainer::Impl::build_exchanges() {
   CompressionFlags cf;
   cf.grad_bits = cfg.grad_bits;
@@ -354,11 +180,14 @@ void Trainer::Impl::build_exchanges() {
     xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
     xo.seed = cfg.seed;
     xo.bucket_mb = cfg.bucket_mb;
+    xo.error_feedback = cfg.error_feedback;
+    xo.local_bits = cfg.local_bits;
     // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
     // queue the backward's next kernels behind the network; overlapping needs a communication stream).
     // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
     xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
-    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, r.group,
+    const ExchangeComms comms{r.comms.world, r.comms.local, r.comms.cross};
+    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, comms,
                                                     xo, timeline.get());
     r.overlap = r.exchange->overlapped();
   }
@@ -395,80 +224,6 @@ void Trainer::Impl::allocate_host_batch() {
   host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
   std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
   std::memset(host_labels.data(), 0, host_labels.bytes());
-}
-
-void Trainer::Impl::resume_or_initialize() {
-  if (is_chief()) clean_train_dir();
-  uint64_t cursor = 0;
-  if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
-    cursor = resume(*latest);
-  } else {
-    for (auto& r : replicas) {
-      r.store->initialize(cfg.seed);
-      create_ema(r);
-    }
-  }
-  verify_processes_agree();
-  if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
-  open_batch_source(cursor);
-}
-
-// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
-void Trainer::Impl::clean_train_dir() {
-  fs::create_directories(cfg.train_dir);
-  const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
-  if (stale.files > 0)
-    spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
-                 stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
-}
-
-// Every replica takes the checkpoint's parameters, statistics, moving averages and optimizer slots; returns
-// the checkpoint's data cursor.
-uint64_t Trainer::Impl::resume(const std::string& path) {
-  CheckpointReader reader(path);
-  const CheckpointMeta& m = reader.meta();
-  check_resumable(m);
-  for (auto& r : replicas) {
-    create_ema(r);
-    for (CheckpointLayout::Part part : CheckpointLayout::kParts)
-      read_slab(reader, *r.backend, checkpoint_slab(r, part),
-                [&](const std::string& name) { return CheckpointLayout::name(part, name); });
-  }
-  if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
-    spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
-  start_step = m.step;
-  last_digest = m.parameter_digest;
-  resumed_path = path;
-  kept_steps = list_checkpoint_steps(cfg.train_dir);
-  if (is_chief())
-    spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
-  return m.data_cursor;
-}
-
-// The checkpoint must be of this model and data, and of the same data layout: the data cursor counts this
-// process's batches, so resuming is exact only then.
-void Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
-  TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
-               m.num_classes == cfg.num_classes,
-           "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
-           "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
-           cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
-           cfg.num_classes);
-  const std::map<std::string, std::string> now = cfg.to_flags();
-  for (const std::string& key : resume_flag_names()) {
-    auto was = m.flags.find(key);
-    if (was == m.flags.end()) continue;
-    TG_CHECK(was->second == now.at(key),
-             "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
-             "data the uninterrupted run sees; use the same value or another --train_dir",
-             key, now.at(key), was->second, cfg.train_dir);
-  }
-}
-
-// The moving average of the replica's parameters and statistics, starting from their present values.
-void Trainer::Impl::create_ema(Replica& r) {
-  r.ema = std::make_unique<ExponentialMovingAverage>(
-      *r.backend, std::vector<const Slab*>{&r.store->params(), &r.store->state()}, cfg.moving_average_decay);
 }
 
 void Trainer::Impl::open_batch_source(uint64_t cursor) {
@@ -554,328 +309,13 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
 bool Trainer::Impl::agree_on_overflow(Replica& r) {
   int32_t found = 0;
   for (int w : r.workers) found |= workers[w].net->overflowed() ? 1 : 0;
-  if (!r.group) return found != 0;
+  if (!r.comms.world) return found != 0;
   const Tensor host(&found, Shape{1}, DType::kI32, Device::cpu());
   const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device());
   r.backend->copy(dev, host);
-  r.group->allreduce(dev, ReduceOp::kMax);
+  r.comms.world->allreduce(dev, ReduceOp::kMax);
   r.backend->copy(host, dev);
   return found != 0;
-}
-
-// Every process's phase times (one all-gather; processes call it at the same steps).
-std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
-  std::vector<PhaseTimes> all(static_cast<size_t>(num_processes));
-  if (!process_comm) {
-    all[0] = mine;
-    return all;
-  }
-  process_comm->allgather(mine.seconds, all.data(), sizeof(mine.seconds));
-  return all;
-}
-
-// --timeline: every process's events into one file, written by process 0 (all processes call this at the
-// same point: when the window ends, or at the end of a run that stopped inside it).
-void Trainer::Impl::write_timeline() {
-  std::string mine = timeline->events_json();
-  std::vector<std::string> fragments;
-  if (!process_comm) {
-    fragments.push_back(std::move(mine));
-  } else {
-    const uint64_t size = mine.size();
-    std::vector<uint64_t> sizes(static_cast<size_t>(num_processes));
-    process_comm->allgather(&size, sizes.data(), sizeof(size));
-    const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
-    mine.resize(longest, ' ');
-    std::string all(longest * static_cast<size_t>(num_processes), ' ');
-    process_comm->allgather(mine.data(), all.data(), longest);
-    for (int p = 0; p < num_processes; ++p) fragments.push_back(all.substr(p * longest, sizes[p]));
-  }
-  if (is_chief()) {
-    Timeline::write_trace(cfg.timeline, fragments);
-    spdlog::info("timeline of steps {}-{} written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
-                 timeline->first_step(), timeline->last_step(), cfg.timeline);
-  }
-}
-
-// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
-// tensor the shared scaler and worker 0's zero fraction.
-void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
-                                    const PhaseTimes& time) {
-  const Net& last = *workers.back().net;
-  std::vector<std::pair<std::string, float>> v = {
-      {"losses/entropy_loss", last.last_cross_entropy()},
-      {"losses/reg_loss", last.last_regularization()},
-      {"losses/total_loss", last.last_cross_entropy() + last.last_regularization()},
-      {"learning_rate", lr},
-      {"examples_per_sec", static_cast<float>(examples_per_sec)},
-      {"exchange/bytes_per_step", static_cast<float>(last_stats.moved_bytes)},
-      {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
-  };
-  if (scaler->enabled()) {
-    v.push_back({"loss_scale", scaler->scale()});
-    v.push_back({"skipped_steps", static_cast<float>(scaler->skipped_steps())});
-  }
-  for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
-  const auto& scalers = replicas[0].exchange->shared_scalers();
-  const auto& zeros = replicas[0].exchange->zero_codes();
-  for (const auto& t : policy.tensors()) {
-    if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
-    v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
-    if (t.scaler_index < static_cast<int>(zeros.size()) && t.numel > 0)
-      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.scaler_index]) / double(t.numel))});
-  }
-  events.scalars(step, v);
-}
-
-uint32_t Trainer::Impl::parameter_crc(Replica& r) {
-  Slab& p = r.store->params();
-  Buffer host(host_allocator(), p.bytes());
-  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
-                  p.flat_bytes());
-  return crc32c(host.data(), p.bytes());
-}
-
-// Every process must start from the same step and parameters (a train_dir on a node-local disk, or a stale
-// network file system, would let one process resume and another start afresh).
-void Trainer::Impl::verify_processes_agree() {
-  if (!process_comm) return;
-  struct Start {
-    int64_t step;
-    uint32_t crc, pad;
-  } mine{start_step, parameter_crc(replicas[0]), 0};
-  std::vector<Start> all(static_cast<size_t>(num_processes));
-  process_comm->allgather(&mine, all.data(), sizeof(Start));
-  for (int p = 1; p < num_processes; ++p)
-    TG_CHECK(all[p].step == all[0].step && all[p].crc == all[0].crc,
-             "process {} starts at step {} with parameter digest {}, process 0 at step {} with {}: every process "
-             "must see the same --train_dir {} (a shared folder)",
-             p, all[p].step, digest_hex(all[p].crc), all[0].step, digest_hex(all[0].crc), cfg.train_dir);
-}
-
-// A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
-// each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
-bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
-  int32_t flag = stop && stop->load() ? 1 : 0;
-  if (process_comm) process_comm->allreduce(&flag, 1, DType::kI32, ReduceOp::kMax);
-  return flag != 0;
-}
-
-// --check_replicas_every: every replica of every process must hold the same parameter bits.
-void Trainer::Impl::check_replicas(int64_t steps_done) {
-  std::vector<uint32_t> local;
-  for (auto& r : replicas) local.push_back(parameter_crc(r));
-  for (size_t i = 1; i < local.size(); ++i)
-    TG_CHECK(local[i] == local[0], "replica check at step {}: replica {} has parameter digest {}, replica 0 {}",
-             steps_done, i, digest_hex(local[i]), digest_hex(local[0]));
-  if (process_comm) {
-    std::vector<uint32_t> all(static_cast<size_t>(num_processes));
-    process_comm->allgather(&local[0], all.data(), sizeof(uint32_t));
-    for (int p = 1; p < num_processes; ++p)
-      TG_CHECK(all[p] == all[0], "replica check at step {}: process {} has parameter digest {}, process 0 {}",
-               steps_done, p, digest_hex(all[p]), digest_hex(all[0]));
-  }
-  spdlog::debug("replica check at step {}: digest {} everywhere", steps_done, digest_hex(local[0]));
-}
-
-std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
-  std::vector<NamedTensor> out;
-  Replica& r = replicas[0];
-  for (CheckpointLayout::Part part : CheckpointLayout::kParts) {
-    const Slab& slab = checkpoint_slab(r, part);
-    for (int i = 0; i < slab.size(); ++i) {
-      const auto& e = slab.entry(i);
-      storage.emplace_back(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
-      Tensor h(storage.back().data(), e.shape, e.dtype, Device::cpu());
-      r.backend->copy(h, slab.view(i));
-      out.push_back({CheckpointLayout::name(part, e.name), h});
-    }
-  }
-  if (scaler->enabled()) scaler->append_checkpoint_tensors(out, storage);
-  return out;
-}
-
-std::string Trainer::Impl::save(int64_t steps_done) {
-  if (!is_chief()) return "";  // replicas are identical: process 0 writes
-  std::vector<Buffer> storage;
-  std::vector<NamedTensor> tensors = host_snapshot(storage);
-  const DatasetInfo& data = dataset_info(cfg.dataset);
-  CheckpointMeta meta;
-  meta.model = cfg.net;
-  meta.dataset = cfg.dataset;
-  meta.image_size = cfg.image_size;
-  meta.channels = data.channels;
-  meta.num_classes = cfg.num_classes;
-  meta.step = steps_done;
-  meta.data_cursor = source->cursor();
-  meta.flags = cfg.to_flags();
-  const std::string path = checkpoint_path(cfg.train_dir, steps_done);
-  const std::string digest = write_checkpoint(path, meta, tensors);
-  if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
-  std::vector<int64_t> pruned;
-  while (static_cast<int>(kept_steps.size()) > cfg.keep_checkpoints) {
-    pruned.push_back(kept_steps.front());
-    kept_steps.erase(kept_steps.begin());
-  }
-  // The index first: a crash between the two leaves an index naming files that all exist.
-  write_checkpoint_index(cfg.train_dir, kept_steps);
-  for (int64_t s : pruned) fs::remove(checkpoint_path(cfg.train_dir, s));
-  if (!pruned.empty()) remove_stale_temporary_files(cfg.train_dir, false);
-  spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
-  return digest;
-}
-
-TrainResult Trainer::run(const std::atomic<bool>* stop) {
-  Impl& m = *impl_;
-  const TrainConfig& cfg = m.cfg;
-  if (m.start_step >= cfg.max_steps) return m.already_finished();
-  // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
-  if (m.num_processes == 1) m.source->set_stop_flag(stop);
-  RunLog log = m.open_run_log();
-  TrainResult result;
-  result.start_step = m.start_step;
-  int64_t t = m.start_step;
-  for (; t < cfg.max_steps; ++t) {
-    const float lr = (*m.schedule)(t);
-    if (m.stop_requested(stop) || !m.timed_step(t, lr, log)) {
-      result.interrupted = true;
-      break;
-    }
-    result.bytes_moved += m.last_stats.moved_bytes;
-    result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
-    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
-    m.after_step(t + 1, log);
-  }
-  m.finish_run(t, log, result);
-  return result;
-}
-
-// A re-run of a finished training: nothing to do, say what is there.
-TrainResult Trainer::Impl::already_finished() const {
-  TrainResult result;
-  result.start_step = start_step;
-  result.already_finished = true;
-  result.steps_done = start_step;
-  result.parameter_digest = last_digest;
-  if (is_chief())
-    spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
-                 start_step, resumed_path, last_digest, cfg.max_steps);
-  return result;
-}
-
-// The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
-RunLog Trainer::Impl::open_run_log() {
-  RunLog log(cfg.batch_size, cfg.log_every, workers.size());
-  if (!is_chief()) return log;
-  if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
-  log.events = std::make_unique<EventWriter>(cfg.train_dir);
-  log_configuration();
-  log.start = Clock::now();
-  return log;
-}
-
-void Trainer::Impl::log_configuration() const {
-  std::string flags;
-  for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
-  spdlog::info("effective configuration:{}", flags);
-  spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
-               replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
-  const GradientExchange& x = *replicas[0].exchange;
-  spdlog::info("{} replica{} per process | exchange {}, {} bucket{}{} | learning rate {}", replicas.size(),
-               replicas.size() == 1 ? "" : "s", enum_name(x.mode()), x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
-               replicas[0].overlap ? " overlapped with backward" : "", schedule->describe());
-}
-
-// Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
-// state is still that of step t).
-bool Trainer::Impl::timed_step(int64_t t, float lr, RunLog& log) {
-  const Clock::time_point t0 = Clock::now();
-  try {
-    step(t, lr);
-  } catch (const InputInterrupted&) {
-    return false;
-  }
-  log.meter.add_step(seconds_between(t0, Clock::now()));
-  log.window_times += step_times;
-  for (size_t w = 0; w < workers.size(); ++w) log.window_worker_fb[w] += workers[w].forward_backward;
-  if (log.meter.warm()) {
-    log.run_times += step_times;
-    ++log.run_time_steps;
-  }
-  return true;
-}
-
-// The log line, TensorBoard scalars and metrics line of the window ending at step `done` (every process calls
-// it: the phase times are gathered).
-void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
-  const ThroughputMeter::Window w = log.meter.close_window();
-  const double elapsed = seconds_between(log.start, Clock::now());
-  const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
-  const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
-  const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
-  if (is_chief()) {
-    const Net& last = *workers.back().net;
-    const float loss = last.last_cross_entropy() + last.last_regularization();
-    const ExchangeStats& xs = last_stats;
-    spdlog::info(
-        "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
-        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
-        done, last.last_cross_entropy(), last.last_regularization(), loss, w.examples_per_sec, w.sec_per_step, lr,
-        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), done, cfg.max_steps,
-        100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
-    if (scaler->enabled())
-      spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", done, scaler->scale(), scaler->skipped_steps());
-    if (log.events) write_summaries(*log.events, done, lr, w.examples_per_sec, mean);
-    if (log.metrics) {
-      StepMetrics sm;
-      sm.step = done;
-      sm.entropy_loss = last.last_cross_entropy();
-      sm.reg_loss = last.last_regularization();
-      sm.total_loss = loss;
-      sm.learning_rate = lr;
-      sm.examples_per_sec = w.examples_per_sec;
-      sm.sec_per_batch = w.sec_per_step;
-      sm.bytes_exchanged = xs.moved_bytes;
-      sm.fp32_bytes = xs.fp32_moved_bytes;
-      sm.payload_bytes = xs.payload_bytes;
-      sm.wire_bytes = xs.process_wire_bytes;
-      sm.time = mean;
-      sm.loss_scale = scaler->scale();
-      sm.skipped_steps = scaler->skipped_steps();
-      if (num_processes > 1) sm.process_time = per_process;
-      for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
-      log.metrics->step(sm);
-    }
-  }
-  log.window_times.clear();
-  std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
-}
-
-// After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
-void Trainer::Impl::after_step(int64_t done, RunLog& log) {
-  if (timeline && !log.timeline_written && done == timeline->last_step()) {
-    write_timeline();
-    log.timeline_written = true;
-  }
-  if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
-  if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
-}
-
-// The end of a run stopped after step t (done or interrupted): the last checkpoint and the result.
-void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
-  result.steps_done = t;
-  // A run that ended inside the window still leaves the steps it traced.
-  if (timeline && !log.timeline_written && t >= timeline->first_step()) write_timeline();
-  if (t > start_step || kept_steps.empty() || result.interrupted) last_digest = save(t);
-  if (result.interrupted && is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
-  if (source->skipped_records() > 0)  // the one report of the total
-    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
-  const Net& last = *workers.back().net;
-  if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
-  result.median_examples_per_sec = log.meter.median_examples_per_sec();
-  result.time_per_step = log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
-  result.parameter_digest = last_digest;
-  if (log.metrics) log.metrics->summary(result);
 }
 
 PhaseTimes Trainer::run_steps(int64_t steps) {

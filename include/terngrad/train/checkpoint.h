@@ -37,6 +37,9 @@ struct CheckpointMeta {
   uint64_t data_cursor = 0;
   std::map<std::string, std::string> flags;
   std::string parameter_digest;  // filled by the writer from the tensors of CheckpointLayout::kParams
+  // Per-rank state: in a checkpoint, the number of rank files beside it (0: none); in a rank file, its rank.
+  int64_t rank_files = 0;
+  std::string topology;  // the job's shape when written (Topology::describe)
 };
 
 // A named host tensor to save (the caller copies device tensors to the host first).
@@ -78,6 +81,12 @@ void read_slab(const CheckpointReader& reader, Backend& backend, const Slab& sla
                const std::function<std::string(const std::string&)>& name_of);
 
 std::string checkpoint_path(const std::string& train_dir, int64_t step);  // train_dir/model.ckpt-<step>
+// The per-rank state file of `rank` beside checkpoint `step`: train_dir/model.ckpt-<step>.rank-<rank> (written by
+// the process holding that rank, same format and atomic protocol, before the checkpoint itself).
+std::string checkpoint_rank_path(const std::string& train_dir, int64_t step, int rank);
+// Rank files whose checkpoint does not exist (a run killed after its ranks wrote them, before the chief wrote the
+// checkpoint), sorted.
+std::vector<std::string> orphan_rank_files(const std::string& train_dir);
 // Updates train_dir/checkpoint to name `step` as the latest (and lists the kept ones), atomically.
 void write_checkpoint_index(const std::string& train_dir, const std::vector<int64_t>& kept_steps);
 // The latest checkpoint's path from train_dir/checkpoint, or nullopt when there is none.

@@ -35,6 +35,7 @@ struct TrainConfig {
   int num_nodes = -1;       // workers (towers) in this process; <= 0: num_gpus
   int threads = 0;          // CPU threads (0: all)
   int cpu_replicas = 1;     // --device cpu: replicas (each its own thread and share of --threads) in this process
+  int ranks_per_node = 0;   // ranks (replicas) per node; 0: the processes of one host form a node
   bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
@@ -70,6 +71,8 @@ struct TrainConfig {
   double bucket_mb = 25;  // MiB of fp32 gradient per bucket (DDP's default)
   bool error_feedback = false;  // terngrad: carry each worker's rounding error to its next step
   int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  bool allow_topology_change = false;  // resume on another number of ranks (workers, processes, replicas)
+  bool reset_rank_state = false;       // ... dropping the checkpoint's per-rank state (error feedback)
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;

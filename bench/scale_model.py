@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""scale_model.py: a cost model of one data-parallel training step for each exchange, calibrated on the rows
+bench/scale_bench.sh measured, validated against them, then extrapolated to clusters of 8-GPU nodes.
+
+Usage:
+  bench/scale_model.py calibrate ROWS.tsv [-o MODEL.json]      fit the parameters, print every row's prediction
+  bench/scale_model.py predict [-m MODEL.json] [--net resnet50|alexnet] [--compute S] [--gpus-per-node 8]
+                               [--rates 1,10,25,100] [--nodes 2,4,...,128]   speed-up over fp32 ring all-reduce
+  bench/scale_model.py selftest                                  the model's own checks (no data needed)
+
+The model (per step, one rank; N = M nodes x L ranks per node, n gradient elements, b = 4 n fp32 bytes):
+  step      = compute + codec + exposed(comm)
+  exposed   = max(0, comm - overlap * compute)          (what backward cannot hide; overlap in [0, 1))
+  comm      = sum over the step's collectives of  bytes_on_the_busiest_link / bandwidth + messages * latency
+  fp32      flat ring all-reduce over N ranks; a node's NIC carries one ring link: 2 (N-1)/N b
+  fp16      the same with b/2
+  allgather2  every worker's 2-bit codes: (N-1) n/4 over each ring link; decode sums N blocks
+  allreduce8  int8 code sums by ring all-reduce: 2 (N-1)/N n
+  hierarchical  inside the node reduce-scatter + all-gather of b (2 (L-1)/L b at the node's internal bandwidth);
+              between nodes the L rings (one per local rank) share the node's NIC: (M-1) n/4 (allgather2, M < 8)
+              or 2 (M-1)/M n (allreduce8); the codec works on n/L elements, decode sums M blocks
+  codec     = (scalers + encode) per element x elements encoded + decode per element-block x blocks summed
+A node's NIC is full duplex at `rate`; `efficiency` is the fraction of it a ring reaches. Calibrated:
+efficiency, latency, overlap, intra_bandwidth (the node's internal links), encode_s (per element), decode_s (per
+element and block). Assumptions are listed by `predict` and in bench/README.md.
+"""
+import argparse
+import csv
+import json
+import math
+import sys
+
+EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical"]
+# Gradient elements of the networks (the registry's parameter counts; ImageNet, 1001 classes).
+NETS = {"resnet50": 25_557_032, "alexnet": 62_378_344, "lenet": 3_274_634}
+DEFAULTS = {"efficiency": 0.9, "latency": 50e-6, "overlap": 0.0, "intra_bandwidth": 2.0e9,
+            "encode_s": 2.0e-9, "decode_s": 0.5e-9}
+
+
+def comm_and_codec(p, exchange, n, nodes, local, rate_bits):
+    """Seconds of communication (unhidden) and of codec work of one step, for one rank."""
+    N = nodes * local
+    nic = p["efficiency"] * rate_bits / 8.0 if rate_bits else float("inf")  # bytes/s per node, each way
+    intra = p["intra_bandwidth"]
+    lat = p["latency"]
+    b = 4.0 * n
+    comm = 0.0
+    codec = 0.0
+    if N == 1 or exchange == "none":
+        return 0.0, 0.0
+
+    def ring_time(bytes_per_link, ranks, inter):
+        if ranks <= 1:
+            return 0.0
+        bw = nic if inter else intra
+        return bytes_per_link / bw + 2 * (ranks - 1) * lat
+
+    multi = nodes > 1
+    if exchange in ("fp32", "fp16"):
+        payload = b if exchange == "fp32" else b / 2
+        comm = ring_time(2 * (N - 1) / N * payload, N, multi)
+        if exchange == "fp16":
+            codec = n * p["encode_s"] * 0.25
+    elif exchange == "allgather2":
+        comm = ring_time((N - 1) * n / 4.0, N, multi)
+        codec = n * p["encode_s"] + n * N * p["decode_s"]
+    elif exchange == "allreduce8":
+        comm = ring_time(2 * (N - 1) / N * n, N, multi)
+        codec = n * p["encode_s"] + n * p["decode_s"]
+    elif exchange == "hierarchical":
+        if local > 1:
+            comm += ring_time(2 * (local - 1) / local * b, local, False)
+        if nodes > 1:
+            if nodes < 8:
+                comm += ring_time((nodes - 1) * n / 4.0, nodes, True)  # L rings of n/L each share the NIC
+                codec = (n / local) * p["encode_s"] + (n / local) * nodes * p["decode_s"]
+            else:
+                comm += ring_time(2 * (nodes - 1) / nodes * n, nodes, True)
+                codec = (n / local) * (p["encode_s"] + p["decode_s"])
+        # the node's fp32 sum and the scatter back: two passes over the gradient
+        codec += n * p["decode_s"] * 2
+    else:
+        raise ValueError("unknown exchange " + exchange)
+    return comm, codec
+
+
+def predict_step(p, exchange, n, nodes, local, rate_bits, compute):
+    comm, codec = comm_and_codec(p, exchange, n, nodes, local, rate_bits)
+    return compute + codec + max(0.0, comm - p["overlap"] * compute)
+
+
+def rate_of(text):
+    text = text.strip().lower()
+    if text in ("none", "", "inf"):
+        return None
+    units = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    for u in ("t", "g", "m", "k", ""):
+        if text.endswith(u + "bit"):
+            return float(text[: -len(u + "bit")]) * units[u]
+    raise ValueError("bad rate " + text)
+
+
+def load_rows(path):
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader((l for l in f if not l.startswith("#")), delimiter="\t"):
+            if r.get("status", "ok") != "ok" or r["exchange"] in ("none", "ddp"):
+                continue
+            rows.append({"net": r["net"], "exchange": r["exchange"], "nodes": int(r["nodes"]),
+                         "local": int(r["ranks_per_node"]), "rate": rate_of(r["rate"]),
+                         "n": int(r["params"]), "compute": float(r["compute_s"]), "step": float(r["step_s"])})
+    if not rows:
+        sys.exit("scale_model.py: no usable rows in " + path)
+    return rows
+
+
+def error(p, rows):
+    return [predict_step(p, r["exchange"], r["n"], r["nodes"], r["local"], r["rate"], r["compute"]) / r["step"] - 1
+            for r in rows]
+
+
+def calibrate(rows):
+    """Coordinate descent on log-scaled parameters, minimising the largest relative error (then the mean)."""
+    p = dict(DEFAULTS)
+    ranges = {"efficiency": (0.3, 1.0), "latency": (1e-6, 5e-3), "overlap": (0.0, 0.9),
+              "intra_bandwidth": (1e8, 1e11), "encode_s": (1e-11, 1e-7), "decode_s": (1e-12, 1e-7)}
+
+    def cost(q):
+        e = [abs(x) for x in error(q, rows)]
+        return (max(e), sum(e) / len(e))
+
+    best = cost(p)
+    for _ in range(60):
+        improved = False
+        for k, (lo, hi) in ranges.items():
+            for f in (0.5, 0.8, 0.95, 1.05, 1.25, 2.0):
+                q = dict(p)
+                q[k] = min(hi, max(lo, p[k] * f if k != "overlap" else min(hi, max(lo, p[k] + (f - 1) / 2))))
+                c = cost(q)
+                if c < best:
+                    best, p, improved = c, q, True
+        if not improved:
+            break
+    return p
+
+
+def cmd_calibrate(a):
+    rows = load_rows(a.rows)
+    p = calibrate(rows)
+    errs = error(p, rows)
+    print("parameters: " + ", ".join("%s=%.4g" % kv for kv in p.items()))
+    print("%-9s %-13s %5s %5s %8s %9s %9s %9s %7s" % ("net", "exchange", "nodes", "local", "rate", "compute",
+                                                      "measured", "model", "error"))
+    worst = 0.0
+    for r, e in zip(rows, errs):
+        worst = max(worst, abs(e))
+        rate = "none" if r["rate"] is None else "%gG" % (r["rate"] / 1e9)
+        model = r["step"] * (1 + e)
+        print("%-9s %-13s %5d %5d %8s %9.3f %9.3f %9.3f %+6.1f%%" % (r["net"], r["exchange"], r["nodes"], r["local"],
+                                                                   rate, r["compute"], r["step"], model, 100 * e))
+    verdict = "within" if worst <= 0.25 else "NOT within"
+    print("largest error %.1f%%: %s 25%% of every measured row" % (100 * worst, verdict))
+    if a.output:
+        with open(a.output, "w") as f:
+            json.dump({"parameters": p, "rows": len(rows), "largest_error": worst}, f, indent=1)
+    return 0 if worst <= 0.25 else 1
+
+
+def cmd_predict(a):
+    p = dict(DEFAULTS)
+    if a.model:
+        with open(a.model) as f:
+            p.update(json.load(f)["parameters"])
+    # The GPU side: NVLink inside the node, the codec at GPU memory speed (until a GPU run measures them).
+    p["intra_bandwidth"] = a.intra_gbs * 1e9
+    p["encode_s"] = 4.0 * 2 / (a.hbm_gbs * 1e9)  # read fp32 twice (scalers, encode)
+    p["decode_s"] = 0.25 / (a.hbm_gbs * 1e9)     # read one 2-bit block per element
+    p["overlap"] = a.overlap
+    n = NETS[a.net]
+    L = a.gpus_per_node
+    print("model: %s (%d parameters), %d GPUs per node, compute %.3f s/step, overlap %.2f, NIC efficiency %.2f, "
+          "latency %.0f us, NVLink %.0f GB/s, HBM %.0f GB/s" % (a.net, n, L, a.compute, p["overlap"],
+                                                              p["efficiency"], p["latency"] * 1e6, a.intra_gbs,
+                                                              a.hbm_gbs))
+    print("speed-up over fp32 ring all-reduce (step time ratio); best exchange per cell marked *")
+    for rate in a.rates:
+        print("\n%g Gbit/s per node" % rate)
+        print("%6s %6s " % ("nodes", "GPUs") + " ".join("%13s" % e for e in EXCHANGES) + "   auto picks")
+        for m in a.nodes:
+            steps = {e: predict_step(p, e, n, m, L, rate * 1e9, a.compute) for e in EXCHANGES}
+            best = min(steps, key=steps.get)
+            cells = []
+            for e in EXCHANGES:
+                cells.append("%12.2fx%s" % (steps["fp32"] / steps[e], "*" if e == best else " "))
+            auto = auto_choice(m, L)
+            print("%6d %6d " % (m, m * L) + " ".join(cells) + "   " + auto)
+    return 0
+
+
+def auto_choice(nodes, local, grad_bits=1):
+    """--exchange auto, as exchange/scheme_registry.cc decides it."""
+    if grad_bits != 1:
+        return "fp32"
+    if nodes > 1 and local > 1:
+        return "hierarchical"
+    return "allgather2" if nodes * local < 8 else "allreduce8"
+
+
+def cmd_selftest(_):
+    p = dict(DEFAULTS)
+    n = 1_000_000
+    # One rank: nothing to exchange.
+    assert predict_step(p, "fp32", n, 1, 1, 1e9, 1.0) == 1.0
+    # allgather2 traffic grows with N, allreduce8's does not: their crossover is at N = 8.
+    ag = [comm_and_codec(p, "allgather2", n, k, 1, 1e9)[0] for k in (4, 8, 16)]
+    ar = [comm_and_codec(p, "allreduce8", n, k, 1, 1e9)[0] for k in (4, 8, 16)]
+    assert ag[0] < ar[0] and ag[2] > ar[2], (ag, ar)
+    # Hierarchical moves 16x less than fp32 over the NIC (2 nodes).
+    f = comm_and_codec(dict(p, latency=0), "fp32", n, 2, 8, 1e9)[0]
+    h = comm_and_codec(dict(p, latency=0, intra_bandwidth=float("inf")), "hierarchical", n, 2, 8, 1e9)[0]
+    assert 10 < f / h < 40, f / h
+    assert auto_choice(2, 8) == "hierarchical" and auto_choice(1, 4) == "allgather2" and auto_choice(16, 1) == "allreduce8"
+    print("scale_model selftest: passed")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("rows")
+    c.add_argument("-o", "--output")
+    p = sub.add_parser("predict")
+    p.add_argument("-m", "--model")
+    p.add_argument("--net", choices=sorted(NETS), default="resnet50")
+    p.add_argument("--compute", type=float, default=0.25, help="s/step of one GPU (default 0.25)")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--overlap", type=float, default=0.5, help="fraction of compute that hides communication")
+    p.add_argument("--intra-gbs", type=float, default=150.0, help="NVLink GB/s per GPU")
+    p.add_argument("--hbm-gbs", type=float, default=3000.0, help="codec memory speed GB/s")
+    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[1, 10, 25, 100])
+    p.add_argument("--nodes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8, 16, 32, 64, 128])
+    sub.add_parser("selftest")
+    a = ap.parse_args()
+    return {"calibrate": cmd_calibrate, "predict": cmd_predict, "selftest": cmd_selftest}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+// Trainer: resume or initialize, checkpoints (replicated parts by the chief, per-rank state by every rank),
+// and the checks that every process and replica agrees.
+#include "src/train/trainer_impl.h"
+
+namespace tg {
+
+namespace fs = std::filesystem;
+
+namespace {
+// The replica's slab that a checkpoint part holds.
+Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
+  switch (part) {
+    case CheckpointLayout::kParams:
+      return r.store->params();
+    case CheckpointLayout::kState:
+      return r.store->state();
+    case CheckpointLayout::kEma:
+      return r.ema->shadow();
+    case CheckpointLayout::kSlots:
+      return r.optimizer->slots();
+  }
+  TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
+}
+}  // namespace
+
+void Trainer::Impl::resume_or_initialize() {
+  if (is_chief()) clean_train_dir();
+  uint64_t cursor = 0;
+  if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
+    cursor = resume(*latest);
+  } else {
+    for (auto& r : replicas) {
+      r.store->initialize(cfg.seed);
+      create_ema(r);
+    }
+  }
+  verify_processes_agree();
+  if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
+  open_batch_source(cursor);
+}
+
+// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
+void Trainer::Impl::clean_train_dir() {
+  fs::create_directories(cfg.train_dir);
+  const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
+  if (stale.files > 0)
+    spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
+                 stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
+  // Rank files are written before their checkpoint: a run killed in between leaves them without one.
+  for (const std::string& f : orphan_rank_files(cfg.train_dir)) {
+    std::error_code ec;
+    if (fs::remove(f, ec)) spdlog::info("removed {}: per-rank state of a checkpoint a killed run never wrote", f);
+  }
+}
+
+// Every replica takes the checkpoint's parameters, statistics, moving averages and optimizer slots; returns
+// the checkpoint's data cursor.
+uint64_t Trainer::Impl::resume(const std::string& path) {
+  CheckpointReader reader(path);
+  const CheckpointMeta& m = reader.meta();
+  const bool moved = check_resumable(m);
+  for (auto& r : replicas) {
+    create_ema(r);
+    for (CheckpointLayout::Part part : CheckpointLayout::kParts)
+      read_slab(reader, *r.backend, checkpoint_slab(r, part),
+                [&](const std::string& name) { return CheckpointLayout::name(part, name); });
+  }
+  restore_rank_state(m);
+  if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
+    spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
+  start_step = m.step;
+  last_digest = m.parameter_digest;
+  resumed_path = path;
+  kept_steps = list_checkpoint_steps(cfg.train_dir);
+  if (is_chief())
+    spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
+  if (!moved) return m.data_cursor;
+  // Another layout reads other shares of the data: continue each process's share at the position it would
+  // have reached had this layout run from the start (the batches differ from an uninterrupted run's).
+  const uint64_t cursor =
+      cfg.benchmark_mode ? static_cast<uint64_t>(m.step) : static_cast<uint64_t>(m.step) * static_cast<uint64_t>(process_batch);
+  if (is_chief())
+    spdlog::warn("data cursor re-derived for the new layout: {} {} of each process's share (the checkpoint's was "
+                 "{}); the batches that follow are not those of an uninterrupted run",
+                 cursor, cfg.benchmark_mode ? "batches" : "records", m.data_cursor);
+  return cursor;
+}
+
+// Per-rank state (the scheme's: error-feedback residuals): each replica reads its own file beside the
+// checkpoint. A checkpoint of another number of ranks has none this run can use: refused, or dropped with
+// --reset_rank_state.
+void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
+  Slab* state = replicas[0].exchange->scheme().rank_state();
+  if (!state) return;
+  const int ranks = topology->num_ranks();
+  if (m.rank_files == 0) {
+    if (is_chief()) spdlog::info("the checkpoint holds no per-rank state: {} starts from zero", state_name(*state));
+    return;
+  }
+  if (m.rank_files != ranks) {
+    TG_CHECK(cfg.reset_rank_state,
+             "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}), this run has {} ({}): it cannot "
+             "be split or merged; --reset_rank_state drops it (the residuals start from zero)",
+             cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe());
+    if (is_chief())
+      spdlog::warn("--reset_rank_state: per-rank state of {} ranks dropped; {} starts from zero on {} ranks",
+                   m.rank_files, state_name(*state), ranks);
+    return;
+  }
+  for (Replica& r : replicas) {
+    const std::string file = checkpoint_rank_path(cfg.train_dir, m.step, r.rank);
+    CheckpointReader reader(file);
+    TG_CHECK(reader.meta().step == m.step && reader.meta().rank_files == r.rank,
+             "{} is not rank {}'s state of step {} (it says rank {}, step {})", file, r.rank, m.step,
+             reader.meta().rank_files, reader.meta().step);
+    read_slab(reader, *r.backend, *r.exchange->scheme().rank_state(), [](const std::string& n) { return n; });
+  }
+  if (is_chief()) spdlog::info("per-rank state restored on {} ranks ({})", ranks, state_name(*state));
+}
+
+// The checkpoint must be of this model and data, and of the same data layout: the data cursor counts this
+// process's batches, so resuming is exact only then. With --allow_topology_change the number of workers per
+// process and of processes may differ (each difference logged); returns whether they do.
+bool Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
+  TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
+               m.num_classes == cfg.num_classes,
+           "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
+           "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
+           cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
+           cfg.num_classes);
+  const std::map<std::string, std::string> now = cfg.to_flags();
+  bool moved = false;
+  for (const std::string& key : resume_flag_names()) {
+    auto was = m.flags.find(key);
+    if (was == m.flags.end() || was->second == now.at(key)) continue;
+    const bool layout = key == "num_nodes" || key == "num_processes";
+    TG_CHECK(layout && cfg.allow_topology_change,
+             "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
+             "data the uninterrupted run sees; use the same value or another --train_dir{}",
+             key, now.at(key), was->second, cfg.train_dir,
+             layout ? " (or --allow_topology_change to resume on the new layout)" : "");
+    if (is_chief())
+      spdlog::warn("--allow_topology_change: {} {} (the checkpoint's: {}; written on {})",
+                   key == "num_nodes" ? "workers per process" : "processes", now.at(key), was->second,
+                   m.topology.empty() ? "an unrecorded layout" : m.topology);
+    moved = true;
+  }
+  return moved;
+}
+
+// The moving average of the replica's parameters and statistics, starting from their present values.
+void Trainer::Impl::create_ema(Replica& r) {
+  r.ema = std::make_unique<ExponentialMovingAverage>(
+      *r.backend, std::vector<const Slab*>{&r.store->params(), &r.store->state()}, cfg.moving_average_decay);
+}
+
+// Every process must start from the same step and parameters (a train_dir on a node-local disk, or a stale
+// network file system, would let one process resume and another start afresh).
+void Trainer::Impl::verify_processes_agree() {
+  if (!process_comm) return;
+  struct Start {
+    int64_t step;
+    uint32_t crc, pad;
+  } mine{start_step, parameter_crc(replicas[0]), 0};
+  std::vector<Start> all(static_cast<size_t>(num_processes));
+  process_comm->allgather(&mine, all.data(), sizeof(Start));
+  for (int p = 1; p < num_processes; ++p)
+    TG_CHECK(all[p].step == all[0].step && all[p].crc == all[0].crc,
+             "process {} starts at step {} with parameter digest {}, process 0 at step {} with {}: every process "
+             "must see the same --train_dir {} (a shared folder)",
+             p, all[p].step, digest_hex(all[p].crc), all[0].step, digest_hex(all[0].crc), cfg.train_dir);
+}
+
+uint32_t Trainer::Impl::parameter_crc(Replica& r) {
+  Slab& p = r.store->params();
+  Buffer host(host_allocator(), p.bytes());
+  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
+                  p.flat_bytes());
+  return crc32c(host.data(), p.bytes());
+}
+
+std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
+  std::vector<NamedTensor> out;
+  Replica& r = replicas[0];
+  for (CheckpointLayout::Part part : CheckpointLayout::kParts) {
+    const Slab& slab = checkpoint_slab(r, part);
+    for (int i = 0; i < slab.size(); ++i) {
+      const auto& e = slab.entry(i);
+      storage.emplace_back(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+      Tensor h(storage.back().data(), e.shape, e.dtype, Device::cpu());
+      r.backend->copy(h, slab.view(i));
+      out.push_back({CheckpointLayout::name(part, e.name), h});
+    }
+  }
+  if (scaler->enabled()) scaler->append_checkpoint_tensors(out, storage);
+  return out;
+}
+
+// A checkpoint of step `steps_done`: first every rank's per-rank state (each process writes its replicas'
+// files), then, once every process has (a barrier), the chief writes the replicated parts and the index. A run
+// killed in between leaves rank files without their checkpoint (removed at the next start) and the previous
+// checkpoint intact. No checkpoint is written after a step whose shared scalers were not finite.
+std::string Trainer::Impl::save(int64_t steps_done) {
+  check_finite_before_save(steps_done);
+  const bool per_rank = replicas[0].exchange->scheme().rank_state() != nullptr;
+  if (per_rank) {
+    for (Replica& r : replicas) save_rank_state(r, steps_done);
+    if (process_comm) process_comm->barrier();
+  }
+  if (!is_chief()) return "";  // the replicated parts are identical everywhere: process 0 writes them
+  std::vector<Buffer> storage;
+  std::vector<NamedTensor> tensors = host_snapshot(storage);
+  const DatasetInfo& data = dataset_info(cfg.dataset);
+  CheckpointMeta meta;
+  meta.model = cfg.net;
+  meta.dataset = cfg.dataset;
+  meta.image_size = cfg.image_size;
+  meta.channels = data.channels;
+  meta.num_classes = cfg.num_classes;
+  meta.step = steps_done;
+  meta.data_cursor = source->cursor();
+  meta.flags = cfg.to_flags();
+  meta.rank_files = per_rank ? topology->num_ranks() : 0;
+  meta.topology = topology->describe();
+  const std::string path = checkpoint_path(cfg.train_dir, steps_done);
+  const std::string digest = write_checkpoint(path, meta, tensors);
+  if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
+  std::vector<int64_t> pruned;
+  while (static_cast<int>(kept_steps.size()) > cfg.keep_checkpoints) {
+    pruned.push_back(kept_steps.front());
+    kept_steps.erase(kept_steps.begin());
+  }
+  // The index first: a crash between the two leaves an index naming files that all exist.
+  write_checkpoint_index(cfg.train_dir, kept_steps);
+  for (int64_t s : pruned) {
+    fs::remove(checkpoint_path(cfg.train_dir, s));
+    for (int k = 0; per_rank && k < topology->num_ranks(); ++k) fs::remove(checkpoint_rank_path(cfg.train_dir, s, k));
+  }
+  if (!pruned.empty()) remove_stale_temporary_files(cfg.train_dir, false);
+  spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
+  return digest;
+}
+
+// Replica r's per-rank state at step `steps_done`, in its own file (same format and atomic protocol as a
+// checkpoint; its header names its rank and step).
+void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
+  Slab& state = *r.exchange->scheme().rank_state();
+  std::vector<Buffer> storage;
+  std::vector<NamedTensor> tensors;
+  for (int i = 0; i < state.size(); ++i) {
+    const auto& e = state.entry(i);
+    storage.emplace_back(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+    Tensor h(storage.back().data(), e.shape, e.dtype, Device::cpu());
+    r.backend->copy(h, state.view(i));
+    tensors.push_back({e.name, h});
+  }
+  CheckpointMeta meta;
+  meta.model = cfg.net;
+  meta.dataset = cfg.dataset;
+  meta.image_size = cfg.image_size;
+  meta.channels = dataset_info(cfg.dataset).channels;
+  meta.num_classes = cfg.num_classes;
+  meta.step = steps_done;
+  meta.rank_files = r.rank;
+  meta.topology = topology->describe();
+  write_checkpoint(checkpoint_rank_path(cfg.train_dir, steps_done, r.rank), meta, tensors);
+}
+
+// The scheme's device flag of non-finite shared scalers, over every replica of every process (the same verdict
+// everywhere, so no process is left waiting in the barrier of the next save): a GPU does not check the scalers
+// on the host each step, so a NaN gradient reaches the weights; it must not reach a checkpoint.
+void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
+  int32_t bad = 0;
+  std::string tensor;
+  for (Replica& r : replicas) {
+    if (!r.exchange->take_nonfinite_flag()) continue;
+    bad = 1;
+    const std::vector<float>& s = r.exchange->shared_scalers();
+    for (const TensorCodingPlan& t : policy.tensors())
+      if (tensor.empty() && t.scaler_index >= 0 && t.scaler_index < static_cast<int>(s.size()) &&
+          !std::isfinite(s[t.scaler_index]))
+        tensor = t.name;
+  }
+  if (process_comm) process_comm->allreduce(&bad, 1, DType::kI32, ReduceOp::kMax);
+  TG_CHECK(bad == 0,
+           "a shared gradient scaler was not finite at a step up to {} ({}): no checkpoint written at step {}; the "
+           "last checkpoint ({}) stays intact",
+           steps_done, tensor.empty() ? "on another process" : "tensor " + tensor, steps_done,
+           kept_steps.empty() ? std::string("none") : checkpoint_path(cfg.train_dir, kept_steps.back()));
+}
+
+// "error_feedback (12 tensors, 4.8 MiB)": the state's name prefix, size and bytes.
+std::string Trainer::Impl::state_name(const Slab& state) const {
+  const std::string first = state.size() > 0 ? state.entry(0).name : std::string("per-rank state");
+  return fmt::format("{} ({} tensors, {})", first.substr(0, first.find('/')), state.size(),
+                     human_bytes(static_cast<double>(state.bytes())));
+}
+
+// --check_replicas_every: every replica of every process must hold the same parameter bits.
+void Trainer::Impl::check_replicas(int64_t steps_done) {
+  std::vector<uint32_t> local;
+  for (auto& r : replicas) local.push_back(parameter_crc(r));
+  for (size_t i = 1; i < local.size(); ++i)
+    TG_CHECK(local[i] == local[0], "replica check at step {}: replica {} has parameter digest {}, replica 0 {}",
+             steps_done, i, digest_hex(local[i]), digest_hex(local[0]));
+  if (process_comm) {
+    std::vector<uint32_t> all(static_cast<size_t>(num_processes));
+    process_comm->allgather(&local[0], all.data(), sizeof(uint32_t));
+    for (int p = 1; p < num_processes; ++p)
+      TG_CHECK(all[p] == all[0], "replica check at step {}: process {} has parameter digest {}, process 0 {}",
+               steps_done, p, digest_hex(all[p]), digest_hex(all[0]));
+  }
+  spdlog::debug("replica check at step {}: digest {} everywhere", steps_done, digest_hex(local[0]));
+}
+
+}  // namespace tg

@@ -1,0 +1,177 @@
+// The Trainer's private parts, shared by its files: trainer.cc (building the replicas, workers, groups and
+// exchanges; the step), trainer_checkpoint.cc (resume, checkpoints with their per-rank files, agreement checks)
+// and trainer_run.cc (the run loop, log lines, metrics, summaries, timeline).
+#pragma once
+
+#include "terngrad/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/comm/communicator.h"
+#include "terngrad/comm/replica_groups.h"
+#include "terngrad/comm/topology.h"
+#include "terngrad/core/phase_times.h"
+#include "terngrad/core/timeline.h"
+#include "terngrad/data/crc32c.h"
+#include "terngrad/exchange/gradient_exchange.h"
+#include "terngrad/data/input_pipeline.h"
+#include "terngrad/models/registry.h"
+#include "terngrad/optim/lr_schedule.h"
+#include "terngrad/optim/moving_average.h"
+#include "terngrad/optim/optimizer.h"
+#include "terngrad/train/batch_source.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/event_writer.h"
+#include "terngrad/train/loss_scaler.h"
+#include "terngrad/train/metrics.h"
+#include "terngrad/train/replica_threads.h"
+#include "terngrad/train/stale_files.h"
+#include "terngrad/train/throughput_meter.h"
+#include "terngrad/train/train_flags.h"
+
+namespace tg {
+
+// One device's model copy and everything that runs on it: its workers (virtual nodes) compute one after
+// another on the replica's thread, and its exchange meets the other replicas (of this and other processes)
+// through its groups (the Topology's world, node and cross-node communicators).
+struct Replica {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ParameterStore> store;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<ExponentialMovingAverage> ema;
+  std::vector<int> workers;                    // indices into Impl::workers
+  int rank = 0;                                // in the world group: process * replicas + replica
+  ReplicaComms comms;                          // world / local / cross groups; nullptr where it is alone
+  std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
+  bool overlap = false;                        // its exchange runs inside the last worker's backward
+  PhaseTimes times;                            // of the last step
+  ExchangeStats stats;                         // of the last step
+  Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
+  bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
+};
+
+struct Worker {
+  int replica = 0;
+  int global_index = 0;  // (process * replicas + replica) * workers per replica + index in the replica
+  std::unique_ptr<Net> net;
+  std::vector<Tensor> grad_views;  // views of its gradient slab (on its device) for the exchange, in parameter order
+  int track = -1;                  // its timeline track
+  double forward_backward = 0;     // seconds in the last step, exchange work inside backward excluded
+};
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+inline std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+inline std::string human_duration(double s) {
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// What run() keeps between steps: where the log lines go and the sums of the current log window.
+
+struct RunLog {
+  RunLog(int64_t batch_size, int64_t log_every, size_t n_workers)
+      : meter(batch_size, log_every), window_worker_fb(n_workers, 0.0) {}
+  std::unique_ptr<MetricsWriter> metrics;  // --metrics_jsonl (process 0)
+  std::unique_ptr<EventWriter> events;     // TensorBoard (process 0)
+  ThroughputMeter meter;                   // its warm-up is the first log window
+  Clock::time_point start = Clock::now();
+  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
+  int64_t run_time_steps = 0;
+  std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
+  bool timeline_written = false;
+};
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  Communicator* process_comm = nullptr;
+  int rank = 0, num_processes = 1;
+  int64_t worker_batch = 0, process_batch = 0;
+  // The job's shape and the replicas' communicators (declared first: they outlive the exchanges using them).
+  std::unique_ptr<Topology> topology;
+  std::unique_ptr<ReplicaGroups> groups;
+  std::vector<Replica> replicas;
+  std::vector<Worker> workers;
+  std::unique_ptr<Timeline> timeline;       // --timeline
+  std::unique_ptr<ReplicaThreads> threads;  // one host thread per replica
+  PhaseTimes step_times;                    // of the last step (replica 0's, plus the input wait and other)
+  ExchangeStats last_stats;
+  std::unique_ptr<LearningRateSchedule> schedule;
+  std::unique_ptr<BatchSource> source;
+  CompressionPolicy policy;
+  Buffer host_images, host_labels;
+  int64_t start_step = 0;
+  std::vector<int64_t> kept_steps;
+  std::string last_digest;
+  std::string resumed_path;            // the checkpoint this run resumed from
+  std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
+
+  // Construction: build() (replicas, workers, exchange, schedule), then resume_or_initialize().
+  void build();
+  void place_workers(int n_replicas);
+  void build_replicas();
+  void build_replica(Replica& r, const ModelConfig& mc);
+  void connect_replicas();
+  void build_timeline();
+  void build_exchanges();
+  void build_schedule();
+  void allocate_host_batch();
+  void resume_or_initialize();
+  void clean_train_dir();
+  uint64_t resume(const std::string& path);
+  bool check_resumable(const CheckpointMeta& m) const;
+  void restore_rank_state(const CheckpointMeta& m);
+  void save_rank_state(Replica& r, int64_t steps_done);
+  void check_finite_before_save(int64_t steps_done);
+  std::string state_name(const Slab& state) const;
+  void create_ema(Replica& r);
+  void open_batch_source(uint64_t cursor);
+
+  // A step.
+  void step(int64_t t, float lr);
+  void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
+  bool agree_on_overflow(Replica& r);
+
+  // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.
+  TrainResult already_finished() const;
+  RunLog open_run_log();
+  void log_configuration() const;
+  bool timed_step(int64_t t, float lr, RunLog& log);
+  void log_window(int64_t done, float lr, RunLog& log);
+  void after_step(int64_t done, RunLog& log);
+  void finish_run(int64_t t, RunLog& log, TrainResult& result);
+
+  void write_timeline();
+  std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
+  std::string save(int64_t steps_done);
+  void check_replicas(int64_t steps_done);
+  uint32_t parameter_crc(Replica& r);
+  void verify_processes_agree();
+  bool stop_requested(const std::atomic<bool>* stop);
+  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec, const PhaseTimes& time);
+  std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
+  bool is_chief() const { return rank == 0; }
+};
+
+}  // namespace tg

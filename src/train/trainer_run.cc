@@ -1,0 +1,232 @@
+// Trainer: the run loop, its log windows (log line, metrics, TensorBoard), the timeline and the end of a run.
+#include "src/train/trainer_impl.h"
+
+namespace tg {
+
+// Every process's phase times (one all-gather; processes call it at the same steps).
+std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
+  std::vector<PhaseTimes> all(static_cast<size_t>(num_processes));
+  if (!process_comm) {
+    all[0] = mine;
+    return all;
+  }
+  process_comm->allgather(mine.seconds, all.data(), sizeof(mine.seconds));
+  return all;
+}
+
+// --timeline: every process's events into one file, written by process 0 (all processes call this at the
+// same point: when the window ends, or at the end of a run that stopped inside it).
+void Trainer::Impl::write_timeline() {
+  std::string mine = timeline->events_json();
+  std::vector<std::string> fragments;
+  if (!process_comm) {
+    fragments.push_back(std::move(mine));
+  } else {
+    const uint64_t size = mine.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(num_processes));
+    process_comm->allgather(&size, sizes.data(), sizeof(size));
+    const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+    mine.resize(longest, ' ');
+    std::string all(longest * static_cast<size_t>(num_processes), ' ');
+    process_comm->allgather(mine.data(), all.data(), longest);
+    for (int p = 0; p < num_processes; ++p) fragments.push_back(all.substr(p * longest, sizes[p]));
+  }
+  if (is_chief()) {
+    Timeline::write_trace(cfg.timeline, fragments);
+    spdlog::info("timeline of steps {}-{} written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+                 timeline->first_step(), timeline->last_step(), cfg.timeline);
+  }
+}
+
+// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
+// tensor the shared scaler and worker 0's zero fraction.
+void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
+                                    const PhaseTimes& time) {
+  const Net& last = *workers.back().net;
+  std::vector<std::pair<std::string, float>> v = {
+      {"losses/entropy_loss", last.last_cross_entropy()},
+      {"losses/reg_loss", last.last_regularization()},
+      {"losses/total_loss", last.last_cross_entropy() + last.last_regularization()},
+      {"learning_rate", lr},
+      {"examples_per_sec", static_cast<float>(examples_per_sec)},
+      {"exchange/bytes_per_step", static_cast<float>(last_stats.moved_bytes)},
+      {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
+  };
+  if (scaler->enabled()) {
+    v.push_back({"loss_scale", scaler->scale()});
+    v.push_back({"skipped_steps", static_cast<float>(scaler->skipped_steps())});
+  }
+  for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
+  const auto& scalers = replicas[0].exchange->shared_scalers();
+  const auto& zeros = replicas[0].exchange->zero_codes();
+  for (const auto& t : policy.tensors()) {
+    if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
+    v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
+    if (t.scaler_index < static_cast<int>(zeros.size()) && t.numel > 0)
+      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.scaler_index]) / double(t.numel))});
+  }
+  events.scalars(step, v);
+}
+
+// A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
+// each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
+bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
+  int32_t flag = stop && stop->load() ? 1 : 0;
+  if (process_comm) process_comm->allreduce(&flag, 1, DType::kI32, ReduceOp::kMax);
+  return flag != 0;
+}
+
+TrainResult Trainer::run(const std::atomic<bool>* stop) {
+  Impl& m = *impl_;
+  const TrainConfig& cfg = m.cfg;
+  if (m.start_step >= cfg.max_steps) return m.already_finished();
+  // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
+  if (m.num_processes == 1) m.source->set_stop_flag(stop);
+  RunLog log = m.open_run_log();
+  TrainResult result;
+  result.start_step = m.start_step;
+  int64_t t = m.start_step;
+  for (; t < cfg.max_steps; ++t) {
+    const float lr = (*m.schedule)(t);
+    if (m.stop_requested(stop) || !m.timed_step(t, lr, log)) {
+      result.interrupted = true;
+      break;
+    }
+    result.bytes_moved += m.last_stats.moved_bytes;
+    result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
+    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
+    m.after_step(t + 1, log);
+  }
+  m.finish_run(t, log, result);
+  return result;
+}
+
+// A re-run of a finished training: nothing to do, say what is there.
+TrainResult Trainer::Impl::already_finished() const {
+  TrainResult result;
+  result.start_step = start_step;
+  result.already_finished = true;
+  result.steps_done = start_step;
+  result.parameter_digest = last_digest;
+  if (is_chief())
+    spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
+                 start_step, resumed_path, last_digest, cfg.max_steps);
+  return result;
+}
+
+// The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
+RunLog Trainer::Impl::open_run_log() {
+  RunLog log(cfg.batch_size, cfg.log_every, workers.size());
+  if (!is_chief()) return log;
+  if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
+  log.events = std::make_unique<EventWriter>(cfg.train_dir);
+  log_configuration();
+  log.start = Clock::now();
+  return log;
+}
+
+void Trainer::Impl::log_configuration() const {
+  std::string flags;
+  for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
+  spdlog::info("effective configuration:{}", flags);
+  spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
+               replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
+  const GradientExchange& x = *replicas[0].exchange;
+  spdlog::info("{} | exchange {}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
+               x.num_buckets(), x.num_buckets() == 1 ? "" : "s", replicas[0].overlap ? " overlapped with backward" : "",
+               schedule->describe());
+}
+
+// Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
+// state is still that of step t).
+bool Trainer::Impl::timed_step(int64_t t, float lr, RunLog& log) {
+  const Clock::time_point t0 = Clock::now();
+  try {
+    step(t, lr);
+  } catch (const InputInterrupted&) {
+    return false;
+  }
+  log.meter.add_step(seconds_between(t0, Clock::now()));
+  log.window_times += step_times;
+  for (size_t w = 0; w < workers.size(); ++w) log.window_worker_fb[w] += workers[w].forward_backward;
+  if (log.meter.warm()) {
+    log.run_times += step_times;
+    ++log.run_time_steps;
+  }
+  return true;
+}
+
+// The log line, TensorBoard scalars and metrics line of the window ending at step `done` (every process calls
+// it: the phase times are gathered).
+void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
+  const ThroughputMeter::Window w = log.meter.close_window();
+  const double elapsed = seconds_between(log.start, Clock::now());
+  const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
+  const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
+  const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
+  if (is_chief()) {
+    const Net& last = *workers.back().net;
+    const float loss = last.last_cross_entropy() + last.last_regularization();
+    const ExchangeStats& xs = last_stats;
+    spdlog::info(
+        "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
+        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
+        done, last.last_cross_entropy(), last.last_regularization(), loss, w.examples_per_sec, w.sec_per_step, lr,
+        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), done, cfg.max_steps,
+        100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
+    if (scaler->enabled())
+      spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", done, scaler->scale(), scaler->skipped_steps());
+    if (log.events) write_summaries(*log.events, done, lr, w.examples_per_sec, mean);
+    if (log.metrics) {
+      StepMetrics sm;
+      sm.step = done;
+      sm.entropy_loss = last.last_cross_entropy();
+      sm.reg_loss = last.last_regularization();
+      sm.total_loss = loss;
+      sm.learning_rate = lr;
+      sm.examples_per_sec = w.examples_per_sec;
+      sm.sec_per_batch = w.sec_per_step;
+      sm.bytes_exchanged = xs.moved_bytes;
+      sm.fp32_bytes = xs.fp32_moved_bytes;
+      sm.payload_bytes = xs.payload_bytes;
+      sm.wire_bytes = xs.process_wire_bytes;
+      sm.time = mean;
+      sm.loss_scale = scaler->scale();
+      sm.skipped_steps = scaler->skipped_steps();
+      if (num_processes > 1) sm.process_time = per_process;
+      for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
+      log.metrics->step(sm);
+    }
+  }
+  log.window_times.clear();
+  std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
+}
+
+// After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
+void Trainer::Impl::after_step(int64_t done, RunLog& log) {
+  if (timeline && !log.timeline_written && done == timeline->last_step()) {
+    write_timeline();
+    log.timeline_written = true;
+  }
+  if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
+  if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
+}
+
+// The end of a run stopped after step t (done or interrupted): the last checkpoint and the result.
+void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
+  result.steps_done = t;
+  // A run that ended inside the window still leaves the steps it traced.
+  if (timeline && !log.timeline_written && t >= timeline->first_step()) write_timeline();
+  if (t > start_step || kept_steps.empty() || result.interrupted) last_digest = save(t);
+  if (result.interrupted && is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
+  if (source->skipped_records() > 0)  // the one report of the total
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
+  const Net& last = *workers.back().net;
+  if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
+  result.median_examples_per_sec = log.meter.median_examples_per_sec();
+  result.time_per_step = log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
+  result.parameter_digest = last_digest;
+  if (log.metrics) log.metrics->summary(result);
+}
+
+}  // namespace tg

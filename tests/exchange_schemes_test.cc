@@ -1,0 +1,431 @@
+// Tests of the gradient schemes over real groups of ranks: one std::thread per rank, each with its own CPU
+// backend and GradientExchange, meeting through ThreadCommunicators laid out as M nodes x L ranks (a world group,
+// one group per node, one cross group per local rank), as the Topology builds them:
+//   - hierarchical on one node gives the fp32 scheme's bits (one node = fp32 averaging);
+//   - hierarchical with one rank per node gives the terngrad scheme's bits (allgather2 and allreduce8 nodes);
+//   - hierarchical on 2 x 2 is unbiased (a statistical test: the mean of many steps' averages against the true
+//     average, within bounds from the ternary variance), the same bits overlapped or not, for any bucketing and
+//     any backend thread count, with --local_bits 16 too; its byte counters split intra- and inter-node traffic;
+//   - error feedback: bit for bit against a reference written from its definition, overlapped or not;
+//   - the registry: names, the choice from --grad_bits / --exchange / the layout, errors naming the choices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/backend/ternary_codec.h"
+#include "terngrad/comm/thread_communicator.h"
+#include "terngrad/core/error.h"
+#include "terngrad/core/half_convert.h"
+#include "terngrad/core/philox.h"
+#include "terngrad/exchange/gradient_exchange.h"
+#include "terngrad/exchange/scheme_registry.h"
+#include "terngrad/math/ternary_math.h"
+
+namespace tg {
+namespace {
+
+const std::vector<ParamInfo> kParams = {{"conv1/weights", 150}, {"conv1/biases", 6},     {"conv2/weights", 1203},
+                                        {"fc/weights", 957},    {"logits/weights", 40}, {"logits/biases", 4}};
+
+// Worker w's gradient of tensor t, element i at step k (a fixed pattern per worker plus a step-dependent part).
+float grad_value(int w, int t, int64_t i) {
+  const uint32_t h = static_cast<uint32_t>(w * 7919 + t * 104729 + i * 31);
+  const float u = static_cast<float>((h * 2654435761u) >> 8) / 16777216.f;  // [0, 1)
+  return 0.02f * (u - 0.5f) + 0.003f * static_cast<float>(w % 3) - 0.001f * static_cast<float>(t);
+}
+
+struct RankGrads {
+  std::vector<std::vector<std::vector<float>>> data;  // [local worker][tensor][element]
+  void fill(int first_worker) {
+    for (size_t l = 0; l < data.size(); ++l)
+      for (size_t t = 0; t < kParams.size(); ++t)
+        for (int64_t i = 0; i < kParams[t].numel; ++i)
+          data[l][t][i] = grad_value(first_worker + static_cast<int>(l), static_cast<int>(t), i);
+  }
+  explicit RankGrads(int workers) : data(workers) {
+    for (auto& w : data)
+      for (auto& p : kParams) w.emplace_back(p.numel);
+  }
+  std::vector<std::vector<Tensor>> views() {
+    std::vector<std::vector<Tensor>> v;
+    for (auto& w : data) {
+      v.emplace_back();
+      for (auto& g : w) v.back().emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
+    }
+    return v;
+  }
+};
+
+// M nodes x L ranks as thread groups: rank r = node * L + local.
+struct Layout {
+  int nodes = 1, local = 1;
+  std::vector<std::unique_ptr<ThreadCommunicator>> world;
+  std::vector<std::vector<std::unique_ptr<ThreadCommunicator>>> node_groups;   // [node][local]
+  std::vector<std::vector<std::unique_ptr<ThreadCommunicator>>> cross_groups;  // [local][node]
+  Layout(int m, int l) : nodes(m), local(l) {
+    world = make_thread_communicators(m * l);
+    for (int n = 0; n < m; ++n) node_groups.push_back(make_thread_communicators(l));
+    for (int k = 0; k < l; ++k) cross_groups.push_back(make_thread_communicators(m));
+  }
+  int ranks() const { return nodes * local; }
+  // `flat`: only the world group (the flat schemes' view).
+  ExchangeComms comms(int r, bool flat) const {
+    ExchangeComms c;
+    c.world = world[r].get();
+    if (flat) return c;
+    c.local = node_groups[r / local][r % local].get();
+    c.cross = cross_groups[r % local][r / local].get();
+    return c;
+  }
+};
+
+struct RunOptions {
+  int grad_bits = 1;
+  float clip_factor = 0.f;
+  ExchangeOptions exchange;
+  bool flat = false;          // give the exchange only the world group
+  int workers_per_rank = 1;
+  int backend_threads = 1;
+  int steps = 1;
+  uint32_t first_step = 3;
+};
+
+// Every rank's first worker's gradient after each step (the average), [rank][step][tensor][element]; stats of
+// rank 0's last step.
+struct RunResult {
+  std::vector<std::vector<std::vector<std::vector<float>>>> out;
+  std::vector<ExchangeStats> stats;  // per rank, last step
+  std::string scheme;
+};
+
+RunResult run_layout(Layout& lay, const RunOptions& o) {
+  CompressionFlags f;
+  f.grad_bits = o.grad_bits;
+  f.clip_factor = o.clip_factor;
+  f.size_to_binarize = 7;  // conv1/biases stays fp32
+  const CompressionPolicy pol(f, kParams);
+  const int R = lay.ranks();
+  RunResult res;
+  res.out.resize(R);
+  res.stats.resize(R);
+  std::vector<std::string> errors(R);
+  std::vector<std::string> names(R);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        BackendOptions bo;
+        bo.threads = o.backend_threads;
+        std::unique_ptr<Backend> be = make_backend("cpu", bo);
+        be->bind_thread();
+        RankGrads g(o.workers_per_rank);
+        GradientExchange ex(*be, pol, g.views(), {0}, lay.comms(r, o.flat), o.exchange);
+        names[r] = ex.scheme().describe();
+        for (int s = 0; s < o.steps; ++s) {
+          g.fill(r * o.workers_per_rank);
+          ex.begin(o.first_step + s);
+          for (int first = pol.num_tensors(); first >= 0; --first) {  // as backward reports them
+            ex.tensors_ready(first);
+            ex.progress();
+          }
+          res.stats[r] = ex.finish();
+          res.out[r].push_back(g.data[0]);
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        lay.world[r]->abort(e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < R; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  res.scheme = names[0];
+  return res;
+}
+
+void expect_same_bits(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.out.size(), b.out.size()) << what;
+  for (size_t r = 0; r < a.out.size(); ++r)
+    for (size_t s = 0; s < a.out[r].size(); ++s)
+      for (size_t t = 0; t < kParams.size(); ++t)
+        for (size_t i = 0; i < a.out[r][s][t].size(); ++i)
+          ASSERT_EQ(a.out[r][s][t][i], b.out[r][s][t][i])
+              << what << ": rank " << r << " step " << s << " " << kParams[t].name << "[" << i << "]";
+}
+
+TEST(HierarchicalScheme, OneNodeIsFp32Averaging) {
+  for (int L : {2, 3}) {
+    Layout h(1, L), f(1, L);
+    RunOptions o;
+    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.exchange.bucket_mb = 4.0 / 1024;  // 4 KiB of fp32 gradient: several buckets
+    o.workers_per_rank = 2;
+    const RunResult hier = run_layout(h, o);
+    EXPECT_NE(hier.scheme.find("hierarchical"), std::string::npos) << hier.scheme;
+    RunOptions of = o;
+    of.grad_bits = 32;
+    of.flat = true;
+    of.exchange.mode = ExchangeMode::kAuto;
+    const RunResult fp32 = run_layout(f, of);
+    EXPECT_EQ(fp32.scheme, "fp32");
+    expect_same_bits(hier, fp32, fmt::format("1 node x {} ranks", L));
+  }
+}
+
+TEST(HierarchicalScheme, OneRankPerNodeIsTernGrad) {
+  for (int M : {3, 8}) {  // allgather2 between 3 nodes, allreduce8 between 8
+    Layout h(M, 1), t(M, 1);
+    RunOptions o;
+    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.clip_factor = 2.5f;
+    o.steps = 2;
+    const RunResult hier = run_layout(h, o);
+    RunOptions ot = o;
+    ot.flat = true;
+    ot.exchange.mode = M < 8 ? ExchangeMode::kAllgather2 : ExchangeMode::kAllreduce8;
+    const RunResult tern = run_layout(t, ot);
+    EXPECT_NE(tern.scheme.find("terngrad"), std::string::npos) << tern.scheme;
+    expect_same_bits(hier, tern, fmt::format("{} nodes x 1 rank", M));
+  }
+}
+
+// Every rank ends with the same bits, whatever the overlap, the bucketing or the backend's thread count.
+TEST(HierarchicalScheme, DeterministicAcrossOverlapBucketsAndThreads) {
+  RunOptions base;
+  base.exchange.mode = ExchangeMode::kHierarchical;
+  base.clip_factor = 2.5f;
+  base.steps = 2;
+  base.exchange.overlap = false;
+  Layout l0(2, 2);
+  const RunResult ref = run_layout(l0, base);
+  for (int r = 1; r < 4; ++r)
+    for (size_t t = 0; t < kParams.size(); ++t) ASSERT_EQ(ref.out[r][1][t], ref.out[0][1][t]) << "rank " << r;
+  struct Variant {
+    bool overlap;
+    double bucket_mb;
+    int threads;
+  };
+  for (Variant v : {Variant{true, 25, 1}, Variant{true, 2.0 / 1024, 1}, Variant{true, 2.0 / 1024, 2},
+                    Variant{false, 25, 2}}) {
+    Layout l(2, 2);
+    RunOptions o = base;
+    o.exchange.overlap = v.overlap;
+    o.exchange.bucket_mb = v.bucket_mb;
+    o.backend_threads = v.threads;
+    expect_same_bits(run_layout(l, o), ref,
+                     fmt::format("overlap {} bucket_mb {} threads {}", v.overlap, v.bucket_mb, v.threads));
+  }
+}
+
+// E[average] = the true average over all workers: the mean of K steps' averages (each step draws new codes)
+// against it, per element within 6 standard errors (variance of the M nodes' ternarizations of their averages,
+// s|a| - a^2 each, over M^2, over K) plus the 16-bit uniform's rounding bias; and the squared z-scores average
+// about 1.
+TEST(HierarchicalScheme, Unbiased) {
+  const int M = 2, L = 2, K = 300;
+  Layout lay(M, L);
+  RunOptions o;
+  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.steps = K;
+  const RunResult res = run_layout(lay, o);
+  const int N = M * L;
+  double z2 = 0;
+  int64_t count = 0;
+  for (size_t t = 0; t < kParams.size(); ++t) {
+    if (t == 1) continue;  // conv1/biases: fp32, exact
+    const int64_t n = kParams[t].numel;
+    // The shared scaler (c = 0): max over workers of max|g|.
+    float s = 0;
+    for (int w = 0; w < N; ++w)
+      for (int64_t i = 0; i < n; ++i) s = std::max(s, std::fabs(grad_value(w, static_cast<int>(t), i)));
+    for (int64_t i = 0; i < n; ++i) {
+      double truth = 0, var = 0;
+      for (int node = 0; node < M; ++node) {
+        double a = 0;
+        for (int k = 0; k < L; ++k) a += grad_value(node * L + k, static_cast<int>(t), i);
+        a /= L;
+        truth += a / M;
+        var += (s * std::fabs(a) - a * a) / (M * M);
+      }
+      double mean = 0;
+      for (int k = 0; k < K; ++k) mean += res.out[0][k][t][i];
+      mean /= K;
+      const double se = std::sqrt(std::max(var, 0.0) / K);
+      const double bias = s * (std::ldexp(1.0, -17) + std::ldexp(1.0, -24));
+      ASSERT_LE(std::fabs(mean - truth), 6 * se + bias + 1e-9) << kParams[t].name << "[" << i << "]";
+      if (se > 0) {
+        z2 += (mean - truth) * (mean - truth) / (se * se);
+        ++count;
+      }
+    }
+  }
+  const double mean_z2 = z2 / count;
+  EXPECT_NEAR(mean_z2, 1.0, 5 * std::sqrt(2.0 / count) + 0.05) << count << " elements";
+}
+
+TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
+  Layout lay(2, 2);
+  RunOptions o;
+  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.exchange.local_bits = 16;
+  const RunResult half = run_layout(lay, o);
+  Layout lay32(2, 2);
+  o.exchange.local_bits = 32;
+  const RunResult full = run_layout(lay32, o);
+  // fp16 inside the node rounds the sums: close to the fp32 path, not the same bits.
+  bool differs = false;
+  for (size_t t = 0; t < kParams.size(); ++t)
+    for (size_t i = 0; i < kParams[t].numel; ++i) {
+      differs = differs || half.out[0][0][t][i] != full.out[0][0][t][i];
+      EXPECT_NEAR(half.out[0][0][t][i], full.out[0][0][t][i], 0.01) << kParams[t].name << "[" << i << "]";
+    }
+  EXPECT_TRUE(differs);
+  for (int r = 0; r < 4; ++r) {
+    const ExchangeStats& st = full.stats[r];
+    EXPECT_GT(st.intra_node_bytes, 0u) << r;
+    EXPECT_GT(st.inter_node_bytes, 0u) << r;
+    EXPECT_EQ(st.intra_node_bytes + st.inter_node_bytes, st.process_wire_bytes) << r;
+    EXPECT_GT(half.stats[r].inter_node_bytes, 0u);
+    EXPECT_LT(half.stats[r].intra_node_bytes, st.intra_node_bytes) << "fp16 halves the traffic inside a node";
+  }
+  // Between nodes only 2-bit codes (and the fp32-kept biases) travel: far fewer bytes than inside the node.
+  EXPECT_LT(full.stats[0].inter_node_bytes * 8, full.stats[0].intra_node_bytes);
+}
+
+// Error feedback against its definition: r starts at 0; each step g' = g + r, the shared scaler of g' (max over
+// workers), codes of g', average s * sum / N, r = g' - s * code.
+TEST(ErrorFeedback, MatchesItsDefinition) {
+  for (bool overlap : {false, true}) {
+    const int R = 2, W = 2, N = R * W, steps = 3;
+    Layout lay(R, 1);
+    RunOptions o;
+    o.flat = true;
+    o.clip_factor = 2.5f;
+    o.workers_per_rank = W;
+    o.steps = steps;
+    o.exchange.error_feedback = true;
+    o.exchange.overlap = overlap;
+    o.exchange.bucket_mb = 2.0 / 1024;
+    o.exchange.seed = 77;
+    const RunResult res = run_layout(lay, o);
+    EXPECT_NE(res.scheme.find("error feedback"), std::string::npos) << res.scheme;
+    // The reference.
+    std::vector<std::vector<std::vector<float>>> r(N);  // [worker][tensor][element]
+    for (int w = 0; w < N; ++w)
+      for (auto& p : kParams) r[w].emplace_back(p.numel, 0.f);
+    for (int k = 0; k < steps; ++k) {
+      const uint32_t step = o.first_step + k;
+      for (size_t t = 0; t < kParams.size(); ++t) {
+        const int64_t n = kParams[t].numel;
+        std::vector<std::vector<float>> gp(N, std::vector<float>(n));
+        for (int w = 0; w < N; ++w)
+          for (int64_t i = 0; i < n; ++i) gp[w][i] = grad_value(w, static_cast<int>(t), i) + (t == 1 ? 0.f : r[w][t][i]);
+        if (t == 1) {  // fp32: the sum in worker order inside each rank, then over the ranks
+          for (int64_t i = 0; i < n; ++i) {
+            const float a = gp[0][i] + gp[1][i], b = gp[2][i] + gp[3][i];
+            ASSERT_EQ(res.out[0][k][t][i], (a + b) / N);
+          }
+          continue;
+        }
+        float s = 0;
+        for (int w = 0; w < N; ++w) s = std::max(s, ternary_scaler_cpu(gp[w].data(), n, o.clip_factor));
+        for (int64_t i = 0; i < n; ++i) {
+          int sum = 0;
+          for (int w = 0; w < N; ++w) {
+            const int c = ternarize_one(gp[w][i], s, philox_key(o.exchange.seed, w), i, step, static_cast<uint32_t>(t));
+            sum += c;
+            r[w][t][i] = gp[w][i] - ternary_decode_value(s, c, 1);
+          }
+          ASSERT_EQ(res.out[0][k][t][i], ternary_decode_value(s, sum, N))
+              << "overlap " << overlap << " step " << k << " " << kParams[t].name << "[" << i << "]";
+          ASSERT_EQ(res.out[1][k][t][i], res.out[0][k][t][i]);
+        }
+      }
+    }
+  }
+}
+
+TEST(GradientSchemes, RegistryAndChoice) {
+  std::vector<std::string> names;
+  for (const SchemeInfo& s : gradient_schemes()) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"fp32", "fp16", "terngrad", "hierarchical", "none"}));
+  ExchangeLayout flat{8, 8, 1}, nodes{8, 2, 4}, one_node{4, 1, 4};
+  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, flat), "terngrad");
+  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, nodes), "hierarchical");
+  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, one_node), "terngrad");
+  EXPECT_EQ(scheme_name_for(32, ExchangeMode::kAuto, nodes), "fp32");
+  EXPECT_EQ(scheme_name_for(16, ExchangeMode::kAllgather2, nodes), "fp16");
+  EXPECT_EQ(scheme_name_for(32, ExchangeMode::kHierarchical, nodes), "hierarchical");
+  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kNone, nodes), "none");
+  try {
+    scheme_name_for(16, ExchangeMode::kHierarchical, nodes);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad_bits 1"), std::string::npos) << e.what();
+  }
+  SchemeContext ctx;
+  try {
+    make_gradient_scheme("powersgd", ctx);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32, fp16, terngrad, hierarchical, none"), std::string::npos) << e.what();
+  }
+}
+
+// --exchange none: each rank keeps its own workers' average; nothing moves.
+TEST(GradientSchemes, NoneAveragesLocallyAndMovesNothing) {
+  Layout lay(2, 1);
+  RunOptions o;
+  o.flat = true;
+  o.workers_per_rank = 2;
+  o.exchange.mode = ExchangeMode::kNone;
+  const RunResult res = run_layout(lay, o);
+  EXPECT_EQ(res.scheme, "none");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res.stats[r].process_wire_bytes, 0u);
+    for (size_t t = 0; t < kParams.size(); ++t)
+      for (int64_t i = 0; i < kParams[t].numel; ++i)
+        ASSERT_EQ(res.out[r][0][t][i],
+                  (grad_value(2 * r, static_cast<int>(t), i) + grad_value(2 * r + 1, static_cast<int>(t), i)) / 2);
+  }
+}
+
+// With the host check off (as on a GPU), a non-finite shared scaler gives no error in the step but raises the
+// scheme's device flag, which the trainer reads before writing a checkpoint.
+TEST(GradientSchemes, NonFiniteScalerRaisesTheDeviceFlag) {
+  CompressionFlags f;
+  f.grad_bits = 1;
+  const CompressionPolicy pol(f, kParams);
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  RankGrads g(2);
+  g.fill(0);
+  ExchangeOptions xo;
+  xo.host_scaler_check = false;
+  GradientExchange ex(*be, pol, g.views(), {0}, nullptr, xo);
+  ex.run(1);
+  EXPECT_FALSE(ex.take_nonfinite_flag());
+  g.fill(0);
+  g.data[1][2][5] = std::nanf("");
+  ex.run(2);
+  EXPECT_TRUE(ex.take_nonfinite_flag());
+  EXPECT_FALSE(ex.take_nonfinite_flag()) << "reading clears it";
+  EXPECT_FALSE(std::isfinite(ex.shared_scalers()[pol.tensors()[2].scaler_index])) << "conv2/weights";
+  // With the host check (the CPU's default) the step itself stops, naming the tensor and the step.
+  ExchangeOptions checked;
+  GradientExchange ex2(*be, pol, g.views(), {0}, nullptr, checked);
+  g.fill(0);
+  g.data[1][2][5] = std::nanf("");
+  try {
+    ex2.run(9);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2/weights"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step 9"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tg

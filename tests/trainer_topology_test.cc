@@ -1,0 +1,135 @@
+// terngrad-train across layouts of real processes (mpirun) and CPU replicas, on synthetic input:
+//   - a 2 nodes x 2 ranks topology picks the hierarchical exchange and gives the same parameters whether the
+//     ranks are 4 processes (--ranks_per_node 2) or 2 processes of 2 --cpu_replicas each, overlapped or not;
+//   - --error_feedback writes per-rank state files beside each checkpoint and resumes bit for bit (one process
+//     of two workers, and two processes);
+//   - a checkpoint of another number of workers is refused without --allow_topology_change, resumed with it
+//     (the data cursor re-derived, said in the log), its per-rank state refused unless --reset_rank_state;
+//   - a --ranks_per_node that does not divide the ranks: one line on every process, exit non-zero.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/files.h"
+#include "terngrad/train/checkpoint.h"
+
+namespace tg {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerTopology : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("tg_topology_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  static bool have_mpirun() { return testing::run_command("command -v mpirun") == 0; }
+  static std::string train_cmd() { return std::string(TG_BINARY_DIR) + "/terngrad-train"; }
+  static std::string mpirun(int np) {
+    return "timeout 300 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
+  }
+  // A small LeNet run on synthetic input; `extra` adds flags.
+  std::string common(const std::string& dir, const std::string& extra) const {
+    return " --benchmark_mode --dataset fashion_mnist --net lenet --image_size 16 --batch_size 16 --grad_bits 1"
+           " --clip_factor 2.5 --log_every 2 --threads 1 --seed 5 --train_dir " +
+           (root_ / dir).string() + " " + extra + " 2>&1";
+  }
+  // Runs; returns the output, checking the exit code.
+  std::string run(const std::string& cmd, int expected_rc = 0) const {
+    std::string out;
+    const int rc = testing::run_command(cmd, &out);
+    EXPECT_EQ(rc, expected_rc) << cmd << "\n" << out;
+    return out;
+  }
+  static std::vector<char> params(const std::string& ckpt) {
+    CheckpointReader r(ckpt);
+    std::vector<char> bytes;
+    for (const std::string& n : r.names()) {
+      if (n.rfind("params/", 0) != 0) continue;
+      std::vector<float> v(static_cast<size_t>(r.shape(n).numel()));
+      r.read(n, Tensor(v.data(), r.shape(n), DType::kF32, Device::cpu()));
+      const char* p = reinterpret_cast<const char*>(v.data());
+      bytes.insert(bytes.end(), p, p + v.size() * sizeof(float));
+    }
+    return bytes;
+  }
+  std::vector<char> final_params(const std::string& dir) const {
+    const auto latest = latest_checkpoint((root_ / dir).string());
+    EXPECT_TRUE(latest.has_value()) << dir;
+    return latest ? params(*latest) : std::vector<char>();
+  }
+  fs::path root_;
+};
+
+TEST_F(TrainerTopology, TwoNodesOfTwoRanksAreHierarchicalWhateverTheProcessLayout) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const std::string steps = "--max_steps 4 --save_iter 100 --num_nodes ";
+  const std::string four = run(mpirun(4) + train_cmd() + common("p4", steps + "1 --ranks_per_node 2"));
+  EXPECT_NE(four.find("2 nodes x 2 ranks"), std::string::npos) << four;
+  EXPECT_NE(four.find("exchange hierarchical"), std::string::npos) << four;
+  const std::string two = run(mpirun(2) + train_cmd() + common("p2r2", steps + "2 --cpu_replicas 2 --ranks_per_node 2"));
+  EXPECT_NE(two.find("2 nodes x 2 ranks"), std::string::npos) << two;
+  run(mpirun(2) + train_cmd() + common("serial", steps + "2 --cpu_replicas 2 --ranks_per_node 2 --overlap=false"));
+  const auto a = final_params("p4");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == final_params("p2r2")) << "4 processes x 1 replica and 2 processes x 2 replicas, same topology";
+  EXPECT_TRUE(a == final_params("serial")) << "overlapped and serial";
+}
+
+TEST_F(TrainerTopology, ErrorFeedbackStateIsPerRankAndResumesBitForBit) {
+  const std::string ef = "--error_feedback --num_nodes 2 --save_iter 3 ";
+  run(train_cmd() + common("whole", ef + "--max_steps 6"));
+  run(train_cmd() + common("split", ef + "--max_steps 3"));
+  EXPECT_TRUE(fs::exists(root_ / "split" / "model.ckpt-3.rank-0"));
+  const std::string resumed = run(train_cmd() + common("split", ef + "--max_steps 6"));
+  EXPECT_NE(resumed.find("per-rank state restored on 1 ranks"), std::string::npos) << resumed;
+  EXPECT_TRUE(final_params("whole") == final_params("split")) << "resumed error feedback";
+  EXPECT_FALSE(fs::exists(root_ / "split" / "model.ckpt-3.rank-1"));
+  // Without the residuals the run differs: they are state, not noise.
+  run(train_cmd() + common("noef", "--num_nodes 2 --save_iter 3 --max_steps 6"));
+  EXPECT_FALSE(final_params("whole") == final_params("noef"));
+  if (!have_mpirun()) return;
+  const std::string mpi = "--error_feedback --num_nodes 1 --save_iter 2 ";
+  run(mpirun(2) + train_cmd() + common("mpi_whole", mpi + "--max_steps 4"));
+  run(mpirun(2) + train_cmd() + common("mpi_split", mpi + "--max_steps 2"));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(root_ / "mpi_split" / ("model.ckpt-2.rank-" + std::to_string(r))));
+  run(mpirun(2) + train_cmd() + common("mpi_split", mpi + "--max_steps 4"));
+  EXPECT_TRUE(final_params("mpi_whole") == final_params("mpi_split")) << "two processes, resumed";
+}
+
+TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
+  run(train_cmd() + common("t", "--num_nodes 2 --max_steps 2 --save_iter 2"));
+  const std::string refused = run(train_cmd() + common("t", "--num_nodes 4 --max_steps 4"), 1);
+  EXPECT_NE(refused.find("--allow_topology_change"), std::string::npos) << refused;
+  const std::string moved = run(train_cmd() + common("t", "--num_nodes 4 --max_steps 4 --allow_topology_change"));
+  EXPECT_NE(moved.find("workers per process 4 (the checkpoint's: 2"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("data cursor re-derived"), std::string::npos) << moved;
+  EXPECT_TRUE(fs::exists(root_ / "t" / "model.ckpt-4"));
+  // Per-rank state cannot follow a change in the number of ranks.
+  run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --cpu_replicas 2 --max_steps 2 --save_iter 2"));
+  const std::string kept =
+      run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --max_steps 4 --allow_topology_change"), 1);
+  EXPECT_NE(kept.find("per-rank state of 2 ranks"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("--reset_rank_state"), std::string::npos) << kept;
+  const std::string reset = run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --max_steps 4 "
+                                                           "--allow_topology_change --reset_rank_state"));
+  EXPECT_NE(reset.find("per-rank state of 2 ranks dropped"), std::string::npos) << reset;
+}
+
+TEST_F(TrainerTopology, RanksPerNodeThatDoesNotDivideIsOneLineOnEveryProcess) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const std::string out =
+      run(mpirun(2) + train_cmd() + common("bad", "--max_steps 2 --num_nodes 1 --ranks_per_node 3"), 1);
+  EXPECT_NE(out.find("--ranks_per_node 3"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root_ / "bad" / "model.ckpt-2"));
+}
+
+}  // namespace
+}  // namespace tg
