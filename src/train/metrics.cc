@@ -28,6 +28,8 @@ void MetricsWriter::step(const StepMetrics& m) {
       .add("fp32_bytes", m.fp32_bytes)
       .add("payload_bytes", m.payload_bytes)
       .add("wire_bytes", m.wire_bytes)
+      .add("intra_node_bytes", m.intra_node_bytes)
+      .add("inter_node_bytes", m.inter_node_bytes)
       .add("loss_scale", m.loss_scale)
       .add("skipped_steps", m.skipped_steps)
       .add_json("time", phases_json(m.time))

@@ -190,6 +190,8 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
       sm.fp32_bytes = xs.fp32_moved_bytes;
       sm.payload_bytes = xs.payload_bytes;
       sm.wire_bytes = xs.process_wire_bytes;
+      sm.intra_node_bytes = xs.intra_node_bytes;
+      sm.inter_node_bytes = xs.inter_node_bytes;
       sm.time = mean;
       sm.loss_scale = scaler->scale();
       sm.skipped_steps = scaler->skipped_steps();

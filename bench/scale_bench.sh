@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# scale_bench.sh: data-parallel training over up to 8 emulated machines (network namespaces on one bridge, each
+# with its own shaped link), P processes per machine and R --cpu_replicas per process, for every exchange of
+# terngrad-train and PyTorch DDP (gloo) in the same namespaces, with each layout's compute-only step
+# (--exchange none; DDP without communication) under the same CPU contention. See bench/README.md, "Scaling".
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/scale_bench.sh [options] RATE [RATE...]
+
+  RATE             a tc rate per machine (100mbit, 1gbit, 10gbit) or `none`
+  -b BUILD_DIR     build folder with terngrad-train (default: build)
+  -n NETS          comma-separated: lenet, alexnet (default: alexnet)
+  -L LAYOUTS       comma-separated MxPxR: M machines, P processes each, R CPU replicas per process
+                   (default: 2x1x1,2x2x1,4x2x1)
+  -e EXCHANGES     comma-separated: fp32, fp16, allgather2, allreduce8, hierarchical, ddp (default: all); the
+                   compute-only runs (ours: --exchange none; DDP: --method none) always run
+  -B BATCHES       per-worker batch per net, e.g. lenet=512,alexnet=8 (default: lenet=512, alexnet=8)
+  -s STEPS         steps per run (default 8); the first -w are warm-up, the rest are timed
+  -w WARMUP        untimed first steps (default 2)
+  -r REPEATS       run the whole matrix this many times, interleaved; the table shows medians (default 3)
+  -d DELAY_MS      one-way delay on every machine's link (netem; default 0)
+  -o FILE          the raw TSV (default bench/results/scale_<date>_<commit>.tsv)
+  --no-pin         leave placement to the OS (default: process g of the job on core g mod cores, its threads
+                   there too; ours and DDP alike)
+  -h, --help       this text
+
+Every rank computes with 1 thread (R replicas: R threads per process); --benchmark_mode input. Per row: s/step
+(median of the timed steps of process 0), the same layout's compute-only s/step, the link overhead (their
+difference), bytes per step inside and between nodes (terngrad's counters, process 0's ranks), the bytes that
+crossed machine 1's link per step (its veth counters, warm-up included, divided by the steps) and phase times.
+Needs root, ip, tc, mpirun, python3 (PyTorch for the DDP rows: bench/setup_peers.sh).
+EOF
+}
+
+die() {
+  echo "scale_bench.sh: $*" >&2
+  exit 1
+}
+
+BUILD_DIR=build
+NETS=alexnet
+LAYOUTS=2x1x1,2x2x1,4x2x1
+EXCHANGES=fp32,fp16,allgather2,allreduce8,hierarchical,ddp
+BATCHES=""
+STEPS=8
+WARMUP=2
+REPEATS=3
+DELAY_MS=0
+OUT=""
+PIN=1
+RATES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    -b | -n | -L | -e | -B | -s | -w | -r | -d | -o)
+      [ $# -ge 2 ] || die "$1 needs a value (--help)"
+      case "$1" in
+        -b) BUILD_DIR=$2 ;;
+        -n) NETS=$2 ;;
+        -L) LAYOUTS=$2 ;;
+        -e) EXCHANGES=$2 ;;
+        -B) BATCHES=$2 ;;
+        -s) STEPS=$2 ;;
+        -w) WARMUP=$2 ;;
+        -r) REPEATS=$2 ;;
+        -d) DELAY_MS=$2 ;;
+        -o) OUT=$2 ;;
+      esac
+      shift 2
+      ;;
+    --no-pin)
+      PIN=0
+      shift
+      ;;
+    -*) die "unknown option $1 (--help)" ;;
+    *)
+      RATES+=("$1")
+      shift
+      ;;
+  esac
+done
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/netns_link.sh
+source "$HERE/lib/netns_link.sh"
+
+# ---- refusals, before anything is created --------------------------------------------------------------------
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
+for tool in ip tc mpirun python3 taskset; do
+  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
+done
+[ ${#RATES[@]} -gt 0 ] || die "no RATE given (e.g. 1gbit; --help)"
+for r in "${RATES[@]}"; do
+  netlink_rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit, or none"
+done
+[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ ]] || die "-s and -w take integers (-w >= 1)"
+[ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
+[[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d takes milliseconds"
+TRAIN=$BUILD_DIR/terngrad-train
+[ -x "$TRAIN" ] || die "no $TRAIN (build it, or pass -b)"
+TRAIN=$(cd "$(dirname "$TRAIN")" && pwd)/terngrad-train
+IFS=, read -r -a NET_LIST <<<"$NETS"
+IFS=, read -r -a LAYOUT_LIST <<<"$LAYOUTS"
+IFS=, read -r -a EXCHANGE_LIST <<<"$EXCHANGES"
+MAX_NODES=1
+for l in "${LAYOUT_LIST[@]}"; do
+  [[ "$l" =~ ^([1-8])x([1-9][0-9]*)x([1-9][0-9]*)$ ]] || die "layout '$l' is not MxPxR with M in 1..8"
+  [ "${BASH_REMATCH[1]}" -le "$MAX_NODES" ] || MAX_NODES=${BASH_REMATCH[1]}
+done
+for n in "${NET_LIST[@]}"; do
+  case "$n" in lenet | alexnet) ;; *) die "unknown net '$n' (lenet, alexnet)" ;; esac
+done
+PEER=0
+for e in "${EXCHANGE_LIST[@]}"; do
+  case "$e" in
+    fp32 | fp16 | allgather2 | allreduce8 | hierarchical) ;;
+    ddp) PEER=1 ;;
+    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allreduce8, hierarchical, ddp)" ;;
+  esac
+done
+PYTHON=${PYTHON:-/usr/bin/python3}
+PEER_OK=1
+if [ "$PEER" = 1 ] && ! "$PYTHON" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  PEER_OK=0
+  echo "scale_bench.sh: PyTorch with gloo is missing in $PYTHON: the DDP rows say so (bench/setup_peers.sh)" >&2
+fi
+
+batch_of() {
+  local net=$1 kv
+  for kv in ${BATCHES//,/ }; do
+    if [ "${kv%%=*}" = "$net" ]; then
+      [[ "${kv#*=}" =~ ^[1-9][0-9]*$ ]] || die "-B $kv: the batch must be a positive integer"
+      echo "${kv#*=}"
+      return
+    fi
+  done
+  case "$net" in
+    lenet) echo 512 ;;
+    alexnet) echo 8 ;;
+  esac
+}
+dataset_of() { if [ "$1" = lenet ]; then echo fashion_mnist; else echo imagenet; fi; }
+
+COMMIT=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
+CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+ISA=SSE
+if grep -q avx512f /proc/cpuinfo; then ISA=AVX-512; elif grep -q avx2 /proc/cpuinfo; then ISA=AVX2; fi
+CORES=$(nproc --all)
+DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+[ -n "$OUT" ] || OUT=$HERE/results/scale_$(date -u +%Y%m%d-%H%M%S)_$COMMIT.tsv
+mkdir -p "$(dirname "$OUT")"
+TMP=$(mktemp -d "/tmp/scale_bench.$$.XXXXXX")
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  netlink_destroy
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+run() { # long commands in the background: bash runs a trap at once during `wait`
+  "$@" &
+  wait "$!"
+}
+
+netlink_create "tgsb$$" "$MAX_NODES"
+AGENT=$TMP/agent.sh
+netlink_mpi_agent "$AGENT"
+
+# The pinning both systems get: process g of a job (its MPI or DDP rank) on cores [g*c, (g+1)*c) mod cores, c =
+# its threads; more processes than cores share them round-robin.
+PINNER=$TMP/pin.sh
+cat >"$PINNER" <<EOF
+#!/bin/sh
+# scale_bench's placement: runs the command on the cores of its rank (OMPI_COMM_WORLD_RANK or RANK).
+g=\${OMPI_COMM_WORLD_RANK:-\${RANK:-0}}
+c=\${TG_PIN_THREADS:-1}
+first=\$(( (g * c) % $CORES ))
+last=\$(( first + c - 1 ))
+[ \$last -lt $CORES ] || last=$((CORES - 1))
+export OMP_PROC_BIND=close OMP_PLACES=cores
+if [ "$PIN" = 1 ]; then exec taskset -c "\$first-\$last" "\$@"; fi
+exec "\$@"
+EOF
+chmod +x "$PINNER"
+
+# ---- one run of ours -----------------------------------------------------------------------------------------
+# ours NET EXCHANGE M P R RATE -> "step_s sc en comm_blocked in_flight de intra inter veth params status"
+ours() {
+  local net=$1 ex=$2 m=$3 p=$4 r=$5 hosts="" k bits=1 exflag
+  for k in $(seq "$m"); do hosts+="${hosts:+,}$(netlink_ip "$k"):$p"; done
+  case "$ex" in
+    fp32) bits=32 exflag=auto ;;
+    fp16) bits=16 exflag=auto ;;
+    *) exflag=$ex ;;
+  esac
+  local workers=$((m * p * r)) batch
+  batch=$(($(batch_of "$net") * workers))
+  local metrics=$TMP/metrics.jsonl dir=$TMP/train log=$TMP/train.log before after
+  rm -rf "$metrics" "$dir"
+  before=$(netlink_wire 1)
+  if ! run ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np $((m * p)) --host "$hosts" --bind-to none \
+    --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self,vader" --mca btl_tcp_if_include "$NETLINK_SUBNET" \
+    --mca oob_tcp_if_include "$NETLINK_SUBNET" -x TG_PIN_THREADS="$r" \
+    "$PINNER" "$TRAIN" --benchmark_mode --dataset "$(dataset_of "$net")" --net "$net" --batch_size "$batch" \
+    --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
+    --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
+    --metrics_jsonl "$metrics" --train_dir "$dir" >"$log" 2>&1; then
+    echo "- - - - - - - - - - failed:$(tail -1 "$log" | tr ' \t' '__' | cut -c1-80)"
+    return
+  fi
+  after=$(netlink_wire 1)
+  local params
+  params=$(grep -o 'net [a-z0-9_]* ([0-9]* parameters)' "$log" | head -1 | tr -dc '0-9 ' | awk '{print $NF}')
+  "$PYTHON" - "$metrics" "$WARMUP" "$STEPS" "$before" "$after" "${params:-0}" <<'EOF'
+import json, statistics, sys
+path, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+b, a = [int(x) for x in sys.argv[4].split()], [int(x) for x in sys.argv[5].split()]
+lines = [json.loads(l) for l in open(path) if l.strip()]
+timed = [l for l in lines if "step" in l and l["step"] > warmup]
+med = statistics.median(l["sec_per_batch"] for l in timed)
+mean = lambda k: 1000 * sum(l["time"][k] for l in timed) / len(timed)
+veth = ((a[0] - b[0]) + (a[1] - b[1])) / steps
+last = timed[-1]
+print("%.4f %.1f %.1f %.1f %.1f %.1f %d %d %.0f %s ok" % (med, mean("scalers"), mean("encode"), mean("comm_blocked"),
+      mean("comm_in_flight"), mean("decode"), last["intra_node_bytes"], last["inter_node_bytes"], veth, sys.argv[6]))
+EOF
+}
+
+# ddp NET METHOD M P -> the same fields (no phase times or counters); METHOD fp32 or none.
+ddp() {
+  local net=$1 method=$2 m=$3 p=$4 k g=0 pids=() before after json=$TMP/ddp.json
+  rm -f "$json"
+  [ "$PEER_OK" = 1 ] || {
+    echo "- - - - - - - - - - missing:PyTorch_with_gloo"
+    return
+  }
+  before=$(netlink_wire 1)
+  for k in $(seq "$m"); do
+    for _ in $(seq "$p"); do
+      local extra=()
+      [ "$g" = 0 ] && extra=(--json_out "$json")
+      ip netns exec "$(netlink_ns "$k")" env MASTER_ADDR="$(netlink_ip 1)" MASTER_PORT=29541 RANK=$g \
+        WORLD_SIZE=$((m * p)) GLOO_SOCKET_IFNAME="$NETLINK_IF" OMP_NUM_THREADS=1 TG_PIN_THREADS=1 \
+        "$PINNER" "$PYTHON" "$HERE/ddp_peer.py" --net "$net" --batch "$(batch_of "$net")" --method "$method" \
+        --steps $((STEPS - WARMUP)) --warmup "$WARMUP" --iface "$NETLINK_IF" "${extra[@]}" >"$TMP/ddp_$g.log" 2>&1 &
+      pids+=($!)
+      g=$((g + 1))
+    done
+  done
+  local ok=1 pid
+  for pid in "${pids[@]}"; do wait "$pid" || ok=0; done
+  after=$(netlink_wire 1)
+  if [ "$ok" = 0 ] || [ ! -s "$json" ]; then
+    echo "- - - - - - - - - - failed:$(tail -1 "$TMP/ddp_0.log" | tr ' \t' '__' | cut -c1-80)"
+    return
+  fi
+  "$PYTHON" - "$json" "$STEPS" "$before" "$after" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+b, a = [int(x) for x in sys.argv[3].split()], [int(x) for x in sys.argv[4].split()]
+veth = ((a[0] - b[0]) + (a[1] - b[1])) / int(sys.argv[2])
+print("%.4f - - - - - - - %.0f %d ok" % (d["median_s"], veth, d.get("params", 0)))
+EOF
+}
+
+# ---- the matrix ----------------------------------------------------------------------------------------------
+HEADER="commit	date	cpu	isa	repeat	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	decode_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status"
+echo "$HEADER" >"$OUT"
+echo "# scale_bench.sh $* (steps $STEPS, warm-up $WARMUP, repeats $REPEATS, pin $PIN, delay ${DELAY_MS} ms)" >>"$OUT"
+row() { # fields...: appends a TSV row
+  local IFS=$'\t'
+  echo "$*" >>"$OUT"
+}
+for rep in $(seq "$REPEATS"); do
+  for rate in "${RATES[@]}"; do
+    netlink_shape "$rate" "$DELAY_MS" || die "cannot shape the links at $rate"
+    for net in "${NET_LIST[@]}"; do
+      for layout in "${LAYOUT_LIST[@]}"; do
+        IFS=x read -r m p r <<<"$layout"
+        base=(row "$COMMIT" "$DATE" "$CPU" "$ISA" "$rep" "$net")
+        none_fields=$(ours "$net" none "$m" "$p" "$r")
+        read -r comp _ <<<"$none_fields"
+        for ex in none "${EXCHANGE_LIST[@]}"; do
+          [ "$ex" != ddp ] || continue
+          if [ "$ex" = none ]; then
+            fields=$none_fields
+          else
+            fields=$(ours "$net" "$ex" "$m" "$p" "$r")
+          fi
+          read -r step sc en cb cf de intra inter veth params status <<<"$fields"
+          over=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
+          ratio=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
+          "${base[@]}" "$ex" "$m" "$p" "$r" $((p * r)) "$rate" "$(batch_of "$net")" "$params" "$step" "$comp" "$over" \
+            "$ratio" "$sc" "$en" "$cb" "$cf" "$de" "$intra" "$inter" "$veth" "$status"
+          echo "scale_bench: $net $layout $rate $ex: $step s/step (compute-only $comp, $status)" >&2
+        done
+        if [ "$PEER" = 1 ] && [ "$r" = 1 ]; then
+          ddp_none=$(ddp "$net" none "$m" "$p")
+          read -r dcomp _ <<<"$ddp_none"
+          for method in none fp32; do
+            fields=$ddp_none
+            [ "$method" = none ] || fields=$(ddp "$net" "$method" "$m" "$p")
+            read -r step _ _ _ _ _ _ _ veth params status <<<"$fields"
+            over=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
+            ratio=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
+            "${base[@]}" "ddp_$method" "$m" "$p" 1 "$p" "$rate" "$(batch_of "$net")" "$params" "$step" "$dcomp" "$over" \
+              "$ratio" - - - - - - - "$veth" "$status"
+            echo "scale_bench: $net $layout $rate ddp $method: $step s/step (compute-only $dcomp, $status)" >&2
+          done
+        fi
+      done
+    done
+  done
+done
+echo "raw results: $OUT" >&2
+"$PYTHON" "$HERE/scale_table.py" "$OUT"
