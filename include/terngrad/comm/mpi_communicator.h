@@ -18,8 +18,9 @@
 // Reduce-scatter: payloads (size() * count elements) of >= 256 KiB run the ring's reduce-scatter half, the same
 // code as the all-reduce's, so reduce_scatter followed by allgather gives the large all-reduce's bits: block b is
 // reduced along the ring starting at rank b + 1, ((x[b+1] + x[b+2]) + ...) + x[b] (indices mod N), each step
-// adding the received partial sum to the local block. Smaller ones go through MPI_Ireduce_scatter_block (Open
-// MPI's order). In-place forms (reduce_scatter recv = send + rank * count, allgather send = recv + rank * bytes)
+// adding the received partial sum to the local block (out of place, the partial sums between steps go to two
+// buffers of one block each, grown on first use and reused). Smaller ones go through MPI_Ireduce_scatter_block
+// (Open MPI's order). In-place forms (reduce_scatter recv = send + rank * count, allgather send = recv + rank * bytes)
 // are MPI_IN_PLACE or a copy where MPI has no matching form.
 // Broadcast: MPI_Ibcast; barrier: MPI_Ibarrier. Every MPI return code is checked
 // with TG_MPI_CHECK (the call, its error string, file and line). The ring's scratch (4 segments, allocated
