@@ -5,6 +5,8 @@
 // and wrong-device buffers refused, bad device lists. With two or more: one thread per GPU runs each collective
 // against a CPU reference (integer sums and max exact, float sums within rounding: NCCL's order is its own),
 // every rank holding the same bits; and, with mpirun, one group over two processes of one GPU each.
+// Reduce-scatter (in place too) against the same reference, split (ncclCommSplit, one thread or all GPUs in
+// one group call) and connect_gpu_replicas' world/local/cross groups against the Topology.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include "terngrad/comm/nccl_communicator.h"
+#include "terngrad/comm/replica_groups.h"
 #endif
 
 namespace tg {
@@ -300,6 +303,111 @@ TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
 #endif
 }
 
+// A 1-rank group: reduce-scatter is the identity (in place too); split with a color makes a new 1-rank
+// communicator on the same GPU and stream, a negative color none; connect_gpu_replicas of one GPU makes no group.
+TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
+  TG_NEED_GPUS(1);
+#ifdef TG_HAVE_CUDA
+  Streams s({0});
+  auto comms = make_nccl_communicators({0}, s.streams);
+  NcclCommunicator& c = *comms[0];
+  const size_t n = 1001;
+  const std::vector<float> v = random_values<float>(n, 5);
+  DeviceBuffer in(0, n * 4), out(0, n * 4);
+  in.upload(v);
+  c.reduce_scatter(in.ptr, out.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(0));
+  c.reduce_scatter(in.ptr, in.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(0));  // in place
+  c.synchronize();
+  EXPECT_EQ(out.download<float>(n), v);
+  EXPECT_EQ(in.download<float>(n), v);
+  EXPECT_EQ(c.split(-1, 0), nullptr);
+  std::unique_ptr<Communicator> sub = c.split(0, 0);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->name(), "nccl (rank 0 of 1, cuda:0)");
+  sub->allreduce(in.ptr, n, DType::kF32, ReduceOp::kMax, Device::cuda(0));
+  sub->barrier();
+  EXPECT_EQ(in.download<float>(n), v);
+  EXPECT_EQ(sub->stats().calls, 2u);
+  EXPECT_EQ(c.stats().calls, 2u);
+  sub.reset();
+  const Topology t = Topology::build(nullptr, 1, {});
+  auto groups = connect_gpu_replicas(t, nullptr, {0}, s.streams);
+  EXPECT_EQ(groups->replica(0).world, nullptr);
+  EXPECT_EQ(groups->replica(0).local, nullptr);
+  comms.clear();
+#endif
+}
+
+// One thread per GPU: reduce-scatter against the CPU reference (in place too, every dtype NCCL reduces that
+// sums exactly: int8 and int32; f32 within rounding); the GPUs split in one group call by parity.
+TEST(NcclCommunicator, ThreadPerGpuReduceScatterAndSplit) {
+  TG_NEED_GPUS(2);
+#ifdef TG_HAVE_CUDA
+  const int G = std::min(gpu_count(), 8);
+  std::vector<int> devices;
+  for (int d = 0; d < G; ++d) devices.push_back(d);
+  Streams s(devices);
+  auto comms = make_nccl_communicators(devices, s.streams);
+  const size_t n = (size_t{1} << 18) + 3;  // per rank
+  std::vector<std::vector<float>> in(G), out(G), placed(G);
+  for (int r = 0; r < G; ++r) in[r] = random_values<float>(G * n, 300u + r);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < G; ++r)
+    threads.emplace_back([&, r] {
+      DeviceBuffer a(r, G * n * 4), b(r, n * 4);
+      a.upload(in[r]);
+      comms[r]->reduce_scatter(a.ptr, b.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(r));
+      comms[r]->reduce_scatter(a.ptr, static_cast<float*>(a.ptr) + r * n, n, DType::kF32, ReduceOp::kSum,
+                               Device::cuda(r));
+      comms[r]->synchronize();
+      out[r] = b.download<float>(n);
+      const std::vector<float> all = a.download<float>(G * n);
+      placed[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < G; ++r) {
+    EXPECT_EQ(out[r], placed[r]) << "rank " << r << ": in place differs";
+    for (size_t i = 0; i < n; ++i) {
+      double want = 0, scale = 0;
+      for (int w = 0; w < G; ++w) {
+        want += in[w][r * n + i];
+        scale += std::abs(in[w][r * n + i]);
+      }
+      ASSERT_NEAR(out[r][i], want, 1e-6 * G * std::max(scale, 1.0)) << "rank " << r << " element " << i;
+    }
+    EXPECT_EQ(comms[r]->stats().moved_bytes, 2 * Communicator::reduce_scatter_moved_bytes(G * n * 4, G));
+  }
+  std::vector<NcclCommunicator*> parents;
+  std::vector<int> colors, keys;
+  for (int r = 0; r < G; ++r) {
+    parents.push_back(comms[r].get());
+    colors.push_back(r % 2);
+    keys.push_back(r);
+  }
+  auto subs = split_nccl_communicators(parents, colors, keys);
+  std::vector<int32_t> sums(G);
+  threads.clear();
+  for (int r = 0; r < G; ++r)
+    threads.emplace_back([&, r] {
+      DeviceBuffer x(r, 4);
+      x.upload(std::vector<int32_t>{r + 1});
+      subs[r]->allreduce(x.ptr, 1, DType::kI32, ReduceOp::kSum, Device::cuda(r));
+      subs[r]->synchronize();
+      sums[r] = x.download<int32_t>(1)[0];
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < G; ++r) {
+    EXPECT_EQ(subs[r]->rank(), r / 2);
+    EXPECT_EQ(subs[r]->size(), (G - r % 2 + 1) / 2);
+    int want = 0;
+    for (int w = r % 2; w < G; w += 2) want += w + 1;
+    EXPECT_EQ(sums[r], want) << "rank " << r;
+  }
+  subs.clear();
+  comms.clear();
+#endif
+}
+
 // ---- across processes (mpirun, 2 processes) ---------------------------------------------------------------
 
 // Unequal GPU counts: every process gets the same error (checked before any GPU is touched, so this runs
@@ -361,6 +469,36 @@ TEST(NcclAcrossProcesses, TwoProcessesOneGpuEach) {
   std::fill(want.begin() + n, want.end(), 2);
   EXPECT_EQ(g.download<uint8_t>(2 * n), want);
   comms.clear();
+#endif
+}
+
+// connect_gpu_replicas over two processes of one GPU each as two emulated nodes (--ranks_per_node 1): a world of
+// 2, no local group, a cross group of 2 (ncclCommSplit of the world); an i32 sum over each.
+TEST(NcclAcrossProcesses, ReplicaGroupsOfTwoNodes) {
+  TG_NEED_GPUS(2);
+#ifdef TG_HAVE_CUDA
+  TG_RUN_ON_N_MPI_RANKS(2);
+  MpiCommunicator host;
+  const int p = host.rank();
+  Streams s({p});
+  TopologyOptions o;
+  o.ranks_per_node = 1;
+  const Topology t = Topology::build(&host, 1, o);
+  auto groups = connect_gpu_replicas(t, &host, {p}, s.streams);
+  const ReplicaComms& c = groups->replica(0);
+  ASSERT_NE(c.world, nullptr);
+  EXPECT_EQ(c.local, nullptr);
+  ASSERT_NE(c.cross, nullptr);
+  EXPECT_EQ(c.cross->size(), 2);
+  EXPECT_EQ(c.cross->rank(), p);
+  DeviceBuffer x(p, 4);
+  for (Communicator* g : {c.world, c.cross}) {
+    x.upload(std::vector<int32_t>{p + 1});
+    g->allreduce(x.ptr, 1, DType::kI32, ReduceOp::kSum, Device::cuda(p));
+    g->barrier();
+    EXPECT_EQ(x.download<int32_t>(1)[0], 3);
+  }
+  groups.reset();
 #endif
 }
 

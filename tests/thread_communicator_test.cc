@@ -1,11 +1,14 @@
 // Tests of ThreadCommunicator with real std::threads, one per rank (1 to 4 ranks): every all-reduce dtype/op
 // against a plain loop over the ranks in rank order (bit for bit, on every rank, whatever the thread timing:
 // some rounds start the ranks at random moments), repeated calls on the same group (the scratch is reused),
-// all-gather (also in place), broadcast from every root, barrier, byte counters, argument errors, mismatched
-// calls, and the failure paths: abort() and a destroyed communicator wake the waiting ranks with an error, and
-// waiting does not hold a core.
+// reduce-scatter (the same reference, in place too, and followed by an all-gather it gives the all-reduce's
+// bits), all-gather (also in place), broadcast from every root, barrier, byte counters, argument errors,
+// mismatched calls, and the failure paths: abort() and a destroyed communicator wake the waiting ranks with an
+// error, and waiting does not hold a core. Split: the new groups' ranks and sizes, collectives on them from other
+// threads than the parent's, their own counters, and an abort of the parent reaching them.
 #include "terngrad/comm/thread_communicator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -23,10 +26,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/reduce_reference.h"
 #include "terngrad/core/error.h"
 
 namespace tg {
 namespace {
+
+using testing::combine;
+using testing::random_input;
+using testing::same_bits;
 
 // Runs body(rank, communicator) on one thread per rank; returns each rank's error message ("" when none).
 std::vector<std::string> run_ranks(std::vector<std::unique_ptr<ThreadCommunicator>>& comms,
@@ -49,51 +57,6 @@ std::vector<std::string> run_ranks(std::vector<std::unique_ptr<ThreadCommunicato
 
 void expect_no_errors(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// The reference: acc = x_0; acc = combine(acc, x_w) for w = 1, 2, ... (the communicator's definitions, written
-// out again here).
-template <typename T>
-T combine(T acc, T x, ReduceOp op) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (op == ReduceOp::kSum) return acc + x;
-    return (x > acc || std::isnan(x)) ? x : acc;
-  } else if constexpr (std::is_same_v<T, half_bits>) {
-    return float_to_half(half_to_float(acc) + half_to_float(x));
-  } else if constexpr (std::is_same_v<T, bf16_bits>) {
-    return float_to_bf16(bf16_to_float(acc) + bf16_to_float(x));
-  } else {  // int8_t, int32_t: sums wrap
-    using U = std::make_unsigned_t<T>;
-    if (op == ReduceOp::kSum) return static_cast<T>(static_cast<U>(acc) + static_cast<U>(x));
-    return std::max(acc, x);
-  }
-}
-
-template <typename T>
-std::vector<T> random_input(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<T> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    // Magnitudes spread over many binades, so that the order of a float sum changes its bits.
-    const double x = d(rng) * std::pow(2.0, static_cast<double>(i % 23) - 8);
-    if constexpr (std::is_same_v<T, float>)
-      v[i] = static_cast<float>(x);
-    else if constexpr (std::is_same_v<T, half_bits>)
-      v[i] = float_to_half(static_cast<float>(x));
-    else if constexpr (std::is_same_v<T, bf16_bits>)
-      v[i] = float_to_bf16(static_cast<float>(x));
-    else
-      v[i] = static_cast<T>(std::lround(d(rng) * std::numeric_limits<T>::max()));
-  }
-  if constexpr (std::is_same_v<T, float>)
-    if (n > 5 && seed % 3 == 0) v[5] = std::numeric_limits<float>::quiet_NaN();  // max: NaN wins
-  return v;
-}
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Every rank's all-reduce of T/op equals the plain loop, for several counts, three rounds on the same group
@@ -131,6 +94,47 @@ TEST(ThreadCommunicator, AllreduceMatchesAPlainLoopOnEveryRank) {
     check_allreduce<int32_t>(R, DType::kI32, ReduceOp::kMax);
     check_allreduce<half_bits>(R, DType::kF16, ReduceOp::kSum);
     check_allreduce<bf16_bits>(R, DType::kBf16, ReduceOp::kSum);
+  }
+}
+
+// Reduce-scatter of every dtype/op: rank r's block equals the plain loop over the ranks in rank order, out of
+// place and in place (recv = send + r * count), and an all-gather of the blocks gives the all-reduce's bits.
+TEST(ThreadCommunicator, ReduceScatterMatchesAPlainLoopAndAllreduce) {
+  using testing::ReduceCase;
+  for (int R = 1; R <= 4; ++R) {
+    auto comms = make_thread_communicators(R);
+    for (const ReduceCase& k : testing::reduce_cases(/*bf16=*/true)) {
+      const size_t elem = dtype_size(k.dtype);
+      // 20011 f32 elements per rank span several of the reduction's 64 KiB chunks.
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{20011}}) {
+        std::vector<std::vector<uint8_t>> send(R);
+        for (int w = 0; w < R; ++w)
+          send[w] = testing::random_input_bytes(k.dtype, R * n, 31u * w + static_cast<uint32_t>(n));
+        std::vector<int> rank_order(R);
+        for (int w = 0; w < R; ++w) rank_order[w] = w;
+        std::vector<std::vector<uint8_t>> out(R), in_place(R), gathered(R), reduced(R);
+        expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+          std::this_thread::sleep_for(std::chrono::microseconds((r * 7919 + n) % 2000));
+          out[r].assign(n * elem, 0xEE);
+          c.reduce_scatter(send[r].data(), out[r].data(), n, k.dtype, k.op);
+          in_place[r] = send[r];
+          c.reduce_scatter(in_place[r].data(), in_place[r].data() + r * n * elem, n, k.dtype, k.op);
+          gathered[r].assign(R * n * elem, 0xEE);
+          c.allgather(out[r].data(), gathered[r].data(), n * elem);
+          reduced[r] = send[r];
+          c.allreduce(reduced[r].data(), R * n, k.dtype, k.op);
+        }));
+        const std::string what = fmt::format("{} ranks, {} {}, n={}", R, dtype_name(k.dtype), enum_name(k.op), n);
+        for (int r = 0; r < R; ++r) {
+          const std::vector<uint8_t> want = testing::reduce_in_order(send, rank_order, r * n, n, k.dtype, k.op);
+          ASSERT_EQ(out[r], want) << what << ", rank " << r;
+          ASSERT_EQ(std::vector<uint8_t>(in_place[r].begin() + r * n * elem, in_place[r].begin() + (r + 1) * n * elem),
+                    want)
+              << what << ", in place, rank " << r;
+          ASSERT_EQ(gathered[r], reduced[r]) << what << ", rank " << r << ": reduce-scatter + all-gather != all-reduce";
+        }
+      }
+    }
   }
 }
 
@@ -188,11 +192,17 @@ TEST(ThreadCommunicator, ByteCountersFollowTheModel) {
     c.allgather(send.data(), recv.data(), 7);
     c.broadcast(send.data(), 7, 2);
     c.barrier();
+    std::vector<half_bits> h(3 * 10);
+    c.reduce_scatter(h.data(), h.data() + 10 * c.rank(), 10, DType::kF16, ReduceOp::kSum);
+    const auto sub = c.split(c.rank() == 0 ? -1 : 0, 0);  // set-up: not counted
+    EXPECT_EQ(sub == nullptr, c.rank() == 0);
   }));
   for (auto& c : comms) {
-    EXPECT_EQ(c->stats().calls, 4u);
-    EXPECT_EQ(c->stats().payload_bytes, 4u * n + 7u + 7u);
-    EXPECT_EQ(c->stats().moved_bytes, Communicator::allreduce_moved_bytes(4 * n, R) + 7u * (R - 1) + 7u);
+    EXPECT_EQ(c->stats().calls, 5u);
+    EXPECT_EQ(c->stats().payload_bytes, 4u * n + 7u + 7u + 60u);
+    // reduce-scatter: 3 blocks of 20 bytes, 2 of which arrive
+    EXPECT_EQ(Communicator::reduce_scatter_moved_bytes(60, R), 40u);
+    EXPECT_EQ(c->stats().moved_bytes, Communicator::allreduce_moved_bytes(4 * n, R) + 7u * (R - 1) + 7u + 40u);
   }
 }
 
@@ -286,6 +296,108 @@ TEST(ThreadCommunicator, DestroyedRankFailsTheOthers) {
   EXPECT_NE(error.find("local (rank 0 of 2): all-gather of 4 bytes failed: rank 1's communicator was destroyed"),
             std::string::npos)
       << error;
+}
+
+// Split of 5 ranks: colors r % 2 with keys -r (so the new ranks run backwards), rank 4 passing color -1 joins
+// none. Each new group's collectives run on other threads than the parent's, at the same time as a parent
+// collective, and count their own bytes.
+TEST(ThreadCommunicator, SplitMakesIndependentGroupsRankedByKey) {
+  const int R = 5;
+  auto comms = make_thread_communicators(R);
+  std::vector<std::unique_ptr<Communicator>> subs(R);
+  std::vector<float> parent_sum(R), sub_sum(R);
+  expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    subs[r] = c.split(r == 4 ? -1 : r % 2, -r);
+    float mine = static_cast<float>(r + 1);
+    std::string sub_error;
+    std::thread sub_thread([&] {  // the sub-group driven by another thread, concurrently with the parent
+      try {
+        if (subs[r]) {
+          sub_sum[r] = mine;
+          subs[r]->allreduce(&sub_sum[r], 1, DType::kF32, ReduceOp::kSum);
+        }
+      } catch (const std::exception& e) {
+        sub_error = e.what();
+      }
+    });
+    parent_sum[r] = mine;
+    c.allreduce(&parent_sum[r], 1, DType::kF32, ReduceOp::kSum);
+    sub_thread.join();
+    if (!sub_error.empty()) throw Error(sub_error);
+  }));
+  // Even ranks 0, 2 (4 joined none): keys 0, -2: rank 2 first. Odd ranks 1, 3: keys -1, -3: rank 3 first.
+  ASSERT_EQ(subs[4], nullptr);
+  const int new_rank[4] = {1, 1, 0, 0};
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_NE(subs[r], nullptr) << r;
+    EXPECT_EQ(subs[r]->size(), 2) << r;
+    EXPECT_EQ(subs[r]->rank(), new_rank[r]) << r;
+    EXPECT_EQ(parent_sum[r], 15.f);
+    EXPECT_EQ(sub_sum[r], r % 2 == 0 ? 1.f + 3.f : 2.f + 4.f) << r;
+    EXPECT_EQ(subs[r]->stats().calls, 1u);
+    EXPECT_EQ(subs[r]->stats().payload_bytes, 4u);
+    EXPECT_EQ(comms[r]->stats().calls, 1u);  // split is not counted; the sub-group's call is its own
+  }
+  // The parent going away leaves the sub-groups working (destruction fails only its own group).
+  comms.clear();
+  std::vector<int32_t> x = {7, 9};
+  std::thread other([&] { subs[1]->allreduce(&x[1], 1, DType::kI32, ReduceOp::kMax); });
+  subs[3]->allreduce(&x[0], 1, DType::kI32, ReduceOp::kMax);
+  other.join();
+  EXPECT_EQ(x, (std::vector<int32_t>{9, 9}));
+}
+
+// A rank that aborts its world group frees the ranks waiting in a group split from it (and from that one).
+TEST(ThreadCommunicator, AbortReachesTheSplitGroups) {
+  auto comms = make_thread_communicators(3);
+  std::vector<std::unique_ptr<Communicator>> subs(3), subsubs(3);
+  expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    subs[r] = c.split(0, r);
+    subsubs[r] = static_cast<ThreadCommunicator&>(*subs[r]).split(r == 0 ? -1 : 0, r);
+  }));
+  ASSERT_EQ(subsubs[0], nullptr);
+  const std::vector<std::string> errors = run_ranks(comms, [&](int r, ThreadCommunicator& c) {
+    std::vector<float> x(10, 1.f);
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      c.abort("the replica's step failed");
+      return;
+    }
+    if (r == 1)
+      subs[r]->allreduce(x.data(), 10, DType::kF32, ReduceOp::kSum);  // waits for rank 0 of the split
+    else
+      subsubs[r]->barrier();  // waits for rank 1 of the split's split, itself waiting
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(errors[1].find("all-reduce sum of 10 f32 failed: rank 0 aborted: the replica's step failed"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[2].find("barrier failed: rank 0 aborted: the replica's step failed"), std::string::npos)
+      << errors[2];
+}
+
+// Buffers that overlap other than in the in-place forms are refused before anything moves.
+TEST(ThreadCommunicator, OverlappingBuffersAreRefused) {
+  auto comms = make_thread_communicators(2);
+  std::vector<float> x(8, 1.f);
+  try {
+    comms[1]->reduce_scatter(x.data(), x.data() + 1, 4, DType::kF32, ReduceOp::kSum);  // in place is x + 4
+    FAIL() << "an overlapping receive buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local (rank 1 of 2): reduce-scatter's receive buffer overlaps its send "
+                                         "buffer but is not block 1 of it"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    comms[0]->allgather(x.data() + 2, x.data(), 16);
+    FAIL() << "an overlapping send buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all-gather's send buffer overlaps its receive buffer but is not block 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(comms[0]->stats().calls, 0u);
 }
 
 double thread_cpu_seconds() {

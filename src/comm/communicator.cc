@@ -29,6 +29,20 @@ uint64_t Communicator::allgather_moved_bytes(uint64_t payload, int size) {
   return static_cast<uint64_t>(size - 1) * payload;
 }
 
+uint64_t Communicator::reduce_scatter_moved_bytes(uint64_t payload, int size) {
+  if (size <= 1) return 0;
+  return static_cast<uint64_t>(size - 1) * payload / static_cast<uint64_t>(size);
+}
+
+namespace {
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (addresses compared as integers: device pointers
+// of one GPU too).
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+}  // namespace
+
 void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) {
   TG_CHECK(count >= 0, "{}: all-reduce of {} elements", name(), count);
   TG_CHECK(count == 0 || buffer != nullptr, "{}: all-reduce of {} elements from a null buffer", name(), count);
@@ -42,9 +56,33 @@ void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp 
   stats_.moved_bytes += allreduce_moved_bytes(payload, size());
 }
 
+void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                  Device device) {
+  TG_CHECK(count >= 0, "{}: reduce-scatter of {} elements per rank", name(), count);
+  TG_CHECK(count == 0 || (send != nullptr && recv != nullptr), "{}: reduce-scatter of {} elements from/to null", name(),
+           count);
+  if (!supports(dtype, op))
+    TG_THROW("{}: reduce-scatter {} over {} is not supported (supported: {})", name(), enum_name(op), dtype_name(dtype),
+             supported_text());
+  const size_t block = static_cast<size_t>(count) * dtype_size(dtype);
+  const uint64_t payload = static_cast<uint64_t>(size()) * block;
+  if (recv != static_cast<const uint8_t*>(send) + static_cast<size_t>(rank()) * block &&
+      overlap(send, payload, recv, block))
+    TG_THROW("{}: reduce-scatter's receive buffer overlaps its send buffer but is not block {} of it (in place)",
+             name(), rank());
+  reduce_scatter_impl(send, recv, count, dtype, op, device);
+  stats_.calls += 1;
+  stats_.payload_bytes += payload;
+  stats_.moved_bytes += reduce_scatter_moved_bytes(payload, size());
+}
+
 void Communicator::allgather(const void* send, void* recv, size_t send_bytes, Device device) {
   TG_CHECK(send_bytes == 0 || (send != nullptr && recv != nullptr), "{}: all-gather of {} bytes from/to null", name(),
            send_bytes);
+  if (send != static_cast<const uint8_t*>(recv) + static_cast<size_t>(rank()) * send_bytes &&
+      overlap(send, send_bytes, recv, static_cast<size_t>(size()) * send_bytes))
+    TG_THROW("{}: all-gather's send buffer overlaps its receive buffer but is not block {} of it (in place)", name(),
+             rank());
   allgather_impl(send, recv, send_bytes, device);
   stats_.calls += 1;
   stats_.payload_bytes += send_bytes;
@@ -64,5 +102,7 @@ void Communicator::barrier() {
   barrier_impl();
   stats_.calls += 1;
 }
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) { return split_impl(color, key); }
 
 }  // namespace tg

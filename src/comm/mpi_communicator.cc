@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "src/comm/reduce_into.h"
 #include "terngrad/core/error.h"
@@ -52,6 +54,45 @@ constexpr int kRingTag = 7;
 // mpirun --mca btl_tcp_eager_limit).
 constexpr size_t kEagerLimit = kSegmentBytes + 4096;  // + Open MPI's match header
 
+// Without MPI_THREAD_MULTIPLE every MPI call of this file holds this lock (see the header). Decided once, from
+// MPI_Query_thread, when MPI is first used after initialisation.
+std::mutex g_mpi_mutex;
+std::once_flag g_lock_mode_once;
+bool g_need_lock = true;
+
+bool mpi_needs_lock() {
+  std::call_once(g_lock_mode_once, [] {
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Query_thread(&provided) == MPI_SUCCESS) g_need_lock = provided < MPI_THREAD_MULTIPLE;
+  });
+  return g_need_lock;
+}
+
+class MpiLock {
+ public:
+  MpiLock() {
+    if (mpi_needs_lock()) lock_ = std::unique_lock<std::mutex>(g_mpi_mutex);
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+// TG_MPI_CHECK under the process-wide lock when the library is not MPI_THREAD_MULTIPLE.
+#define TG_MPI(call)    \
+  do {                  \
+    MpiLock mpi_lock_;  \
+    TG_MPI_CHECK(call); \
+  } while (0)
+
+// The thread level to ask for: MPI_THREAD_MULTIPLE unless TG_MPI_THREAD_LEVEL=serialized.
+int requested_thread_level() {
+  const char* v = std::getenv("TG_MPI_THREAD_LEVEL");
+  if (v == nullptr || *v == '\0' || std::string(v) == "multiple") return MPI_THREAD_MULTIPLE;
+  TG_CHECK(std::string(v) == "serialized", "TG_MPI_THREAD_LEVEL={}: expected multiple or serialized", v);
+  return MPI_THREAD_SERIALIZED;
+}
+
 }  // namespace
 
 MpiEnvironment::MpiEnvironment() {
@@ -60,9 +101,9 @@ MpiEnvironment::MpiEnvironment() {
   if (!initialized) {
     setenv("OMPI_MCA_btl_tcp_eager_limit", std::to_string(kEagerLimit).c_str(), /*overwrite=*/0);
     int provided = 0;
-    // SERIALIZED: a worker thread (not only the main one) may call MPI, one call at a time
-    // (the GradientExchange's communication thread does, while the compute thread waits).
-    TG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    // MULTIPLE: replica threads and their communication threads drive different communicators at once.
+    // SERIALIZED is enough with the process-wide lock (mpi_needs_lock).
+    TG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, requested_thread_level(), &provided));
     TG_CHECK(provided >= MPI_THREAD_SERIALIZED,
              "this MPI library provides thread level {}, terngrad needs MPI_THREAD_SERIALIZED ({})", provided,
              static_cast<int>(MPI_THREAD_SERIALIZED));
@@ -71,6 +112,8 @@ MpiEnvironment::MpiEnvironment() {
     TG_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   }
 }
+
+bool MpiEnvironment::thread_multiple() { return !mpi_needs_lock(); }
 
 void MpiEnvironment::abort_all(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
@@ -86,13 +129,13 @@ MpiEnvironment::~MpiEnvironment() {
 
 int MpiEnvironment::world_rank() const {
   int r = 0;
-  TG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+  TG_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &r));
   return r;
 }
 
 int MpiEnvironment::world_size() const {
   int s = 0;
-  TG_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &s));
+  TG_MPI(MPI_Comm_size(MPI_COMM_WORLD, &s));
   return s;
 }
 
@@ -105,6 +148,18 @@ void half_sum(half_bits* dst, const half_bits* src, size_t n) { add_halves(dst, 
 // The MPI user op of the small (MPI_Iallreduce) path: inout = in + inout.
 void half_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
   half_sum(static_cast<half_bits*>(inout), static_cast<const half_bits*>(in), static_cast<size_t>(*len));
+}
+
+// The small path's f32 max and i8 sum are ours too (src/comm/reduce_into.h), so that both paths agree: Open
+// MPI's MPI_MAX keeps or drops a NaN depending on the operands' order (ours: a NaN wins on every rank), and its
+// AVX int8 MPI_SUM saturates at -128/127 (ours wraps, as the ring's and the other communicators' do).
+void f32_max_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  comm_detail::reduce_into(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in),
+                           static_cast<size_t>(*len) * sizeof(float), DType::kF32, ReduceOp::kMax);
+}
+void i8_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  comm_detail::reduce_into(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), static_cast<size_t>(*len),
+                           DType::kI8, ReduceOp::kSum);
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -190,7 +245,7 @@ class Backoff {
 
 struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Op half_sum = MPI_OP_NULL;
+  MPI_Op half_sum = MPI_OP_NULL, f32_max = MPI_OP_NULL, i8_sum = MPI_OP_NULL;
   int rank = 0, size = 1;
   int64_t sleep_cap_ns = kDefaultSleepCapNs;
   // Ring state, reused by every call: requests 0..kWindow-1 are receives, kWindow..2*kWindow-1 sends.
@@ -199,13 +254,48 @@ struct MpiCommunicator::Impl {
   size_t slot_offset[kWindow];  // byte offset (in the step's receive range) of the segment in each receive slot
   size_t slot_bytes[kWindow];
   int done_index[2 * kWindow];
+  std::vector<uint8_t> partial[2];  // reduce-scatter's partial sums between ring steps (grow, never shrink)
+  std::vector<uint8_t> staging;     // a copy of an in-place small reduce-scatter's input (grows)
+
+  // The small path's MPI operation for dtype/op.
+  MPI_Op mpi_op(DType dtype, ReduceOp op) const {
+    if (dtype == DType::kF16) return half_sum;
+    if (dtype == DType::kF32 && op == ReduceOp::kMax) return f32_max;
+    if (dtype == DType::kI8 && op == ReduceOp::kSum) return i8_sum;
+    return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  }
+
+  // Takes ownership of `c` (a new communicator: a dup or a split).
+  static std::unique_ptr<Impl> wrap(MPI_Comm c) {
+    auto m = std::make_unique<Impl>();
+    m->comm = c;
+    // Errors come back as return codes (checked by TG_MPI_CHECK) instead of aborting the job.
+    TG_MPI(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
+    TG_MPI(MPI_Comm_rank(m->comm, &m->rank));
+    TG_MPI(MPI_Comm_size(m->comm, &m->size));
+    TG_MPI(MPI_Op_create(&half_sum_op, 1, &m->half_sum));
+    TG_MPI(MPI_Op_create(&f32_max_op, 1, &m->f32_max));
+    TG_MPI(MPI_Op_create(&i8_sum_op, 1, &m->i8_sum));
+    m->sleep_cap_ns = sleep_cap_from_env();
+    return m;
+  }
+
+  ~Impl() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    MpiLock lock;
+    for (MPI_Op* o : {&half_sum, &f32_max, &i8_sum})
+      if (*o != MPI_OP_NULL) MPI_Op_free(o);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
 
   // Waits for one request (a non-blocking collective) with the backoff.
   void wait(MPI_Request* request) const {
     Backoff backoff(sleep_cap_ns);
     for (;;) {
       int done = 0;
-      TG_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+      TG_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
       if (done) return;
       backoff.pause();
     }
@@ -213,9 +303,11 @@ struct MpiCommunicator::Impl {
 
   // One ring step: send `send_bytes` from `send` to the right neighbour while receiving `recv_bytes` from the
   // left one into `recv`, both cut into kSegmentBytes segments with up to kWindow of each in flight. With
-  // `reduce`, received segments land in the scratch and are reduced into `recv` as they arrive.
-  void ring_step(const uint8_t* send, size_t send_bytes, uint8_t* recv, size_t recv_bytes, bool reduce, DType dtype,
-                 ReduceOp op) {
+  // `own` (reducing), received segments land in the scratch and recv becomes own (op) received, segment by
+  // segment as they arrive (own may be recv).
+  void ring_step(const uint8_t* send, size_t send_bytes, uint8_t* recv, size_t recv_bytes, const uint8_t* own,
+                 DType dtype, ReduceOp op) {
+    const bool reduce = own != nullptr;
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
     const size_t num_send = (send_bytes + kSegmentBytes - 1) / kSegmentBytes;
     const size_t num_recv = (recv_bytes + kSegmentBytes - 1) / kSegmentBytes;
@@ -231,19 +323,18 @@ struct MpiCommunicator::Impl {
         uint8_t* into = reduce ? scratch.get() + slot * kSegmentBytes : recv + offset;
         slot_offset[slot] = offset;
         slot_bytes[slot] = bytes;
-        TG_MPI_CHECK(MPI_Irecv(into, static_cast<int>(bytes), MPI_BYTE, left, kRingTag, comm, &requests[slot]));
+        TG_MPI(MPI_Irecv(into, static_cast<int>(bytes), MPI_BYTE, left, kRingTag, comm, &requests[slot]));
         ++recvs_posted;
       }
       while (sends_posted < num_send && requests[kWindow + sends_posted % kWindow] == MPI_REQUEST_NULL) {
         const int slot = kWindow + static_cast<int>(sends_posted % kWindow);
         const size_t offset = sends_posted * kSegmentBytes;
         const size_t bytes = std::min(kSegmentBytes, send_bytes - offset);
-        TG_MPI_CHECK(
-            MPI_Isend(send + offset, static_cast<int>(bytes), MPI_BYTE, right, kRingTag, comm, &requests[slot]));
+        TG_MPI(MPI_Isend(send + offset, static_cast<int>(bytes), MPI_BYTE, right, kRingTag, comm, &requests[slot]));
         ++sends_posted;
       }
       int num_done = 0;
-      TG_MPI_CHECK(MPI_Testsome(2 * kWindow, requests, &num_done, done_index, MPI_STATUSES_IGNORE));
+      TG_MPI(MPI_Testsome(2 * kWindow, requests, &num_done, done_index, MPI_STATUSES_IGNORE));
       if (num_done == MPI_UNDEFINED) num_done = 0;  // no active request (cannot happen inside the loop)
       for (int k = 0; k < num_done; ++k) {
         const int slot = done_index[k];
@@ -251,37 +342,76 @@ struct MpiCommunicator::Impl {
           ++sends_done;
           continue;
         }
-        if (reduce)  // each block is reduced on one rank and copied to the others: the same bits everywhere
-          comm_detail::reduce_into(recv + slot_offset[slot], scratch.get() + slot * kSegmentBytes, slot_bytes[slot],
-                                   dtype, op);
+        if (reduce) {  // each block is reduced on one rank and copied to the others: the same bits everywhere
+          uint8_t* into = recv + slot_offset[slot];
+          if (own != recv) std::memcpy(into, own + slot_offset[slot], slot_bytes[slot]);
+          comm_detail::reduce_into(into, scratch.get() + slot * kSegmentBytes, slot_bytes[slot], dtype, op);
+        }
         ++recvs_done;
       }
       if (num_done == 0) backoff.pause();
     }
   }
+
+  // The ring's reduce-scatter over N blocks of `bytes(b)` bytes: after it, `out` holds block `rank` reduced over
+  // every rank. Step s sends block (rank - s - 1) and receives block (rank - s - 2), adding the local
+  // contribution `in(b)` to the received partial sum: block b starts at rank b + 1 and ends at rank b. Partial
+  // sums go to `step_out(s, b)` for the steps before the last (the block's place when reducing in place).
+  template <typename In, typename Bytes, typename StepOut>
+  void ring_reduce_scatter(In in, Bytes bytes, StepOut step_out, uint8_t* out, DType dtype, ReduceOp op) {
+    if (!scratch) scratch = std::make_unique<uint8_t[]>(kWindow * kSegmentBytes);
+    const int N = size, r = rank;
+    const uint8_t* sent = nullptr;  // what the previous step produced: this step sends it on
+    for (int s = 0; s < N - 1; ++s) {
+      const int sb = (r - s - 1 + 2 * N) % N, rb = (r - s - 2 + 2 * N) % N;
+      uint8_t* into = s == N - 2 ? out : step_out(s, rb);
+      ring_step(s == 0 ? in(sb) : sent, bytes(sb), into, bytes(rb), in(rb), dtype, op);
+      sent = into;
+    }
+  }
+
+  // The ring's all-gather: step s passes block (rank - s) on to the right and receives block (rank - s - 1)
+  // from the left, in place in `at(b)`.
+  template <typename At, typename Bytes>
+  void ring_allgather(At at, Bytes bytes) {
+    if (!scratch) scratch = std::make_unique<uint8_t[]>(kWindow * kSegmentBytes);
+    const int N = size, r = rank;
+    for (int s = 0; s < N - 1; ++s) {
+      const int sb = (r - s + 2 * N) % N, rb = (r - s - 1 + 2 * N) % N;
+      ring_step(at(sb), bytes(sb), at(rb), bytes(rb), nullptr, DType::kU8, ReduceOp::kSum);
+    }
+  }
 };
 
-MpiCommunicator::MpiCommunicator() : impl_(std::make_unique<Impl>()) {
+namespace {
+MPI_Comm dup_of_world() {
   int initialized = 0;
   TG_MPI_CHECK(MPI_Initialized(&initialized));
   TG_CHECK(initialized, "MPI communicator: MPI is not initialised (create an MpiEnvironment first)");
-  TG_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->comm));
-  // Errors come back as return codes (checked by TG_MPI_CHECK) instead of aborting the job.
-  TG_MPI_CHECK(MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN));
-  TG_MPI_CHECK(MPI_Comm_rank(impl_->comm, &rank_));
-  TG_MPI_CHECK(MPI_Comm_size(impl_->comm, &size_));
-  TG_MPI_CHECK(MPI_Op_create(&half_sum_op, 1, &impl_->half_sum));
-  impl_->rank = rank_;
-  impl_->size = size_;
-  impl_->sleep_cap_ns = sleep_cap_from_env();
+  MPI_Comm c = MPI_COMM_NULL;
+  TG_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  return c;
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator() : MpiCommunicator(Impl::wrap(dup_of_world())) {}
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), rank_(impl_->rank), size_(impl_->size) {}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
+  MPI_Comm c = MPI_COMM_NULL;
+  TG_MPI(MPI_Comm_split(impl_->comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
+  if (c == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(new MpiCommunicator(Impl::wrap(c)));
 }
 
-MpiCommunicator::~MpiCommunicator() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  if (impl_->half_sum != MPI_OP_NULL) MPI_Op_free(&impl_->half_sum);
-  if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split_shared_memory() {
+  MPI_Comm c = MPI_COMM_NULL;
+  TG_MPI(MPI_Comm_split_type(impl_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(Impl::wrap(c)));
 }
 
 std::string MpiCommunicator::name() const { return fmt::format("mpi (rank {} of {})", rank_, size_); }
@@ -293,52 +423,71 @@ void MpiCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, R
   uint8_t* p = static_cast<uint8_t*>(buffer);
   const size_t elem = dtype_size(dtype);
   if (static_cast<size_t>(count) * elem < kRingMinBytes || count < size_) {
-    MPI_Op mop = dtype == DType::kF16 ? m.half_sum : (op == ReduceOp::kSum ? MPI_SUM : MPI_MAX);
+    const MPI_Op mop = m.mpi_op(dtype, op);
     MPI_Request request;
-    TG_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(count), mpi_type(dtype), mop, m.comm, &request));
+    TG_MPI(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(count), mpi_type(dtype), mop, m.comm, &request));
     m.wait(&request);
     return;
   }
-  if (!m.scratch) m.scratch = std::make_unique<uint8_t[]>(kWindow * kSegmentBytes);
   // Block b: elements [block_begin(b), block_begin(b + 1)); the first count % size blocks hold one more.
   const int64_t base = count / size_, extra = count % size_;
   auto block_begin = [&](int b) { return b * base + std::min<int64_t>(b, extra); };
   auto block_ptr = [&](int b) { return p + static_cast<size_t>(block_begin(b)) * elem; };
   auto block_bytes = [&](int b) { return static_cast<size_t>(block_begin(b + 1) - block_begin(b)) * elem; };
-  const int r = rank_, N = size_;
-  // Reduce-scatter: after step s, block (r - s - 1) holds the sum of s + 2 ranks; at the end this rank owns
-  // the full reduction of block (r + 1) mod N.
-  for (int s = 0; s < N - 1; ++s) {
-    const int sb = (r - s + 2 * N) % N, rb = (r - s - 1 + 2 * N) % N;
-    m.ring_step(block_ptr(sb), block_bytes(sb), block_ptr(rb), block_bytes(rb), true, dtype, op);
+  // Reduce-scatter in place (this rank ends with block rank_ reduced), then all-gather of the reduced blocks
+  // (the same bits reach every rank): with equal blocks, exactly reduce_scatter followed by allgather.
+  m.ring_reduce_scatter(
+      block_ptr, block_bytes, [&](int, int b) { return block_ptr(b); }, block_ptr(rank_), dtype, op);
+  m.ring_allgather(block_ptr, block_bytes);
+}
+
+void MpiCommunicator::reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                          Device device) {
+  check_host(*this, device);
+  Impl& m = *impl_;
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  const size_t block = static_cast<size_t>(count) * dtype_size(dtype);
+  if (size_ == 1 || count == 0) {
+    if (out != in && block > 0) std::memmove(out, in, block);
+    return;
   }
-  // All-gather of the reduced blocks (the same bits reach every rank).
-  for (int s = 0; s < N - 1; ++s) {
-    const int sb = (r + 1 - s + 2 * N) % N, rb = (r - s + 2 * N) % N;
-    m.ring_step(block_ptr(sb), block_bytes(sb), block_ptr(rb), block_bytes(rb), false, dtype, op);
+  if (block * static_cast<size_t>(size_) < kRingMinBytes) {
+    // MPI has no in-place form that leaves the result in block rank (MPI_IN_PLACE puts it first): stage a copy.
+    if (out == in + static_cast<size_t>(rank_) * block) {
+      m.staging.resize(std::max(m.staging.size(), block * static_cast<size_t>(size_)));
+      std::memcpy(m.staging.data(), in, block * static_cast<size_t>(size_));
+      in = m.staging.data();
+    }
+    const MPI_Op mop = m.mpi_op(dtype, op);
+    MPI_Request request;
+    TG_MPI(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mop, m.comm, &request));
+    m.wait(&request);
+    return;
   }
+  // Partial sums alternate between two buffers of one block (the send buffer is not ours to write, and recv
+  // may be block rank_ of it, still to be read by the last step).
+  if (size_ > 2)
+    for (auto& buf : m.partial) buf.resize(std::max(buf.size(), block));
+  m.ring_reduce_scatter([&](int b) { return in + static_cast<size_t>(b) * block; }, [&](int) { return block; },
+                        [&](int s, int) { return m.partial[s % 2].data(); }, out, dtype, op);
 }
 
 void MpiCommunicator::allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) {
   check_host(*this, device);
   Impl& m = *impl_;
   uint8_t* out = static_cast<uint8_t*>(recv);
+  uint8_t* mine = out + static_cast<size_t>(rank_) * send_bytes;
   if (send_bytes * size_ < kRingMinBytes) {
     MPI_Request request;
-    TG_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(send_bytes), MPI_BYTE, out, static_cast<int>(send_bytes),
-                                MPI_BYTE, m.comm, &request));
+    // In place (send is this rank's block of recv): MPI_IN_PLACE, as MPI forbids aliased buffers.
+    TG_MPI(MPI_Iallgather(mine == send ? MPI_IN_PLACE : send, static_cast<int>(send_bytes), MPI_BYTE, out,
+                          static_cast<int>(send_bytes), MPI_BYTE, m.comm, &request));
     m.wait(&request);
     return;
   }
-  const int r = rank_, N = size_;
-  uint8_t* mine = out + static_cast<size_t>(r) * send_bytes;
   if (mine != send) std::memmove(mine, send, send_bytes);
-  // Step s: pass block (r - s) on to the right, receive block (r - s - 1) from the left.
-  for (int s = 0; s < N - 1; ++s) {
-    const int sb = (r - s + 2 * N) % N, rb = (r - s - 1 + 2 * N) % N;
-    m.ring_step(out + static_cast<size_t>(sb) * send_bytes, send_bytes, out + static_cast<size_t>(rb) * send_bytes,
-                send_bytes, false, DType::kU8, ReduceOp::kSum);
-  }
+  m.ring_allgather([&](int b) { return out + static_cast<size_t>(b) * send_bytes; }, [&](int) { return send_bytes; });
 }
 
 void MpiCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Device device) {
@@ -347,7 +496,7 @@ void MpiCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Devic
   for (size_t done = 0; done < bytes;) {
     const int n = static_cast<int>(std::min<size_t>(kMaxChunk, bytes - done));
     MPI_Request request;
-    TG_MPI_CHECK(MPI_Ibcast(p + done, n, MPI_BYTE, root, impl_->comm, &request));
+    TG_MPI(MPI_Ibcast(p + done, n, MPI_BYTE, root, impl_->comm, &request));
     impl_->wait(&request);
     done += n;
   }
@@ -355,7 +504,7 @@ void MpiCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Devic
 
 void MpiCommunicator::barrier_impl() {
   MPI_Request request;
-  TG_MPI_CHECK(MPI_Ibarrier(impl_->comm, &request));
+  TG_MPI(MPI_Ibarrier(impl_->comm, &request));
   impl_->wait(&request);
 }
 

@@ -211,6 +211,20 @@ void NcclCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, 
              "ncclAllReduce");
 }
 
+void NcclCommunicator::reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                           Device device) {
+  check_usable();
+  check_device(device);
+  if (count == 0) return;
+  check_pointer(*this, send, device_, "reduce-scatter send");
+  check_pointer(*this, recv, device_, "reduce-scatter receive");
+  DeviceScope scope(device_);
+  // In place when recv == send + rank * count elements (NCCL's rule; the base's contract is the same).
+  check_nccl(ncclReduceScatter(send, recv, static_cast<size_t>(count), nccl_type(dtype),
+                               op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
+             "ncclReduceScatter");
+}
+
 void NcclCommunicator::allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) {
   check_usable();
   check_device(device);
@@ -243,6 +257,11 @@ void NcclCommunicator::barrier_impl() {
         "ncclAllReduce (barrier)");
   }
   synchronize();
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key) {
+  auto split = split_nccl_communicators({this}, {color}, {key});
+  return std::move(split[0]);
 }
 
 void NcclCommunicator::synchronize() {
@@ -353,6 +372,59 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_pr
              p * L + L - 1, N, device_list(devices), ncclGetErrorString(r), detail);
   }
   return wrap(comms, p * L, N, devices, streams);
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(const std::vector<NcclCommunicator*>& parents,
+                                                                        const std::vector<int>& colors,
+                                                                        const std::vector<int>& keys) {
+  TG_CHECK(colors.size() == parents.size() && keys.size() == parents.size(),
+           "NCCL split: {} communicators, {} colors, {} keys", parents.size(), colors.size(), keys.size());
+  for (NcclCommunicator* p : parents) {
+    TG_CHECK(p != nullptr, "NCCL split: a null communicator");
+    p->check_usable();
+  }
+  std::vector<ncclComm_t> comms(parents.size(), nullptr);
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  // Several ranks of one thread must split inside one group call (each split waits for every rank of the parent).
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess) {
+    for (size_t k = 0; k < parents.size(); ++k) {
+      cudaSetDevice(parents[k]->device_);
+      const ncclResult_t rk =
+          ncclCommSplit(parents[k]->comm_, colors[k] < 0 ? NCCL_SPLIT_NOCOLOR : colors[k], keys[k], &comms[k], nullptr);
+      if (rk != ncclSuccess && r == ncclSuccess) r = rk;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+  }
+  if (previous >= 0) cudaSetDevice(previous);
+  if (r != ncclSuccess) {
+    const std::string detail = last_error_text(parents.empty() ? nullptr : parents[0]->comm_);
+    for (ncclComm_t c : comms)
+      if (c != nullptr) ncclCommAbort(c);
+    for (NcclCommunicator* p : parents) p->failed_ = true;
+    TG_THROW("NCCL split of {}{}: ncclCommSplit failed: {} ({})", parents.empty() ? "" : parents[0]->name(),
+             parents.size() > 1 ? fmt::format(" and {} more", parents.size() - 1) : "", ncclGetErrorString(r), detail);
+  }
+  std::vector<std::unique_ptr<NcclCommunicator>> out(parents.size());
+  size_t k = 0;
+  try {
+    for (; k < parents.size(); ++k) {
+      if (comms[k] == nullptr) continue;  // color < 0: no new communicator
+      int rank = 0, size = 0;
+      if (ncclCommUserRank(comms[k], &rank) != ncclSuccess || ncclCommCount(comms[k], &size) != ncclSuccess)
+        TG_THROW("NCCL split of {}: cannot read the new communicator's rank and size", parents[k]->name());
+      out[k] = std::make_unique<NcclCommunicator>(comms[k], rank, size, parents[k]->device_, parents[k]->stream_);
+    }
+  } catch (...) {
+    for (auto& c : out)
+      if (c) c->abort();
+    for (; k < comms.size(); ++k)
+      if (comms[k] != nullptr) ncclCommAbort(comms[k]);
+    throw;
+  }
+  return out;
 }
 
 }  // namespace tg

@@ -17,29 +17,33 @@ namespace tg {
 
 namespace {
 
-enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier };
+enum class Kind : uint8_t { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kBarrier, kSplit };
 
 // One rank's posted call: what it asked for and where its memory is.
 struct Call {
   Kind kind = Kind::kBarrier;
-  const void* src = nullptr;  // allgather: the send block; allreduce, broadcast: the buffer
-  int64_t count = 0;          // allreduce: elements
+  const void* src = nullptr;  // allgather, reduce_scatter: the send buffer; allreduce, broadcast: the buffer
+  int64_t count = 0;          // allreduce: elements; reduce_scatter: elements per rank
   DType dtype = DType::kU8;
   ReduceOp op = ReduceOp::kSum;
   size_t bytes = 0;  // allgather: the send block; broadcast: the buffer
   int root = 0;      // broadcast
+  int color = 0;     // split
+  int key = 0;       // split
 };
 
 bool same_call(const Call& a, const Call& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Kind::kAllreduce:
+    case Kind::kReduceScatter:
       return a.count == b.count && a.dtype == b.dtype && a.op == b.op;
     case Kind::kAllgather:
       return a.bytes == b.bytes;
     case Kind::kBroadcast:
       return a.bytes == b.bytes && a.root == b.root;
     case Kind::kBarrier:
+    case Kind::kSplit:  // colors and keys differ between ranks
       return true;
   }
   return false;
@@ -49,10 +53,14 @@ std::string describe(const Call& c) {
   switch (c.kind) {
     case Kind::kAllreduce:
       return fmt::format("all-reduce {} of {} {}", enum_name(c.op), c.count, dtype_name(c.dtype));
+    case Kind::kReduceScatter:
+      return fmt::format("reduce-scatter {} of {} {} per rank", enum_name(c.op), c.count, dtype_name(c.dtype));
     case Kind::kAllgather:
       return fmt::format("all-gather of {} bytes", c.bytes);
     case Kind::kBroadcast:
       return fmt::format("broadcast of {} bytes from rank {}", c.bytes, c.root);
+    case Kind::kSplit:
+      return fmt::format("split (color {}, key {})", c.color, c.key);
     case Kind::kBarrier:
       break;
   }
@@ -88,12 +96,24 @@ struct ThreadCommunicator::Group {
   std::vector<Call> calls;             // each rank's call, posted at the entry barrier
   std::unique_ptr<uint8_t[]> scratch;  // the all-reduce result (grows, never shrinks)
   size_t scratch_bytes = 0;
+  // split: the groups made from this one (an abort reaches them) and each rank's new group and rank in it
+  // (valid until the next collective completes its entry).
+  std::vector<std::weak_ptr<Group>> children;
+  std::vector<std::pair<std::shared_ptr<Group>, int>> split_result;
 
-  void fail_locked(std::string why) {
+  // With `to_children`, the groups split from this one (and theirs) fail too. The child's lock is taken under
+  // this one's: locks are always taken parent before child.
+  void fail_locked(const std::string& why, bool to_children) {
     if (failed.load()) return;
-    failure = std::move(why);
+    failure = why;
     failed.store(true);
     cv.notify_all();
+    if (!to_children) return;
+    for (const std::weak_ptr<Group>& weak : children)
+      if (std::shared_ptr<Group> child = weak.lock()) {
+        std::lock_guard<std::mutex> child_lock(child->mutex);
+        child->fail_locked(why, true);
+      }
   }
 
   // Counts this rank in and waits for the others. With `abortable`, a failure of the group before every rank
@@ -133,10 +153,11 @@ struct ThreadCommunicator::Group {
   void check_calls_locked() {
     for (int k = 1; k < size; ++k)
       if (!same_call(calls[0], calls[k]))
-        return fail_locked(
-            fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
-                        "rank must post the same collectives in the same order)",
-                        describe(calls[0]), k, describe(calls[k])));
+        return fail_locked(fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
+                                       "rank must post the same collectives in the same order)",
+                                       describe(calls[0]), k, describe(calls[k])),
+                           true);
+    if (calls[0].kind == Kind::kSplit) return make_splits_locked();
     if (calls[0].kind != Kind::kAllreduce) return;
     const size_t need = static_cast<size_t>(calls[0].count) * dtype_size(calls[0].dtype);
     if (need <= scratch_bytes) return;
@@ -146,8 +167,33 @@ struct ThreadCommunicator::Group {
     } catch (const std::bad_alloc&) {
       scratch.reset();
       scratch_bytes = 0;
-      fail_locked(fmt::format("cannot allocate the {} bytes of the all-reduce's scratch", need));
+      fail_locked(fmt::format("cannot allocate the {} bytes of the all-reduce's scratch", need), true);
     }
+  }
+
+  // Run by the last rank to enter a split: one new group per color >= 0, its ranks ordered by (key, rank).
+  void make_splits_locked() {
+    std::vector<int> order(static_cast<size_t>(size));
+    for (int k = 0; k < size; ++k) order[static_cast<size_t>(k)] = k;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const Call &x = calls[static_cast<size_t>(a)], &y = calls[static_cast<size_t>(b)];
+      return x.color != y.color ? x.color < y.color : x.key < y.key;
+    });
+    split_result.assign(static_cast<size_t>(size), {nullptr, 0});
+    for (size_t i = 0; i < order.size();) {
+      const int color = calls[static_cast<size_t>(order[i])].color;
+      size_t j = i;
+      while (j < order.size() && calls[static_cast<size_t>(order[j])].color == color) ++j;
+      if (color >= 0) {
+        auto child = std::make_shared<Group>(static_cast<int>(j - i));
+        children.push_back(child);
+        for (size_t k = i; k < j; ++k) split_result[static_cast<size_t>(order[k])] = {child, static_cast<int>(k - i)};
+      }
+      i = j;
+    }
+    // Forget children that are gone, so that repeated splits do not grow the list without bound.
+    children.erase(std::remove_if(children.begin(), children.end(), [](auto& w) { return w.expired(); }),
+                   children.end());
   }
 
   // The entry barrier: posts this rank's call, waits for every rank, checks that the calls agree.
@@ -173,7 +219,7 @@ ThreadCommunicator::ThreadCommunicator(std::shared_ptr<Group> group, int rank)
 
 ThreadCommunicator::~ThreadCommunicator() {
   std::lock_guard<std::mutex> lock(group_->mutex);
-  group_->fail_locked(fmt::format("rank {}'s communicator was destroyed", rank_));
+  group_->fail_locked(fmt::format("rank {}'s communicator was destroyed", rank_), /*to_children=*/false);
 }
 
 std::vector<std::unique_ptr<ThreadCommunicator>> make_thread_communicators(int ranks) {
@@ -192,7 +238,7 @@ bool ThreadCommunicator::supports(DType dtype, ReduceOp op) const {
 
 void ThreadCommunicator::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(group_->mutex);
-  group_->fail_locked(fmt::format("rank {} aborted: {}", rank_, why));
+  group_->fail_locked(fmt::format("rank {} aborted: {}", rank_, why), /*to_children=*/true);
 }
 
 namespace {
@@ -231,6 +277,35 @@ void ThreadCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype
   if (count > 0) std::memcpy(buffer, g.scratch.get(), static_cast<size_t>(count) * elem);
 }
 
+void ThreadCommunicator::reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                                             Device device) {
+  check_host(*this, device);
+  const size_t elem = dtype_size(dtype), block = static_cast<size_t>(count) * elem;
+  if (size_ == 1) {
+    if (recv != send && block > 0) std::memmove(recv, send, block);
+    return;
+  }
+  if (!chunk_) chunk_.reset(new uint8_t[kChunkBytes]);  // before entering: once entered, no rank may leave early
+  Group& g = *group_;
+  const Call call{Kind::kReduceScatter, send, count, dtype, op};
+  g.enter(*this, rank_, call);
+  // Block rank_ of every rank's send buffer, reduced over the ranks in rank order (as allreduce adds) a chunk at
+  // a time. In place, recv is block rank_ of this rank's own send buffer, which only this rank reads: each chunk
+  // is written after it has been read.
+  const size_t chunk = kChunkBytes / elem * elem, first = static_cast<size_t>(rank_) * block;
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  for (size_t off = 0; off < block; off += chunk) {
+    const size_t bytes = std::min(chunk, block - off);
+    std::memcpy(chunk_.get(), static_cast<const uint8_t*>(g.calls[0].src) + first + off, bytes);
+    for (int w = 1; w < size_; ++w)
+      comm_detail::reduce_into(chunk_.get(),
+                               static_cast<const uint8_t*>(g.calls[static_cast<size_t>(w)].src) + first + off, bytes,
+                               dtype, op);
+    std::memcpy(out + off, chunk_.get(), bytes);
+  }
+  g.leave(*this, call);  // the others have read this rank's send buffer
+}
+
 void ThreadCommunicator::allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) {
   check_host(*this, device);
   uint8_t* out = static_cast<uint8_t*>(recv);
@@ -262,6 +337,18 @@ void ThreadCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, De
 void ThreadCommunicator::barrier_impl() {
   if (size_ == 1) return;
   group_->enter(*this, rank_, Call{});
+}
+
+std::unique_ptr<Communicator> ThreadCommunicator::split_impl(int color, int key) {
+  Call call;
+  call.kind = Kind::kSplit;
+  call.color = color;
+  call.key = key;
+  group_->enter(*this, rank_, call);
+  // The result stays until every rank has entered the next collective, which this rank has not.
+  auto [group, rank] = group_->split_result[static_cast<size_t>(rank_)];
+  if (!group) return nullptr;
+  return std::make_unique<ThreadCommunicator>(std::move(group), rank);
 }
 
 }  // namespace tg

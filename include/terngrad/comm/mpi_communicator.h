@@ -9,14 +9,18 @@
 // direction at a time between 2 ranks and reached ~40% of the blocking call's bandwidth. Smaller ones go
 // through MPI_Iallreduce/MPI_Iallgather. MpiEnvironment raises Open MPI's TCP eager limit above the ring's
 // segment size (unless the user set it): with rendezvous messages the two directions of an exchange often
-// ran one after the other (see the .cc). Reductions: f32/i32/i8 sum and max (integer sums wrap), f16 sum
+// ran one after the other (see the .cc). Reductions: f32/i32/i8 sum and max (integer sums wrap; an f32 max
+// with a NaN is NaN), f16 sum
 // added in fp32 and rounded to fp16 after each pairwise combination (ring and MPI user op alike, through
-// src/comm/reduce_into.h); every rank ends with the same bits; bf16 is refused (supports()).
+// src/comm/reduce_into.h; f32 max and i8 sum also go through our MPI user ops on the small path: Open MPI's
+// drop a NaN depending on the operands' order and saturate int8 sums); every rank ends with the same bits; bf16
+// is refused (supports()).
 // Reduce-scatter: payloads (size() * count elements) of >= 256 KiB run the ring's reduce-scatter half, the same
 // code as the all-reduce's, so reduce_scatter followed by allgather gives the large all-reduce's bits: block b is
 // reduced along the ring starting at rank b + 1, ((x[b+1] + x[b+2]) + ...) + x[b] (indices mod N), each step
-// adding the received partial sum to the local block. Smaller ones go through MPI_Ireduce_scatter_block (Open
-// MPI's order). In-place forms (reduce_scatter recv = send + rank * count, allgather send = recv + rank * bytes)
+// adding the received partial sum to the local block (out of place, the partial sums between steps go to two
+// buffers of one block each, grown on first use and reused). Smaller ones go through MPI_Ireduce_scatter_block
+// (Open MPI's order). In-place forms (reduce_scatter recv = send + rank * count, allgather send = recv + rank * bytes)
 // are MPI_IN_PLACE or a copy where MPI has no matching form.
 // Broadcast: MPI_Ibcast; barrier: MPI_Ibarrier. Every MPI return code is checked
 // with TG_MPI_CHECK (the call, its error string, file and line). The ring's scratch (4 segments, allocated
