@@ -28,7 +28,7 @@
 namespace tg {
 namespace {
 
-const std::vector<ParamInfo> kParams = {{"conv1/weights", 150}, {"conv1/biases", 6},     {"conv2/weights", 1203},
+const std::vector<ParamInfo> kParams = {{"conv1/weights", 150}, {"conv1/biases", 6},    {"conv2/weights", 1203},
                                         {"fc/weights", 957},    {"logits/weights", 40}, {"logits/biases", 4}};
 
 // Worker w's gradient of tensor t, element i at step k (a fixed pattern per worker plus a step-dependent part).
@@ -54,7 +54,8 @@ struct RankGrads {
     std::vector<std::vector<Tensor>> v;
     for (auto& w : data) {
       v.emplace_back();
-      for (auto& g : w) v.back().emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
+      for (auto& g : w)
+        v.back().emplace_back(g.data(), Shape{static_cast<int64_t>(g.size())}, DType::kF32, Device::cpu());
     }
     return v;
   }
@@ -87,7 +88,7 @@ struct RunOptions {
   int grad_bits = 1;
   float clip_factor = 0.f;
   ExchangeOptions exchange;
-  bool flat = false;          // give the exchange only the world group
+  bool flat = false;  // give the exchange only the world group
   int workers_per_rank = 1;
   int backend_threads = 1;
   int steps = 1;
@@ -208,8 +209,8 @@ TEST(HierarchicalScheme, DeterministicAcrossOverlapBucketsAndThreads) {
     double bucket_mb;
     int threads;
   };
-  for (Variant v : {Variant{true, 25, 1}, Variant{true, 2.0 / 1024, 1}, Variant{true, 2.0 / 1024, 2},
-                    Variant{false, 25, 2}}) {
+  for (Variant v :
+       {Variant{true, 25, 1}, Variant{true, 2.0 / 1024, 1}, Variant{true, 2.0 / 1024, 2}, Variant{false, 25, 2}}) {
     Layout l(2, 2);
     RunOptions o = base;
     o.exchange.overlap = v.overlap;
@@ -312,6 +313,11 @@ TEST(ErrorFeedback, MatchesItsDefinition) {
     o.exchange.seed = 77;
     const RunResult res = run_layout(lay, o);
     EXPECT_NE(res.scheme.find("error feedback"), std::string::npos) << res.scheme;
+    CompressionFlags f;
+    f.grad_bits = 1;
+    f.clip_factor = o.clip_factor;
+    f.size_to_binarize = 7;
+    const CompressionPolicy pol(f, kParams);  // as run_layout's
     // The reference.
     std::vector<std::vector<std::vector<float>>> r(N);  // [worker][tensor][element]
     for (int w = 0; w < N; ++w)
@@ -322,8 +328,8 @@ TEST(ErrorFeedback, MatchesItsDefinition) {
         const int64_t n = kParams[t].numel;
         std::vector<std::vector<float>> gp(N, std::vector<float>(n));
         for (int w = 0; w < N; ++w)
-          for (int64_t i = 0; i < n; ++i) gp[w][i] = grad_value(w, static_cast<int>(t), i) + (t == 1 ? 0.f : r[w][t][i]);
-        if (t == 1) {  // fp32: the sum in worker order inside each rank, then over the ranks
+          for (int64_t i = 0; i < n; ++i) gp[w][i] = grad_value(w, static_cast<int>(t), i) + r[w][t][i];
+        if (pol.tensors()[t].coding == GradCoding::kF32) {  // the sum in worker order in each rank, then over ranks
           for (int64_t i = 0; i < n; ++i) {
             const float a = gp[0][i] + gp[1][i], b = gp[2][i] + gp[3][i];
             ASSERT_EQ(res.out[0][k][t][i], (a + b) / N);

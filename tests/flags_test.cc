@@ -9,12 +9,12 @@
 
 #include "common/error_of.h"
 #include "src/apps/app_cli.h"
-#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/core/enum_names.h"
 #include "terngrad/core/flag_table.h"
 #include "terngrad/data/dataset_info.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
+#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/optimizer.h"
 #include "terngrad/train/train_flags.h"
@@ -41,7 +41,7 @@ TEST(EnumNames, ParseNameAndAcceptedValuesComeFromOneList) {
   expect_round_trip<JpegDct>();
   expect_round_trip<Dataset>();
   EXPECT_EQ(error_of([] { parse_enum<ExchangeMode>("ring"); }),
-            "--exchange 'ring' is not one of auto, allgather2, allreduce8");
+            "--exchange 'ring' is not one of auto, allgather2, allreduce8, hierarchical, none");
   EXPECT_EQ(error_of([] { parse_enum<TfRecordCompression>("bz2", "--compression"); }),
             "--compression 'bz2' is not one of auto, none, gzip, zlib");  // the alias "" is not listed
   EXPECT_EQ(error_of([] { parse_enum<Dataset>("svhn"); }),
@@ -135,7 +135,9 @@ TEST(TrainFlags, DefaultsPassAndTheCheckpointKeepsEveryFlag) {
   std::set<std::string> names;
   for (const auto& f : train_flags()) EXPECT_TRUE(names.insert(f.name).second) << "twice: " << f.name;
   const auto saved = defaults.to_flags();
-  EXPECT_EQ(saved.size(), names.size());  // nothing of the train table is left out of checkpoints
+  // Nothing of the train table is left out of checkpoints but the two switches about resuming itself.
+  EXPECT_EQ(saved.size() + 2, names.size());
+  EXPECT_EQ(saved.count("allow_topology_change") + saved.count("reset_rank_state"), 0u);
   EXPECT_EQ(saved.at("seed"), "1");
   EXPECT_EQ(saved.at("max_corrupt_fraction"), "0.01");
   EXPECT_EQ(saved.at("moving_average_decay"), "0.9999");
@@ -143,8 +145,8 @@ TEST(TrainFlags, DefaultsPassAndTheCheckpointKeepsEveryFlag) {
   EXPECT_EQ(saved.at("num_processes"), "1");
   std::vector<std::string> resume = resume_flag_names();
   std::sort(resume.begin(), resume.end());
-  EXPECT_EQ(resume,
-            (std::vector<std::string>{"batch_size", "num_nodes", "num_processes", "seed", "shuffle_buffer", "subset"}));
+  EXPECT_EQ(resume, (std::vector<std::string>{"batch_size", "error_feedback", "num_nodes", "num_processes", "seed",
+                                              "shuffle_buffer", "subset"}));
 }
 
 TEST(TrainFlags, DefaultsFromTheDatasetAndModelTables) {

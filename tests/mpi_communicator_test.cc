@@ -26,9 +26,9 @@
 
 #include "common/mpi_launch.h"
 #include "terngrad/backend/backend.h"
-#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/error.h"
+#include "terngrad/exchange/gradient_exchange.h"
 
 namespace tg {
 namespace {

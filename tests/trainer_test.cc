@@ -265,7 +265,7 @@ TEST_F(TrainerTest, PhaseTimesAndTimeline) {
   const std::string trace = c.timeline, metrics = c.metrics_jsonl;
   ASSERT_TRUE(fs::exists(trace));
   EXPECT_EQ(python_json(trace, "sorted(set(e['args']['name'] for e in d['traceEvents'] if e['name']=='thread_name'))"),
-            "['exchange (process 0)', 'worker 0', 'worker 1']");
+            "['exchange (rank 0)', 'worker 0', 'worker 1']");
   EXPECT_EQ(python_json(trace, "sorted(set(e['args']['step'] for e in d['traceEvents'] if e['ph']=='X'))"), "[4, 5]");
   EXPECT_EQ(python_json(trace, "sorted(set(e['name'] for e in d['traceEvents'] if e['ph']=='X'))"),
             "['backward', 'decode', 'encode', 'forward', 'input_wait', 'optimizer + EMA', 'scalers']");
@@ -309,8 +309,8 @@ TEST_F(TrainerTest, OverlapIsBitIdenticalToSerialAcrossTwoMpiProcesses) {
   ASSERT_FALSE(serial.empty());
   EXPECT_TRUE(overlapped == serial) << "overlapped and serial exchanges must give the same parameters";
   EXPECT_EQ(python_json(trace, "sorted(set(e['args']['name'] for e in d['traceEvents'] if e['name']=='thread_name'))"),
-            "['communication (process 0)', 'communication (process 1)', 'exchange (process 0)', "
-            "'exchange (process 1)', 'worker 0', 'worker 1', 'worker 2', 'worker 3']");
+            "['communication (rank 0)', 'communication (rank 1)', 'exchange (rank 0)', 'exchange (rank 1)', "
+            "'worker 0', 'worker 1', 'worker 2', 'worker 3']");
   EXPECT_EQ(python_json(trace, "sorted(set(e['pid'] for e in d['traceEvents']))"), "[0, 1]");
   EXPECT_EQ(python_json(trace, "len([e for e in d['traceEvents'] if e['name']=='exchange codes']) > 4"), "True");
   // Both processes' phase times are in the metrics; the wire carried bytes.

@@ -74,7 +74,8 @@ TEST_F(TrainerTopology, TwoNodesOfTwoRanksAreHierarchicalWhateverTheProcessLayou
   const std::string four = run(mpirun(4) + train_cmd() + common("p4", steps + "1 --ranks_per_node 2"));
   EXPECT_NE(four.find("2 nodes x 2 ranks"), std::string::npos) << four;
   EXPECT_NE(four.find("exchange hierarchical"), std::string::npos) << four;
-  const std::string two = run(mpirun(2) + train_cmd() + common("p2r2", steps + "2 --cpu_replicas 2 --ranks_per_node 2"));
+  const std::string two =
+      run(mpirun(2) + train_cmd() + common("p2r2", steps + "2 --cpu_replicas 2 --ranks_per_node 2"));
   EXPECT_NE(two.find("2 nodes x 2 ranks"), std::string::npos) << two;
   run(mpirun(2) + train_cmd() + common("serial", steps + "2 --cpu_replicas 2 --ranks_per_node 2 --overlap=false"));
   const auto a = final_params("p4");
@@ -118,8 +119,9 @@ TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
       run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --max_steps 4 --allow_topology_change"), 1);
   EXPECT_NE(kept.find("per-rank state of 2 ranks"), std::string::npos) << kept;
   EXPECT_NE(kept.find("--reset_rank_state"), std::string::npos) << kept;
-  const std::string reset = run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --max_steps 4 "
-                                                           "--allow_topology_change --reset_rank_state"));
+  const std::string reset = run(train_cmd() + common("ef",
+                                                     "--error_feedback --num_nodes 2 --max_steps 4 "
+                                                     "--allow_topology_change --reset_rank_state"));
   EXPECT_NE(reset.find("per-rank state of 2 ranks dropped"), std::string::npos) << reset;
 }
 

@@ -142,8 +142,8 @@ launch_training() {
   TRAIN_BIN=$(tg_binary terngrad-train)
   EVAL_BIN=$(tg_binary terngrad-eval)
 
-  local launcher=() launch_args=()
-  multi_host_launcher launcher launch_args
+  local train_prefix=() launch_args=()
+  multi_host_launcher train_prefix launch_args
   local dataset folder="" field
   dataset=$(resolved DATASET_NAME dataset)
   for field in DATASET_NAME:dataset NET:net IMAGE_SIZE:image_size OPTIMIZER:optimizer GRAD_BITS:grad_bits \
@@ -178,7 +178,7 @@ launch_training() {
     echo "eval_dir: $eval_dir"
     echo "logs: $train_log $eval_log"
     echo "eval: $(printf '%q ' "$EVAL_BIN" "${eval_args[@]}")"
-    echo "train: $(printf '%q ' "${launcher[@]}" "$TRAIN_BIN" "${train_args[@]}")"
+    echo "train: $(printf '%q ' "${train_prefix[@]}" "$TRAIN_BIN" "${train_args[@]}")"
     return 0
   fi
 
@@ -188,7 +188,7 @@ launch_training() {
   EVAL_PID=$!
   # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
   trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
-  "${launcher[@]}" "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
+  "${train_prefix[@]}" "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
   TRAIN_PID=$!
   trap 'stop_training 130' INT
   trap 'stop_training 143' TERM

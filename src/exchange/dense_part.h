@@ -17,8 +17,8 @@ class DensePart {
  public:
   // Buffers of every bucket, on the context's device (allocated and zeroed once).
   DensePart(SchemeContext& ctx, const std::vector<TensorRange>& buckets);
-  bool empty(int bucket) const;  // the bucket has no fp16/fp32 tensor
-  void encode(int bucket);       // local sums into the bucket's buffers (with a group)
+  bool empty(int bucket) const;                    // the bucket has no fp16/fp32 tensor
+  void encode(int bucket);                         // local sums into the bucket's buffers (with a group)
   void exchange(Communicator* group, int bucket);  // all-reduce SUM of the buffers
   void decode(int bucket);                         // the average into the first target's gradients
   // The byte model's share: adds the fused buffers' all-reduces over N workers to `s`.

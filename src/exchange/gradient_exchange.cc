@@ -34,8 +34,8 @@ void SchemeContext::copy_to_other_targets(TensorRange r) const {
 GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& policy,
                                    std::vector<std::vector<Tensor>> worker_grads, std::vector<int> targets,
                                    Communicator* world, const ExchangeOptions& options, Timeline* timeline)
-    : GradientExchange(backend, policy, std::move(worker_grads), std::move(targets), ExchangeComms{world, nullptr, nullptr},
-                       options, timeline) {}
+    : GradientExchange(backend, policy, std::move(worker_grads), std::move(targets),
+                       ExchangeComms{world, nullptr, nullptr}, options, timeline) {}
 
 GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& policy,
                                    std::vector<std::vector<Tensor>> worker_grads, std::vector<int> targets,

@@ -12,7 +12,7 @@ void SyntheticBatchSource::next(const Tensor& images, const Tensor& labels) {
   int32_t* y = labels.data<int32_t>();
   const PhiloxKey key = philox_key(seed_, 0x53594eu /* "SYN" */);
   for (int64_t i = 0; i < labels.numel(); ++i) {
-    float u = philox_uniform(key, static_cast<uint64_t>(i), static_cast<uint32_t>(batches_),
+    float u = philox_uniform(key, first_row_ + static_cast<uint64_t>(i), static_cast<uint32_t>(batches_),
                              static_cast<uint32_t>(batches_ >> 32), 0);
     y[i] = std::min<int32_t>(static_cast<int32_t>(num_classes_ - 1), static_cast<int32_t>(u * num_classes_));
   }

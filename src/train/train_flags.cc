@@ -1,8 +1,8 @@
 // The flag table of terngrad-train.
 #include "terngrad/train/train_flags.h"
 
-#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/data/data_flags.h"
+#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/optimizer.h"
 
@@ -114,8 +114,10 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"reset_rank_state", &C::reset_rank_state,
        "with `--allow_topology_change`: drop the checkpoint's per-rank state (error-feedback residuals start at 0)",
        no_check(), kFlagSwitch | kFlagNotSaved},
-      {"local_bits", &C::local_bits, "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in "
-       "fp32 (32) or fp16 (16)", one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
+      {"local_bits", &C::local_bits,
+       "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in "
+       "fp32 (32) or fp16 (16)",
+       one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
       {"overlap", &C::overlap,
        "with several processes and host gradients: exchange buckets on a communication thread while backward "
        "runs; `--overlap=false` exchanges everything after backward (same bits)"},
@@ -138,7 +140,7 @@ std::vector<Flag<TrainConfig>> make_table() {
        "final loss, parameter digest, mean `time`)"},
       {"timeline", &C::timeline,
        "write a Chrome trace (Perfetto / chrome://tracing JSON) of the steps in `--timeline_steps`: a track per "
-       "worker (forward, backward, input, optimizer), per process's exchange (scalers, encode, decode, waits) "
+       "worker (forward, backward, input, optimizer), per replica's exchange (its scheme's stages, waits) "
        "and per communication thread (collectives); one file for all processes, written by process 0 when the "
        "window ends"},
       {"timeline_steps", &C::timeline_steps, "`A-B` or `A`: the 1-based steps `--timeline` records"},

@@ -7,7 +7,8 @@ namespace {
 // This process's index among the processes of its host, from the MPI launcher's environment (Open MPI, MPICH /
 // Intel MPI, MVAPICH, Slurm); 0 when not launched by one.
 int host_local_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
     if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
   return 0;
 }
@@ -135,9 +136,10 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
   }
 }
 
-// Each replica's groups from the job's shape (Topology: nodes of local ranks, one cross-node group per local rank): CPU replicas meet through thread groups inside a process and MPI between processes (a composite of
-// both when a process holds several replicas); GPUs through NCCL over every GPU of every process (bootstrapped
-// over MPI), with ncclCommSplit for the node and cross-node groups, on each backend's stream.
+// Each replica's groups from the job's shape (Topology: nodes of local ranks, one cross-node group per local rank): CPU
+// replicas meet through thread groups inside a process and MPI between processes (a composite of both when a process
+// holds several replicas); GPUs through NCCL over every GPU of every process (bootstrapped over MPI), with
+// ncclCommSplit for the node and cross-node groups, on each backend's stream.
 void Trainer::Impl::connect_replicas() {
   const int n_replicas = static_cast<int>(replicas.size());
   for (int d = 0; d < n_replicas; ++d) replicas[d].rank = topology->rank_of(rank, d);
@@ -228,8 +230,8 @@ void Trainer::Impl::allocate_host_batch() {
 
 void Trainer::Impl::open_batch_source(uint64_t cursor) {
   if (cfg.benchmark_mode) {
-    source = std::make_unique<SyntheticBatchSource>(cfg.seed + static_cast<uint64_t>(rank),
-                                                    dataset_info(cfg.dataset).num_classes, cursor);
+    source = std::make_unique<SyntheticBatchSource>(cfg.seed, dataset_info(cfg.dataset).num_classes, cursor,
+                                                    static_cast<uint64_t>(rank) * static_cast<uint64_t>(process_batch));
   } else {
     source = make_pipeline_batch_source(cfg, rank, num_processes, process_batch, cursor);
   }

@@ -77,12 +77,13 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
   if (!moved) return m.data_cursor;
   // Another layout reads other shares of the data: continue each process's share at the position it would
   // have reached had this layout run from the start (the batches differ from an uninterrupted run's).
-  const uint64_t cursor =
-      cfg.benchmark_mode ? static_cast<uint64_t>(m.step) : static_cast<uint64_t>(m.step) * static_cast<uint64_t>(process_batch);
+  const uint64_t cursor = cfg.benchmark_mode ? static_cast<uint64_t>(m.step)
+                                             : static_cast<uint64_t>(m.step) * static_cast<uint64_t>(process_batch);
   if (is_chief())
-    spdlog::warn("data cursor re-derived for the new layout: {} {} of each process's share (the checkpoint's was "
-                 "{}); the batches that follow are not those of an uninterrupted run",
-                 cursor, cfg.benchmark_mode ? "batches" : "records", m.data_cursor);
+    spdlog::warn(
+        "data cursor re-derived for the new layout: {} {} of each process's share (the checkpoint's was "
+        "{}); the batches that follow are not those of an uninterrupted run",
+        cursor, cfg.benchmark_mode ? "batches" : "records", m.data_cursor);
   return cursor;
 }
 

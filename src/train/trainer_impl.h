@@ -3,8 +3,6 @@
 // and trainer_run.cc (the run loop, log lines, metrics, summaries, timeline).
 #pragma once
 
-#include "terngrad/train/trainer.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -23,8 +21,8 @@
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
-#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/data/input_pipeline.h"
+#include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/moving_average.h"
@@ -38,6 +36,7 @@
 #include "terngrad/train/stale_files.h"
 #include "terngrad/train/throughput_meter.h"
 #include "terngrad/train/train_flags.h"
+#include "terngrad/train/trainer.h"
 
 namespace tg {
 

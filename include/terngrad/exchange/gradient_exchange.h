@@ -96,7 +96,7 @@ class GradientExchange {
     uint64_t ticket = 0;
   };
   void plan_buckets(double bucket_mb, bool one_bucket);
-  bool advance(bool block);      // one round over the buckets; true if anything moved
+  bool advance(bool block);        // one round over the buckets; true if anything moved
   bool advance_bucket(Bucket& b);  // runs / posts / collects what it can of one bucket
   void run_compute(Bucket& b);
   void run_blocking(Bucket& b);  // a collective stage on this thread (no overlap)

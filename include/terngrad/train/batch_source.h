@@ -28,8 +28,10 @@ class BatchSource {
 // Constant 0.5 images; labels from Philox keyed by (seed, batch index), so a resumed run sees the same ones.
 class SyntheticBatchSource final : public BatchSource {
  public:
-  SyntheticBatchSource(uint64_t seed, int64_t num_classes, uint64_t cursor = 0)
-      : seed_(seed), num_classes_(num_classes), batches_(cursor) {}
+  // first_row: the global index of this process's first row in every batch (process rank x its batch), so a row's
+  // label depends on the seed, the batch and its place in the global batch only, not on the process layout.
+  SyntheticBatchSource(uint64_t seed, int64_t num_classes, uint64_t cursor = 0, uint64_t first_row = 0)
+      : seed_(seed), num_classes_(num_classes), batches_(cursor), first_row_(first_row) {}
   void next(const Tensor& images, const Tensor& labels) override;
   uint64_t cursor() const override { return batches_; }
 
@@ -37,6 +39,7 @@ class SyntheticBatchSource final : public BatchSource {
   uint64_t seed_;
   int64_t num_classes_;
   uint64_t batches_;
+  uint64_t first_row_;
 };
 
 struct TrainConfig;

@@ -67,10 +67,10 @@ struct TrainConfig {
   int64_t size_to_binarize = 1;
   bool quantize_logits = false;
   std::string exchange = "auto";
-  bool overlap = true;    // exchange buckets while backward runs (several processes, host gradients)
-  double bucket_mb = 25;  // MiB of fp32 gradient per bucket (DDP's default)
-  bool error_feedback = false;  // terngrad: carry each worker's rounding error to its next step
-  int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  bool overlap = true;                 // exchange buckets while backward runs (several processes, host gradients)
+  double bucket_mb = 25;               // MiB of fp32 gradient per bucket (DDP's default)
+  bool error_feedback = false;         // terngrad: carry each worker's rounding error to its next step
+  int local_bits = 32;                 // hierarchical: 32 (fp32) or 16 (fp16) inside a node
   bool allow_topology_change = false;  // resume on another number of ranks (workers, processes, replicas)
   bool reset_rank_state = false;       // ... dropping the checkpoint's per-rank state (error feedback)
   // run

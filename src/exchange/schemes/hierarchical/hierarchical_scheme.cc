@@ -9,7 +9,17 @@
 namespace tg {
 
 namespace {
-enum Stage { kScalers, kShareScalers, kLocalSum, kReduceScatter, kEncode, kCrossExchange, kDecode, kAllGather, kScatter };
+enum Stage {
+  kScalers,
+  kShareScalers,
+  kLocalSum,
+  kReduceScatter,
+  kEncode,
+  kCrossExchange,
+  kDecode,
+  kAllGather,
+  kScatter
+};
 }
 
 HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx) : GradientScheme(ctx) {
@@ -66,23 +76,23 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   for (const TensorRange& r : ranges) {
     Bucket b;
     b.range = r;
-    int64_t len = 0;
+    // Shard-major: local rank k owns part k of every tensor of the bucket (parts of ceil(n / L) elements, the
+    // last one shorter), so which rank encodes an element, and the piece it is in, do not depend on the
+    // bucketing. F = shard 0 (part 0 of each tensor, padded to ceil(n / L)), shard 1, ...
     for (int i = r.begin; i < r.end; ++i) {
-      b.offset.push_back(len);
-      len += p.tensors()[i].numel;
+      const int64_t n = p.tensors()[i].numel;
+      b.part.push_back((n + L_ - 1) / L_);
+      b.offset.push_back(b.shard);
+      b.shard += b.part.back();
     }
-    b.shard = (len + L_ - 1) / L_;
-    // The pieces of the own shard [k S, (k+1) S): where it cuts the bucket's tensors.
-    const int64_t lo = k_ * b.shard, hi = std::min(len, lo + b.shard);
     for (int i = r.begin; i < r.end; ++i) {
-      const int64_t t0 = b.offset[i - r.begin], t1 = t0 + p.tensors()[i].numel;
-      const int64_t a = std::max(t0, lo), e = std::min(t1, hi);
-      if (a >= e) continue;
+      const int64_t n = p.tensors()[i].numel, part = b.part[i - r.begin];
       Piece pc;
       pc.tensor = i;
-      pc.begin = a - t0;
-      pc.count = e - a;
-      pc.at = a - lo;
+      pc.begin = std::min(n, k_ * part);
+      pc.count = std::min(n, pc.begin + part) - pc.begin;
+      pc.at = b.offset[i - r.begin];
+      if (pc.count == 0) continue;
       pc.ternary = p.tensors()[i].coding == GradCoding::kTernary;
       if (pc.ternary) {
         pc.packed_at = b.packed_bytes;
@@ -171,15 +181,20 @@ void HierarchicalScheme::scalers(Bucket& b) {
   ctx_.codec->max_local_scalers(*ctx_.backend, local_scaler_rows_, b.range, shared_scalers_);
 }
 
-// F = the sum of the rank's workers' gradients, tensor after tensor (the padding stays 0).
+// F = the sum of the rank's workers' gradients, in the shard-major layout (the padding stays 0).
 void HierarchicalScheme::local_sum(Bucket& b) {
   Backend& be = *ctx_.backend;
   const int W = ctx_.local_workers;
   Tensor xs[Backend::kMaxCodecInputs];
   for (int i = b.range.begin; i < b.range.end; ++i) {
-    for (int w = 0; w < W; ++w) xs[w] = ctx_.grads[w][i];
-    const int64_t at = b.offset[i - b.range.begin];
-    be.encode_f32_sum(xs, W, b.f.slice0(at, at + xs[0].numel()));
+    const int64_t n = ctx_.grads[0][i].numel(), part = b.part[i - b.range.begin];
+    for (int k = 0; k < L_; ++k) {
+      const int64_t a = std::min(n, k * part), e = std::min(n, a + part);
+      if (a == e) continue;
+      for (int w = 0; w < W; ++w) xs[w] = ctx_.grads[w][i].reshaped(Shape{n}).slice0(a, e);
+      const int64_t at = k * b.shard + b.offset[i - b.range.begin];
+      be.encode_f32_sum(xs, W, b.f.slice0(at, at + (e - a)));
+    }
   }
   if (half_) be.cast(b.h, b.f);
 }
@@ -211,6 +226,8 @@ void HierarchicalScheme::encode(Bucket& b) {
     }
   }
   const PhiloxKey key = philox_key(ctx_.options.seed, node_key_worker_);
+  // Tensor t's part k draws as tensor t + k * num_tensors, its elements counted from the part's start: the same
+  // draw for an element whatever the bucketing (and, with one local rank, TernGrad's draws).
   const uint32_t shard_salt = static_cast<uint32_t>(k_) * static_cast<uint32_t>(p.num_tensors());
   for (const Piece& pc : b.pieces) {
     const Tensor values = own.slice0(pc.at, pc.at + pc.count);
@@ -253,8 +270,7 @@ void HierarchicalScheme::decode(Bucket& b) {
           be.ternary_decode_gathered(b.gathered.slice0(pc.packed_at, b.gathered.numel()), b.packed_bytes, M_, scaler,
                                      values);
         else
-          be.ternary_decode_sums(b.code_sums.slice0(4 * pc.packed_at, 4 * pc.packed_at + pc.count), scaler, M_,
-                                 values);
+          be.ternary_decode_sums(b.code_sums.slice0(4 * pc.packed_at, 4 * pc.packed_at + pc.count), scaler, M_, values);
       } else {
         be.decode_f32_sum(b.dense_sum.slice0(pc.dense_at, pc.dense_at + pc.count), M_, values);
       }
@@ -277,8 +293,14 @@ void HierarchicalScheme::scatter(Bucket& b) {
   if (half_) be.cast(b.f, b.h);
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   for (int i = b.range.begin; i < b.range.end; ++i) {
-    const int64_t at = b.offset[i - b.range.begin];
-    be.copy(out[i], b.f.slice0(at, at + out[i].numel()));
+    const int64_t n = out[i].numel(), part = b.part[i - b.range.begin];
+    const Tensor flat = out[i].reshaped(Shape{n});
+    for (int k = 0; k < L_; ++k) {
+      const int64_t a = std::min(n, k * part), e = std::min(n, a + part);
+      if (a == e) continue;
+      const int64_t at = k * b.shard + b.offset[i - b.range.begin];
+      be.copy(flat.slice0(a, e), b.f.slice0(at, at + (e - a)));
+    }
   }
   ctx_.copy_to_other_targets(b.range);
 }
@@ -297,8 +319,8 @@ ExchangeStats HierarchicalScheme::byte_model() const {
   for (const Bucket& b : buckets_) {
     const uint64_t shard = static_cast<uint64_t>(b.shard) * esize;
     if (L_ > 1) {
-      s.payload_bytes += static_cast<uint64_t>(L_) * shard + shard;          // reduce-scatter send, all-gather send
-      s.moved_bytes += 2ull * static_cast<uint64_t>(L_ - 1) * shard;         // (L-1) blocks in, each way
+      s.payload_bytes += static_cast<uint64_t>(L_) * shard + shard;   // reduce-scatter send, all-gather send
+      s.moved_bytes += 2ull * static_cast<uint64_t>(L_ - 1) * shard;  // (L-1) blocks in, each way
     }
     if (M_ > 1) {
       const uint64_t pb = static_cast<uint64_t>(b.packed_bytes);

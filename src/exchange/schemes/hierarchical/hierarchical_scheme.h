@@ -3,13 +3,13 @@
 // local ranks per node, M nodes, W workers per rank (W_node = L W workers per node, N = M W_node in all):
 //   scalers          each local worker's per-tensor scalers and their local max (as TernGrad's);
 //   share scalers    all-reduce MAX over the world group: one s per tensor for every worker and node;
-//   local sum        F = the rank's workers' gradients summed (fp32), the bucket's tensors back to back, padded
-//                    to L shards of S elements;
+//   local sum        F = the rank's workers' gradients summed (fp32) in L shards: shard k holds part k of every
+//                    tensor of the bucket (ceil(n / L) elements each; the last part shorter, padded);
 //   reduce-scatter   inside the node (SUM; fp32, or fp16 with --local_bits 16): local rank k owns shard k;
 //   encode           shard /= W_node (the node's average a); its ternary pieces become 2-bit codes drawn with the
 //                    shared scalers from Philox keyed by the node's first worker, counted by (step, tensor +
-//                    num_tensors * k, element of the piece); the fp32-coded pieces (--size_to_binarize, logits)
-//                    are copied to a dense buffer;
+//                    num_tensors * k, element of the part): an element's draw does not depend on the bucketing;
+//                    the fp32-coded parts (--size_to_binarize, logits) are copied to a dense buffer;
 //   cross exchange   with the ranks that own shard k on every other node (the cross group: one ring per local
 //                    index, so every NIC of a node carries traffic): allgather2 of the codes, or allreduce8 of
 //                    their int8 sums (allgather2 below 8 nodes, allreduce8 from 8 on, as TernGrad's rule), and
@@ -56,8 +56,9 @@ class HierarchicalScheme final : public GradientScheme {
   };
   struct Bucket {
     TensorRange range;
-    std::vector<int64_t> offset;  // (tensors of the range) element offset of each tensor in F
-    int64_t shard = 0;            // S: elements per local rank
+    std::vector<int64_t> part;    // (tensors of the range) elements of each part of a tensor: ceil(n / L)
+    std::vector<int64_t> offset;  // (tensors of the range) where a tensor's part starts in a shard
+    int64_t shard = 0;            // S: elements per local rank (one part of every tensor)
     Tensor f;                     // f32 (L * S)
     Tensor h;                     // f16 (L * S): --local_bits 16
     std::vector<Piece> pieces;    // of the own shard

@@ -9,7 +9,8 @@ ErrorFeedback::ErrorFeedback(SchemeContext& ctx) : ctx_(ctx) {
   const CompressionPolicy& p = ctx_.codec->policy();
   for (int l = 0; l < ctx_.local_workers; ++l)
     for (const TensorCodingPlan& t : p.tensors())
-      if (t.coding == GradCoding::kTernary) residuals_.add(fmt::format("error_feedback/w{}/{}", l, t.name), Shape{t.numel});
+      if (t.coding == GradCoding::kTernary)
+        residuals_.add(fmt::format("error_feedback/w{}/{}", l, t.name), Shape{t.numel});
   residuals_.allocate(ctx_.backend->allocator());
   if (residuals_.bytes() > 0) ctx_.backend->zero(residuals_.flat_bytes());
   int k = 0;

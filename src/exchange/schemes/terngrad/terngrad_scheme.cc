@@ -127,8 +127,8 @@ void TernGradScheme::encode(Bucket& b, int index) {
     const int64_t pb = l.packed_bytes();
     for (int w = 0; w < ctx_.local_workers; ++w)
       ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, shared_scalers_, step_,
-                                 static_cast<uint32_t>(ctx_.first_worker + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
-                                 w == 0 ? zero_codes_ : Tensor());
+                                 static_cast<uint32_t>(ctx_.first_worker + w),
+                                 b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor());
     if (feedback_) feedback_->update_residuals(b.range, b.local_codes, pb, shared_scalers_);
     if (mode_ == ExchangeMode::kAllreduce8)
       ctx_.codec->sum_codes(be, b.local_codes, pb, ctx_.local_workers, b.range, b.code_sums);
@@ -143,8 +143,8 @@ void TernGradScheme::exchange(Bucket& b, int index) {
   const Device dev = ctx_.backend->device();
   if (l.packed_bytes() > 0) {
     if (mode_ == ExchangeMode::kAllgather2)
-      world->allgather(b.local_codes.raw(), b.gathered.raw(), static_cast<size_t>(ctx_.local_workers) * l.packed_bytes(),
-                       dev);
+      world->allgather(b.local_codes.raw(), b.gathered.raw(),
+                       static_cast<size_t>(ctx_.local_workers) * l.packed_bytes(), dev);
     else
       world->allreduce(b.code_sums.raw(), 4 * l.packed_bytes(), DType::kI8, ReduceOp::kSum, dev);
   }
@@ -158,7 +158,7 @@ void TernGradScheme::decode(Bucket& b, int index) {
   if (l.packed_bytes() > 0) {
     if (mode_ == ExchangeMode::kAllgather2)
       ctx_.codec->decode_ternary_gathered(be, ctx_.comms.world ? b.gathered : b.local_codes, l.packed_bytes(),
-                                         ctx_.num_workers, b.range, shared_scalers_, out);
+                                          ctx_.num_workers, b.range, shared_scalers_, out);
     else
       ctx_.codec->decode_ternary_sums(be, b.code_sums, ctx_.num_workers, b.range, shared_scalers_, out);
   }
