@@ -16,7 +16,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 # shellcheck source=../bench/lib/results.sh
 source "$TG_ROOT/bench/lib/results.sh"
-SCRIPT=$0
+SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 ARGS=("$@")
 RESULTS=""
 if [ "${1:-}" = --results ]; then

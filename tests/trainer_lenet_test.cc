@@ -7,6 +7,8 @@
 //     --threads 1 and at --threads 2. Across thread counts the digests differ (oneDNN 2.6's convolution and
 //     GEMM reductions split their sums by thread, and 2.6 has no deterministic mode), which the test reports
 //     but does not require.
+// The first is labelled heavy (tests/CMakeLists.txt): two runs of 300 steps took 46 s on a shared, loaded
+// 2-core machine.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,7 +32,7 @@ class TrainerLeNet : public ::testing::Test {
   static void SetUpTestSuite() {
     if (testing::fashion_mnist_dir().empty()) return;
     data_dir_ = (fs::temp_directory_path() / ("tg_trainer_lenet_data_" + std::to_string(::getpid()))).string();
-    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("train"), data_dir_, "train", 24000, 4);
+    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("train"), data_dir_, "train", 20000, 4);
     testing::write_fashion_mnist_shards(testing::load_fashion_mnist("t10k"), data_dir_, "test", 10000, 1);
   }
   static void TearDownTestSuite() {
@@ -87,10 +89,11 @@ class TrainerLeNet : public ::testing::Test {
 };
 std::string TrainerLeNet::data_dir_;
 
-// Bounds (measured on this code: fp32 reaches ~0.78 test accuracy and a loss of ~0.6 after 300 steps; TernGrad
-// within a point of it): both runs must learn (accuracy >= 0.72, final loss below 0.9, from 2.3 at the start),
-// and TernGrad's accuracy must be within 0.03 of fp32's and its final loss within 0.25 of fp32's (a single
-// step's loss on 64 examples varies by ~0.1 between neighbouring steps).
+// Bounds (measured on this code, seed 3: fp32 test accuracy 0.849 and final total loss 0.79 after 300 steps,
+// TernGrad 0.850 and 0.77; the total loss includes weight decay): both runs must learn (accuracy >= 0.80,
+// final loss below 1.2, from above ln 10 = 2.3 at the start), TernGrad's accuracy must be within 0.03 of fp32's
+// and its final loss within 0.25 of fp32's (a single step's loss on 64 examples varies by ~0.1 between
+// neighbouring steps).
 TEST_F(TrainerLeNet, TernGradLearnsAsFp32OnFashionMnist) {
   const int64_t steps = 300;
   const auto t0 = std::chrono::steady_clock::now();
@@ -105,10 +108,10 @@ TEST_F(TrainerLeNet, TernGradLearnsAsFp32OnFashionMnist) {
       static_cast<long long>(steps), a.final_loss, acc_a, b.final_loss, acc_b, static_cast<long long>(b.bytes_moved),
       static_cast<long long>(a.bytes_moved),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  EXPECT_GE(acc_a, 0.72) << "fp32 itself must learn for the comparison to mean anything";
-  EXPECT_LT(a.final_loss, 0.9f);
-  EXPECT_GE(acc_b, 0.72);
-  EXPECT_LT(b.final_loss, 0.9f);
+  EXPECT_GE(acc_a, 0.80) << "fp32 itself must learn for the comparison to mean anything";
+  EXPECT_LT(a.final_loss, 1.2f);
+  EXPECT_GE(acc_b, 0.80);
+  EXPECT_LT(b.final_loss, 1.2f);
   EXPECT_LE(std::fabs(acc_b - acc_a), 0.03);
   EXPECT_LE(std::fabs(b.final_loss - a.final_loss), 0.25f);
   // TernGrad did run: its exchange moved about 1/16 of fp32's bytes.
