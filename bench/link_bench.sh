@@ -166,7 +166,8 @@ if [ "$PIN" = 1 ] && [ "$CORES" -lt 2 ]; then
 fi
 # Ours compute-only: the trainer's `--exchange none` keeps the 2-process layout with no collective.
 OURS_COMPUTE="exchange none"
-"$TRAIN" --benchmark_mode --exchange none --summary >/dev/null 2>&1 || OURS_COMPUTE="stand-in: 2 independent processes"
+# (--summary exits before the flags are checked: ask the help text.)
+"$TRAIN" --help 2>&1 | grep -E -- '--exchange .*\bnone\b' >/dev/null || OURS_COMPUTE="stand-in: 2 independent processes"
 
 batch_of() {
   local net=$1 kv
@@ -318,6 +319,8 @@ fail_log() {
   echo "link_bench.sh: $1 failed; last lines of its log:" >&2
   tail -n 15 "$2" >&2 || true
 }
+# The reason a run failed, for its row: the log's first error line, else its last line (no tabs).
+why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 
 trainer_flags() { # net batch_per_process bits -> the flags of one terngrad-train process
   local net=$1 b=$2 bits=$3
@@ -364,7 +367,7 @@ run_ours() {
     record "$rate" "$net" ours "$mode" "$method" "$b" "$steps" "$med" "$bytes" "$payload" $((rx / n)) $((tx / n)) ok "$note"
   else
     fail_log "terngrad-train $net $method ($mode) at $rate" "$log"
-    record "$rate" "$net" ours "$mode" "$method" "$b" 0 - - - - - failed "exit $rc: $(tail -n 1 "$log" | tr '\t' ' ')"
+    record "$rate" "$net" ours "$mode" "$method" "$b" 0 - - - - - failed "exit $rc: $(why "$log")"
   fi
   rm -rf "$dir"
 }
@@ -391,7 +394,7 @@ run_ours_standin() {
     record - "$net" ours compute - "$b" "$steps" "$med" - - - - ok "$OURS_COMPUTE"
   else
     fail_log "ours compute-only $net" "$dir/log1"
-    record - "$net" ours compute - "$b" 0 - - - - - failed "exit $rc: $(tail -n 1 "$dir/log1" | tr '\t' ' ')"
+    record - "$net" ours compute - "$b" 0 - - - - - failed "exit $rc: $(why "$dir/log1")"
   fi
   rm -rf "$dir"
 }
@@ -425,7 +428,7 @@ run_ddp() {
     fail_log "DDP $net $method at $rate (rank 0 exit $rc0, rank 1 exit $rc1)" "$log0"
     tail -n 5 "$log1" >&2 || true
     record "$rate" "$net" ddp step "$method" "$b" 0 - - - - - failed \
-      "rank 0 exit $rc0, rank 1 exit $rc1: $(tail -n 1 "$log0" | tr '\t' ' ')"
+      "rank 0 exit $rc0, rank 1 exit $rc1: $(why "$log0")"
   fi
 }
 
@@ -455,7 +458,7 @@ run_ddp_compute() {
     record - "$net" ddp compute - "$b" $((STEPS - WARMUP)) "$med" - - - - ok "no DDP, no process group"
   else
     fail_log "PyTorch compute-only $net" "$dir/log1"
-    record - "$net" ddp compute - "$b" 0 - - - - - failed "exit $rc: $(tail -n 1 "$dir/log1" | tr '\t' ' ')"
+    record - "$net" ddp compute - "$b" 0 - - - - - failed "exit $rc: $(why "$dir/log1")"
   fi
   rm -rf "$dir"
 }

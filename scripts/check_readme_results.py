@@ -154,6 +154,9 @@ def link_table(header, rows):
         crs = compute.get((model, system), [])
         c = ok_median(crs)
         c_cell = fmt_s(c) if c is not None else "n/a: " + why_not(crs)
+        standin = [r["note"] for r in crs if r["note"].startswith("stand-in")]
+        if c is not None and standin:
+            c_cell += " (%s)" % standin[0]
         t = ok_median(rs)
         if t is None:
             out.append("| %s | %s | %s | %s | %s | %s | %s | n/a | n/a | | |" % (rate, model, SYSTEM[system],
@@ -165,7 +168,7 @@ def link_table(header, rows):
             step_cell += " (%d not ok)" % (len(rs) - len(times))
         o = overhead.get(key)
         ref = overhead.get((rate, model, "ours", "fp32"))
-        ratio = "%.2fx" % (o / ref) if o is not None and ref else "n/a"
+        ratio = "%.2fx" % (o / ref) if o is not None and o > 0 and ref and ref > 0 else "n/a (an overhead <= 0)"
         trainer = mb(ok_median(rs, "bytes_trainer")) if system == "ours" else "-"
         wire = ok_median(rs, "wire_rx_per_step")
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -198,7 +201,8 @@ def link_headline(header, rows):
                     continue
                 parts.append("%s %s s" % (name, fmt_s(c[2])))
                 ends.append("%s %s s" % (name, fmt_s(c[0])))
-                less.append("%.2fx less than %s's" % (c[2] / tern[2], name) if tern[2] > 0 else "n/a vs " + name)
+                less.append("%.2fx less than %s's" % (c[2] / tern[2], name) if tern[2] > 0 and c[2] > 0 else
+                            "not comparable with %s's (an overhead <= 0)" % name)
                 faster.append("%.2fx %s" % (c[0] / tern[0], name))
             line = "**%s at %s, 2 workers: link overhead (step - the same layout's compute-only step) %s" % (
                 model, rate, ", ".join(parts))

@@ -80,11 +80,14 @@ fw=$(python3 -c 'import sys; print(int(sys.argv[1]) * int(sys.argv[2]))' "$(last
 echo
 echo "== result: LeNet, Fashion-MNIST, 2 workers as 2 processes on this machine ($(grep -m1 '^model name' /proc/cpuinfo |
   sed 's/^[^:]*: *//'), $CORES cores, $(results_isa | cut -d' ' -f1)), total batch 64, $STEPS steps; one run each"
+mb() { python3 -c 'import sys; print("%.2f MB (%s bytes)" % (int(sys.argv[1]) / 1e6, sys.argv[1]))' "$1"; }
 printf "TernGrad: test accuracy %s; gradient bytes received per worker over the run, as the MPI communicator counted them: %s\n" \
-  "$(accuracy "$WORK/terngrad.eval")" "$tw"
+  "$(accuracy "$WORK/terngrad.eval")" "$(mb "$tw")"
 if ((baseline)); then
   printf "fp32:     test accuracy %s; gradient bytes received per worker: %s (TernGrad: %.1fx less)\n" \
-    "$(accuracy "$WORK/fp32.eval")" "$fw" "$(python3 -c 'import sys; print(int(sys.argv[1]) / max(1, int(sys.argv[2])))' "$fw" "$tw")"
+    "$(accuracy "$WORK/fp32.eval")" "$(mb "$fw")" "$(python3 -c 'import sys; print(int(sys.argv[1]) / max(1, int(sys.argv[2])))' "$fw" "$tw")"
+else
+  printf "(fp32 would receive %s per worker by the communicator's byte model)\n" "$(mb "$fw")"
 fi
 printf "examples/sec of these single runs: TernGrad %s%s (one run each, not a speed comparison: see bench/README.md)\n" \
   "$(summary "$WORK/terngrad.jsonl" median_examples_per_sec)" \
@@ -92,7 +95,7 @@ printf "examples/sec of these single runs: TernGrad %s%s (one run each, not a sp
 
 if [ -n "$RESULTS" ]; then
   results_header demo "$BUILD_DIR" "$SCRIPT" "${ARGS[@]}" > "$WORK/results.header"
-  echo "# layout: mpirun -np 2 on this machine, 1 worker and $THREADS threads per process" >> "$WORK/results.header"
+  echo "# layout: mpirun -np 2 on this machine, 1 worker and --threads $THREADS per process" >> "$WORK/results.header"
   {
     printf 'run\tsteps\ttest_accuracy\twire_bytes_per_worker\tfp32_wire_bytes_per_worker\texamples_per_sec\tparameter_digest\n'
     printf 'TernGrad (--grad_bits 1 --clip_factor 2.5 --quantize_logits=true)\t%s\t%s\t%s\t%s\t%.1f\t%s\n' "$STEPS" \
