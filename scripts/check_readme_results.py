@@ -19,7 +19,7 @@ README line, the file and the command to re-run:
   - a speed comparison from fewer than 3 interleaved repetitions;
   - a block whose text differs from what the file renders to: the quoted figure must equal the value in the
     file (`--write` re-renders every block).
-A block whose results file does not exist yet must hold exactly the "to be measured" line naming its command;
+A block whose results file does not exist yet must hold exactly the TODO line naming its command;
 the check passes and counts them. Without git (not a checkout) and with results files present, it exits 77
 (skipped: the commits cannot be checked).
 
@@ -318,8 +318,8 @@ def render(header, rows, path, view):
 
 
 def todo_lines(path, command):
-    return ["**To be measured** (no results file yet; on a quiet machine): `%s` writes `%s`, then "
-            "`python3 scripts/check_readme_results.py --write` fills this in." % (command, path)]
+    return ["**TODO (to be measured):** no results file yet. On a quiet machine, `%s` writes `%s`; then "
+            "`python3 scripts/check_readme_results.py --write` puts its figures here." % (command, path)]
 
 
 # ---- the check ----------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 only when the file names a commit of the repository's history that is an ancestor of HEAD, was measured on a
 clean tree by the command the block names, has every provenance field and enough repetitions, and the block's
 text is what the file renders to; every refusal is one line naming the command to re-run. A block without its
-results file must hold the "to be measured" line. (ctest readme_results_check, label unit.)"""
+results file must hold the TODO line naming its command. (ctest readme_results_check, label unit.)"""
 import os
 import shutil
 import subprocess
@@ -81,7 +81,7 @@ class ReadmeResults(unittest.TestCase):
         rc, out = self.run_check("--write")
         self.assertEqual(rc, 0, out)
         text = self.read("README.md")
-        self.assertIn("**To be measured**", text)
+        self.assertIn("**TODO (to be measured):**", text)
         self.assertIn("`%s` writes `bench/results/r.tsv`" % COMMAND, text)
         rc, out = self.run_check()
         self.assertEqual(rc, 0, out)
