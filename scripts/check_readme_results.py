@@ -212,6 +212,12 @@ def link_headline(header, rows):
     return (out or ["(no TernGrad row with its compute-only step in this file)"]) + fewer_reps_note(rows)
 
 
+def no_ok(rs):
+    """The cell of a figure with no ok run: its runs' status (failed, missing), never empty."""
+    statuses = sorted({r["status"] for r in rs if r["status"] != "ok"})
+    return ", ".join(statuses) if statuses else "no run"
+
+
 def inproc_table(header, rows):
     need(rows, "rep", "net", "batch", "method", "s_per_step", "status")
     phases = [c for c in rows[0] if c.endswith("_ms")] if rows else []
@@ -224,7 +230,8 @@ def inproc_table(header, rows):
         ph = ", ".join("%.1f" % med(num(r[p]) for r in rs if r["method"] == "terngrad" and r["status"] == "ok")
                        if t is not None else "n/a" for p in phases)
         out.append("| %s | %s | %s | %s | %s | %s |" % (
-            net, rs[0]["batch"], "%.4f" % f if f is not None else "failed", "%.4f" % t if t is not None else "failed",
+            net, rs[0]["batch"], "%.4f" % f if f is not None else no_ok(r for r in rs if r["method"] == "fp32"),
+            "%.4f" % t if t is not None else no_ok(r for r in rs if r["method"] == "terngrad"),
             "%.2fx" % (t / f) if f and t else "n/a", ph))
     return out + fewer_reps_note(rows)
 
@@ -239,7 +246,8 @@ def train_step_table(header, rows):
         b = [num(r["images_per_sec"]) for r in rs if r["framework"] == "pytorch" and r["status"] == "ok"]
         ma, mb_ = med(a), med(b)
         out.append("| %s | %s | %s | %s | %s | %d/%d |" % (
-            key[0], key[1], fmt_rate(ma) if ma else "failed", fmt_rate(mb_) if mb_ else "failed",
+            key[0], key[1], fmt_rate(ma) if ma else no_ok(r for r in rs if r["framework"] == "terngrad"),
+            fmt_rate(mb_) if mb_ else no_ok(r for r in rs if r["framework"] == "pytorch"),
             "%.2fx" % (ma / mb_) if ma and mb_ else "n/a", len(a), len(b)))
     return out + fewer_reps_note(rows)
 
@@ -252,7 +260,8 @@ def precision_table(header, rows):
         rs = [r for r in rows if r["net"] == net]
         m = {(i, p): med(num(r["images_per_sec"]) for r in rs if (r["impl"], r["precision"]) == (i, p)
                          and r["status"] == "ok") for i in ("ours", "torch") for p in ("fp32", "bf16")}
-        cell = lambda k: fmt_rate(m[k]) if m[k] else "n/a"  # noqa: E731
+        bad = {(i, p): no_ok(r for r in rs if (r["impl"], r["precision"]) == (i, p)) for (i, p) in m}
+        cell = lambda k: fmt_rate(m[k]) if m[k] else bad[k]  # noqa: E731
         ratio = lambda a, b: "%.2f" % (m[a] / m[b]) if m[a] and m[b] else "n/a"  # noqa: E731
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             net, rs[0]["batch"], cell(("ours", "fp32")), cell(("ours", "bf16")), ratio(("ours", "bf16"), ("ours", "fp32")),
