@@ -18,8 +18,11 @@ Methods (DDP communication hooks, torch.distributed.algorithms.ddp_comm_hooks):
   powersgd  powerSGD_hook.powerSGD_hook, PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=2):
             compression from the second step on (the warm-up steps cover the uncompressed ones); all
             gradients in one bucket (see below), so no overlap with the backward
+  none      the compute-only baseline: the same model, batch, optimizer and thread count without DDP and
+            without a process group (no communication at all); link_bench.sh starts one in each namespace
+            at once, pinned as the DDP ranks are, and each prints its own JSON line
 
-Rank 0 prints one JSON line: net, method, batch, timed steps, median and mean s/step, parameters, gradient
+Rank 0 (every process with --method none) prints one JSON line: net, method, batch, timed steps, median and mean s/step, parameters, gradient
 bytes (fp32), and the bytes per timed step that crossed --iface (rx and tx, from
 /sys/class/net/IFACE/statistics, read at step boundaries; `ip netns exec` mounts the namespace's sysfs).
 """
@@ -59,7 +62,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--net", required=True, choices=["lenet", "alexnet", "resnet50"])
     ap.add_argument("--batch", type=int, required=True, help="per-rank batch")
-    ap.add_argument("--method", default="fp32", choices=["fp32", "fp16", "powersgd"])
+    ap.add_argument("--method", default="fp32", choices=["fp32", "fp16", "powersgd", "none"])
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--iface", default="", help="network interface whose byte counters are read")
@@ -73,14 +76,16 @@ def main():
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method="env://")
-    rank = dist.get_rank()
+    distributed = args.method != "none"
+    if distributed:
+        dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank() if distributed else int(os.environ.get("RANK", "0"))
     model, size, channels, classes = build(args.net, args.torchvision_alexnet)
     # PowerSGD on gloo: with several buckets the hook's chained collectives are issued in the order their
     # futures fire, which differs between ranks (AlexNet in 25 MB buckets failed with "gloo enforce fail
     # op.preamble.length <= op.nbytes"); one bucket for every gradient keeps them in order.
     bucket_mb = args.bucket_cap_mb or (100000 if args.method == "powersgd" else 25)
-    model = DDP(model.train(), bucket_cap_mb=bucket_mb)
+    model = DDP(model.train(), bucket_cap_mb=bucket_mb) if distributed else model.train()
     state = None
     if args.method == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -103,7 +108,8 @@ def main():
 
     for _ in range(args.warmup):
         step()
-    dist.barrier()
+    if distributed:
+        dist.barrier()
     rx0, tx0 = wire_bytes(args.iface)
     secs = []
     for _ in range(args.steps):
@@ -111,8 +117,9 @@ def main():
         step()
         secs.append(time.perf_counter() - t0)
     rx1, tx1 = wire_bytes(args.iface)
-    dist.barrier()
-    if rank == 0:
+    if distributed:
+        dist.barrier()
+    if rank == 0 or not distributed:
         params = sum(p.numel() for p in model.parameters())
         out = {"net": args.net, "method": args.method, "batch": args.batch, "steps": args.steps, "bucket_cap_mb": bucket_mb,
                "median_s": statistics.median(secs), "mean_s": statistics.fmean(secs), "params": params,
@@ -123,7 +130,8 @@ def main():
         if args.json_out:
             with open(args.json_out, "w") as f:
                 f.write(line + "\n")
-    dist.destroy_process_group()
+    if distributed:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

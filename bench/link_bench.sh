@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # link_bench.sh: data-parallel training of 2 workers across an emulated slow link, terngrad against PyTorch
-# DDP (gloo), in the same conditions. See bench/README.md, "Emulated link (issue 8)".
+# DDP (gloo), in the same conditions, each next to its own compute-only step. See bench/README.md, "Emulated
+# link".
 #
-# Two network namespaces joined by a veth pair (10.77.0.1/24 and 10.77.0.2/24, interface tglink0 in both);
-# each direction is shaped at RATE by a token bucket (tbf) on the sending end, optionally behind a netem delay.
-# One process per namespace: terngrad-train under mpirun (rank 0 in the first namespace, rank 1 started in
-# the second by an rsh agent that runs `ip netns exec`), then bench/ddp_peer.py (one DDP rank per namespace).
-# All traffic stays on the veth: the namespaces have nothing else but their loopback.
+# Two emulated machines (bench/lib/netns_link.sh: a namespace each, joined through a bridge; both directions of
+# each port shaped at RATE). One process per machine, each pinned to its own core, one thread each:
+#   - ours: terngrad-train under mpirun (rank 0 in the first namespace, rank 1 started in the second by an rsh
+#     agent that runs `ip netns exec`), for each method (fp32, fp16, terngrad);
+#   - ours, compute only: the same two processes with `--exchange none` (no collective), where the trainer has
+#     it; else the stand-in, labelled so: two single-worker trainers (`--num_nodes 1`, the same per-worker batch),
+#     one per namespace, at once, pinned the same way;
+#   - DDP: bench/ddp_peer.py, one rank per namespace, for each method (fp32, fp16, powersgd);
+#   - DDP, compute only: ddp_peer.py --method none (no DDP, no process group), one per namespace, at once.
+# The link overhead of a system is its step minus its own compute-only step. Raw results, with their
+# provenance, go to a results file (bench/lib/results.sh); the table is rendered from it by
+# scripts/check_readme_results.py. All traffic stays on the emulated link.
 set -euo pipefail
 
 usage() {
@@ -22,20 +30,20 @@ usage: bench/link_bench.sh [options] RATE [RATE...]
   -B BATCHES       per-worker batch per net, e.g. lenet=3584,alexnet=40 (defaults below)
   -s STEPS         steps per run (default 12); the first -w are warm-up, the rest are timed
   -w WARMUP        untimed first steps (default 2)
-  -r REPEATS       run the whole matrix this many times, interleaved; the table shows medians (default 1)
+  -r REPEATS       run the whole matrix this many times, interleaved (default 3; a speed comparison in the
+                   READMEs needs at least 3)
   -d DELAY_MS      one-way delay added by netem on each direction (default 0: none)
   -x "FLAGS"       extra terngrad-train flags, passed through (e.g. "--exchange allreduce8")
-  -o FILE          also write the raw results as TSV to FILE
-  --no-peer        skip the PyTorch DDP runs
-  --no-compute     skip the single-worker compute-only baselines
-  --comm-bench     also run BUILD_DIR/bench/comm_bench across each link
+  -o FILE          the results file (default bench/results/link.tsv)
+  --no-peer        leave out the PyTorch DDP runs (no rows for them)
+  --no-pin         do not pin each process to its own core
+  --comm-bench     also run BUILD_DIR/bench/comm_bench across each link (output on stdout)
   -h, --help       this text
 
-Per-worker batches (compute ~1 s/step on 1 thread of the 2-core development machine, measured):
-lenet 3584, alexnet 40, resnet50 6. Every run: 1 worker and 1 thread per process, `--benchmark_mode`.
-Shaping: tbf rate RATE, burst max(RATE x 1 ms, 128 KiB), latency 5 ms (the queue a switch port would
-hold); with -d, `netem delay D ms` is the root qdisc and tbf its child. Needs root, ip, tc, mpirun and
-python3 (PyTorch + torchvision for the peer: bench/setup_peers.sh).
+Per-worker batches (compute ~1 s/step on 1 thread of a 2-core machine): lenet 3584, alexnet 40, resnet50 6.
+Every run: 1 worker and 1 thread per process, `--benchmark_mode`; process k pinned to core k-1 (taskset).
+A DDP run whose peer is missing (no PyTorch with gloo) or fails writes a row saying so. Needs root, ip, tc,
+taskset, mpirun and python3 (PyTorch + torchvision for the peer: bench/setup_peers.sh).
 EOF
 }
 
@@ -43,6 +51,13 @@ die() {
   echo "link_bench.sh: $*" >&2
   exit 1
 }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/netns_link.sh
+source "$HERE/lib/netns_link.sh"
+# shellcheck source=lib/results.sh
+source "$HERE/lib/results.sh"
+ARGS=("$@")
 
 # ---- arguments -------------------------------------------------------------------------------------------
 BUILD_DIR=build
@@ -54,11 +69,11 @@ STEPS=12
 WARMUP=2
 DELAY_MS=0
 EXTRA=""
-OUT=""
+OUT=bench/results/link.tsv
 PEER=1
-COMPUTE=1
+PIN=1
 COMM_BENCH=0
-REPEATS=1
+REPEATS=3
 RATES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -87,8 +102,8 @@ while [ $# -gt 0 ]; do
       PEER=0
       shift
       ;;
-    --no-compute)
-      COMPUTE=0
+    --no-pin)
+      PIN=0
       shift
       ;;
     --comm-bench)
@@ -105,32 +120,12 @@ done
 
 # Refusals first, before anything is created.
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
-for tool in ip tc mpirun python3; do
+for tool in ip tc mpirun python3 taskset; do
   command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
 done
 [ ${#RATES[@]} -gt 0 ] || die "no RATE given (e.g. 1gbit or none; --help)"
-
-# tc rate -> bits per second (integer), or "none".
-rate_bits() {
-  local r=$1 num unit mult
-  if [ "$r" = none ]; then
-    echo none
-    return
-  fi
-  [[ "$r" =~ ^([0-9]+(\.[0-9]+)?)([kmgt]?)bit$ ]] || return 1
-  num=${BASH_REMATCH[1]}
-  unit=${BASH_REMATCH[3]}
-  case "$unit" in
-    "") mult=1 ;;
-    k) mult=1000 ;;
-    m) mult=1000000 ;;
-    g) mult=1000000000 ;;
-    t) mult=1000000000000 ;;
-  esac
-  awk -v n="$num" -v m="$mult" 'BEGIN { v = n * m; if (v < 8000) exit 1; printf "%.0f\n", v }'
-}
 for r in "${RATES[@]}"; do
-  rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit (>= 8kbit), or none"
+  netlink_rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit (>= 8kbit), or none"
 done
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ ]] || die "-s and -w take integers"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
@@ -144,7 +139,6 @@ COMM=$(cd "$BUILD_DIR" && pwd)/bench/comm_bench
 if [ "$COMM_BENCH" = 1 ] && [ ! -x "$COMM" ]; then
   die "--comm-bench: no $COMM (configure with -DTG_BUILD_BENCH=ON and build comm_bench)"
 fi
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 IFS=, read -r -a NET_LIST <<<"$NETS"
 IFS=, read -r -a METHOD_LIST <<<"$METHODS"
@@ -159,10 +153,21 @@ done
 for m in "${PEER_LIST[@]}"; do
   case "$m" in fp32 | fp16 | powersgd) ;; *) die "unknown peer method '$m' (fp32, fp16, powersgd)" ;; esac
 done
-if [ "$PEER" = 1 ]; then
-  "$PYTHON" -c 'import torch, torchvision, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
-    die "the DDP peer needs PyTorch with gloo and torchvision in $PYTHON (bench/setup_peers.sh), or --no-peer"
+# A missing peer is not a refusal: its rows say so.
+PEER_MISSING=""
+if [ "$PEER" = 1 ] && ! "$PYTHON" -c 'import torch, torchvision, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  PEER_MISSING="no PyTorch with gloo and torchvision in $PYTHON (bench/setup_peers.sh)"
+  echo "link_bench.sh: $PEER_MISSING: the DDP rows will say so" >&2
 fi
+CORES=$(nproc)
+if [ "$PIN" = 1 ] && [ "$CORES" -lt 2 ]; then
+  echo "link_bench.sh: $CORES core: the 2 processes share it (not pinned)" >&2
+  PIN=0
+fi
+# Ours compute-only: the trainer's `--exchange none` keeps the 2-process layout with no collective.
+OURS_COMPUTE="exchange none"
+# (--summary exits before the flags are checked: ask the help text.)
+"$TRAIN" --help 2>&1 | grep -E -- '--exchange .*\bnone\b' >/dev/null || OURS_COMPUTE="stand-in: 2 independent processes"
 
 batch_of() {
   local net=$1 kv
@@ -187,33 +192,11 @@ dataset_of() {
 }
 
 # ---- the emulated link ------------------------------------------------------------------------------------
-NS1=tglb$$a
-NS2=tglb$$b
-IF=tglink0
-IP1=10.77.0.1
-IP2=10.77.0.2
 TMP=$(mktemp -d "/tmp/link_bench.$$.XXXXXX")
-
-ns_exists() { [ -e "/var/run/netns/$1" ]; }
-
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  local ns pids
-  for ns in "$NS1" "$NS2"; do
-    ns_exists "$ns" || continue
-    # Everything this script started runs inside its namespaces: end those processes, by id.
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    if [ -n "$pids" ]; then
-      # shellcheck disable=SC2086
-      kill -TERM $pids 2>/dev/null || true
-      sleep 1
-      pids=$(ip netns pids "$ns" 2>/dev/null || true)
-      # shellcheck disable=SC2086
-      [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
-    fi
-    ip netns del "$ns" 2>/dev/null || true
-  done
+  netlink_destroy
   rm -rf "$TMP"
   exit "$rc"
 }
@@ -228,74 +211,38 @@ run() {
   wait "$!"
 }
 
-ip netns add "$NS1"
-ip netns add "$NS2"
-ip link add "${NS1}x" type veth peer name "${NS2}y"
-ip link set "${NS1}x" netns "$NS1"
-ip link set "${NS2}y" netns "$NS2"
-ip -n "$NS1" link set "${NS1}x" name "$IF"
-ip -n "$NS2" link set "${NS2}y" name "$IF"
-ip -n "$NS1" addr add "$IP1/24" dev "$IF"
-ip -n "$NS2" addr add "$IP2/24" dev "$IF"
-for ns in "$NS1" "$NS2"; do
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "$IF" up
-done
-
-# Shapes both directions (each end's egress) at $1 (or removes the shaping for `none`).
-shape() {
-  local rate=$1 bits burst ns
-  bits=$(rate_bits "$rate")
-  for ns in "$NS1" "$NS2"; do
-    tc -n "$ns" qdisc del dev "$IF" root 2>/dev/null || true
-    local parent=(root handle 1:)
-    if [ "$DELAY_MS" != 0 ]; then
-      tc -n "$ns" qdisc add dev "$IF" root handle 1: netem delay "${DELAY_MS}ms" limit 100000 2>/dev/null ||
-        die "-d needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)"
-      parent=(parent 1:1 handle 10:)
-    fi
-    if [ "$bits" != none ]; then
-      # burst: 1 ms at the rate, at least 128 KiB (two 64 KiB GSO packets); latency 5 ms of queue.
-      burst=$(awk -v b="$bits" 'BEGIN { v = b / 8 / 1000; if (v < 131072) v = 131072; printf "%.0f\n", v }')
-      tc -n "$ns" qdisc add dev "$IF" "${parent[@]}" tbf rate "$rate" burst "$burst" latency 5ms
-    fi
-  done
-}
-
-wire() { # rx and tx bytes of rank 0's end of the link
-  ip netns exec "$NS1" cat "/sys/class/net/$IF/statistics/rx_bytes" "/sys/class/net/$IF/statistics/tx_bytes" | paste -sd' '
-}
-
-# The rsh agent Open MPI starts remote daemons with: `agent [ssh options] HOST COMMAND...`.
+netlink_create "tglb$$" 2
+NS1=$(netlink_ns 1)
+NS2=$(netlink_ns 2)
+IP1=$(netlink_ip 1)
+IP2=$(netlink_ip 2)
+IF=$NETLINK_IF
 AGENT=$TMP/netns_agent.sh
-cat >"$AGENT" <<EOF
-#!/bin/sh
-# link_bench's rsh agent for mpirun: runs the command in the namespace that owns HOST.
-while [ \$# -gt 0 ]; do
-  case "\$1" in
-    -l|-p|-o|-i|-F|-E|-J|-b|-c|-D|-e|-m|-O|-Q|-R|-S|-W|-w|-L) shift 2 ;;
-    -*) shift ;;
-    *) break ;;
-  esac
-done
-[ \$# -ge 2 ] || { echo "link_bench agent: usage: agent [options] host command..." >&2; exit 2; }
-host=\$1
-shift
-case "\$host" in
-  $IP1) ns=$NS1 ;;
-  $IP2) ns=$NS2 ;;
-  *) echo "link_bench agent: unknown host \$host" >&2; exit 2 ;;
-esac
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
-EOF
-chmod +x "$AGENT"
+netlink_mpi_agent "$AGENT"
 
-# Rank 0 in the first namespace; --bind-to none: both "hosts" are this machine (the default would bind
-# both ranks to core 0).
-HOSTS="$IP1,$IP2"
-MPIRUN=(ip netns exec "$NS1" mpirun --allow-run-as-root -np 2 --host "$HOSTS" --bind-to none
-  --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self" --mca btl_tcp_if_include 10.77.0.0/24
-  --mca oob_tcp_if_include 10.77.0.0/24)
+# Process k (0-based: the MPI rank) on core k; with --no-pin, anywhere.
+pin() { # pin K COMMAND...
+  local k=$1
+  shift
+  if [ "$PIN" = 1 ]; then
+    taskset -c $((k % CORES)) "$@"
+  else
+    "$@"
+  fi
+}
+PINNER=$TMP/pin_rank.sh
+cat >"$PINNER" <<EOF
+#!/bin/sh
+# Pins an MPI rank to core (rank mod $CORES), then runs the command.
+[ "$PIN" = 1 ] || exec "\$@"
+exec taskset -c \$((OMPI_COMM_WORLD_RANK % $CORES)) "\$@"
+EOF
+chmod +x "$PINNER"
+
+# --bind-to none: both "hosts" are this machine (Open MPI would bind both ranks to core 0); pin_rank.sh pins.
+MPIRUN=(ip netns exec "$NS1" mpirun --allow-run-as-root -np 2 --host "$IP1,$IP2" --bind-to none
+  --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self" --mca btl_tcp_if_include "$NETLINK_SUBNET"
+  --mca oob_tcp_if_include "$NETLINK_SUBNET" "$PINNER")
 
 # Watches the chief's metrics file and reads the link's byte counters when the warm-up's last step and the
 # run's last step are logged (the exchange runs at the end of each step; a 10 ms poll is well inside the
@@ -349,13 +296,21 @@ print("%.6f %d %d %d" % (statistics.median(r["sec_per_batch"] for r in steps), l
 EOF
 }
 
-RESULTS=$TMP/results.tsv
-printf 'rep\tload1\trate\tmodel\timpl\tmethod\tbatch_per_worker\ttimed_steps\tmedian_s\tbytes_trainer\tpayload_trainer\twire_rx_per_step\twire_tx_per_step\tstatus\n' >"$RESULTS"
+TABLE=$TMP/table.tsv
+printf 'rep\tload1\trate\tmodel\tsystem\tmode\tmethod\tbatch_per_worker\ttimed_steps\tmedian_s\tbytes_trainer\tpayload_trainer\twire_rx_per_step\twire_tx_per_step\tstatus\tnote\n' >"$TABLE"
+HEADER=$TMP/header
+results_header link "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
+{
+  echo "# pinning: $([ "$PIN" = 1 ] && echo "process k on core k-1 of $CORES (taskset)" || echo none)"
+  echo "# ours compute-only: $OURS_COMPUTE"
+  echo "# steps: $STEPS per run, $WARMUP warm-up; delay ${DELAY_MS} ms; extra trainer flags: ${EXTRA:-none}"
+} >>"$HEADER"
 REP=1
 LOAD=0
-record() { # rate model impl method batch steps median bytes payload rx tx status
+# record rate model system mode method batch steps median bytes payload rx tx status note
+record() {
   local IFS=$'\t'
-  echo "$REP$IFS$LOAD$IFS$*" >>"$RESULTS"
+  echo "$REP$IFS$LOAD$IFS$*" >>"$TABLE"
 }
 note_load() { LOAD=$(cut -d' ' -f1 /proc/loadavg); }
 
@@ -364,10 +319,18 @@ fail_log() {
   echo "link_bench.sh: $1 failed; last lines of its log:" >&2
   tail -n 15 "$2" >&2 || true
 }
+# The reason a run failed, for its row: the log's first error line, else its last line (no tabs).
+why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 
-# terngrad-train on 2 processes across the link.
+trainer_flags() { # net batch_per_process bits -> the flags of one terngrad-train process
+  local net=$1 b=$2 bits=$3
+  echo --benchmark_mode --net "$net" --dataset "$(dataset_of "$net")" --threads 1 --batch_size "$b" \
+    --grad_bits "$bits" --max_steps "$STEPS" --log_every 1 --save_iter 100000000 --log_level warn
+}
+
+# terngrad-train on 2 processes across the link; mode "step" (METHOD's exchange) or "compute" (--exchange none).
 run_ours() {
-  local rate=$1 net=$2 method=$3 b=$4 bits clip=()
+  local rate=$1 net=$2 method=$3 b=$4 mode=${5:-step} bits clip=() xflags=()
   case "$method" in
     fp32) bits=32 ;;
     fp16) bits=16 ;;
@@ -376,17 +339,17 @@ run_ours() {
       clip=(--clip_factor 2.5)
       ;;
   esac
+  [ "$mode" = compute ] && xflags=(--exchange none)
   RUN=$((RUN + 1))
   note_load
-  local dir=$TMP/run$RUN log=$TMP/run$RUN.log
+  local dir=$TMP/run$RUN log=$TMP/run$RUN.log flags
   mkdir -p "$dir"
+  read -r -a flags <<<"$(trainer_flags "$net" $((2 * b)) "$bits")"
   ip netns exec "$NS1" python3 "$SAMPLER" "$dir/metrics.jsonl" "$IF" "$WARMUP" "$STEPS" "$dir/wire" $((STEPS * 120 + 300)) &
   local sampler=$!
   local rc=0
-  run timeout $((STEPS * 120 + 300)) "${MPIRUN[@]}" "$TRAIN" --benchmark_mode --net "$net" --dataset "$(dataset_of "$net")" \
-    --num_nodes 1 --threads 1 --batch_size $((2 * b)) --grad_bits "$bits" "${clip[@]}" --max_steps "$STEPS" \
-    --log_every 1 --save_iter 100000000 --metrics_jsonl "$dir/metrics.jsonl" --train_dir "$dir/train" \
-    --log_level warn "${EXTRA_FLAGS[@]}" >"$log" 2>&1 || rc=$?
+  run timeout $((STEPS * 120 + 300)) "${MPIRUN[@]}" "$TRAIN" "${flags[@]}" --num_nodes 1 "${clip[@]}" "${xflags[@]}" \
+    --metrics_jsonl "$dir/metrics.jsonl" --train_dir "$dir/train" "${EXTRA_FLAGS[@]}" >"$log" 2>&1 || rc=$?
   # The sampler ends on the last step's line; if the run failed, it would wait for its timeout: end it.
   local _
   for _ in $(seq 50); do
@@ -396,31 +359,63 @@ run_ours() {
   kill "$sampler" 2>/dev/null || true
   local wrc=0
   wait "$sampler" || wrc=$?
-  local s rx=0 tx=0 n=1
+  local s rx=0 tx=0 n=1 note=""
+  [ "$mode" = compute ] && note=$OURS_COMPUTE
   if [ "$rc" = 0 ] && s=$(metrics_summary "$dir/metrics.jsonl"); then
     [ "$wrc" = 0 ] && read -r rx tx n <"$dir/wire"
     read -r med steps bytes payload <<<"$s"
-    record "$rate" "$net" ours "$method" "$b" "$steps" "$med" "$bytes" "$payload" $((rx / n)) $((tx / n)) ok
+    record "$rate" "$net" ours "$mode" "$method" "$b" "$steps" "$med" "$bytes" "$payload" $((rx / n)) $((tx / n)) ok "$note"
   else
-    fail_log "terngrad-train $net $method at $rate" "$log"
-    record "$rate" "$net" ours "$method" "$b" 0 0 0 0 0 0 failed
+    fail_log "terngrad-train $net $method ($mode) at $rate" "$log"
+    record "$rate" "$net" ours "$mode" "$method" "$b" 0 - - - - - failed "exit $rc: $(why "$log")"
   fi
   rm -rf "$dir"
 }
 
-# PyTorch DDP, one rank per namespace.
+# The stand-in for ours compute-only: one single-worker trainer per namespace, at once, pinned as the ranks.
+run_ours_standin() {
+  local net=$1 b=$2
+  RUN=$((RUN + 1))
+  note_load
+  local dir=$TMP/run$RUN rc=0 k pids=() flags
+  mkdir -p "$dir"
+  read -r -a flags <<<"$(trainer_flags "$net" "$b" 32)"
+  for k in 1 2; do
+    pin $((k - 1)) ip netns exec "$(netlink_ns "$k")" "$TRAIN" "${flags[@]}" --num_nodes 1 \
+      --metrics_jsonl "$dir/metrics$k.jsonl" --train_dir "$dir/train$k" "${EXTRA_FLAGS[@]}" >"$dir/log$k" 2>&1 &
+    pids+=("$!")
+  done
+  for k in "${pids[@]}"; do
+    wait "$k" || rc=$?
+  done
+  local s
+  if [ "$rc" = 0 ] && s=$(metrics_summary "$dir/metrics1.jsonl"); then
+    read -r med steps _ _ <<<"$s"
+    record - "$net" ours compute - "$b" "$steps" "$med" - - - - ok "$OURS_COMPUTE"
+  else
+    fail_log "ours compute-only $net" "$dir/log1"
+    record - "$net" ours compute - "$b" 0 - - - - - failed "exit $rc: $(why "$dir/log1")"
+  fi
+  rm -rf "$dir"
+}
+
+# PyTorch DDP, one rank per namespace, each pinned to its core.
 run_ddp() {
   local rate=$1 net=$2 method=$3 b=$4
+  if [ -n "$PEER_MISSING" ]; then
+    record "$rate" "$net" ddp step "$method" "$b" 0 - - - - - missing "$PEER_MISSING"
+    return
+  fi
   RUN=$((RUN + 1))
   note_load
   local out=$TMP/ddp$RUN.json log0=$TMP/ddp$RUN.0.log log1=$TMP/ddp$RUN.1.log port=$((29500 + RUN))
   local common=(--net "$net" --batch "$b" --method "$method" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" --iface "$IF")
   local limit=$((STEPS * 300 + 300))
-  ip netns exec "$NS2" env MASTER_ADDR="$IP1" MASTER_PORT="$port" RANK=1 WORLD_SIZE=2 GLOO_SOCKET_IFNAME="$IF" \
+  pin 1 ip netns exec "$NS2" env MASTER_ADDR="$IP1" MASTER_PORT="$port" RANK=1 WORLD_SIZE=2 GLOO_SOCKET_IFNAME="$IF" \
     timeout "$limit" "$PYTHON" "$HERE/ddp_peer.py" "${common[@]}" >"$log1" 2>&1 &
   local p1=$!
   local rc0=0 rc1=0
-  run ip netns exec "$NS1" env MASTER_ADDR="$IP1" MASTER_PORT="$port" RANK=0 WORLD_SIZE=2 GLOO_SOCKET_IFNAME="$IF" \
+  run pin 0 ip netns exec "$NS1" env MASTER_ADDR="$IP1" MASTER_PORT="$port" RANK=0 WORLD_SIZE=2 GLOO_SOCKET_IFNAME="$IF" \
     timeout "$limit" "$PYTHON" "$HERE/ddp_peer.py" "${common[@]}" --json_out "$out" >"$log0" 2>&1 || rc0=$?
   # Rank 1 would wait for a failed rank 0 until gloo's timeout (30 min): end it.
   [ "$rc0" = 0 ] || kill "$p1" 2>/dev/null || true
@@ -428,69 +423,69 @@ run_ddp() {
   if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ -s "$out" ]; then
     local med rx tx
     read -r med rx tx < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.6f %d %d" % (j["median_s"], j["wire_rx_per_step"], j["wire_tx_per_step"]))' "$out")
-    record "$rate" "$net" ddp "$method" "$b" $((STEPS - WARMUP)) "$med" - - "$rx" "$tx" ok
+    record "$rate" "$net" ddp step "$method" "$b" $((STEPS - WARMUP)) "$med" - - "$rx" "$tx" ok ""
   else
     fail_log "DDP $net $method at $rate (rank 0 exit $rc0, rank 1 exit $rc1)" "$log0"
     tail -n 5 "$log1" >&2 || true
-    record "$rate" "$net" ddp "$method" "$b" 0 0 - - 0 0 failed
+    record "$rate" "$net" ddp step "$method" "$b" 0 - - - - - failed \
+      "rank 0 exit $rc0, rank 1 exit $rc1: $(why "$log0")"
   fi
 }
 
-# One worker, no exchange: the compute a step costs, with one process alone and with two processes at once
-# (one per namespace, as the 2-worker runs place them; on 2 cores they share the machine as those do).
-run_compute() {
-  local net=$1 b=$2 procs=$3
+# PyTorch compute only: ddp_peer.py --method none in each namespace at once, pinned as the DDP ranks.
+run_ddp_compute() {
+  local net=$1 b=$2
+  if [ -n "$PEER_MISSING" ]; then
+    record - "$net" ddp compute - "$b" 0 - - - - - missing "$PEER_MISSING"
+    return
+  fi
   RUN=$((RUN + 1))
   note_load
-  local dir=$TMP/run$RUN rc=0 k pids=()
+  local k rc=0 pids=() dir=$TMP/ddpc$RUN
   mkdir -p "$dir"
-  local cmd=("$TRAIN" --benchmark_mode --net "$net" --dataset "$(dataset_of "$net")" --num_nodes 1 --threads 1
-    --batch_size "$b" --grad_bits 32 --max_steps "$STEPS" --log_every 1 --save_iter 100000000 --log_level warn
-    "${EXTRA_FLAGS[@]}")
-  for k in $(seq "$procs"); do
-    local ns=$NS1
-    [ "$k" = 2 ] && ns=$NS2
-    ip netns exec "$ns" "${cmd[@]}" --metrics_jsonl "$dir/metrics$k.jsonl" --train_dir "$dir/train$k" \
-      >"$dir/log$k" 2>&1 &
+  for k in 1 2; do
+    pin $((k - 1)) ip netns exec "$(netlink_ns "$k")" env RANK=$((k - 1)) timeout $((STEPS * 300 + 300)) "$PYTHON" \
+      "$HERE/ddp_peer.py" --net "$net" --batch "$b" --method none --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
+      --json_out "$dir/out$k.json" >"$dir/log$k" 2>&1 &
     pids+=("$!")
   done
   for k in "${pids[@]}"; do
     wait "$k" || rc=$?
   done
-  local s name="compute only (1 process)"
-  [ "$procs" = 2 ] && name="compute only (2 processes at once)"
-  if [ "$rc" = 0 ] && s=$(metrics_summary "$dir/metrics1.jsonl"); then
-    read -r med steps _ _ <<<"$s"
-    record - "$net" compute "$name" "$b" "$steps" "$med" 0 0 0 0 ok
+  if [ "$rc" = 0 ] && [ -s "$dir/out1.json" ]; then
+    local med
+    med=$(python3 -c 'import json,sys; print("%.6f" % json.load(open(sys.argv[1]))["median_s"])' "$dir/out1.json")
+    record - "$net" ddp compute - "$b" $((STEPS - WARMUP)) "$med" - - - - ok "no DDP, no process group"
   else
-    fail_log "$name $net" "$dir/log1"
-    record - "$net" compute "$name" "$b" 0 0 0 0 0 0 failed
+    fail_log "PyTorch compute-only $net" "$dir/log1"
+    record - "$net" ddp compute - "$b" 0 - - - - - failed "exit $rc: $(why "$dir/log1")"
   fi
   rm -rf "$dir"
 }
 
 # ---- the runs ---------------------------------------------------------------------------------------------
 echo "# link_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo '?')," \
-  "$(nproc) cores, ISA $(grep -o 'avx512f\|avx2' /proc/cpuinfo | sort -u | paste -sd' '), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$CORES cores, ISA $(results_isa), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "# nets $NETS, ours $METHODS, DDP $([ "$PEER" = 1 ] && echo "$PEER_METHODS" || echo off), $STEPS steps ($WARMUP warm-up)," \
-  "delay ${DELAY_MS} ms, extra flags: ${EXTRA:-none}"
+  "delay ${DELAY_MS} ms, ours compute-only: $OURS_COMPUTE, extra flags: ${EXTRA:-none}" >&2
 for REP in $(seq "$REPEATS"); do
-  [ "$REPEATS" = 1 ] || echo "# repetition $REP of $REPEATS" >&2
-  if [ "$COMPUTE" = 1 ]; then
-    for net in "${NET_LIST[@]}"; do
-      echo "# compute-only $net (batch $(batch_of "$net")), 1 and 2 processes ..." >&2
-      run_compute "$net" "$(batch_of "$net")" 1
-      run_compute "$net" "$(batch_of "$net")" 2
-    done
-  fi
+  echo "# repetition $REP of $REPEATS" >&2
+  for net in "${NET_LIST[@]}"; do
+    b=$(batch_of "$net")
+    echo "# compute-only $net (batch $b per worker), ours and PyTorch's ..." >&2
+    netlink_shape none
+    if [ "$OURS_COMPUTE" = "exchange none" ]; then
+      run_ours - "$net" fp32 "$b" compute
+    else
+      run_ours_standin "$net" "$b"
+    fi
+    [ "$PEER" = 1 ] && run_ddp_compute "$net" "$b"
+  done
   for rate in "${RATES[@]}"; do
-    shape "$rate"
+    netlink_shape "$rate" "$DELAY_MS" || die "could not shape the link at $rate"
     if [ "$COMM_BENCH" = 1 ] && [ "$REP" = 1 ]; then
       echo "## comm_bench across the link: rate $rate, delay ${DELAY_MS} ms, load $(cut -d' ' -f1-3 /proc/loadavg)"
-      before=$(wire)
       run timeout 1800 "${MPIRUN[@]}" "$COMM" --reps 3 --sizes_mb 1,16,64,256 --late_ms 1000 2>&1 || echo "link_bench.sh: comm_bench failed" >&2
-      after=$(wire)
-      echo "(rank 0's end of the link: rx+tx $(awk -v a="$before" -v b="$after" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.1f MB\n", (y[1] - x[1] + y[2] - x[2]) / 1e6 }'))"
     fi
     for net in "${NET_LIST[@]}"; do
       b=$(batch_of "$net")
@@ -508,41 +503,6 @@ for REP in $(seq "$REPEATS"); do
   done
 done
 
-# ---- the table --------------------------------------------------------------------------------------------
-python3 - "$RESULTS" <<'EOF'
-import collections, csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-groups = collections.OrderedDict()
-for r in rows:
-    groups.setdefault((r["rate"], r["model"], r["impl"], r["method"]), []).append(r)
-def med(rs, field):
-    v = [float(r[field]) for r in rs if r[field] not in ("-", "")]
-    return statistics.median(v) if v else None
-ok = {k: [r for r in rs if r["status"] == "ok"] for k, rs in groups.items()}
-ref = {(k[0], k[1], k[2]): med(rs, "median_s") for k, rs in ok.items() if k[3] == "fp32" and rs}
-print("| rate | model | method | batch/worker | median s/step (runs: min-max) | bytes/step, trainer (moved into a rank) "
-      "| bytes/step on the wire (into rank 0) | vs our fp32 | vs DDP fp32 | load avg |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for k, rs in groups.items():
-    rate, model, impl, method = k
-    name = {"ours": "terngrad " + method, "ddp": "DDP " + method}.get(impl, method)
-    good = ok[k]
-    if not good:
-        print("| %s | %s | %s | %s | failed (%d runs) | | | | | |" % (rate, model, name, rs[0]["batch_per_worker"], len(rs)))
-        continue
-    t = med(good, "median_s")
-    times = sorted(float(r["median_s"]) for r in good)
-    spread = " (%d: %.3f-%.3f)" % (len(times), times[0], times[-1]) if len(times) > 1 else ""
-    fails = " (%d failed)" % (len(rs) - len(good)) if len(rs) > len(good) else ""
-    def up(other):
-        x = ref.get((rate, model, other))
-        return "%.2fx" % (x / t) if x and impl != "compute" else "-"
-    trainer = "%.2f MB" % (med(good, "bytes_trainer") / 1e6) if impl == "ours" else "-"
-    wire = "%.2f MB" % (med(good, "wire_rx_per_step") / 1e6) if impl != "compute" else "-"
-    print("| %s | %s | %s | %s | %.3f%s%s | %s | %s | %s | %s | %.1f |" % (rate, model, name, good[0]["batch_per_worker"], t,
-          spread, fails, trainer, wire, up("ours"), up("ddp"), med(good, "load1")))
-EOF
-if [ -n "$OUT" ]; then
-  cp "$RESULTS" "$OUT"
-  echo "raw results: $OUT"
-fi
+# ---- the results file and its table -----------------------------------------------------------------------
+results_commit "$HEADER" "$TABLE" "$OUT"
+python3 "$HERE/../scripts/check_readme_results.py" --render "$OUT" || true

@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine, on the CPU: install what is missing, build, convert Fashion-MNIST (Debian
 # package) to TFRecord, train LeNet with TernGrad on 2 workers for 2 epochs, evaluate, and print the accuracy and
-# the bytes the ternary exchange saved against fp32; then the same run with fp32 gradients as the baseline.
-# Usage: scripts/demo.sh [WORK_DIR]      (default /tmp/terngrad_demo)
+# the gradient bytes the workers really sent each other; then the same run with fp32 gradients as the baseline.
+# The 2 workers are 2 processes (mpirun -np 2 on this machine, one worker and half the cores each), so the bytes
+# are those the MPI communicator counted crossing between them, not a model of them.
+# Usage: scripts/demo.sh [--results FILE] [WORK_DIR]      (default /tmp/terngrad_demo)
+#   --results FILE   also write the figures as a results file (bench/lib/results.sh; the README's demo table
+#                    is rendered from bench/results/demo.tsv)
 #   DEMO_BASELINE=0  skip the fp32 baseline run      DEMO_STEPS=N  override the 1875 steps (2 epochs)
 #   TG_JOBS=N        build parallelism               BUILD_DIR=dir  build folder (default: build)
-# A relative WORK_DIR or BUILD_DIR is taken from the folder the script was started in.
+# A relative WORK_DIR or BUILD_DIR is taken from the folder the script was started in. Each run is one run:
+# its examples/sec is printed as measured, not compared (bench/README.md has medians of repeated runs).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
+# shellcheck source=../bench/lib/results.sh
+source "$TG_ROOT/bench/lib/results.sh"
+SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+ARGS=("$@")
+RESULTS=""
+if [ "${1:-}" = --results ]; then
+  [ $# -ge 2 ] || tg_die "--results needs a file"
+  RESULTS=$2
+  case "$RESULTS" in /*) ;; *) RESULTS=$(pwd)/$RESULTS ;; esac
+  shift 2
+fi
 WORK=${1:-/tmp/terngrad_demo}
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 cd "$TG_ROOT"
 STEPS=${DEMO_STEPS:-1875}
-THREADS=$(nproc)
+CORES=$(nproc)
+THREADS=$((CORES >= 2 ? CORES / 2 : 1))  # per process
 
 if [ "$(id -u)" -eq 0 ]; then bash scripts/setup.sh; fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j "${TG_JOBS:-$THREADS}" --target terngrad-train terngrad-eval terngrad-data
+cmake --build "$BUILD_DIR" -j "${TG_JOBS:-$CORES}" --target terngrad-train terngrad-eval terngrad-data
 TRAIN=$(tg_binary terngrad-train)
 EVAL=$(tg_binary terngrad-eval)
+command -v mpirun > /dev/null || tg_die "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 
 if [ ! -f "$WORK/data/test-00000-of-00001" ]; then
   BUILD_DIR=$BUILD_DIR scripts/prepare_fashion_mnist.sh "$WORK/data" 4
@@ -29,30 +47,65 @@ fi
 train_and_eval() {  # name config
   local name=$1 config=$2
   rm -rf "${WORK:?}/$name" "$WORK/$name.jsonl"
-  echo "== training $name ($config, $STEPS steps)"
-  "$TRAIN" --config "$config" --data_dir "$WORK/data" --train_dir "$WORK/$name" \
+  echo "== training $name ($config, $STEPS steps): 2 processes (mpirun -np 2), 1 worker and $THREADS threads each"
+  # --bind-to none: each process uses $THREADS cores, not the one core Open MPI would bind it to.
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+    "$TRAIN" --config "$config" --num_nodes 1 --data_dir "$WORK/data" --train_dir "$WORK/$name" \
     --max_steps "$STEPS" --threads "$THREADS" --metrics_jsonl "$WORK/$name.jsonl" 2>&1 | tee "$WORK/$name.log"
   echo "== evaluating $name"
   "$EVAL" --checkpoint_dir "$WORK/$name" --data_dir "$WORK/data" --subset test --run_once \
-    --threads "$THREADS" | tee "$WORK/$name.eval"
+    --threads "$CORES" | tee "$WORK/$name.eval"
 }
 
-field() { grep '"summary": true' "$1" | tail -1 | grep -o "\"$2\": [0-9.e+-]*" | awk '{print $2}'; }
+# A field of the metrics summary (the last line), or of the last logged step's line.
+summary() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1][sys.argv[2]])' "$1" "$2"; }
+last_step() { python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print([r for r in rows if "summary" not in r][-1][sys.argv[2]])' "$1" "$2"; }
 accuracy() { grep -o 'precision @ 1 = [0-9.]*' "$1" | tail -1 | awk '{print $5}'; }
+# The gradient bytes the communicator counted into this process, per step (the same every step), times the steps.
+wire_total() { python3 -c 'import sys; print(int(sys.argv[1]) * int(sys.argv[2]))' "$(last_step "$1" wire_bytes)" "$STEPS"; }
 
 train_and_eval terngrad configs/fashion_mnist_lenet_terngrad.ini
+baseline=0
 if [ "${DEMO_BASELINE:-1}" != "0" ]; then
   train_and_eval fp32 configs/fashion_mnist_lenet_fp32.ini
+  baseline=1
 fi
 
+tw=$(wire_total "$WORK/terngrad.jsonl")
+fw=$(python3 -c 'import sys; print(int(sys.argv[1]) * int(sys.argv[2]))' "$(last_step "$WORK/terngrad.jsonl" fp32_bytes)" "$STEPS")
+((baseline)) && fw=$(wire_total "$WORK/fp32.jsonl")
 echo
-echo "== result: LeNet, Fashion-MNIST, 2 workers, batch 64, $STEPS steps"
-tb=$(field "$WORK/terngrad.jsonl" bytes_exchanged); fb=$(field "$WORK/terngrad.jsonl" fp32_bytes)
-printf "TernGrad: test accuracy %s, %s examples/sec, gradient bytes exchanged per worker %s (fp32 would be %s: %.1fx less)\n" \
-  "$(accuracy "$WORK/terngrad.eval")" "$(field "$WORK/terngrad.jsonl" median_examples_per_sec)" "$tb" "$fb" \
-  "$(awk -v a="$fb" -v b="$tb" 'BEGIN { print (b > 0 ? a / b : 0) }')"
-if [ -f "$WORK/fp32.eval" ] && [ "${DEMO_BASELINE:-1}" != "0" ]; then
-  printf "fp32:     test accuracy %s, %s examples/sec\n" "$(accuracy "$WORK/fp32.eval")" \
-    "$(field "$WORK/fp32.jsonl" median_examples_per_sec)"
+echo "== result: LeNet, Fashion-MNIST, 2 workers as 2 processes on this machine ($(grep -m1 '^model name' /proc/cpuinfo |
+  sed 's/^[^:]*: *//'), $CORES cores, $(results_isa | cut -d' ' -f1)), total batch 64, $STEPS steps; one run each"
+mb() { python3 -c 'import sys; print("%.2f MB (%s bytes)" % (int(sys.argv[1]) / 1e6, sys.argv[1]))' "$1"; }
+printf "TernGrad: test accuracy %s; gradient bytes received per worker over the run, as the MPI communicator counted them: %s\n" \
+  "$(accuracy "$WORK/terngrad.eval")" "$(mb "$tw")"
+if ((baseline)); then
+  printf "fp32:     test accuracy %s; gradient bytes received per worker: %s (TernGrad: %.1fx less)\n" \
+    "$(accuracy "$WORK/fp32.eval")" "$(mb "$fw")" "$(python3 -c 'import sys; print(int(sys.argv[1]) / max(1, int(sys.argv[2])))' "$fw" "$tw")"
+else
+  printf "(fp32 would receive %s per worker by the communicator's byte model)\n" "$(mb "$fw")"
+fi
+printf "examples/sec of these single runs: TernGrad %s%s (one run each, not a speed comparison: see bench/README.md)\n" \
+  "$(summary "$WORK/terngrad.jsonl" median_examples_per_sec)" \
+  "$( ((baseline)) && echo ", fp32 $(summary "$WORK/fp32.jsonl" median_examples_per_sec)")"
+
+if [ -n "$RESULTS" ]; then
+  results_header demo "$BUILD_DIR" "$SCRIPT" "${ARGS[@]}" > "$WORK/results.header"
+  echo "# layout: mpirun -np 2 on this machine, 1 worker and --threads $THREADS per process" >> "$WORK/results.header"
+  {
+    printf 'run\tsteps\ttest_accuracy\twire_bytes_per_worker\tfp32_wire_bytes_per_worker\texamples_per_sec\tparameter_digest\n'
+    printf 'TernGrad (--grad_bits 1 --clip_factor 2.5 --quantize_logits=true)\t%s\t%s\t%s\t%s\t%.1f\t%s\n' "$STEPS" \
+      "$(accuracy "$WORK/terngrad.eval")" "$tw" "$fw" "$(summary "$WORK/terngrad.jsonl" median_examples_per_sec)" \
+      "$(summary "$WORK/terngrad.jsonl" parameter_digest)"
+    if ((baseline)); then
+      printf 'fp32\t%s\t%s\t%s\t%s\t%.1f\t%s\n' "$STEPS" "$(accuracy "$WORK/fp32.eval")" "$fw" "$fw" \
+        "$(summary "$WORK/fp32.jsonl" median_examples_per_sec)" "$(summary "$WORK/fp32.jsonl" parameter_digest)"
+    fi
+  } > "$WORK/results.table"
+  results_commit "$WORK/results.header" "$WORK/results.table" "$RESULTS"
 fi
 echo "logs, checkpoints and metrics in $WORK"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages terngrad needs to build, test and run its demo: idempotent, no prompts,
-# run as root on a fresh machine. Installs nothing else (the CUDA toolkit is expected in /usr/local/cuda;
-# its absence only disables the CUDA backend). Benchmark peers (PyTorch) are installed by
-# bench/setup_peers.sh, not here.
+# Installs the Debian packages terngrad needs to build, test and run its demo, and the one Python package its
+# tests read results with (tensorboard, from PyPI: tests/event_writer_test.cc opens our event files with
+# TensorBoard's own reader): idempotent, no prompts, run as root on a fresh machine. Installs nothing else (the
+# CUDA toolkit is expected in /usr/local/cuda; its absence only disables the CUDA backend). Benchmark peers
+# (PyTorch) are installed by bench/setup_peers.sh, not here.
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake pkg-config git python3 python3-pip
   libdnnl-dev            # oneDNN 2.6: CPU convolution, pooling, LRN, batch norm, inner product
   libcli11-dev           # command-line parsing
   libspdlog-dev libfmt-dev
@@ -31,16 +32,23 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages (${missing[*]}); run this script as root" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "setup: missing packages (${missing[*]}); run this script as root" >&2
-  exit 1
+# The python3 on PATH is the one the tests run.
+if python3 -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: python3 tensorboard present"
+else
+  echo "setup: installing python3 tensorboard (PyPI)"
+  python3 -m pip install --quiet --disable-pip-version-check tensorboard ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tensorboard
 fi
-
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "setup: done"

@@ -410,6 +410,7 @@ TEST_F(CudaMixedPrecisionTest, MixedDtypesInOneCallAreErrors) {
 // weights, on the GPU; compared: the mean of the last 50 losses (single steps are noisy), relative difference
 // below 1% (issue 12). fp16 runs with a fixed loss scale of 1024 (a power of two: the unscaled gradients are
 // exact); a step whose gradients overflow would be skipped, as the trainer's dynamic scaler does, and counted.
+// The half curves must not have fp32's bits (a half path computing in fp32 would pass the 1% bound).
 TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
   if (testing::fashion_mnist_dir().empty()) GTEST_SKIP() << "Fashion-MNIST not installed";
   const testing::IdxDataset train = testing::load_fashion_mnist("train");
@@ -431,6 +432,9 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
         "[ INFO     ] LeNet 200 steps on %s: mean loss of the last 50: fp32 %.5f, %s %.5f (%.3f%%), %d skipped\n",
         gpu().name().c_str(), a, dtype_name(t), b, 100 * std::fabs(b - a) / a, skipped);
     EXPECT_LT(std::fabs(b - a) / a, 0.01) << dtype_name(t);
+    // Not fp32's bits (a half path that silently computed in fp32 would pass the bound above).
+    EXPECT_NE(h[0], f32[0]) << dtype_name(t) << ": the first loss has fp32's bits";
+    EXPECT_LE(testing::identical_losses(f32, h), steps / 20) << dtype_name(t) << ": losses with fp32's bits";
     EXPECT_EQ(skipped, 0) << dtype_name(t) << ": LeNet's gradients overflowed at loss scale 1024";
   }
 }

@@ -1,5 +1,6 @@
-// ThroughputMeter: window rates, the warm-up of the first --log_every steps, the median of the warm windows,
-// and the fallbacks of a run too short for a warm window (its first window) or for any window (the timed steps).
+// ThroughputMeter: window rates, the warm-up of the first --log_every steps, the median of the warm windows (odd
+// and even counts), and the fallbacks of a run too short for a warm window (its first window) or for any window (the
+// timed steps).
 #include "terngrad/train/throughput_meter.h"
 
 #include <gtest/gtest.h>
@@ -29,6 +30,32 @@ TEST(ThroughputMeter, MedianOfTheWindowsAfterTheWarmUp) {
   }
   EXPECT_DOUBLE_EQ(m.first_window_rate(), 10.0);
   EXPECT_DOUBLE_EQ(m.median_examples_per_sec(), 50.0);  // of {25, 50, 100}
+}
+
+// An even count of warm windows: the mean of the middle two (not the upper or lower one).
+TEST(ThroughputMeter, MedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  ThroughputMeter m(100, 1);
+  const double secs[] = {10.0, 1.0, 4.0, 2.0, 5.0};  // rates 10 (warm-up), 100, 25, 50, 20
+  for (double s : secs) {
+    m.add_step(s);
+    m.close_window();
+  }
+  EXPECT_DOUBLE_EQ(m.median_examples_per_sec(), 37.5);  // of {20, 25, 50, 100}: (25 + 50) / 2
+}
+
+TEST(ThroughputMeter, MedianOfTwoAndOfOneWindow) {
+  ThroughputMeter two(100, 1);
+  for (double s : {10.0, 1.0, 4.0}) {  // warm rates 100, 25
+    two.add_step(s);
+    two.close_window();
+  }
+  EXPECT_DOUBLE_EQ(two.median_examples_per_sec(), 62.5);
+  ThroughputMeter one(100, 1);
+  for (double s : {10.0, 4.0}) {  // warm rate 25
+    one.add_step(s);
+    one.close_window();
+  }
+  EXPECT_DOUBLE_EQ(one.median_examples_per_sec(), 25.0);
 }
 
 TEST(ThroughputMeter, WarmAfterTheWarmUpSteps) {

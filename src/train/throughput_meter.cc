@@ -38,7 +38,8 @@ double ThroughputMeter::median_examples_per_sec() const {
   if (!warm_rates_.empty()) {
     std::vector<double> sorted = warm_rates_;
     std::sort(sorted.begin(), sorted.end());
-    return sorted[sorted.size() / 2];
+    const size_t n = sorted.size();  // the middle one, or the mean of the middle two
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   }
   if (closed_any_) return first_window_rate_;
   if (steps_ > 0 && seconds_ > 0)

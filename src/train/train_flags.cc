@@ -42,7 +42,7 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"threads", &C::threads, "CPU threads (0: all cores)", at_least(0).max(kMaxWorkers).note("0: all cores")},
       {"allow_tf32", &C::allow_tf32,
        "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
-       "relative error; runs stay deterministic)"},
+       "relative error; written to keep runs deterministic, not yet run on a GPU)"},
       {"precision",
        &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "

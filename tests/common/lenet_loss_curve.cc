@@ -2,9 +2,11 @@
 #include "common/lenet_loss_curve.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "common/bound_net.h"
+#include "terngrad/core/error.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/optimizer.h"
 
@@ -44,6 +46,13 @@ std::vector<double> lenet_loss_curve(Backend& be, const IdxDataset& train, DType
 
 double tail_mean(const std::vector<double>& v, int64_t tail) {
   return std::accumulate(v.end() - tail, v.end(), 0.0) / static_cast<double>(tail);
+}
+
+int64_t identical_losses(const std::vector<double>& a, const std::vector<double>& b) {
+  TG_CHECK(a.size() == b.size(), "identical_losses: curves of {} and {} steps", a.size(), b.size());
+  int64_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += std::memcmp(&a[i], &b[i], sizeof(double)) == 0;
+  return same;
 }
 
 }  // namespace tg::testing

@@ -19,4 +19,8 @@ std::vector<double> lenet_loss_curve(Backend& be, const IdxDataset& train, DType
 // The mean of the last `tail` values (single-step losses are noisy).
 double tail_mean(const std::vector<double>& v, int64_t tail);
 
+// How many steps of two curves of equal length have bit-identical losses. A half-precision curve that is
+// close to fp32's but shares most of its bits was computed in fp32: the half path fell back silently.
+int64_t identical_losses(const std::vector<double>& a, const std::vector<double>& b);
+
 }  // namespace tg::testing

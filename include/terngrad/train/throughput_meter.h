@@ -1,6 +1,7 @@
 // ThroughputMeter: a training run's speed in examples/sec, measured over log windows (the steps between two
 // log lines). The first --log_every steps of a run are warm-up (memory first touched, caches and algorithm
-// choices filled), so the run's rate is the median of the windows that end after them; a run too short for
+// choices filled), so the run's rate is the median of the windows that end after them (the middle rate of an
+// odd count, the mean of the middle two of an even one); a run too short for
 // such a window gets its first window's rate, and one that stopped before any window closed the mean of the
 // steps it timed.
 #pragma once

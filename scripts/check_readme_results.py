@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""Figures with provenance: every measured figure of README.md and bench/README.md is a block rendered from a
+results file that a named benchmark command wrote into bench/results/ (format: bench/lib/results.sh).
+
+A block in a README:
+
+    <!-- results: bench/results/link.tsv; command: bench/link_bench.sh -n alexnet 1gbit; view: headline -->
+    ...text rendered from the file (a provenance line, then a table or a sentence)...
+    <!-- results end -->
+
+(`view:` is optional; each kind has a `table` view, the default.) The check refuses, with one line naming the
+README line, the file and the command to re-run:
+  - a results file that lacks a provenance field (format, kind, command, commit, tree, date, cpu, isa, flags,
+    load) or whose format or kind is unknown;
+  - a results file from another commit: its commit must be a commit of this repository's history and an
+    ancestor of HEAD (measured on this line of development, not on another branch), measured on a clean tree
+    (`tree: clean`);
+  - a results file written by another command than the block names;
+  - a speed comparison from fewer than 3 interleaved repetitions;
+  - a block whose text differs from what the file renders to: the quoted figure must equal the value in the
+    file (`--write` re-renders every block).
+A block whose results file does not exist yet must hold exactly the TODO line naming its command;
+the check passes and counts them. Without git (not a checkout) and with results files present, it exits 77
+(skipped: the commits cannot be checked).
+
+usage: check_readme_results.py [--repo DIR] [--write] [README...]   check (or rewrite) the blocks
+       check_readme_results.py --render FILE [--view VIEW]          print what FILE renders to
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+FIELDS = ["format", "kind", "command", "commit", "tree", "date", "cpu", "isa", "flags", "load"]
+MIN_REPS = 3
+BLOCK = re.compile(r"^<!-- results: (\S+); command: (.+?)(?:; view: (\w+))? -->$")
+END = "<!-- results end -->"
+
+
+class Refused(Exception):
+    """A results file or block the check refuses; the message is one line."""
+
+
+# ---- results files ------------------------------------------------------------------------------------------
+def read_results(path):
+    """(header dict, list of row dicts) of a results file."""
+    header, lines = {}, []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("# ") and not lines:
+                key, sep, value = line[2:].partition(": ")
+                if sep:
+                    header.setdefault(key, value)
+            elif line.strip():
+                lines.append(line.split("\t"))
+    if not lines:
+        raise Refused("no table after the provenance lines")
+    cols = lines[0]
+    rows = []
+    for n, cells in enumerate(lines[1:], 2):
+        if len(cells) != len(cols):
+            raise Refused("table row %d has %d cells, the header %d" % (n, len(cells), len(cols)))
+        rows.append(dict(zip(cols, cells)))
+    return header, rows
+
+
+def need(rows, *cols):
+    for c in cols:
+        if rows and c not in rows[0]:
+            raise Refused("the table has no column '%s'" % c)
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def med(values):
+    v = [x for x in values if x is not None]
+    return statistics.median(v) if v else None  # the middle value, or the mean of the middle two
+
+
+def reps_of(rows):
+    return len({r.get("rep") for r in rows})
+
+
+def fmt_s(x):
+    return "%.3f" % x
+
+
+def fmt_rate(x):
+    return "%.1f" % x if x >= 10 else "%.2f" % x
+
+
+def mb(x):
+    return "%.2f MB" % (x / 1e6)
+
+
+def fewer_reps_note(rows):
+    n = reps_of(rows)
+    return [] if n >= MIN_REPS else ["(%d repetition%s: fewer than %d, not a figure to quote)" % (n, "" if n == 1 else "s",
+                                                                                               MIN_REPS)]
+
+
+# ---- renderers: kind -> view -> function(header, rows) -> lines ---------------------------------------------
+def link_cells(rows):
+    """{(rate, model, system, method): step rows}, {(model, system): compute rows}."""
+    need(rows, "rep", "rate", "model", "system", "mode", "method", "batch_per_worker", "median_s", "bytes_trainer",
+         "wire_rx_per_step", "status", "note")
+    steps, compute = {}, {}
+    for r in rows:
+        if r["mode"] == "compute":
+            compute.setdefault((r["model"], r["system"]), []).append(r)
+        else:
+            steps.setdefault((r["rate"], r["model"], r["system"], r["method"]), []).append(r)
+    return steps, compute
+
+
+def ok_median(rs, field="median_s"):
+    return med(num(r[field]) for r in rs if r["status"] == "ok")
+
+
+def why_not(rs):
+    """The reason of a cell with no ok run: the first failed or missing row's status and note."""
+    bad = [r for r in rs if r["status"] != "ok"]
+    if not bad:
+        return "no run"
+    return "%s (%d of %d runs): %s" % (bad[0]["status"], len(bad), len(rs), bad[0]["note"] or "see the log")
+
+
+SYSTEM = {"ours": "terngrad", "ddp": "PyTorch DDP"}
+METHOD = {"terngrad": "TernGrad", "fp32": "fp32", "fp16": "fp16", "powersgd": "PowerSGD"}
+
+
+def link_table(header, rows):
+    steps, compute = link_cells(rows)
+    out = ["| rate | model | system | method | batch/worker | step s (median; runs: min-max) | compute-only s "
+           "| link overhead s | overhead vs our fp32 | bytes/step, trainer | bytes/step on the wire (into rank 0) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    overhead = {}
+    for key, rs in steps.items():
+        rate, model, system, method = key
+        t, c = ok_median(rs), ok_median(compute.get((model, system), []))
+        if t is not None and c is not None:
+            overhead[key] = t - c
+    for key, rs in steps.items():
+        rate, model, system, method = key
+        batch = rs[0]["batch_per_worker"]
+        crs = compute.get((model, system), [])
+        c = ok_median(crs)
+        c_cell = fmt_s(c) if c is not None else "n/a: " + why_not(crs)
+        standin = [r["note"] for r in crs if r["note"].startswith("stand-in")]
+        if c is not None and standin:
+            c_cell += " (%s)" % standin[0]
+        t = ok_median(rs)
+        if t is None:
+            out.append("| %s | %s | %s | %s | %s | %s | %s | n/a | n/a | | |" % (rate, model, SYSTEM[system],
+                                                                             METHOD[method], batch, why_not(rs), c_cell))
+            continue
+        times = sorted(num(r["median_s"]) for r in rs if r["status"] == "ok")
+        step_cell = "%s (%d: %s-%s)" % (fmt_s(t), len(times), fmt_s(times[0]), fmt_s(times[-1]))
+        if len(times) < len(rs):
+            step_cell += " (%d not ok)" % (len(rs) - len(times))
+        o = overhead.get(key)
+        ref = overhead.get((rate, model, "ours", "fp32"))
+        ratio = "%.2fx" % (o / ref) if o is not None and o > 0 and ref and ref > 0 else "n/a (an overhead <= 0)"
+        trainer = mb(ok_median(rs, "bytes_trainer")) if system == "ours" else "-"
+        wire = ok_median(rs, "wire_rx_per_step")
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            rate, model, SYSTEM[system], METHOD[method], batch, step_cell, c_cell,
+            fmt_s(o) if o is not None else "n/a", ratio, trainer, mb(wire) if wire is not None else "-"))
+    return out + fewer_reps_note(rows)
+
+
+def link_headline(header, rows):
+    steps, compute = link_cells(rows)
+    out = []
+    rates = [r for r in dict.fromkeys(k[0] for k in steps) if r != "none"]
+    models = list(dict.fromkeys(k[1] for k in steps))
+    for rate in rates:
+        for model in models:
+            def cell(system, method):
+                t = ok_median(steps.get((rate, model, system, method), []))
+                c = ok_median(compute.get((model, system), []))
+                return (t, c, t - c) if t is not None and c is not None else None
+            tern, ours32, ddp32 = cell("ours", "terngrad"), cell("ours", "fp32"), cell("ddp", "fp32")
+            if not tern:
+                continue
+            parts = ["TernGrad %s s" % fmt_s(tern[2])]
+            ends = ["%s s" % fmt_s(tern[0])]
+            less, faster = [], []
+            for name, c in (("our fp32", ours32), ("DDP fp32", ddp32)):
+                if not c:
+                    why = why_not(steps.get((rate, model, "ddp" if "DDP" in name else "ours", "fp32"), []))
+                    parts.append("%s n/a (%s)" % (name, why))
+                    continue
+                parts.append("%s %s s" % (name, fmt_s(c[2])))
+                ends.append("%s %s s" % (name, fmt_s(c[0])))
+                less.append("%.2fx less than %s's" % (c[2] / tern[2], name) if tern[2] > 0 and c[2] > 0 else
+                            "not comparable with %s's (an overhead <= 0)" % name)
+                faster.append("%.2fx %s" % (c[0] / tern[0], name))
+            line = "**%s at %s, 2 workers: link overhead (step - the same layout's compute-only step) %s" % (
+                model, rate, ", ".join(parts))
+            line += ("; TernGrad's is %s**" % " and ".join(less)) if less else "**"
+            line += " (end to end: TernGrad %s%s)." % (", ".join(ends), "; " + ", ".join(faster) if faster else "")
+            out.append(line)
+    return (out or ["(no TernGrad row with its compute-only step in this file)"]) + fewer_reps_note(rows)
+
+
+def no_ok(rs):
+    """The cell of a figure with no ok run: its runs' status (failed, missing), never empty."""
+    statuses = sorted({r["status"] for r in rs if r["status"] != "ok"})
+    return ", ".join(statuses) if statuses else "no run"
+
+
+def inproc_table(header, rows):
+    need(rows, "rep", "net", "batch", "method", "s_per_step", "status")
+    phases = [c for c in rows[0] if c.endswith("_ms")] if rows else []
+    out = ["| model | total batch | fp32 s/step | TernGrad s/step | TernGrad / fp32 | TernGrad phases, ms/step (%s) |"
+           % ", ".join(p[:-3] for p in phases), "|---|---|---|---|---|---|"]
+    for net in dict.fromkeys(r["net"] for r in rows):
+        rs = [r for r in rows if r["net"] == net]
+        f = med(num(r["s_per_step"]) for r in rs if r["method"] == "fp32" and r["status"] == "ok")
+        t = med(num(r["s_per_step"]) for r in rs if r["method"] == "terngrad" and r["status"] == "ok")
+        ph = ", ".join("%.1f" % med(num(r[p]) for r in rs if r["method"] == "terngrad" and r["status"] == "ok")
+                       if t is not None else "n/a" for p in phases)
+        out.append("| %s | %s | %s | %s | %s | %s |" % (
+            net, rs[0]["batch"], "%.4f" % f if f is not None else no_ok(r for r in rs if r["method"] == "fp32"),
+            "%.4f" % t if t is not None else no_ok(r for r in rs if r["method"] == "terngrad"),
+            "%.2fx" % (t / f) if f and t else "n/a", ph))
+    return out + fewer_reps_note(rows)
+
+
+def train_step_table(header, rows):
+    need(rows, "rep", "net", "threads", "framework", "images_per_sec", "status")
+    out = ["| network | threads | terngrad images/s | PyTorch images/s | terngrad / PyTorch | runs (ok) |",
+           "|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["net"], r["threads"]) for r in rows):
+        rs = [r for r in rows if (r["net"], r["threads"]) == key]
+        a = [num(r["images_per_sec"]) for r in rs if r["framework"] == "terngrad" and r["status"] == "ok"]
+        b = [num(r["images_per_sec"]) for r in rs if r["framework"] == "pytorch" and r["status"] == "ok"]
+        ma, mb_ = med(a), med(b)
+        out.append("| %s | %s | %s | %s | %s | %d/%d |" % (
+            key[0], key[1], fmt_rate(ma) if ma else no_ok(r for r in rs if r["framework"] == "terngrad"),
+            fmt_rate(mb_) if mb_ else no_ok(r for r in rs if r["framework"] == "pytorch"),
+            "%.2fx" % (ma / mb_) if ma and mb_ else "n/a", len(a), len(b)))
+    return out + fewer_reps_note(rows)
+
+
+def precision_table(header, rows):
+    need(rows, "rep", "net", "batch", "impl", "precision", "images_per_sec", "status")
+    out = ["| net | batch | ours fp32 | ours bf16 | bf16/fp32 | torch fp32 | torch bf16 | torch bf16/fp32 "
+           "| ours bf16 / torch bf16 |", "|---|---|---|---|---|---|---|---|---|"]
+    for net in dict.fromkeys(r["net"] for r in rows):
+        rs = [r for r in rows if r["net"] == net]
+        m = {(i, p): med(num(r["images_per_sec"]) for r in rs if (r["impl"], r["precision"]) == (i, p)
+                         and r["status"] == "ok") for i in ("ours", "torch") for p in ("fp32", "bf16")}
+        bad = {(i, p): no_ok(r for r in rs if (r["impl"], r["precision"]) == (i, p)) for (i, p) in m}
+        cell = lambda k: fmt_rate(m[k]) if m[k] else bad[k]  # noqa: E731
+        ratio = lambda a, b: "%.2f" % (m[a] / m[b]) if m[a] and m[b] else "n/a"  # noqa: E731
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            net, rs[0]["batch"], cell(("ours", "fp32")), cell(("ours", "bf16")), ratio(("ours", "bf16"), ("ours", "fp32")),
+            cell(("torch", "fp32")), cell(("torch", "bf16")), ratio(("torch", "bf16"), ("torch", "fp32")),
+            ratio(("ours", "bf16"), ("torch", "bf16"))))
+    return out + fewer_reps_note(rows)
+
+
+def demo_table(header, rows):
+    need(rows, "run", "steps", "test_accuracy", "wire_bytes_per_worker", "fp32_wire_bytes_per_worker",
+         "examples_per_sec")
+    out = ["| run (%s steps) | test accuracy (precision @ 1, EMA weights) | gradient bytes on the wire per worker, "
+           "whole run (the communicator's count) | examples/sec (this one run) |" % rows[0]["steps"],
+           "|---|---|---|---|"]
+    for r in rows:
+        wire, fp32 = num(r["wire_bytes_per_worker"]), num(r["fp32_wire_bytes_per_worker"])
+        less = " (%.1fx less than fp32)" % (fp32 / wire) if wire and fp32 and r["run"] != "fp32" else ""
+        out.append("| %s | %s | %s%s | %s |" % (r["run"], r["test_accuracy"], mb(wire) if wire is not None else "n/a",
+                                               less, r["examples_per_sec"]))
+    return out
+
+
+def gbench_table(header, rows):
+    need(rows, "name", "run_type", "aggregate", "real_time", "time_unit")
+    aggregated = any(r["run_type"] == "aggregate" for r in rows)
+    keep = [r for r in rows if (r["aggregate"] == "median" if aggregated else r["run_type"] == "iteration")]
+    counters = [c for c in (rows[0] if rows else {}) if c.startswith("counter:")]
+    out = ["| benchmark | %s time | %s |" % ("median" if aggregated else "", " | ".join(c[8:] for c in counters)),
+           "|---|---|%s" % ("---|" * len(counters))]
+    for r in keep:
+        vals = [("%.4g" % num(r[c])) if num(r[c]) is not None else "" for c in counters]
+        out.append("| %s | %.4g %s | %s |" % (r["name"], num(r["real_time"]), r["time_unit"], " | ".join(vals)))
+    reps = num(header.get("repetitions"))
+    if reps is None or reps < MIN_REPS:
+        out.append("(%s repetitions: fewer than %d, not a figure to quote)" % (header.get("repetitions", "no"), MIN_REPS))
+    return out
+
+
+RENDERERS = {
+    "link": {"table": link_table, "headline": link_headline},
+    "inproc": {"table": inproc_table},
+    "train_step": {"table": train_step_table},
+    "precision": {"table": precision_table},
+    "demo": {"table": demo_table},
+    "gbench": {"table": gbench_table},
+}
+SPEED_KINDS = {"link", "inproc", "train_step", "precision"}  # comparisons of speed: at least MIN_REPS repetitions
+
+
+def provenance_line(header, path):
+    return "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
+        header["commit"][:10], header["date"], header["cpu"], header["isa"].split(" (")[0], header["load"],
+        header["command"], path)
+
+
+def render(header, rows, path, view):
+    views = RENDERERS.get(header.get("kind"))
+    if views is None:
+        raise Refused("unknown kind '%s' (known: %s)" % (header.get("kind"), ", ".join(sorted(RENDERERS))))
+    if view not in views:
+        raise Refused("kind %s has no view '%s' (%s)" % (header["kind"], view, ", ".join(views)))
+    return [provenance_line(header, path), ""] + views[view](header, rows)
+
+
+def todo_lines(path, command):
+    return ["**TODO (to be measured):** no results file yet. On a quiet machine, `%s` writes `%s`; then "
+            "`python3 scripts/check_readme_results.py --write` puts its figures here." % (command, path)]
+
+
+# ---- the check ----------------------------------------------------------------------------------------------
+def git(repo, *args):
+    return subprocess.run(["git", "-C", repo, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          universal_newlines=True)
+
+
+def verify(repo, path, command):
+    """Refused unless the results file at path (relative to repo) is one the README may quote."""
+    header, rows = read_results(os.path.join(repo, path))
+    missing = [f for f in FIELDS if not header.get(f)]
+    if missing:
+        raise Refused("lacks the provenance field%s %s" % ("s" if len(missing) > 1 else "", ", ".join(missing)))
+    if header["format"] != "terngrad-results 1":
+        raise Refused("unknown format '%s'" % header["format"])
+    if header["command"] != command:
+        raise Refused("was written by `%s`, not by the command the README names" % header["command"])
+    commit = header["commit"]
+    if not re.fullmatch(r"[0-9a-f]{40}", commit) or git(repo, "cat-file", "-e", commit + "^{commit}").returncode:
+        raise Refused("commit %s is not a commit of this repository's history" % commit)
+    if git(repo, "merge-base", "--is-ancestor", commit, "HEAD").returncode:
+        raise Refused("commit %s is not an ancestor of HEAD (measured on another line of development)" % commit[:10])
+    if header["tree"] != "clean":
+        raise Refused("was measured on a modified tree (%s), not on commit %s as it is" % (header["tree"], commit[:10]))
+    if header["kind"] in SPEED_KINDS and reps_of(rows) < MIN_REPS:
+        raise Refused("a speed comparison from %d repetition(s); at least %d interleaved ones are needed"
+                      % (reps_of(rows), MIN_REPS))
+    return header, rows
+
+
+def blocks(lines):
+    """(index of the marker line, index of the end line, path, command, view) of every block."""
+    out, i = [], 0
+    while i < len(lines):
+        m = BLOCK.match(lines[i])
+        if m:
+            j = i + 1
+            while j < len(lines) and lines[j] != END:
+                if BLOCK.match(lines[j]):
+                    break
+                j += 1
+            if j == len(lines) or lines[j] != END:
+                raise Refused("line %d: a results block without `%s`" % (i + 1, END))
+            out.append((i, j, m.group(1), m.group(2), m.group(3) or "table"))
+            i = j
+        i += 1
+    return out
+
+
+def check(repo, readmes, write):
+    errors, pending, quoted = [], 0, 0
+    is_git = git(repo, "rev-parse", "HEAD").returncode == 0
+    for readme in readmes:
+        full = os.path.join(repo, readme)
+        with open(full, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        try:
+            found = blocks(lines)
+        except Refused as e:
+            errors.append("%s: %s" % (readme, e))
+            continue
+        for start, end, path, command, view in reversed(found):
+            where = "%s:%d: %s" % (readme, start + 1, path)
+            if not os.path.exists(os.path.join(repo, path)):
+                want = todo_lines(path, command)
+                pending += 1
+            else:
+                if not is_git:
+                    print("SKIPPED: %s is not a git checkout: the commit of %s cannot be checked" % (repo, path))
+                    sys.exit(77)
+                try:
+                    header, rows = verify(repo, path, command)
+                    want = render(header, rows, path, view)
+                    quoted += 1
+                except Refused as e:
+                    errors.append("%s: %s; re-run: %s" % (where, e, command))
+                    continue
+                except (OSError, UnicodeDecodeError) as e:
+                    errors.append("%s: unreadable (%s); re-run: %s" % (where, e, command))
+                    continue
+            if lines[start + 1:end] != want:
+                if write:
+                    lines[start + 1:end] = want
+                else:
+                    errors.append("%s: the README's text differs from what the file renders to (a figure not equal to "
+                                  "the file's); run: python3 scripts/check_readme_results.py --write" % where)
+        if write:
+            with open(full + ".tmp", "w", encoding="utf-8") as f:
+                f.write("\n".join(lines))
+            os.replace(full + ".tmp", full)
+    for e in errors:
+        print(e)
+    print("readme results: %d block(s) quote results files, %d wait to be measured, %d refused"
+          % (quoted, pending, len(errors)))
+    return 1 if errors else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap.add_argument("--write", action="store_true", help="re-render every block from its results file")
+    ap.add_argument("--render", metavar="FILE", help="print what a results file renders to, and exit")
+    ap.add_argument("--view", default="table")
+    ap.add_argument("readmes", nargs="*", default=["README.md", "bench/README.md"])
+    args = ap.parse_args()
+    if args.render:
+        try:
+            header, rows = read_results(args.render)
+            print("\n".join(render(header, rows, args.render, args.view)))
+        except (Refused, OSError) as e:
+            print("%s: %s" % (args.render, e), file=sys.stderr)
+            return 1
+        return 0
+    return check(args.repo, args.readmes, args.write)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

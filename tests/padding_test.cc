@@ -1,0 +1,146 @@
+// TensorFlow's SAME/VALID padding, checked against values worked out by hand rather than against the
+// implementation's own tf_padding (which the reference-op tests share with the backends):
+//   - the output size and the split of the padding (TF: out = ceil(in / stride) for SAME, total =
+//     max((out - 1) * stride + kernel - in, 0), the odd pixel after: 6 with kernel 3, stride 2 -> pads (0, 1));
+//   - a 3x3 stride-2 convolution, max and average pooling (average over the in-image pixels, as TF) of a 6x6
+//     image whose pixel (r, c) is 6r + c, and the convolution's input gradient, whose values show which rows and
+//     columns each window covered; a split of (1, 0), as cuDNN or PyTorch would pad, gives other numbers.
+// On every backend of the build: the CPU one, and the CUDA one where a device exists (else SKIPPED).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/backend/backend.h"
+#include "terngrad/backend/op_desc.h"
+#include "terngrad/core/buffer.h"
+#include "terngrad/core/error.h"
+
+namespace tg {
+namespace {
+
+struct PadCase {
+  int64_t in, kernel, stride;
+  Padding padding;
+  int64_t out, before, after;  // by hand
+};
+
+TEST(TfPadding, HandComputedSplits) {
+  const PadCase cases[] = {
+      {6, 3, 2, Padding::kSame, 3, 0, 1},      // total (3-1)*2+3-6 = 1: the odd pixel after
+      {5, 3, 2, Padding::kSame, 3, 1, 1},      // total 2
+      {7, 3, 2, Padding::kSame, 4, 1, 1},      // total 3*2+3-7 = 2
+      {10, 4, 3, Padding::kSame, 4, 1, 2},     // total 3*3+4-10 = 3
+      {224, 11, 4, Padding::kSame, 56, 3, 4},  // AlexNet's conv1: total 55*4+11-224 = 7
+      {28, 5, 1, Padding::kSame, 28, 2, 2},    // LeNet's convolutions
+      {1, 3, 1, Padding::kSame, 1, 1, 1},      {4, 2, 2, Padding::kSame, 2, 0, 0},   // windows tile the input
+      {6, 1, 2, Padding::kSame, 3, 0, 0},                                            // (3-1)*2+1-6 = -1: no padding
+      {7, 3, 2, Padding::kValid, 3, 0, 0},                                           // (7-3)/2+1
+      {299, 3, 2, Padding::kValid, 149, 0, 0},                                       // Inception-v3's first convolution
+      {6, 3, 2, Padding::kValid, 2, 0, 0},     {2, 5, 1, Padding::kValid, 0, 0, 0},  // the kernel does not fit
+  };
+  for (const PadCase& c : cases) {
+    const Pad1D p = tf_padding(c.in, c.kernel, c.stride, c.padding);
+    const std::string what = std::to_string(c.in) + " k" + std::to_string(c.kernel) + " s" + std::to_string(c.stride) +
+                             (c.padding == Padding::kSame ? " SAME" : " VALID");
+    EXPECT_EQ(p.out, c.out) << what;
+    EXPECT_EQ(p.before, c.before) << what;
+    EXPECT_EQ(p.after, c.after) << what;
+  }
+}
+
+// ---- the ops ------------------------------------------------------------------------------------------------------
+// The 6x6 image: x(r, c) = 6r + c. With SAME, kernel 3, stride 2 (pads (0, 1)) the windows cover the rows (and
+// columns) R0 = {0,1,2}, R1 = {2,3,4}, R2 = {4,5}.
+
+class PaddingOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() != "cpu") {
+      if (!cuda_backend_compiled()) GTEST_SKIP() << "this build has no CUDA backend (configure with -DTG_CUDA=ON)";
+      try {
+        be_ = make_backend(GetParam());
+      } catch (const Error& e) {
+        GTEST_SKIP() << "no usable CUDA device: " << e.what();
+      }
+    } else {
+      be_ = make_backend("cpu", BackendOptions{1});
+    }
+  }
+
+  // A tensor on the backend holding `values` (f32), kept alive by the fixture.
+  Tensor put(const Shape& s, const std::vector<float>& values) {
+    buffers_.emplace_back(be_->allocator(), static_cast<size_t>(s.numel()) * 4);
+    Tensor t(buffers_.back().data(), s, DType::kF32, be_->device());
+    std::vector<float> host = values;
+    host.resize(s.numel(), 0.f);
+    be_->copy(t, Tensor(host.data(), s, DType::kF32, Device::cpu()));
+    return t;
+  }
+  std::vector<float> get(const Tensor& t) {
+    std::vector<float> host(t.numel());
+    be_->copy(Tensor(host.data(), t.shape(), DType::kF32, Device::cpu()), t);
+    return host;
+  }
+  static std::vector<float> image6() {
+    std::vector<float> x(36);
+    for (int r = 0; r < 6; ++r)
+      for (int c = 0; c < 6; ++c) x[r * 6 + c] = static_cast<float>(6 * r + c);
+    return x;
+  }
+
+  std::unique_ptr<Backend> be_;
+  std::vector<Buffer> buffers_;
+};
+
+TEST_P(PaddingOps, ConvolutionSameStride2On6) {
+  const ConvDesc d = make_conv_desc(1, 6, 6, 1, 3, 3, 1, 2, Padding::kSame, 1, false);
+  ASSERT_EQ(d.out_h, 3);
+  const Tensor x = put(Shape{1, 6, 6, 1}, image6()), w = put(Shape{3, 3, 1, 1}, std::vector<float>(9, 1.f));
+  const Tensor y = put(Shape{1, 3, 3, 1}, {});
+  be_->conv2d_forward(d, x, w, Tensor(), y);
+  // y(i, j) = sum over R_i x C_j of 6r + c = 6 |C_j| sum(R_i) + |R_i| sum(C_j); sums 3, 9, 9 and sizes 3, 3, 2.
+  EXPECT_EQ(get(y), (std::vector<float>{63, 81, 63, 171, 189, 135, 168, 180, 126}));
+
+  // dx with dy = 1 and w = 1 counts the windows covering each pixel: per row (and column) 1 1 2 1 2 1, with
+  // pads (1, 0) it would be 1 2 1 2 1 1.
+  const Tensor dy = put(Shape{1, 3, 3, 1}, std::vector<float>(9, 1.f)), dx = put(Shape{1, 6, 6, 1}, {});
+  be_->conv2d_backward(d, x, w, dy, dx, Tensor(), Tensor());
+  const float cover[6] = {1, 1, 2, 1, 2, 1};
+  std::vector<float> want(36);
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 6; ++c) want[r * 6 + c] = cover[r] * cover[c];
+  EXPECT_EQ(get(dx), want);
+}
+
+TEST_P(PaddingOps, ConvolutionValidStride2On6) {
+  const ConvDesc d = make_conv_desc(1, 6, 6, 1, 3, 3, 1, 2, Padding::kValid, 1, false);
+  const Tensor x = put(Shape{1, 6, 6, 1}, image6()), w = put(Shape{3, 3, 1, 1}, std::vector<float>(9, 1.f));
+  const Tensor y = put(Shape{1, 2, 2, 1}, {});
+  be_->conv2d_forward(d, x, w, Tensor(), y);
+  EXPECT_EQ(get(y), (std::vector<float>{63, 81, 171, 189}));  // rows and columns {0,1,2}, {2,3,4}
+}
+
+TEST_P(PaddingOps, MaxAndAveragePoolingSameStride2On6) {
+  for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+    const PoolDesc d = make_pool_desc(kind, 1, 6, 6, 1, 3, 3, 2, Padding::kSame);
+    const Tensor x = put(Shape{1, 6, 6, 1}, image6()), y = put(Shape{1, 3, 3, 1}, {});
+    be_->pool_forward(d, x, y, Tensor());
+    if (kind == PoolKind::kMax) {  // 6 max(R_i) + max(C_j): maxima 2, 4, 5
+      EXPECT_EQ(get(y), (std::vector<float>{14, 16, 17, 26, 28, 29, 32, 34, 35}));
+    } else {  // 6 mean(R_i) + mean(C_j) over the pixels inside the image: means 1, 3, 4.5
+      const std::vector<float> want{7, 9, 10.5f, 19, 21, 22.5f, 28, 30, 31.5f}, got = get(y);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "avg pool, output " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PaddingOps, ::testing::Values("cpu", "cuda:0"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param == "cpu" ? std::string("cpu") : std::string("cuda");
+                         });
+
+}  // namespace
+}  // namespace tg

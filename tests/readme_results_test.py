@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""scripts/check_readme_results.py on a throw-away git repository: a README block quoting a results file passes
+only when the file names a commit of the repository's history that is an ancestor of HEAD, was measured on a
+clean tree by the command the block names, has every provenance field and enough repetitions, and the block's
+text is what the file renders to; every refusal is one line naming the command to re-run. A block without its
+results file must hold the TODO line naming its command. (ctest readme_results_check, label unit.)"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECK = os.path.join(ROOT, "scripts", "check_readme_results.py")
+COMMAND = "bench/inproc_bench.sh -r 3"
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", repo, *args], check=True, stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.strip()
+
+
+def results_text(commit, reps=3, tree="clean", command=COMMAND, drop=None, s_fp32="0.0100"):
+    header = {"format": "terngrad-results 1", "kind": "inproc", "command": command, "commit": commit, "tree": tree,
+              "date": "2026-12-01T10:00:00Z", "cpu": "Test CPU, 2 cores", "isa": "AVX2 (avx2)",
+              "flags": "build Release", "load": "0.10 0.20 0.30"}
+    lines = ["# %s: %s" % (k, v) for k, v in header.items() if k != drop]
+    lines.append("rep\tnet\tbatch\tmethod\tsteps\ts_per_step\tforward_backward_ms\tscalers_ms\tencode_ms\tdecode_ms\t"
+                 "optimizer_ms\tstatus")
+    for rep in range(1, reps + 1):
+        lines.append("%d\tlenet\t64\tfp32\t400\t%s\t8.0\t0\t0\t0.1\t0.3\tok" % (rep, s_fp32))
+        lines.append("%d\tlenet\t64\tterngrad\t400\t0.0095\t8.0\t0.2\t0.2\t0.1\t0.3\tok" % rep)
+    return "\n".join(lines) + "\n"
+
+
+class ReadmeResults(unittest.TestCase):
+    def setUp(self):
+        self.repo = tempfile.mkdtemp(prefix="tg_readme_results_")
+        git(self.repo, "init", "-q")
+        git(self.repo, "config", "user.email", "t@example.invalid")
+        git(self.repo, "config", "user.name", "t")
+        self.write("README.md", "# x\n")
+        git(self.repo, "add", ".")
+        git(self.repo, "commit", "-q", "-m", "first")
+        self.first = git(self.repo, "rev-parse", "HEAD")
+        os.makedirs(os.path.join(self.repo, "bench", "results"))
+
+    def tearDown(self):
+        shutil.rmtree(self.repo)
+
+    def write(self, path, text):
+        with open(os.path.join(self.repo, path), "w") as f:
+            f.write(text)
+
+    def read(self, path):
+        with open(os.path.join(self.repo, path)) as f:
+            return f.read()
+
+    def readme(self, view=""):
+        self.write("README.md", "# x\n\n<!-- results: bench/results/r.tsv; command: %s%s -->\nold\n<!-- results end -->\n"
+                   % (COMMAND, "; view: " + view if view else ""))
+
+    def run_check(self, *args):
+        p = subprocess.run([sys.executable, CHECK, "--repo", self.repo, *args, "README.md"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True)
+        return p.returncode, p.stdout
+
+    def refused(self, reason):
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        first = out.splitlines()[0]
+        self.assertIn(reason, first)
+        self.assertTrue(first.startswith("README.md:3: bench/results/r.tsv: "), first)
+        self.assertTrue(first.endswith("re-run: " + COMMAND), first)
+
+    def test_missing_results_file_needs_the_to_be_measured_line(self):
+        self.readme()
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)  # "old" is not the to-be-measured line
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+        text = self.read("README.md")
+        self.assertIn("**TODO (to be measured):**", text)
+        self.assertIn("`%s` writes `bench/results/r.tsv`" % COMMAND, text)
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 wait to be measured", out)
+
+    def test_a_good_file_renders_and_its_figures_must_match(self):
+        self.readme()
+        self.write("bench/results/r.tsv", results_text(self.first))
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+        text = self.read("README.md")
+        self.assertIn("| lenet | 64 | 0.0100 | 0.0095 | 0.95x |", text)
+        self.assertIn("commit `%s`" % self.first[:10], text)
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
+        # A quoted figure that differs from the file's value is refused.
+        self.write("README.md", text.replace("0.95x", "0.90x"))
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("differs from what the file renders to", out)
+
+    def test_median_of_an_even_count_is_the_mean_of_the_middle_two(self):
+        self.readme()
+        lines = results_text(self.first, reps=4).splitlines()
+        # fp32 s/step of the four repetitions: 0.0100, 0.0100, 0.0100 -> make them 0.010, 0.012, 0.014, 0.020
+        vals = iter(["0.0100", "0.0120", "0.0140", "0.0200"])
+        lines = [l.replace("\t0.0100\t", "\t%s\t" % next(vals)) if "\tfp32\t" in l else l for l in lines]
+        self.write("bench/results/r.tsv", "\n".join(lines) + "\n")
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("| lenet | 64 | 0.0130 |", self.read("README.md"))
+
+    def test_a_commit_outside_the_history_is_refused(self):
+        self.readme()
+        self.write("bench/results/r.tsv", results_text("0" * 40))
+        self.refused("is not a commit of this repository's history")
+
+    def test_a_commit_of_another_branch_is_refused(self):
+        git(self.repo, "checkout", "-q", "-b", "other")
+        self.write("other.txt", "x")
+        git(self.repo, "add", "other.txt")
+        git(self.repo, "commit", "-q", "-m", "other")
+        other = git(self.repo, "rev-parse", "HEAD")
+        git(self.repo, "checkout", "-q", "-")
+        self.readme()
+        self.write("bench/results/r.tsv", results_text(other))
+        self.refused("is not an ancestor of HEAD")
+
+    def test_a_later_commit_quoting_an_earlier_measurement_passes(self):
+        self.write("code.txt", "later")
+        git(self.repo, "add", "code.txt")
+        git(self.repo, "commit", "-q", "-m", "later")
+        self.readme()
+        self.write("bench/results/r.tsv", results_text(self.first))
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+
+    def test_missing_fields_modified_tree_other_command_and_too_few_repetitions_are_refused(self):
+        self.readme()
+        self.write("bench/results/r.tsv", results_text(self.first, drop="isa"))
+        self.refused("lacks the provenance field isa")
+        self.write("bench/results/r.tsv", results_text(self.first, tree="modified"))
+        self.refused("measured on a modified tree")
+        self.write("bench/results/r.tsv", results_text(self.first, command="bench/inproc_bench.sh -r 1"))
+        self.refused("was written by `bench/inproc_bench.sh -r 1`")
+        self.write("bench/results/r.tsv", results_text(self.first, reps=2))
+        self.refused("a speed comparison from 2 repetition(s)")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
