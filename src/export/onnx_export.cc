@@ -3,7 +3,6 @@
 #include "terngrad/export/onnx_export.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <filesystem>
@@ -33,9 +32,8 @@ std::string preprocessing_text(PreprocessKind kind, int64_t s) {
       return fmt::format("grayscale uint8 image, x / 255, crop or pad (centred) to {0}x{0}, then (x - 0.5) * 2", s);
     case PreprocessKind::kCifar10:
       return fmt::format(
-          "RGB uint8 image, x / 255, crop or pad (centred) to {0}x{0}, then per-image standardization (x - mean) / "
-          "max(stddev, "
-          "1 / sqrt({0} * {0} * 3)) over all pixels and channels",
+          "RGB uint8 image, x / 255, crop or pad (centred) to {0}x{0}, then per-image standardization "
+          "(x - mean) / max(stddev, 1 / sqrt({0} * {0} * 3)) over all pixels and channels",
           s);
     case PreprocessKind::kAlexnet:
       return fmt::format(
@@ -65,6 +63,43 @@ const ModelInfo& checkpoint_net(const CheckpointReader& reader) {
            model_names());
 }
 
+// The model's metadata_props and doc_string: what it is, where it comes from, what its input must hold.
+void describe(const CheckpointReader& reader, const ModelInfo& info, const OnnxExportOptions& o,
+              const std::string& weights_digest, onnx::ModelProto* model) {
+  const CheckpointMeta& m = reader.meta();
+  const bool ema = o.weights == ExportWeights::kEma;
+  const PreprocessKind kind = preprocess_kind_for(m.dataset, parse_enum<PreprocessKind>(info.imagenet_preprocessing));
+  const std::string layout =
+      fmt::format("images: float32 ({}, {}, {}, {}) NHWC{}", o.batch_size > 0 ? std::to_string(o.batch_size) : "batch",
+                  m.image_size, m.image_size, m.channels, m.channels == 3 ? ", RGB" : "");
+  const std::string labels = dataset_info(m.dataset).id == Dataset::kImagenet
+                                 ? "class index = dataset label: 0 is background, 1.. the classes in the order of "
+                                   "the labels file (terngrad-data build-image-data)"
+                                 : "class index = dataset label (0-based)";
+  const std::string preprocessing = preprocessing_text(kind, m.image_size);
+  const std::string checkpoint_name = std::filesystem::path(reader.path()).filename().string();
+  add_metadata(model, "net", m.model);
+  add_metadata(model, "dataset", m.dataset);
+  add_metadata(model, "image_size", std::to_string(m.image_size));
+  add_metadata(model, "channels", std::to_string(m.channels));
+  add_metadata(model, "num_classes", std::to_string(m.num_classes));
+  add_metadata(model, "labels", labels);
+  add_metadata(model, "checkpoint", checkpoint_name);
+  add_metadata(model, "step", std::to_string(m.step));
+  add_metadata(model, "parameter_digest", m.parameter_digest);
+  add_metadata(model, "weights", ema ? "ema" : "raw");
+  add_metadata(model, "weights_digest", weights_digest);
+  add_metadata(model, "input_layout", layout);
+  add_metadata(model, "preprocessing", preprocessing);
+  add_metadata(model, "outputs", "logits: float32 (batch, classes); probabilities: softmax of the logits");
+  model->set_doc_string(fmt::format(
+      "{} ({}) trained on {} by terngrad, checkpoint {} at step {} (parameter digest {}), {} weights. Input {}: {}. "
+      "Outputs logits and probabilities (batch, {}); {}.",
+      m.model, info.description, m.dataset, checkpoint_name, m.step, m.parameter_digest, ema ? "moving-average" : "raw",
+      layout, preprocessing, m.num_classes, labels));
+  model->mutable_graph()->set_doc_string(model->doc_string());
+}
+
 }  // namespace
 
 OnnxExportSummary export_onnx(const std::string& checkpoint_path, const std::string& output,
@@ -74,7 +109,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint_path, const std::str
   const CheckpointReader reader(checkpoint_path);
   const CheckpointMeta& m = reader.meta();
   const ModelInfo& info = checkpoint_net(reader);
-  const DatasetInfo& dataset = dataset_info(m.dataset);
+  dataset_info(m.dataset);  // a known dataset (checked before the work)
   AtomicFile file(output);  // fails now, before the work, when the output cannot be created
 
   // The net at batch 1 on the CPU, with the checkpoint's weights (or their averages) in its store.
@@ -97,37 +132,8 @@ OnnxExportSummary export_onnx(const std::string& checkpoint_path, const std::str
   graph->set_name(m.model);
   const OnnxGraphStats stats = build_onnx_graph(net, weight, o.batch_size, graph);
 
-  const PreprocessKind kind = preprocess_kind_for(m.dataset, parse_enum<PreprocessKind>(info.imagenet_preprocessing));
-  const std::string layout =
-      fmt::format("images: float32 ({}, {}, {}, {}) NHWC{}", o.batch_size > 0 ? std::to_string(o.batch_size) : "batch",
-                  m.image_size, m.image_size, m.channels, m.channels == 3 ? ", RGB" : "");
-  const std::string labels = dataset.id == Dataset::kImagenet
-                                 ? "class index = dataset label: 0 is background, 1..1000 the synsets in the order of "
-                                   "the labels file (terngrad-data build-image-data)"
-                                 : "class index = dataset label (0-based)";
   const std::string weights_digest = digest_hex(stats.weights_crc);
-  const std::string preprocessing = preprocessing_text(kind, m.image_size);
-  const std::string checkpoint_name = std::filesystem::path(checkpoint_path).filename().string();
-  add_metadata(&model, "net", m.model);
-  add_metadata(&model, "dataset", m.dataset);
-  add_metadata(&model, "image_size", std::to_string(m.image_size));
-  add_metadata(&model, "channels", std::to_string(m.channels));
-  add_metadata(&model, "num_classes", std::to_string(m.num_classes));
-  add_metadata(&model, "labels", labels);
-  add_metadata(&model, "checkpoint", checkpoint_name);
-  add_metadata(&model, "step", std::to_string(m.step));
-  add_metadata(&model, "parameter_digest", m.parameter_digest);
-  add_metadata(&model, "weights", ema ? "ema" : "raw");
-  add_metadata(&model, "weights_digest", weights_digest);
-  add_metadata(&model, "input_layout", layout);
-  add_metadata(&model, "preprocessing", preprocessing);
-  add_metadata(&model, "outputs", "logits: float32 (batch, classes); probabilities: softmax of the logits");
-  model.set_doc_string(fmt::format(
-      "{} ({}) trained on {} by terngrad, checkpoint {} at step {} (parameter digest {}), {} weights. Input {}: {}. "
-      "Outputs logits and probabilities (batch, {}); {}.",
-      m.model, info.description, m.dataset, checkpoint_name, m.step, m.parameter_digest, ema ? "moving-average" : "raw",
-      layout, preprocessing, m.num_classes, labels));
-  graph->set_doc_string(model.doc_string());
+  describe(reader, info, o, weights_digest, &model);
 
   const size_t bytes = model.ByteSizeLong();
   TG_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()),
