@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages terngrad needs to build, test and run its demo, and the one Python package its
-# tests read results with (tensorboard, from PyPI: tests/event_writer_test.cc opens our event files with
-# TensorBoard's own reader): idempotent, no prompts, run as root on a fresh machine. Installs nothing else (the
-# CUDA toolkit is expected in /usr/local/cuda; its absence only disables the CUDA backend). Benchmark peers
+# Installs the Debian packages terngrad needs to build, test and run its demo, the one Python package its tests
+# read results with (tensorboard, from PyPI: tests/event_writer_test.cc opens our event files with TensorBoard's
+# own reader) and the Python venv of the ONNX export test (TG_ONNX_VENV, default /opt/terngrad-venv: numpy, onnx,
+# onnxruntime from PyPI, pinned): idempotent, no prompts, run as root on a fresh machine. Installs nothing else
+# (the CUDA toolkit is expected in /usr/local/cuda; its absence only disables the CUDA backend). Benchmark peers
 # (PyTorch) are installed by bench/setup_peers.sh, not here.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git python3 python3-pip
+  python3-venv           # the venv of the ONNX export test (below)
   libdnnl-dev            # oneDNN 2.6: CPU convolution, pooling, LRN, batch norm, inner product
   libcli11-dev           # command-line parsing
   libspdlog-dev libfmt-dev
@@ -22,6 +24,31 @@ packages=(
   clang-format-14        # scripts/check_format.sh (ctest clang_format)
   shellcheck             # scripts/check_scripts.sh (ctest scripts)
 )
+
+# The ONNX export test's packages (tests/onnx_export_test.py, ctest onnx_export), in their own venv. Without
+# them that test reports SKIPPED (and fails under CI=true): a failed install is a warning here, not an error.
+venv=${TG_ONNX_VENV:-/opt/terngrad-venv}
+python_packages=(numpy==2.4.6 protobuf==7.36.2 onnx==1.23.2 onnxruntime==1.31.1)
+setup_venv() {
+  local have
+  have=$("$venv/bin/python3" -c 'import numpy, google.protobuf, onnx, onnxruntime as o
+print(" ".join(["numpy==" + numpy.__version__, "protobuf==" + google.protobuf.__version__,
+                "onnx==" + onnx.__version__, "onnxruntime==" + o.__version__]))' 2>/dev/null || true)
+  if [ "$have" = "${python_packages[*]}" ]; then
+    echo "setup: $venv has ${python_packages[*]}"
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ] && [ ! -w "$(dirname "$venv")" ]; then
+    echo "setup: warning: $venv lacks ${python_packages[*]}; run this script as root" >&2
+    return 0
+  fi
+  echo "setup: installing ${python_packages[*]} into $venv"
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "${python_packages[@]}"; }; then
+    echo "setup: warning: could not install ${python_packages[*]} into $venv (the ctest onnx_export will" \
+      "report SKIPPED, or fail under CI=true)" >&2
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -51,4 +78,5 @@ else
   python3 -m pip install --quiet --disable-pip-version-check tensorboard ||
     python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tensorboard
 fi
+setup_venv
 echo "setup: done"

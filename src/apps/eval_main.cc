@@ -39,6 +39,7 @@ struct EvalConfig {
   int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
   double max_corrupt_fraction = 0.01;
   std::string eval_dir;  // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
+  std::string dump_logits, dump_inputs, dump_labels;  // .npy files of the evaluated examples
 };
 
 std::string now_string() {
@@ -59,6 +60,9 @@ tg::EvalOptions evaluator_options(const EvalConfig& ec) {
   o.num_preprocess_threads = ec.num_preprocess_threads;
   o.skip_corrupt_records = ec.skip_corrupt_records;
   o.max_corrupt_fraction = ec.max_corrupt_fraction;
+  o.dump_logits = ec.dump_logits;
+  o.dump_inputs = ec.dump_inputs;
+  o.dump_labels = ec.dump_labels;
   return o;
 }
 
@@ -102,6 +106,14 @@ const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
         {"eval_dir", &C::eval_dir,
          "append one JSON line per evaluated checkpoint (step, precision@1, recall@5, examples, digest) to "
          "`eval_dir/eval.jsonl`"},
+        {"dump_logits", &C::dump_logits,
+         "write the logits of every evaluated example to this .npy file (float32, (examples, classes), in the "
+         "subset's order; the last evaluated checkpoint's, written atomically at the end of its pass)"},
+        {"dump_inputs", &C::dump_inputs,
+         "write the preprocessed images the net was fed to this .npy file (float32, (examples, S, S, C), NHWC: "
+         "what an exported ONNX model takes); held in memory until the end, so for small subsets"},
+        {"dump_labels", &C::dump_labels,
+         "write the labels of the evaluated examples to this .npy file (int32, (examples))"},
         {"device", &C::device, "cpu, cuda, cuda:<k>"},
         {"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")},
         {"threads", &C::threads, "CPU threads (0: all cores)", tg::in_range(0, 4096, "[]")},

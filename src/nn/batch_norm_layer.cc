@@ -14,6 +14,7 @@ class BatchNormLayer final : public Layer {
              "layer '{}' (batch_norm): epsilon {} must be > 0 and decay {} in [0, 1]", name, o.epsilon, o.decay);
   }
   const char* type() const override { return "batch_norm"; }
+  LayerOp op() const override { return desc_; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

@@ -10,6 +10,7 @@ class FcLayer final : public Layer {
   }
   const char* type() const override { return "fully_connected"; }
   bool params_in_compute_dtype() const override { return true; }
+  LayerOp op() const override { return desc_; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

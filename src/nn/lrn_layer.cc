@@ -14,6 +14,7 @@ class LrnLayer final : public Layer {
     desc_.depth_radius = depth_radius, desc_.bias = bias, desc_.alpha = alpha, desc_.beta = beta;
   }
   const char* type() const override { return "lrn"; }
+  LayerOp op() const override { return desc_; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

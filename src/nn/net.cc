@@ -362,4 +362,17 @@ std::vector<Net::LayerSummary> Net::summary() const {
   return rows;
 }
 
+std::vector<Net::GraphNode> Net::graph() const {
+  TG_CHECK(backend_ != nullptr, "Net::graph needs setup first");
+  std::vector<GraphNode> nodes;
+  for (const auto& node : nodes_) {
+    GraphNode g{node.layer.get(), {}, tensors_[node.output].name, {}, {}};
+    for (int t : node.inputs) g.inputs.push_back(tensors_[t].name);
+    for (const auto& p : node.params) g.params.push_back(p.name);
+    for (const auto& s : node.states) g.states.push_back(s.name);
+    nodes.push_back(std::move(g));
+  }
+  return nodes;
+}
+
 }  // namespace tg

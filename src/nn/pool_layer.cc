@@ -13,6 +13,7 @@ class PoolLayer final : public Layer {
              kernel, stride);
   }
   const char* type() const override { return kind_ == PoolKind::kMax ? "max_pool" : "avg_pool"; }
+  LayerOp op() const override { return desc_; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

@@ -11,42 +11,19 @@
 #include <vector>
 
 #include "terngrad/backend/backend.h"
+#include "terngrad/core/npy_file.h"
 #include "terngrad/data/dataset_info.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/data/preprocess.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
-#include "terngrad/optim/moving_average.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/checkpoint_model.h"
 
 namespace tg {
 
 namespace {
-
-// The model the checkpoint was trained: its header's sizes and the structure flags it was trained with.
-ModelConfig model_config_of(const CheckpointMeta& m) {
-  ModelConfig mc;
-  mc.image_size = m.image_size;
-  mc.channels = m.channels;
-  mc.num_classes = m.num_classes;
-  auto aux = m.flags.find("aux_logits");
-  if (aux != m.flags.end()) mc.aux_logits = aux->second == "true";
-  return mc;
-}
-
-// The store's parameters and statistics from the checkpoint: their moving averages, or the values themselves.
-void load_weights(const CheckpointReader& reader, Backend& backend, ParameterStore& store, bool averages) {
-  using Layout = CheckpointLayout;
-  auto load = [&](Layout::Part part, Slab& slab) {
-    read_slab(reader, backend, slab, [&](const std::string& name) {
-      return averages ? Layout::name(Layout::kEma, ExponentialMovingAverage::shadow_name(name))
-                      : Layout::name(part, name);
-    });
-  };
-  load(Layout::kParams, store.params());
-  load(Layout::kState, store.state());
-}
 
 // Adds to *top1 / *top5 the rows of logits (n, classes) whose label scores among the 1 / 5 highest.
 void count_hits(const std::vector<float>& logits, const int32_t* labels, int64_t n, int64_t classes, int64_t* top1,
@@ -60,6 +37,35 @@ void count_hits(const std::vector<float>& logits, const int32_t* labels, int64_t
     *top5 += rank < 5;
   }
 }
+
+// The evaluated examples' preprocessed images, logits and labels, kept in memory and written at the end as .npy
+// files (core/npy_file.h) where EvalOptions names them: images (examples, S, S, C) f32 NHWC, logits (examples,
+// classes) f32, labels (examples) i32.
+class EvalDumps {
+ public:
+  EvalDumps(const EvalOptions& o, const CheckpointMeta& m)
+      : o_(o), image_shape_{m.image_size, m.image_size, m.channels}, classes_(m.num_classes) {}
+  void add(const float* images, const float* logits, const int32_t* labels, int64_t n) {
+    const int64_t image_numel = image_shape_[0] * image_shape_[1] * image_shape_[2];
+    if (!o_.dump_inputs.empty()) images_.insert(images_.end(), images, images + n * image_numel);
+    if (!o_.dump_logits.empty()) logits_.insert(logits_.end(), logits, logits + n * classes_);
+    if (!o_.dump_labels.empty()) labels_.insert(labels_.end(), labels, labels + n);
+  }
+  void write(int64_t examples) const {
+    if (!o_.dump_inputs.empty())
+      write_npy(o_.dump_inputs, images_.data(), DType::kF32,
+                {examples, image_shape_[0], image_shape_[1], image_shape_[2]});
+    if (!o_.dump_logits.empty()) write_npy(o_.dump_logits, logits_.data(), DType::kF32, {examples, classes_});
+    if (!o_.dump_labels.empty()) write_npy(o_.dump_labels, labels_.data(), DType::kI32, {examples});
+  }
+
+ private:
+  const EvalOptions& o_;
+  int64_t image_shape_[3];  // S, S, C
+  int64_t classes_;
+  std::vector<float> images_, logits_;
+  std::vector<int32_t> labels_;
+};
 
 // The trainer's --max_steps recorded in the checkpoint (0: none recorded).
 int64_t trained_max_steps(const CheckpointReader& reader) {
@@ -80,11 +86,11 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   bo.threads = o.threads;
   auto be = make_backend(o.device, bo);
   Net net;
-  build_model(m.model, model_config_of(m), net);
+  build_model(m.model, checkpoint_model_config(m), net);
   net.setup(*be, o.batch_size);
   ParameterStore store(net.param_specs(), net.state_specs(), *be);
   net.bind(store);
-  load_weights(reader, *be, store, o.restore_avg_var);
+  load_checkpoint_weights(reader, *be, store, o.restore_avg_var);
   spdlog::info("Successfully loaded model from {} at step={} (parameter digest {}{})", path, m.step, m.parameter_digest,
                o.restore_avg_var ? ", using the moving averages" : "");
 
@@ -114,6 +120,7 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   Tensor y(labels.data(), Shape{o.batch_size}, DType::kI32, Device::cpu());
   std::vector<float> logits(static_cast<size_t>(o.batch_size * m.num_classes));
   const Tensor host_logits(logits.data(), Shape{o.batch_size, m.num_classes}, DType::kF32, Device::cpu());
+  EvalDumps dumps(o, m);
   int64_t batches = 0;
   for (;;) {
     const int64_t n = source->next(x, y);
@@ -121,12 +128,14 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
     net.forward(x, y, false);
     be->copy(host_logits, net.tensor(net.logits_name()));
     count_hits(logits, y.data<int32_t>(), n, m.num_classes, &r.top1, &r.top5);
+    dumps.add(x.data<float>(), logits.data(), y.data<int32_t>(), n);
     r.examples += n;
     if (++batches % 100 == 0) spdlog::info("[{} batches, {} examples]", batches, r.examples);
   }
   TG_CHECK(r.examples > 0, "--data_dir {}: the subset '{}' has no examples", o.data_dir, r.subset);
   if (source->skipped_records() > 0)
     spdlog::warn("--skip_corrupt_records: skipped {} corrupt records", source->skipped_records());
+  dumps.write(r.examples);
   return r;
 }
 

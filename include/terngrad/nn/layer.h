@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "terngrad/backend/backend.h"
@@ -70,6 +71,11 @@ struct LayerIO {
   std::vector<Tensor> params, dparams, state, saved;
 };
 
+// The backend op a layer runs, with every setting, as setup() built it: what an exporter (ONNX) needs to rebuild
+// the layer elsewhere. std::monostate for layers whose type() says everything (relu, concat, add, flatten,
+// dropout, losses).
+using LayerOp = std::variant<std::monostate, ConvDesc, PoolDesc, LrnDesc, BatchNormDesc, InnerProductDesc>;
+
 class Layer {
  public:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -89,6 +95,8 @@ class Layer {
   // Whether the layer reads its parameters (and writes their gradients) in the compute dtype: the per-step half
   // copy of conv/FC weights. Other layers' parameters (batch norm's gamma, beta) stay f32.
   virtual bool params_in_compute_dtype() const { return false; }
+  // The op and its settings after setup() (see LayerOp).
+  virtual LayerOp op() const { return {}; }
 
   std::vector<Shape> setup(SetupContext& ctx);
   void forward(LayerIO& io);

@@ -116,6 +116,16 @@ class Net {
     int64_t parameters;
   };
   std::vector<LayerSummary> summary() const;
+  // The graph as an exporter reads it (after setup; shapes and ops from each layer): every layer in execution
+  // order with the tensors it reads and writes ("images", "labels" or a layer's name) and the ParameterStore
+  // names of its parameters and state.
+  struct GraphNode {
+    const Layer* layer;
+    std::vector<std::string> inputs;
+    std::string output;
+    std::vector<std::string> params, states;
+  };
+  std::vector<GraphNode> graph() const;
 
  private:
   struct Node {

@@ -22,6 +22,10 @@ struct EvalOptions {
   int num_preprocess_threads = 2;
   bool skip_corrupt_records = false;
   double max_corrupt_fraction = 0.01;
+  // When set, .npy files of every evaluated example (core/npy_file.h), written atomically after the pass
+  // (kept in memory until then): the preprocessed images fed to the net (examples, S, S, C) f32 NHWC, the
+  // logits (examples, classes) f32, the labels (examples) i32.
+  std::string dump_inputs, dump_logits, dump_labels;
 };
 
 struct EvalResult {
