@@ -87,8 +87,8 @@ void BM_PipelineMnistPng(benchmark::State& state) {
   o.data_dir = (fixtures().root / "png").string();
   o.dataset = "mnist";
   o.batch_size = 64;
-  o.num_preprocess_threads = static_cast<int>(state.range(0));
-  o.shuffle_buffer = 1024;
+  o.data.num_preprocess_threads = static_cast<int>(state.range(0));
+  o.data.shuffle_buffer = 1024;
   run_pipeline(state, o);
 }
 BENCHMARK(BM_PipelineMnistPng)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -100,8 +100,8 @@ void BM_PipelineImagenetJpeg(benchmark::State& state) {
   o.imagenet_preprocessing = state.range(1) ? PreprocessKind::kInception : PreprocessKind::kAlexnet;
   o.image_size = 224;
   o.batch_size = 32;
-  o.num_preprocess_threads = static_cast<int>(state.range(0));
-  o.shuffle_buffer = 256;
+  o.data.num_preprocess_threads = static_cast<int>(state.range(0));
+  o.data.shuffle_buffer = 256;
   run_pipeline(state, o);
 }
 BENCHMARK(BM_PipelineImagenetJpeg)

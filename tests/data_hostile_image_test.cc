@@ -289,8 +289,8 @@ std::string run_eval(const fs::path& dir, const std::string& dataset, bool skip,
   o.dataset = dataset;
   o.batch_size = 4;
   o.train = false;
-  o.skip_corrupt_records = skip;
-  o.max_corrupt_fraction = 0.5;  // one crafted record among a few good ones
+  o.data.skip_corrupt_records = skip;
+  o.data.max_corrupt_fraction = 0.5;  // one crafted record among a few good ones
   *seen = 0;
   try {
     InputPipeline p(o);

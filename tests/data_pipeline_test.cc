@@ -67,8 +67,8 @@ PipelineOptions mnist_options(const fs::path& dir, bool train, int batch) {
   o.dataset = "mnist";
   o.batch_size = batch;
   o.train = train;
-  o.num_readers = 2;
-  o.num_preprocess_threads = 2;
+  o.data.num_readers = 2;
+  o.data.num_preprocess_threads = 2;
   o.seed = 42;
   return o;
 }
@@ -143,7 +143,7 @@ TEST(InputPipeline, TrainCoversEachWorkersRecordsOncePerEpochAndReshufflesFiles)
     std::set<int> union_of_workers;
     for (int w = 0; w < workers; ++w) {
       PipelineOptions o = mnist_options(dir, true, 1);
-      o.shuffle_buffer = 1;  // no record shuffling: epochs stay separate
+      o.data.shuffle_buffer = 1;  // no record shuffling: epochs stay separate
       o.worker_index = w;
       o.num_workers = workers;
       InputPipeline p(o);
@@ -206,9 +206,9 @@ TEST(InputPipeline, SameBatchesWhateverTheThreadCounts) {
     o.data_dir = dir.string();
     o.dataset = "cifar10";
     o.batch_size = 7;
-    o.num_readers = readers;
-    o.num_preprocess_threads = threads;
-    o.shuffle_buffer = 9;
+    o.data.num_readers = readers;
+    o.data.num_preprocess_threads = threads;
+    o.data.shuffle_buffer = 9;
     o.seed = 5;
     InputPipeline p(o);
     std::vector<Batch> out(12);
@@ -229,8 +229,8 @@ TEST(InputPipeline, SameBatchesWhateverTheThreadCounts) {
     o.data_dir = dir.string();
     o.dataset = "cifar10";
     o.batch_size = 7;
-    o.num_preprocess_threads = 2;
-    o.shuffle_buffer = 9;
+    o.data.num_preprocess_threads = 2;
+    o.data.shuffle_buffer = 9;
     o.seed = 5;
     o.skip_records = a[k].records_end;
     EXPECT_EQ(a[k].records_end, static_cast<uint64_t>(7 * (k + 1)));
@@ -250,7 +250,7 @@ TEST(InputPipeline, ShuffleBufferMixesRecords) {
   fs::path dir = temp_dir("shuffle");
   const int n = write_files(dir, "train", {40});
   PipelineOptions o = mnist_options(dir, true, 40);
-  o.shuffle_buffer = 16;
+  o.data.shuffle_buffer = 16;
   InputPipeline p(o);
   Batch b;
   ASSERT_TRUE(p.next(&b));
@@ -298,8 +298,8 @@ TEST(InputPipelineBadInput, CorruptRecordNamesFileAndOffsetOrIsSkipped) {
   EXPECT_NE(err.find(file.string()), std::string::npos) << err;
   EXPECT_NE(err.find("bad data CRC in record at byte offset " + std::to_string(off2)), std::string::npos) << err;
 
-  o.skip_corrupt_records = true;
-  o.max_corrupt_fraction = 0.5;  // 1 of 6
+  o.data.skip_corrupt_records = true;
+  o.data.max_corrupt_fraction = 0.5;  // 1 of 6
   InputPipeline p(o);
   std::vector<int> ids;
   Batch b;
@@ -319,8 +319,8 @@ TEST(InputPipelineBadInput, TruncatedFile) {
   EXPECT_NE(err.find("truncated"), std::string::npos) << err;
   EXPECT_NE(err.find(file.string()), std::string::npos) << err;
   PipelineOptions o = mnist_options(dir, false, 2);
-  o.skip_corrupt_records = true;
-  o.max_corrupt_fraction = 0.5;  // 1 of 3
+  o.data.skip_corrupt_records = true;
+  o.data.max_corrupt_fraction = 0.5;  // 1 of 3
   EXPECT_EQ(eval_ids(o), (std::vector<int>{0, 1}));
   fs::remove_all(dir);
 }
@@ -368,13 +368,13 @@ TEST(InputPipelineBadInput, BadRecordContents) {
     EXPECT_NE(err.find(cs.expect), std::string::npos) << err;
     EXPECT_NE(err.find("test-00000-of-00001: record at byte offset"), std::string::npos) << err;
     if (std::string(cs.expect).find("channels (colour)") != std::string::npos) {  // another dataset: never skipped
-      o.skip_corrupt_records = true;
+      o.data.skip_corrupt_records = true;
       EXPECT_NE(next_error(o).find(cs.expect), std::string::npos);
       fs::remove_all(dir);
       continue;
     }
-    o.skip_corrupt_records = true;
-    o.max_corrupt_fraction = 0.5;  // 1 of 3
+    o.data.skip_corrupt_records = true;
+    o.data.max_corrupt_fraction = 0.5;  // 1 of 3
     InputPipeline p(o);
     Batch b;
     ASSERT_TRUE(p.next(&b));
@@ -400,10 +400,10 @@ TEST(InputPipelineBadInput, MissingOrEmptyDataDirAndBadFlags) {
   o.dataset = "cifar10";  // gray 28x28 records are not CIFAR-10: refused, never converted
   std::string err = next_error(o);
   EXPECT_NE(err.find("a 1-channel image where cifar10 has 3-channel images"), std::string::npos) << err;
-  o.skip_corrupt_records = true;  // the wrong data is not corruption: not skipped either
+  o.data.skip_corrupt_records = true;  // the wrong data is not corruption: not skipped either
   err = next_error(o);
   EXPECT_NE(err.find("does not hold cifar10 data"), std::string::npos) << err;
-  o.skip_corrupt_records = false;
+  o.data.skip_corrupt_records = false;
   o.dataset = "mnist";
   o.batch_size = 0;
   EXPECT_EQ(next_error(o), "--batch_size 0 must be positive");
@@ -440,8 +440,8 @@ TEST(InputPipeline, DestructorJoinsWhileThreadsAreBlocked) {
   write_files(dir, "train", {50, 50});
   for (int i = 0; i < 5; ++i) {
     PipelineOptions o = mnist_options(dir, true, 2);
-    o.num_readers = 2;
-    o.num_preprocess_threads = 3;
+    o.data.num_readers = 2;
+    o.data.num_preprocess_threads = 3;
     InputPipeline p(o);
     Batch b;
     ASSERT_TRUE(p.next(&b));
@@ -498,13 +498,13 @@ TEST(InputPipelineBadInput, SkippingAPassWithNoUsableRecordStops) {
   PipelineOptions o = mnist_options(dir, true, 4);
   o.num_classes = 0;
   o.dataset = "mnist";
-  o.skip_corrupt_records = true;
-  o.shuffle_buffer = 64;  // larger than the data: the records of several passes wait in it
+  o.data.skip_corrupt_records = true;
+  o.data.shuffle_buffer = 64;  // larger than the data: the records of several passes wait in it
   o.num_classes = 1;      // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
   std::string err = error_within(o, 30);
   EXPECT_NE(err.find("found 27 bad records of 30 (90.00%), more than --max_corrupt_fraction 0.01"), std::string::npos)
       << err;
-  o.max_corrupt_fraction = 0.95;  // then it trains on the 3 good ones
+  o.data.max_corrupt_fraction = 0.95;  // then it trains on the 3 good ones
   EXPECT_EQ(error_within(o, 3), "");
   {
     InputPipeline p(o);
@@ -519,8 +519,8 @@ TEST(InputPipelineBadInput, SkippingAPassWithNoUsableRecordStops) {
     for (int i = 0; i < 5000; ++i) f.put(static_cast<char>((i * 7919) % 251));
   }
   o = mnist_options(dir, true, 4);
-  o.skip_corrupt_records = true;
-  o.max_corrupt_fraction = 1.0;
+  o.data.skip_corrupt_records = true;
+  o.data.max_corrupt_fraction = 1.0;
   err = error_within(o, 30);
   EXPECT_NE(err.find("found no usable record (1 bad, the first: "), std::string::npos) << err;
   EXPECT_NE(err.find((dir / "train-00000-of-00001").string()), std::string::npos) << err;
@@ -532,7 +532,7 @@ TEST(InputPipeline, StopFlagInterruptsTheWaitForABatch) {
   fs::path dir = temp_dir("stop_wait");
   write_files(dir, "train", {200});
   PipelineOptions o = mnist_options(dir, true, 20000);  // a batch of 100 passes: seconds of decoding
-  o.num_preprocess_threads = 1;
+  o.data.num_preprocess_threads = 1;
   InputPipeline p(o);
   std::atomic<bool> stop{true};
   p.set_stop_flag(&stop);

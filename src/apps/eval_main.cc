@@ -13,33 +13,22 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/json_writer.h"
 #include "terngrad/core/logging.h"
-#include "terngrad/data/data_flags.h"
+#include "terngrad/data/data_config.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/train/evaluator.h"
 #include "terngrad/train/event_writer.h"
 
 namespace {
 
-struct EvalConfig {
+// terngrad-eval's settings: the evaluator's options (and through them the input flags) and which checkpoints to
+// evaluate, how often, and where the results go.
+struct EvalConfig : tg::EvalOptions {
   std::string checkpoint_dir = "/tmp/terngrad_train";
   std::string checkpoint_path;
-  std::string data_dir;
-  std::string subset;  // default: the dataset's eval subset
-  std::string device = "cpu";
-  int64_t batch_size = 100;
-  bool restore_avg_var = true;
   bool run_once = false;
   double eval_interval_secs = 60;
   int64_t max_steps = 0;  // 0: the trainer's --max_steps from the checkpoint
-  int threads = 0;
-  int num_preprocess_threads = 2;
-  bool skip_corrupt_records = false;
-  std::string tfrecord_compression = "auto";
-  std::string jpeg_dct = "fast";
-  int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
-  double max_corrupt_fraction = 0.01;
-  std::string eval_dir;  // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
-  std::string dump_logits, dump_inputs, dump_labels;  // .npy files of the evaluated examples
+  std::string eval_dir;   // when set: eval_dir/eval.jsonl gets one line per evaluated checkpoint
 };
 
 std::string now_string() {
@@ -49,22 +38,6 @@ std::string now_string() {
   return buf;
 }
 
-tg::EvalOptions evaluator_options(const EvalConfig& ec) {
-  tg::EvalOptions o;
-  o.data_dir = ec.data_dir;
-  o.subset = ec.subset;
-  o.device = ec.device;
-  o.batch_size = ec.batch_size;
-  o.restore_avg_var = ec.restore_avg_var;
-  o.threads = ec.threads;
-  o.num_preprocess_threads = ec.num_preprocess_threads;
-  o.skip_corrupt_records = ec.skip_corrupt_records;
-  o.max_corrupt_fraction = ec.max_corrupt_fraction;
-  o.dump_logits = ec.dump_logits;
-  o.dump_inputs = ec.dump_inputs;
-  o.dump_labels = ec.dump_labels;
-  return o;
-}
 
 // The reference's line on stdout; with --eval_dir, a JSON line in eval_dir/eval.jsonl and TensorBoard scalars.
 void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* events) {
@@ -86,7 +59,8 @@ void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* even
                            {"Accuracy @ 5", static_cast<float>(r.recall_at_5())}});
 }
 
-// The flag table of terngrad-eval (core/flag_table.h); the input flags are the trainer's (data_flags.h).
+// The flag table of terngrad-eval (core/flag_table.h); the input flags are the trainer's (data/data_config.h),
+// those a single in-order pass uses.
 const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
   using C = EvalConfig;
   static const std::vector<tg::Flag<C>> table = [] {
@@ -117,9 +91,8 @@ const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
         {"device", &C::device, "cpu, cuda, cuda:<k>"},
         {"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")},
         {"threads", &C::threads, "CPU threads (0: all cores)", tg::in_range(0, 4096, "[]")},
-        {"num_preprocess_threads", &C::num_preprocess_threads, "decode threads", tg::in_range(1, 4096, "[]")},
     };
-    for (tg::Flag<C>& f : tg::data_flags<C>()) t.push_back(std::move(f));
+    for (tg::Flag<C>& f : tg::embed_flags<C>(tg::data_flags(), tg::eval_data_flag_names())) t.push_back(std::move(f));
     return t;
   }();
   return table;
@@ -152,10 +125,10 @@ int main(int argc, char** argv) {
   try {
     tg::setup_logging(options.log_level);
     tg::check_flags(eval_flags(), ec);
-    tg::set_data_flag_defaults(ec.tfrecord_compression, ec.jpeg_dct, ec.max_image_pixels);
+    ec.apply_decode_defaults();
     std::unique_ptr<tg::EventWriter> events;
     if (!ec.eval_dir.empty()) events = std::make_unique<tg::EventWriter>(ec.eval_dir);
-    const tg::Evaluator evaluator(evaluator_options(ec));
+    const tg::Evaluator evaluator(ec);
     auto on_result = [&](const tg::EvalResult& r) { report(r, ec, events.get()); };
     if (!ec.checkpoint_path.empty())
       on_result(evaluator.evaluate(ec.checkpoint_path));

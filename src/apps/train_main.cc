@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
       mpi = std::make_unique<tg::MpiEnvironment>();
       if (mpi->world_size() > 1) comm = std::make_unique<tg::MpiCommunicator>();
     }
-    tg::set_data_flag_defaults(config.tfrecord_compression, config.jpeg_dct, config.max_image_pixels);
+    config.apply_decode_defaults();
     tg::Trainer trainer(config, comm.get());
     tg::TrainResult r = trainer.run(signals.flag());
     if ((!comm || comm->rank() == 0) && !r.already_finished) {

@@ -9,15 +9,21 @@
 
 namespace tg {
 
-void CompressionFlags::validate() const {
-  if (grad_bits != 1 && grad_bits != 16 && grad_bits != 32)
-    TG_THROW("--grad_bits {} is not supported; accepted values: 1 (ternary), 16 (fp16), 32 (fp32)", grad_bits);
-  if (!(clip_factor >= 0.f) || !std::isfinite(clip_factor))
-    TG_THROW("--clip_factor {} is invalid; accepted values: a finite number >= 0 (0 disables clipping)", clip_factor);
-  if (size_to_binarize < 1)
-    TG_THROW("--size_to_binarize {} is invalid; accepted values: an integer >= 1 (1 compresses every tensor)",
-             size_to_binarize);
+const std::vector<Flag<CompressionFlags>>& compression_flags() {
+  using C = CompressionFlags;
+  static const std::vector<Flag<C>> table = {
+      {"grad_bits", &C::grad_bits, "1 = TernGrad, 16 = fp16, 32 = fp32",
+       one_of_numbers({1, 16, 32}, "1 (TernGrad), 16 (fp16), 32 (fp32)")},
+      {"clip_factor", &C::clip_factor, "c in s = min(c·σ, max|g|); 0: no clipping", at_least(0).note("0: no clipping")},
+      {"size_to_binarize", &C::size_to_binarize,
+       "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1)},
+      {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
+       kFlagSwitch},
+  };
+  return table;
 }
+
+void CompressionFlags::validate() const { check_flags(compression_flags(), *this); }
 
 CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::vector<ParamInfo>& params)
     : flags_(flags) {

@@ -153,7 +153,7 @@ struct InputPipeline::State {
   // A corrupt record of pass `epoch` at (file, offset): stops the pipeline with the message, or, when skipping
   // is on, is counted (once per record, whatever the pass) and logged (the first few) and the pass audited.
   void corrupt(int64_t epoch, int file, uint64_t offset, const std::string& msg) {
-    if (!opt.skip_corrupt_records) {
+    if (!opt.data.skip_corrupt_records) {
       fail(msg);
       return;
     }
@@ -215,10 +215,10 @@ struct InputPipeline::State {
     if (judged == 0) return "";
     if (c.bad == judged)
       return fmt::format("{} found no usable record ({} bad, the first: {})", what, c.bad, c.first_bad);
-    if (static_cast<double>(c.bad) > opt.max_corrupt_fraction * static_cast<double>(judged))
+    if (static_cast<double>(c.bad) > opt.data.max_corrupt_fraction * static_cast<double>(judged))
       return fmt::format("{} found {} bad records of {} ({:.2f}%), more than --max_corrupt_fraction {} (the first: {})",
                          what, c.bad, judged, 100.0 * static_cast<double>(c.bad) / static_cast<double>(judged),
-                         opt.max_corrupt_fraction, c.first_bad);
+                         opt.data.max_corrupt_fraction, c.first_bad);
     return "";
   }
 
@@ -295,7 +295,7 @@ struct InputPipeline::State {
     try {
       uint64_t seq = 0, draws = 0, dropped = 0;
       std::vector<RawRecord> buffer;
-      const size_t cap = opt.train ? static_cast<size_t>(std::max(1, opt.shuffle_buffer)) : 1;
+      const size_t cap = opt.train ? static_cast<size_t>(std::max<int64_t>(1, opt.data.shuffle_buffer)) : 1;
       if (cap > 1) buffer.reserve(cap);
       const PhiloxKey key = philox_key(opt.seed ^ (static_cast<uint64_t>(opt.worker_index) << 32), kStreamShuffle);
       auto emit = [&](RawRecord&& rec) {
@@ -389,7 +389,7 @@ struct InputPipeline::State {
     } catch (const DatasetMismatchError&) {  // the wrong data (channel count), never skipped as corrupt
       throw;
     } catch (const Error& e) {
-      if (!opt.skip_corrupt_records) throw;
+      if (!opt.data.skip_corrupt_records) throw;
       corrupt(rec.epoch, rec.file, rec.offset, e.what());
       ex->skipped = true;
       ex->image.clear();
@@ -467,16 +467,12 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   if (o.image_size < 1) TG_THROW("--image_size {} must be positive", o.image_size);
   if (o.batch_size < 1) TG_THROW("--batch_size {} must be positive", o.batch_size);
   if (o.num_classes < 1) TG_THROW("--num_classes {} must be positive", o.num_classes);
-  if (o.num_readers < 1) TG_THROW("--num_readers {} must be at least 1", o.num_readers);
-  if (o.num_preprocess_threads < 1)
-    TG_THROW("--num_preprocess_threads {} must be at least 1", o.num_preprocess_threads);
+  check_flags(data_flags(), o.data);  // the input flags' own checks (data_config.h)
   if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers)
     TG_THROW("worker index {} outside [0, {})", o.worker_index, o.num_workers);
   if (o.prefetch_batches < 1) o.prefetch_batches = 1;
   s.spec = PreprocessSpec{kind, o.image_size, static_cast<int>(data.channels), o.train};
   s.example_floats = static_cast<size_t>(o.image_size) * o.image_size * s.spec.channels;
-  if (!(o.max_corrupt_fraction >= 0.0 && o.max_corrupt_fraction <= 1.0))
-    TG_THROW("--max_corrupt_fraction {} is not in [0, 1]", o.max_corrupt_fraction);
   s.files = list_data_files(o.data_dir, o.subset);
   {
     uint64_t bytes = 0;
@@ -490,17 +486,17 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
                s.files.size() == 1 ? "" : "s", o.subset, s.files.size() == 1 ? "is" : "are all");
   }
   s.assignment = assign_shards(static_cast<int>(s.files.size()), o.worker_index, o.num_workers);
-  s.num_readers = std::min<int>(o.num_readers, static_cast<int>(s.assignment.files.size()));
+  s.num_readers = std::min<int>(o.data.num_readers, static_cast<int>(s.assignment.files.size()));
 
   for (int r = 0; r < s.num_readers; ++r) s.reader_queues.push_back(std::make_unique<BoundedQueue<RawRecord>>(64));
-  s.work = std::make_unique<BoundedQueue<WorkItem>>(2 * o.num_preprocess_threads + 2);
+  s.work = std::make_unique<BoundedQueue<WorkItem>>(2 * o.data.num_preprocess_threads + 2);
   s.prefetch = std::make_unique<BoundedQueue<Batch>>(o.prefetch_batches);
-  s.window.resize(std::max<size_t>(16, 4 * static_cast<size_t>(o.num_preprocess_threads)));
+  s.window.resize(std::max<size_t>(16, 4 * static_cast<size_t>(o.data.num_preprocess_threads)));
 
   try {
     for (int r = 0; r < s.num_readers; ++r) s.threads.emplace_back([&s, r] { s.reader_loop(r); });
     s.threads.emplace_back([&s] { s.sequencer_loop(); });
-    for (int t = 0; t < o.num_preprocess_threads; ++t) s.threads.emplace_back([&s] { s.preprocess_loop(); });
+    for (int t = 0; t < o.data.num_preprocess_threads; ++t) s.threads.emplace_back([&s] { s.preprocess_loop(); });
     s.threads.emplace_back([&s] { s.batcher_loop(); });
   } catch (...) {
     s.shutdown();

@@ -106,10 +106,8 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   po.imagenet_preprocessing = parse_enum<PreprocessKind>(find_model(m.model).imagenet_preprocessing);
   po.image_size = static_cast<int>(m.image_size);
   po.batch_size = static_cast<int>(o.batch_size);
-  po.num_preprocess_threads = o.num_preprocess_threads;
+  po.data = o;  // the input flags as given
   po.num_classes = static_cast<int>(m.num_classes);
-  po.skip_corrupt_records = o.skip_corrupt_records;
-  po.max_corrupt_fraction = o.max_corrupt_fraction;
   auto source = make_eval_batch_source(po);
 
   // images (batch, image_size, image_size, channels) f32, labels (batch) i32, logits (batch, classes) f32

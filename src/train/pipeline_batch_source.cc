@@ -73,14 +73,10 @@ std::unique_ptr<BatchSource> make_pipeline_batch_source(const TrainConfig& c, in
   o.image_size = static_cast<int>(c.image_size);
   o.batch_size = static_cast<int>(batch);
   o.train = true;
-  o.num_readers = c.num_readers;
-  o.num_preprocess_threads = c.num_preprocess_threads;
-  o.shuffle_buffer = static_cast<int>(std::min<int64_t>(c.shuffle_buffer, 1 << 30));
+  o.data = c;  // the input flags, as given (DataConfig)
   o.seed = c.seed;
   o.worker_index = rank;
   o.num_workers = num_processes;
-  o.skip_corrupt_records = c.skip_corrupt_records;
-  o.max_corrupt_fraction = c.max_corrupt_fraction;
   o.num_classes = static_cast<int>(c.num_classes);
   o.skip_records = cursor;
   return std::make_unique<PipelineBatchSource>(o);

@@ -1,7 +1,6 @@
 // The flag table of terngrad-train.
 #include "terngrad/train/train_flags.h"
 
-#include "terngrad/data/data_flags.h"
 #include "terngrad/exchange/exchange_options.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/optimizer.h"
@@ -14,7 +13,6 @@ constexpr double kMaxBatch = double(int64_t{1} << 24);
 constexpr double kMaxImageSize = 4096;
 constexpr double kMaxClasses = double(int64_t{1} << 24);
 constexpr double kMaxWorkers = 4096;  // workers, GPUs, replicas, threads
-constexpr double kMaxShuffleBuffer = double(int64_t{1} << 30);
 
 FlagCheck known_network() {
   FlagCheck c;
@@ -89,23 +87,14 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"momentum", &C::momentum, "momentum and RMSProp momentum", in_range(0, 1, "[)")},
       {"moving_average_decay", &C::moving_average_decay,
        "EMA of weights and BN statistics: decay min(d, (1+t)/(10+t)); eval uses it", in_range(0, 1, "[)")},
-      {"grad_bits", &C::grad_bits, "1 = TernGrad, 16 = fp16, 32 = fp32",
-       one_of_numbers({1, 16, 32}, "1 (TernGrad), 16 (fp16), 32 (fp32)")},
-      {"clip_factor", &C::clip_factor, "c in s = min(c·σ, max|g|); 0: no clipping", at_least(0).note("0: no clipping")},
-      {"size_to_binarize", &C::size_to_binarize,
-       "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1)},
-      {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
-       kFlagSwitch},
-      {"exchange", &C::exchange,
-       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 inside a node, "
-       "2-bit codes between nodes (one ring per local rank); auto: hierarchical with --grad_bits 1 on several "
-       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
-       "(benchmarks' compute-only step; replicas drift apart)",
-       one_of<ExchangeMode>()},
-      {"error_feedback", &C::error_feedback,
-       "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
-       "(per element, per rank; checkpointed per rank)",
-       no_check(), kFlagSwitch | kFlagResume},
+  };
+  // The areas' sub-tables: compression and exchange where the reference lists them, the input last.
+  auto append = [&t](std::vector<Flag<C>> more) {
+    for (Flag<C>& f : more) t.push_back(std::move(f));
+  };
+  append(embed_flags<C>(compression_flags()));
+  append(embed_flags<C>(exchange_flags()));
+  append({
       {"allow_topology_change", &C::allow_topology_change,
        "resume a checkpoint written by another number of workers or processes (a node lost or added): the "
        "replicated state is restored, the data cursor re-derived; per-rank state is refused unless "
@@ -114,16 +103,6 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"reset_rank_state", &C::reset_rank_state,
        "with `--allow_topology_change`: drop the checkpoint's per-rank state (error-feedback residuals start at 0)",
        no_check(), kFlagSwitch | kFlagNotSaved},
-      {"local_bits", &C::local_bits,
-       "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in "
-       "fp32 (32) or fp16 (16)",
-       one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
-      {"overlap", &C::overlap,
-       "with several processes and host gradients: exchange buckets on a communication thread while backward "
-       "runs; `--overlap=false` exchanges everything after backward (same bits)"},
-      {"bucket_mb", &C::bucket_mb,
-       "MiB of fp32 gradient per bucket (backward order; the tensor crossing the limit closes the bucket)",
-       positive().saying("must be a positive number of MiB")},
       {"seed", &C::seed, "", no_check(), kFlagResume},
       {"save_iter", &C::save_iter, "checkpoint every N steps and at the end", at_least(1)},
       {"keep_checkpoints", &C::keep_checkpoints, "", at_least(1)},
@@ -150,12 +129,8 @@ std::vector<Flag<TrainConfig>> make_table() {
        "(debug) every N steps, compare the parameter checksums of all replicas and processes; a mismatch stops "
        "the run naming the step",
        at_least(0)},
-      {"num_readers", &C::num_readers, "TFRecord reader threads", at_least(1).max(kMaxWorkers)},
-      {"num_preprocess_threads", &C::num_preprocess_threads, "decode/augment threads", at_least(1).max(kMaxWorkers)},
-      {"shuffle_buffer", &C::shuffle_buffer, "serialized records in the shuffle buffer",
-       at_least(1).max(kMaxShuffleBuffer), kFlagResume},
-  };
-  for (Flag<C>& f : data_flags<C>()) t.push_back(std::move(f));
+  });
+  append(embed_flags<C>(data_flags()));
   return t;
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "terngrad/core/enum_names.h"
+#include "terngrad/core/flag_table.h"
 
 namespace tg {
 
@@ -24,14 +25,17 @@ struct EnumNames<GradCoding> : EnumNamesBase {
       {GradCoding::kF32, "fp32"}, {GradCoding::kF16, "fp16"}, {GradCoding::kTernary, "ternary"}};
 };
 
+// The reference's compression flags, owned here with their flag sub-table (compression_flags()); TrainConfig
+// derives from this struct and embeds the table.
 struct CompressionFlags {
   int grad_bits = 32;            // 1 (ternary), 16 (fp16) or 32 (fp32)
   float clip_factor = 0.f;       // c in s = min(c*sigma, max|g|); 0: s = max|g|
   int64_t size_to_binarize = 1;  // tensors with fewer elements stay fp32
   bool quantize_logits = false;  // false: the last two parameter tensors stay fp32
-  // Throws tg::Error naming the flag and its accepted values.
+  // The table's checks: throws tg::Error naming the flag and its accepted values.
   void validate() const;
 };
+const std::vector<Flag<CompressionFlags>>& compression_flags();
 
 struct ParamInfo {
   std::string name;  // "conv1/weights"

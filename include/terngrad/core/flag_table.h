@@ -145,6 +145,30 @@ struct Flag {
   }
 };
 
+// The entries of a sub-config's table (e.g. DataConfig's) as entries of a config that derives from it
+// (TrainConfig : DataConfig): a member pointer of the base is one of the derived struct, so the entry is the same.
+// `names`: only these entries, in table order (all when empty).
+template <typename C, typename Sub>
+std::vector<Flag<C>> embed_flags(const std::vector<Flag<Sub>>& table, const std::vector<const char*>& names = {}) {
+  static_assert(std::is_base_of_v<Sub, C>, "embed_flags: the config must derive from the sub-config");
+  std::vector<Flag<C>> out;
+  for (const Flag<Sub>& f : table) {
+    bool wanted = names.empty();
+    for (const char* n : names) wanted = wanted || std::string_view(n) == f.name;
+    if (!wanted) continue;
+    const FlagMember<C> member = std::visit(
+        [](auto m) -> FlagMember<C> {
+          using T = std::remove_reference_t<decltype(std::declval<Sub&>().*m)>;
+          return static_cast<T C::*>(m);
+        },
+        f.member);
+    out.emplace_back(f.name, member, f.help, f.check, f.traits, f.aliases);
+  }
+  TG_CHECK(names.empty() || out.size() == names.size(), "embed_flags: {} of the {} names are not in the table",
+           names.size() - out.size(), names.size());
+  return out;
+}
+
 // The value as saved and logged: numbers as fmt's shortest form, booleans true/false, text as is.
 template <typename C>
 std::string flag_value_text(const Flag<C>& f, const C& c) {

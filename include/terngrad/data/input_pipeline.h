@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/data_config.h"
 #include "terngrad/data/preprocess.h"
 
 namespace tg {
@@ -58,16 +59,14 @@ struct PipelineOptions {
   int image_size = 0;   // 0: dataset default (28, 24, 224)
   int batch_size = 64;  // this pipeline's batch (the trainer passes its worker's slice)
   bool train = true;
-  int num_readers = 1;
-  int num_preprocess_threads = 2;
-  int shuffle_buffer = 4096;  // serialized records; <= 1 disables shuffling
+  // Readers (train), decode threads, shuffle buffer (train: serialized records, <= 1 disables shuffling),
+  // corrupt records: the programs' input flags as they are (terngrad/data/data_config.h).
+  DataConfig data;
   int prefetch_batches = 2;
   uint64_t seed = 0;
   int worker_index = 0;
   int num_workers = 1;
-  bool skip_corrupt_records = false;
-  double max_corrupt_fraction = 0.01;  // skip_corrupt_records: more bad records in one pass stop the pipeline
-  int num_classes = 0;                 // 0: dataset default (10, 10, 1001 with background 0)
+  int num_classes = 0;  // 0: dataset default (10, 10, 1001 with background 0)
   int64_t start_epoch = 0;             // first epoch (train: resume; changes file order and augmentation)
   uint64_t skip_records = 0;           // train: drop the first records of the sequence before decoding (resume
                                        // at Batch::records_end of the last batch trained on)

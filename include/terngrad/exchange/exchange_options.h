@@ -14,7 +14,11 @@
 
 #include <cstdint>
 
+#include <string>
+#include <vector>
+
 #include "terngrad/core/enum_names.h"
+#include "terngrad/core/flag_table.h"
 
 namespace tg {
 
@@ -33,6 +37,17 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
 // traffic (N-1) n/4 against 2 (N-1)/N n bytes). Explicit allgather2/allreduce8 stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
+// The exchange's flags as given (--exchange, --overlap, --bucket_mb, --error_feedback, --local_bits), owned here
+// with their flag sub-table (exchange_flags()); TrainConfig derives from this struct and embeds the table.
+struct ExchangeConfig {
+  std::string exchange = "auto";
+  bool overlap = true;          // exchange buckets while backward runs (several processes, host gradients)
+  double bucket_mb = 25;        // MiB of fp32 gradient per bucket (DDP's default)
+  bool error_feedback = false;  // terngrad: carry each worker's rounding error to its next step
+  int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+};
+const std::vector<Flag<ExchangeConfig>>& exchange_flags();
+
 struct ExchangeOptions {
   ExchangeMode mode = ExchangeMode::kAuto;
   uint64_t seed = 1;
@@ -43,6 +58,10 @@ struct ExchangeOptions {
   // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
   // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
   bool host_scaler_check = true;
+
+  ExchangeOptions() = default;
+  // The flags' options (--exchange parsed) with the run's seed.
+  ExchangeOptions(const ExchangeConfig& c, uint64_t seed);
 };
 
 }  // namespace tg

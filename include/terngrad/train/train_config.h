@@ -1,6 +1,8 @@
 // TrainConfig: every setting of terngrad-train, named as the reference's flags, with their defaults (the member
 // initialisers, the one place they are written). Help, checks and what is saved: the flag table
-// (train_flags.h); validate() runs its checks and those relating several flags before any work starts.
+// (train_flags.h); validate() runs its checks and those relating several flags before any work starts. The
+// settings an area owns come from its sub-config, whose flag sub-table the train table embeds: the input
+// (DataConfig, data room), the compression (CompressionFlags, compress) and the exchange (ExchangeConfig).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,10 @@
 
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/enum_names.h"
+#include "terngrad/compress/compression_policy.h"
+#include "terngrad/data/data_config.h"
 #include "terngrad/data/dataset_info.h"
+#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
 
@@ -24,7 +29,7 @@ struct EnumNames<Precision> : EnumNamesBase {
       {Precision::kFp32, "fp32"}, {Precision::kFp16, "fp16"}, {Precision::kBf16, "bf16"}};
 };
 
-struct TrainConfig {
+struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   // where
   std::string train_dir = "/tmp/terngrad_train";
   std::string data_dir;
@@ -61,16 +66,7 @@ struct TrainConfig {
   int64_t warmup_steps = 0;
   float momentum = 0.9f;
   float moving_average_decay = 0.9999f;
-  // gradient exchange
-  int grad_bits = 32;
-  float clip_factor = 0.f;
-  int64_t size_to_binarize = 1;
-  bool quantize_logits = false;
-  std::string exchange = "auto";
-  bool overlap = true;                 // exchange buckets while backward runs (several processes, host gradients)
-  double bucket_mb = 25;               // MiB of fp32 gradient per bucket (DDP's default)
-  bool error_feedback = false;         // terngrad: carry each worker's rounding error to its next step
-  int local_bits = 32;                 // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  // resuming on another layout
   bool allow_topology_change = false;  // resume on another number of ranks (workers, processes, replicas)
   bool reset_rank_state = false;       // ... dropping the checkpoint's per-rank state (error feedback)
   // run
@@ -83,15 +79,6 @@ struct TrainConfig {
   std::string timeline_steps = "5-9";  // "A-B" or "A": 1-based steps, inclusive
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
-  // input pipeline
-  int num_readers = 2;
-  int num_preprocess_threads = 2;
-  int64_t shuffle_buffer = 4096;
-  bool skip_corrupt_records = false;
-  std::string tfrecord_compression = "auto";  // auto | none | gzip | zlib
-  std::string jpeg_dct = "fast";              // fast (TF's decode_jpeg default) | accurate
-  int64_t max_image_pixels = kDefaultMaxImagePixels;
-  double max_corrupt_fraction = 0.01;  // more bad records in one pass over the data stop the run
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.

@@ -1,19 +1,21 @@
-// The input flags terngrad-train and terngrad-eval share (entries of their flag tables, core/flag_table.h):
-// corrupt-record handling, TFRecord compression, the JPEG IDCT and the decode size limit. Any config struct
-// with members of these names gets them: data_flags<TrainConfig>(), data_flags<EvalConfig>().
-#pragma once
+// The input flags' table (DataConfig).
+#include "terngrad/data/data_config.h"
 
-#include <vector>
-
-#include "terngrad/core/flag_table.h"
-#include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
 
 namespace tg {
 
-template <typename C>
-std::vector<Flag<C>> data_flags() {
+namespace {
+constexpr double kMaxThreads = 4096;
+constexpr double kMaxShuffleBuffer = double(int64_t{1} << 30);
+
+std::vector<Flag<DataConfig>> make_table() {
+  using C = DataConfig;
   return {
+      {"num_readers", &C::num_readers, "TFRecord reader threads", at_least(1).max(kMaxThreads)},
+      {"num_preprocess_threads", &C::num_preprocess_threads, "decode/augment threads", at_least(1).max(kMaxThreads)},
+      {"shuffle_buffer", &C::shuffle_buffer, "serialized records in the shuffle buffer",
+       at_least(1).max(kMaxShuffleBuffer), kFlagResume},
       {"skip_corrupt_records", &C::skip_corrupt_records,
        "count (each bad record once), log (the first 10) and skip bad records instead of stopping", no_check(),
        kFlagSwitch},
@@ -34,6 +36,21 @@ std::vector<Flag<C>> data_flags() {
        "(one line naming `--data_dir`)",
        in_range(0, 1, "[]")},
   };
+}
+}  // namespace
+
+const std::vector<Flag<DataConfig>>& data_flags() {
+  static const std::vector<Flag<DataConfig>> table = make_table();
+  return table;
+}
+
+std::vector<const char*> eval_data_flag_names() {
+  return {"num_preprocess_threads", "skip_corrupt_records", "tfrecord_compression",
+          "jpeg_dct",               "max_image_pixels",     "max_corrupt_fraction"};
+}
+
+void DataConfig::apply_decode_defaults() const {
+  set_data_flag_defaults(tfrecord_compression, jpeg_dct, max_image_pixels);
 }
 
 }  // namespace tg

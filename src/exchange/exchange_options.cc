@@ -1,0 +1,40 @@
+// The exchange's flag table and its options from the flags.
+#include "terngrad/exchange/exchange_options.h"
+
+namespace tg {
+
+const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
+  using C = ExchangeConfig;
+  static const std::vector<Flag<C>> table = {
+      {"exchange", &C::exchange,
+       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 inside a node, "
+       "2-bit codes between nodes (one ring per local rank); auto: hierarchical with --grad_bits 1 on several "
+       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
+       "(benchmarks' compute-only step; replicas drift apart)",
+       one_of<ExchangeMode>()},
+      {"error_feedback", &C::error_feedback,
+       "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
+       "(per element, per rank; checkpointed per rank)",
+       no_check(), kFlagSwitch | kFlagResume},
+      {"local_bits", &C::local_bits,
+       "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in fp32 (32) or fp16 (16)",
+       one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
+      {"overlap", &C::overlap,
+       "with several processes and host gradients: exchange buckets on a communication thread while backward "
+       "runs; `--overlap=false` exchanges everything after backward (same bits)"},
+      {"bucket_mb", &C::bucket_mb,
+       "MiB of fp32 gradient per bucket (backward order; the tensor crossing the limit closes the bucket)",
+       positive().saying("must be a positive number of MiB")},
+  };
+  return table;
+}
+
+ExchangeOptions::ExchangeOptions(const ExchangeConfig& c, uint64_t seed_)
+    : mode(parse_enum<ExchangeMode>(c.exchange)),
+      seed(seed_),
+      bucket_mb(c.bucket_mb),
+      overlap(c.overlap),
+      error_feedback(c.error_feedback),
+      local_bits(c.local_bits) {}
+
+}  // namespace tg
