@@ -101,6 +101,13 @@ struct Streams {
 
 using testing::error_of;
 
+// cuda:0, cuda:1, ... of this machine, at most 8 (one NCCL rank each).
+std::vector<int> gpus_up_to_8() {
+  std::vector<int> devices;
+  for (int d = 0; d < std::min(gpu_count(), 8); ++d) devices.push_back(d);
+  return devices;
+}
+
 template <typename T>
 std::vector<T> random_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -219,9 +226,8 @@ TEST(NcclCommunicator, OneGpuGroup) {
 TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
   TG_NEED_GPUS(2);
 #ifdef TG_HAVE_CUDA
-  const int G = std::min(gpu_count(), 8);
-  std::vector<int> devices;
-  for (int d = 0; d < G; ++d) devices.push_back(d);
+  const std::vector<int> devices = gpus_up_to_8();
+  const int G = static_cast<int>(devices.size());
   Streams s(devices);
   auto comms = make_nccl_communicators(devices, s.streams);
   const size_t n = (size_t{3} << 20) + 7;  // 12 MB of f32: NCCL's large-message path
@@ -338,14 +344,13 @@ TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
 #endif
 }
 
-// One thread per GPU: reduce-scatter against the CPU reference (in place too, every dtype NCCL reduces that
-// sums exactly: int8 and int32; f32 within rounding); the GPUs split in one group call by parity.
+// One thread per GPU: an f32 reduce-scatter against the CPU reference (within rounding: NCCL's order), in place
+// equal to out of place; the GPUs split by parity in one group call, an i32 sum over each half.
 TEST(NcclCommunicator, ThreadPerGpuReduceScatterAndSplit) {
   TG_NEED_GPUS(2);
 #ifdef TG_HAVE_CUDA
-  const int G = std::min(gpu_count(), 8);
-  std::vector<int> devices;
-  for (int d = 0; d < G; ++d) devices.push_back(d);
+  const std::vector<int> devices = gpus_up_to_8();
+  const int G = static_cast<int>(devices.size());
   Streams s(devices);
   auto comms = make_nccl_communicators(devices, s.streams);
   const size_t n = (size_t{1} << 18) + 3;  // per rank
