@@ -500,7 +500,7 @@ TEST(InputPipelineBadInput, SkippingAPassWithNoUsableRecordStops) {
   o.dataset = "mnist";
   o.data.skip_corrupt_records = true;
   o.data.shuffle_buffer = 64;  // larger than the data: the records of several passes wait in it
-  o.num_classes = 1;      // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
+  o.num_classes = 1;           // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
   std::string err = error_within(o, 30);
   EXPECT_NE(err.find("found 27 bad records of 30 (90.00%), more than --max_corrupt_fraction 0.01"), std::string::npos)
       << err;

@@ -38,7 +38,6 @@ std::string now_string() {
   return buf;
 }
 
-
 // The reference's line on stdout; with --eval_dir, a JSON line in eval_dir/eval.jsonl and TensorBoard scalars.
 void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* events) {
   std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(), r.precision_at_1(),

@@ -45,8 +45,8 @@ const std::vector<Flag<DataConfig>>& data_flags() {
 }
 
 std::vector<const char*> eval_data_flag_names() {
-  return {"num_preprocess_threads", "skip_corrupt_records", "tfrecord_compression",
-          "jpeg_dct",               "max_image_pixels",     "max_corrupt_fraction"};
+  return {"num_preprocess_threads", "skip_corrupt_records", "tfrecord_compression", "jpeg_dct",
+          "max_image_pixels",       "max_corrupt_fraction"};
 }
 
 void DataConfig::apply_decode_defaults() const {

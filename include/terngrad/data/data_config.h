@@ -15,9 +15,9 @@
 namespace tg {
 
 struct DataConfig {
-  int num_readers = 2;               // TFRecord reader threads (training)
-  int num_preprocess_threads = 2;    // decode/augment threads
-  int64_t shuffle_buffer = 4096;     // serialized records in the shuffle buffer (training; <= 1: no shuffling)
+  int num_readers = 2;             // TFRecord reader threads (training)
+  int num_preprocess_threads = 2;  // decode/augment threads
+  int64_t shuffle_buffer = 4096;   // serialized records in the shuffle buffer (training; <= 1: no shuffling)
   bool skip_corrupt_records = false;
   std::string tfrecord_compression = "auto";  // auto | none | gzip | zlib
   std::string jpeg_dct = "fast";              // fast (TF's decode_jpeg default) | accurate

@@ -66,10 +66,10 @@ struct PipelineOptions {
   uint64_t seed = 0;
   int worker_index = 0;
   int num_workers = 1;
-  int num_classes = 0;  // 0: dataset default (10, 10, 1001 with background 0)
-  int64_t start_epoch = 0;             // first epoch (train: resume; changes file order and augmentation)
-  uint64_t skip_records = 0;           // train: drop the first records of the sequence before decoding (resume
-                                       // at Batch::records_end of the last batch trained on)
+  int num_classes = 0;        // 0: dataset default (10, 10, 1001 with background 0)
+  int64_t start_epoch = 0;    // first epoch (train: resume; changes file order and augmentation)
+  uint64_t skip_records = 0;  // train: drop the first records of the sequence before decoding (resume
+                              // at Batch::records_end of the last batch trained on)
 };
 
 struct Batch {

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-
 #include <string>
 #include <vector>
 

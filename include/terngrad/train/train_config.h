@@ -9,13 +9,13 @@
 #include <map>
 #include <string>
 
+#include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/enum_names.h"
-#include "terngrad/compress/compression_policy.h"
 #include "terngrad/data/data_config.h"
 #include "terngrad/data/dataset_info.h"
-#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/data/image_codec.h"
+#include "terngrad/exchange/exchange_options.h"
 #include "terngrad/models/registry.h"
 
 namespace tg {
