@@ -21,7 +21,7 @@ usage: bench/scale_bench.sh [options] RATE [RATE...]
   -w WARMUP        untimed first steps (default 2)
   -r REPEATS       run the whole matrix this many times, interleaved; the table shows medians (default 3)
   -d DELAY_MS      one-way delay on every machine's link (netem; default 0)
-  -o FILE          the raw TSV (default bench/results/scale_<date>_<commit>.tsv)
+  -o FILE          the results file (default bench/results/scale.tsv; provenance lines, then the raw table)
   --no-pin         leave placement to the OS (default: process g of the job on core g mod cores, its threads
                    there too; ours and DDP alike)
   -h, --help       this text
@@ -88,6 +88,9 @@ done
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/netns_link.sh
 source "$HERE/lib/netns_link.sh"
+# shellcheck source=lib/results.sh
+source "$HERE/lib/results.sh"
+ARGS=("$@")
 
 # ---- refusals, before anything is created --------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
@@ -147,14 +150,9 @@ batch_of() {
 }
 dataset_of() { if [ "$1" = lenet ]; then echo fashion_mnist; else echo imagenet; fi; }
 
-COMMIT=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
-CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-ISA=SSE
-if grep -q avx512f /proc/cpuinfo; then ISA=AVX-512; elif grep -q avx2 /proc/cpuinfo; then ISA=AVX2; fi
 CORES=$(nproc --all)
-DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-[ -n "$OUT" ] || OUT=$HERE/results/scale_$(date -u +%Y%m%d-%H%M%S)_$COMMIT.tsv
-mkdir -p "$(dirname "$OUT")"
+[ -n "$OUT" ] || OUT=$HERE/results/scale.tsv
+FAILED_LOGS=${OUT%.tsv}.failed-logs  # the logs of failed runs, kept for diagnosis
 TMP=$(mktemp -d "/tmp/scale_bench.$$.XXXXXX")
 cleanup() {
   local rc=$?
@@ -166,6 +164,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+note_of() { # "failed:why_it_failed" -> "why it failed"; "ok" -> ""
+  case "$1" in *:*) echo "${1#*:}" | tr '_' ' ' ;; *) echo "" ;; esac
+}
 run() { # long commands in the background: bash runs a trap at once during `wait`
   "$@" &
   wait "$!"
@@ -214,7 +215,9 @@ ours() {
     --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
     --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
     --metrics_jsonl "$metrics" --train_dir "$dir" >"$log" 2>&1; then
-    echo "- - - - - - - - - - failed:$(tail -1 "$log" | tr ' \t' '__' | cut -c1-80)"
+    mkdir -p "$FAILED_LOGS"
+    cp "$log" "$FAILED_LOGS/$net-$ex-${m}x${p}x$r-$(date +%s).log"
+    echo "- - - - - - - - - - failed:$(grep -v "^-*$" "$log" | grep -m1 -iE "error|not enough|abort|fail" | tr ' \t' '__' | cut -c1-100)"
     return
   fi
   after=$(netlink_wire 1)
@@ -273,12 +276,14 @@ EOF
 }
 
 # ---- the matrix ----------------------------------------------------------------------------------------------
-HEADER="commit	date	cpu	isa	repeat	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	decode_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status"
-echo "$HEADER" >"$OUT"
-echo "# scale_bench.sh $* (steps $STEPS, warm-up $WARMUP, repeats $REPEATS, pin $PIN, delay ${DELAY_MS} ms)" >>"$OUT"
+HEADER=$TMP/header
+TABLE=$TMP/table
+results_header scale "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
+echo "# options: steps $STEPS, warm-up $WARMUP, repeats $REPEATS, pin $PIN, delay ${DELAY_MS} ms" >>"$HEADER"
+printf '%s\n' "rep	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	decode_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status	note" >"$TABLE"
 row() { # fields...: appends a TSV row
   local IFS=$'\t'
-  echo "$*" >>"$OUT"
+  echo "$*" >>"$TABLE"
 }
 for rep in $(seq "$REPEATS"); do
   for rate in "${RATES[@]}"; do
@@ -286,7 +291,7 @@ for rep in $(seq "$REPEATS"); do
     for net in "${NET_LIST[@]}"; do
       for layout in "${LAYOUT_LIST[@]}"; do
         IFS=x read -r m p r <<<"$layout"
-        base=(row "$COMMIT" "$DATE" "$CPU" "$ISA" "$rep" "$net")
+        base=(row "$rep" "$net")
         none_fields=$(ours "$net" none "$m" "$p" "$r")
         read -r comp _ <<<"$none_fields"
         for ex in none "${EXCHANGE_LIST[@]}"; do
@@ -300,7 +305,7 @@ for rep in $(seq "$REPEATS"); do
           over=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
           ratio=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
           "${base[@]}" "$ex" "$m" "$p" "$r" $((p * r)) "$rate" "$(batch_of "$net")" "$params" "$step" "$comp" "$over" \
-            "$ratio" "$sc" "$en" "$cb" "$cf" "$de" "$intra" "$inter" "$veth" "$status"
+            "$ratio" "$sc" "$en" "$cb" "$cf" "$de" "$intra" "$inter" "$veth" "${status%%:*}" "$(note_of "$status")"
           echo "scale_bench: $net $layout $rate $ex: $step s/step (compute-only $comp, $status)" >&2
         done
         if [ "$PEER" = 1 ] && [ "$r" = 1 ]; then
@@ -313,7 +318,7 @@ for rep in $(seq "$REPEATS"); do
             over=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
             ratio=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
             "${base[@]}" "ddp_$method" "$m" "$p" 1 "$p" "$rate" "$(batch_of "$net")" "$params" "$step" "$dcomp" "$over" \
-              "$ratio" - - - - - - - "$veth" "$status"
+              "$ratio" - - - - - - - "$veth" "${status%%:*}" "$(note_of "$status")"
             echo "scale_bench: $net $layout $rate ddp $method: $step s/step (compute-only $dcomp, $status)" >&2
           done
         fi
@@ -321,5 +326,5 @@ for rep in $(seq "$REPEATS"); do
     done
   done
 done
-echo "raw results: $OUT" >&2
-"$PYTHON" "$HERE/scale_table.py" "$OUT"
+results_commit "$HEADER" "$TABLE" "$OUT"
+"$PYTHON" "$HERE/../scripts/check_readme_results.py" --render "$OUT"

@@ -300,6 +300,52 @@ def gbench_table(header, rows):
     return out
 
 
+def scale_cells(rows):
+    """{(net, rate, layout): {exchange: rows}} in the file's order."""
+    need(rows, "rep", "net", "exchange", "nodes", "procs_per_node", "replicas", "rate", "step_s", "compute_s",
+         "overhead_s", "intra_node_bytes", "inter_node_bytes", "machine1_link_bytes_per_step", "status", "note")
+    cells = {}
+    for r in rows:
+        key = (r["net"], r["rate"], "%s x %s x %s" % (r["nodes"], r["procs_per_node"], r["replicas"]))
+        cells.setdefault(key, {}).setdefault(r["exchange"], []).append(r)
+    return cells
+
+
+SCALE_NAMES = {"none": "compute only (ours)", "fp32": "fp32", "fp16": "fp16", "allgather2": "TernGrad allgather2",
+               "allreduce8": "TernGrad allreduce8", "hierarchical": "TernGrad hierarchical",
+               "ddp_none": "compute only (PyTorch)", "ddp_fp32": "PyTorch DDP fp32"}
+
+
+def scale_table(header, rows):
+    """Per net, rate and layout (machines x processes x CPU replicas): every exchange's median s/step, the same
+    system's compute-only step, the link overhead (their difference) as a multiple of the compute-only step and
+    against that system's fp32 overhead, and the bytes per step inside and between nodes."""
+    out = fewer_reps_note(rows)
+    out += ["| net | link | machines x processes x replicas | exchange | s/step | compute-only | link overhead | "
+            "overhead / compute | overhead / fp32's | MB/step in node | MB/step between nodes | machine-1 link "
+            "MB/step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (net, rate, layout), by in scale_cells(rows).items():
+        fp32 = {"ours": ok_median(by.get("fp32", []), "overhead_s"),
+                "ddp": ok_median(by.get("ddp_fp32", []), "overhead_s")}
+        for ex, rs in by.items():
+            step, comp, over = ok_median(rs, "step_s"), ok_median(rs, "compute_s"), ok_median(rs, "overhead_s")
+            name = SCALE_NAMES.get(ex, ex)
+            if step is None:
+                out.append("| %s | %s | %s | %s | %s | | | | | | | |" % (net, rate, layout, name, why_not(rs)))
+                continue
+            base = fp32["ddp" if ex.startswith("ddp") else "ours"]
+            cells = [fmt_s(step), fmt_s(comp) if comp else "",
+                     fmt_s(over) if over is not None and ex not in ("none", "ddp_none") else "",
+                     "%.2fx" % (over / comp) if over is not None and comp and ex not in ("none", "ddp_none") else "",
+                     "%.2f" % (over / base) if over is not None and base and ex not in ("none", "ddp_none", "fp32",
+                                                                                         "ddp_fp32") else "",
+                     mb(ok_median(rs, "intra_node_bytes")) if ok_median(rs, "intra_node_bytes") is not None else "",
+                     mb(ok_median(rs, "inter_node_bytes")) if ok_median(rs, "inter_node_bytes") is not None else "",
+                     mb(ok_median(rs, "machine1_link_bytes_per_step"))]
+            out.append("| %s | %s | %s | %s | %s |" % (net, rate, layout, name, " | ".join(cells)))
+    return out
+
+
 RENDERERS = {
     "link": {"table": link_table, "headline": link_headline},
     "inproc": {"table": inproc_table},
@@ -307,8 +353,9 @@ RENDERERS = {
     "precision": {"table": precision_table},
     "demo": {"table": demo_table},
     "gbench": {"table": gbench_table},
+    "scale": {"table": scale_table},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):

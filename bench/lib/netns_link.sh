@@ -128,6 +128,10 @@ shift
 case "\$host" in
 $cases  *) echo "netns_link agent: unknown host \$host" >&2; exit 2 ;;
 esac
+# The machines share this kernel's /dev/shm and host name: Open MPI's shared-memory segments (vader) of processes
+# with the same local rank on two machines would take the same file names; each machine gets its own folder.
+mkdir -p "/dev/shm/\$ns"
+export OMPI_MCA_btl_vader_backing_directory="/dev/shm/\$ns"
 exec ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
   chmod +x "$file"
@@ -151,6 +155,7 @@ netlink_destroy() {
       [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
     fi
     ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/dev/shm/$ns"
   done
   NETLINK_PREFIX=""
 }
