@@ -28,6 +28,7 @@ import argparse
 import csv
 import json
 import math
+import statistics
 import sys
 
 EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical"]
@@ -101,14 +102,19 @@ def rate_of(text):
 
 
 def load_rows(path):
-    rows = []
+    """The medians over the repetitions of each (net, exchange, layout, rate) cell of a scale_bench results file
+    (ours only: the compute-only and DDP rows are not exchanges of the model)."""
+    cells = {}
     with open(path) as f:
         for r in csv.DictReader((l for l in f if not l.startswith("#")), delimiter="\t"):
-            if r.get("status", "ok") != "ok" or r["exchange"] in ("none", "ddp"):
+            if r.get("status", "ok") != "ok" or r["exchange"] == "none" or r["exchange"].startswith("ddp"):
                 continue
-            rows.append({"net": r["net"], "exchange": r["exchange"], "nodes": int(r["nodes"]),
-                         "local": int(r["ranks_per_node"]), "rate": rate_of(r["rate"]),
-                         "n": int(r["params"]), "compute": float(r["compute_s"]), "step": float(r["step_s"])})
+            key = (r["net"], r["exchange"], int(r["nodes"]), int(r["ranks_per_node"]), r["rate"], int(r["params"]))
+            cells.setdefault(key, []).append((float(r["step_s"]), float(r["compute_s"])))
+    rows = []
+    for (net, ex, nodes, local, rate, n), v in cells.items():
+        rows.append({"net": net, "exchange": ex, "nodes": nodes, "local": local, "rate": rate_of(rate), "n": n,
+                     "step": statistics.median(s for s, _ in v), "compute": statistics.median(c for _, c in v)})
     if not rows:
         sys.exit("scale_model.py: no usable rows in " + path)
     return rows
