@@ -126,7 +126,7 @@ float ref_scaler(const std::vector<float>& g, float clip_factor) {
   const int64_t n = static_cast<int64_t>(g.size());
   if (n == 0) return 0.f;
   const int64_t chunk = ternary_stats_chunk(n);
-  double sum = 0.0, sumsq = 0.0;
+  std::vector<double> sums, sumsqs;  // per chunk
   uint32_t max_bits = 0;
   for (int64_t b = 0; b < n; b += chunk) {
     double ls[32] = {}, lq[32] = {};
@@ -140,9 +140,15 @@ float ref_scaler(const std::vector<float>& g, float clip_factor) {
     }
     for (int w = 16; w >= 1; w /= 2)
       for (int l = 0; l < w; ++l) ls[l] += ls[l + w], lq[l] += lq[l + w];
-    sum += ls[0];
-    sumsq += lq[0];
+    sums.push_back(ls[0]);
+    sumsqs.push_back(lq[0]);
   }
+  size_t span = 1;  // the chunks combine pairwise, as the lanes, over a power of two padded with 0.0
+  while (span < sums.size()) span *= 2;
+  sums.resize(span, 0.0), sumsqs.resize(span, 0.0);
+  for (size_t w = span / 2; w >= 1; w /= 2)
+    for (size_t k = 0; k < w; ++k) sums[k] += sums[k + w], sumsqs[k] += sumsqs[k + w];
+  const double sum = sums[0], sumsq = sumsqs[0];
   float max_abs;
   std::memcpy(&max_abs, &max_bits, 4);
   return ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), max_abs, clip_factor);
@@ -169,7 +175,12 @@ int ref_code_sum(const std::vector<uint8_t>& packed, int64_t stride, int workers
 
 // ---- CPU backend against the definitions -----------------------------------------------------------------------
 TEST(CodecOpsCpu, ScalerFollowsTheDocumentedOrder) {
-  for (int64_t n : kSizes) {
+  // Beyond kSizes: 3 chunks (a power of two padded with a 0.0 chunk), and the most chunks (2048) of more than
+  // the minimum size each.
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.push_back(2 * kTernaryStatsMinChunk + 1);
+  sizes.push_back(int64_t{kTernaryStatsMaxChunks} * kTernaryStatsMinChunk + 12345);
+  for (int64_t n : sizes) {
     std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 1);
     if (n > 3) g[n / 2] = 0.02f;  // an outlier: clipping matters
     for (float c : {0.f, 2.5f}) {

@@ -30,6 +30,7 @@ void MetricsWriter::step(const StepMetrics& m) {
       .add("wire_bytes", m.wire_bytes)
       .add("loss_scale", m.loss_scale)
       .add("skipped_steps", m.skipped_steps)
+      .add("host_syncs", m.host_syncs)
       .add_json("time", phases_json(m.time))
       .add_json("process_time", json_array(processes))
       .add("worker_forward_backward", m.worker_forward_backward);

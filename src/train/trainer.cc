@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -27,6 +28,7 @@
 #include "terngrad/optim/moving_average.h"
 #include "terngrad/optim/optimizer.h"
 #include "terngrad/train/batch_source.h"
+#include "terngrad/train/batch_upload.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/loss_scaler.h"
@@ -56,6 +58,7 @@ struct Replica {
   PhaseTimes times;                            // of the last step
   ExchangeStats stats;                         // of the last step
   Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
+  Buffer overflow_host;     // its staging copy (read once per fp16 step)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
 };
 
@@ -136,6 +139,7 @@ struct RunLog {
   PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
   int64_t run_time_steps = 0;
   std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
+  int64_t window_host_syncs = 0;         // replica 0's Backend::host_syncs() when the window's steps began
   bool timeline_written = false;
 };
 }  // namespace
@@ -159,7 +163,7 @@ struct Trainer::Impl {
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
-  Buffer host_images, host_labels;
+  std::unique_ptr<BatchUpload> batches;  // staging host batches, device batches, uploads
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
   std::string last_digest;
@@ -182,10 +186,11 @@ struct Trainer::Impl {
   void check_resumable(const CheckpointMeta& m) const;
   void create_ema(Replica& r);
   void open_batch_source(uint64_t cursor);
+  void warm_up_gpus();
 
   // A step.
   void step(int64_t t, float lr);
-  void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
+  void replica_step(Replica& r, uint32_t step, float lr, int64_t t);
   bool agree_on_overflow(Replica& r);
 
   // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.
@@ -225,6 +230,12 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
 
 Trainer::~Trainer() = default;
 
+int64_t Trainer::host_syncs() const {
+  int64_t most = 0;
+  for (const Replica& r : impl_->replicas) most = std::max(most, r.backend->host_syncs());
+  return most;
+}
+
 void Trainer::Impl::build() {
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();
@@ -262,7 +273,11 @@ void Trainer::Impl::build_replicas() {
   BackendOptions bo;
   bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
   bo.allow_tf32 = cfg.allow_tf32;
+  bo.deterministic = cfg.deterministic;
   const ModelConfig mc = cfg.model_config();
+  // Several GPUs in one process: every kernel loaded at CUDA's start, not lazily during a collective (NCCL's
+  // documented hazard); effective when this is the process's first CUDA call (as in terngrad-train).
+  if (!cpu && n_replicas > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
     std::string dev = cfg.device;
@@ -288,6 +303,10 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
     wk.net->setup(*r.backend, worker_batch);
   }
   r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
+  r.overflow_host = Buffer(r.backend->staging_allocator(), sizeof(int32_t));
+  r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
+  for (int w : r.workers)  // one flag for the replica's workers, zeroed once per step
+    workers[w].net->share_overflow_flag(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
   const Net& net = *workers[r.workers[0]].net;
   r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
   for (int w : r.workers) workers[w].net->bind(*r.store);
@@ -386,15 +405,18 @@ void Trainer::Impl::build_schedule() {
   schedule = std::make_unique<LearningRateSchedule>(lo);
 }
 
-// The process's batch on the host: images (process_batch, image_size, image_size, channels) f32, labels
-// (process_batch) i32.
+// The process's batch: images (process_batch, image_size, image_size, channels) f32, labels (process_batch) i32,
+// filled on the host in staging memory and uploaded to each replica's device without a stall (BatchUpload).
 void Trainer::Impl::allocate_host_batch() {
-  const int64_t channels = dataset_info(cfg.dataset).channels;
-  host_images = Buffer(host_allocator(),
-                       static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size * channels) * sizeof(float));
-  host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
-  std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
-  std::memset(host_labels.data(), 0, host_labels.bytes());
+  std::vector<Backend*> backends;
+  std::vector<std::vector<int>> replica_workers;
+  for (Replica& r : replicas) {
+    backends.push_back(r.backend.get());
+    replica_workers.push_back(r.workers);
+  }
+  const Shape image{cfg.image_size, cfg.image_size, dataset_info(cfg.dataset).channels};
+  batches = std::make_unique<BatchUpload>(std::move(backends), std::move(replica_workers), worker_batch, image,
+                                          cfg.benchmark_mode);
 }
 
 void Trainer::Impl::resume_or_initialize() {
@@ -410,7 +432,31 @@ void Trainer::Impl::resume_or_initialize() {
   }
   verify_processes_agree();
   if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
+  warm_up_gpus();
   open_batch_source(cursor);
+}
+
+// Several GPUs in this process (NCCL's documented hazard: a collective must not wait for a GPU that is still loading
+// kernels or creating library state): every replica runs one forward and backward on its (zeroed) device batch,
+// restores its batch-norm statistics, clears its gradients and waits for its device, before the first collective.
+// Nothing a step reads changes (parameters, optimizer state and statistics are as before).
+void Trainer::Impl::warm_up_gpus() {
+  if (replicas.size() < 2 || replicas[0].backend->device().is_cpu()) return;
+  threads->run([&](int d) {
+    Replica& r = replicas[d];
+    Backend& be = *r.backend;
+    const Tensor state = r.store->state().flat_bytes();
+    Buffer saved(be.allocator(), state.bytes());
+    const Tensor kept(saved.data(), state.shape(), state.dtype(), be.device());
+    be.copy(kept, state);
+    Worker& wk = workers[r.workers[0]];
+    const BatchUpload::Batch in = batches->worker_batch(d, 0, 0);
+    wk.net->run_forward(in.images, in.labels, true, 0, philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
+    wk.net->backward(nullptr, scaler->scale());
+    be.copy(state, kept);
+    be.zero(wk.net->grads().flat_bytes());
+    be.synchronize();
+  });
 }
 
 // Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
@@ -481,20 +527,17 @@ void Trainer::Impl::open_batch_source(uint64_t cursor) {
 }
 
 void Trainer::Impl::step(int64_t t, float lr) {
-  const DatasetInfo& data = dataset_info(cfg.dataset);
   const Clock::time_point step_begin = Clock::now();
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
-  const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
-  Tensor images(host_images.data(), batch_shape, DType::kF32, Device::cpu());
-  Tensor labels(host_labels.data(), Shape{process_batch}, DType::kI32, Device::cpu());
   {
     ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
-    source->next(images, labels);
+    const BatchUpload::Batch host = batches->host_batch(t);
+    source->next(host.images, host.labels);
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
-  // Every replica at once, each on its thread: forward, backward, exchange, optimizer.
-  threads->run([&](int d) { replica_step(replicas[d], step32, lr, t, images, labels); });
+  // Every replica at once, each on its thread: upload, forward, backward, exchange, optimizer.
+  threads->run([&](int d) { replica_step(replicas[d], step32, lr, t); });
   // fp16: every replica saw the same flag; a skipped step halves the scale (or stops the run below 1).
   if (!scaler->update(replicas[0].overflowed, t + 1) && is_chief())
     spdlog::warn("step {}: fp16 gradients overflowed; update skipped, loss scale now {} ({} skipped so far)", t + 1,
@@ -508,18 +551,21 @@ void Trainer::Impl::step(int64_t t, float lr) {
 // One replica's part of a step, on its thread: its workers' forward and backward one after another (the last
 // one's backward feeds the exchange with --overlap), the exchange, then the update of the replica's
 // parameters with the average over all workers.
-void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t, const Tensor& images,
-                                 const Tensor& labels) {
+void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t) {
   Timeline* tl = timeline.get();
   r.times.clear();
+  const int d = static_cast<int>(&r - replicas.data());
+  batches->upload(d, t);
+  if (cfg.compute_dtype() != DType::kF32)  // the workers' shared Inf/NaN flag, once per step
+    r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
   r.exchange->begin(step32);
   ExchangeFeeder feeder(*r.exchange);
   for (size_t k = 0; k < r.workers.size(); ++k) {
     Worker& wk = workers[r.workers[k]];
-    const int64_t b0 = static_cast<int64_t>(r.workers[k]) * worker_batch;
+    const BatchUpload::Batch in = batches->worker_batch(d, static_cast<int>(k), t);
     const Clock::time_point t0 = Clock::now();
-    wk.net->forward(images.slice0(b0, b0 + worker_batch), labels.slice0(b0, b0 + worker_batch), true, step32,
-                    philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
+    wk.net->run_forward(in.images, in.labels, true, step32,
+                        philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
     const Clock::time_point t1 = Clock::now();
     // The last worker's backward completes every bucket of the replica: the exchange starts inside it.
     const bool feeds = r.overlap && k + 1 == r.workers.size();
@@ -549,18 +595,15 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.ema->update(*r.backend, t, &r.store->params());
 }
 
-// Whether any worker of any replica of any process found Inf/NaN in its fp16 gradients this step: the
-// workers' flags, then an all-reduce MAX over the replicas' communicator (on the device, as NCCL needs).
+// Whether any worker of any replica of any process found Inf/NaN in its fp16 gradients this step: the replica's
+// flag (its workers' backward share it), all-reduced MAX over the replicas' communicator on the device, then read
+// once (the one host synchronisation of an fp16 step).
 bool Trainer::Impl::agree_on_overflow(Replica& r) {
-  int32_t found = 0;
-  for (int w : r.workers) found |= workers[w].net->overflowed() ? 1 : 0;
-  if (!r.group) return found != 0;
-  const Tensor host(&found, Shape{1}, DType::kI32, Device::cpu());
   const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device());
-  r.backend->copy(dev, host);
-  r.group->allreduce(dev, ReduceOp::kMax);
-  r.backend->copy(host, dev);
-  return found != 0;
+  if (r.group) r.group->allreduce(dev, ReduceOp::kMax);
+  const Tensor host(r.overflow_host.data(), Shape{1}, DType::kI32, Device::cpu());
+  r.backend->wait_transfer(r.backend->download_async(host, dev));
+  return *host.data<int32_t>() != 0;
 }
 
 // Every process's phase times (one all-gather; processes call it at the same steps).
@@ -696,7 +739,8 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
 }
 
 std::string Trainer::Impl::save(int64_t steps_done) {
-  if (!is_chief()) return "";  // replicas are identical: process 0 writes
+  for (const Worker& wk : workers) wk.net->losses();  // a non-finite loss stops the run before it is saved
+  if (!is_chief()) return "";                         // replicas are identical: process 0 writes
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors = host_snapshot(storage);
   const DatasetInfo& data = dataset_info(cfg.dataset);
@@ -766,6 +810,7 @@ TrainResult Trainer::Impl::already_finished() const {
 // The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
 RunLog Trainer::Impl::open_run_log() {
   RunLog log(cfg.batch_size, cfg.log_every, workers.size());
+  log.window_host_syncs = replicas[0].backend->host_syncs();
   if (!is_chief()) return log;
   if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   log.events = std::make_unique<EventWriter>(cfg.train_dir);
@@ -812,6 +857,9 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
   const double elapsed = seconds_between(log.start, Clock::now());
   const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
   const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
+  // The window's steps' host synchronisations (this log step's reads below are not a step's).
+  const double syncs_per_step =
+      static_cast<double>(replicas[0].backend->host_syncs() - log.window_host_syncs) / w.steps;
   const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
   if (is_chief()) {
     const Net& last = *workers.back().net;
@@ -842,6 +890,7 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
       sm.time = mean;
       sm.loss_scale = scaler->scale();
       sm.skipped_steps = scaler->skipped_steps();
+      sm.host_syncs = syncs_per_step;
       if (num_processes > 1) sm.process_time = per_process;
       for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
       log.metrics->step(sm);
@@ -849,6 +898,7 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
   }
   log.window_times.clear();
   std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
+  log.window_host_syncs = replicas[0].backend->host_syncs();
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.

@@ -17,10 +17,12 @@ struct StepMetrics {
   double entropy_loss = 0, reg_loss = 0, total_loss = 0, learning_rate = 0;
   double examples_per_sec = 0, sec_per_batch = 0;
   uint64_t bytes_exchanged = 0, fp32_bytes = 0, payload_bytes = 0;  // per worker and step (byte model)
-  uint64_t wire_bytes = 0;                      // moved into process 0 by its collectives in the last step
-  double loss_scale = 1;                        // fp16's dynamic loss scale (1 without fp16)
-  int64_t skipped_steps = 0;                    // fp16 steps skipped for Inf/NaN gradients since the run started
-  PhaseTimes time;                              // process 0, seconds per step, mean over the window
+  uint64_t wire_bytes = 0;    // moved into process 0 by its collectives in the last step
+  double loss_scale = 1;      // fp16's dynamic loss scale (1 without fp16)
+  int64_t skipped_steps = 0;  // fp16 steps skipped for Inf/NaN gradients since the run started
+  double host_syncs = 0;      // host synchronisations per step of process 0's first device (Backend::host_syncs), mean
+                              // over the window's steps (the log step's own reads of losses and statistics excluded)
+  PhaseTimes time;            // process 0, seconds per step, mean over the window
   std::vector<PhaseTimes> process_time;         // every process (when several), mean over the window
   std::vector<double> worker_forward_backward;  // process 0's workers, seconds per step
 };
