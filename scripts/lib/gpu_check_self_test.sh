@@ -4,6 +4,7 @@
 #   1. the bookkeeping (lib/gpu_check_sections.sh): PASS only when every section passed; PARTIAL naming the skipped
 #      ones; FAIL naming the failed ones; a section past the deadline is SKIPPED; a failing command is rerun once
 #      with TG_CUDA_SYNC=1 (and a timed-out one is not); the true median (mean of the middle two for an even count);
+#      the CUDA libraries' search (lib/cuda_libs.sh) in a python3 wheel tree of its own layout;
 #   2. a real device run here with the build tree's programs (BUILD_DIR, --bin-dir): without a GPU the environment
 #      section FAILs naming why, every GPU section is SKIPPED with the reason, the CPU's input-pipeline section runs,
 #      the last line is "gpu_check: FAIL (...)" (never PASS), the exit status 1, and at most 6 files land in $OUT;
@@ -67,6 +68,16 @@ gc_self_test() {
 
   [[ $(printf '4\n1\n3\n2\n' | gc_median) == 2.5 && $(printf '5\n1\n3\n' | gc_median) == 3.0 ]]
   expect "the median of an even count is the mean of the middle two" $? "$(printf '4\n1\n3\n2\n' | gc_median)"
+
+  # The CUDA libraries' search finds a file in a python3 wheel tree of a layout of its own, says so, and names a
+  # library it cannot find with the places it looked.
+  mkdir -p "$work/site/nvidia/cu13/lib" && touch "$work/site/nvidia/cu13/lib/libtgwheeltest.so.9"
+  out=$( (PYTHONPATH="$work/site" && export PYTHONPATH && tg_cuda_lib_search libtgwheeltest.so.9 libtgabsent.so.1 &&
+    echo "found=${TG_CUDA_LIB_PATH[libtgwheeltest.so.9]:-} from=${TG_CUDA_LIB_FROM[libtgwheeltest.so.9]:-}" &&
+    echo "missing=${TG_CUDA_LIB_MISSING[*]} where=$TG_CUDA_LIB_WHERE") )
+  [[ $out == *"found=$work/site/nvidia/cu13/lib/libtgwheeltest.so.9 from=python3 wheel"* &&
+    $out == *"missing=libtgabsent.so.1 "*"$work/site/nvidia"* ]]
+  expect "CUDA libraries: the wheel tree is searched, a missing one named with where it was looked for" $? "$out"
 
   # ---- 2. the device run here, without a GPU ------------------------------------------------------------------------
   local build=${BUILD_DIR:-$root/build}
