@@ -11,8 +11,12 @@
 #   scripts/gpu_check.sh                        the device run (carry .gpu_bundle): one command of at most 9
 #                                               minutes, see below
 #   scripts/gpu_check.sh --bin-dir DIR          the device run with the programs of a build tree instead of the
-#                                               bundle (DIR/terngrad-train, DIR/tests/...): the fallback when a
-#                                               bundle cannot be made, and what --self-test uses
+#                                               bundle (DIR/terngrad-train, DIR/tests/...): what --self-test uses,
+#                                               and the fallback of a build on the GPU machine, which has CUDA but
+#                                               not the CPU side's packages, so only cuda_ops_check builds there:
+#                                               unpack the bundle (tar -xJf) into U, then cmake -DTG_CUDA=ON
+#                                               -DCMAKE_CUDA_ARCHITECTURES=90 -DTG_GPU_CHECK_ONLY=ON -DTG_DEPS_DIR=U
+#                                               (fmt/spdlog headers) and --target cuda_ops_check
 #   scripts/gpu_check.sh --self-test            the device run's logic without a GPU (ctest label scripts): the
 #                                               bookkeeping's verdicts, and a real run here that must end FAIL
 #

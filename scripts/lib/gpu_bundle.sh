@@ -16,8 +16,9 @@
 #                                 NCCL it loaded, and terngrad-train runs CPU LeNet steps
 #   gb_unpack ARCHIVE DIR         unpacks ARCHIVE into DIR (its programs in DIR/bin, libraries in DIR/lib)
 # Layout inside the archive: bin/ (terngrad-train, terngrad-eval, terngrad-data, cuda_ops_check, pipeline_check),
-# bin/tests/ (the GoogleTest programs of GB_TESTS), lib/, bench/ (the PyTorch peers), MANIFEST (commit, CUDA
-# architectures, the newest glibc symbol version the programs need).
+# bin/tests/ (the GoogleTest programs of GB_TESTS), lib/, bench/ (the PyTorch peers), include/ (fmt and spdlog
+# headers, for the fallback build on the GPU machine), MANIFEST (commit, CUDA architectures, the newest glibc
+# symbol version the programs need).
 
 GB_MAX_MIB=40
 GB_PROGRAMS=(terngrad-train terngrad-eval terngrad-data cuda_ops_check pipeline_check)
@@ -68,6 +69,9 @@ gb_prepare() {
   for t in "${GB_PROGRAMS[@]}"; do cp "$build/$t" "$stage/bin/"; done
   for t in "${GB_TESTS[@]}"; do cp "$build/tests/$t" "$stage/bin/tests/"; done
   for t in "${GB_PEERS[@]}"; do cp "$root/$t" "$stage/bench/"; done
+  # fmt and spdlog headers: the fallback build on the GPU machine (-DTG_GPU_CHECK_ONLY=ON -DTG_DEPS_DIR=<unpacked>)
+  mkdir -p "$stage/include"
+  for t in fmt spdlog; do [[ -d /usr/include/$t ]] && cp -r "/usr/include/$t" "$stage/include/"; done
   # The libraries: every one ldd resolves for a program, but glibc's and the CUDA ones.
   local -A libs=()
   for exe in "$stage"/bin/* "$stage"/bin/tests/*; do
@@ -101,7 +105,7 @@ gb_prepare() {
   } > "$stage/MANIFEST"
   mkdir -p "$(dirname "$archive")"
   rm -f "$archive.tmp"
-  (cd "$stage" && tar -cf - MANIFEST bin lib bench) | xz -T"${JOBS:-$(nproc)}" -0 > "$archive.tmp" ||
+  (cd "$stage" && tar -cf - MANIFEST bin lib bench include) | xz -T"${JOBS:-$(nproc)}" -0 > "$archive.tmp" ||
     { rm -rf "$stage" "$archive.tmp"; gb_die "packing $archive failed"; return 1; }
   rm -rf "$stage"
   local mib=$(($(stat -c %s "$archive.tmp") / 1048576))
