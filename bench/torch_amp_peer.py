@@ -10,10 +10,13 @@ forward and the loss, torch.cuda.amp.GradScaler for fp16 (bf16 needs none), fp32
 keeps them fp32), SGD(momentum=0.9, weight_decay=4e-5, lr=0.1), torch.backends.cudnn.benchmark on (PyTorch's
 usual setting; cuDNN autotunes during the warm-up). "fp32" runs without autocast (TF32 off, as terngrad's
 default). inception_v3 takes 299x299 input with its auxiliary head (loss weight 0.4) and label smoothing 0.1;
-resnet50 224x224. 1001 classes (the reference's). Warm-up steps are not timed; the timed steps end with a
-device synchronize.
-Prints one line per precision: "torch_amp_peer <net> <precision> batch=<b> images/s=<rate> steps=<k>". Without
-torch or a GPU it prints one line saying so and exits 0 (the caller's check is skipped, not failed).
+resnet50 224x224. 1001 classes (the reference's). Warm-up steps are not timed; each timed step is measured with
+CUDA events around it (the step's kernels, as terngrad's per-step rate measures its steps), and the rate reported
+is the true median over the timed steps (the mean of the middle two for an even count), as scripts/gpu_check.sh
+takes terngrad's.
+Prints one line per precision: "torch_amp_peer <net> <precision> batch=<b> images/s=<median rate> steps=<k>
+mean_images/s=<rate>". Without torch or a GPU it prints one line saying so and exits 0 (the caller's check is
+skipped, not failed).
 """
 import argparse
 import sys
@@ -80,13 +83,26 @@ def main():
         for _ in range(a.warmup):
             step()
         torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(a.steps)]
         t0 = time.perf_counter()
-        for _ in range(a.steps):
+        for begin, end in events:
+            begin.record()
             step()
+            end.record()
         torch.cuda.synchronize()
-        rate = a.batch * a.steps / (time.perf_counter() - t0)
-        print(f"torch_amp_peer {a.net} {precision} batch={a.batch} images/s={rate:.1f} steps={a.steps}", flush=True)
+        wall = time.perf_counter() - t0
+        rates = sorted(a.batch * 1000.0 / b.elapsed_time(e) for b, e in events)
+        print(f"torch_amp_peer {a.net} {precision} batch={a.batch} images/s={median(rates):.1f} steps={a.steps} "
+              f"mean_images/s={a.batch * a.steps / wall:.1f}", flush=True)
     return 0
+
+
+def median(values):
+    """The true median: the middle value, or the mean of the middle two for an even count."""
+    v = sorted(values)
+    k = len(v) // 2
+    return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2
 
 
 if __name__ == "__main__":

@@ -156,26 +156,49 @@ __global__ void finish_backward_kernel(const double* __restrict__ partial, int64
   s.mean_dy_xhat[j] = static_cast<float>(acc[1] / static_cast<double>(rows));
 }
 
-// Element-wise passes over (rows, C): block (32, 8) walks rows blockIdx.x*8+ty, + 8*gridDim.x, ...; a
-// warp covers 32 consecutive channels of one row.
-template <typename T>
-__global__ void affine_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t c, Scratch s) {
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * kTileY)
-    for (int64_t j = threadIdx.x; j < c; j += kTileC)
-      y[r * c + j] = from_f32<T>(to_f32(x[r * c + j]) * s.scale[j] + s.shift[j]);
+// Element-wise passes over the (rows, C) elements as one flat array: each thread takes N consecutive elements (16
+// bytes of T when C is a multiple of N and the tensors are 16-byte aligned, so a vector never leaves its row; else
+// N = 1), channel j = i % C; each element is computed as the CPU computes it (the same bits either way).
+template <typename T, int N>
+__global__ void affine_kernel(int64_t n, const T* __restrict__ x, T* __restrict__ y, int64_t c, Scratch s) {
+  TG_VECTOR_LOOP(i, n, N) {
+    const int64_t j0 = i % c;
+    const auto vx = load_vec<N>(x, i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_f32<T>(to_f32(vx.v[k]) * s.scale[j0 + k] + s.shift[j0 + k]);
+    store_vec(y, i, o);
+  }
 }
 
 // dx = scale * (dy - mean_dy - x^ * mean_dy_xhat)
-template <typename T>
-__global__ void backward_dx_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
-                                   T* __restrict__ dx, int64_t rows, int64_t c, Scratch s) {
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * kTileY)
-    for (int64_t j = threadIdx.x; j < c; j += kTileC) {
-      const float xhat = (to_f32(x[r * c + j]) - mean[j]) * s.inv_std[j];
-      dx[r * c + j] = from_f32<T>(s.scale[j] * (to_f32(dy[r * c + j]) - s.shift[j] - xhat * s.mean_dy_xhat[j]));
+template <typename T, int N>
+__global__ void backward_dx_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ dy,
+                                   const float* __restrict__ mean, T* __restrict__ dx, int64_t c, Scratch s) {
+  TG_VECTOR_LOOP(i, n, N) {
+    const int64_t j0 = i % c;
+    const auto vx = load_vec<N>(x, i), vdy = load_vec<N>(dy, i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t j = j0 + k;
+      const float xhat = (to_f32(vx.v[k]) - mean[j]) * s.inv_std[j];
+      o.v[k] = from_f32<T>(s.scale[j] * (to_f32(vdy.v[k]) - s.shift[j] - xhat * s.mean_dy_xhat[j]));
     }
+    store_vec(dx, i, o);
+  }
+}
+
+// Whether the element-wise passes over (rows, C) of T take 16-byte vectors.
+template <typename T>
+bool bn_vectors(int64_t c, const void* a, const void* b, const void* d = nullptr) {
+  return c % vec_width<T>() == 0 && aligned16(a, b) && (d == nullptr || aligned16(d));
+}
+
+template <typename T>
+void affine(const T* x, T* y, int64_t rows, int64_t c, const Scratch& s, cudaStream_t stream, const char* op) {
+  constexpr int N = vec_width<T>();
+  vector_kernel<N>(op, affine_kernel<T, N>, affine_kernel<T, 1>, bn_vectors<T>(c, x, y), rows * c, stream, x, y, c, s);
 }
 
 dim3 chunk_grid(int64_t rows, int64_t c) {
@@ -183,11 +206,6 @@ dim3 chunk_grid(int64_t rows, int64_t c) {
               static_cast<unsigned>((c + kTileC - 1) / kTileC));
 }
 unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + kTileC - 1) / kTileC); }
-unsigned row_blocks(int64_t rows, int64_t c) {
-  // about 8192 elements per block-iteration budget; enough blocks to fill any GPU, capped
-  const int64_t per_block = kTileY * std::max<int64_t>(c, kTileC);
-  return static_cast<unsigned>(std::clamp<int64_t>((rows * c + per_block - 1) / per_block, 1, 65535 / 2));
-}
 const dim3 kBlock(kTileC, kTileY);
 
 }  // namespace
@@ -216,8 +234,7 @@ void batch_norm_forward_training(DType t, const void* x, const float* gamma, con
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var, s);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
-    affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, static_cast<T*>(y), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
+    affine(xt, static_cast<T*>(y), rows, c, s, stream, "batch_norm_forward_training");
   });
 }
 
@@ -229,8 +246,7 @@ void batch_norm_forward_inference(DType t, const void* x, const float* gamma, co
   linear_kernel("batch_norm_forward_inference", inference_coef_kernel, c, stream, epsilon, gamma, beta, mean, var, s);
   dispatch_float(t, "batch_norm_forward_inference", [&](auto tag) {
     using T = decltype(tag);
-    affine_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_inference");
+    affine(static_cast<const T*>(x), static_cast<T*>(y), rows, c, s, stream, "batch_norm_forward_inference");
   });
 }
 
@@ -250,8 +266,9 @@ void batch_norm_backward(DType t, const void* x, const float* gamma, const float
     finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
     if (!dx) return;
-    backward_dx_kernel<<<row_blocks(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, static_cast<T*>(dx), rows, c, s);
-    TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
+    constexpr int N = vec_width<T>();
+    vector_kernel<N>("batch_norm_backward", backward_dx_kernel<T, N>, backward_dx_kernel<T, 1>,
+                     bn_vectors<T>(c, xt, dyt, dx), rows * c, stream, xt, dyt, mean, static_cast<T*>(dx), c, s);
   });
 }
 

@@ -1,7 +1,8 @@
 // Mixed-precision kernels of the CUDA backend: cast between the compute dtypes (the per-step f16/bf16 copy of
 // the f32 master weights, activations at the net's ends) and unscale_and_check (a loss-scaled f16/bf16/f32
 // gradient to f32, flagging a non-finite product for the dynamic loss scale). Both convert through f32 with
-// round to nearest even (src/backend/cuda/cuda_launch.h); launchers in src/backend/cuda/cuda_kernels.h.
+// round to nearest even (src/backend/cuda/cuda_launch.h), 16 bytes per load and store when aligned; launchers in
+// src/backend/cuda/cuda_kernels.h.
 #include <cuda_runtime.h>
 
 #include "src/backend/cuda/cuda_kernels.h"
@@ -10,16 +11,36 @@
 namespace tg::cuda_kernels {
 namespace {
 
-template <typename D, typename S>
-__global__ void cast_kernel(int64_t n, const S* src, D* dst) {
-  TG_GRID_STRIDE_LOOP(i, n) dst[i] = from_f32<D>(to_f32(src[i]));
+// 16 bytes of the narrower type per load and store when both pointers are 16-byte aligned (vector_kernel).
+template <typename D, typename S, int N>
+__global__ void cast_kernel(int64_t n, const S* __restrict__ src, D* __restrict__ dst) {
+  TG_VECTOR_LOOP(i, n, N) {
+    const auto v = load_vec<N>(src, i);
+    Vec<D, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_f32<D>(to_f32(v.v[k]));
+    store_vec(dst, i, o);
+  }
+  TG_VECTOR_TAIL(i, n, N) dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
 // Every thread that sees a non-finite product writes 1: a benign race (all write the same value), no atomics.
-template <typename S>
-__global__ void unscale_and_check_kernel(int64_t n, const S* src, float scale, float* dst, int32_t* found) {
+// dst may be src (f32): each element is read before it is written.
+template <typename S, int N>
+__global__ void unscale_and_check_kernel(int64_t n, const S* __restrict__ src, float scale, float* __restrict__ dst,
+                                         int32_t* found) {
   bool bad = false;
-  TG_GRID_STRIDE_LOOP(i, n) {
+  TG_VECTOR_LOOP(i, n, N) {
+    const auto v = load_vec<N>(src, i);
+    Vec<float, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      o.v[k] = to_f32(v.v[k]) * scale;
+      bad |= !isfinite(o.v[k]);
+    }
+    store_vec(dst, i, o);
+  }
+  TG_VECTOR_TAIL(i, n, N) {
     const float v = to_f32(src[i]) * scale;
     dst[i] = v;
     bad |= !isfinite(v);
@@ -41,7 +62,9 @@ void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaS
     using D = decltype(dtag);
     dispatch_float(src_t, "cast (source)", [&](auto stag) {
       using S = decltype(stag);
-      linear_kernel("cast", cast_kernel<D, S>, n, stream, static_cast<const S*>(src), static_cast<D*>(dst));
+      constexpr int N = vec_width<D, S>();
+      vector_kernel<N>("cast", cast_kernel<D, S, N>, cast_kernel<D, S, 1>, aligned16(src, dst), n, stream,
+                       static_cast<const S*>(src), static_cast<D*>(dst));
     });
   });
 }
@@ -50,8 +73,9 @@ void unscale_and_check(DType src_t, const void* src, float scale, float* dst, in
                        cudaStream_t stream) {
   dispatch_float(src_t, "unscale_and_check", [&](auto tag) {
     using S = decltype(tag);
-    linear_kernel("unscale_and_check", unscale_and_check_kernel<S>, n, stream, static_cast<const S*>(src), scale, dst,
-                  found);
+    constexpr int N = vec_width<S, float>();
+    vector_kernel<N>("unscale_and_check", unscale_and_check_kernel<S, N>, unscale_and_check_kernel<S, 1>,
+                     aligned16(src, dst), n, stream, static_cast<const S*>(src), scale, dst, found);
   });
 }
 

@@ -66,6 +66,54 @@ unsigned reduce_blocks(int64_t n) {
       std::clamp<int64_t>((n + 4 * kReduceThreads - 1) / (4 * kReduceThreads), 1, kReduceMaxBlocks));
 }
 
+// ---- reduce_into over a table of tensors ---------------------------------------------------------------------
+// Blocks of tensor k: table_blocks(n[k]); block b belongs to the tensor whose range of block numbers holds it.
+struct TableLayout {
+  int first_block[kReduceTable + 1];
+};
+
+__host__ __device__ inline int table_blocks(int64_t n) {
+  const int64_t b = (n + 4 * kReduceThreads - 1) / (4 * kReduceThreads);
+  return b < 1 ? 1 : (b > kReduceTableBlocks ? kReduceTableBlocks : static_cast<int>(b));
+}
+
+template <bool kSquares>
+__global__ void reduce_table_pass1(ReduceTable t, TableLayout l, double* partials) {
+  const int b = blockIdx.x;
+  int k = 0;
+  while (b >= l.first_block[k + 1]) ++k;
+  const int nb = l.first_block[k + 1] - l.first_block[k];
+  const float* __restrict__ x = t.x[k];
+  const int64_t n = t.n[k];
+  double acc = 0.0;
+  for (int64_t i = static_cast<int64_t>(b - l.first_block[k]) * kReduceThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(nb) * kReduceThreads) {
+    const double v = x[i];
+    acc += kSquares ? v * v : v;
+  }
+  const double total = block_reduce<SumOp>(acc);
+  if (threadIdx.x == 0) partials[b] = total;
+}
+
+// One block: per tensor in table order, its partials by a fixed tree, then running += w[k] * that.
+__global__ void reduce_table_pass2(ReduceTable t, TableLayout l, const double* partials, bool first, bool last,
+                                   double* running, float* out) {
+  double acc = first ? 0.0 : *running;
+  for (int k = 0; k < t.count; ++k) {
+    double v = 0.0;
+    for (int i = l.first_block[k] + threadIdx.x; i < l.first_block[k + 1]; i += kReduceThreads) v += partials[i];
+    const double total = block_reduce<SumOp>(v);
+    acc += static_cast<double>(t.w[k]) * total;
+    __syncthreads();  // block_reduce's shared memory is reused by the next tensor
+  }
+  if (threadIdx.x == 0) {
+    if (last)
+      *out = static_cast<float>(acc);
+    else
+      *running = acc;
+  }
+}
+
 // Column sums, pass 1: block (32, 8) sums 32 columns over one slab of kSlabRows rows (blockIdx.y): thread
 // (tx, ty) walks rows ty, ty+8, ... of the slab in double, then a fixed tree over ty.
 constexpr int64_t kSlabRows = 512;
@@ -137,6 +185,25 @@ void reduce_max_abs(DType t, const void* x, int64_t n, double* partials, double*
   });
   reduce_pass2<MaxAbsOp><<<1, kReduceThreads, 0, stream>>>(partials, static_cast<int>(blocks), result);
   TG_CUDA_CHECK_LAUNCH();
+}
+
+size_t reduce_table_scratch_bytes() { return sizeof(double) * kReduceTable * kReduceTableBlocks; }
+
+void reduce_table(const ReduceTable& t, bool squares, bool first, bool last, double* running, float* out, void* scratch,
+                  cudaStream_t stream) {
+  TableLayout l{};
+  for (int k = 0; k < t.count; ++k) l.first_block[k + 1] = l.first_block[k] + table_blocks(t.n[k]);
+  for (int k = t.count; k < kReduceTable; ++k) l.first_block[k + 1] = l.first_block[k];
+  auto* partials = static_cast<double*>(scratch);
+  if (l.first_block[t.count] > 0) {
+    if (squares)
+      reduce_table_pass1<true><<<l.first_block[t.count], kReduceThreads, 0, stream>>>(t, l, partials);
+    else
+      reduce_table_pass1<false><<<l.first_block[t.count], kReduceThreads, 0, stream>>>(t, l, partials);
+    TG_CUDA_CHECK_LAUNCH_OF("reduce_into");
+  }
+  reduce_table_pass2<<<1, kReduceThreads, 0, stream>>>(t, l, partials, first, last, running, out);
+  TG_CUDA_CHECK_LAUNCH_OF("reduce_into");
 }
 
 size_t column_sum_scratch_bytes(int64_t rows, int64_t cols) {

@@ -1,6 +1,8 @@
 // CUDA kernels of the gradient codings: ternary scaler (one warp per chunk of ternary_math.h's fixed summation
-// order, then one thread combines the chunks in order and applies ternary_scaler_from_stats), encode (one
-// thread per Philox block of 8 elements, 2 packed bytes; an optional zero-code count), unpack, code sums,
+// order, up to 2048 chunks, then one block combines the chunks pairwise in shared memory and applies
+// ternary_scaler_from_stats), encode (one thread per Philox block of 8 elements read as two 16-byte loads when
+// aligned, 2 packed bytes; an optional zero-code count; a table form encodes up to Backend::kEncodeTable tensors
+// in one launch), unpack, code sums,
 // decode from int8 sums and from gathered packed buffers; fp16/fp32 sums, averages and decodes. The
 // per-element math is the TG_HOST_DEVICE code of terngrad/math/ternary_math.h and terngrad/core/dtype.h, so
 // every result is the CPU's bit for bit (-fmad=false; fp16 NaN payloads aside), the scaler included: its
@@ -91,37 +93,65 @@ __global__ void scaler_chunks(const float* g, int64_t n, int64_t chunk, ScalerWo
   }
 }
 
-// One thread: the chunks added in chunk order from 0.0 (as tensor_stats_cpu does), then
-// s = ternary_scaler_from_stats(sigma, max|g|, c) (NaN if not finite).
-__global__ void scaler_finish(int64_t n, int chunks, ScalerWorkspace w, float clip_factor, float* scaler) {
-  double sum = 0.0, sumsq = 0.0;
-  unsigned mx = 0;
-  for (int k = 0; k < chunks; ++k) {
-    sum += w.partial_sum[k];
-    sumsq += w.partial_sumsq[k];
-    mx = max(mx, w.partial_max[k]);
+// One block of kFinishThreads: the chunks' partials combined pairwise (chunk k += chunk k + w for w = span/2 ...
+// 1, missing chunks 0.0; as tensor_stats_cpu does) in shared memory, then s = ternary_scaler_from_stats(sigma,
+// max|g|, c) (NaN if not finite).
+constexpr int kFinishThreads = 1024;
+static_assert(kTernaryStatsMaxChunks % kFinishThreads == 0, "each thread loads the same number of chunks");
+__global__ void __launch_bounds__(kFinishThreads)
+    scaler_finish(int64_t n, int chunks, ScalerWorkspace w, float clip_factor, float* scaler) {
+  __shared__ double sum[kTernaryStatsMaxChunks], sumsq[kTernaryStatsMaxChunks];
+  __shared__ unsigned mx[kTernaryStatsMaxChunks];
+  const int span = ternary_stats_span(chunks);
+  for (int k = threadIdx.x; k < span; k += kFinishThreads) {
+    const bool in = k < chunks;
+    sum[k] = in ? w.partial_sum[k] : 0.0;
+    sumsq[k] = in ? w.partial_sumsq[k] : 0.0;
+    mx[k] = in ? w.partial_max[k] : 0u;
   }
-  *scaler = ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), __uint_as_float(mx), clip_factor);
+  __syncthreads();
+  for (int half = span / 2; half >= 1; half /= 2) {
+    for (int k = threadIdx.x; k < half; k += kFinishThreads) {
+      sum[k] += sum[k + half];
+      sumsq[k] += sumsq[k + half];
+      mx[k] = max(mx[k], mx[k + half]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    *scaler =
+        ternary_scaler_from_stats(ternary_sigma_from_sums(sum[0], sumsq[0], n), __uint_as_float(mx[0]), clip_factor);
 }
 
 __global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
 
-// One thread per Philox block: elements 8b .. 8b+7, packed bytes 2b and 2b + 1 (the second only if it exists).
-// With zero_count, each CUDA block adds its number of zero codes once (a non-zero code sets exactly one bit of
-// its field, so a Philox block's zeros are its elements less the popcount of its fields).
-__global__ void encode_kernel(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step,
-                              uint32_t tensor, uint8_t* packed, int32_t* zero_count) {
-  const int64_t nbytes = (n + 3) / 4, blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
-  const float s = *scaler;
-  int zeros = 0;
-  for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x) {
-    const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
-    packed[2 * b] = static_cast<uint8_t>(bits);
-    if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
-    const int64_t valid = n - b * kTernaryBlockElements;
-    zeros += (valid < kTernaryBlockElements ? static_cast<int>(valid) : kTernaryBlockElements) - __popc(bits);
+// Philox block b of g (n elements) ternarized: its 16 packed bits, stored as bytes 2b and 2b + 1 (the second only
+// if it exists); returns its zero codes (a non-zero code sets exactly one bit of its field, so a Philox block's
+// zeros are its elements less the popcount of its fields). A whole block of a 16-byte aligned g is read with two
+// 16-byte loads; the values then go through the same ternarize_pack_values as the CPU's.
+__device__ __forceinline__ int encode_block(const float* __restrict__ g, int64_t n, bool aligned, int64_t b, float s,
+                                            PhiloxKey key, uint32_t step, uint32_t tensor,
+                                            uint8_t* __restrict__ packed) {
+  const int64_t first = b * kTernaryBlockElements, left = n - first;
+  const int valid = left < kTernaryBlockElements ? static_cast<int>(left) : kTernaryBlockElements;
+  float v[kTernaryBlockElements];
+  if (aligned && valid == kTernaryBlockElements) {
+    const float4 lo = __ldg(reinterpret_cast<const float4*>(g + first));
+    const float4 hi = __ldg(reinterpret_cast<const float4*>(g + first) + 1);
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < kTernaryBlockElements; ++e) v[e] = e < valid ? g[first + e] : 0.f;
   }
-  if (!zero_count) return;
+  const uint32_t bits = ternarize_pack_values(v, valid, s, ternary_block(key, static_cast<uint64_t>(b), step, tensor));
+  const int64_t nbytes = (n + 3) / 4;
+  packed[2 * b] = static_cast<uint8_t>(bits);
+  if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
+  return valid - __popc(bits);
+}
+
+// The block's zero codes added once to *zero_count (all threads of the block call it).
+__device__ __forceinline__ void add_block_zeros(int zeros, int32_t* zero_count) {
   for (int off = kWarp / 2; off >= 1; off >>= 1) zeros += __shfl_down_sync(0xffffffffu, zeros, off);
   __shared__ int warp_zeros[kThreads / kWarp];
   if (threadIdx.x % kWarp == 0) warp_zeros[threadIdx.x / kWarp] = zeros;
@@ -131,6 +161,53 @@ __global__ void encode_kernel(const float* g, int64_t n, const float* scaler, Ph
     for (int k = 0; k < kThreads / kWarp; ++k) total += warp_zeros[k];
     atomicAdd(zero_count, total);
   }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// One thread per Philox block: elements 8b .. 8b+7, packed bytes 2b and 2b + 1. With zero_count, each CUDA block
+// adds its number of zero codes once.
+__global__ void encode_kernel(const float* __restrict__ g, int64_t n, bool aligned, const float* scaler, PhiloxKey key,
+                              uint32_t step, uint32_t tensor, uint8_t* __restrict__ packed, int32_t* zero_count) {
+  const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
+  const float s = *scaler;
+  int zeros = 0;
+  for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x)
+    zeros += encode_block(g, n, aligned, b, s, key, step, tensor, packed);
+  if (zero_count) add_block_zeros(zeros, zero_count);
+}
+
+// The table form: CUDA blocks [first_block[k], first_block[k + 1]) encode tensor k (grid-striding over its Philox
+// blocks); the zero counts were set to 0 by zero_counts_kernel.
+struct EncodeTable {
+  const float* g[kEncodeTableCuda];
+  const float* scaler[kEncodeTableCuda];
+  uint8_t* packed[kEncodeTableCuda];
+  int32_t* zero_count[kEncodeTableCuda];
+  int64_t n[kEncodeTableCuda];
+  uint32_t tensor[kEncodeTableCuda];
+  int first_block[kEncodeTableCuda + 1];
+  uint64_t aligned_mask;  // bit k: g[k] is 16-byte aligned
+  int count;
+};
+
+__global__ void zero_counts_kernel(EncodeTable t) {
+  const int k = threadIdx.x;
+  if (k < t.count && t.zero_count[k]) *t.zero_count[k] = 0;
+}
+
+__global__ void encode_table_kernel(EncodeTable t, PhiloxKey key, uint32_t step) {
+  int k = 0;
+  while (static_cast<int>(blockIdx.x) >= t.first_block[k + 1]) ++k;
+  const int64_t n = t.n[k], blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
+  const int64_t stride = static_cast<int64_t>(t.first_block[k + 1] - t.first_block[k]) * blockDim.x;
+  const bool aligned = (t.aligned_mask >> k) & 1u;
+  const float s = *t.scaler[k];
+  int zeros = 0;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x - t.first_block[k]) * blockDim.x + threadIdx.x; b < blocks;
+       b += stride)
+    zeros += encode_block(t.g[k], n, aligned, b, s, key, step, t.tensor[k], t.packed[k]);
+  if (t.zero_count[k]) add_block_zeros(zeros, t.zero_count[k]);
 }
 
 __global__ void unpack_kernel(int64_t n, const uint8_t* packed, int8_t* codes) {
@@ -223,6 +300,9 @@ Inputs make_inputs(const float* const* xs, int count) {
 
 }  // namespace
 
+static_assert(sizeof(EncodeTable) <= 4096, "the table travels in the kernel's parameters");
+static_assert(kEncodeTableCuda <= 64, "aligned_mask holds one bit per tensor");
+
 size_t ternary_scaler_workspace_bytes_cuda() {
   return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks;
 }
@@ -236,10 +316,10 @@ void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* sc
   }
   const ScalerWorkspace w = scaler_workspace(workspace);
   const int64_t chunk = ternary_stats_chunk(n);
-  const int chunks = static_cast<int>((n + chunk - 1) / chunk);  // <= kTernaryStatsMaxChunks
+  const int chunks = ternary_stats_chunks(n);  // <= kTernaryStatsMaxChunks
   scaler_chunks<<<chunks, kWarp, 0, st>>>(g, n, chunk, w);
   TG_CUDA_CHECK_LAUNCH();
-  scaler_finish<<<1, 1, 0, st>>>(n, chunks, w, clip_factor, scaler);
+  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, scaler);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -253,7 +333,35 @@ void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxK
   if (n <= 0) return;
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
   const int grid = grid_for(blocks) < kEncodeMaxGrid ? grid_for(blocks) : kEncodeMaxGrid;
-  encode_kernel<<<grid, kThreads, 0, st>>>(g, n, scaler, key, step, tensor, packed, zero_count);
+  encode_kernel<<<grid, kThreads, 0, st>>>(g, n, aligned16(g), scaler, key, step, tensor, packed, zero_count);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, PhiloxKey key, uint32_t step, void* stream) {
+  TG_CHECK(count >= 0 && count <= kEncodeTableCuda, "ternary encode table: {} tensors (0 to {})", count,
+           kEncodeTableCuda);
+  if (count == 0) return;
+  cudaStream_t st = as_stream(stream);
+  EncodeTable t{};
+  t.count = count;
+  bool counts = false;
+  for (int k = 0; k < count; ++k) {
+    const TernaryEncodeCuda& it = items[k];
+    TG_CHECK(!it.zero_count || it.n <= INT32_MAX, "ternary encode: {} elements overflow an int zero count", it.n);
+    t.g[k] = it.g, t.scaler[k] = it.scaler, t.packed[k] = it.packed, t.zero_count[k] = it.zero_count;
+    t.n[k] = it.n, t.tensor[k] = it.tensor;
+    if (aligned16(it.g)) t.aligned_mask |= uint64_t{1} << k;
+    const int64_t blocks = (it.n + kTernaryBlockElements - 1) / kTernaryBlockElements;
+    const int64_t grid = (blocks + kThreads - 1) / kThreads;
+    t.first_block[k + 1] =
+        t.first_block[k] + static_cast<int>(grid < 1 ? 1 : (grid > kEncodeMaxGrid ? kEncodeMaxGrid : grid));
+    counts = counts || it.zero_count;
+  }
+  if (counts) {
+    zero_counts_kernel<<<1, kEncodeTableCuda, 0, st>>>(t);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  encode_table_kernel<<<t.first_block[count], kThreads, 0, st>>>(t, key, step);
   TG_CUDA_CHECK_LAUNCH();
 }
 

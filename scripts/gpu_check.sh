@@ -1,301 +1,319 @@
 #!/usr/bin/env bash
-# The one prepared check for a lent GPU machine (one device command, at most 10 minutes; this script keeps
-# under 9: every step runs under `timeout` with its own cap AND within one deadline, T_TOTAL = 530 s from the
-# start, so the whole script never passes 530 s while time a fast step leaves flows to the later ones; a step
-# that gets under 5 s is skipped with a line saying so). It builds only what it runs, for sm_90 (H100/H200)
-# with all cores, then, in order of importance:
-#   1. cuda_ops_check, one process per op group (conv, fc, bn, optim, reduce, amp; conv, fc and bn include
-#      f16/bf16 lines, amp the mixed-precision element-wise ops): a fault in one group does not take the
-#      others down;
-#   2. the CUDA GoogleTest cases (cuda_backend_test, cuda_mixed_precision_test, ternary_codec_test's CUDA
-#      cases), if GoogleTest and the CPU backend's packages are there (their oracle is the CPU backend);
-#   3. if the trainer configured (every package present): 20 LeNet steps twice on CUDA (the final parameter
-#      digests must be equal), their first losses against a CPU run of the same steps, all with
-#      --benchmark_mode (synthetic input);
-#   4. mixed precision (issue 12), if terngrad-train has --precision (else one line says it is skipped):
-#      ResNet-50 at batch 256 and Inception-v3 at batch 128 per GPU, 15 training steps each in fp16, bf16 and
-#      (last, the least needed) fp32 (--benchmark_mode; the median img/s of steps 6-15), each model next to its
-#      PyTorch AMP peer on the same card with the terngrad/torch ratio (bench/torch_amp_peer.py: torchvision model, channels_last, autocast + GradScaler; skipped
-#      with a line when the machine's python3 lacks torch/torchvision);
-#   5. AlexNet fp32 step throughput at batch 128, if time is left;
-# and prints a summary. Every line printed is also in $OUT/gpu_check.log ($OUT if set, else
-# build-gpu/gpu_check), beside build.log, ops.log, gtest.log and train.log.
+# The one prepared check for a lent GPU machine, and the bundle it runs. A GPU machine is lent by chance, bare (its
+# driver, the CUDA 13 toolkit, python3 with torch and the cuDNN/cuBLAS/NCCL wheels; no package registry) and for
+# minutes: everything is built here, and the device run only unpacks and checks.
 #
-# A bare GPU machine may lack fmt/spdlog headers (and oneDNN, MPI, protobuf, GoogleTest): the build then uses
-# -DTG_GPU_CHECK_ONLY=ON, which needs only CUDA/cuDNN, OpenMP and the fmt/spdlog headers from .gpu_deps/.
-# Prepare those here first, and carry the folder with the device command:
-#   scripts/gpu_check.sh --prepare          # copies /usr/include/{fmt,spdlog} to .gpu_deps/ (git-ignored)
-#   device run: command "scripts/gpu_check.sh", carry [".gpu_deps"]
-# cuDNN and NCCL are taken from the CUDA toolkit or the system, else from the pip wheels of the machine's
-# python3 (nvidia-cudnn-cu13, nvidia-nccl-cu13).
-# Environment: BUILD_DIR (build-gpu), JOBS (nproc), TG_CUDA_SYNC=1 to make a kernel fault name its launcher.
+#   scripts/gpu_check.sh --prepare [--verify]   here: build for sm_90 and pack the bundle (lib/gpu_bundle.sh):
+#                                               .gpu_bundle/terngrad-gpu-bundle.tar.xz (git-ignored, <= 40 MiB);
+#                                               --verify unpacks it into an empty folder and runs every program
+#                                               with only the bundle's libraries (ctest label gpu_bundle)
+#   scripts/gpu_check.sh --verify               the same check of an existing bundle
+#   scripts/gpu_check.sh                        the device run (carry .gpu_bundle): one command of at most 9
+#                                               minutes, see below
+#   scripts/gpu_check.sh --bin-dir DIR          the device run with the programs of a build tree instead of the
+#                                               bundle (DIR/terngrad-train, DIR/tests/...): what --self-test uses,
+#                                               and the fallback of a build on the GPU machine, which has CUDA but
+#                                               not the CPU side's packages, so only cuda_ops_check builds there:
+#                                               unpack the bundle (tar -xJf) into U, then cmake -DTG_CUDA=ON
+#                                               -DCMAKE_CUDA_ARCHITECTURES=90 -DTG_GPU_CHECK_ONLY=ON -DTG_DEPS_DIR=U
+#                                               (fmt/spdlog headers) and --target cuda_ops_check
+#   scripts/gpu_check.sh --self-test            the device run's logic without a GPU (ctest label scripts): the
+#                                               bookkeeping's verdicts, and a real run here that must end FAIL
+#
+# The device run, sections in order of value, each timed, all inside one deadline (TG_GPU_CHECK_SECONDS, default
+# 530 s; a section that would get under 5 s is SKIPPED and named):
+#   env        GPU, driver, nvcc, torch, the bundle's manifest, where cuDNN/cuBLAS/NCCL were found (toolkit,
+#              system or python3's wheels, lib/cuda_libs.sh) and the versions and files actually loaded
+#              (cuda_ops_check --versions); FAIL without a GPU, a library or a new enough glibc, and then every GPU
+#              section is SKIPPED
+#   sanitizer  compute-sanitizer --tool memcheck over a small cuda_ops_check pass (codec, amp, pool, concat)
+#   ops:GROUP  cuda_ops_check, one process per group: conv fc bn optim reduce amp codec pool lrn concat
+#   gtest:NAME the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one GPU)
+#   lenet      20 LeNet steps twice on the GPU (equal parameter digests) and once on the CPU; the first 3
+#              cross-entropies agree within 1e-3 relative; host synchronisations per steady step (<= 1)
+#   terngrad   TernGrad against fp32 gradients, 2 workers on the one GPU (the exchange's cost; target <= 1.05)
+#   net:NAME   ResNet-50 (batch 256) and Inception-v3 (batch 128): the PyTorch AMP peer first (90 s cap), then
+#              terngrad-train in fp16, bf16, fp32; both sides the true median of the same 10 timed steps after 5
+#   pipeline   images/s the input pipeline sustains on JPEG TFRecords made on the spot (ResNet-50 preprocessing,
+#              all cores): whether the card would starve
+# A command that fails is rerun once with TG_CUDA_SYNC=1. The last line is "gpu_check: PASS", "gpu_check: PARTIAL
+# (n sections skipped: ...)" or "gpu_check: FAIL (...)" (lib/gpu_check_sections.sh); exit 0, 3 or 1. At most 3 files
+# under $OUT: summary.txt, gpu_check.log (everything printed) and logs.tar.gz (each section's logs and metrics).
+# Environment: OUT, GPU_BUNDLE (the archive), BUILD_DIR (--prepare), JOBS, TG_GPU_CHECK_SECTIONS (names or
+# prefixes to run, e.g. "env ops:codec lenet"; default all), TG_GPU_CHECK_SECONDS.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEPS="$ROOT/.gpu_deps"
+# shellcheck source=lib/cuda_libs.sh
+source "$ROOT/scripts/lib/cuda_libs.sh"
+# shellcheck source=lib/gpu_bundle.sh
+source "$ROOT/scripts/lib/gpu_bundle.sh"
+# shellcheck source=lib/gpu_check_sections.sh
+source "$ROOT/scripts/lib/gpu_check_sections.sh"
+GPU_BUNDLE=${GPU_BUNDLE:-$ROOT/.gpu_bundle/terngrad-gpu-bundle.tar.xz}
 
-if [[ "${1:-}" == "--prepare" ]]; then
-  mkdir -p "$DEPS/include"
-  for d in fmt spdlog; do
-    [[ -d /usr/include/$d ]] || { echo "gpu_check --prepare: /usr/include/$d not found" >&2; exit 1; }
-    rm -rf "${DEPS:?}/include/$d" && cp -r "/usr/include/$d" "$DEPS/include/"
-  done
-  exclude="$(git -C "$ROOT" rev-parse --git-path info/exclude)"
-  [[ "$exclude" = /* ]] || exclude="$ROOT/$exclude"
-  mkdir -p "$(dirname "$exclude")"
-  grep -qx '/.gpu_deps/' "$exclude" 2>/dev/null || echo '/.gpu_deps/' >>"$exclude"
-  echo "gpu_check --prepare: $(du -sh "$DEPS" | cut -f1) in $DEPS; carry \".gpu_deps\" with the device command"
+usage() {  # [STATUS]
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  exit "${1:-2}"
+}
+
+prepare=0 verify=0 self_test=0 bin_dir=""
+while (($#)); do
+  case $1 in
+    --prepare) prepare=1 ;;
+    --verify) verify=1 ;;
+    --self-test) self_test=1 ;;
+    --bin-dir) bin_dir=${2:-} && shift ;;
+    -h | --help) usage 0 ;;
+    *) echo "gpu_check: unknown argument '$1'" >&2 && usage ;;
+  esac
+  shift
+done
+
+if ((self_test)); then
+  # shellcheck source=lib/gpu_check_self_test.sh
+  source "$ROOT/scripts/lib/gpu_check_self_test.sh"
+  gc_self_test
+  exit $?
+fi
+if ((prepare || verify)); then
+  if ((prepare)); then
+    build=${BUILD_DIR:-}
+    if [[ -z $build ]]; then build=$ROOT/build && gb_build_has_sm90 "$build" || build=$ROOT/build-gpu; fi
+    gb_prepare "$build" "$GPU_BUNDLE" || exit 1
+    exclude="$(git -C "$ROOT" rev-parse --git-path info/exclude 2> /dev/null)"
+    [[ -n $exclude && $exclude != /* ]] && exclude="$ROOT/$exclude"
+    if [[ -n $exclude ]] && ! grep -qsx '/.gpu_bundle/' "$exclude" && ! git -C "$ROOT" check-ignore -q .gpu_bundle; then
+      mkdir -p "$(dirname "$exclude")" && echo '/.gpu_bundle/' >> "$exclude"
+    fi
+  fi
+  if ((verify)); then gb_verify "$GPU_BUNDLE" || exit 1; fi
   exit 0
 fi
 
-BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
-JOBS="${JOBS:-$(nproc)}"
-LOG_DIR="${OUT:-$BUILD_DIR/gpu_check}"
-mkdir -p "$LOG_DIR"
-exec > >(tee -a "$LOG_DIR/gpu_check.log") 2>&1
-# Caps in seconds of each step (the deadline T_TOTAL bounds their sum): build, ops check per group, GoogleTest
-# (split over the executables), LeNet (per run, 3 runs), mixed precision (per terngrad-train run, 6 runs; per
-# PyTorch peer process, 2 processes), AlexNet throughput (1 run). Sized so that, with the build and the ops
-# checks at their usual durations, the mixed-precision section still fits; AlexNet runs only if time is left.
-T_TOTAL=530
-T_BUILD=240 T_GTEST=60 T_LENET=15 T_MP=25 T_PEER=40 T_ALEXNET=30
-declare -A T_OPS=([conv]=45 [fc]=20 [bn]=35 [optim]=15 [reduce]=12 [amp]=25)
-START=$(date +%s)
-summary=()
-status=0
-note() { summary+=("$1"); }
-fail() { summary+=("FAIL: $1"); status=1; }
-elapsed() { echo $(($(date +%s) - START)); }
-# cap CAP: what a step may use now, min(CAP, time left before T_TOTAL).
-cap() { local left=$((T_TOTAL - $(elapsed))); echo $(($1 < left ? $1 : left)); }
-# enough SECONDS NAME: true when SECONDS >= 5, else notes that NAME is skipped for lack of time.
-enough() { (($1 >= 5)) && return 0; note "$2: skipped, the ${T_TOTAL}s deadline is reached"; return 1; }
-
+# ---- the device run ----------------------------------------------------------------------------------------------
+OUT_DIR=${OUT:-$ROOT/build-gpu/gpu_check}
+WORK=$(mktemp -d /tmp/tg_gpu_check.XXXXXX)
+mkdir -p "$OUT_DIR" "$WORK/logs"
+exec > >(tee -a "$OUT_DIR/gpu_check.log") 2>&1
+finish() {  # the summary and the logs' tarball, whatever ended the run
+  local rc
+  gc_summary "$OUT_DIR/summary.txt"
+  rc=$?
+  tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" logs 2> /dev/null
+  rm -rf "$WORK"
+  exit $rc
+}
+trap finish EXIT
+trap 'echo "gpu_check: interrupted"; exit 1' INT TERM
+gc_init "${TG_GPU_CHECK_SECONDS:-530}"
+LOGS=$WORK/logs
+wanted() {  # NAME: whether TG_GPU_CHECK_SECTIONS (names or prefixes) includes it
+  local s
+  [[ -z ${TG_GPU_CHECK_SECTIONS:-} ]] && return 0
+  for s in $TG_GPU_CHECK_SECTIONS; do [[ $1 == "$s" || $1 == "$s":* ]] && return 0; done
+  return 1
+}
 echo "== gpu_check $(date -u +%FT%TZ) in $ROOT"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>&1 || true
 
-# ---- cuDNN/NCCL: toolkit or system, else the pip wheels ---------------------------------------------------
-cmake_args=()
-wheel_dir() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
-any_file() { for f in "$@"; do [[ -f "$f" ]] && return 0; done; return 1; }
-if ! any_file /usr/local/cuda*/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h \
-    /usr/include/x86_64-linux-gnu/cudnn.h; then
-  d="$(wheel_dir cudnn)"
-  if [[ -n "$d" && -f "$d/include/cudnn.h" ]]; then
-    cmake_args+=(-DCUDNN_INCLUDE_DIR="$d/include" -DCUDNN_LIBRARY="$(ls "$d"/lib/libcudnn.so* | head -1)")
-    export LD_LIBRARY_PATH="$d/lib:${LD_LIBRARY_PATH:-}"
-    echo "cuDNN from the pip wheel in $d"
+# The programs: the bundle unpacked, or a build tree (--bin-dir).
+BIN="" TESTS="" PEERS=$ROOT/bench LIBPATH=""
+if [[ -n $bin_dir ]]; then
+  BIN=$(cd "$bin_dir" && pwd) TESTS=$BIN/tests
+  echo "programs from the build tree $BIN"
+elif gb_unpack "$GPU_BUNDLE" "$WORK/bundle"; then
+  BIN=$WORK/bundle/bin TESTS=$WORK/bundle/bin/tests PEERS=$WORK/bundle/bench
+  LIBPATH=$(gb_library_path "$WORK/bundle")
+  export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  sed 's/^/   bundle: /' "$WORK/bundle/MANIFEST"
+fi
+
+# ---- env ---------------------------------------------------------------------------------------------------------------
+GPU_OK=0
+if wanted env && gc_section env 30; then
+  why=""
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/   gpu: /'
   else
-    echo "no cuDNN found (toolkit, system or pip wheel): the build will fail"
+    echo "   gpu: nvidia-smi not found"
   fi
-fi
-if ! any_file /usr/local/cuda*/lib64/libnccl.so* /usr/local/lib/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so*; then
-  d="$(wheel_dir nccl)"
-  if [[ -n "$d" ]] && ls "$d"/lib/libnccl.so* >/dev/null 2>&1; then
-    cmake_args+=(-DNCCL_LIBRARY="$(ls "$d"/lib/libnccl.so* | head -1)")
-    export LD_LIBRARY_PATH="$d/lib:${LD_LIBRARY_PATH:-}"
-  fi
-fi
-generator=()
-# Ninja when there (faster), unless the build folder was configured with another generator.
-command -v ninja >/dev/null && [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && generator=(-G Ninja)
-
-# ---- build (configure included) within T_BUILD ----------------------------------------------------------------
-echo "== build in $BUILD_DIR (-j$JOBS, limit ${T_BUILD}s)"
-: >"$LOG_DIR/build.log"
-left() { local b=$((T_BUILD - $(elapsed))); cap "$b"; }
-if ! timeout "$(left)" cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DTG_GPU_CHECK_ONLY=ON -DTG_DEPS_DIR="$DEPS" -DTG_BUILD_BENCH=OFF \
-    "${cmake_args[@]}" >>"$LOG_DIR/build.log" 2>&1; then
-  tail -30 "$LOG_DIR/build.log"
-  fail "configure (log: build.log)"
-fi
-grep "terngrad:" "$LOG_DIR/build.log" | sed 's/^-- /   /'
-have_target() { cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -qE "(^|[ .:/])$1(:|$| )"; }
-build() {  # build TARGET...: within what is left of T_BUILD
-  local t
-  t=$(left)
-  ((t > 5)) || { echo "   no build time left for $*"; return 124; }
-  timeout "$t" cmake --build "$BUILD_DIR" -j"$JOBS" --target "$@" >>"$LOG_DIR/build.log" 2>&1
-}
-ops_built=0
-if ((status == 0)); then
-  if build cuda_ops_check; then ops_built=1; else
-    grep -E "error" "$LOG_DIR/build.log" | head -30
-    fail "build cuda_ops_check (log: build.log)"
-  fi
-fi
-gtests=()
-for t in cuda_backend_test cuda_mixed_precision_test ternary_codec_test; do have_target "$t" && gtests+=("$t"); done
-train_built=0
-extra=("${gtests[@]}")
-have_target terngrad-train && extra+=(terngrad-train)
-if ((ops_built)) && ((${#extra[@]})); then
-  if build "${extra[@]}"; then
-    have_target terngrad-train && train_built=1
+  echo "   nvcc: $(nvcc --version 2> /dev/null | tail -1 || echo none)"
+  echo "   torch: $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "cuDNN",
+    torch.backends.cudnn.version())' 2>&1 | tail -1)"
+  echo "   glibc: $(ldd --version 2>&1 | head -1)"
+  if [[ -z $BIN ]]; then
+    why="no bundle at $GPU_BUNDLE (run scripts/gpu_check.sh --prepare on the build machine and carry .gpu_bundle)"
   else
-    grep -E "error" "$LOG_DIR/build.log" | head -30
-    fail "build ${extra[*]} (log: build.log)"
-    gtests=()
-  fi
-fi
-((${#gtests[@]})) || note "GoogleTest CUDA tests: not built (GoogleTest or the CPU backend's packages missing here)"
-((train_built)) || note "trainer checks: terngrad-train not built (packages missing here, see build.log)"
-echo "   build done after $(elapsed)s"
-
-# ---- 1. ops check, one process per group ----------------------------------------------------------------------------
-if ((ops_built)); then
-  for g in conv fc bn optim reduce amp; do
-    lim=$(cap "${T_OPS[$g]}")
-    enough "$lim" "ops $g" || continue
-    echo "== cuda_ops_check --group $g (limit ${lim}s)"
-    timeout "$lim" "$BUILD_DIR/cuda_ops_check" --group "$g" >"$LOG_DIR/ops_$g.log" 2>&1
-    rc=$?
-    cat "$LOG_DIR/ops_$g.log" | tee -a "$LOG_DIR/ops.log"
-    skips=$(grep -c ' SKIP:' "$LOG_DIR/ops_$g.log")
-    case $rc in
-      0) note "ops $g: PASS$( ((skips)) && echo " ($skips dtype line(s) skipped: the device lacks the dtype)")" ;;
-      124) fail "ops $g: timed out after ${lim}s" ;;
-      77) fail "ops $g: no CUDA device" ;;
-      *) fail "ops $g: exit $rc ($(grep -c ' FAIL' "$LOG_DIR/ops_$g.log") FAIL lines)" ;;
-    esac
-  done
-fi
-
-# ---- 2. GoogleTest CUDA cases -----------------------------------------------------------------------------------------
-if ((${#gtests[@]})); then
-  per=$((T_GTEST / ${#gtests[@]}))
-  for t in "${gtests[@]}"; do
-    filter="*"
-    [[ $t == ternary_codec_test ]] && filter="*Cuda*:*CUDA*"
-    lim=$(cap "$per")
-    enough "$lim" "$t" || continue
-    echo "== $t --gtest_filter=$filter (limit ${lim}s)"
-    timeout "$lim" "$BUILD_DIR/tests/$t" --gtest_filter="$filter" >"$LOG_DIR/gtest_$t.log" 2>&1
-    rc=$?
-    cat "$LOG_DIR/gtest_$t.log" >>"$LOG_DIR/gtest.log"
-    grep -E "^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\]|^\[ INFO" "$LOG_DIR/gtest_$t.log" | tail -8 | sed 's/^/   /'
-    if ((rc == 124)); then fail "$t: timed out after ${lim}s"
-    elif ((rc != 0)); then fail "$t: exit $rc (see gtest.log)"
-    else note "$t: $(grep -oE '[0-9]+ tests?, listed below|PASSED  \] [0-9]+ tests?' "$LOG_DIR/gtest_$t.log" | tail -1)"
-    fi
-  done
-fi
-
-# ---- 3. trainer: LeNet determinism and CPU agreement ---------------------------------------------------------------------
-train() {  # train LIMIT NAME ARGS...: one run, its log in $BUILD_DIR/runs/NAME.log (also appended to train.log);
-           # LOG_EVERY (default 1) is its --log_every
-  local limit=$1 name=$2
-  shift 2
-  mkdir -p "$BUILD_DIR/runs"
-  rm -rf "$BUILD_DIR/runs/$name"
-  timeout "$limit" "$BUILD_DIR/terngrad-train" --benchmark_mode --train_dir "$BUILD_DIR/runs/$name" \
-    --log_every "${LOG_EVERY:-1}" --save_iter 100000000 "$@" >"$BUILD_DIR/runs/$name.log" 2>&1
-  local rc=$?
-  { echo "---- $name (exit $rc): $*"; cat "$BUILD_DIR/runs/$name.log"; } >>"$LOG_DIR/train.log"
-  return $rc
-}
-digest() { grep -oE 'parameter digest [0-9a-fx]+' "$BUILD_DIR/runs/$1.log" | tail -1 | awk '{print $3}'; }
-losses() { grep -oE 'step [0-9]+, entropy_loss = [0-9.na-]+' "$BUILD_DIR/runs/$1.log" | awk '{print $4}' | head -"$2" | tr '\n' ' '; }
-# The run's img/s: the final "median N examples/sec" (the last window's rate if the run was cut short).
-rate() { grep -oE '[0-9.]+ examples/sec' "$BUILD_DIR/runs/$1.log" | tail -1 | awk '{print $1}'; }
-if ((train_built)); then
-  lenet=(--net lenet --dataset fashion_mnist --batch_size 64 --max_steps 20 --num_nodes 1)
-  lim=$(cap "$T_LENET")
-  if enough "$lim" "lenet"; then
-    echo "== LeNet 20 steps: cuda twice, cpu once (limit ${lim}s each)"
-    ok=1
-    train "$(cap "$T_LENET")" lenet_cuda1 "${lenet[@]}" --device cuda || ok=0
-    train "$(cap "$T_LENET")" lenet_cuda2 "${lenet[@]}" --device cuda || ok=0
-    train "$(cap "$T_LENET")" lenet_cpu "${lenet[@]}" --device cpu || ok=0
-    d1=$(digest lenet_cuda1) d2=$(digest lenet_cuda2)
-    echo "   digests: cuda run 1 ${d1:-?}, run 2 ${d2:-?}"
-    echo "   first losses: cuda $(losses lenet_cuda1 5)| cpu $(losses lenet_cpu 5)"
-    if ((!ok)); then fail "lenet: a run failed (see train.log)"
-    elif [[ -z "$d1" || "$d1" != "$d2" ]]; then fail "lenet: cuda runs end with different parameter digests ($d1 vs $d2)"
-    else note "lenet: cuda runs bit-identical (digest $d1)"
-    fi
-    # The first 3 losses (2 decimals in the log) must agree with the CPU's.
-    if [[ "$(losses lenet_cuda1 3)" == "$(losses lenet_cpu 3)" && -n "$(losses lenet_cpu 3)" ]]; then
-      note "lenet: first 3 losses equal the CPU's ($(losses lenet_cpu 3))"
-    else
-      fail "lenet: first losses cuda [$(losses lenet_cuda1 3)] vs cpu [$(losses lenet_cpu 3)]"
-    fi
-  fi
-fi
-
-# ---- 4. mixed precision: ResNet-50 / Inception-v3 img/s in fp32, fp16, bf16 next to PyTorch AMP ---------------------
-train_help=""
-((train_built)) && train_help=$("$BUILD_DIR/terngrad-train" --help 2>&1)
-if ((train_built)) && ! grep -q -- '--precision' <<<"$train_help"; then
-  note "mixed precision: skipped (this terngrad-train has no --precision flag)"
-elif ((train_built)); then
-  peer="$ROOT/bench/torch_amp_peer.py"
-  mp_run() {  # mp_run PRECISION: one terngrad-train run of $net at batch $b; its rate goes into $line and ours[]
-    local p=$1 lim rc r
-    lim=$(cap "$T_MP")
-    enough "$lim" "$net $p" || return 0
-    echo "== $net batch $b $p, 15 steps on cuda (limit ${lim}s)"
-    LOG_EVERY=5 train "$lim" "${net}_$p" --net "$net" --dataset imagenet --batch_size "$b" --max_steps 15 \
-      --num_nodes 1 --device cuda --precision "$p"
-    rc=$?
-    tail -2 "$BUILD_DIR/runs/${net}_$p.log" | sed 's/^/   /'
-    r=$(rate "${net}_$p")
-    [[ -n "$r" ]] && ours[$p]=$r
-    if ((rc == 0)); then line+=" $p ${r:-?}"
-    elif [[ -n "$r" ]]; then line+=" $p ${r} (cut at ${lim}s)"; note "$net $p: timed out after ${lim}s (rate of the steps done)"
-    else fail "$net $p: exit $rc (see train.log)"
-    fi
-  }
-  # Per model: fp16 and bf16, then the PyTorch peer, then fp32 (the least needed if the deadline is near).
-  for spec in resnet50:256 inception_v3:128; do
-    net=${spec%%:*} b=${spec##*:}
-    line="$net b$b img/s:"
-    declare -A ours=()
-    mp_run fp16
-    mp_run bf16
-    lim=$(cap "$T_PEER")
-    if enough "$lim" "$net PyTorch AMP peer"; then
-      echo "== PyTorch AMP peer: $net batch $b fp16, bf16 (limit ${lim}s)"
-      timeout "$lim" python3 "$peer" --net "$net" --batch "$b" --precision fp16 bf16 --warmup 5 --steps 10 \
-        >"$LOG_DIR/peer_$net.log" 2>&1
-      rc=$?
-      cat "$LOG_DIR/peer_$net.log" >>"$LOG_DIR/train.log"
-      tail -3 "$LOG_DIR/peer_$net.log" | sed 's/^/   /'
-      if grep -q "skipped" "$LOG_DIR/peer_$net.log"; then line+=" | torch AMP: $(grep -m1 skipped "$LOG_DIR/peer_$net.log")"
-      elif ((rc != 0)); then line+=" | torch AMP: exit $rc (see train.log)"
-      else
-        line+=" | torch AMP:"
-        for p in fp16 bf16; do
-          tr_=$(grep -oE "$net $p batch=[0-9]+ images/s=[0-9.]+" "$LOG_DIR/peer_$net.log" | sed -E 's/.*images\/s=//')
-          [[ -n "$tr_" ]] || continue
-          line+=" $p $tr_"
-          [[ -n "${ours[$p]:-}" ]] && line+=" (terngrad/torch $(awk -v a="${ours[$p]}" -v b="$tr_" 'BEGIN{printf "%.2f", a/b}')x)"
-        done
+    if [[ -n $LIBPATH ]]; then
+      for lib in "${!TG_CUDA_LIB_PATH[@]}"; do echo "   found $lib: ${TG_CUDA_LIB_PATH[$lib]} (${TG_CUDA_LIB_FROM[$lib]})"; done
+      ((${#TG_CUDA_LIB_MISSING[@]})) && why="missing ${TG_CUDA_LIB_MISSING[*]} (looked in $TG_CUDA_LIB_WHERE)"
+      need=$(sed -n 's/^glibc_needed GLIBC_//p' "$WORK/bundle/MANIFEST")
+      have=$(ldd --version 2>&1 | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+      if [[ -n $need && -n $have && $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1) != "$need" ]]; then
+        why="${why:+$why; }the bundle needs glibc $need, this machine has $have"
       fi
-      line+=" |"
     fi
-    mp_run fp32
-    note "$line"
-  done
+    "$BIN/cuda_ops_check" --versions > "$LOGS/versions.log" 2>&1 || why="${why:+$why; }cuda_ops_check --versions failed"
+    sed 's/^/   /' "$LOGS/versions.log"
+    devices=$(sed -n 's/^CUDA devices: \([0-9]*\).*/\1/p' "$LOGS/versions.log")
+    if [[ ${devices:-0} -lt 1 ]]; then
+      why="${why:+$why; }no CUDA device ($(grep -m1 '^CUDA devices' "$LOGS/versions.log" || echo 'no answer'))"
+    fi
+  fi
+  if [[ -z $why ]]; then GPU_OK=1 && gc_pass "$(grep -m1 'CUDA devices' "$LOGS/versions.log")"; else gc_fail "$why"; fi
 fi
+# A GPU section: wanted, and a GPU with the programs is there (else SKIPPED, naming why).
+gpu_section() {  # NAME CAP
+  wanted "$1" || return 1
+  if ((!GPU_OK)); then
+    gc_skip_section "$1" "no usable GPU (see env)"
+    return 1
+  fi
+  gc_section "$1" "$2"
+}
 
-# ---- 5. AlexNet fp32 throughput, if time is left ----------------------------------------------------------------------------
-if ((train_built)); then
-  lim=$(cap "$T_ALEXNET")
-  if enough "$lim" "alexnet throughput"; then
-    echo "== alexnet 20 steps on cuda (limit ${lim}s)"
-    if train "$lim" alexnet_cuda --net alexnet --dataset imagenet --batch_size 128 --max_steps 20 --num_nodes 1 \
-        --device cuda; then
-      note "alexnet batch 128: $(rate alexnet_cuda) img/s"
-    else
-      fail "alexnet: exit $? (see train.log)"
-    fi
-    tail -2 "$BUILD_DIR/runs/alexnet_cuda.log" | sed 's/^/   /'
+# ---- sanitizer ---------------------------------------------------------------------------------------------------------
+if gpu_section sanitizer 75; then
+  if ! command -v compute-sanitizer > /dev/null; then
+    gc_skip "compute-sanitizer is not installed"
+  else
+    bad=0
+    for g in codec amp pool concat; do
+      gc_run "$LOGS/sanitizer_$g.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BIN/cuda_ops_check" --small --group "$g"
+      rc=$GC_RC
+      echo "   memcheck $g: exit $rc, $(grep -cE '^========= (Invalid|Program hit|Error)' "$LOGS/sanitizer_$g.log") errors"
+      ((rc != 0)) && bad=1 && failed_group=$g && break
+    done
+    if ((bad)); then gc_fail "memcheck of --group $failed_group: exit $rc (logs.tar.gz: sanitizer_$failed_group.log)"
+    else gc_pass "no memcheck error in codec, amp, pool, concat (--small)"; fi
   fi
 fi
 
-echo "== summary after $(elapsed)s (logs in $LOG_DIR)"
-printf '  %s\n' "${summary[@]}"
-((status == 0)) && echo "gpu_check: PASS" || echo "gpu_check: FAIL"
-exit $status
+# ---- ops groups ------------------------------------------------------------------------------------------------------
+declare -A OPS_CAP=([conv]=60 [fc]=30 [bn]=40 [optim]=20 [reduce]=15 [amp]=30 [codec]=45 [pool]=30 [lrn]=30 [concat]=15)
+for g in conv fc bn optim reduce amp codec pool lrn concat; do
+  gpu_section "ops:$g" "${OPS_CAP[$g]}" || continue
+  gc_run "$LOGS/ops_$g.log" "$BIN/cuda_ops_check" --group "$g"
+  sed 's/^/   /' "$LOGS/ops_$g.log"
+  fails=$(grep -cE ' FAIL' "$LOGS/ops_$g.log")
+  skips=$(grep -c ' SKIP:' "$LOGS/ops_$g.log")
+  case $GC_RC in
+    0) gc_pass "$(grep -cE ' PASS' "$LOGS/ops_$g.log") lines$( ((skips)) && echo ", $skips dtype lines skipped")" ;;
+    124) gc_fail "timed out after ${GC_LIMIT} s" ;;
+    *) gc_fail "exit $GC_RC, $fails FAIL lines$(gc_rerun_text)" ;;
+  esac
+done
+
+# ---- GoogleTest ------------------------------------------------------------------------------------------------------
+declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*")
+for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test nccl_communicator_test; do
+  gpu_section "gtest:$t" 60 || continue
+  if [[ ! -x $TESTS/$t ]]; then
+    gc_skip "$TESTS/$t is not there"
+    continue
+  fi
+  gc_run "$LOGS/gtest_$t.log" "$TESTS/$t" --gtest_filter="${GTEST_FILTER[$t]:-*}"
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$LOGS/gtest_$t.log" | sort | uniq -c | sed 's/^/   /' | tail -8
+  n_passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$LOGS/gtest_$t.log" | tail -1)
+  n_skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$LOGS/gtest_$t.log" | tail -1)
+  if ((GC_RC == 124)); then gc_fail "timed out after ${GC_LIMIT} s"
+  elif ((GC_RC != 0)); then gc_fail "exit $GC_RC$(gc_rerun_text)"
+  elif [[ ${n_passed:-0} == 0 && ${n_skipped:-0} -gt 0 ]]; then gc_fail "every test SKIPPED although a GPU is there"
+  else gc_pass "${n_passed:-0} passed${n_skipped:+, $n_skipped skipped}"; fi
+done
+
+# ---- trainer runs ------------------------------------------------------------------------------------------------------
+# train NAME LIMIT ARGS...: one terngrad-train run (synthetic input) into $LOGS/NAME.log, per-step metrics in
+# $LOGS/NAME.jsonl (LOG_EVERY, default 1); sets GC_RC.
+train() {
+  local name=$1 limit=$2
+  shift 2
+  GC_LIMIT=$limit
+  gc_run "$LOGS/$name.log" "$BIN/terngrad-train" --benchmark_mode --train_dir "$WORK/runs/$name" \
+    --log_every "${LOG_EVERY:-1}" --save_iter 100000000 --metrics_jsonl "$LOGS/$name.jsonl" "$@"
+}
+digest() { grep -oE 'parameter digest [0-9a-fx]+' "$LOGS/$1.log" | tail -1 | awk '{print $3}'; }
+# json_values NAME KEY: KEY of every per-step line of NAME's metrics, one a line.
+json_values() { grep '"step"' "$LOGS/$1.jsonl" 2> /dev/null | grep -oE "\"$2\": ?[-0-9.e+naif]+" | sed 's/.*: *//'; }
+# steady_syncs NAME: the most host synchronisations per step (the steps' own, the log step's reads excluded) of any
+# window after the first.
+steady_syncs() { json_values "$1" host_syncs | tail -n +2 | sort -g | tail -1; }
+# rate NAME FROM: the true median examples/sec of steps FROM.. (one step per log line).
+rate() { json_values "$1" examples_per_sec | tail -n +"$2" | gc_median; }
+
+if gpu_section lenet 60; then
+  lenet=(--net lenet --dataset fashion_mnist --batch_size 64 --max_steps 20 --num_nodes 1)
+  ok=1
+  train lenet_cuda1 $((GC_LIMIT / 3)) "${lenet[@]}" --device cuda || ok=0
+  # The twin logs every 5 steps: its windows count the host synchronisations of 4 steady steps and a log step's
+  # (1-step windows would see only the log reads, which cover the steps' own waits).
+  LOG_EVERY=5 train lenet_cuda2 $((GC_LIMIT / 3)) "${lenet[@]}" --device cuda || ok=0
+  train lenet_cpu $((GC_LIMIT / 3)) "${lenet[@]}" --device cpu || ok=0
+  d1=$(digest lenet_cuda1) d2=$(digest lenet_cuda2)
+  cuda_losses=$(json_values lenet_cuda1 entropy_loss | head -3 | tr '\n' ' ')
+  cpu_losses=$(json_values lenet_cpu entropy_loss | head -3 | tr '\n' ' ')
+  echo "   digests ${d1:-?} ${d2:-?}; first losses cuda [$cuda_losses] cpu [$cpu_losses]"
+  # shellcheck disable=SC2086 # lists of numbers
+  agree=$(paste -d' ' <(printf '%s\n' $cuda_losses) <(printf '%s\n' $cpu_losses) |
+    awk 'NF == 2 {d = $1 - $2; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (m < 1) m = 1; if (d > 1e-3 * m) bad++; n++}
+         END {print (n == 3 && !bad) ? "yes" : "no"}')
+  syncs=$(steady_syncs lenet_cuda2)
+  if ((!ok)); then gc_fail "a run failed (logs.tar.gz: lenet_*.log)$(gc_rerun_text)"
+  elif [[ -z $d1 || $d1 != "$d2" ]]; then gc_fail "the GPU runs end with different digests ($d1 vs $d2)"
+  elif [[ $agree != yes ]]; then gc_fail "first losses cuda [$cuda_losses] vs cpu [$cpu_losses] (1e-3 relative)"
+  elif awk -v s="${syncs:-9}" 'BEGIN {exit !(s > 1)}'; then gc_fail "${syncs:-no} host syncs per steady step (<= 1)"
+  else gc_pass "digest $d1 twice; first losses within 1e-3 of the CPU's; ${syncs} host syncs per steady step"; fi
+fi
+
+if gpu_section terngrad 90; then
+  common=(--net alexnet --dataset imagenet --batch_size 256 --num_nodes 2 --max_steps 15 --device cuda)
+  half=$((GC_LIMIT / 2))
+  train alexnet_fp32grad "$half" "${common[@]}" --grad_bits 32 && r32=$(rate alexnet_fp32grad 6)
+  train alexnet_terngrad "$half" "${common[@]}" --grad_bits 1 && rtg=$(rate alexnet_terngrad 6)
+  if [[ -n ${r32:-} && -n ${rtg:-} ]]; then
+    ratio=$(awk -v a="$r32" -v b="$rtg" 'BEGIN {printf "%.3f", a / b}')
+    gc_pass "AlexNet b256, 2 workers: fp32 gradients $r32 img/s, TernGrad $rtg img/s: step x$ratio (target <= 1.05$(
+      awk -v r="$ratio" 'BEGIN {print (r <= 1.05) ? ", met" : ", missed"}'))"
+  else
+    gc_fail "a run failed or timed out (logs.tar.gz: alexnet_*.log)$(gc_rerun_text)"
+  fi
+fi
+
+for spec in resnet50:256 inception_v3:128; do
+  net=${spec%%:*} batch=${spec##*:}
+  gpu_section "net:$net" 200 || continue
+  line="" bad=""
+  section_end=$(($(date +%s) + GC_LIMIT))
+  GC_LIMIT=$((90 < GC_LIMIT ? 90 : GC_LIMIT))
+  gc_run "$LOGS/peer_$net.log" python3 "$PEERS/torch_amp_peer.py" --net "$net" --batch "$batch" \
+    --precision fp16 bf16 fp32 --warmup 5 --steps 10
+  declare -A peer=()
+  for p in fp16 bf16 fp32; do
+    peer[$p]=$(sed -n "s/^torch_amp_peer $net $p batch=[0-9]* images\/s=\([0-9.]*\).*/\1/p" "$LOGS/peer_$net.log")
+  done
+  grep -m1 skipped "$LOGS/peer_$net.log" | sed 's/^/   /'
+  for p in fp16 bf16 fp32; do
+    left=$((section_end - $(date +%s)))
+    ((left >= GC_MIN_SECONDS)) || { line+=" $p: no time left;"; continue; }
+    if train "${net}_$p" "$left" --net "$net" --dataset imagenet --batch_size "$batch" --max_steps 15 \
+      --num_nodes 1 --device cuda --precision "$p"; then
+      ours=$(rate "${net}_$p" 6)
+      line+=" $p ${ours} img/s"
+      [[ -n ${peer[$p]} ]] && line+=" (torch ${peer[$p]}: x$(awk -v a="$ours" -v b="${peer[$p]}" 'BEGIN {printf "%.2f", a / b}'))"
+      line+=";"
+    else
+      bad+=" $p exit $GC_RC$(gc_rerun_text);"
+    fi
+  done
+  echo "   $net b$batch:$line"
+  if [[ -n $bad ]]; then gc_fail "${bad# }${line:+ ran:$line}"; else gc_pass "${line# }"; fi
+done
+
+if wanted pipeline && gc_section pipeline 45; then
+  gc_run "$LOGS/pipeline.log" "$BIN/pipeline_check" --net resnet50 ${TG_PIPELINE_ARGS:---seconds 10}
+  sed 's/^/   /' "$LOGS/pipeline.log"
+  if ((GC_RC == 0)); then gc_pass "$(grep -oE '[0-9.]+ images/s' "$LOGS/pipeline.log")"
+  else gc_fail "exit $GC_RC"; fi
+fi
+exit 0

@@ -23,6 +23,7 @@ packages=(
   llvm                   # llvm-symbolizer: file:line in sanitizer and fuzzer reports
   clang-format-14        # scripts/check_format.sh (ctest clang_format)
   shellcheck             # scripts/check_scripts.sh (ctest scripts)
+  xz-utils               # scripts/gpu_check.sh --prepare: the GPU bundle (ctest gpu_bundle)
 )
 
 # The ONNX export test's packages (tests/onnx_export_test.py, ctest onnx_export), in their own venv. Without

@@ -126,7 +126,7 @@ float ref_scaler(const std::vector<float>& g, float clip_factor) {
   const int64_t n = static_cast<int64_t>(g.size());
   if (n == 0) return 0.f;
   const int64_t chunk = ternary_stats_chunk(n);
-  double sum = 0.0, sumsq = 0.0;
+  std::vector<double> sums, sumsqs;  // per chunk
   uint32_t max_bits = 0;
   for (int64_t b = 0; b < n; b += chunk) {
     double ls[32] = {}, lq[32] = {};
@@ -140,9 +140,15 @@ float ref_scaler(const std::vector<float>& g, float clip_factor) {
     }
     for (int w = 16; w >= 1; w /= 2)
       for (int l = 0; l < w; ++l) ls[l] += ls[l + w], lq[l] += lq[l + w];
-    sum += ls[0];
-    sumsq += lq[0];
+    sums.push_back(ls[0]);
+    sumsqs.push_back(lq[0]);
   }
+  size_t span = 1;  // the chunks combine pairwise, as the lanes, over a power of two padded with 0.0
+  while (span < sums.size()) span *= 2;
+  sums.resize(span, 0.0), sumsqs.resize(span, 0.0);
+  for (size_t w = span / 2; w >= 1; w /= 2)
+    for (size_t k = 0; k < w; ++k) sums[k] += sums[k + w], sumsqs[k] += sumsqs[k + w];
+  const double sum = sums[0], sumsq = sumsqs[0];
   float max_abs;
   std::memcpy(&max_abs, &max_bits, 4);
   return ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, n), max_abs, clip_factor);
@@ -169,7 +175,12 @@ int ref_code_sum(const std::vector<uint8_t>& packed, int64_t stride, int workers
 
 // ---- CPU backend against the definitions -----------------------------------------------------------------------
 TEST(CodecOpsCpu, ScalerFollowsTheDocumentedOrder) {
-  for (int64_t n : kSizes) {
+  // Beyond kSizes: 3 chunks (a power of two padded with a 0.0 chunk), and the most chunks (2048) of more than
+  // the minimum size each.
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.push_back(2 * kTernaryStatsMinChunk + 1);
+  sizes.push_back(int64_t{kTernaryStatsMaxChunks} * kTernaryStatsMinChunk + 12345);
+  for (int64_t n : sizes) {
     std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 1);
     if (n > 3) g[n / 2] = 0.02f;  // an outlier: clipping matters
     for (float c : {0.f, 2.5f}) {
@@ -215,6 +226,68 @@ TEST(CodecOpsCpu, EncodeMatchesTheDefinitionWithZeroCounts) {
       EXPECT_TRUE(dp.guards_intact() && dz.guards_intact()) << "n=" << n;
       cpu().ternary_encode(dg.t(), ds.t(), key, 41, 6, dp.t(), Tensor());  // no count wanted
       EXPECT_EQ(dp.download<uint8_t>(), want);
+    }
+  }
+}
+
+// A table of tensors for ternary_encode_many: 70 tensors (more than one table of Backend::kEncodeTable) of sizes
+// with tails (0, 1, 7, 8, 9, 4097, ...) at every alignment, laid out back to back in one flat gradient, their
+// packed codes back to back in one byte buffer, one scaler and one zero count each.
+struct EncodeTable {
+  std::vector<int64_t> size, at, packed_at;
+  int64_t total = 0, packed = 0;
+  EncodeTable() {
+    const int64_t sizes[] = {0, 1, 7, 8, 9, 33, 4097, 1001};
+    for (int k = 0; k < 70; ++k) {
+      size.push_back(sizes[k % 8] + (k / 8) * 3);
+      at.push_back(total), packed_at.push_back(packed);
+      total += size.back(), packed += (size.back() + 3) / 4;
+    }
+  }
+  int count() const { return static_cast<int>(size.size()); }
+  // Tensor k's operands as views of g (f32 (total)), scalers (f32 (count)), packed (u8), zeros (i32 (count)).
+  std::vector<TernaryEncodeItem> items(const Tensor& g, const Tensor& scalers, const Tensor& packed_codes,
+                                       const Tensor& zeros) const {
+    std::vector<TernaryEncodeItem> out;
+    for (int k = 0; k < count(); ++k)
+      out.push_back({g.slice0(at[k], at[k] + size[k]), scalers.slice0(k, k + 1), static_cast<uint32_t>(k * 7 + 1),
+                     packed_codes.slice0(packed_at[k], packed_at[k] + (size[k] + 3) / 4),
+                     k % 5 == 4 ? Tensor() : zeros.slice0(k, k + 1)});
+    return out;
+  }
+};
+
+TEST(CodecOpsCpu, EncodeManyGivesEachEncodesBits) {
+  const EncodeTable table;
+  const std::vector<float> g = normal(table.total, 31);
+  std::vector<float> s(table.count());
+  for (int k = 0; k < table.count(); ++k) s[k] = k % 9 == 3 ? 0.f : 1.2e-3f + 1e-5f * k;
+  Mem dg(cpu(), table.total, DType::kF32), ds(cpu(), table.count(), DType::kF32);
+  dg.upload(g), ds.upload(s);
+  const PhiloxKey key = philox_key(41, 2);
+  std::vector<std::vector<uint8_t>> packed(2);
+  std::vector<std::vector<int32_t>> zeros(2);
+  for (int many = 0; many < 2; ++many) {
+    Mem dp(cpu(), table.packed, DType::kU8), dz(cpu(), table.count(), DType::kI32, 0);
+    const std::vector<TernaryEncodeItem> items = table.items(dg.t(), ds.t(), dp.t(), dz.t());
+    if (many) {
+      cpu().ternary_encode_many(items.data(), table.count(), key, 17);
+    } else {
+      for (const TernaryEncodeItem& it : items)
+        cpu().ternary_encode(it.g, it.scaler, key, 17, it.tensor, it.packed, it.zero_count);
+    }
+    packed[many] = dp.download<uint8_t>(), zeros[many] = dz.download<int32_t>();
+    EXPECT_TRUE(dp.guards_intact() && dz.guards_intact());
+  }
+  EXPECT_EQ(packed[1], packed[0]);
+  EXPECT_EQ(zeros[1], zeros[0]);
+  for (int k = 0; k < table.count(); ++k) {  // and each tensor's codes are the definition's
+    std::vector<float> gk(g.begin() + table.at[k], g.begin() + table.at[k] + table.size[k]);
+    int64_t z = 0;
+    const std::vector<uint8_t> want = ref_encode(gk, s[k], key, 17, static_cast<uint32_t>(k * 7 + 1), &z);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), packed[1].begin() + table.packed_at[k])) << "tensor " << k;
+    if (k % 5 != 4) {
+      EXPECT_EQ(zeros[1][k], z) << "tensor " << k;
     }
   }
 }
@@ -749,6 +822,27 @@ TEST(CodecOpsCuda, TernaryOpsMatchCpuBitForBit) {
         [&](Backend& be, std::vector<Tensor>& t) { be.ternary_decode_gathered(t[0], nbytes, W, t[1], t[2]); }, &a, &b);
     expect_same_floats(a[0], b[0], "decode of 130 workers");
   }
+}
+
+// The table encode (one launch per 64 tensors, 16-byte loads where a tensor is aligned) against the CPU's.
+TEST(CodecOpsCuda, EncodeManyMatchesCpuBitForBit) {
+  TG_REQUIRE_CUDA();
+  const EncodeTable table;
+  const std::vector<float> g = normal(table.total, 33);
+  std::vector<float> s(table.count());
+  for (int k = 0; k < table.count(); ++k) s[k] = k % 9 == 3 ? 0.f : 1.2e-3f + 1e-5f * k;
+  std::vector<std::vector<uint8_t>> a, b;
+  on_both(
+      {{g.data(), {table.total, DType::kF32}}, {s.data(), {table.count(), DType::kF32}}},
+      {{table.packed, DType::kU8}, {table.count(), DType::kI32}},
+      [&](Backend& be, std::vector<Tensor>& t) {
+        be.zero(t[3]);
+        const std::vector<TernaryEncodeItem> items = table.items(t[0], t[1], t[2], t[3]);
+        be.ternary_encode_many(items.data(), table.count(), philox_key(8, 1), 99);
+      },
+      &a, &b);
+  EXPECT_EQ(a[0], b[0]) << "codes";
+  EXPECT_EQ(a[1], b[1]) << "zero counts";
 }
 
 TEST(CodecOpsCuda, Fp16Fp32AndScalerMaxOpsMatchCpu) {

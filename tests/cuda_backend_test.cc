@@ -84,6 +84,49 @@ TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
   expect_same_bits(dx, "relu_backward");
 }
 
+// The element-wise and cast kernels move 16 bytes per thread when every pointer is 16-byte aligned and one element
+// otherwise, with a tail of n % width elements: every offset (0..8 elements into a buffer) and size (1..33, 1001),
+// in each compute dtype, gives the CPU's bits.
+TEST_F(CudaBackendTest, VectorAndElementPathsAreBitIdentical) {
+  const int64_t kMax = 1001 + 8;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBf16}) {
+    if (!gpu().supports_compute(t)) continue;
+    Pair a(Shape{kMax}, t), b(Shape{kMax}, t), out(Shape{kMax}, t), f32(Shape{kMax}), mask(Shape{kMax}, DType::kU8);
+    std::vector<float> va = random_floats(kMax, 21, -3.f, 3.f), vb = random_floats(kMax, 22);
+    f32.set(va);
+    cpu().cast(a.c.t, f32.c.t), gpu().cast(a.g.t, f32.g.t);
+    f32.set(vb);
+    cpu().cast(b.c.t, f32.c.t), gpu().cast(b.g.t, f32.g.t);
+    expect_same_bits(a, "cast f32 -> " + std::string(dtype_name(t)));
+    for (int64_t off : {0, 1, 3, 4, 8}) {
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{33}, int64_t{1001}}) {
+        const std::string what = fmt::format("{} offset {} n {}", dtype_name(t), off, n);
+        auto view = [&](const Mem& m, DType dt) {
+          return Tensor(static_cast<char*>(m.t.raw()) + off * dtype_size(dt), Shape{n}, dt, m.t.device());
+        };
+        struct Side {
+          Backend& be;
+          Tensor a, b, out, f32, mask;
+        };
+        Side sides[] = {
+            {cpu(), view(a.c, t), view(b.c, t), view(out.c, t), view(f32.c, DType::kF32), view(mask.c, DType::kU8)},
+            {gpu(), view(a.g, t), view(b.g, t), view(out.g, t), view(f32.g, DType::kF32), view(mask.g, DType::kU8)}};
+        for (Side& x : sides) x.be.add(x.a, x.b, x.out);
+        expect_same_bits(out, "add " + what);
+        for (Side& x : sides) x.be.relu_forward(x.a, x.out);
+        expect_same_bits(out, "relu_forward " + what);
+        for (Side& x : sides) x.be.relu_backward(x.a, x.b, x.out);
+        expect_same_bits(out, "relu_backward " + what);
+        for (Side& x : sides) x.be.cast(x.f32, x.a);
+        expect_same_bits(f32, "cast to f32 " + what);
+        for (Side& x : sides) x.be.dropout_forward(x.a, x.out, x.mask, 0.7f, philox_key(5, 1), 3, 4);
+        expect_same_bits(out, "dropout_forward " + what);
+        expect_same_bits(mask, "dropout mask " + what);
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, DropoutMasksAndValuesAreBitIdentical) {
   const Shape s{4, 9, 9, 33};
   for (float keep : {0.5f, 0.9f, 1.0f}) {
@@ -310,21 +353,23 @@ TEST_F(CudaBackendTest, PoolForwardBackward) {
       {PoolKind::kMax, 8, 8, 2, 2, Padding::kSame},  {PoolKind::kAvg, 9, 10, 3, 2, Padding::kSame},
       {PoolKind::kAvg, 7, 7, 3, 1, Padding::kSame},  {PoolKind::kAvg, 8, 8, 2, 2, Padding::kValid},
   };
-  for (const PoolCase& pc : cases) {
-    PoolDesc d = make_pool_desc(pc.kind, 2, pc.h, pc.w, 5, pc.k, pc.k, pc.stride, pc.pad);
-    const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
-    Pair x(xs), y(ys), dy(ys), dx(xs);
-    x.set(random_floats(xs.numel(), 50)), dy.set(random_floats(ys.numel(), 51));
-    const size_t wsc = cpu().pool_workspace_bytes(d), wsg = gpu().pool_workspace_bytes(d);
-    Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8),
-        wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
-    const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
-    cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, twg);
-    expect_close(y, d.key() + " forward", 1e-6);
-    cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
-        gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, twg, dx.g.t);
-    expect_close(dx, d.key() + " backward", 1e-6);
-  }
+  // 5 channels: one channel per thread; 16: 16-byte vectors of channels (the kernels' two paths).
+  for (int64_t c : {int64_t{5}, int64_t{16}})
+    for (const PoolCase& pc : cases) {
+      PoolDesc d = make_pool_desc(pc.kind, 2, pc.h, pc.w, c, pc.k, pc.k, pc.stride, pc.pad);
+      const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
+      Pair x(xs), y(ys), dy(ys), dx(xs);
+      x.set(random_floats(xs.numel(), 50)), dy.set(random_floats(ys.numel(), 51));
+      const size_t wsc = cpu().pool_workspace_bytes(d), wsg = gpu().pool_workspace_bytes(d);
+      Mem wc(cpu(), Shape{static_cast<int64_t>(wsc)}, DType::kU8),
+          wg(gpu(), Shape{static_cast<int64_t>(wsg)}, DType::kU8);
+      const Tensor twc = wsc ? wc.t : Tensor(), twg = wsg ? wg.t : Tensor();
+      cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, twg);
+      expect_close(y, d.key() + " forward", 1e-6);
+      cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
+          gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, twg, dx.g.t);
+      expect_close(dx, d.key() + " backward", 1e-6);
+    }
 }
 
 // ---- LRN
@@ -363,9 +408,10 @@ TEST_F(CudaBackendTest, BatchNormTrainingInferenceBackward) {
     int64_t n, hw, c;
     bool has_gamma;
   };
-  // one chunk, several chunks with a partial last one and channels past a warp, a single row
-  for (const BnCase& bc :
-       {BnCase{2, 5, 7, true}, BnCase{2, 5, 7, false}, BnCase{3, 17, 45, true}, BnCase{1, 1, 3, true}}) {
+  // one chunk, several chunks with a partial last one and channels past a warp, a single row; 64 channels: the
+  // element-wise passes in 16-byte vectors
+  for (const BnCase& bc : {BnCase{2, 5, 7, true}, BnCase{2, 5, 7, false}, BnCase{3, 17, 45, true},
+                           BnCase{1, 1, 3, true}, BnCase{2, 9, 64, true}}) {
     BatchNormDesc d;
     d.rows = bc.n * bc.hw * bc.hw, d.c = bc.c, d.epsilon = 0.001f, d.has_gamma = bc.has_gamma;
     const Shape xs{bc.n, bc.hw, bc.hw, bc.c}, cs{d.c};

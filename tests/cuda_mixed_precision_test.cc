@@ -331,22 +331,24 @@ TEST_F(CudaMixedPrecisionTest, InnerProduct) {
 
 TEST_F(CudaMixedPrecisionTest, PoolAndLrn) {
   for (DType t : dtypes()) {
-    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
-      PoolDesc d = make_pool_desc(kind, 2, 10, 11, 5, 3, 3, 2, Padding::kSame);
-      const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
-      Mixed x(t, xs), y(t, ys), dy(t, ys), dx(t, xs);
-      x.set(distinct_in_windows(xs.numel())), dy.set(random_floats(ys.numel(), 51));
-      Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(cpu().pool_workspace_bytes(d)))}, DType::kU8);
-      const Tensor twc = cpu().pool_workspace_bytes(d) ? wc.t : Tensor();
-      cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, Tensor());
-      if (kind == PoolKind::kMax)
-        expect_rounded_cpu(y, d.key() + " forward");  // a copy of one input
-      else
-        expect_close_mixed(y, d.key() + " forward", tol_of(t));
-      cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
-          gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, Tensor(), dx.g.t);
-      expect_close_mixed(dx, d.key() + " backward", tol_of(t));
-    }
+    // 5 channels: one per thread; 16: 16-byte vectors of channels (the kernels' two paths).
+    for (int64_t c : {int64_t{5}, int64_t{16}})
+      for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+        PoolDesc d = make_pool_desc(kind, 2, 10, 11, c, 3, 3, 2, Padding::kSame);
+        const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
+        Mixed x(t, xs), y(t, ys), dy(t, ys), dx(t, xs);
+        x.set(distinct_in_windows(xs.numel())), dy.set(random_floats(ys.numel(), 51));
+        Mem wc(cpu(), Shape{std::max<int64_t>(1, static_cast<int64_t>(cpu().pool_workspace_bytes(d)))}, DType::kU8);
+        const Tensor twc = cpu().pool_workspace_bytes(d) ? wc.t : Tensor();
+        cpu().pool_forward(d, x.c.t, y.c.t, twc), gpu().pool_forward(d, x.g.t, y.g.t, Tensor());
+        if (kind == PoolKind::kMax)
+          expect_rounded_cpu(y, d.key() + " forward");  // a copy of one input
+        else
+          expect_close_mixed(y, d.key() + " forward", tol_of(t));
+        cpu().pool_backward(d, x.c.t, y.c.t, dy.c.t, twc, dx.c.t),
+            gpu().pool_backward(d, x.g.t, y.g.t, dy.g.t, Tensor(), dx.g.t);
+        expect_close_mixed(dx, d.key() + " backward", tol_of(t));
+      }
     LrnDesc d;
     d.n = 2, d.h = 5, d.w = 6, d.c = 16, d.depth_radius = 5, d.bias = 1.f, d.alpha = 0.05f, d.beta = 0.75f;
     const Shape s{d.n, d.h, d.w, d.c};
@@ -365,29 +367,31 @@ TEST_F(CudaMixedPrecisionTest, PoolAndLrn) {
 // Batch norm: f16/bf16 activations, f32 statistics and parameters. The statistics are sums of the same
 // (rounded) values in the CPU's order: the CPU's f32 bits.
 TEST_F(CudaMixedPrecisionTest, BatchNormHasF32Statistics) {
-  BatchNormDesc d;
-  d.rows = 3 * 17 * 17, d.c = 45, d.epsilon = 0.001f, d.has_gamma = true;
-  const Shape xs{3, 17, 17, d.c}, cs{d.c};
-  for (DType t : dtypes()) {
-    const std::string what = d.key() + " " + dtype_name(t);
-    Mixed x(t, xs), y(t, xs), dy(t, xs), dx(t, xs);
-    Pair gamma(cs), beta(cs), mean(cs), var(cs), dgamma(cs), dbeta(cs);
-    x.set(random_floats(xs.numel(), 70, -1.f, 3.f)), dy.set(random_floats(xs.numel(), 73));
-    gamma.set(random_floats(d.c, 71, 0.5f, 1.5f)), beta.set(random_floats(d.c, 72));
-    cpu().batch_norm_forward_training(d, x.c.t, gamma.c.t, beta.c.t, y.c.t, mean.c.t, var.c.t);
-    gpu().batch_norm_forward_training(d, x.g.t, gamma.g.t, beta.g.t, y.g.t, mean.g.t, var.g.t);
-    expect_same_bits(mean, what + " mean");
-    expect_same_bits(var, what + " var");
-    expect_rounded_cpu(y, "batch norm training y");
-    cpu().batch_norm_backward(d, x.c.t, gamma.c.t, mean.c.t, var.c.t, dy.c.t, dx.c.t, dgamma.c.t, dbeta.c.t);
-    gpu().batch_norm_backward(d, x.g.t, gamma.g.t, mean.g.t, var.g.t, dy.g.t, dx.g.t, dgamma.g.t, dbeta.g.t);
-    expect_same_bits(dgamma, what + " dgamma");
-    expect_same_bits(dbeta, what + " dbeta");
-    expect_rounded_cpu(dx, "batch norm dx");
-    cpu().batch_norm_forward_inference(d, x.c.t, gamma.c.t, beta.c.t, mean.c.t, var.c.t, y.c.t);
-    gpu().batch_norm_forward_inference(d, x.g.t, gamma.g.t, beta.g.t, mean.g.t, var.g.t, y.g.t);
-    expect_rounded_cpu(y, "batch norm inference y");
-  }
+  // 45 channels: the element-wise passes one element per thread; 64: 16-byte vectors.
+  for (int64_t c : {int64_t{45}, int64_t{64}})
+    for (DType t : dtypes()) {
+      BatchNormDesc d;
+      d.rows = 3 * 17 * 17, d.c = c, d.epsilon = 0.001f, d.has_gamma = true;
+      const Shape xs{3, 17, 17, d.c}, cs{d.c};
+      const std::string what = d.key() + " " + dtype_name(t);
+      Mixed x(t, xs), y(t, xs), dy(t, xs), dx(t, xs);
+      Pair gamma(cs), beta(cs), mean(cs), var(cs), dgamma(cs), dbeta(cs);
+      x.set(random_floats(xs.numel(), 70, -1.f, 3.f)), dy.set(random_floats(xs.numel(), 73));
+      gamma.set(random_floats(d.c, 71, 0.5f, 1.5f)), beta.set(random_floats(d.c, 72));
+      cpu().batch_norm_forward_training(d, x.c.t, gamma.c.t, beta.c.t, y.c.t, mean.c.t, var.c.t);
+      gpu().batch_norm_forward_training(d, x.g.t, gamma.g.t, beta.g.t, y.g.t, mean.g.t, var.g.t);
+      expect_same_bits(mean, what + " mean");
+      expect_same_bits(var, what + " var");
+      expect_rounded_cpu(y, "batch norm training y");
+      cpu().batch_norm_backward(d, x.c.t, gamma.c.t, mean.c.t, var.c.t, dy.c.t, dx.c.t, dgamma.c.t, dbeta.c.t);
+      gpu().batch_norm_backward(d, x.g.t, gamma.g.t, mean.g.t, var.g.t, dy.g.t, dx.g.t, dgamma.g.t, dbeta.g.t);
+      expect_same_bits(dgamma, what + " dgamma");
+      expect_same_bits(dbeta, what + " dbeta");
+      expect_rounded_cpu(dx, "batch norm dx");
+      cpu().batch_norm_forward_inference(d, x.c.t, gamma.c.t, beta.c.t, mean.c.t, var.c.t, y.c.t);
+      gpu().batch_norm_forward_inference(d, x.g.t, gamma.g.t, beta.g.t, mean.g.t, var.g.t, y.g.t);
+      expect_rounded_cpu(y, "batch norm inference y");
+    }
 }
 
 // Mixed dtypes within one call are refused with one line naming the op (never a silent reinterpretation).

@@ -324,7 +324,8 @@ TEST(TernaryEncode, DeterministicPerKeyAndDifferentPerWorkerAndStep) {
 
 // Every path (AVX-512, AVX2, generic) at 1 and 2 threads gives the same bits: statistics and scaler, codes and
 // zero counts, code sums, unpacked codes, both decodes. The sizes split into several chunks per thread (the
-// largest has statistics chunks above the minimum size). The output says which paths ran.
+// largest into 1099 statistics chunks: the pairwise combination over a padded power of two). The output says which
+// paths ran.
 TEST(TernaryCpu, SameBitsOnEveryPathAndThreadCount) {
   const std::vector<CodecIsa> isas = available_isas();
   std::string names;

@@ -2,7 +2,11 @@
 // references in double, timed, and run twice for bit-identical results. No GoogleTest and no CPU backend
 // (oneDNN), so it builds wherever the CUDA backend does (scripts/gpu_check.sh builds it on a bare GPU machine).
 //
-//   cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|all] [--small] [--allow_tf32] [--nondeterministic]
+//   cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|codec|pool|lrn|concat|all] [--small] [--allow_tf32]
+//                  [--nondeterministic]
+//   cuda_ops_check --versions
+// Groups in other files: amp (cuda_ops_check_amp.cc), codec (cuda_ops_check_codec.cc), pool, lrn, concat
+// (cuda_ops_check_layers.cc); --versions (cuda_ops_check_versions.cc).
 //
 // One line per op and shape: op, shape, max abs error, max error relative to the reference's scale, max ulps,
 // bad/checked elements, median ms, algorithm, deterministic (two runs gave the same bits), PASS/FAIL.
@@ -25,6 +29,11 @@
 
 namespace tg::ops_check {
 namespace {
+
+constexpr const char* kUsage =
+    "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|codec|pool|lrn|concat|all] [--small] [--allow_tf32]\n"
+    "                      [--nondeterministic]\n"
+    "       cuda_ops_check --versions   (the CUDA runtime, driver, cuDNN, cuBLAS and NCCL loaded; no GPU needed)";
 
 // Tolerances of the sampled GEMM-like checks, relative to the element's sum |term|: fp32 FMA is ~1e-7 (TF32
 // operands give ~1e-5 and more); an f16 output carries up to 2^-11 = 4.9e-4 of rounding, bf16 up to 2^-8 =
@@ -268,16 +277,7 @@ void group_fc(CudaBackend& be, const Options& o) {
   for (DType t : {DType::kF16, DType::kBf16}) check_fc(be, o, "resnet50 fc", 256, 2048, 1000, t);
 }
 
-// ---- batch norm
-// ------------------------------------------------------------------------------------------------------ Normalized by
-// the tensor's max |ref| (at least 1), as tests/cuda_backend_test.cc's expect_close.
-Stats check_full(const std::vector<float>& got, const ref::Vec& want, double tol) {
-  double scale = 1.0;
-  for (double v : want) scale = std::max(scale, std::fabs(v));
-  Stats st;
-  for (size_t i = 0; i < got.size(); ++i) st.add(got[i], want[i], scale, tol);
-  return st;
-}
+// ---- batch norm ----------------------------------------------------------------------------------------------------
 
 void check_bn(CudaBackend& be, const Options& o, const char* name, int64_t rows, int64_t c, bool has_gamma, DType t) {
   if (skip_dtype(be, t, std::string("bn ") + name)) return;
@@ -429,6 +429,11 @@ int run(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--versions") return print_versions();
+    if (a == "--help" || a == "-h") {
+      std::printf("cuda_ops_check: the CUDA backend's ops checked against host references and timed\n%s\n", kUsage);
+      return 0;
+    }
     if (a == "--group" && i + 1 < argc)
       o.group = argv[++i];
     else if (a == "--small")
@@ -438,20 +443,19 @@ int run(int argc, char** argv) {
     else if (a == "--nondeterministic")
       o.backend.deterministic = false;
     else {
-      std::fprintf(stderr,
-                   "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|all] [--small] [--allow_tf32] "
-                   "[--nondeterministic]\n");
+      std::fprintf(stderr, "%s\n", kUsage);
       return 2;
     }
   }
   const std::vector<std::pair<std::string, void (*)(CudaBackend&, const Options&)>> groups = {
-      {"conv", group_conv},   {"fc", group_fc},         {"bn", group_bn},
-      {"optim", group_optim}, {"reduce", group_reduce}, {"amp", group_amp}};
+      {"conv", group_conv},     {"fc", group_fc},        {"bn", group_bn},       {"optim", group_optim},
+      {"reduce", group_reduce}, {"amp", group_amp},      {"codec", group_codec}, {"pool", group_pool},
+      {"lrn", group_lrn},       {"concat", group_concat}};
   bool known = o.group == "all";
-  for (const auto& g : groups) known = known || g.first == o.group;
+  std::string names;
+  for (const auto& g : groups) known = known || g.first == o.group, names += g.first + ", ";
   if (!known) {
-    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (conv, fc, bn, optim, reduce, amp, all)\n",
-                 o.group.c_str());
+    std::fprintf(stderr, "cuda_ops_check: unknown group '%s' (%sall)\n", o.group.c_str(), names.c_str());
     return 2;
   }
   int count = 0;

@@ -237,7 +237,26 @@ Stats check_sampled(const std::vector<float>& got, const std::vector<int64_t>& i
   return st;
 }
 
-// The groups of tools/cuda_ops_check_amp.cc.
+// Every element of got against want, relative to the tensor's max |want| (at least 1), as
+// tests/cuda_backend_test.cc's expect_close.
+inline Stats check_full(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  double scale = 1.0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  Stats st;
+  for (size_t i = 0; i < got.size(); ++i) st.add(got[i], want[i], scale, tol);
+  return st;
+}
+
+// The groups of tools/cuda_ops_check_amp.cc (amp), tools/cuda_ops_check_layers.cc (pool, lrn, concat) and
+// tools/cuda_ops_check_codec.cc (codec).
 void group_amp(CudaBackend& be, const Options& o);
+void group_pool(CudaBackend& be, const Options& o);
+void group_lrn(CudaBackend& be, const Options& o);
+void group_concat(CudaBackend& be, const Options& o);
+void group_codec(CudaBackend& be, const Options& o);
+
+// --versions (tools/cuda_ops_check_versions.cc): the CUDA runtime, driver, cuDNN, cuBLAS and NCCL this process
+// loaded, with their files; needs no GPU. Returns the exit status (0).
+int print_versions();
 
 }  // namespace tg::ops_check

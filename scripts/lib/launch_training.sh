@@ -188,6 +188,9 @@ launch_training() {
   EVAL_PID=$!
   # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
   trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
+  # Several GPUs in one process: CUDA loads every kernel at start (NCCL's documented hazard: a lazily loaded
+  # kernel during a collective can hang the GPUs); the trainer also syncs a warm-up step before the first collective.
+  if [[ $DEVICE == cuda* && ${NUM_GPUS:-1} -gt 1 ]]; then export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}; fi
   "${train_prefix[@]}" "$TRAIN_BIN" "${train_args[@]}" > >(tee "$train_log") 2>&1 &
   TRAIN_PID=$!
   trap 'stop_training 130' INT

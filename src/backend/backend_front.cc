@@ -63,7 +63,51 @@ void compute_like(const Tensor& ref, const Tensor& t, const char* op, const char
 }
 }  // namespace
 
-void Backend::copy(const Tensor& dst, const Tensor& src) { copy_impl(dst, src); }
+void Backend::synchronize() {
+  synchronize_impl();
+  synced_all();
+}
+
+void Backend::copy(const Tensor& dst, const Tensor& src) {
+  copy_impl(dst, src);
+  if (dst.bytes() > 0 && dst.raw() != src.raw() && is_host_memory(dst) != is_host_memory(src)) synced_all();
+}
+
+// ---- transfers -------------------------------------------------------------------------------------------------
+uint64_t Backend::record_fence() {
+  const uint64_t ticket = ++last_ticket_;
+  record_fence_impl(ticket);
+  return ticket;
+}
+
+uint64_t Backend::upload_async(const Tensor& dst, const Tensor& src, uint64_t after) {
+  TG_CHECK(dst.bytes() == src.bytes(), "upload_async: sizes differ: {} vs {}", dst.str(), src.str());
+  TG_CHECK(!is_host_memory(dst) && is_host_memory(src),
+           "upload_async on {}: {} must be this backend's memory and {} host (staging) memory", device().str(),
+           dst.str(), src.str());
+  TG_CHECK(after <= last_ticket_, "upload_async: fence {} was never recorded (last ticket {})", after, last_ticket_);
+  const uint64_t ticket = ++last_ticket_;
+  upload_async_impl(dst, src, after, ticket);
+  return ticket;
+}
+
+uint64_t Backend::download_async(const Tensor& dst, const Tensor& src) {
+  TG_CHECK(dst.bytes() == src.bytes(), "download_async: sizes differ: {} vs {}", dst.str(), src.str());
+  TG_CHECK(is_host_memory(dst) && !is_host_memory(src),
+           "download_async on {}: {} must be host (staging) memory and {} this backend's memory", device().str(),
+           dst.str(), src.str());
+  const uint64_t ticket = ++last_ticket_;
+  download_async_impl(dst, src, ticket);
+  return ticket;
+}
+
+void Backend::wait_transfer(uint64_t ticket) {
+  TG_CHECK(ticket <= last_ticket_, "wait_transfer: ticket {} was never issued (last ticket {})", ticket, last_ticket_);
+  if (ticket <= done_) return;  // an earlier synchronisation covered it
+  wait_transfer_impl(ticket);
+  host_syncs_.fetch_add(1, std::memory_order_relaxed);
+  done_ = ticket;
+}
 
 void Backend::cast(const Tensor& dst, const Tensor& src) {
   on_device(*this, dst, "cast", "dst");
@@ -180,19 +224,36 @@ void Backend::split_channels(const Tensor& dout, const std::vector<Tensor>& dpar
 double Backend::sum(const Tensor& x) {
   on_device(*this, x, "sum", "x");
   same_compute(x, x, "sum", "x");
-  return sum_impl(x);
+  const double v = sum_impl(x);
+  synced_all();
+  return v;
 }
 
 double Backend::sum_squares(const Tensor& x) {
   on_device(*this, x, "sum_squares", "x");
   same_compute(x, x, "sum_squares", "x");
-  return sum_squares_impl(x);
+  const double v = sum_squares_impl(x);
+  synced_all();
+  return v;
 }
 
 float Backend::max_abs(const Tensor& x) {
   on_device(*this, x, "max_abs", "x");
   same_compute(x, x, "max_abs", "x");
-  return max_abs_impl(x);
+  const float v = max_abs_impl(x);
+  synced_all();
+  return v;
+}
+
+void Backend::reduce_into(Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out) {
+  TG_CHECK(count >= 0 && (count == 0 || (xs != nullptr && weights != nullptr)), "reduce_into: {} tensors", count);
+  on_device(*this, xs, count, "reduce_into", "input");
+  for (int k = 0; k < count; ++k)
+    TG_CHECK(xs[k].dtype() == DType::kF32, "reduce_into: input {} is {}, not f32", k, xs[k].str());
+  on_device(*this, out, "reduce_into", "out");
+  TG_CHECK(out.defined() && out.dtype() == DType::kF32 && out.numel() == 1, "reduce_into: out {} must be f32 (1)",
+           out.str());
+  reduce_into_impl(r, xs, weights, count, out);
 }
 
 void Backend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
@@ -386,6 +447,17 @@ void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey ke
   on_device(*this, packed, "ternary_encode", "packed");
   on_device(*this, zero_count, "ternary_encode", "zero_count");
   ternary_encode_impl(g, scaler, key, step, tensor, packed, zero_count);
+}
+
+void Backend::ternary_encode_many(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
+  TG_CHECK(count >= 0 && (count == 0 || items != nullptr), "ternary_encode_many: {} tensors", count);
+  for (int k = 0; k < count; ++k) {
+    on_device(*this, items[k].g, "ternary_encode_many", "g");
+    on_device(*this, items[k].scaler, "ternary_encode_many", "scaler");
+    on_device(*this, items[k].packed, "ternary_encode_many", "packed");
+    on_device(*this, items[k].zero_count, "ternary_encode_many", "zero_count");
+  }
+  ternary_encode_many_impl(items, count, key, step);
 }
 
 void Backend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {

@@ -266,15 +266,20 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
                                    const Tensor& zero_codes) const {
   const int64_t base = layout(r).packed_begin;
   const PhiloxKey key = philox_key(seed_, worker);
+  // The range's tensors in tables of Backend::kEncodeTable (one launch each on a GPU).
+  TernaryEncodeItem items[Backend::kEncodeTable];
+  int count = 0;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = t.offset - base;
     const int k = t.scaler_index;
-    be.ternary_encode(grads[i], piece(scalers, DType::kF32, k, k + 1, "scalers"), key, step, static_cast<uint32_t>(i),
+    items[count++] = {grads[i], piece(scalers, DType::kF32, k, k + 1, "scalers"), static_cast<uint32_t>(i),
                       piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
-                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor());
+                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor()};
+    if (count == Backend::kEncodeTable) be.ternary_encode_many(items, count, key, step), count = 0;
   }
+  be.ternary_encode_many(items, count, key, step);
 }
 
 void GradientCodec::encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,

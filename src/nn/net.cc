@@ -111,6 +111,12 @@ void Net::setup(Backend& backend, int64_t batch) {
   backend_ = &backend;
   batch_ = batch;
   build_views(backend);
+  loss_node_ = tensors_[tensor_id(loss_)].producer;
+  for (const auto& a : aux_losses_) {
+    aux_nodes_.push_back(tensors_[tensor_id(a.tensor)].producer);
+    aux_tensors_.push_back(acts_.view(tensors_[tensor_id(a.tensor)].act));
+    aux_weights_.push_back(a.weight);
+  }
 }
 
 // Shapes, parameters, state and saved tensors, layer by layer.
@@ -191,6 +197,10 @@ void Net::plan_gradient_slots(const std::vector<bool>& needs) {
 void Net::allocate(Backend& backend) {
   images_f32_ = compute_ != DType::kF32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
   found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::kI32);
+  losses_.add("losses", Shape{3});
+  losses_.allocate(backend.allocator());
+  backend.zero(losses_.flat_bytes());
+  losses_host_ = Buffer(backend.staging_allocator(), 3 * sizeof(float));
   acts_.allocate(backend.allocator());
   act_grads_.allocate(backend.allocator());
   saved_.allocate(backend.allocator());
@@ -244,6 +254,8 @@ void Net::bind(ParameterStore& store) {
   store_ = &store;
   decayed_.clear();
   casts_.clear();
+  decayed_params_.clear();
+  decay_weights_.clear();
   for (auto& node : nodes_) {
     node.io.params.clear();
     node.io.state.clear();
@@ -258,6 +270,8 @@ void Net::bind(ParameterStore& store) {
       if (p.weight_decay > 0.f) {
         node.decayed.push_back(static_cast<int>(decayed_.size()));
         decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
+        decayed_params_.push_back(v);
+        decay_weights_.push_back(0.5f * p.weight_decay);
       }
     }
     for (const auto& s : node.states) node.io.state.push_back(store.state().view(s.name));
@@ -270,13 +284,7 @@ Tensor Net::tensor(const std::string& name) const {
 }
 
 // ---- running ----------------------------------------------------------------------------------------------------
-static float read_scalar(Backend& be, const Tensor& t) {
-  float v = 0.f;
-  be.copy(Tensor(&v, Shape{1}, DType::kF32, Device::cpu()), t);
-  return v;
-}
-
-float Net::forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step, PhiloxKey key) {
+void Net::run_forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step, PhiloxKey key) {
   TG_CHECK(store_ != nullptr, "Net::forward before bind()");
   Backend& be = *backend_;
   const Tensor in_images = acts_.view(tensors_[0].act), in_labels = acts_.view(tensors_[1].act);
@@ -284,7 +292,9 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
            in_images.shape().str());
   TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::kI32, "labels are {}, the net expects i32{}",
            labels.str(), in_labels.shape().str());
-  if (images_f32_ >= 0) {  // mixed precision: the f32 batch, then one cast (images may be on the host)
+  if (images_f32_ >= 0 && images.device() == be.device() && !be.is_host_memory(images)) {
+    be.cast(in_images, images);   // mixed precision, the batch already on the device: one cast
+  } else if (images_f32_ >= 0) {  // from the host: the f32 batch, then one cast
     be.copy(precision_.view(images_f32_), images);
     be.cast(in_images, precision_.view(images_f32_));
   } else {
@@ -298,20 +308,35 @@ float Net::forward(const Tensor& images, const Tensor& labels, bool training, ui
     node.io.key = key;
     node.layer->forward(node.io);
   }
-  double xent = read_scalar(be, acts_.view(tensors_[tensor_id(loss_)].act));
-  double total = xent;
-  for (const auto& a : aux_losses_) total += a.weight * read_scalar(be, acts_.view(tensors_[tensor_id(a.tensor)].act));
-  double reg = 0;
-  for (const Decayed& d : decayed_) reg += 0.5 * d.weight_decay * be.sum_squares(d.param);
-  last_xent_ = static_cast<float>(xent);
-  last_reg_ = static_cast<float>(reg);
-  total += reg;
+  // The step's losses on the device, then on their way to the host (read when asked: losses()).
+  const Tensor l = losses_.view(0);
+  be.copy(l.slice0(0, 1), acts_.view(tensors_[nodes_[loss_node_].output].act));
+  be.reduce_into(Reduction::kSum, aux_tensors_.data(), aux_weights_.data(), static_cast<int>(aux_tensors_.size()),
+                 l.slice0(1, 2));
+  be.reduce_into(Reduction::kSumSquares, decayed_params_.data(), decay_weights_.data(),
+                 static_cast<int>(decayed_params_.size()), l.slice0(2, 3));
+  losses_ticket_ = be.download_async(Tensor(losses_host_.data(), Shape{3}, DType::kF32, Device::cpu()), l);
+  losses_step_ = step;
+  forward_was_training_ = training;
+}
+
+float Net::forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step, PhiloxKey key) {
+  run_forward(images, labels, training, step, key);
+  return losses().total();
+}
+
+Net::Losses Net::losses() const {
+  Losses out;
+  if (losses_ticket_ == 0) return out;  // no forward yet
+  backend_->wait_transfer(losses_ticket_);
+  const auto* v = static_cast<const float*>(losses_host_.data());
+  out.cross_entropy = v[0], out.aux = v[1], out.regularization = v[2];
   // fp16: an activation overflowing in the forward is dynamic loss scaling's to handle (the step's gradients
   // are flagged and the step skipped; a persisting overflow collapses the scale and stops the run).
-  TG_CHECK(std::isfinite(total) || compute_ == DType::kF16,
-           "loss is not finite at step {}: cross-entropy {}, regularization {}", step, xent, reg);
-  forward_was_training_ = training;
-  return static_cast<float>(total);
+  TG_CHECK(std::isfinite(out.total()) || compute_ == DType::kF16,
+           "loss is not finite at step {}: cross-entropy {}, regularization {}", losses_step_, out.cross_entropy,
+           out.regularization);
+  return out;
 }
 
 void Net::backward(GradientListener* listener, float loss_scale) {
@@ -320,10 +345,16 @@ void Net::backward(GradientListener* listener, float loss_scale) {
   Backend& be = *backend_;
   // Half gradients (or a loss scale) are converted to fp32 into grads_ and checked for Inf/NaN, layer by layer.
   checked_ = compute_ != DType::kF32 || loss_scale != 1.f;
-  const Tensor found = precision_.view(found_);
-  if (checked_) be.zero(found);
-  be.fill(act_grads_.view(tensors_[tensor_id(loss_)].grad), loss_scale);
-  for (const auto& a : aux_losses_) be.fill(act_grads_.view(tensors_[tensor_id(a.tensor)].grad), a.weight * loss_scale);
+  const Tensor found = shared_found_ ? shared_found_ : precision_.view(found_);
+  if (checked_ && !shared_found_) be.zero(found);
+  // dloss of each loss: on the device for whoever reads it, and as a host value for the loss layer.
+  be.fill(act_grads_.view(tensors_[nodes_[loss_node_].output].grad), loss_scale);
+  nodes_[loss_node_].io.loss_grad = loss_scale;
+  for (size_t k = 0; k < aux_losses_.size(); ++k) {
+    Node& n = nodes_[aux_nodes_[k]];
+    be.fill(act_grads_.view(tensors_[n.output].grad), aux_losses_[k].weight * loss_scale);
+    n.io.loss_grad = aux_losses_[k].weight * loss_scale;
+  }
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
@@ -348,8 +379,16 @@ void Net::backward(GradientListener* listener, float loss_scale) {
 bool Net::overflowed() const {
   if (!checked_) return false;
   int32_t flag = 0;
-  backend_->copy(Tensor(&flag, Shape{1}, DType::kI32, Device::cpu()), precision_.view(found_));
+  backend_->copy(Tensor(&flag, Shape{1}, DType::kI32, Device::cpu()),
+                 shared_found_ ? shared_found_ : precision_.view(found_));
   return flag != 0;
+}
+
+void Net::share_overflow_flag(const Tensor& flag) {
+  TG_CHECK(backend_ != nullptr, "share_overflow_flag() needs setup() first");
+  TG_CHECK(flag.defined() && flag.dtype() == DType::kI32 && flag.numel() == 1 && flag.device() == backend_->device(),
+           "share_overflow_flag: {} must be i32 (1) on {}", flag.str(), backend_->device().str());
+  shared_found_ = flag;
 }
 
 std::vector<Net::LayerSummary> Net::summary() const {

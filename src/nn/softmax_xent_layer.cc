@@ -1,7 +1,9 @@
 // Softmax cross-entropy with optional label smoothing: inputs logits (N, K) and labels (N) i32, output the
 // mean loss over the batch (1). The softmax is saved for backward: dlogits = dloss/N * (softmax - target).
 // Logits may be f16/bf16 (mixed precision); the softmax, the losses and the output stay f32, and dloss carries
-// the loss scale (Net::backward), so dlogits are the scaled gradient in the logits' dtype.
+// the loss scale (Net::backward), so dlogits are the scaled gradient in the logits' dtype. Nothing waits for the
+// device: the mean stays there (Backend::reduce_into) and dloss is the host value Net::backward gives
+// (LayerIO::loss_grad).
 #include "terngrad/nn/layers.h"
 
 namespace tg {
@@ -30,16 +32,13 @@ class SoftmaxXentLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     Backend& be = *io.backend;
     be.softmax_xent_forward(io.in[0], io.in[1], label_smoothing_, io.saved[0], io.saved[1]);
-    const double mean = be.sum(io.saved[1]) / static_cast<double>(io.in[0].shape()[0]);
-    be.fill(io.out[0], static_cast<float>(mean));
+    const float inv_n = static_cast<float>(1.0 / static_cast<double>(io.in[0].shape()[0]));
+    be.reduce_into(Reduction::kSum, &io.saved[1], &inv_n, 1, io.out[0]);
   }
   void backward_impl(LayerIO& io) override {
     if (!io.din[0]) return;
-    Backend& be = *io.backend;
-    float dloss = 0.f;
-    be.copy(Tensor(&dloss, Shape{1}, DType::kF32, Device::cpu()), io.dout[0]);
-    const float scale = dloss / static_cast<float>(io.in[0].shape()[0]);
-    be.softmax_xent_backward(io.saved[0], io.in[1], label_smoothing_, scale, io.din[0]);
+    const float scale = io.loss_grad / static_cast<float>(io.in[0].shape()[0]);
+    io.backend->softmax_xent_backward(io.saved[0], io.in[1], label_smoothing_, scale, io.din[0]);
   }
 
  private:

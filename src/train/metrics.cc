@@ -32,6 +32,7 @@ void MetricsWriter::step(const StepMetrics& m) {
       .add("inter_node_bytes", m.inter_node_bytes)
       .add("loss_scale", m.loss_scale)
       .add("skipped_steps", m.skipped_steps)
+      .add("host_syncs", m.host_syncs)
       .add_json("time", phases_json(m.time))
       .add_json("process_time", json_array(processes))
       .add("worker_forward_backward", m.worker_forward_backward);

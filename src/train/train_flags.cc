@@ -41,6 +41,9 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"allow_tf32", &C::allow_tf32,
        "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
        "relative error; written to keep runs deterministic, not yet run on a GPU)"},
+      {"deterministic", &C::deterministic,
+       "`--device cuda`: only cuDNN algorithms that give the same bits on every run; false also allows the "
+       "atomics-based ones (sometimes faster; runs then differ in the last bits)"},
       {"precision",
        &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "

@@ -53,6 +53,12 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
 
 Trainer::~Trainer() = default;
 
+int64_t Trainer::host_syncs() const {
+  int64_t most = 0;
+  for (const Replica& r : impl_->replicas) most = std::max(most, r.backend->host_syncs());
+  return most;
+}
+
 void Trainer::Impl::build() {
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();
@@ -94,7 +100,11 @@ void Trainer::Impl::build_replicas() {
   BackendOptions bo;
   bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
   bo.allow_tf32 = cfg.allow_tf32;
+  bo.deterministic = cfg.deterministic;
   const ModelConfig mc = cfg.model_config();
+  // Several GPUs in one process: every kernel loaded at CUDA's start, not lazily during a collective (NCCL's
+  // documented hazard); effective when this is the process's first CUDA call (as in terngrad-train).
+  if (!cpu && n_replicas > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   // --device cuda: this process's GPUs follow its place among the processes of its host (several processes
   // of one GPU each per host, as mpirun -H a:8,b:8 starts them).
   const int first_gpu = cpu ? 0 : host_local_rank() * n_replicas;
@@ -123,6 +133,10 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
     wk.net->setup(*r.backend, worker_batch);
   }
   r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
+  r.overflow_host = Buffer(r.backend->staging_allocator(), sizeof(int32_t));
+  r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
+  for (int w : r.workers)  // one flag for the replica's workers, zeroed once per step
+    workers[w].net->share_overflow_flag(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
   const Net& net = *workers[r.workers[0]].net;
   r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
   for (int w : r.workers) workers[w].net->bind(*r.store);
@@ -217,15 +231,41 @@ void Trainer::Impl::build_schedule() {
   schedule = std::make_unique<LearningRateSchedule>(lo);
 }
 
-// The process's batch on the host: images (process_batch, image_size, image_size, channels) f32, labels
-// (process_batch) i32.
+// The process's batch: images (process_batch, image_size, image_size, channels) f32, labels (process_batch) i32,
+// filled on the host in staging memory and uploaded to each replica's device without a stall (BatchUpload).
 void Trainer::Impl::allocate_host_batch() {
-  const int64_t channels = dataset_info(cfg.dataset).channels;
-  host_images = Buffer(host_allocator(),
-                       static_cast<size_t>(process_batch * cfg.image_size * cfg.image_size * channels) * sizeof(float));
-  host_labels = Buffer(host_allocator(), static_cast<size_t>(process_batch) * sizeof(int32_t));
-  std::memset(host_images.data(), 0, host_images.bytes());  // first touch at setup, not in the first steps
-  std::memset(host_labels.data(), 0, host_labels.bytes());
+  std::vector<Backend*> backends;
+  std::vector<std::vector<int>> replica_workers;
+  for (Replica& r : replicas) {
+    backends.push_back(r.backend.get());
+    replica_workers.push_back(r.workers);
+  }
+  const Shape image{cfg.image_size, cfg.image_size, dataset_info(cfg.dataset).channels};
+  batches = std::make_unique<BatchUpload>(std::move(backends), std::move(replica_workers), worker_batch, image,
+                                          cfg.benchmark_mode);
+}
+
+// Several GPUs in this process (NCCL's documented hazard: a collective must not wait for a GPU that is still loading
+// kernels or creating library state): every replica runs one forward and backward on its (zeroed) device batch,
+// restores its batch-norm statistics, clears its gradients and waits for its device, before the first collective.
+// Nothing a step reads changes (parameters, optimizer state and statistics are as before).
+void Trainer::Impl::warm_up_gpus() {
+  if (replicas.size() < 2 || replicas[0].backend->device().is_cpu()) return;
+  threads->run([&](int d) {
+    Replica& r = replicas[d];
+    Backend& be = *r.backend;
+    const Tensor state = r.store->state().flat_bytes();
+    Buffer saved(be.allocator(), state.bytes());
+    const Tensor kept(saved.data(), state.shape(), state.dtype(), be.device());
+    be.copy(kept, state);
+    Worker& wk = workers[r.workers[0]];
+    const BatchUpload::Batch in = batches->worker_batch(d, 0, 0);
+    wk.net->run_forward(in.images, in.labels, true, 0, philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
+    wk.net->backward(nullptr, scaler->scale());
+    be.copy(state, kept);
+    be.zero(wk.net->grads().flat_bytes());
+    be.synchronize();
+  });
 }
 
 void Trainer::Impl::open_batch_source(uint64_t cursor) {
@@ -238,20 +278,17 @@ void Trainer::Impl::open_batch_source(uint64_t cursor) {
 }
 
 void Trainer::Impl::step(int64_t t, float lr) {
-  const DatasetInfo& data = dataset_info(cfg.dataset);
   const Clock::time_point step_begin = Clock::now();
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
-  const Shape batch_shape{process_batch, cfg.image_size, cfg.image_size, data.channels};
-  Tensor images(host_images.data(), batch_shape, DType::kF32, Device::cpu());
-  Tensor labels(host_labels.data(), Shape{process_batch}, DType::kI32, Device::cpu());
   {
     ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
-    source->next(images, labels);
+    const BatchUpload::Batch host = batches->host_batch(t);
+    source->next(host.images, host.labels);
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
-  // Every replica at once, each on its thread: forward, backward, exchange, optimizer.
-  threads->run([&](int d) { replica_step(replicas[d], step32, lr, t, images, labels); });
+  // Every replica at once, each on its thread: upload, forward, backward, exchange, optimizer.
+  threads->run([&](int d) { replica_step(replicas[d], step32, lr, t); });
   // fp16: every replica saw the same flag; a skipped step halves the scale (or stops the run below 1).
   if (!scaler->update(replicas[0].overflowed, t + 1) && is_chief())
     spdlog::warn("step {}: fp16 gradients overflowed; update skipped, loss scale now {} ({} skipped so far)", t + 1,
@@ -265,18 +302,21 @@ void Trainer::Impl::step(int64_t t, float lr) {
 // One replica's part of a step, on its thread: its workers' forward and backward one after another (the last
 // one's backward feeds the exchange with --overlap), the exchange, then the update of the replica's
 // parameters with the average over all workers.
-void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t, const Tensor& images,
-                                 const Tensor& labels) {
+void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t) {
   Timeline* tl = timeline.get();
   r.times.clear();
+  const int d = static_cast<int>(&r - replicas.data());
+  batches->upload(d, t);
+  if (cfg.compute_dtype() != DType::kF32)  // the workers' shared Inf/NaN flag, once per step
+    r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
   r.exchange->begin(step32);
   ExchangeFeeder feeder(*r.exchange);
   for (size_t k = 0; k < r.workers.size(); ++k) {
     Worker& wk = workers[r.workers[k]];
-    const int64_t b0 = static_cast<int64_t>(r.workers[k]) * worker_batch;
+    const BatchUpload::Batch in = batches->worker_batch(d, static_cast<int>(k), t);
     const Clock::time_point t0 = Clock::now();
-    wk.net->forward(images.slice0(b0, b0 + worker_batch), labels.slice0(b0, b0 + worker_batch), true, step32,
-                    philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
+    wk.net->run_forward(in.images, in.labels, true, step32,
+                        philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
     const Clock::time_point t1 = Clock::now();
     // The last worker's backward completes every bucket of the replica: the exchange starts inside it.
     const bool feeds = r.overlap && k + 1 == r.workers.size();
@@ -306,18 +346,15 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.ema->update(*r.backend, t, &r.store->params());
 }
 
-// Whether any worker of any replica of any process found Inf/NaN in its fp16 gradients this step: the
-// workers' flags, then an all-reduce MAX over the replicas' communicator (on the device, as NCCL needs).
+// Whether any worker of any replica of any process found Inf/NaN in its fp16 gradients this step: the replica's
+// flag (its workers' backward share it), all-reduced MAX over the replicas' world group on the device, then read
+// once (the one host synchronisation of an fp16 step).
 bool Trainer::Impl::agree_on_overflow(Replica& r) {
-  int32_t found = 0;
-  for (int w : r.workers) found |= workers[w].net->overflowed() ? 1 : 0;
-  if (!r.comms.world) return found != 0;
-  const Tensor host(&found, Shape{1}, DType::kI32, Device::cpu());
   const Tensor dev(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device());
-  r.backend->copy(dev, host);
-  r.comms.world->allreduce(dev, ReduceOp::kMax);
-  r.backend->copy(host, dev);
-  return found != 0;
+  if (r.comms.world) r.comms.world->allreduce(dev, ReduceOp::kMax);
+  const Tensor host(r.overflow_host.data(), Shape{1}, DType::kI32, Device::cpu());
+  r.backend->wait_transfer(r.backend->download_async(host, dev));
+  return *host.data<int32_t>() != 0;
 }
 
 PhaseTimes Trainer::run_steps(int64_t steps) {

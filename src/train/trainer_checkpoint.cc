@@ -36,6 +36,7 @@ void Trainer::Impl::resume_or_initialize() {
   }
   verify_processes_agree();
   if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
+  warm_up_gpus();
   open_batch_source(cursor);
 }
 
@@ -202,6 +203,7 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
 // killed in between leaves rank files without their checkpoint (removed at the next start) and the previous
 // checkpoint intact. No checkpoint is written after a step whose shared scalers were not finite.
 std::string Trainer::Impl::save(int64_t steps_done) {
+  for (const Worker& wk : workers) wk.net->losses();  // a non-finite loss stops the run before it is saved
   check_finite_before_save(steps_done);
   const bool per_rank = replicas[0].exchange->scheme().rank_state() != nullptr;
   if (per_rank) {

@@ -28,6 +28,7 @@
 #include "terngrad/optim/moving_average.h"
 #include "terngrad/optim/optimizer.h"
 #include "terngrad/train/batch_source.h"
+#include "terngrad/train/batch_upload.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/loss_scaler.h"
@@ -56,6 +57,7 @@ struct Replica {
   PhaseTimes times;                            // of the last step
   ExchangeStats stats;                         // of the last step
   Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
+  Buffer overflow_host;     // its staging copy (read once per fp16 step)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
 };
 
@@ -99,6 +101,7 @@ struct RunLog {
   PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
   int64_t run_time_steps = 0;
   std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
+  int64_t window_host_syncs = 0;         // replica 0's Backend::host_syncs() when the window's steps began
   bool timeline_written = false;
 };
 
@@ -119,7 +122,7 @@ struct Trainer::Impl {
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
-  Buffer host_images, host_labels;
+  std::unique_ptr<BatchUpload> batches;  // staging host batches, device batches, uploads
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
   std::string last_digest;
@@ -146,10 +149,11 @@ struct Trainer::Impl {
   std::string state_name(const Slab& state) const;
   void create_ema(Replica& r);
   void open_batch_source(uint64_t cursor);
+  void warm_up_gpus();
 
   // A step.
   void step(int64_t t, float lr);
-  void replica_step(Replica& r, uint32_t step, float lr, int64_t t, const Tensor& images, const Tensor& labels);
+  void replica_step(Replica& r, uint32_t step, float lr, int64_t t);
   bool agree_on_overflow(Replica& r);
 
   // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.

@@ -117,6 +117,7 @@ TrainResult Trainer::Impl::already_finished() const {
 // The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
 RunLog Trainer::Impl::open_run_log() {
   RunLog log(cfg.batch_size, cfg.log_every, workers.size());
+  log.window_host_syncs = replicas[0].backend->host_syncs();
   if (!is_chief()) return log;
   if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   log.events = std::make_unique<EventWriter>(cfg.train_dir);
@@ -163,6 +164,9 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
   const double elapsed = seconds_between(log.start, Clock::now());
   const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
   const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
+  // The window's steps' host synchronisations (this log step's reads below are not a step's).
+  const double syncs_per_step =
+      static_cast<double>(replicas[0].backend->host_syncs() - log.window_host_syncs) / w.steps;
   const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
   if (is_chief()) {
     const Net& last = *workers.back().net;
@@ -195,6 +199,7 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
       sm.time = mean;
       sm.loss_scale = scaler->scale();
       sm.skipped_steps = scaler->skipped_steps();
+      sm.host_syncs = syncs_per_step;
       if (num_processes > 1) sm.process_time = per_process;
       for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
       log.metrics->step(sm);
@@ -202,6 +207,7 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
   }
   log.window_times.clear();
   std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
+  log.window_host_syncs = replicas[0].backend->host_syncs();
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.

@@ -20,8 +20,16 @@
 // gradients). Ops dispatch on the tensors' dtypes (the op descriptors carry none); primitive and algorithm
 // caches include the dtype in their key. A compute dtype an op or a backend does not run throws one line
 // naming the op and the dtype, never a silent wrong result; supports_compute/why_not say it up front.
+//
+// Host synchronisations (host_syncs()): the points where the host waits for the device, counted the same way by
+// every backend (the CPU backend counts where a GPU would wait), so a test on the CPU bounds what a step costs a
+// GPU. Counted: synchronize(); the host-result reductions (sum, sum_squares, max_abs); a copy() between host
+// memory and this backend's memory, either way (a device-to-host copy waits for it; a host-to-device copy from
+// pageable memory waits for the stream); wait_transfer() of a transfer that no earlier synchronisation covered.
+// Everything else is enqueued: ops, record_fence(), upload_async(), download_async().
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +42,14 @@
 
 namespace tg {
 
+// One tensor of Backend::ternary_encode_many: its gradient, scaler (f32 (1) on the device), Philox tensor
+// counter, packed codes and (optional) zero count, as ternary_encode takes them.
+struct TernaryEncodeItem {
+  Tensor g, scaler;
+  uint32_t tensor = 0;
+  Tensor packed, zero_count;
+};
+
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
 constexpr bool is_compute_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }
 
@@ -44,7 +60,8 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu (oneDNN 2.6, 2 threads)", "cuda:0 (NVIDIA H200)"
   virtual Allocator& allocator() = 0;
-  virtual void synchronize() = 0;
+  // Waits until every op enqueued so far has run (a host synchronisation).
+  void synchronize();
   // Makes the calling thread this backend's (its CUDA device current; its CPU thread count for the thread's
   // compute team): a replica thread calls it once before using the backend (train/replica_threads.h).
   virtual void bind_thread() {}
@@ -59,8 +76,34 @@ class Backend {
   virtual std::string why_not(DType t) const = 0;
 
   // ---- memory -------------------------------------------------------------------------------------
-  // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here).
+  // Byte copy between any two tensors of equal byte size (host<->device allowed, explicit only here). A copy
+  // between host memory and this backend's memory waits (a host synchronisation): a step uses the transfers
+  // below instead.
   void copy(const Tensor& dst, const Tensor& src);
+  // Whether t lies in host memory rather than in this backend's own memory (on the CPU: not allocated by
+  // allocator()).
+  virtual bool is_host_memory(const Tensor& t) const { return t.device().is_cpu(); }
+
+  // ---- transfers without waiting: the step's input in, the step's values out -----------------------------------
+  // Every call below returns a ticket (increasing). A ticket is done when everything enqueued before it has run.
+  // Host memory that the device reads and writes directly (page-locked on CUDA, plain host memory on the CPU);
+  // its buffers are host tensors (Device::cpu()).
+  virtual Allocator& staging_allocator() = 0;
+  // A fence: the ops enqueued so far.
+  uint64_t record_fence();
+  // dst (this backend's memory) = src (staging memory), copied once the fence `after` is done (0: at once; so
+  // dst is not overwritten while ops enqueued before `after` still read it), on a copy engine beside the ops
+  // (CUDA: a copy stream); ops enqueued after this call see dst written. src must stay unchanged until the
+  // returned ticket is done (wait_transfer).
+  uint64_t upload_async(const Tensor& dst, const Tensor& src, uint64_t after = 0);
+  // dst (staging memory) = src (this backend's memory) once the ops enqueued so far have run; dst holds the
+  // values when wait_transfer(ticket) returns.
+  uint64_t download_async(const Tensor& dst, const Tensor& src);
+  // Waits until `ticket` (and hence every earlier ticket) is done: a host synchronisation, unless an earlier one
+  // already covered it (then it returns at once and counts nothing).
+  void wait_transfer(uint64_t ticket);
+  // Host synchronisations made so far (see the top of this file); any thread may read it.
+  int64_t host_syncs() const { return host_syncs_.load(std::memory_order_relaxed); }
   void zero(const Tensor& dst);               // any dtype
   void fill(const Tensor& dst, float value);  // f32
 
@@ -95,6 +138,12 @@ class Backend {
   double sum(const Tensor& x);
   double sum_squares(const Tensor& x);
   float max_abs(const Tensor& x);
+  // The same sums left on the device (nothing synchronizes): out (f32 (1)) = the sum over k < count of
+  // weights[k] * (sum of xs[k] (kSum) or of its squares (kSumSquares)); each tensor's sum in double, in one fixed
+  // order per backend (the same bits on every run), the weighted terms added in double in k order, rounded to
+  // f32 once. xs: f32 tensors (any shapes; an array the caller owns); count 0 writes 0. The loss's mean and the
+  // weight decay term of a step (Net) come from here.
+  void reduce_into(Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out);
 
   // ---- loss -----------------------------------------------------------------------------------------
   // logits (N, K) of any compute dtype, labels (N) i32 in [0, K); probs and losses f32 (computed in f32 or
@@ -174,6 +223,11 @@ class Backend {
   // codes (then n < 2^31), or undefined.
   void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                       const Tensor& packed, const Tensor& zero_count);
+  // ternary_encode of `count` tensors (items: an array the caller owns), all drawn from `key` at `step`: the same
+  // bits as count calls of ternary_encode, in one pass (CUDA: one launch over a table of the tensors for up to
+  // kEncodeTable of them).
+  static constexpr int kEncodeTable = 64;
+  void ternary_encode_many(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step);
   // code_sums (i8 (n)) = the sum over num_workers (1..127) workers of their codes; worker w's packed codes
   // (ceil(n/4) bytes) start at byte w * stride of `packed` (u8 of at least (num_workers-1)*stride + ceil(n/4)).
   void ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums);
@@ -209,6 +263,32 @@ class Backend {
 
   // ---- implementations: what each backend provides; the public operations above check the arguments once
   // (devices, dtypes, element counts; backend_front.cc) and call these.
+ protected:
+  // The transfers' hooks get the ticket the front assigned; the front counts the host synchronisations.
+  virtual void synchronize_impl() = 0;
+  virtual void record_fence_impl(uint64_t ticket) = 0;
+  virtual void upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) = 0;
+  virtual void download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) = 0;
+  virtual void wait_transfer_impl(uint64_t ticket) = 0;
+  // A host synchronisation that waited for every op enqueued so far: counted, and every ticket is done.
+  void synced_all() {
+    host_syncs_.fetch_add(1, std::memory_order_relaxed);
+    done_ = last_ticket_;
+  }
+  uint64_t last_ticket() const { return last_ticket_; }
+  // Tickets up to this one are known to be done (a host synchronisation saw them).
+  uint64_t done_ticket() const { return done_; }
+  // For a backend that had to wait for `ticket` on its own (a full ring of events): counted, and tickets up to
+  // it are done.
+  void synced_up_to(uint64_t ticket) {
+    host_syncs_.fetch_add(1, std::memory_order_relaxed);
+    if (ticket > done_) done_ = ticket;
+  }
+
+ private:
+  std::atomic<int64_t> host_syncs_{0};
+  uint64_t last_ticket_ = 0, done_ = 0;
+
  protected:
   // One list of the hooks (backend_impls.h) declares them here and in every backend.
 #define TG_DECLARE_IMPL(ret, name, params) virtual ret name params = 0;

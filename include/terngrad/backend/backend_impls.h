@@ -27,6 +27,7 @@
   X(double, sum_impl, (const Tensor& x))                                                                               \
   X(double, sum_squares_impl, (const Tensor& x))                                                                       \
   X(float, max_abs_impl, (const Tensor& x))                                                                            \
+  X(void, reduce_into_impl, (Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out))       \
   X(void, softmax_xent_forward_impl,                                                                                   \
     (const Tensor& logits, const Tensor& labels, float label_smoothing, const Tensor& probs, const Tensor& losses))    \
   X(void, softmax_xent_backward_impl,                                                                                  \
@@ -67,6 +68,7 @@
   X(void, ternary_encode_impl,                                                                                         \
     (const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed,       \
      const Tensor& zero_count))                                                                                        \
+  X(void, ternary_encode_many_impl, (const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step))         \
   X(void, ternary_sum_codes_impl, (const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums))    \
   X(void, max_scalers_impl, (const Tensor* xs, int count, const Tensor& out))                                          \
   X(void, ternary_decode_sums_impl, (const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g)) \

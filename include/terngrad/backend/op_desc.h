@@ -30,6 +30,9 @@ struct ConvDesc {
 ConvDesc make_conv_desc(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t out_c,
                         int64_t stride, Padding padding, int64_t groups, bool has_bias);
 
+// What Backend::reduce_into adds up per tensor: its elements or their squares.
+enum class Reduction { kSum, kSumSquares };
+
 enum class PoolKind { kMax, kAvg };
 struct PoolDesc {
   PoolKind kind = PoolKind::kMax;

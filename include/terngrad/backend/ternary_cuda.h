@@ -24,8 +24,8 @@ size_t ternary_scaler_workspace_bytes_cuda();
 
 // *scaler (device float) = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g (n elements, device):
 // one warp per chunk of ternary_math.h's order (each lane adds its elements in index order, the lanes combine
-// pairwise by shuffles) writes the chunk's double sums and max bits to the workspace, then one thread adds the
-// chunks in order and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
+// pairwise by shuffles) writes the chunk's double sums and max bits to the workspace, then one block combines the
+// chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
 // n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream);
 
@@ -37,6 +37,19 @@ void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxK
                          uint8_t* packed, int32_t* zero_count, void* stream);
 
 // codes (n) = unpacked codes of packed.
+// ternary_encode_cuda of up to kEncodeTableCuda tensors in one launch (plus one that zeroes the zero counts):
+// the same bits.
+constexpr int kEncodeTableCuda = 64;
+struct TernaryEncodeCuda {
+  const float* g;
+  int64_t n;
+  const float* scaler;
+  uint32_t tensor;
+  uint8_t* packed;
+  int32_t* zero_count;  // or null
+};
+void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, PhiloxKey key, uint32_t step, void* stream);
+
 void ternary_unpack_cuda(const uint8_t* packed, int64_t n, int8_t* codes, void* stream);
 
 // code_sums[i] = sum over workers of their codes of element i, worker w's packed codes at packed + w * stride

@@ -11,10 +11,12 @@
 //   tensor and the step. An empty tensor has s = 0.
 // The sums have one fixed order on every device (the CPU loops and the CUDA kernels give the same bits, so the
 // same scalers and hence the same codes): g is cut into chunks of ternary_stats_chunk(n) elements (at least
-// 16384, at most 256 chunks, a multiple of 32); inside a chunk, element i goes to lane i % 32, each lane adds
-// its elements in index order starting from 0.0, then the lanes combine pairwise (lane l += lane l + w for
-// w = 16, 8, 4, 2, 1); the chunks' results are added in chunk order starting from 0.0. max|g| is an integer
-// max over the bits of |g| (any order).
+// 4096, at most 2048 chunks, a multiple of 32: enough chunks to fill a GPU with one warp each); inside a chunk,
+// element i goes to lane i % 32, each lane adds its elements in index order starting from 0.0, then the lanes
+// combine pairwise (lane l += lane l + w for w = 16, 8, 4, 2, 1); the chunks' results combine pairwise the same
+// way (chunk k += chunk k + w for w = P/2, ..., 2, 1, P the chunk count rounded up to a power of two, missing
+// chunks 0.0: adding 0.0 changes no sum here, none is -0.0). max|g| is an integer max over the bits of |g| (any
+// order).
 // Workers then share s = max over workers (all-reduce MAX) before ternarizing.
 //
 // Ternarization of element i of tensor t at `step` by a worker whose key is philox_key(seed, worker):
@@ -55,8 +57,8 @@ constexpr uint32_t kTernaryPurpose = 0x7465726Eu;
 constexpr int kTernaryBlockElements = 8;
 
 // Chunking of the scaler's sums (see the file comment).
-constexpr int64_t kTernaryStatsMinChunk = 16384;
-constexpr int kTernaryStatsMaxChunks = 256;
+constexpr int64_t kTernaryStatsMinChunk = 4096;
+constexpr int kTernaryStatsMaxChunks = 2048;  // a power of two
 constexpr int kTernaryStatsLanes = 32;
 // Elements per chunk for a tensor of n > 0 elements: a multiple of kTernaryStatsLanes, at least
 // kTernaryStatsMinChunk, and at most kTernaryStatsMaxChunks chunks.
@@ -64,6 +66,20 @@ TG_HOST_DEVICE int64_t ternary_stats_chunk(int64_t n) {
   const int64_t by_count = (n + kTernaryStatsMaxChunks - 1) / kTernaryStatsMaxChunks;
   const int64_t rounded = (by_count + kTernaryStatsLanes - 1) / kTernaryStatsLanes * kTernaryStatsLanes;
   return rounded > kTernaryStatsMinChunk ? rounded : kTernaryStatsMinChunk;
+}
+
+// Chunks of a tensor of n > 0 elements.
+TG_HOST_DEVICE int ternary_stats_chunks(int64_t n) {
+  const int64_t chunk = ternary_stats_chunk(n);
+  return static_cast<int>((n + chunk - 1) / chunk);
+}
+
+// The pairwise combination of `count` chunk partials (file comment): partial[0] becomes the total. The caller's
+// array holds at least the next power of two of count entries; the ones past count are set to 0 here.
+TG_HOST_DEVICE int ternary_stats_span(int count) {
+  int p = 1;
+  while (p < count) p <<= 1;
+  return p;
 }
 
 // s from sigma and max|g| (see the file comment); the plain formula, no check for non-finite inputs.
@@ -146,18 +162,27 @@ TG_HOST_DEVICE int unpack_ternary_field(uint8_t byte, int k) {
   return ternary_code_of_field(static_cast<uint32_t>(byte) >> (2 * k));
 }
 
+// The 16 packed bits of one Philox block's elements v[0 .. valid-1] (valid <= 8; fields past valid are 00),
+// drawn from its block r: what ternarize_pack_block stores, for values already in registers.
+TG_HOST_DEVICE uint32_t ternarize_pack_values(const float* v, int valid, float s, const Philox4x32& r) {
+  uint32_t bits = 0;
+  for (int e = 0; e < kTernaryBlockElements; ++e)
+    if (e < valid)
+      bits |= ternary_field(ternarize_with_uniform(v[e], s, ternary_uniform16(ternary_half(r, e)))) << (2 * e);
+  return bits;
+}
+
 // Packed bytes 2b (low 8 bits) and 2b + 1 (high 8 bits) of a tensor g of n elements: ternarizes elements
 // 8b .. min(8b+7, n-1) with one Philox block; elements past n are 00. The caller stores byte 2b + 1 only
 // when it exists (ceil(n / 4) > 2b + 1).
 TG_HOST_DEVICE uint32_t ternarize_pack_block(const float* g, int64_t n, int64_t b, float s, PhiloxKey key,
                                              uint32_t step, uint32_t tensor) {
   const Philox4x32 r = ternary_block(key, static_cast<uint64_t>(b), step, tensor);
-  uint32_t bits = 0;
-  for (int e = 0; e < kTernaryBlockElements; ++e) {
-    const int64_t i = b * kTernaryBlockElements + e;
-    if (i < n) bits |= ternary_field(ternarize_with_uniform(g[i], s, ternary_uniform16(ternary_half(r, e)))) << (2 * e);
-  }
-  return bits;
+  const int64_t first = b * kTernaryBlockElements, left = n - first;
+  const int valid = left < kTernaryBlockElements ? static_cast<int>(left) : kTernaryBlockElements;
+  float v[kTernaryBlockElements] = {};
+  for (int e = 0; e < valid; ++e) v[e] = g[first + e];
+  return ternarize_pack_values(v, valid, s, r);
 }
 
 // Averaged gradient from the sum of codes over num_workers: s * sum / N.

@@ -69,6 +69,9 @@ struct LayerIO {
   std::vector<Tensor> in, out;    // activations
   std::vector<Tensor> din, dout;  // their gradients (din written by backward, dout read)
   std::vector<Tensor> params, dparams, state, saved;
+  // The host value of dout[0] when the output is one of the net's losses (Net::backward sets it: the loss scale
+  // times the loss's weight), so a loss layer's backward reads no device scalar.
+  float loss_grad = 1.f;
 };
 
 // The backend op a layer runs, with every setting, as setup() built it: what an exporter (ONNX) needs to rebuild

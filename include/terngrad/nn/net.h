@@ -13,6 +13,13 @@
 // unscale_and_check (dividing by the loss scale, flagging Inf/NaN: overflowed()) before weight decay and before
 // the listener hears of it, so the exchange, the codec and the optimizer see fp32 only. Master weights, the
 // optimizer state and batch-norm parameters and statistics stay fp32 in the ParameterStore.
+//
+// A step waits for the device nowhere: run_forward computes the cross-entropy, the weighted auxiliary losses and
+// the weight-decay term on the device (Backend::reduce_into) and starts their copy into page-locked staging memory
+// (Backend::download_async); the host reads them only when asked (last_cross_entropy(), losses(): once per log
+// step), waiting for that copy then (one host synchronisation, none when an earlier one covered it). A non-finite
+// loss is reported when it is read, naming the step it belongs to. The loss layers' backward takes dloss as a host
+// value (LayerIO::loss_grad).
 #pragma once
 
 #include <map>
@@ -91,10 +98,21 @@ class Net {
   std::vector<StateSpec> state_specs() const;
 
   // ---- running --------------------------------------------------------------------------------------
-  // Copies images/labels (host or device) into the input tensors, runs forward; returns the total loss
-  // (cross-entropy + aux losses + weight-decay terms). A non-finite loss is an error naming the step (in fp16
-  // compute it is returned: the step's gradients are then flagged by backward and the step skipped).
+  // Copies images/labels (host or device; a step passes device tensors) into the input tensors and enqueues
+  // forward and the step's losses (see the top of this file); waits for nothing.
+  void run_forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0, PhiloxKey key = {});
+  // run_forward, then the total loss (cross-entropy + aux losses + weight-decay terms), waiting for it. A
+  // non-finite loss is an error naming the step (in fp16 compute it is returned: the step's gradients are then
+  // flagged by backward and the step skipped).
   float forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step = 0, PhiloxKey key = {});
+  // The last run_forward's losses, read from the device (waits for them the first time they are read).
+  struct Losses {
+    float cross_entropy = 0.f;   // the main loss
+    float aux = 0.f;             // the sum of weight * auxiliary loss
+    float regularization = 0.f;  // sum of wd * |w|^2 / 2
+    float total() const { return cross_entropy + aux + regularization; }
+  };
+  Losses losses() const;
   // Gradients of the total loss (including wd * w) into the gradient slab; requires forward(training).
   // A listener hears, layer by layer, which gradients are final. loss_scale (fp16's dynamic loss scaling)
   // multiplies the loss before the backward; the fp32 gradients in grads() are divided by it again.
@@ -102,12 +120,16 @@ class Net {
   // Whether the last backward's parameter gradients held an Inf or NaN (after unscaling; reads the device
   // flag, so it synchronizes). Always false in f32 compute without a loss scale (nothing is checked then).
   bool overflowed() const;
+  // Makes backward flag Inf/NaN gradients in `flag` (i32 (1) on the net's device) instead of its own flag, which it
+  // then no longer zeroes: the owner (the trainer, one flag for a replica's workers) zeroes it once per step and
+  // reads it once (overflowed() then reads it too).
+  void share_overflow_flag(const Tensor& flag);
 
   Slab& grads() { return grads_; }               // one tensor per parameter, same names and order as params
   Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
   const std::string& logits_name() const { return logits_; }
-  float last_cross_entropy() const { return last_xent_; }
-  float last_regularization() const { return last_reg_; }
+  float last_cross_entropy() const { return losses().cross_entropy; }
+  float last_regularization() const { return losses().regularization; }
   int64_t batch() const { return batch_; }
 
   struct LayerSummary {
@@ -178,13 +200,23 @@ class Net {
   Slab half_params_, half_grads_, precision_;
   std::vector<std::pair<Tensor, Tensor>> casts_;  // (half copy, master) cast at every forward; filled by bind()
   int images_f32_ = -1, found_ = -1;              // entries in precision_
+  Tensor shared_found_;                           // share_overflow_flag's flag (undefined: precision_'s own)
   bool checked_ = false;                          // the last backward ran unscale_and_check
   struct Decayed {                                // a parameter with weight decay, as this net declared it
     Tensor param, grad;
     float weight_decay;
   };
   std::vector<Decayed> decayed_;  // filled by bind()
-  float last_xent_ = 0.f, last_reg_ = 0.f;
+  // The step's losses: losses_ (f32 (3) on the device: cross-entropy, weighted aux sum, regularization), their
+  // staging copy on the host, the download's ticket and the step they belong to; the tables reduce_into reads.
+  Slab losses_;
+  Buffer losses_host_;
+  uint64_t losses_ticket_ = 0;
+  uint32_t losses_step_ = 0;
+  std::vector<Tensor> aux_tensors_, decayed_params_;
+  std::vector<float> aux_weights_, decay_weights_;
+  int loss_node_ = -1;  // the node producing loss_
+  std::vector<int> aux_nodes_;
   bool forward_was_training_ = false;
 };
 

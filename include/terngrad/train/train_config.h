@@ -37,11 +37,12 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   std::string subset = "train";
   std::string device = "cpu";  // cpu | cuda | cuda:<k>
   int num_gpus = 1;
-  int num_nodes = -1;       // workers (towers) in this process; <= 0: num_gpus
-  int threads = 0;          // CPU threads (0: all)
-  int cpu_replicas = 1;     // --device cpu: replicas (each its own thread and share of --threads) in this process
-  int ranks_per_node = 0;   // ranks (replicas) per node; 0: the processes of one host form a node
-  bool allow_tf32 = false;  // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
+  int num_nodes = -1;         // workers (towers) in this process; <= 0: num_gpus
+  int threads = 0;            // CPU threads (0: all)
+  int cpu_replicas = 1;       // --device cpu: replicas (each its own thread and share of --threads) in this process
+  int ranks_per_node = 0;     // ranks (replicas) per node; 0: the processes of one host form a node
+  bool allow_tf32 = false;    // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
+  bool deterministic = true;  // cuda: only cuDNN algorithms with the same bits on every run
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
   std::string precision = "fp32";

@@ -51,6 +51,8 @@ class Trainer {
   // Runs `steps` more steps with nothing else (no logs, checkpoints or stop checks): benchmarks and tests of
   // the step itself. Returns their mean phase times.
   PhaseTimes run_steps(int64_t steps);
+  // Host synchronisations so far (Backend::host_syncs) of the replica whose backend made the most.
+  int64_t host_syncs() const;
 
  private:
   struct Impl;

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 
@@ -51,6 +53,55 @@ std::string CpuBackend::name() const {
 }
 
 // ---- memory ----------------------------------------------------------------------------------------------
+namespace {
+// Host memory that remembers its live ranges (start -> bytes): the CPU backend's "device" memory.
+class TrackedHostAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void* allocate(size_t bytes) override {
+    void* p = host_allocator().allocate(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_[reinterpret_cast<uintptr_t>(p)] = std::max<size_t>(bytes, 1);
+    return p;
+  }
+  void deallocate(void* ptr) noexcept override {
+    if (!ptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    host_allocator().deallocate(ptr);
+  }
+  bool owns(const void* ptr) const {
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ranges_.upper_bound(a);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> ranges_;
+};
+
+TrackedHostAllocator& tracked_allocator() {
+  static TrackedHostAllocator* a = new TrackedHostAllocator;  // never destroyed: buffers may outlive backends
+  return *a;
+}
+}  // namespace
+
+Allocator& CpuBackend::allocator() { return tracked_allocator(); }
+
+bool CpuBackend::is_host_memory(const Tensor& t) const { return !tracked_allocator().owns(t.raw()); }
+
+void CpuBackend::upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t /*after*/, uint64_t /*ticket*/) {
+  copy_impl(dst, src);
+}
+
+void CpuBackend::download_async_impl(const Tensor& dst, const Tensor& src, uint64_t /*ticket*/) { copy_impl(dst, src); }
+
 void CpuBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   TG_CHECK(dst.bytes() == src.bytes(), "copy: sizes differ: {} vs {}", dst.str(), src.str());
   TG_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "CPU backend copy between {} and {}", dst.str(), src.str());
@@ -206,6 +257,15 @@ double CpuBackend::sum_impl(const Tensor& x) {
 
 double CpuBackend::sum_squares_impl(const Tensor& x) {
   return sum8(x, "sum_squares", [](float v) { return static_cast<double>(v) * v; });
+}
+
+void CpuBackend::reduce_into_impl(Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out) {
+  double acc = 0.0;
+  for (int k = 0; k < count; ++k) {
+    const double s = r == Reduction::kSum ? sum_impl(xs[k]) : sum_squares_impl(xs[k]);
+    acc += static_cast<double>(weights[k]) * s;
+  }
+  *out.data<float>() = static_cast<float>(acc);
 }
 
 float CpuBackend::max_abs_impl(const Tensor& x) {

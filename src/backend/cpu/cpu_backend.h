@@ -72,8 +72,12 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::cpu(); }
   std::string name() const override;
-  Allocator& allocator() override { return host_allocator(); }
-  void synchronize() override {}
+  // The CPU backend's own memory: host memory whose ranges are remembered, so a copy between it and other host
+  // memory counts as the host synchronisation it would be on a GPU (backend.h). One for all CPU backends.
+  Allocator& allocator() override;
+  bool is_host_memory(const Tensor& t) const override;
+  // Staging memory: plain host memory (nothing to wait for).
+  Allocator& staging_allocator() override { return host_allocator(); }
   void bind_thread() override;
 
   // Compute dtypes (cpu_precision.cc): f32 always, bf16 when oneDNN's effective ISA has AVX512_BF16 or AMX.
@@ -91,6 +95,16 @@ class CpuBackend final : public Backend {
 #undef TG_DECLARE_IMPL
 
   int threads() const { return threads_; }
+
+ protected:
+  // Transfers are plain copies done at once; synchronize has nothing to wait for (the front counts them).
+  void synchronize_impl() override {}
+  void record_fence_impl(uint64_t /*ticket*/) override {}
+  void upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) override;
+  void download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) override;
+  void wait_transfer_impl(uint64_t /*ticket*/) override {}
+
+ public:
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 

@@ -61,6 +61,13 @@ void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phil
   if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
 }
 
+void CpuBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
+  for (int k = 0; k < count; ++k) {
+    const TernaryEncodeItem& it = items[k];
+    ternary_encode_impl(it.g, it.scaler, key, step, it.tensor, it.packed, it.zero_count);
+  }
+}
+
 void CpuBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers,
                                         const Tensor& code_sums) {
   const char* op = "ternary_sum_codes";

@@ -99,7 +99,7 @@ struct Vec16 {  // SSE2 and any other target
 };
 
 // ---- statistics ---------------------------------------------------------------------------------------------
-// Fixed chunks: at least kTernaryStatsMinChunk elements, at most kStatsMaxChunks of them (partials on the stack), a
+// Fixed chunks: at least kTernaryStatsMinChunk elements, at most kStatsMaxChunks of them (partials per thread), a
 // multiple of kStatsLanes; the chunking depends on n only. Inside a chunk, element i goes to accumulator lane
 // i % kStatsLanes (32 independent sums: they hide the add latency and fill the widest vectors), and the lanes
 // are combined in a fixed pairwise order.
@@ -621,16 +621,21 @@ TensorStats tensor_stats_cpu(const float* g, int64_t n) {
   if (n <= 0) return st;
   const int64_t chunk = ternary_stats_chunk(n);
   const StatsFn fn = stats_fn(active_isa());
-  StatsPartial partial[kStatsMaxChunks];
+  // Per calling thread (a replica's thread): no allocation in a step, no 48 KiB on the stack.
+  thread_local StatsPartial partials[kStatsMaxChunks];
+  StatsPartial* const partial = partials;  // this thread's array (the team's threads must not see their own)
   parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, e - b); });
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  int32_t max_bits = 0;
-  for (int64_t k = 0; k < chunks; ++k) {  // chunk order
-    st.sum += partial[k].sum;
-    st.sumsq += partial[k].sumsq;
-    max_bits = std::max(max_bits, partial[k].max_bits);
-  }
-  std::memcpy(&st.max_abs, &max_bits, sizeof max_bits);
+  const int chunks = ternary_stats_chunks(n), span = ternary_stats_span(chunks);
+  for (int k = chunks; k < span; ++k) partial[k] = StatsPartial{};
+  for (int w = span / 2; w >= 1; w /= 2)  // pairwise, as the lanes (ternary_math.h)
+    for (int k = 0; k < w; ++k) {
+      partial[k].sum += partial[k + w].sum;
+      partial[k].sumsq += partial[k + w].sumsq;
+      partial[k].max_bits = std::max(partial[k].max_bits, partial[k + w].max_bits);
+    }
+  st.sum = partial[0].sum;
+  st.sumsq = partial[0].sumsq;
+  std::memcpy(&st.max_abs, &partial[0].max_bits, sizeof partial[0].max_bits);
   st.mean = st.sum / static_cast<double>(n);
   st.sigma = ternary_sigma_from_sums(st.sum, st.sumsq, n);
   return st;

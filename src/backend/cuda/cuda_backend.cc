@@ -29,7 +29,30 @@ bool is_pageable(const void* p) {
   }
   return attr.type == cudaMemoryTypeUnregistered;
 }
+
+// Page-locked host memory, portable to every device (the staging memory of the transfers).
+class CudaPinnedAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, bytes == 0 ? 64 : bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      TG_THROW("cannot allocate {} bytes of page-locked host memory ({})", bytes, cudaGetErrorString(status));
+    }
+    return p;
+  }
+  void deallocate(void* ptr) noexcept override {
+    if (ptr) cudaFreeHost(ptr);
+  }
+};
 }  // namespace
+
+Allocator& CudaBackend::staging_allocator() {
+  static CudaPinnedAllocator* pinned = new CudaPinnedAllocator;  // never destroyed: buffers may outlive backends
+  return *pinned;
+}
 
 void debug_sync_after(const char* op) {
   if (!detail::cuda_sync_after_launch()) return;
@@ -86,6 +109,9 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
   sm_ = prop.major * 10 + prop.minor;
   device_text_ = fmt::format("cuda:{} ({}) is sm_{}{}", index_, prop.name, prop.major, prop.minor);
   TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TG_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+  for (cudaEvent_t& e : ticket_events_) TG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   TG_CUBLAS_CHECK(cublasCreate(&cublas_));
   TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   // Plain fp32 GEMMs (no TF32 tensor-core rounding) unless allowed: results stay comparable with the CPU
@@ -104,6 +130,7 @@ CudaBackend::~CudaBackend() {
   int previous = -1;
   cudaGetDevice(&previous);
   cudaSetDevice(index_);
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   if (stream_) cudaStreamSynchronize(stream_);
   cache_.clear();  // cuDNN descriptors before the handle
   workspace_ = Buffer();
@@ -113,15 +140,75 @@ CudaBackend::~CudaBackend() {
   if (host_pinned_) cudaFreeHost(host_pinned_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_) cublasDestroy(cublas_);
+  for (cudaEvent_t e : ticket_events_)
+    if (e) cudaEventDestroy(e);
+  if (upload_done_) cudaEventDestroy(upload_done_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
   if (previous >= 0) cudaSetDevice(previous);
 }
 
 void CudaBackend::bind_thread() { TG_CUDA_CHECK(cudaSetDevice(index_)); }
 
-void CudaBackend::synchronize() {
+void CudaBackend::synchronize_impl() {
   CudaDeviceGuard guard(index_);
   sync_and_check();
+}
+
+// ---- transfers ----------------------------------------------------------------------------------------------
+void CudaBackend::record_ticket(uint64_t ticket, cudaStream_t stream) {
+  const size_t slot = ticket % kTicketRing;
+  const uint64_t held = ticket_in_slot_[slot];
+  if (held > done_ticket()) {  // kTicketRing tickets without a host synchronisation: wait for the oldest
+    TG_CUDA_CHECK(cudaEventSynchronize(ticket_events_[slot]));
+    synced_up_to(held);
+  }
+  TG_CUDA_CHECK(cudaEventRecord(ticket_events_[slot], stream));
+  ticket_in_slot_[slot] = ticket;
+}
+
+cudaEvent_t CudaBackend::ticket_event(uint64_t ticket) const {
+  const size_t slot = ticket % kTicketRing;
+  TG_CHECK(ticket_in_slot_[slot] == ticket, "ticket {} is no longer pending on {} (slot holds {})", ticket,
+           device().str(), ticket_in_slot_[slot]);
+  return ticket_events_[slot];
+}
+
+void CudaBackend::record_fence_impl(uint64_t ticket) {
+  CudaDeviceGuard guard(index_);
+  record_ticket(ticket, stream_);
+}
+
+// The copy waits (on the copy stream) for the fence, the ops wait (on the compute stream) for the copy, and the
+// ticket's event follows that wait on the compute stream: a ticket is done when the ops before it and the copy are.
+void CudaBackend::upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) {
+  check_on_device(dst, "upload_async", "dst");
+  TG_CHECK(!is_pageable(src.raw()),
+           "upload_async: {} is pageable host memory, not staging memory "
+           "(staging_allocator()): the copy would stall the host",
+           src.str());
+  CudaDeviceGuard guard(index_);
+  if (after > done_ticket()) TG_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, ticket_event(after), 0));
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyHostToDevice, copy_stream_));
+  TG_CUDA_CHECK(cudaEventRecord(upload_done_, copy_stream_));
+  TG_CUDA_CHECK(cudaStreamWaitEvent(stream_, upload_done_, 0));
+  record_ticket(ticket, stream_);
+}
+
+void CudaBackend::download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) {
+  check_on_device(src, "download_async", "src");
+  TG_CHECK(!is_pageable(dst.raw()),
+           "download_async: {} is pageable host memory, not staging memory "
+           "(staging_allocator()): the copy would stall the host",
+           dst.str());
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyDeviceToHost, stream_));
+  record_ticket(ticket, stream_);
+}
+
+void CudaBackend::wait_transfer_impl(uint64_t ticket) {
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaEventSynchronize(ticket_event(ticket)));
 }
 
 // host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag.
@@ -170,10 +257,9 @@ void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
                             ? (src.device().is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                             : (src.device().is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream_));
-  // A host destination is read by the caller right after: wait for it. A host source may be reused at once
-  // too: pageable sources are staged before cudaMemcpyAsync returns, pinned (page-locked) ones are read
-  // later by the DMA engine, so wait for those only.
-  if (dst.device().is_cpu() || (src.device().is_cpu() && !is_pageable(src.raw()))) sync_and_check();
+  // A host destination is read by the caller right after, and a host source may be reused at once: wait for the
+  // copy (the front counts it as the host synchronisation it is; a step uses upload_async / download_async).
+  if (dst.device().is_cpu() || src.device().is_cpu()) sync_and_check();
 }
 
 void CudaBackend::zero_impl(const Tensor& dst) {
@@ -316,6 +402,32 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
 
 double CudaBackend::sum_impl(const Tensor& x) { return reduce_to_host(x, false, "sum"); }
 double CudaBackend::sum_squares_impl(const Tensor& x) { return reduce_to_host(x, true, "sum_squares"); }
+
+// Tables of up to kReduceTable tensors; the running double between tables lives in reduce_result_. Empty tensors
+// add 0 and are left out (a null pointer would be read by nobody, but the table stays dense).
+void CudaBackend::reduce_into_impl(Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out) {
+  check_on_device(out, "reduce_into", "out");
+  for (int k = 0; k < count; ++k)
+    if (xs[k].numel() > 0) check_on_device(xs[k], "reduce_into", "input");
+  CudaDeviceGuard guard(index_);
+  void* scratch = workspace(cuda_kernels::reduce_table_scratch_bytes());
+  auto* running = static_cast<double*>(reduce_result_.data());
+  cuda_kernels::ReduceTable t;
+  bool first = true;
+  int k = 0;
+  do {
+    t.count = 0;
+    for (; k < count && t.count < cuda_kernels::kReduceTable; ++k) {
+      if (xs[k].numel() == 0) continue;
+      t.x[t.count] = xs[k].data<float>(), t.n[t.count] = xs[k].numel(), t.w[t.count] = weights[k];
+      ++t.count;
+    }
+    const bool last = k >= count;
+    cuda_kernels::reduce_table(t, r == Reduction::kSumSquares, first, last, running, out.data<float>(), scratch,
+                               stream_);
+    first = false;
+  } while (k < count);
+}
 
 float CudaBackend::max_abs_impl(const Tensor& x) {
   check_on_device(x, "max_abs", "x");

@@ -22,8 +22,11 @@
 // cuda_conv.cc (cuDNN convolution), cuda_pool.cc (pooling kernels), cuda_lrn.cc (LRN kernels),
 // cuda_batch_norm.cc (batch norm kernels), cuda_inner_product.cc (cuBLAS). Kernel launchers: cuda_kernels.h.
 //
-// Host syncs: only where a value goes to the host (reductions, copies to or from host memory that is read or
-// reused at once) and when the arena grows (first use of a descriptor). Errors found by kernels (a bad
+// Host syncs: only where a value goes to the host (reductions, copies to or from host memory, waits for a
+// transfer) and when the arena grows (first use of a descriptor). A step moves its input and its values through
+// the transfers of backend.h instead: page-locked staging memory, uploads on a copy stream that the compute
+// stream waits for (an event), downloads read once their event is done; each ticket is an event of a ring on the
+// compute stream. Errors found by kernels (a bad
 // label) are read at the next of those syncs. TG_CUDA_SYNC=1 synchronizes after every launch
 // (include/terngrad/backend/cuda_check.h), so an asynchronous fault names the launcher that caused it.
 #pragma once
@@ -104,7 +107,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(index_); }
   std::string name() const override { return name_; }
   Allocator& allocator() override { return allocator_; }
-  void synchronize() override;
+  Allocator& staging_allocator() override;  // page-locked host memory (cudaHostAlloc, portable to every device)
   void bind_thread() override;
   void* native_stream() override { return stream_; }
 
@@ -156,7 +159,19 @@ class CudaBackend final : public Backend {
   // cuda_ops_check).
   std::array<ConvAlgorithm, 3> conv_algorithms(const ConvDesc& d, DType t = DType::kF32) const;
 
+ protected:
+  void synchronize_impl() override;
+  void record_fence_impl(uint64_t ticket) override;
+  void upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) override;
+  void download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) override;
+  void wait_transfer_impl(uint64_t ticket) override;
+
  private:
+  static constexpr int kTicketRing = 256;  // events of the tickets not yet known done
+  // Records ticket's event on `stream` (after waiting for the ticket that held its slot, when still pending).
+  void record_ticket(uint64_t ticket, cudaStream_t stream);
+  // The event of a pending ticket (one that a synchronisation has not covered yet).
+  cudaEvent_t ticket_event(uint64_t ticket) const;
   double reduce_to_host(const Tensor& x, bool squares, const char* op);
   // Synchronizes the stream, then throws if a loss kernel since the last check flagged a bad label (naming
   // the first example and its label).
@@ -167,6 +182,10 @@ class CudaBackend final : public Backend {
   std::string name_;
   CudaAllocator allocator_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // uploads (upload_async), beside the ops
+  cudaEvent_t upload_done_ = nullptr;   // the last upload's end on copy_stream_ (stream_ waits for it)
+  std::array<cudaEvent_t, kTicketRing> ticket_events_{};
+  std::array<uint64_t, kTicketRing> ticket_in_slot_{};
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   Buffer workspace_;

@@ -41,22 +41,45 @@ void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const 
   ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
 }
 
-void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
-  const char* op = "ternary_encode";
+namespace {
+// One encode's tensors, checked, as the kernels take them.
+TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tensor& scaler, uint32_t tensor,
+                              const Tensor& packed, const Tensor& zero_count, const char* op) {
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes"), cc::scaler(scaler, op);
   cc::numel(packed, (n + 3) / 4, op, "packed codes");
-  check_on_device(g, op, "g"), check_on_device(packed, op, "packed codes"), check_on_device(scaler, op, "scaler");
+  be.check_on_device(g, op, "g"), be.check_on_device(packed, op, "packed codes"),
+      be.check_on_device(scaler, op, "scaler");
   int32_t* zeros = nullptr;
   if (zero_count) {
     cc::dtype(zero_count, DType::kI32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
-    check_on_device(zero_count, op, "zero count");
+    be.check_on_device(zero_count, op, "zero count");
     zeros = zero_count.data<int32_t>();
   }
+  return {g.data<float>(), n, scaler.data<float>(), tensor, packed.data<uint8_t>(), zeros};
+}
+}  // namespace
+
+void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
+                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+  const TernaryEncodeCuda a = encode_args(*this, g, scaler, tensor, packed, zero_count, "ternary_encode");
   CudaDeviceGuard guard(index_);
-  ternary_encode_cuda(g.data<float>(), n, scaler.data<float>(), key, step, tensor, packed.data<uint8_t>(), zeros,
-                      stream_);
+  ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream_);
+}
+
+// Tables of up to kEncodeTableCuda tensors: one launch each (and one for the zero counts).
+void CudaBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
+  static_assert(Backend::kEncodeTable <= kEncodeTableCuda, "a table holds Backend::kEncodeTable tensors");
+  TernaryEncodeCuda table[kEncodeTableCuda];
+  CudaDeviceGuard guard(index_);
+  for (int first = 0; first < count; first += kEncodeTableCuda) {
+    const int m = count - first < kEncodeTableCuda ? count - first : kEncodeTableCuda;
+    for (int k = 0; k < m; ++k) {
+      const TernaryEncodeItem& it = items[first + k];
+      table[k] = encode_args(*this, it.g, it.scaler, it.tensor, it.packed, it.zero_count, "ternary_encode_many");
+    }
+    ternary_encode_table_cuda(table, m, key, step, stream_);
+  }
 }
 
 void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, int num_workers,

@@ -13,7 +13,9 @@
 // BackendOptions::deterministic only CUDNN_DETERMINISTIC ones, which excludes the atomics-based backward
 // algorithms; for f32 data without allow_tf32 no tensor-op candidates) and kept in the heuristics' order. For
 // f32 data without allow_tf32 every candidate runs with the descriptor on CUDNN_FMA_MATH (plain fp32,
-// comparable with the CPU backend; CUDNN_DEFAULT_MATH would let sm_80+ round operands to TF32). F16/BF16 data
+// comparable with the CPU backend; CUDNN_DEFAULT_MATH would let sm_80+ round operands to TF32); with allow_tf32
+// the query runs on CUDNN_DEFAULT_MATH (so TF32 algorithms are offered) and each candidate keeps the math type
+// the heuristics gave it. F16/BF16 data
 // run each candidate with the math type the heuristics gave it (tensor-op math: the point of half types). The first
 // call of a direction tries the candidates in order until one executes, and that one is kept (conv_algorithms() reports
 // it).
@@ -174,15 +176,19 @@ struct ConvEntry : CudaBackend::CachedOp {
 };
 
 // Compute type CUDNN_DATA_FLOAT for every data type (f32 accumulation; PSEUDO_HALF / PSEUDO_BFLOAT16 configs).
-// Math: FMA for f32 data (until a candidate allows TF32), tensor-op for f16/bf16 (the heuristics' queries see it).
-cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad, bool half) {
+// Math for the heuristics' query: tensor-op for f16/bf16; for f32 data CUDNN_DEFAULT_MATH when TF32 is allowed
+// (on sm_80+ it permits TF32 tensor cores, so the query can offer those algorithms), else FMA (plain fp32). Each
+// candidate's own math type is set on the descriptor after the query (AlgoChoice::fill, run).
+cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad, bool half, bool allow_tf32) {
   cudnnConvolutionDescriptor_t conv;
   TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
   const int ph = explicit_pad ? 0 : as_int(d.pad_top, d), pw = explicit_pad ? 0 : as_int(d.pad_left, d);
   TG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, ph, pw, as_int(d.stride_h, d), as_int(d.stride_w, d), 1, 1,
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(d.groups, d)));
-  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, half         ? CUDNN_TENSOR_OP_MATH
+                                                   : allow_tf32 ? CUDNN_DEFAULT_MATH
+                                                                : CUDNN_FMA_MATH));
   return conv;
 }
 
@@ -204,9 +210,9 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, ct, CUDNN_TENSOR_NHWC, as_int(d.out_c, d), as_int(d.c / d.groups, d),
                                             as_int(d.kh, d), as_int(d.kw, d)));
   const bool half = t != DType::kF32;
-  e->fwd_conv = make_conv(d, e->explicit_pad, half);
-  e->data_conv = make_conv(d, e->explicit_pad, half);
-  e->filter_conv = make_conv(d, e->explicit_pad, half);
+  e->fwd_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
+  e->data_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
+  e->filter_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
 
   int on = 0, oc = 0, oh = 0, ow = 0;
   TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_conv, e->x, e->w, &on, &oc, &oh, &ow));

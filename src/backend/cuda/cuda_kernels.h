@@ -56,6 +56,21 @@ constexpr int kReduceMaxBlocks = 1024;
 // *result = sum x[i] (or x[i]^2 when squares), accumulated in double; partials holds kReduceMaxBlocks.
 void reduce_sum_f64(DType t, const void* x, int64_t n, bool squares, double* partials, double* result,
                     cudaStream_t stream);
+// Backend::reduce_into over a table of up to kReduceTable f32 tensors in two launches: *out (f32) = the sum over
+// k of w[k] * (sum of x[k] or of its squares), each tensor's sum in double over up to kReduceTableBlocks blocks
+// (a fixed tree), the terms added in double in table order onto *running (read unless first, written unless
+// last). scratch: reduce_table_scratch_bytes().
+constexpr int kReduceTable = 32;
+constexpr int kReduceTableBlocks = 64;
+struct ReduceTable {
+  const float* x[kReduceTable];
+  int64_t n[kReduceTable];
+  float w[kReduceTable];
+  int count = 0;
+};
+size_t reduce_table_scratch_bytes();
+void reduce_table(const ReduceTable& t, bool squares, bool first, bool last, double* running, float* out, void* scratch,
+                  cudaStream_t stream);
 // *result = max |x[i]| (NaN propagates), as a double holding the float; partials as above.
 void reduce_max_abs(DType t, const void* x, int64_t n, double* partials, double* result, cudaStream_t stream);
 // out (cols, dtype t) = sum over rows of x (rows, cols, dtype t): slabs of rows summed in double by a 2-D grid

@@ -45,6 +45,61 @@ void linear_kernel(const char* launcher, void (*kernel)(int64_t, KernelArgs...),
   ::tg::detail::check_launch(launcher, __FILE__, __LINE__);
 }
 
+// ---- 16-byte vectors -----------------------------------------------------------------------------------------
+// Vec<T, N>: N elements of T loaded or stored as whole 16-byte words (N * sizeof(T) a multiple of 16); Vec<T, 1> is
+// one element (the kernels' path for pointers that are not 16-byte aligned). An element-wise kernel over several
+// arrays takes N = vec_width<T...>() (16 bytes of its narrowest type) when every pointer is aligned.
+template <typename T, int N>
+struct alignas(16) Vec {
+  static_assert(sizeof(T) * N % 16 == 0, "whole 16-byte words");
+  T v[N];
+};
+template <typename T>
+struct Vec<T, 1> {
+  T v[1];
+};
+template <typename... T>
+constexpr int vec_width() {
+  size_t narrowest = 16;
+  ((narrowest = sizeof(T) < narrowest ? sizeof(T) : narrowest), ...);
+  return static_cast<int>(16 / narrowest);
+}
+template <int N, typename T>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* __restrict__ p, int64_t i) {
+  return *reinterpret_cast<const Vec<T, N>*>(p + i);
+}
+template <int N, typename T>
+__device__ __forceinline__ void store_vec(T* __restrict__ p, int64_t i, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p + i) = v;
+}
+inline bool aligned16() { return true; }
+template <typename P, typename... Ps>
+bool aligned16(const P* p, const Ps*... ps) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && aligned16(ps...);
+}
+
+// for (i = first element of a whole N-vector of this thread; ...): the vectors of [0, n - n % N), grid-striding; then
+// TG_VECTOR_TAIL visits the last n % N elements one by one.
+#define TG_VECTOR_LOOP(i, n, N)                                                                         \
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * (N); i + (N) <= (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x * (N))
+#define TG_VECTOR_TAIL(i, n, N)                                                                            \
+  for (int64_t i = (n) / (N) * (N) + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Launches vec (kernel<..., N>) when `aligned`, else scalar (kernel<..., 1>), over n elements (grid for n / N
+// threads), and checks the launch naming `launcher`. n <= 0 launches nothing.
+template <int N, typename... KernelArgs, typename... Args>
+void vector_kernel(const char* launcher, void (*vec)(int64_t, KernelArgs...), void (*scalar)(int64_t, KernelArgs...),
+                   bool aligned, int64_t n, cudaStream_t stream, Args... args) {
+  if (n <= 0) return;
+  if (aligned)
+    vec<<<grid_for((n + N - 1) / N), kThreads, 0, stream>>>(n, args...);
+  else
+    scalar<<<grid_for(n), kThreads, 0, stream>>>(n, args...);
+  ::tg::detail::check_launch(launcher, __FILE__, __LINE__);
+}
+
 // Storage <-> f32. __float2half_rn / __float2bfloat16_rn round to nearest even (overflow to +-Inf for f16),
 // as dtype.h's float_to_half / float_to_bf16 do; only NaN payloads may differ.
 __device__ __forceinline__ float to_f32(float v) { return v; }

@@ -1,0 +1,129 @@
+# shellcheck shell=bash
+# The bookkeeping of scripts/gpu_check.sh's device run (sourced): sections run in order of value inside one
+# deadline, each timed, each ending PASS, FAIL or SKIPPED with a reason; a failing command is run once more with
+# TG_CUDA_SYNC=1 (a kernel fault then names its launcher); the summary ends with one line:
+#   gpu_check: PASS                                    every section ran and passed
+#   gpu_check: PARTIAL (n sections skipped: a, b)      none failed, some did not run (time, a missing tool)
+#   gpu_check: FAIL (n sections failed: a, b; ...)     any failed (a missing GPU makes the environment fail)
+# Functions:
+#   gc_init SECONDS             the deadline, from now
+#   gc_left                     prints the seconds left before it
+#   gc_section NAME CAP         starts section NAME; GC_LIMIT = min(CAP, seconds left); records it SKIPPED and
+#                               returns 1 when under GC_MIN_SECONDS are left
+#   gc_pass / gc_fail / gc_skip DETAIL   ends the current section (its time is recorded)
+#   gc_skip_section NAME REASON records a section that was not started
+#   gc_run LOG CMD...           runs CMD under timeout GC_LIMIT into LOG; GC_RC is its exit status (124: timed
+#                               out); when it failed otherwise and time is left, reruns it once with
+#                               TG_CUDA_SYNC=1 into LOG.sync: GC_RERUN_RC (empty when not rerun)
+#   gc_summary FILE             prints the table and the last line, also into FILE; returns 0 (PASS), 3
+#                               (PARTIAL) or 1 (FAIL)
+GC_MIN_SECONDS=5
+GC_NAMES=() GC_STATUS=() GC_DETAIL=() GC_SECONDS=()
+GC_CUR="" GC_T0=0 GC_LIMIT=0 GC_RC=0 GC_RERUN_RC=""
+
+gc_init() {
+  GC_START=$(date +%s)
+  GC_DEADLINE=$((GC_START + $1))
+  GC_NAMES=() GC_STATUS=() GC_DETAIL=() GC_SECONDS=()
+}
+
+gc_left() { echo $((GC_DEADLINE - $(date +%s))); }
+
+gc_record() {  # NAME STATUS DETAIL SECONDS
+  GC_NAMES+=("$1") GC_STATUS+=("$2") GC_DETAIL+=("$3") GC_SECONDS+=("$4")
+}
+
+gc_section() {
+  local name=$1 cap=$2 left
+  left=$(gc_left)
+  GC_LIMIT=$((cap < left ? cap : left))
+  if ((GC_LIMIT < GC_MIN_SECONDS)); then
+    gc_record "$name" SKIPPED "the $((GC_DEADLINE - GC_START)) s deadline is reached" 0
+    echo "== $name: SKIPPED (deadline)"
+    return 1
+  fi
+  GC_CUR=$name GC_T0=$(date +%s)
+  echo "== [$((GC_T0 - GC_START)) s] $name (limit ${GC_LIMIT} s)"
+}
+
+gc_end() {  # STATUS DETAIL
+  local took=$(($(date +%s) - GC_T0))
+  gc_record "$GC_CUR" "$1" "$2" "$took"
+  echo "   $GC_CUR: $1${2:+ ($2)} in $took s"
+  GC_CUR=""
+}
+gc_pass() { gc_end PASS "${1:-}"; }
+gc_fail() { gc_end FAIL "${1:-}"; }
+gc_skip() { gc_end SKIPPED "${1:-}"; }
+
+gc_skip_section() {
+  gc_record "$1" SKIPPED "$2" 0
+  echo "== $1: SKIPPED ($2)"
+}
+
+gc_run() {
+  local log=$1
+  shift
+  GC_RERUN_RC=""
+  timeout "$GC_LIMIT" "$@" > "$log" 2>&1
+  GC_RC=$?
+  if ((GC_RC != 0 && GC_RC != 124 && GC_RC != 77)); then
+    local left
+    left=$(($(gc_left) < GC_LIMIT ? $(gc_left) : GC_LIMIT))
+    if ((left >= GC_MIN_SECONDS)); then
+      echo "   exit $GC_RC: rerunning once with TG_CUDA_SYNC=1 (limit $left s)"
+      TG_CUDA_SYNC=1 timeout "$left" "$@" > "$log.sync" 2>&1
+      GC_RERUN_RC=$?
+    fi
+  fi
+  return "$GC_RC"
+}
+
+# What a failed run's rerun said, for the section's detail.
+gc_rerun_text() {
+  [[ -z $GC_RERUN_RC ]] && return 0
+  if ((GC_RERUN_RC == 0)); then
+    echo "; passed when rerun with TG_CUDA_SYNC=1 (a race or an asynchronous fault?)"
+  else
+    echo "; rerun with TG_CUDA_SYNC=1: exit $GC_RERUN_RC"
+  fi
+}
+
+gc_summary() {
+  local file=$1 i failed=() skipped=() line text
+  text="== summary after $(($(date +%s) - GC_START)) s"
+  for i in "${!GC_NAMES[@]}"; do
+    text+=$'\n'$(printf '  %-26s %-7s %4s s  %s' "${GC_NAMES[$i]}" "${GC_STATUS[$i]}" "${GC_SECONDS[$i]}" "${GC_DETAIL[$i]}")
+    case ${GC_STATUS[$i]} in
+      FAIL) failed+=("${GC_NAMES[$i]}") ;;
+      SKIPPED) skipped+=("${GC_NAMES[$i]}") ;;
+    esac
+  done
+  if ((${#GC_NAMES[@]} == 0)); then
+    line="gpu_check: FAIL (no section ran)"
+  elif ((${#failed[@]})); then
+    line="gpu_check: FAIL (${#failed[@]} section$( ((${#failed[@]} > 1)) && echo s) failed: $(gc_join "${failed[@]}")"
+    ((${#skipped[@]})) && line+="; ${#skipped[@]} skipped: $(gc_join "${skipped[@]}")"
+    line+=")"
+  elif ((${#skipped[@]})); then
+    line="gpu_check: PARTIAL (${#skipped[@]} section$( ((${#skipped[@]} > 1)) && echo s) skipped: $(gc_join "${skipped[@]}"))"
+  else
+    line="gpu_check: PASS"
+  fi
+  printf '%s\n%s\n' "$text" "$line" | tee "$file"
+  [[ $line == "gpu_check: PASS" ]] && return 0
+  [[ $line == "gpu_check: PARTIAL"* ]] && return 3
+  return 1
+}
+
+gc_join() {
+  local IFS=,
+  echo "$*" | sed 's/,/, /g'
+}
+
+# gc_median: the true median of the numbers on stdin (one a line): the middle one, or the mean of the middle two.
+gc_median() {
+  sort -g | awk '{v[NR] = $1} END {
+    if (NR == 0) exit 1
+    if (NR % 2) printf "%.1f\n", v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
