@@ -14,8 +14,9 @@ usage: bench/scale_bench.sh [options] RATE [RATE...]
   -n NETS          comma-separated: lenet, alexnet (default: alexnet)
   -L LAYOUTS       comma-separated MxPxR: M machines, P processes each, R CPU replicas per process
                    (default: 2x1x1,2x2x1,4x2x1)
-  -e EXCHANGES     comma-separated: fp32, fp16, allgather2, allreduce8, hierarchical, ddp (default: all); the
-                   compute-only runs (ours: --exchange none; DDP: --method none) always run
+  -e EXCHANGES     comma-separated: fp32, fp16, allgather2, allgather2_ef (with --error_feedback), allreduce8,
+                   hierarchical, ddp (default: all but allgather2_ef); the compute-only runs (ours: --exchange
+                   none; DDP: --method none) always run
   -B BATCHES       per-worker batch per net, e.g. lenet=512,alexnet=8 (default: lenet=512, alexnet=8)
   -s STEPS         steps per run (default 8); the first -w are warm-up, the rest are timed
   -w WARMUP        untimed first steps (default 2)
@@ -122,9 +123,9 @@ done
 PEER=0
 for e in "${EXCHANGE_LIST[@]}"; do
   case "$e" in
-    fp32 | fp16 | allgather2 | allreduce8 | hierarchical) ;;
+    fp32 | fp16 | allgather2 | allgather2_ef | allreduce8 | hierarchical) ;;
     ddp) PEER=1 ;;
-    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allreduce8, hierarchical, ddp)" ;;
+    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allreduce8, hierarchical, ddp)" ;;
   esac
 done
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -198,9 +199,11 @@ chmod +x "$PINNER"
 ours() {
   local net=$1 ex=$2 m=$3 p=$4 r=$5 hosts="" k bits=1 exflag
   for k in $(seq "$m"); do hosts+="${hosts:+,}$(netlink_ip "$k"):$p"; done
+  local extra=()
   case "$ex" in
     fp32) bits=32 exflag=auto ;;
     fp16) bits=16 exflag=auto ;;
+    allgather2_ef) exflag=allgather2 extra=(--error_feedback) ;;
     *) exflag=$ex ;;
   esac
   local workers=$((m * p * r)) batch
@@ -214,7 +217,7 @@ ours() {
     "$PINNER" "$TRAIN" --benchmark_mode --dataset "$(dataset_of "$net")" --net "$net" --batch_size "$batch" \
     --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
     --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
-    --metrics_jsonl "$metrics" --train_dir "$dir" >"$log" 2>&1; then
+    --metrics_jsonl "$metrics" --train_dir "$dir" "${extra[@]}" >"$log" 2>&1; then
     mkdir -p "$FAILED_LOGS"
     cp "$log" "$FAILED_LOGS/$net-$ex-${m}x${p}x$r-$(date +%s).log"
     echo "- - - - - - - - - - failed:$(grep -v "^-*$" "$log" | grep -m1 -iE "error|not enough|abort|fail" | tr ' \t' '__' | cut -c1-100)"

@@ -312,7 +312,8 @@ def scale_cells(rows):
 
 
 SCALE_NAMES = {"none": "compute only (ours)", "fp32": "fp32", "fp16": "fp16", "allgather2": "TernGrad allgather2",
-               "allreduce8": "TernGrad allreduce8", "hierarchical": "TernGrad hierarchical",
+               "allgather2_ef": "TernGrad allgather2 + error feedback", "allreduce8": "TernGrad allreduce8",
+               "hierarchical": "TernGrad hierarchical",
                "ddp_none": "compute only (PyTorch)", "ddp_fp32": "PyTorch DDP fp32"}
 
 
@@ -346,6 +347,32 @@ def scale_table(header, rows):
     return out
 
 
+PLACEMENTS = {"alone-pinned": "one process, pinned to core 0", "alone-unpinned": "one process, unpinned",
+              "two-pinned": "two processes, each pinned to its own core", "two-unpinned": "two processes, unpinned",
+              "two-on-core0": "two processes, both pinned to core 0"}
+
+
+def placement_table(header, rows):
+    """Per placement: the median s/step over its processes and repetitions, and the scheduler's counts per run
+    (medians): migrations between cores, context switches, involuntary switches."""
+    need(rows, "rep", "placement", "process", "step_s", "migrations", "switches", "involuntary", "status", "note")
+    by = {}
+    for r in rows:
+        by.setdefault(r["placement"], []).append(r)
+    out = fewer_reps_note(rows)
+    out += ["| placement | s/step | migrations per run | context switches per run | involuntary per run |",
+            "|---|---|---|---|---|"]
+    for name, rs in by.items():
+        step = ok_median(rs, "step_s")
+        if step is None:
+            out.append("| %s | %s | | | |" % (PLACEMENTS.get(name, name), why_not(rs)))
+            continue
+        out.append("| %s | %s | %.0f | %.0f | %.0f |" % (PLACEMENTS.get(name, name), fmt_s(step),
+                                                          ok_median(rs, "migrations"), ok_median(rs, "switches"),
+                                                          ok_median(rs, "involuntary")))
+    return out
+
+
 RENDERERS = {
     "link": {"table": link_table, "headline": link_headline},
     "inproc": {"table": inproc_table},
@@ -354,8 +381,9 @@ RENDERERS = {
     "demo": {"table": demo_table},
     "gbench": {"table": gbench_table},
     "scale": {"table": scale_table},
+    "placement": {"table": placement_table},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):
