@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): install missing packages, configure, build everything (the CUDA
-# backend too when nvcc is present), run every test with ctest. Tests that need a GPU or an MPI launcher
-# report SKIPPED without one.
+# backend too when nvcc is present), run every test with ctest, then list every skipped test with its reason
+# (scripts/skipped_tests.py). Tests that need a GPU or an MPI launcher report SKIPPED without one; under
+# CI=true only a hardware reason (no GPU, no AVX512_BF16/AMX) may skip, any other skip fails this command.
 # Usage: scripts/test.sh [build-dir]              (default: build)
 #        scripts/test.sh --sanitize [build-dir]   (default: build-sanitize) ASan + UBSan, no recovery, CUDA
-#        off; the tests labelled "heavy" (long trainings, large layers) are left out unless
-#        TG_SANITIZE_HEAVY=1. Suppressions of third-party code: tests/sanitizers/ (each with its reason).
+#        off; the tests labelled "heavy" (tests/CMakeLists.txt TG_HEAVY_TESTS says which and why) are left out
+#        unless TG_SANITIZE_HEAVY=1. Suppressions of third-party code: tests/sanitizers/ (each with its reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitize=0
@@ -23,9 +24,10 @@ if [ "$sanitize" -eq 0 ]; then
   build=${1:-build}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=AUTO
   cmake --build "$build" -j "$jobs"
-  cd "$build"
-  ctest --output-on-failure -j "$jobs" --timeout 900
-  exit 0
+  status=0
+  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900) || status=$?
+  python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
+  exit "$status"
 fi
 
 build=${1:-build-sanitize}
@@ -41,5 +43,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 exclude=()
 [ "${TG_SANITIZE_HEAVY:-0}" = 1 ] || exclude=(-LE heavy)
-cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 900 "${exclude[@]}"
+status=0
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 "${exclude[@]}") || status=$?
+python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
+exit "$status"
