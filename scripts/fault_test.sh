@@ -180,7 +180,7 @@ wait_end $! "$WORK/final.log" || fail "the final resume failed: $(tail -1 "$WORK
 GOT=$(digest_of "$WORK/final.log")
 stale=$(find "$DIR" -name '*.tmp-*' | wc -l)
 echo "kill -9: $runs runs, $kills killed in $(seconds_of $(($(now_us) - t0))) s (last checkpoint interval" \
-  "$(seconds_of "${window_us:-0}") s): $resumes resumed from the index's checkpoint, $scratch started from scratch," \
+  "$((${window_us:-0} / 1000)) ms): $resumes resumed from the index's checkpoint, $scratch started from scratch," \
   "$inside killed inside a save (temporary file left, removed by the next run); digest $GOT, uninterrupted" \
   "$REF; temporary files left: $stale"
 [ -n "$REF" ] && [ "$GOT" = "$REF" ] || fail "digest after kills ($GOT) differs from the uninterrupted run's ($REF)"

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The tests the last ctest run of a build folder skipped, each with its reason, and CI's rule on them.
 
-Reads BUILD_DIR/Testing/Temporary/LastTest.log and prints one line per skipped test:
+Reads BUILD_DIR/Testing/Temporary/LastTest.log (every test's output) and BUILD_DIR/ctest.log (ctest's console
+output, written by scripts/test.sh with --output-log: it alone names the tests skipped by their SKIP_RETURN_CODE,
+which LastTest.log records as passed) and prints one line per skipped test:
     skipped  BUILD_DIR  TEST: REASON
 The reason is the GTEST_SKIP message, or, for a test that exits with its SKIP_RETURN_CODE (77), the last line of
 its output. A test that passed but printed a line starting with "SKIPPED:" (a script that could not run one of
-its parts) is listed as "part skipped".
+its parts) is listed as "part skipped"; one ctest did not run for another reason (disabled, no executable) as
+"not run".
 With --ci (implied by CI=true in the environment) a skip is allowed only for a hardware reason:
   - no GPU: no CUDA device, or a build without the CUDA backend where that is by design (a sanitizer build, or a
     machine with no NVIDIA device), or a GPU present where a test checks the no-device path;
@@ -28,6 +31,7 @@ HARDWARE_REASONS = [
 NO_CUDA_BUILD = re.compile(r"built without CUDA|has no CUDA backend")
 
 BLOCK_START = re.compile(r"^\d+/\d+ Testing: (.+)$", re.M)
+NOT_RUN = re.compile(r"^\s*\d+ - (.+) \(([^()]+)\)\s*$")  # ctest's "The following tests did not run:" list
 GTEST_SKIP = re.compile(r"^[^\n]*: Skipped\n(.*?)\n\[  SKIPPED \] ", re.S | re.M)
 
 
@@ -60,11 +64,32 @@ def allowed(reason, build):
     return "not a hardware reason"
 
 
+def not_run_of(build):
+    """{test: ctest's status} of the tests ctest's console output says did not run ({} without ctest.log)."""
+    statuses = {}
+    try:
+        with open(os.path.join(build, "ctest.log"), encoding="utf-8", errors="replace") as f:
+            listing = False
+            for line in f:
+                if line.startswith("The following tests did not run:"):
+                    listing = True
+                elif listing:
+                    m = NOT_RUN.match(line)
+                    if not m:
+                        listing = False
+                    else:
+                        statuses[m.group(1)] = m.group(2)
+    except OSError:
+        pass
+    return statuses
+
+
 def skips_of(build):
-    """[(test, reason, kind)] of the last ctest run in `build`; kind is 'skipped' or 'part skipped'."""
+    """[(test, reason, kind)] of the last ctest run in `build`; kind: 'skipped', 'part skipped' or 'not run'."""
     log = os.path.join(build, "Testing", "Temporary", "LastTest.log")
     with open(log, encoding="utf-8", errors="replace") as f:
         text = f.read()
+    not_run = not_run_of(build)
     found = []
     starts = list(BLOCK_START.finditer(text))
     for i, m in enumerate(starts):
@@ -74,8 +99,8 @@ def skips_of(build):
         out_end = block.find("<end of output>")
         output = block[out_begin:out_end] if 0 <= out_begin < out_end else ""
         output = output.split("\n", 2)[2] if output.count("\n") >= 2 else ""  # after "Output:" and the dashes
-        status = block[out_end:] if out_end >= 0 else block
-        if re.search(r"^Test Skipped", status, re.M) or "[  SKIPPED ] " in output:
+        if not_run.get(name) == "Skipped" or "[  SKIPPED ] " in output:
+            not_run.pop(name, None)
             g = GTEST_SKIP.search(output)
             if g:
                 reason = " ".join(g.group(1).split())
@@ -87,6 +112,8 @@ def skips_of(build):
         for line in output.splitlines():
             if line.startswith("SKIPPED:"):
                 found.append((name, line[len("SKIPPED:") :].strip(), "part skipped"))
+    for name, status in not_run.items():  # never started: no output to give a reason
+        found.append((name, f"ctest: {status}", "not run"))
     return found
 
 

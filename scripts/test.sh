@@ -25,7 +25,7 @@ if [ "$sanitize" -eq 0 ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=AUTO
   cmake --build "$build" -j "$jobs"
   status=0
-  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900) || status=$?
+  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 --output-log ctest.log) || status=$?
   python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
   exit "$status"
 fi
@@ -44,6 +44,10 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 exclude=()
 [ "${TG_SANITIZE_HEAVY:-0}" = 1 ] || exclude=(-LE heavy)
 status=0
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 "${exclude[@]}") || status=$?
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 --output-log ctest.log "${exclude[@]}") || status=$?
 python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
+if [ ${#exclude[@]} -gt 0 ]; then
+  echo "left out (label heavy; TG_SANITIZE_HEAVY=1 runs them):" \
+    "$(cd "$build" && ctest -N -L heavy | sed -n 's/^ *Test *#[0-9]*: //p' | tr '\n' ' ')"
+fi
 exit "$status"
