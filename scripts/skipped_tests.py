@@ -6,8 +6,8 @@ output, written by scripts/test.sh with --output-log: it alone names the tests s
 which LastTest.log records as passed) and prints one line per skipped test:
     skipped  BUILD_DIR  TEST: REASON
 The reason is the GTEST_SKIP message, or, for a test that exits with its SKIP_RETURN_CODE (77), the last line of
-its output. A test that passed but printed a line starting with "SKIPPED:" (a script that could not run one of
-its parts) is listed as "part skipped"; one ctest did not run for another reason (disabled, no executable) as
+its output. A test that passed but printed "SKIPPED: WHY" (a script that could not run one of its parts) is
+listed as "part skipped"; one ctest did not run for another reason (disabled, no executable) as
 "not run".
 With --ci (implied by CI=true in the environment) a skip is allowed only for a hardware reason:
   - no GPU: no CUDA device, or a build without the CUDA backend where that is by design (a sanitizer build, or a
@@ -15,22 +15,24 @@ With --ci (implied by CI=true in the environment) a skip is allowed only for a h
   - a CPU without AVX512_BF16/AMX (bf16 compute).
 Every other skip (a missing package, data set or tool) is marked "NOT ALLOWED under CI=true" and the exit
 status is 1. A build folder without a LastTest.log is an error (exit 2).
+Run it right after ctest: `ctest -N` rewrites LastTest.log.
 Usage: scripts/skipped_tests.py [--ci] BUILD_DIR...
 """
 import os
 import re
 import sys
 
-# A skip reason that is about the machine, not its setup: (pattern, what it is).
+# Skip reasons that are about the machine, not its setup.
 HARDWARE_REASONS = [
-    (re.compile(r"bf16 needs AVX512_BF16 or AMX"), "CPU without AVX512_BF16/AMX"),
-    (re.compile(r"no (usable )?CUDA device|needs \d+ CUDA device\(s\), found"), "no CUDA device"),
-    (re.compile(r"a CUDA device is present: the no-device"), "a GPU is present"),
+    re.compile(r"bf16 needs AVX512_BF16 or AMX"),  # the CPU backend's why_not(bf16)
+    re.compile(r"no (usable )?CUDA device|needs \d+ CUDA device\(s\), found"),  # no GPU
+    re.compile(r"a CUDA device is present: the no-device"),  # a GPU, where the no-device path is tested
 ]
 # Skips because the build has no CUDA backend: by design in a sanitizer build, else only without a GPU.
 NO_CUDA_BUILD = re.compile(r"built without CUDA|has no CUDA backend")
 
 BLOCK_START = re.compile(r"^\d+/\d+ Testing: (.+)$", re.M)
+PART_SKIPPED = re.compile(r"\bSKIPPED: (.+)")  # a script's line for a part it could not run
 NOT_RUN = re.compile(r"^\s*\d+ - (.+) \(([^()]+)\)\s*$")  # ctest's "The following tests did not run:" list
 GTEST_SKIP = re.compile(r"^[^\n]*: Skipped\n(.*?)\n\[  SKIPPED \] ", re.S | re.M)
 
@@ -52,7 +54,7 @@ def has_nvidia_device():
 
 def allowed(reason, build):
     """'' when the reason is a hardware one (allowed under CI=true), else why it is not."""
-    for pattern, _ in HARDWARE_REASONS:
+    for pattern in HARDWARE_REASONS:
         if pattern.search(reason):
             return ""
     if NO_CUDA_BUILD.search(reason):
@@ -110,8 +112,9 @@ def skips_of(build):
             found.append((name, reason, "skipped"))
             continue
         for line in output.splitlines():
-            if line.startswith("SKIPPED:"):
-                found.append((name, line[len("SKIPPED:") :].strip(), "part skipped"))
+            part = PART_SKIPPED.search(line)
+            if part:
+                found.append((name, part.group(1).strip(), "part skipped"))
     for name, status in not_run.items():  # never started: no output to give a reason
         found.append((name, f"ctest: {status}", "not run"))
     return found
