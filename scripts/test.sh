@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): install missing packages, configure, build everything (the CUDA
-# backend too when nvcc is present), run every test with ctest. Tests that need a GPU or an MPI launcher
-# report SKIPPED without one.
+# backend too when nvcc is present), run every test with ctest, then list every skipped test with its reason
+# (scripts/skipped_tests.py). Tests that need a GPU or an MPI launcher report SKIPPED without one; under
+# CI=true only a hardware reason (no GPU, no AVX512_BF16/AMX) may skip, any other skip fails this command.
 # Usage: scripts/test.sh [build-dir]              (default: build)
 #        scripts/test.sh --sanitize [build-dir]   (default: build-sanitize) ASan + UBSan, no recovery, CUDA
-#        off; the tests labelled "heavy" (long trainings, large layers) are left out unless
-#        TG_SANITIZE_HEAVY=1. Suppressions of third-party code: tests/sanitizers/ (each with its reason).
+#        off; the tests labelled "heavy" (tests/CMakeLists.txt TG_HEAVY_TESTS says which and why) are left out
+#        unless TG_SANITIZE_HEAVY=1. Suppressions of third-party code: tests/sanitizers/ (each with its reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitize=0
@@ -23,9 +24,10 @@ if [ "$sanitize" -eq 0 ]; then
   build=${1:-build}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=AUTO
   cmake --build "$build" -j "$jobs"
-  cd "$build"
-  ctest --output-on-failure -j "$jobs" --timeout 900
-  exit 0
+  status=0
+  (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 --output-log ctest.log) || status=$?
+  python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
+  exit "$status"
 fi
 
 build=${1:-build-sanitize}
@@ -39,7 +41,14 @@ cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0:check_initialization_order=1:strict_init_order=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-exclude=()
-[ "${TG_SANITIZE_HEAVY:-0}" = 1 ] || exclude=(-LE heavy)
-cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 900 "${exclude[@]}"
+exclude=() heavy=""
+if [ "${TG_SANITIZE_HEAVY:-0}" != 1 ]; then
+  exclude=(-LE heavy)
+  # Listed before the run: `ctest -N` rewrites Testing/Temporary/LastTest.log, which skipped_tests.py reads.
+  heavy=$(cd "$build" && ctest -N -L heavy | sed -n 's/^ *Test *#[0-9]*: //p' | tr '\n' ' ')
+fi
+status=0
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900 --output-log ctest.log "${exclude[@]}") || status=$?
+python3 scripts/skipped_tests.py "$build" || status=$((status ? status : 1))
+[ -z "$heavy" ] || echo "left out (label heavy; TG_SANITIZE_HEAVY=1 runs them): $heavy"
+exit "$status"

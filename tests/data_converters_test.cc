@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/fashion_mnist.h"
 #include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/converters.h"
@@ -111,8 +112,8 @@ TEST(ConvertIdx, RoundTripThroughThePipelineIsExact) {
 }
 
 TEST(ConvertIdx, InstalledFashionMnistTestSet) {
-  const fs::path src = "/usr/share/datasets/fashion-mnist";
-  if (!fs::exists(src / "t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "Fashion-MNIST not installed at " << src;
+  const fs::path src = tg::testing::fashion_mnist_dir();  // CI=true: an Error when missing, never a skip
+  if (src.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs dataset-fashion-mnist)";
   fs::path dir = temp_dir("fashion");
   ConvertIdxOptions o;
   o.images = (src / "t10k-images-idx3-ubyte.gz").string();

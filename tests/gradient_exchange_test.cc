@@ -280,14 +280,17 @@ TEST(CommunicationThread, RunsJobsInOrderAndRethrowsErrors) {
   CommunicationThread thread(4);
   struct Log {
     std::vector<int64_t> order;
+    std::atomic<bool> first_may_end{false};  // job 0 runs until then: 4 jobs in flight at any speed
   } log;
   auto append = [](void* ctx, int64_t arg) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(arg == 0 ? 20 : 1));
-    static_cast<Log*>(ctx)->order.push_back(arg);
+    Log& l = *static_cast<Log*>(ctx);
+    while (arg == 0 && !l.first_may_end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    l.order.push_back(arg);
   };
   uint64_t last = 0;
   for (int64_t k = 0; k < 4; ++k) last = thread.post({append, &log, k});
   EXPECT_THROW(thread.post({append, &log, 9}), Error);  // capacity 4 in flight
+  log.first_may_end = true;
   thread.wait(last);
   EXPECT_TRUE(thread.done(last));
   EXPECT_EQ(log.order, (std::vector<int64_t>{0, 1, 2, 3}));

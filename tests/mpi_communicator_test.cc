@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -407,10 +408,15 @@ double thread_cpu_seconds() {
 // Rank 1 enters each collective late; rank 0 waits in it on a separate thread (as the overlapped exchange's
 // communication thread does) and must leave the core to others: its thread's CPU time (user + sys) stays
 // under 20% of the wait. A blocking Open MPI collective busy-polls and uses ~100% (printed for reference).
+// Rank 1's delay starts when rank 0's thread is about to enter (it creates a file; both ranks run on this
+// machine), not when the ranks leave the barrier, so rank 0 waits the whole delay at any speed.
 TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
   TG_RUN_ON_MPI_RANKS();
   MpiCommunicator c;
   const int r = c.rank();
+  char entering[64] = {};  // rank 0's name for the file, with its pid
+  if (r == 0) std::snprintf(entering, sizeof entering, "/tmp/tg_late_peer_%d", static_cast<int>(::getpid()));
+  c.broadcast(entering, sizeof entering, 0);
   std::vector<float> big((size_t{4} << 20) / sizeof(float), 1.f), small(16, 1.f);
   std::vector<uint8_t> send(size_t{2} << 20, 1), gathered(2 * send.size());
   struct Case {
@@ -430,6 +436,8 @@ TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
   for (const Case& k : cases) {
     c.barrier();
     if (r == 1) {
+      for (int i = 0; i < 120000 && ::access(entering, F_OK) != 0; ++i)  // 120 s: rank 0 failed to create it
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::this_thread::sleep_for(std::chrono::milliseconds(k.late_ms));
       k.call();
       continue;
@@ -438,11 +446,13 @@ TEST(MpiCommunicator, WaitingForALatePeerLeavesTheCore) {
     std::thread waiter([&] {
       const double c0 = thread_cpu_seconds();
       const auto t0 = std::chrono::steady_clock::now();
+      if (std::FILE* f = std::fopen(entering, "w")) std::fclose(f);
       k.call();
       wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       cpu = thread_cpu_seconds() - c0;
     });
     waiter.join();
+    std::remove(entering);
     EXPECT_GT(wall, 0.8 * k.late_ms / 1e3) << k.what << ": did not wait for the late rank";
     EXPECT_LT(cpu, 0.2 * wall) << k.what << ": the waiting thread used " << cpu << " s of CPU in " << wall << " s";
     std::printf("%s, peer %d ms late: waited %.3f s, waiting thread's CPU %.3f s (%.1f%%)\n", k.what, k.late_ms, wall,

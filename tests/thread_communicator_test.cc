@@ -406,19 +406,23 @@ double thread_cpu_seconds() {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// A rank waiting 300 ms for a late peer blocks: its thread uses under 10% of a core meanwhile.
+// A rank waiting 300 ms for a late peer blocks: its thread uses under 10% of a core meanwhile. The peer's 300 ms
+// start when rank 0 is about to enter (not when the threads start), so rank 0 waits them at any speed.
 TEST(ThreadCommunicator, WaitingForALatePeerLeavesTheCore) {
   auto comms = make_thread_communicators(2);
   double wall = 0, cpu = 0;
+  std::atomic<bool> entering{false};
   expect_no_errors(run_ranks(comms, [&](int r, ThreadCommunicator& c) {
     std::vector<float> x(16, 1.f);
     if (r == 1) {
+      while (!entering) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       c.allreduce(x.data(), 16, DType::kF32, ReduceOp::kSum);
       return;
     }
     const double c0 = thread_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
+    entering = true;
     c.allreduce(x.data(), 16, DType::kF32, ReduceOp::kSum);
     wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cpu = thread_cpu_seconds() - c0;

@@ -183,11 +183,13 @@ TEST(PhaseTimes, NamedForMetrics) {
 TEST(ScopedPhase, AddsElapsedTimeOnce) {
   PhaseTimes t;
   {
+    const auto outer_start = std::chrono::steady_clock::now();
     ScopedPhase scope(t, Phase::kDecode);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const double s = scope.stop();
+    const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - outer_start).count();
     EXPECT_GE(s, 0.005);
-    EXPECT_LT(s, 5.0);
+    EXPECT_LE(s, outer);  // not a fixed bound: the time around the scope, at any speed
     EXPECT_EQ(t.get(Phase::kDecode), s);
     EXPECT_EQ(scope.stop(), 0.0);  // a second stop adds nothing, nor does the destructor
   }

@@ -41,7 +41,8 @@ void launch_current_test_under_mpirun(int ranks) {
   ASSERT_GE(fd, 0);
   close(fd);
   const std::string log = log_template;
-  const std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+  // 600 s only tells a hang from a slow run (ASan on a slow CPU), inside ctest's 900 s.
+  const std::string cmd = "timeout 600 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
                           self_path() + " --gtest_color=no --gtest_filter=" + filter + " > " + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
   const std::string out = tg::testing::slurp(log);
