@@ -500,11 +500,11 @@ TEST(InputPipelineBadInput, SkippingAPassWithNoUsableRecordStops) {
   o.dataset = "mnist";
   o.data.skip_corrupt_records = true;
   o.data.shuffle_buffer = 64;  // larger than the data: the records of several passes wait in it
-  o.num_classes = 1;      // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
+  o.num_classes = 1;           // labels 1..9 are out of range, label 0 (ids 0, 10, 20) is fine: 90% bad
   std::string err = first_error(o, 1000);
   EXPECT_NE(err.find("found 27 bad records of 30 (90.00%), more than --max_corrupt_fraction 0.01"), std::string::npos)
       << err;
-  o.data.max_corrupt_fraction = 0.95;       // then it trains on the 3 good ones
+  o.data.max_corrupt_fraction = 0.95;  // then it trains on the 3 good ones
   EXPECT_EQ(first_error(o, 100), "");  // 100 batches of 4: ~130 passes over the 3 good records
   {
     InputPipeline p(o);
