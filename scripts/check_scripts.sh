@@ -106,6 +106,28 @@ check_launcher run_multi_gpus_inception_v3.sh imagenet_inception_v3_terngrad.ini
   "--device cpu --num_gpus 1 --num_nodes=1"
 check_launcher run_multi_gpus_inception_v3.sh imagenet_inception_v3_fp32.ini \
   "CONFIG=$TG_ROOT/configs/imagenet_inception_v3_fp32.ini" "--num_nodes=8"
+# Several machines: HOSTS becomes one mpirun of one process per slot, pinned, with the flags it implies.
+check_hosts() {  # launcher | environment words | what the train line must hold (|-separated)
+  local launcher=$1 env_words=$2 want=$3 out train w
+  # shellcheck disable=SC2086 # VAR=value words
+  out=$(env DRY_RUN=1 ROOT_WORKSPACE="$WORK/dry" DATA_DIR="$WORK/nodata" $env_words \
+    "$TG_ROOT/scripts/$launcher" 2>&1) || {
+    fail "$launcher $env_words: DRY_RUN=1 failed: $out"
+    return
+  }
+  train=$(grep '^train: ' <<< "$out")
+  IFS='|' read -r -a parts <<< "$want"
+  for w in "${parts[@]}"; do [[ $train == *"$w"* ]] || fail "$launcher $env_words: the command lacks '$w': $train"; done
+  echo "launcher $launcher $env_words: ${train:7:60}..."
+}
+check_hosts run_multi_gpus_resnet50.sh "HOSTS=a:2,b:2" \
+  "mpirun -np 4 -H a:2\\,b:2 --bind-to socket --map-by slot|-x CUDA_MODULE_LOADING=EAGER|--num_gpus 1|--num_nodes=1"
+check_hosts run_multi_gpus_lenet.sh "HOSTS=a:2,b:2 THREADS=3 RANKS_PER_NODE=2" \
+  "mpirun -np 4 -H a:2\\,b:2 --bind-to core --map-by slot:PE=3|-x OMP_PROC_BIND=close|--threads 3|--ranks_per_node 2"
+check_hosts run_multi_gpus_lenet.sh "HOSTS=a:1,b:1 PIN=0" "mpirun -np 2 -H a:1\\,b:1 $(tg_binary terngrad-train)"
+out=$(env DRY_RUN=1 HOSTS=a:2,b:3 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" 2>&1) &&
+  fail "HOSTS with unequal slots is accepted: $out"
+[[ $out == *"every host must have the same number of slots"* ]] || fail "HOSTS=a:2,b:3: unclear error: $out"
 out=$(env DRY_RUN=1 CONFIG=configs/none.ini "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" 2>&1) &&
   fail "a missing CONFIG is accepted: $out"
 [[ $out == "run_multi_gpus_lenet.sh: CONFIG=configs/none.ini: no such file" ]] ||
