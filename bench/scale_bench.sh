@@ -209,17 +209,26 @@ ours() {
   local workers=$((m * p * r)) batch
   batch=$(($(batch_of "$net") * workers))
   local metrics=$TMP/metrics.jsonl dir=$TMP/train log=$TMP/train.log before after
-  rm -rf "$metrics" "$dir"
-  before=$(netlink_wire 1)
-  if ! run ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np $((m * p)) --host "$hosts" --bind-to none \
-    --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self,vader" --mca btl_tcp_if_include "$NETLINK_SUBNET" \
-    --mca oob_tcp_if_include "$NETLINK_SUBNET" -x TG_PIN_THREADS="$r" \
-    "$PINNER" "$TRAIN" --benchmark_mode --dataset "$(dataset_of "$net")" --net "$net" --batch_size "$batch" \
-    --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
-    --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
-    --metrics_jsonl "$metrics" --train_dir "$dir" "${extra[@]}" >"$log" 2>&1; then
+  # A launch can fail for reasons outside the run (an orted dying in hwloc's shared-memory setup was seen with
+  # four "hosts" on one machine): such a run is retried once, and its log kept either way.
+  local attempt ok=0
+  for attempt in 1 2; do
+    rm -rf "$metrics" "$dir"
+    before=$(netlink_wire 1)
+    if run ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np $((m * p)) --host "$hosts" --bind-to none \
+      --mca rtc ^hwloc --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self,vader" --mca btl_tcp_if_include "$NETLINK_SUBNET" \
+      --mca oob_tcp_if_include "$NETLINK_SUBNET" -x TG_PIN_THREADS="$r" \
+      "$PINNER" "$TRAIN" --benchmark_mode --dataset "$(dataset_of "$net")" --net "$net" --batch_size "$batch" \
+      --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
+      --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
+      --metrics_jsonl "$metrics" --train_dir "$dir" "${extra[@]}" >"$log" 2>&1; then
+      ok=1
+      break
+    fi
     mkdir -p "$FAILED_LOGS"
-    cp "$log" "$FAILED_LOGS/$net-$ex-${m}x${p}x$r-$(date +%s).log"
+    cp "$log" "$FAILED_LOGS/$net-$ex-${m}x${p}x$r-try$attempt-$(date +%s).log"
+  done
+  if [ "$ok" = 0 ]; then
     echo "- - - - - - - - - - failed:$(grep -v "^-*$" "$log" | grep -m1 -iE "error|not enough|abort|fail" | tr ' \t' '__' | cut -c1-100)"
     return
   fi
