@@ -52,6 +52,7 @@ DELAY_MS=0
 OUT=""
 PIN=1
 RATES=()
+ARGS=("$@") # the command line as given, for the results header (the loop below consumes it)
 while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help)
@@ -91,7 +92,6 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib/netns_link.sh"
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
-ARGS=("$@")
 
 # ---- refusals, before anything is created --------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
