@@ -69,12 +69,14 @@ def comm_and_codec(p, exchange, n, nodes, local, rate_bits, n_fp32=0):
         comm = ring_time(2 * (N - 1) / N * payload, N, multi)
         if exchange == "fp16":
             codec = n * p["encode_s"] * 0.25
-    elif exchange == "allgather2":
-        comm = ring_time((N - 1) * nt / 4.0, N, multi) + ring_time(2 * (N - 1) / N * bf, N, multi)
-        codec = nt * p["encode_s"] + nt * N * p["decode_s"]
-    elif exchange == "allreduce8":
-        comm = ring_time(2 * (N - 1) / N * nt, N, multi) + ring_time(2 * (N - 1) / N * bf, N, multi)
-        codec = nt * p["encode_s"] + nt * p["decode_s"]
+    elif exchange in ("allgather2", "allreduce8"):
+        fp32_part = ring_time(2 * (N - 1) / N * bf, N, multi)  # the logits layer's ring all-reduce
+        if exchange == "allgather2":
+            comm = ring_time((N - 1) * nt / 4.0, N, multi) + fp32_part
+            codec = nt * p["encode_s"] + nt * N * p["decode_s"]
+        else:
+            comm = ring_time(2 * (N - 1) / N * nt, N, multi) + fp32_part
+            codec = nt * p["encode_s"] + nt * p["decode_s"]
     elif exchange == "hierarchical":
         if local > 1:
             comm += ring_time(2 * (local - 1) / local * b, local, False)
