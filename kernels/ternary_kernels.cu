@@ -57,8 +57,9 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
 // value of lane l + w; lanes >= w compute values nobody reads). Each square is exact in double. The max is over
 // the bits of |g|: for non-negative floats the integer order is the float order and every NaN is above +Inf,
 // so a NaN anywhere wins (as on the CPU). Loads are issued kStatsPrefetch at a time per lane so a warp keeps
-// several lines in flight while its adds stay in order.
-__global__ void scaler_chunks(const float* g, int64_t n, int64_t chunk, ScalerWorkspace w) {
+// several lines in flight while its adds stay in order. kAdd (error feedback): g[i] += r[i] first, stored back.
+template <bool kAdd>
+__global__ void scaler_chunks(float* g, const float* r, int64_t n, int64_t chunk, ScalerWorkspace w) {
   const int64_t k = blockIdx.x;
   const int lane = threadIdx.x;
   const int64_t b = k * chunk, e = b + chunk < n ? b + chunk : n;
@@ -70,6 +71,10 @@ __global__ void scaler_chunks(const float* g, int64_t n, int64_t chunk, ScalerWo
     for (int u = 0; u < kStatsPrefetch; ++u) {
       const int64_t i = base + int64_t{kWarp} * u + lane;
       v[u] = i < e ? g[i] : 0.f;
+      if (kAdd && i < e) {
+        v[u] = v[u] + r[i];
+        g[i] = v[u];
+      }
     }
 #pragma unroll
     for (int u = 0; u < kStatsPrefetch; ++u) {
@@ -129,9 +134,10 @@ __global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
 // if it exists); returns its zero codes (a non-zero code sets exactly one bit of its field, so a Philox block's
 // zeros are its elements less the popcount of its fields). A whole block of a 16-byte aligned g is read with two
 // 16-byte loads; the values then go through the same ternarize_pack_values as the CPU's.
+// With a residual (error feedback), also residual[i] = ternary_residual_value(g[i], s, code i) of its elements.
 __device__ __forceinline__ int encode_block(const float* __restrict__ g, int64_t n, bool aligned, int64_t b, float s,
                                             PhiloxKey key, uint32_t step, uint32_t tensor,
-                                            uint8_t* __restrict__ packed) {
+                                            uint8_t* __restrict__ packed, float* __restrict__ residual) {
   const int64_t first = b * kTernaryBlockElements, left = n - first;
   const int valid = left < kTernaryBlockElements ? static_cast<int>(left) : kTernaryBlockElements;
   float v[kTernaryBlockElements];
@@ -147,6 +153,9 @@ __device__ __forceinline__ int encode_block(const float* __restrict__ g, int64_t
   const int64_t nbytes = (n + 3) / 4;
   packed[2 * b] = static_cast<uint8_t>(bits);
   if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
+  if (residual)
+    for (int e = 0; e < valid; ++e)
+      residual[first + e] = ternary_residual_value(v[e], s, ternary_code_of_field(bits >> (2 * e)));
   return valid - __popc(bits);
 }
 
@@ -173,7 +182,7 @@ __global__ void encode_kernel(const float* __restrict__ g, int64_t n, bool align
   const float s = *scaler;
   int zeros = 0;
   for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x)
-    zeros += encode_block(g, n, aligned, b, s, key, step, tensor, packed);
+    zeros += encode_block(g, n, aligned, b, s, key, step, tensor, packed, nullptr);
   if (zero_count) add_block_zeros(zeros, zero_count);
 }
 
@@ -184,6 +193,7 @@ struct EncodeTable {
   const float* scaler[kEncodeTableCuda];
   uint8_t* packed[kEncodeTableCuda];
   int32_t* zero_count[kEncodeTableCuda];
+  float* residual[kEncodeTableCuda];  // or null
   int64_t n[kEncodeTableCuda];
   uint32_t tensor[kEncodeTableCuda];
   int first_block[kEncodeTableCuda + 1];
@@ -206,7 +216,7 @@ __global__ void encode_table_kernel(EncodeTable t, PhiloxKey key, uint32_t step)
   int zeros = 0;
   for (int64_t b = static_cast<int64_t>(blockIdx.x - t.first_block[k]) * blockDim.x + threadIdx.x; b < blocks;
        b += stride)
-    zeros += encode_block(t.g[k], n, aligned, b, s, key, step, t.tensor[k], t.packed[k]);
+    zeros += encode_block(t.g[k], n, aligned, b, s, key, step, t.tensor[k], t.packed[k], t.residual[k]);
   if (t.zero_count[k]) add_block_zeros(zeros, t.zero_count[k]);
 }
 
@@ -307,7 +317,9 @@ size_t ternary_scaler_workspace_bytes_cuda() {
   return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks;
 }
 
-void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream) {
+namespace {
+void launch_scaler(float* g, const float* residual, int64_t n, float clip_factor, float* scaler, void* workspace,
+                   void* stream) {
   cudaStream_t st = as_stream(stream);
   if (n <= 0) {
     zero_scaler<<<1, 1, 0, st>>>(scaler);
@@ -317,10 +329,25 @@ void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* sc
   const ScalerWorkspace w = scaler_workspace(workspace);
   const int64_t chunk = ternary_stats_chunk(n);
   const int chunks = ternary_stats_chunks(n);  // <= kTernaryStatsMaxChunks
-  scaler_chunks<<<chunks, kWarp, 0, st>>>(g, n, chunk, w);
+  if (residual) {
+    scaler_chunks<true><<<chunks, kWarp, 0, st>>>(g, residual, n, chunk, w);
+  } else {
+    scaler_chunks<false><<<chunks, kWarp, 0, st>>>(g, nullptr, n, chunk, w);
+  }
   TG_CUDA_CHECK_LAUNCH();
   scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, scaler);
   TG_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream) {
+  launch_scaler(const_cast<float*>(g), nullptr, n, clip_factor, scaler, workspace, stream);  // g only read
+}
+
+void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
+                                       void* workspace, void* stream) {
+  TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cuda: no residual");
+  launch_scaler(g, residual, n, clip_factor, scaler, workspace, stream);
 }
 
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
@@ -349,6 +376,7 @@ void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, Philox
     const TernaryEncodeCuda& it = items[k];
     TG_CHECK(!it.zero_count || it.n <= INT32_MAX, "ternary encode: {} elements overflow an int zero count", it.n);
     t.g[k] = it.g, t.scaler[k] = it.scaler, t.packed[k] = it.packed, t.zero_count[k] = it.zero_count;
+    t.residual[k] = it.residual;
     t.n[k] = it.n, t.tensor[k] = it.tensor;
     if (aligned16(it.g)) t.aligned_mask |= uint64_t{1} << k;
     const int64_t blocks = (it.n + kTernaryBlockElements - 1) / kTernaryBlockElements;

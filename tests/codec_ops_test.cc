@@ -252,7 +252,7 @@ struct EncodeTable {
     for (int k = 0; k < count(); ++k)
       out.push_back({g.slice0(at[k], at[k] + size[k]), scalers.slice0(k, k + 1), static_cast<uint32_t>(k * 7 + 1),
                      packed_codes.slice0(packed_at[k], packed_at[k] + (size[k] + 3) / 4),
-                     k % 5 == 4 ? Tensor() : zeros.slice0(k, k + 1)});
+                     k % 5 == 4 ? Tensor() : zeros.slice0(k, k + 1), Tensor()});
     return out;
   }
 };
@@ -433,6 +433,99 @@ TEST(CodecOpsCpu, MaxScalersMatchTheDefinition) {
     EXPECT_TRUE(out.guards_intact());
     cpu().max_scalers(ts.data(), workers, ts[0]);  // in place
     EXPECT_EQ(in[0].download<float>(), got);
+  }
+}
+
+// Error feedback's two fused passes (Backend::ternary_scaler with a residual, TernaryEncodeItem::residual) against
+// their definitions written out: g + r, the scaler of that, its codes, and r = (g + r) - s * code. Signed zeros
+// (-0 + -0 stays -0, and a zero code keeps it), tails, tables with and without residuals, every kind of scaler.
+std::vector<float> plain_residuals(const std::vector<float>& g, const std::vector<uint8_t>& packed, float s) {
+  std::vector<float> r(g.size());
+  for (size_t i = 0; i < g.size(); ++i) r[i] = g[i] - s * static_cast<float>(unpack_ternary(packed.data(), i));
+  return r;
+}
+
+TEST(CodecOpsCpu, ErrorFeedbackPassesMatchTheDefinition) {
+  const PhiloxKey key = philox_key(17, 2);
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 9), r = normal(n, static_cast<uint32_t>(n) + 10, 3e-4f);
+    for (int64_t i = 0; i < n; i += 7) g[i] = -0.f, r[i] = -0.f;
+    std::vector<float> gp(n);
+    for (int64_t i = 0; i < n; ++i) gp[i] = g[i] + r[i];
+    Mem dg(cpu(), n, DType::kF32), dr(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32);
+    dg.upload(g);
+    dr.upload(r);
+    cpu().ternary_scaler(dg.t(), 2.5f, ds.t(), dr.t());
+    EXPECT_TRUE(same_float(ds.download<float>()[0], ref_scaler(gp, 2.5f)));
+    const std::vector<float> got_gp = dg.download<float>();
+    ASSERT_EQ(0, std::memcmp(got_gp.data(), gp.data(), n * sizeof(float))) << "g + r";
+    EXPECT_EQ(dr.download<float>(), r) << "the scalers' pass does not change r";
+    for (float sv : {ref_scaler(gp, 2.5f), 0.f, kNaN, kInf, 1e-44f}) {
+      SCOPED_TRACE("s=" + std::to_string(sv));
+      const int64_t nbytes = (n + 3) / 4;
+      Mem dp(cpu(), nbytes, DType::kU8), dres(cpu(), n, DType::kF32), dz(cpu(), 1, DType::kI32);
+      ds.upload(std::vector<float>{sv});
+      const TernaryEncodeItem item{dg.t(), ds.t(), 6, dp.t(), dz.t(), dres.t()};
+      cpu().ternary_encode_many(&item, 1, key, 41);
+      int64_t zeros = 0;
+      const std::vector<uint8_t> want = ref_encode(gp, sv, key, 41, 6, &zeros);
+      EXPECT_EQ(dp.download<uint8_t>(), want);
+      EXPECT_EQ(dz.download<int32_t>()[0], zeros);
+      const std::vector<float> got = dres.download<float>(), res = plain_residuals(gp, want, sv);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], res[i])) << "i=" << i << " " << got[i] << " " << res[i];
+      EXPECT_TRUE(dp.guards_intact() && dres.guards_intact());
+    }
+  }
+  // A table: residuals on two of every three tensors, the others encoded as without error feedback.
+  const EncodeTable table;
+  const std::vector<float> g = normal(table.total, 21);
+  std::vector<float> s(table.count());
+  for (int k = 0; k < table.count(); ++k) s[k] = k % 9 == 3 ? 0.f : 1.2e-3f + 1e-5f * k;
+  Mem dg(cpu(), table.total, DType::kF32), ds(cpu(), table.count(), DType::kF32), dp(cpu(), table.packed, DType::kU8),
+      dz(cpu(), table.count(), DType::kI32), dres(cpu(), table.total, DType::kF32, 0x7F);
+  dg.upload(g);
+  ds.upload(s);
+  std::vector<TernaryEncodeItem> items = table.items(dg.t(), ds.t(), dp.t(), dz.t());
+  for (int k = 0; k < table.count(); ++k)
+    if (k % 3 != 2) items[k].residual = dres.t().slice0(table.at[k], table.at[k] + table.size[k]);
+  cpu().ternary_encode_many(items.data(), table.count(), key, 7);
+  const std::vector<uint8_t> packed = dp.download<uint8_t>();
+  const std::vector<float> res = dres.download<float>();
+  std::vector<uint8_t> untouched(4, 0x7F);
+  float marker;
+  std::memcpy(&marker, untouched.data(), 4);
+  for (int k = 0; k < table.count(); ++k) {
+    const std::vector<float> gk(g.begin() + table.at[k], g.begin() + table.at[k] + table.size[k]);
+    int64_t zeros = 0;
+    const std::vector<uint8_t> want = ref_encode(gk, s[k], key, 7, static_cast<uint32_t>(k * 7 + 1), &zeros);
+    ASSERT_EQ(std::vector<uint8_t>(packed.begin() + table.packed_at[k], packed.begin() + table.packed_at[k] + want.size()),
+              want)
+        << "tensor " << k;
+    const std::vector<float> rk = plain_residuals(gk, want, s[k]);
+    for (int64_t i = 0; i < table.size[k]; ++i)
+      ASSERT_TRUE(same_float(res[table.at[k] + i], k % 3 != 2 ? rk[i] : marker)) << "tensor " << k << " i=" << i;
+  }
+}
+
+TEST(CodecOpsCpu, BadResidualsAreErrors) {
+  Mem g(cpu(), 64, DType::kF32), s(cpu(), 1, DType::kF32), p(cpu(), 16, DType::kU8), r(cpu(), 64, DType::kF32),
+      short_r(cpu(), 63, DType::kF32), half_r(cpu(), 64, DType::kF16);
+  cpu().zero(g.t());
+  cpu().zero(r.t());
+  EXPECT_NO_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), r.t()));
+  for (const Tensor& bad : {short_r.t(), half_r.t(), g.t(), g.t().slice0(0, 64)}) {
+    EXPECT_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), bad), Error) << bad.str();
+    const TernaryEncodeItem item{g.t(), s.t(), 0, p.t(), Tensor(), bad};
+    EXPECT_THROW(cpu().ternary_encode_many(&item, 1, philox_key(1, 0), 0), Error) << bad.str();
+  }
+  // Overlapping g by part of it.
+  Mem big(cpu(), 96, DType::kF32);
+  try {
+    cpu().ternary_scaler(big.t().slice0(0, 64), 2.5f, s.t(), big.t().slice0(32, 96));
+    ADD_FAILURE() << "an overlapping residual was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual"), std::string::npos) << e.what();
   }
 }
 
@@ -843,6 +936,52 @@ TEST(CodecOpsCuda, EncodeManyMatchesCpuBitForBit) {
       &a, &b);
   EXPECT_EQ(a[0], b[0]) << "codes";
   EXPECT_EQ(a[1], b[1]) << "zero counts";
+}
+
+// Error feedback's fused passes on the GPU against the CPU's: g + r and the scaler in one pass, then codes and
+// residuals in one (single tensors of several sizes, and a table).
+TEST(CodecOpsCuda, ErrorFeedbackPassesMatchCpuBitForBit) {
+  TG_REQUIRE_CUDA();
+  std::vector<std::vector<uint8_t>> a, b;
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1000003}, int64_t{9216} * 4096}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<float> g = normal(n, static_cast<uint32_t>(n % 1000) + 5), r = normal(n, 7, 3e-4f);
+    for (int64_t i = 0; i < n; i += 7) g[i] = -0.f, r[i] = -0.f;
+    const int64_t nbytes = (n + 3) / 4;
+    const std::pair<int64_t, DType> G{n, DType::kF32};
+    on_both(
+        {{g.data(), G}, {r.data(), G}}, {G, {1, DType::kF32}, {nbytes, DType::kU8}, G},
+        [&](Backend& be, std::vector<Tensor>& t) {
+          be.copy(t[2], t[0]);
+          be.ternary_scaler(t[2], 2.5f, t[3], t[1]);
+          const TernaryEncodeItem item{t[2], t[3], 5, t[4], Tensor(), t[5]};
+          be.ternary_encode_many(&item, 1, philox_key(3, 1), 77);
+        },
+        &a, &b);
+    expect_same_floats(a[0], b[0], "g + r");
+    expect_same_floats(a[1], b[1], "scaler");
+    ASSERT_EQ(a[2], b[2]) << "codes";
+    expect_same_floats(a[3], b[3], "residuals");
+  }
+  const EncodeTable table;
+  const std::vector<float> g = normal(table.total, 34);
+  std::vector<float> s(table.count());
+  for (int k = 0; k < table.count(); ++k) s[k] = k % 9 == 3 ? 0.f : 1.2e-3f + 1e-5f * k;
+  on_both(
+      {{g.data(), {table.total, DType::kF32}}, {s.data(), {table.count(), DType::kF32}}},
+      {{table.packed, DType::kU8}, {table.count(), DType::kI32}, {table.total, DType::kF32}},
+      [&](Backend& be, std::vector<Tensor>& t) {
+        be.zero(t[3]);
+        be.zero(t[4]);
+        std::vector<TernaryEncodeItem> items = table.items(t[0], t[1], t[2], t[3]);
+        for (int k = 0; k < table.count(); ++k)
+          if (k % 3 != 2) items[k].residual = t[4].slice0(table.at[k], table.at[k] + table.size[k]);
+        be.ternary_encode_many(items.data(), table.count(), philox_key(8, 1), 99);
+      },
+      &a, &b);
+  EXPECT_EQ(a[0], b[0]) << "codes";
+  EXPECT_EQ(a[1], b[1]) << "zero counts";
+  expect_same_floats(a[2], b[2], "residuals");
 }
 
 TEST(CodecOpsCuda, Fp16Fp32AndScalerMaxOpsMatchCpu) {

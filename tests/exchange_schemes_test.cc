@@ -279,7 +279,7 @@ TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
   // fp16 inside the node rounds the sums: close to the fp32 path, not the same bits.
   bool differs = false;
   for (size_t t = 0; t < kParams.size(); ++t)
-    for (size_t i = 0; i < kParams[t].numel; ++i) {
+    for (int64_t i = 0; i < kParams[t].numel; ++i) {
       differs = differs || half.out[0][0][t][i] != full.out[0][0][t][i];
       EXPECT_NEAR(half.out[0][0][t][i], full.out[0][0][t][i], 0.01) << kParams[t].name << "[" << i << "]";
     }

@@ -632,6 +632,52 @@ TEST(TernaryDecode, LargeAlignedOutputMatchesPlainDefinition) {
   }
 }
 
+// Error feedback's fused passes (g += r inside the statistics, residuals written by the encode) on every path and
+// thread count, against the unfused definition: g + r added plainly, ternary_scaler_cpu of it, the codes of
+// ternary_encode_cpu without a residual, r = (g + r) - s * code written out. The largest size is a 64-byte aligned
+// residual of more than 32 MiB (the encode writes it with streaming stores); tiny scalers take the generic path.
+TEST(TernaryCpu, ErrorFeedbackPassesMatchTheUnfusedDefinition) {
+  constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN(), kInff = std::numeric_limits<float>::infinity();
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  for (int64_t n : {int64_t{1}, int64_t{33}, int64_t{16384 + 77}, int64_t{300007}, 8 * (int64_t{1} << 20) + 77}) {
+    const bool large = n > 1000000;
+    std::vector<float> g = normal_gradient(n, 81 + static_cast<uint32_t>(n)), r = normal_gradient(n, 7, 4e-4f);
+    for (int64_t i = 0; i < n; i += 11) g[i] = -0.f, r[i] = -0.f;  // -0 + -0 = -0, and a zero code keeps it
+    std::vector<float> gp(n);
+    for (int64_t i = 0; i < n; ++i) gp[i] = g[i] + r[i];
+    const float s_ref = ternary_scaler_cpu(gp.data(), n, 2.5f);
+    const int64_t padded = (n + 15) / 16 * 16;
+    std::unique_ptr<float[], Free> res(static_cast<float*>(std::aligned_alloc(64, padded * sizeof(float))));
+    ASSERT_TRUE(res);
+    for (CodecIsa isa : available_isas()) {
+      for (int threads : {1, 2}) {
+        ForcedIsa forced(isa);
+        ComputeThreads ct(threads);
+        SCOPED_TRACE(std::string(enum_name(isa)) + " threads=" + std::to_string(threads) + " n=" + std::to_string(n));
+        std::vector<float> g2 = g;
+        const float s = ternary_scaler_with_residual_cpu(g2.data(), r.data(), n, 2.5f);
+        ASSERT_TRUE(same_bits(s, s_ref));
+        ASSERT_EQ(0, std::memcmp(g2.data(), gp.data(), n * sizeof(float))) << "g + r";
+        for (float sv : large ? std::vector<float>{s} : std::vector<float>{s, 1e-44f, 0.f, kNaNf, kInff}) {
+          std::vector<uint8_t> want((n + 3) / 4), got((n + 3) / 4);
+          const int64_t want_zeros = ternary_encode_cpu(gp.data(), n, sv, philox_key(4, 2), 8, 3, want.data());
+          std::fill(res.get(), res.get() + padded, -7.f);
+          EXPECT_EQ(ternary_encode_cpu(gp.data(), n, sv, philox_key(4, 2), 8, 3, got.data(), res.get()), want_zeros);
+          ASSERT_EQ(got, want) << "s=" << sv;
+          for (int64_t i = 0; i < n; ++i) {
+            const float w = gp[i] - sv * static_cast<float>(unpack_ternary(want.data(), i));
+            ASSERT_TRUE(same_bits(res[i], w) || (std::isnan(res[i]) && std::isnan(w)))
+                << "s=" << sv << " i=" << i << ": " << res[i] << " vs " << w;
+          }
+          for (int64_t i = n; i < padded; ++i) ASSERT_EQ(res[i], -7.f) << "the encode wrote a residual past n";
+        }
+      }
+    }
+  }
+}
+
 CompressionPolicy ternary_policy(const std::vector<ParamInfo>& params, bool quantize_logits = true,
                                  int64_t size_to_binarize = 1) {
   CompressionFlags f;

@@ -434,10 +434,25 @@ void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
   ema_update_impl(decay, w, ema);
 }
 
-void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler) {
+namespace {
+// An error-feedback residual (when defined): f32 with g's element count, on the device, not overlapping g.
+void residual_like(const Backend& be, const Tensor& g, const Tensor& r, const char* op) {
+  if (!r.defined()) return;
+  on_device(be, r, op, "residual");
+  f32_like(g, r, op, "residual");
+  const char* gb = static_cast<const char*>(g.raw());
+  const char* rb = static_cast<const char*>(r.raw());
+  const size_t bytes = 4 * static_cast<size_t>(g.numel());
+  TG_CHECK(g.numel() == 0 || rb + bytes <= gb || gb + bytes <= rb, "{}: the residual {} overlaps g {}", op, r.str(),
+           g.str());
+}
+}  // namespace
+
+void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual) {
   on_device(*this, g, "ternary_scaler", "g");
   on_device(*this, scaler, "ternary_scaler", "scaler");
-  ternary_scaler_impl(g, clip_factor, scaler);
+  residual_like(*this, g, residual, "ternary_scaler");
+  ternary_scaler_impl(g, clip_factor, scaler, residual);
 }
 
 void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
@@ -456,6 +471,7 @@ void Backend::ternary_encode_many(const TernaryEncodeItem* items, int count, Phi
     on_device(*this, items[k].scaler, "ternary_encode_many", "scaler");
     on_device(*this, items[k].packed, "ternary_encode_many", "packed");
     on_device(*this, items[k].zero_count, "ternary_encode_many", "zero_count");
+    residual_like(*this, items[k].g, items[k].residual, "ternary_encode_many");
   }
   ternary_encode_many_impl(items, count, key, step);
 }

@@ -238,14 +238,15 @@ struct WorkerTensors {
 };
 }  // namespace
 
-void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r,
-                                  const Tensor& scalers) const {
+void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
+                                  const std::vector<Tensor>* residuals) const {
   check_range(r);
   const float c = policy_.flags().clip_factor;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::kTernary)
-      be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"));
+      be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"),
+                        residuals ? (*residuals)[i] : Tensor());
   }
 }
 
@@ -262,8 +263,8 @@ void GradientCodec::max_local_scalers(Backend& be, const std::vector<Tensor>& wo
 }
 
 void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
-                                   uint32_t step, uint32_t worker, const Tensor& packed,
-                                   const Tensor& zero_codes) const {
+                                   uint32_t step, uint32_t worker, const Tensor& packed, const Tensor& zero_codes,
+                                   const std::vector<Tensor>* residuals) const {
   const int64_t base = layout(r).packed_begin;
   const PhiloxKey key = philox_key(seed_, worker);
   // The range's tensors in tables of Backend::kEncodeTable (one launch each on a GPU).
@@ -276,7 +277,8 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
     const int k = t.scaler_index;
     items[count++] = {grads[i], piece(scalers, DType::kF32, k, k + 1, "scalers"), static_cast<uint32_t>(i),
                       piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
-                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor()};
+                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor(),
+                      residuals ? (*residuals)[i] : Tensor()};
     if (count == Backend::kEncodeTable) be.ternary_encode_many(items, count, key, step), count = 0;
   }
   be.ternary_encode_many(items, count, key, step);

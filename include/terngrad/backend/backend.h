@@ -43,11 +43,13 @@
 namespace tg {
 
 // One tensor of Backend::ternary_encode_many: its gradient, scaler (f32 (1) on the device), Philox tensor
-// counter, packed codes and (optional) zero count, as ternary_encode takes them.
+// counter, packed codes and (optional) zero count, as ternary_encode takes them; an optional residual (f32 like
+// g, error feedback) receives ternary_residual_value(g[i], s, code i) in the same pass.
 struct TernaryEncodeItem {
   Tensor g, scaler;
   uint32_t tensor = 0;
   Tensor packed, zero_count;
+  Tensor residual;
 };
 
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
@@ -217,7 +219,9 @@ class Backend {
 
   // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
   // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0.
-  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler);
+  // With a residual (f32 like g, other memory; error feedback): g += residual first, in the same pass (the same
+  // bits as axpy(1, residual, g) and then the scaler).
+  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual = Tensor());
   // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
   // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.

@@ -47,11 +47,15 @@ TensorStats tensor_stats_cpu(const float* g, int64_t n);  // all zero for n <= 0
 // s = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of one tensor: NaN for a non-finite g, 0 for an
 // empty tensor.
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor);
+// Error feedback's first half in the same pass: g[i] += residual[i], then ternary_scaler_cpu of the new g (the
+// same bits as the add followed by ternary_scaler_cpu).
+float ternary_scaler_with_residual_cpu(float* g, const float* residual, int64_t n, float clip_factor);
 
 // g (n) -> packed (ceil(n/4) bytes), codes drawn from key with counter (step, tensor) as ternarize_one
-// defines them. Returns the number of zero codes.
+// defines them. Returns the number of zero codes. With a residual (n floats, not overlapping g; error
+// feedback's second half), the same pass writes residual[i] = ternary_residual_value(g[i], s, code i).
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
-                           uint8_t* packed);
+                           uint8_t* packed, float* residual = nullptr);
 
 // packed (ceil(n/4) bytes) -> codes (n) in {-1, 0, +1}.
 void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes);

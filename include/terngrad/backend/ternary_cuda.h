@@ -28,6 +28,10 @@ size_t ternary_scaler_workspace_bytes_cuda();
 // chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
 // n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream);
+// Error feedback's first half in the same pass: g[i] += residual[i], then ternary_scaler_cuda of the new g
+// (bit-identical to ternary_scaler_with_residual_cpu).
+void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
+                                       void* workspace, void* stream);
 
 // packed (ceil(n/4) bytes, device) = codes of g drawn with *scaler (device), key and counter (step, tensor)
 // (ternarize_one: 16-bit uniforms, 8 elements per Philox block): bit-identical to ternary_encode_cpu.
@@ -47,6 +51,7 @@ struct TernaryEncodeCuda {
   uint32_t tensor;
   uint8_t* packed;
   int32_t* zero_count;  // or null
+  float* residual;      // or null: receives ternary_residual_value(g[i], s, code i) (error feedback)
 };
 void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, PhiloxKey key, uint32_t step, void* stream);
 

@@ -108,14 +108,19 @@ class GradientCodec {
   // The scalers stay on the device, so this form does not check them: after the all-reduce MAX, copy the
   // shared scalers to the host and call check_scalers (encoding with a non-finite scaler gives all-zero codes,
   // not an error). Zero codes are i32 (the host form's are int64). Nothing synchronizes or allocates.
-  void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers) const;
+  // residuals (error feedback; null: none): per policy tensor the worker's residual (defined for the ternary
+  // ones), added to grads in the scalers' pass (Backend::ternary_scaler) and rewritten by the encode's
+  // (TernaryEncodeItem::residual).
+  void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
+                     const std::vector<Tensor>* residuals = nullptr) const;
   // The local part of sharing: shared's scalers of r = the max over the local workers' scaler vectors
   // (worker_scalers: one f32 (num_ternary) each, from local_scalers), a non-finite scaler counting as +Inf so
   // that the all-reduce MAX that follows carries it to every worker (Backend::max_scalers).
   void max_local_scalers(Backend& be, const std::vector<Tensor>& worker_scalers, TensorRange r,
                          const Tensor& shared) const;
   void encode_ternary(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
-                      uint32_t step, uint32_t worker, const Tensor& packed, const Tensor& zero_codes) const;
+                      uint32_t step, uint32_t worker, const Tensor& packed, const Tensor& zero_codes,
+                      const std::vector<Tensor>* residuals = nullptr) const;
   void encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
                   const Tensor& f16) const;
   void encode_f32(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,

@@ -190,4 +190,7 @@ TG_HOST_DEVICE float ternary_decode_value(float s, int code_sum, int num_workers
   return s * static_cast<float>(code_sum) / static_cast<float>(num_workers);
 }
 
+// Error feedback's residual of one element: what its code did not carry, g - s * code (the one worker's decode).
+TG_HOST_DEVICE float ternary_residual_value(float g, float s, int code) { return g - ternary_decode_value(s, code, 1); }
+
 }  // namespace tg

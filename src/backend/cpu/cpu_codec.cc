@@ -36,16 +36,28 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }
 }  // namespace
 
-void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
+void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler,
+                                     const Tensor& residual) {
   cc::dtype(g, DType::kF32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");
   on_host(scaler, "ternary_scaler", "scaler");
-  *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
+  if (residual) {
+    on_host(residual, "ternary_scaler", "residual");
+    *scaler.data<float>() =
+        ternary_scaler_with_residual_cpu(g.data<float>(), residual.data<float>(), g.numel(), clip_factor);
+  } else {
+    *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
+  }
 }
 
 void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
+  encode_one(g, scaler, key, step, tensor, packed, zero_count, Tensor());
+}
+
+void CpuBackend::encode_one(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
+                            const Tensor& packed, const Tensor& zero_count, const Tensor& residual) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
@@ -57,14 +69,16 @@ void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phil
     on_host(zero_count, op, "zero count");
     TG_CHECK(n <= INT32_MAX, "{}: {} elements overflow an i32 zero count", op, n);
   }
-  const int64_t zeros = ternary_encode_cpu(g.data<float>(), n, s, key, step, tensor, packed.data<uint8_t>());
+  if (residual) on_host(residual, op, "residual");
+  const int64_t zeros = ternary_encode_cpu(g.data<float>(), n, s, key, step, tensor, packed.data<uint8_t>(),
+                                           residual ? residual.data<float>() : nullptr);
   if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
 }
 
 void CpuBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
   for (int k = 0; k < count; ++k) {
     const TernaryEncodeItem& it = items[k];
-    ternary_encode_impl(it.g, it.scaler, key, step, it.tensor, it.packed, it.zero_count);
+    encode_one(it.g, it.scaler, key, step, it.tensor, it.packed, it.zero_count, it.residual);
   }
 }
 

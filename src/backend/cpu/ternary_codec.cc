@@ -113,8 +113,9 @@ struct StatsPartial {
                          // order is the float order, and every NaN (exponent all ones, mantissa != 0) is above +Inf
 };
 
-template <typename V>
-TG_ALWAYS_INLINE StatsPartial stats_body(const float* g, int64_t n) {
+// kAdd (error feedback): g += r first, element by element, stored back to g; the statistics are the new g's.
+template <typename V, bool kAdd>
+TG_ALWAYS_INLINE StatsPartial stats_body(float* g, const float* r, int64_t n) {
   typedef typename V::f64 D;
   typedef typename V::f32h F;
   typedef typename V::i32h I;
@@ -127,7 +128,13 @@ TG_ALWAYS_INLINE StatsPartial stats_body(const float* g, int64_t n) {
       F x;
       I bits;
       std::memcpy(&x, g + i + kWidth * v, sizeof x);
-      std::memcpy(&bits, g + i + kWidth * v, sizeof bits);
+      if (kAdd) {
+        F y;
+        std::memcpy(&y, r + i + kWidth * v, sizeof y);
+        x += y;
+        std::memcpy(g + i + kWidth * v, &x, sizeof x);
+      }
+      std::memcpy(&bits, &x, sizeof bits);
       const D d = __builtin_convertvector(x, D);
       s[v] += d;
       q[v] += d * d;  // exact: a float squared fits in a double
@@ -141,6 +148,7 @@ TG_ALWAYS_INLINE StatsPartial stats_body(const float* g, int64_t n) {
   std::memcpy(lq, q, sizeof lq);
   std::memcpy(lm, m, sizeof lm);
   for (int l = 0; i < n; ++i, ++l) {  // the last n % 32 elements, lane by lane as above
+    if (kAdd) g[i] = g[i] + r[i];
     int32_t bits;
     std::memcpy(&bits, g + i, sizeof bits);
     const double d = g[i];
@@ -162,36 +170,49 @@ TG_ALWAYS_INLINE StatsPartial stats_body(const float* g, int64_t n) {
   return p;
 }
 
-using StatsFn = StatsPartial (*)(const float*, int64_t);
-StatsPartial stats_generic(const float* g, int64_t n) { return stats_body<Vec16>(g, n); }
+using StatsFn = StatsPartial (*)(float*, const float*, int64_t);
+template <bool kAdd>
+StatsPartial stats_generic(float* g, const float* r, int64_t n) {
+  return stats_body<Vec16, kAdd>(g, r, n);
+}
 #if TG_CODEC_X86
-TG_TARGET_AVX2 StatsPartial stats_avx2(const float* g, int64_t n) { return stats_body<Vec32>(g, n); }
-TG_TARGET_AVX512 StatsPartial stats_avx512(const float* g, int64_t n) { return stats_body<Vec64>(g, n); }
+template <bool kAdd>
+TG_TARGET_AVX2 StatsPartial stats_avx2(float* g, const float* r, int64_t n) {
+  return stats_body<Vec32, kAdd>(g, r, n);
+}
+template <bool kAdd>
+TG_TARGET_AVX512 StatsPartial stats_avx512(float* g, const float* r, int64_t n) {
+  return stats_body<Vec64, kAdd>(g, r, n);
+}
 #endif
 
+template <bool kAdd>
 StatsFn stats_fn(CodecIsa isa) {
 #if TG_CODEC_X86
-  if (isa == CodecIsa::kAvx512) return stats_avx512;
-  if (isa == CodecIsa::kAvx2) return stats_avx2;
+  if (isa == CodecIsa::kAvx512) return stats_avx512<kAdd>;
+  if (isa == CodecIsa::kAvx2) return stats_avx2<kAdd>;
 #endif
   (void)isa;
-  return stats_generic;
+  return stats_generic<kAdd>;
 }
 
 // ---- encode -------------------------------------------------------------------------------------------------
 // Kernels encode whole units of kUnitBlocks Philox blocks (kUnitElements elements, kUnitBytes packed bytes)
 // starting at block block0 (a multiple of kUnitBlocks, so a unit never straddles a 2^32 boundary of the block
 // index: the counter's high word is the same for all its blocks). g and packed point at the first unit.
-// They return the number of non-zero codes.
+// They return the number of non-zero codes. With a residual r (error feedback; kResidual kStore or kStream, the
+// latter with streaming stores), they also write r[i] = ternary_residual_value(g[i], s, code i).
+enum ResidualOut { kNoResidual, kStore, kStream };
 constexpr int kUnitBlocks = 32;
 constexpr int kUnitElements = kUnitBlocks * kTernaryBlockElements;  // 256
 constexpr int kUnitBytes = kUnitElements / 4;                       // 64
 constexpr int64_t kEncodeGrainUnits = 64;                           // 16K elements at least per thread
-using EncodeFn = int64_t (*)(const float*, uint64_t, int64_t, float, PhiloxKey, uint32_t, uint32_t, uint8_t*);
+using EncodeFn = int64_t (*)(const float*, uint64_t, int64_t, float, PhiloxKey, uint32_t, uint32_t, uint8_t*, float*);
 
 // Plain C++: 16 blocks side by side, their 32-bit words in 64-bit lanes so the multiplies are 32x32->64.
+template <int kResidual>
 int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key, uint32_t step,
-                             uint32_t tensor, uint8_t* packed) {
+                             uint32_t tensor, uint8_t* packed, float* r) {
   constexpr int kLanes = 16, kElements = kLanes * kTernaryBlockElements;
   int64_t kept = 0;
   for (int64_t sub = 0; sub < units * (kUnitBlocks / kLanes); ++sub) {
@@ -236,6 +257,7 @@ int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, flo
       const uint32_t keep = ternary_uniform16(h[e]) * s < fabsf(v);  // ternarize_with_uniform's rule
       field[e] = static_cast<uint8_t>(keep << (v > 0.f ? 0 : 1));    // 01 for +1, 10 for -1, 00 for 0
       kept += keep;
+      if (kResidual != kNoResidual) r[sub * kElements + e] = ternary_residual_value(v, s, keep ? (v > 0.f ? 1 : -1) : 0);
     }
     uint8_t* out = packed + sub * (kElements / 4);
     for (int q = 0; q < kElements / 4; ++q) {  // the four 2-bit fields of bytes 4q..4q+3 of `field` into one
@@ -266,13 +288,15 @@ int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, flo
 // high bits of the 2-bit fields by pdep; each non-zero code sets exactly one bit, so popcount counts them.
 constexpr float kMinFastScaler = 0x1p-100f;
 
+template <int kResidual>
 TG_TARGET_AVX2 int64_t encode_units_avx2(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key,
-                                         uint32_t step, uint32_t tensor, uint8_t* packed) {
+                                         uint32_t step, uint32_t tensor, uint8_t* packed, float* r) {
   constexpr int kRegs = 2;  // 2 x 4 blocks in flight (16 registers hold the state)
   const __m256i m0 = _mm256_set1_epi64x(philox_detail::kM0), m1 = _mm256_set1_epi64x(philox_detail::kM1);
   const __m256i iota = _mm256_setr_epi64x(0, 1, 2, 3);
   const __m256 half = _mm256_set1_ps(0.5f);
   const __m256 vt = _mm256_set1_ps(s * 1.52587890625e-05f), vtn = _mm256_set1_ps(-s * 1.52587890625e-05f);
+  const __m256 vs = _mm256_set1_ps(s);
   int64_t kept = 0;
   for (int64_t sub = 0; sub < units * (kUnitBlocks / (4 * kRegs)); ++sub) {
     const uint64_t b0 = block0 + static_cast<uint64_t>(sub) * (4 * kRegs);
@@ -311,8 +335,20 @@ TG_TARGET_AVX2 int64_t encode_units_avx2(const float* g, uint64_t block0, int64_
           const __m128i h = q ? _mm256_extracti128_si256(o[j], 1) : _mm256_castsi256_si128(o[j]);
           const __m256 u = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h)), half);
           const __m256 xv = _mm256_loadu_ps(x + 16 * j + 8 * q);
-          pos |= _mm256_movemask_ps(_mm256_cmp_ps(xv, _mm256_mul_ps(u, vt), _CMP_GT_OQ)) << (8 * q);
-          neg |= _mm256_movemask_ps(_mm256_cmp_ps(xv, _mm256_mul_ps(u, vtn), _CMP_LT_OQ)) << (8 * q);
+          const __m256 pm = _mm256_cmp_ps(xv, _mm256_mul_ps(u, vt), _CMP_GT_OQ);
+          const __m256 nm = _mm256_cmp_ps(xv, _mm256_mul_ps(u, vtn), _CMP_LT_OQ);
+          pos |= _mm256_movemask_ps(pm) << (8 * q);
+          neg |= _mm256_movemask_ps(nm) << (8 * q);
+          if (kResidual != kNoResidual) {  // g - s, g + s or g (exactly g - s * code: s is finite here)
+            __m256 rv = _mm256_blendv_ps(xv, _mm256_sub_ps(xv, vs), pm);
+            rv = _mm256_blendv_ps(rv, _mm256_add_ps(xv, vs), nm);
+            float* out = r + first * kTernaryBlockElements + 16 * j + 8 * q;
+            if (kResidual == kStream) {
+              _mm256_stream_ps(out, rv);
+            } else {
+              _mm256_storeu_ps(out, rv);
+            }
+          }
         }
         const uint32_t bits = _pdep_u32(pos, 0x55555555u) | _pdep_u32(neg, 0xAAAAAAAAu);
         kept += _mm_popcnt_u32(bits);
@@ -320,11 +356,13 @@ TG_TARGET_AVX2 int64_t encode_units_avx2(const float* g, uint64_t block0, int64_
       }
     }
   }
+  if (kResidual == kStream) _mm_sfence();  // the streaming stores before the caller's next reads
   return kept;
 }
 
+template <int kResidual>
 TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, int64_t units, float s, PhiloxKey key,
-                                             uint32_t step, uint32_t tensor, uint8_t* packed) {
+                                             uint32_t step, uint32_t tensor, uint8_t* packed, float* r) {
   constexpr int kRegs = kUnitBlocks / 8;  // 4 x 8 blocks in flight
   const __m512i m0 = _mm512_set1_epi64(philox_detail::kM0), m1 = _mm512_set1_epi64(philox_detail::kM1);
   const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -332,6 +370,7 @@ TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, in
                 last4 = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512 vt = _mm512_set1_ps(s * 1.52587890625e-05f), vtn = _mm512_set1_ps(-s * 1.52587890625e-05f);
+  const __m512 vs = _mm512_set1_ps(s);
   int64_t kept = 0;
   for (int64_t unit = 0; unit < units; ++unit) {
     const uint64_t b0 = block0 + static_cast<uint64_t>(unit) * kUnitBlocks;
@@ -371,6 +410,15 @@ TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, in
           const __m512 xv = _mm512_loadu_ps(x + 32 * j + 16 * q);
           pos[q] = _mm512_cmp_ps_mask(xv, _mm512_mul_ps(u, vt), _CMP_GT_OQ);
           neg[q] = _mm512_cmp_ps_mask(xv, _mm512_mul_ps(u, vtn), _CMP_LT_OQ);
+          if (kResidual != kNoResidual) {  // g - s, g + s or g (exactly g - s * code: s is finite here)
+            const __m512 rv = _mm512_mask_add_ps(_mm512_mask_sub_ps(xv, pos[q], xv, vs), neg[q], xv, vs);
+            float* out = r + first * kTernaryBlockElements + 32 * j + 16 * q;
+            if (kResidual == kStream) {
+              _mm512_stream_ps(out, rv);
+            } else {
+              _mm512_storeu_ps(out, rv);
+            }
+          }
         }
         const uint64_t bits = _pdep_u64(_cvtmask32_u32(_mm512_kunpackw(pos[1], pos[0])), 0x5555555555555555ull) |
                               _pdep_u64(_cvtmask32_u32(_mm512_kunpackw(neg[1], neg[0])), 0xAAAAAAAAAAAAAAAAull);
@@ -379,21 +427,29 @@ TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, in
       }
     }
   }
+  if (kResidual == kStream) _mm_sfence();  // the streaming stores before the caller's next reads
   return kept;
 }
 #pragma GCC diagnostic pop
 #endif  // TG_CODEC_X86
 
+template <int kResidual>
 EncodeFn encode_fn(CodecIsa isa, float s) {
 #if TG_CODEC_X86
-  if (s >= kMinFastScaler) {
-    if (isa == CodecIsa::kAvx512) return encode_units_avx512;
-    if (isa == CodecIsa::kAvx2) return encode_units_avx2;
+  if (s >= kMinFastScaler && (kResidual == kNoResidual || std::isfinite(s))) {
+    if (isa == CodecIsa::kAvx512) return encode_units_avx512<kResidual>;
+    if (isa == CodecIsa::kAvx2) return encode_units_avx2<kResidual>;
   }
 #endif
   (void)isa;
   (void)s;
-  return encode_units_generic;
+  return encode_units_generic<kResidual>;
+}
+
+EncodeFn encode_fn(CodecIsa isa, float s, int residual) {
+  if (residual == kStream) return encode_fn<kStream>(isa, s);
+  if (residual == kStore) return encode_fn<kStore>(isa, s);
+  return encode_fn<kNoResidual>(isa, s);
 }
 
 // ---- code sums, unpack, decode ----------------------------------------------------------------------------
@@ -616,15 +672,17 @@ CodecIsa set_ternary_codec_isa(CodecIsa isa) {
   return active_isa();
 }
 
-TensorStats tensor_stats_cpu(const float* g, int64_t n) {
+namespace {
+// The statistics of g, after g += r when r is given (the same pass).
+TensorStats tensor_stats(float* g, const float* r, int64_t n) {
   TensorStats st;
   if (n <= 0) return st;
   const int64_t chunk = ternary_stats_chunk(n);
-  const StatsFn fn = stats_fn(active_isa());
+  const StatsFn fn = r ? stats_fn<true>(active_isa()) : stats_fn<false>(active_isa());
   // Per calling thread (a replica's thread): no allocation in a step, no 48 KiB on the stack.
   thread_local StatsPartial partials[kStatsMaxChunks];
   StatsPartial* const partial = partials;  // this thread's array (the team's threads must not see their own)
-  parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, e - b); });
+  parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, r ? r + b : nullptr, e - b); });
   const int chunks = ternary_stats_chunks(n), span = ternary_stats_span(chunks);
   for (int k = chunks; k < span; ++k) partial[k] = StatsPartial{};
   for (int w = span / 2; w >= 1; w /= 2)  // pairwise, as the lanes (ternary_math.h)
@@ -640,6 +698,11 @@ TensorStats tensor_stats_cpu(const float* g, int64_t n) {
   st.sigma = ternary_sigma_from_sums(st.sum, st.sumsq, n);
   return st;
 }
+}  // namespace
+
+TensorStats tensor_stats_cpu(const float* g, int64_t n) {
+  return tensor_stats(const_cast<float*>(g), nullptr, n);  // read only: nothing is added
+}
 
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
   if (n <= 0) return 0.f;
@@ -647,20 +710,35 @@ float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
   return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
 }
 
+float ternary_scaler_with_residual_cpu(float* g, const float* residual, int64_t n, float clip_factor) {
+  if (n <= 0) return 0.f;
+  TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cpu: no residual");
+  const TensorStats st = tensor_stats(g, residual, n);
+  return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
+}
+
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
-                           uint8_t* packed) {
+                           uint8_t* packed, float* residual) {
   if (n <= 0) return 0;
   const int64_t nbytes = (n + 3) / 4;
   if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
     parallel_for(nbytes, 1 << 16, [&](int64_t b, int64_t e) { std::memset(packed + b, 0, e - b); });
+    if (residual)
+      parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) residual[i] = ternary_residual_value(g[i], s, 0);
+      });
     return n;
   }
-  const EncodeFn fn = encode_fn(active_isa(), s);
+  int mode = residual ? kStore : kNoResidual;
+#if TG_CODEC_X86
+  if (residual && stream_output(residual, n)) mode = kStream;  // not read again before the next step
+#endif
+  const EncodeFn fn = encode_fn(active_isa(), s, mode);
   const int64_t units = n / kUnitElements;
   std::atomic<int64_t> nonzero{0};  // an integer count: the same whatever order the threads add in
   parallel_for(units, kEncodeGrainUnits, [&](int64_t u0, int64_t u1) {
     nonzero += fn(g + u0 * kUnitElements, static_cast<uint64_t>(u0) * kUnitBlocks, u1 - u0, s, key, step, tensor,
-                  packed + u0 * kUnitBytes);
+                  packed + u0 * kUnitBytes, residual ? residual + u0 * kUnitElements : nullptr);
   });
   int64_t kept = nonzero.load();
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
@@ -668,7 +746,11 @@ int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, ui
     const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
     packed[2 * b] = static_cast<uint8_t>(bits);
     if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
-    for (int e = 0; e < kTernaryBlockElements; ++e) kept += ((bits >> (2 * e)) & 3u) != 0;
+    for (int e = 0; e < kTernaryBlockElements; ++e) {
+      kept += ((bits >> (2 * e)) & 3u) != 0;
+      const int64_t i = b * kTernaryBlockElements + e;
+      if (residual && i < n) residual[i] = ternary_residual_value(g[i], s, ternary_code_of_field(bits >> (2 * e)));
+    }
   }
   return n - kept;
 }

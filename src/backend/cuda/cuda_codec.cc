@@ -32,13 +32,20 @@ void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Te
 }
 }  // namespace
 
-void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler) {
+void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler,
+                                      const Tensor& residual) {
   const char* op = "ternary_scaler";
   cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
-  ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
+  if (residual) {
+    check_on_device(residual, op, "residual");
+    ternary_scaler_with_residual_cuda(g.data<float>(), residual.data<float>(), g.numel(), clip_factor,
+                                      scaler.data<float>(), ws, stream_);
+  } else {
+    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
+  }
 }
 
 namespace {
@@ -56,7 +63,7 @@ TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tens
     be.check_on_device(zero_count, op, "zero count");
     zeros = zero_count.data<int32_t>();
   }
-  return {g.data<float>(), n, scaler.data<float>(), tensor, packed.data<uint8_t>(), zeros};
+  return {g.data<float>(), n, scaler.data<float>(), tensor, packed.data<uint8_t>(), zeros, nullptr};
 }
 }  // namespace
 
@@ -77,6 +84,10 @@ void CudaBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int c
     for (int k = 0; k < m; ++k) {
       const TernaryEncodeItem& it = items[first + k];
       table[k] = encode_args(*this, it.g, it.scaler, it.tensor, it.packed, it.zero_count, "ternary_encode_many");
+      if (it.residual) {
+        check_on_device(it.residual, "ternary_encode_many", "residual");
+        table[k].residual = it.residual.data<float>();
+      }
     }
     ternary_encode_table_cuda(table, m, key, step, stream_);
   }

@@ -97,10 +97,10 @@ void TernGradScheme::run_stage(int stage, int bucket) {
 
 void TernGradScheme::scalers(Bucket& b) {
   if (b.layout.num_scalers() == 0) return;
-  if (feedback_) feedback_->add_residuals(b.range);
   Backend& be = *ctx_.backend;
   for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w]);
+    ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w],
+                              feedback_ ? feedback_->residuals(w) : nullptr);
   // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and all
   // of them stop with the same error (none is left waiting in the next collective).
   ctx_.codec->max_local_scalers(be, local_scaler_rows_, b.range, shared_scalers_);
@@ -128,8 +128,8 @@ void TernGradScheme::encode(Bucket& b, int index) {
     for (int w = 0; w < ctx_.local_workers; ++w)
       ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, shared_scalers_, step_,
                                  static_cast<uint32_t>(ctx_.first_worker + w),
-                                 b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor());
-    if (feedback_) feedback_->update_residuals(b.range, b.local_codes, pb, shared_scalers_);
+                                 b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor(),
+                                 feedback_ ? feedback_->residuals(w) : nullptr);
     if (mode_ == ExchangeMode::kAllreduce8)
       ctx_.codec->sum_codes(be, b.local_codes, pb, ctx_.local_workers, b.range, b.code_sums);
   }
