@@ -15,7 +15,8 @@ usage: bench/scale_bench.sh [options] RATE [RATE...]
   -L LAYOUTS       comma-separated MxPxR: M machines, P processes each, R CPU replicas per process
                    (default: 2x1x1,2x2x1,4x2x1)
   -e EXCHANGES     comma-separated: fp32, fp16, allgather2, allgather2_ef (with --error_feedback), allreduce8,
-                   hierarchical, ddp (default: all but allgather2_ef); the compute-only runs (ours: --exchange
+                   hierarchical, hierarchical16 (with --local_bits 16), ddp (default: all but allgather2_ef and
+                   hierarchical16); the compute-only runs (ours: --exchange
                    none; DDP: --method none) always run
   -B BATCHES       per-worker batch per net, e.g. lenet=512,alexnet=8 (default: lenet=512, alexnet=8)
   -s STEPS         steps per run (default 8); the first -w are warm-up, the rest are timed
@@ -123,9 +124,9 @@ done
 PEER=0
 for e in "${EXCHANGE_LIST[@]}"; do
   case "$e" in
-    fp32 | fp16 | allgather2 | allgather2_ef | allreduce8 | hierarchical) ;;
+    fp32 | fp16 | allgather2 | allgather2_ef | allreduce8 | hierarchical | hierarchical16) ;;
     ddp) PEER=1 ;;
-    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allreduce8, hierarchical, ddp)" ;;
+    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allreduce8, hierarchical, hierarchical16, ddp)" ;;
   esac
 done
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -204,6 +205,7 @@ ours() {
     fp32) bits=32 exflag=auto ;;
     fp16) bits=16 exflag=auto ;;
     allgather2_ef) exflag=allgather2 extra=(--error_feedback) ;;
+    hierarchical16) exflag=hierarchical extra=(--local_bits 16) ;;
     *) exflag=$ex ;;
   esac
   local workers=$((m * p * r)) batch

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <dnnl.hpp>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -309,7 +310,7 @@ TEST_F(Bf16Ops, SoftmaxXentLogitsInBf16ProbsAndLossInF32) {
   expect_close(dlogits, rd, "dlogits (bf16)", kBf16Unit);
 }
 
-// ---- cast and unscale_and_check (no ISA needed: plain loops) --------------------------------------------
+// ---- cast and unscale_and_check (no ISA needed: plain loops; F16C for the fp16 casts where the CPU has it) ----
 
 TEST(BackendPrecision, CastRoundsToNearestEvenAndKeepsInfNan) {
   CpuBackend be(2);
@@ -354,6 +355,35 @@ TEST(BackendPrecision, CastRoundsToNearestEvenAndKeepsInfNan) {
       EXPECT_EQ(got, want) << "f16 -> bf16 element " << i;
   }
   EXPECT_THROW(be.cast(tb, Tensor(b16.data(), Shape{n - 1}, DType::kBf16, Device::cpu())), Error);
+}
+
+// fp32 <-> fp16 casts go through the bulk (F16C) conversions: the scalar conversions' bits on a large tensor of
+// every kind of value (normal, subnormal in fp16, overflowing, signed zeros, Inf; NaNs by NaN-ness: F16C keeps
+// their payloads), at 2 threads.
+TEST(BackendPrecision, HalfCastsMatchTheScalarConversions) {
+  CpuBackend be(2);
+  const int64_t n = 100003;
+  std::vector<float> in(n);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> exponent(-30.f, 20.f);
+  for (int64_t i = 0; i < n; ++i) in[i] = (rng() & 1 ? -1.f : 1.f) * std::exp2(exponent(rng));
+  const float specials[] = {0.f, -0.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 65504.f, 65520.f, 0x1p-24f, 0x1p-25f, 0x1p-26f};
+  for (size_t k = 0; k < std::size(specials); ++k) in[k * 977] = specials[k];
+  std::vector<uint16_t> h(n);
+  std::vector<float> back(n);
+  be.cast(Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()), Tensor(in.data(), Shape{n}, DType::kF32, Device::cpu()));
+  be.cast(Tensor(back.data(), Shape{n}, DType::kF32, Device::cpu()), Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()));
+  for (int64_t i = 0; i < n; ++i) {
+    const half_bits want = float_to_half(in[i]);
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(half_to_float(half_bits{h[i]})) && std::isnan(back[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(h[i], want.bits) << "f32 -> f16 element " << i << " (" << in[i] << ")";
+    const float want_back = half_to_float(want);
+    ASSERT_EQ(0, std::memcmp(&back[i], &want_back, sizeof want_back)) << "f16 -> f32 element " << i;
+  }
 }
 
 TEST(BackendPrecision, UnscaleAndCheckSetsTheFlagOnInfOrNanOnly) {
