@@ -104,8 +104,13 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
       b.pieces.push_back(pc);
     }
     const size_t whole = static_cast<size_t>(L_ * b.shard);
+    // A bucket of one tensor whose parts are equal (n = L * S) already is in the shard-major layout: with one
+    // local worker that is also the target, its gradient is F (the reduce-scatter, the decode and the all-gather
+    // work on it in place; the local sum's and the scatter's copies of the bucket are not needed).
+    b.in_place = ctx_.local_workers == 1 && ctx_.targets[0] == 0 && r.end - r.begin == 1 &&
+                 p.tensors()[r.begin].numel == static_cast<int64_t>(whole);
     Offsets o{};
-    o.f = arena_.reserve(4 * whole);
+    o.f = b.in_place ? 0 : arena_.reserve(4 * whole);
     o.h = half_ ? arena_.reserve(2 * whole) : 0;
     o.packed = arena_.reserve(static_cast<size_t>(b.packed_bytes));
     o.gathered = cross_gather_ ? arena_.reserve(static_cast<size_t>(M_ * b.packed_bytes)) : 0;
@@ -123,7 +128,8 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t whole = L_ * b.shard;
-    b.f = arena_.view(off[i].f, whole, DType::kF32);
+    b.f = b.in_place ? ctx_.grads[0][b.range.begin].reshaped(Shape{whole})
+                     : arena_.view(off[i].f, whole, DType::kF32);
     if (half_) b.h = arena_.view(off[i].h, whole, DType::kF16);
     b.packed = arena_.view(off[i].packed, b.packed_bytes, DType::kU8);
     if (cross_gather_) b.gathered = arena_.view(off[i].gathered, M_ * b.packed_bytes, DType::kU8);
@@ -184,6 +190,10 @@ void HierarchicalScheme::scalers(Bucket& b) {
 // F = the sum of the rank's workers' gradients, in the shard-major layout (the padding stays 0).
 void HierarchicalScheme::local_sum(Bucket& b) {
   Backend& be = *ctx_.backend;
+  if (b.in_place) {  // F is the gradient
+    if (half_) be.cast(b.h, b.f);
+    return;
+  }
   const int W = ctx_.local_workers;
   Tensor xs[Backend::kMaxCodecInputs];
   for (int i = b.range.begin; i < b.range.end; ++i) {
@@ -291,6 +301,7 @@ void HierarchicalScheme::all_gather(Bucket& b) {
 void HierarchicalScheme::scatter(Bucket& b) {
   Backend& be = *ctx_.backend;
   if (half_) be.cast(b.f, b.h);
+  if (b.in_place) return;  // F is the target's gradient, and the only one
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   for (int i = b.range.begin; i < b.range.end; ++i) {
     const int64_t n = out[i].numel(), part = b.part[i - b.range.begin];

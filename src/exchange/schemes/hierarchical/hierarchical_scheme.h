@@ -59,7 +59,8 @@ class HierarchicalScheme final : public GradientScheme {
     std::vector<int64_t> part;    // (tensors of the range) elements of each part of a tensor: ceil(n / L)
     std::vector<int64_t> offset;  // (tensors of the range) where a tensor's part starts in a shard
     int64_t shard = 0;            // S: elements per local rank (one part of every tensor)
-    Tensor f;                     // f32 (L * S)
+    Tensor f;                     // f32 (L * S): the arena's, or the gradient itself (in_place)
+    bool in_place = false;        // f is the one local worker's gradient: no local sum, no scatter
     Tensor h;                     // f16 (L * S): --local_bits 16
     std::vector<Piece> pieces;    // of the own shard
     int64_t packed_bytes = 0, dense = 0;
