@@ -23,7 +23,7 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "with several processes and host gradients: exchange buckets on a communication thread while backward "
        "runs; `--overlap=false` exchanges everything after backward (same bits)"},
       {"bucket_mb", &C::bucket_mb,
-       "MiB of fp32 gradient per bucket (backward order; the tensor crossing the limit closes the bucket)",
+       "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},
   };
   return table;

@@ -92,14 +92,25 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
 GradientExchange::~GradientExchange() = default;
 
 // Buckets in backward order: from the last tensor down, a bucket closes once it holds bucket_mb MiB of fp32
-// gradient (the tensor that crosses the limit included, as DDP's buckets).
+// gradient. A tensor that would take the open bucket past the limit closes it first (Horovod's fusion rule), so a
+// tensor larger than the limit travels alone: the smaller ones before it leave as soon as backward has made them,
+// not after it (AlexNet's logits no longer wait for fc7's backward), and the hierarchical exchange reduces such a
+// tensor in place (hierarchical_scheme.cc).
 void GradientExchange::plan_buckets(double bucket_mb, bool one_bucket) {
   const int T = codec_.policy().num_tensors();
   const double limit = one_bucket ? std::numeric_limits<double>::infinity() : bucket_mb * 1024.0 * 1024.0;
   int end = T;
   double bytes = 0;
   for (int i = T - 1; i >= 0; --i) {
-    bytes += 4.0 * static_cast<double>(codec_.policy().tensors()[i].numel);
+    const double tensor_bytes = 4.0 * static_cast<double>(codec_.policy().tensors()[i].numel);
+    if (bytes > 0 && bytes + tensor_bytes > limit) {
+      Bucket b;
+      b.range = {i + 1, end};
+      buckets_.push_back(b);
+      end = i + 1;
+      bytes = 0;
+    }
+    bytes += tensor_bytes;
     if (bytes >= limit || i == 0) {
       Bucket b;
       b.range = {i, end};

@@ -8,9 +8,9 @@
 // The average over all N workers lands in the gradients of the targets (local workers; usually the first).
 //
 // Buckets and overlap (--bucket_mb, --overlap; DDP's and Horovod's buckets): tensors are grouped into buckets
-// of about bucket_mb of fp32 gradient in the order backward produces them (the last tensors first; the tensor
-// that crosses the limit closes the bucket). The trainer reports progress from inside the last local worker's
-// backward (tensors_ready); a bucket starts its stages as soon as it is complete. Compute stages run on the
+// of at most bucket_mb of fp32 gradient in the order backward produces them (the last tensors first; a tensor
+// that would cross the limit closes the open bucket and starts the next; a larger tensor is a bucket of its
+// own). The trainer reports progress from inside the last local worker's backward (tensors_ready); a bucket starts its stages as soon as it is complete. Compute stages run on the
 // calling (compute) thread: in tensors_ready/progress between layers, and in finish(); collective stages run
 // on a communication thread in one fixed order, identical on every process (bucket 0's collective stages in
 // their order, then bucket 1's, ...), as MPI requires. Without overlap (or with no group to talk to) the whole
