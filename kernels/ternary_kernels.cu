@@ -136,8 +136,8 @@ __global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
 // 16-byte loads; the values then go through the same ternarize_pack_values as the CPU's.
 // With a residual (error feedback), also residual[i] = ternary_residual_value(g[i], s, code i) of its elements.
 __device__ __forceinline__ int encode_block(const float* __restrict__ g, int64_t n, bool aligned, int64_t b, float s,
-                                            PhiloxKey key, uint32_t step, uint32_t tensor,
-                                            uint8_t* __restrict__ packed, float* __restrict__ residual) {
+                                            PhiloxKey key, uint32_t step, uint32_t tensor, uint8_t* __restrict__ packed,
+                                            float* __restrict__ residual) {
   const int64_t first = b * kTernaryBlockElements, left = n - first;
   const int valid = left < kTernaryBlockElements ? static_cast<int>(left) : kTernaryBlockElements;
   float v[kTernaryBlockElements];

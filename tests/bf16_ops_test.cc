@@ -367,13 +367,23 @@ TEST(BackendPrecision, HalfCastsMatchTheScalarConversions) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> exponent(-30.f, 20.f);
   for (int64_t i = 0; i < n; ++i) in[i] = (rng() & 1 ? -1.f : 1.f) * std::exp2(exponent(rng));
-  const float specials[] = {0.f, -0.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), 65504.f, 65520.f, 0x1p-24f, 0x1p-25f, 0x1p-26f};
+  const float specials[] = {0.f,
+                            -0.f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            65504.f,
+                            65520.f,
+                            0x1p-24f,
+                            0x1p-25f,
+                            0x1p-26f};
   for (size_t k = 0; k < std::size(specials); ++k) in[k * 977] = specials[k];
   std::vector<uint16_t> h(n);
   std::vector<float> back(n);
-  be.cast(Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()), Tensor(in.data(), Shape{n}, DType::kF32, Device::cpu()));
-  be.cast(Tensor(back.data(), Shape{n}, DType::kF32, Device::cpu()), Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()));
+  be.cast(Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()),
+          Tensor(in.data(), Shape{n}, DType::kF32, Device::cpu()));
+  be.cast(Tensor(back.data(), Shape{n}, DType::kF32, Device::cpu()),
+          Tensor(h.data(), Shape{n}, DType::kF16, Device::cpu()));
   for (int64_t i = 0; i < n; ++i) {
     const half_bits want = float_to_half(in[i]);
     if (std::isnan(in[i])) {

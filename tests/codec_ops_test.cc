@@ -473,7 +473,8 @@ TEST(CodecOpsCpu, ErrorFeedbackPassesMatchTheDefinition) {
       EXPECT_EQ(dp.download<uint8_t>(), want);
       EXPECT_EQ(dz.download<int32_t>()[0], zeros);
       const std::vector<float> got = dres.download<float>(), res = plain_residuals(gp, want, sv);
-      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_float(got[i], res[i])) << "i=" << i << " " << got[i] << " " << res[i];
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_float(got[i], res[i])) << "i=" << i << " " << got[i] << " " << res[i];
       EXPECT_TRUE(dp.guards_intact() && dres.guards_intact());
     }
   }
@@ -499,8 +500,9 @@ TEST(CodecOpsCpu, ErrorFeedbackPassesMatchTheDefinition) {
     const std::vector<float> gk(g.begin() + table.at[k], g.begin() + table.at[k] + table.size[k]);
     int64_t zeros = 0;
     const std::vector<uint8_t> want = ref_encode(gk, s[k], key, 7, static_cast<uint32_t>(k * 7 + 1), &zeros);
-    ASSERT_EQ(std::vector<uint8_t>(packed.begin() + table.packed_at[k], packed.begin() + table.packed_at[k] + want.size()),
-              want)
+    ASSERT_EQ(
+        std::vector<uint8_t>(packed.begin() + table.packed_at[k], packed.begin() + table.packed_at[k] + want.size()),
+        want)
         << "tensor " << k;
     const std::vector<float> rk = plain_residuals(gk, want, s[k]);
     for (int64_t i = 0; i < table.size[k]; ++i)

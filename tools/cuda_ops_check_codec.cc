@@ -188,7 +188,7 @@ void check_tensor_list(CudaBackend& be, double copy_gbs) {
     want_s[k] = ternary_scaler_cpu(hg.data() + offset[k], sizes[k], kClip);
     want_zeros[k] = static_cast<int32_t>(ternary_encode_cpu(hg.data() + offset[k], sizes[k], want_s[k], key, kStep,
                                                             static_cast<uint32_t>(k), want_packed.data() + poffset[k]));
-    items[k] = {g.t.slice0(offset[k], offset[k + 1]), s.t.slice0(k, k + 1), static_cast<uint32_t>(k),
+    items[k] = {g.t.slice0(offset[k], offset[k + 1]),        s.t.slice0(k, k + 1),     static_cast<uint32_t>(k),
                 packed.t.slice0(poffset[k], poffset[k + 1]), zeros.t.slice0(k, k + 1), Tensor()};
   }
   auto scalers = [&] {

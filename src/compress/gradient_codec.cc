@@ -275,7 +275,9 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = t.offset - base;
     const int k = t.scaler_index;
-    items[count++] = {grads[i], piece(scalers, DType::kF32, k, k + 1, "scalers"), static_cast<uint32_t>(i),
+    items[count++] = {grads[i],
+                      piece(scalers, DType::kF32, k, k + 1, "scalers"),
+                      static_cast<uint32_t>(i),
                       piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
                       zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor(),
                       residuals ? (*residuals)[i] : Tensor()};

@@ -10,17 +10,13 @@
 // Buckets and overlap (--bucket_mb, --overlap; DDP's and Horovod's buckets): tensors are grouped into buckets
 // of at most bucket_mb of fp32 gradient in the order backward produces them (the last tensors first; a tensor
 // that would cross the limit closes the open bucket and starts the next; a larger tensor is a bucket of its
-// own). The trainer reports progress from inside the last local worker's backward (tensors_ready); a bucket starts its stages as soon as it is complete. Compute stages run on the
-// calling (compute) thread: in tensors_ready/progress between layers, and in finish(); collective stages run
-// on a communication thread in one fixed order, identical on every process (bucket 0's collective stages in
-// their order, then bucket 1's, ...), as MPI requires. Without overlap (or with no group to talk to) the whole
-// gradient is one bucket whose stages all run in finish() on the calling thread. A scheme's stages are
-// deterministic, so the results are the same bits overlapped or not and for any bucketing.
-//
-// Timing (PhaseTimes of the step): compute stages count in their scheme phase (scalers, encode, decode);
-// collectives count as comm_in_flight (the time they ran) and the compute thread's waits for them as
-// comm_blocked. With a Timeline, every stage is an event on the exchange's track and every collective one on
-// the communication thread's track.
+// own). The trainer reports progress from inside the last local worker's backward (tensors_ready); a bucket
+// starts its stages as soon as it is complete. Compute stages run on the calling (compute) thread: in
+// tensors_ready/progress between layers, and in finish(); collective stages run on a communication thread in
+// one fixed order, identical on every process (bucket 0's collective stages in their order, then bucket 1's,
+// ...), as MPI requires. Without overlap (or with no group to talk to) the whole gradient is one bucket whose
+// stages all run in finish() on the calling thread. A scheme's stages are deterministic, so the results are the
+// same bits overlapped or not and for any bucketing.
 #pragma once
 
 #include <chrono>

@@ -36,8 +36,7 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }
 }  // namespace
 
-void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler,
-                                     const Tensor& residual) {
+void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual) {
   cc::dtype(g, DType::kF32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");

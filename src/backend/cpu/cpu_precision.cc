@@ -63,13 +63,15 @@ void CpuBackend::cast_impl(const Tensor& dst, const Tensor& src) {
   if (src.dtype() == DType::kF32 && dst.dtype() == DType::kF16) {
     const float* ps = src.data<float>();
     half_bits* pd = dst.data<half_bits>();
-    parallel_for(src.numel(), [&](int64_t s, int64_t e) { floats_to_halves(ps + s, pd + s, e - s); }, kGrain);
+    parallel_for(
+        src.numel(), [&](int64_t s, int64_t e) { floats_to_halves(ps + s, pd + s, e - s); }, kGrain);
     return;
   }
   if (src.dtype() == DType::kF16 && dst.dtype() == DType::kF32) {
     const half_bits* ps = src.data<half_bits>();
     float* pd = dst.data<float>();
-    parallel_for(src.numel(), [&](int64_t s, int64_t e) { halves_to_floats(ps + s, pd + s, e - s); }, kGrain);
+    parallel_for(
+        src.numel(), [&](int64_t s, int64_t e) { halves_to_floats(ps + s, pd + s, e - s); }, kGrain);
     return;
   }
   cpu::dispatch_compute(src.dtype(), "cast", [&](auto* src_type) {

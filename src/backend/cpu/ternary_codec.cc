@@ -257,7 +257,8 @@ int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, flo
       const uint32_t keep = ternary_uniform16(h[e]) * s < fabsf(v);  // ternarize_with_uniform's rule
       field[e] = static_cast<uint8_t>(keep << (v > 0.f ? 0 : 1));    // 01 for +1, 10 for -1, 00 for 0
       kept += keep;
-      if (kResidual != kNoResidual) r[sub * kElements + e] = ternary_residual_value(v, s, keep ? (v > 0.f ? 1 : -1) : 0);
+      if (kResidual != kNoResidual)
+        r[sub * kElements + e] = ternary_residual_value(v, s, keep ? (v > 0.f ? 1 : -1) : 0);
     }
     uint8_t* out = packed + sub * (kElements / 4);
     for (int q = 0; q < kElements / 4; ++q) {  // the four 2-bit fields of bytes 4q..4q+3 of `field` into one
@@ -682,7 +683,8 @@ TensorStats tensor_stats(float* g, const float* r, int64_t n) {
   // Per calling thread (a replica's thread): no allocation in a step, no 48 KiB on the stack.
   thread_local StatsPartial partials[kStatsMaxChunks];
   StatsPartial* const partial = partials;  // this thread's array (the team's threads must not see their own)
-  parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, r ? r + b : nullptr, e - b); });
+  parallel_chunks(n, chunk,
+                  [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, r ? r + b : nullptr, e - b); });
   const int chunks = ternary_stats_chunks(n), span = ternary_stats_span(chunks);
   for (int k = chunks; k < span; ++k) partial[k] = StatsPartial{};
   for (int w = span / 2; w >= 1; w /= 2)  // pairwise, as the lanes (ternary_math.h)

@@ -128,8 +128,7 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t whole = L_ * b.shard;
-    b.f = b.in_place ? ctx_.grads[0][b.range.begin].reshaped(Shape{whole})
-                     : arena_.view(off[i].f, whole, DType::kF32);
+    b.f = b.in_place ? ctx_.grads[0][b.range.begin].reshaped(Shape{whole}) : arena_.view(off[i].f, whole, DType::kF32);
     if (half_) b.h = arena_.view(off[i].h, whole, DType::kF16);
     b.packed = arena_.view(off[i].packed, b.packed_bytes, DType::kU8);
     if (cross_gather_) b.gathered = arena_.view(off[i].gathered, M_ * b.packed_bytes, DType::kU8);
