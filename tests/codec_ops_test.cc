@@ -459,7 +459,7 @@ TEST(CodecOpsCpu, ErrorFeedbackPassesMatchTheDefinition) {
     cpu().ternary_scaler(dg.t(), 2.5f, ds.t(), dr.t());
     EXPECT_TRUE(same_float(ds.download<float>()[0], ref_scaler(gp, 2.5f)));
     const std::vector<float> got_gp = dg.download<float>();
-    ASSERT_EQ(0, std::memcmp(got_gp.data(), gp.data(), n * sizeof(float))) << "g + r";
+    ASSERT_TRUE(n == 0 || std::memcmp(got_gp.data(), gp.data(), n * sizeof(float)) == 0) << "g + r";
     EXPECT_EQ(dr.download<float>(), r) << "the scalers' pass does not change r";
     for (float sv : {ref_scaler(gp, 2.5f), 0.f, kNaN, kInf, 1e-44f}) {
       SCOPED_TRACE("s=" + std::to_string(sv));
