@@ -21,6 +21,7 @@ by default (`--quantize_logits=false`, the reference's rule): a ring all-reduce 
   hierarchical  inside the node reduce-scatter + all-gather of b (2 (L-1)/L b at the node's internal bandwidth);
               between nodes the L rings (one per local rank) share the node's NIC: (M-1) n/4 (allgather2, M < 8)
               or 2 (M-1)/M n (allreduce8); the codec works on n/L elements, decode sums M blocks
+  hierarchical16  the same with fp16 inside the node (--local_bits 16): b/2 there, and the casts' passes
   codec     = (scalers + encode) per element x elements encoded + decode per element-block x blocks summed
 A node's NIC is full duplex at `rate`; `efficiency` is the fraction of it a ring reaches. Calibrated:
 efficiency, latency, overlap, intra_bandwidth (the node's internal links), encode_s (per element), decode_s (per
@@ -33,7 +34,7 @@ import math
 import statistics
 import sys
 
-EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical"]
+EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical", "hierarchical16"]
 # Gradient elements of the networks (the registry's parameter counts; ImageNet, 1001 classes).
 # (gradient elements, of which fp32 under TernGrad: the logits layer) as terngrad-train reports them
 # ("net ... (N parameters)", "fp32: 2 tensors (K elements)"); ImageNet nets with 1001 classes.
@@ -77,9 +78,13 @@ def comm_and_codec(p, exchange, n, nodes, local, rate_bits, n_fp32=0):
         else:
             comm = ring_time(2 * (N - 1) / N * nt, N, multi) + fp32_part
             codec = nt * p["encode_s"] + nt * p["decode_s"]
-    elif exchange == "hierarchical":
+    elif exchange in ("hierarchical", "hierarchical16"):
+        half = exchange == "hierarchical16"
         if local > 1:
-            comm += ring_time(2 * (local - 1) / local * b, local, False)
+            comm += ring_time(2 * (local - 1) / local * (b / 2 if half else b), local, False)
+            if half:
+                codec += n * p["encode_s"] * 0.25  # to fp16 and back
+
         if nodes > 1:
             # L rings of n/L each share the NIC; the fp32 part's shards cross in a ring all-reduce
             comm += ring_time(2 * (nodes - 1) / nodes * bf, nodes, True)
@@ -89,7 +94,8 @@ def comm_and_codec(p, exchange, n, nodes, local, rate_bits, n_fp32=0):
             else:
                 comm += ring_time(2 * (nodes - 1) / nodes * nt, nodes, True)
                 codec = (nt / local) * (p["encode_s"] + p["decode_s"])
-        # the node's fp32 sum and the scatter back: two passes over the gradient
+        # the node's fp32 sum and the scatter back: two passes over the gradient (a bucket of one large tensor is
+        # reduced in place without them; the model counts them for every element, an upper bound)
         codec += n * p["decode_s"] * 2
     else:
         raise ValueError("unknown exchange " + exchange)
