@@ -101,23 +101,18 @@ void GradientExchange::plan_buckets(double bucket_mb, bool one_bucket) {
   const double limit = one_bucket ? std::numeric_limits<double>::infinity() : bucket_mb * 1024.0 * 1024.0;
   int end = T;
   double bytes = 0;
+  auto close_at = [&](int begin) {  // the open bucket is tensors [begin, end)
+    Bucket b;
+    b.range = {begin, end};
+    buckets_.push_back(b);
+    end = begin;
+    bytes = 0;
+  };
   for (int i = T - 1; i >= 0; --i) {
     const double tensor_bytes = 4.0 * static_cast<double>(codec_.policy().tensors()[i].numel);
-    if (bytes > 0 && bytes + tensor_bytes > limit) {
-      Bucket b;
-      b.range = {i + 1, end};
-      buckets_.push_back(b);
-      end = i + 1;
-      bytes = 0;
-    }
+    if (bytes > 0 && bytes + tensor_bytes > limit) close_at(i + 1);
     bytes += tensor_bytes;
-    if (bytes >= limit || i == 0) {
-      Bucket b;
-      b.range = {i, end};
-      buckets_.push_back(b);
-      end = i;
-      bytes = 0;
-    }
+    if (bytes >= limit || i == 0) close_at(i);
   }
   if (T == 0) buckets_.push_back(Bucket{});
 }
