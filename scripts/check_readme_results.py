@@ -317,14 +317,27 @@ SCALE_NAMES = {"none": "compute only (ours)", "fp32": "fp32", "fp16": "fp16", "a
                "ddp_none": "compute only (PyTorch)", "ddp_fp32": "PyTorch DDP fp32"}
 
 
+def cpu_cell(rows):
+    """"codec + comm": the step's scalers + encode + decode ms (compute thread) and the collectives' CPU ms (the
+    comm_cpu_ms column; files measured before it have none), medians over the repetitions; blank for rows
+    without phase times (DDP, compute only)."""
+    codec = [sum(num(r.get(c)) or 0.0 for c in ("scalers_ms", "encode_ms", "decode_ms")) for r in rows
+             if r.get("status") == "ok" and num(r.get("encode_ms")) is not None]
+    comm = [num(r.get("comm_cpu_ms")) for r in rows if r.get("status") == "ok" and num(r.get("comm_cpu_ms")) is not None]
+    if not codec or max(codec) == 0 and not any(comm):
+        return ""
+    text = "%.0f" % statistics.median(codec)
+    return text + (" + %.0f" % statistics.median(comm) if comm else "")
+
+
 def scale_table(header, rows):
     """Per net, rate and layout (machines x processes x CPU replicas): every exchange's median s/step, the same
     system's compute-only step, the link overhead (their difference) as a multiple of the compute-only step and
     against that system's fp32 overhead, and the bytes per step inside and between nodes."""
     out = fewer_reps_note(rows)
     out += ["| net | link | machines x processes x replicas | exchange | s/step | compute-only | link overhead | "
-            "overhead / compute | overhead / fp32's | MB/step in node | MB/step between nodes | machine-1 link "
-            "MB/step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "overhead / compute | overhead / fp32's | codec + comm CPU ms | MB/step in node | MB/step between nodes | "
+            "machine-1 link MB/step |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (net, rate, layout), by in scale_cells(rows).items():
         fp32 = {"ours": ok_median(by.get("fp32", []), "overhead_s"),
                 "ddp": ok_median(by.get("ddp_fp32", []), "overhead_s")}
@@ -332,7 +345,7 @@ def scale_table(header, rows):
             step, comp, over = ok_median(rs, "step_s"), ok_median(rs, "compute_s"), ok_median(rs, "overhead_s")
             name = SCALE_NAMES.get(ex, ex)
             if step is None:
-                out.append("| %s | %s | %s | %s | %s | | | | | | | |" % (net, rate, layout, name, why_not(rs)))
+                out.append("| %s | %s | %s | %s | %s | | | | | | | | |" % (net, rate, layout, name, why_not(rs)))
                 continue
             base = fp32["ddp" if ex.startswith("ddp") else "ours"]
             cells = [fmt_s(step), fmt_s(comp) if comp else "",
@@ -340,6 +353,7 @@ def scale_table(header, rows):
                      "%.2fx" % (over / comp) if over is not None and comp and ex not in ("none", "ddp_none") else "",
                      "%.2f" % (over / base) if over is not None and base and ex not in ("none", "ddp_none", "fp32",
                                                                                          "ddp_fp32") else "",
+                     cpu_cell(rs),
                      mb(ok_median(rs, "intra_node_bytes")) if ok_median(rs, "intra_node_bytes") is not None else "",
                      mb(ok_median(rs, "inter_node_bytes")) if ok_median(rs, "inter_node_bytes") is not None else "",
                      mb(ok_median(rs, "machine1_link_bytes_per_step"))]

@@ -295,6 +295,22 @@ TEST(CommunicationThread, RunsJobsInOrderAndRethrowsErrors) {
   EXPECT_TRUE(thread.done(last));
   EXPECT_EQ(log.order, (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_LE(thread.begin_time(last), thread.end_time(last));
+  // A job's CPU time is the thread's, not the wall clock's: 60 ms asleep costs next to nothing, 30 ms of work
+  // costs (on a loaded machine, at least half of) 30 ms.
+  auto sleeper = [](void*, int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(60)); };
+  auto worker = [](void* ctx, int64_t) {
+    const double until = thread_cpu_seconds() + 0.03;
+    volatile double x = 0;
+    while (thread_cpu_seconds() < until) x = x + 1;
+    *static_cast<double*>(ctx) = x;
+  };
+  double sink = 0;
+  const uint64_t slept = thread.post({sleeper, nullptr, 0}), worked = thread.post({worker, &sink, 0});
+  thread.wait(worked);
+  EXPECT_LT(thread.cpu_seconds(slept), 0.02);
+  EXPECT_GE(std::chrono::duration<double>(thread.end_time(slept) - thread.begin_time(slept)).count(), 0.06);
+  EXPECT_GE(thread.cpu_seconds(worked), 0.03);
+  EXPECT_LT(thread.cpu_seconds(worked), 1.0);
   // A failing job: its error reaches the waiter, the jobs queued behind it are skipped, later posts rethrow.
   std::atomic<bool> gate{false};
   auto blocked = [](void* ctx, int64_t) {

@@ -107,8 +107,8 @@ std::vector<std::string> fields(const std::string& line) {
 
 TEST(PhaseTimes, NamesInOrder) {
   const char* want[] = {"input_wait",     "forward_backward", "scalers",       "encode", "comm_blocked",
-                        "comm_in_flight", "decode",           "optimizer_ema", "other"};
-  ASSERT_EQ(kPhaseCount, 9);
+                        "comm_in_flight", "decode",           "optimizer_ema", "other",  "comm_cpu"};
+  ASSERT_EQ(kPhaseCount, 10);
   for (int i = 0; i < kPhaseCount; ++i) EXPECT_STREQ(phase_name(static_cast<Phase>(i)), want[i]);
   EXPECT_THROW(phase_name(Phase::kCount), Error);
 }
@@ -120,8 +120,9 @@ TEST(PhaseTimes, Arithmetic) {
   a.add(Phase::kForwardBackward, 0.5);
   a.add(Phase::kCommInFlight, 2.0);
   a.add(Phase::kCommBlocked, 0.125);
+  a.add(Phase::kCommCpu, 0.5);
   EXPECT_EQ(a.get(Phase::kForwardBackward), 0.75);
-  EXPECT_EQ(a.total_excluding_in_flight(), 0.875);  // in-flight overlaps the rest
+  EXPECT_EQ(a.total_excluding_in_flight(), 0.875);  // in-flight and the collectives' CPU overlap the rest
 
   PhaseTimes b;
   b.add(Phase::kForwardBackward, 0.25);
@@ -154,14 +155,15 @@ TEST(PhaseTimes, CompactLogForm) {
   t.add(Phase::kDecode, 0.0042);
   t.add(Phase::kOptimizerEma, 0.006);
   t.add(Phase::kOther, 0.0013);
-  EXPECT_EQ(t.compact(), "in 0.1 fb 301 sc 2.0 en 5.1 comm 10/40 de 4.2 opt 6.0 other 1.3 ms");
-  EXPECT_EQ(PhaseTimes().compact(), "in 0.0 fb 0.0 sc 0.0 en 0.0 comm 0.0/0.0 de 0.0 opt 0.0 other 0.0 ms");
+  t.add(Phase::kCommCpu, 0.003);
+  EXPECT_EQ(t.compact(), "in 0.1 fb 301 sc 2.0 en 5.1 comm 10/40 (cpu 3.0) de 4.2 opt 6.0 other 1.3 ms");
+  EXPECT_EQ(PhaseTimes().compact(), "in 0.0 fb 0.0 sc 0.0 en 0.0 comm 0.0/0.0 (cpu 0.0) de 0.0 opt 0.0 other 0.0 ms");
 
   PhaseTimes edge;  // the precision switches after rounding: 9.96 ms is "10", 9.94 ms is "9.9"
   edge.add(Phase::kInputWait, 0.00996);
   edge.add(Phase::kForwardBackward, 0.00994);
   edge.add(Phase::kOther, 12.3456);
-  EXPECT_EQ(edge.compact(), "in 10 fb 9.9 sc 0.0 en 0.0 comm 0.0/0.0 de 0.0 opt 0.0 other 12346 ms");
+  EXPECT_EQ(edge.compact(), "in 10 fb 9.9 sc 0.0 en 0.0 comm 0.0/0.0 (cpu 0.0) de 0.0 opt 0.0 other 12346 ms");
 }
 
 TEST(PhaseTimes, NamedForMetrics) {
@@ -175,6 +177,7 @@ TEST(PhaseTimes, NamedForMetrics) {
   EXPECT_EQ(named[5].first, "time/comm_in_flight");
   EXPECT_EQ(named[8].first, "time/other");
   EXPECT_EQ(named[8].second, 0.25);
+  EXPECT_EQ(named[9].first, "time/comm_cpu");
   EXPECT_EQ(t.named("")[1].first, "forward_backward");
 }
 

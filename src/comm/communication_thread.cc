@@ -1,9 +1,17 @@
 // CommunicationThread: a FIFO of jobs run by one thread (see the header).
 #include "terngrad/comm/communication_thread.h"
 
+#include <time.h>
+
 #include "terngrad/core/error.h"
 
 namespace tg {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 CommunicationThread::CommunicationThread(int capacity) : state_(std::make_shared<State>()) {
   TG_CHECK(capacity >= 1, "communication thread: capacity {} must be >= 1", capacity);
@@ -38,6 +46,7 @@ void CommunicationThread::loop(std::shared_ptr<State> s) {
     const bool skip = s->error != nullptr;  // after a failure the rest of the queue is not run
     lock.unlock();
     const Clock::time_point begin = Clock::now();
+    const double cpu_begin = thread_cpu_seconds();
     std::exception_ptr error;
     if (!skip) {
       try {
@@ -47,9 +56,11 @@ void CommunicationThread::loop(std::shared_ptr<State> s) {
       }
     }
     const Clock::time_point end = Clock::now();
+    const double cpu = thread_cpu_seconds() - cpu_begin;
     lock.lock();
     slot.begin = begin;
     slot.end = end;
+    slot.cpu_seconds = cpu;
     if (error && !s->error) s->error = error;
     ++s->completed;
     s->done_cv.notify_all();
@@ -97,6 +108,11 @@ CommunicationThread::Clock::time_point CommunicationThread::begin_time(uint64_t 
 CommunicationThread::Clock::time_point CommunicationThread::end_time(uint64_t ticket) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->slots[ticket % state_->slots.size()].end;
+}
+
+double CommunicationThread::cpu_seconds(uint64_t ticket) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->slots[ticket % state_->slots.size()].cpu_seconds;
 }
 
 }  // namespace tg

@@ -26,9 +26,9 @@ std::string milliseconds(double seconds) {
 }  // namespace
 
 const char* phase_name(Phase phase) {
-  static const char* const kNames[kPhaseCount] = {"input_wait", "forward_backward", "scalers",
-                                                  "encode",     "comm_blocked",     "comm_in_flight",
-                                                  "decode",     "optimizer_ema",    "other"};
+  static const char* const kNames[kPhaseCount] = {"input_wait",   "forward_backward", "scalers", "encode",
+                                                  "comm_blocked", "comm_in_flight",   "decode",  "optimizer_ema",
+                                                  "other",        "comm_cpu"};
   return kNames[index_of(phase)];
 }
 
@@ -54,15 +54,16 @@ void PhaseTimes::clear() {
 double PhaseTimes::total_excluding_in_flight() const {
   double total = 0;
   for (int i = 0; i < kPhaseCount; ++i)
-    if (i != static_cast<int>(Phase::kCommInFlight)) total += seconds[i];
+    if (i != static_cast<int>(Phase::kCommInFlight) && i != static_cast<int>(Phase::kCommCpu)) total += seconds[i];
   return total;
 }
 
 std::string PhaseTimes::compact() const {
   auto ms = [&](Phase p) { return milliseconds(get(p)); };
-  return fmt::format("in {} fb {} sc {} en {} comm {}/{} de {} opt {} other {} ms", ms(Phase::kInputWait),
+  return fmt::format("in {} fb {} sc {} en {} comm {}/{} (cpu {}) de {} opt {} other {} ms", ms(Phase::kInputWait),
                      ms(Phase::kForwardBackward), ms(Phase::kScalers), ms(Phase::kEncode), ms(Phase::kCommBlocked),
-                     ms(Phase::kCommInFlight), ms(Phase::kDecode), ms(Phase::kOptimizerEma), ms(Phase::kOther));
+                     ms(Phase::kCommInFlight), ms(Phase::kCommCpu), ms(Phase::kDecode), ms(Phase::kOptimizerEma),
+                     ms(Phase::kOther));
 }
 
 std::vector<std::pair<std::string, double>> PhaseTimes::named(const std::string& prefix) const {

@@ -133,9 +133,11 @@ void GradientExchange::run_compute(Bucket& b) {
 void GradientExchange::run_blocking(Bucket& b) {
   const int index = static_cast<int>(&b - buckets_.data());
   const auto t0 = Clock::now();
+  const double cpu0 = thread_cpu_seconds();
   if (has_groups_) scheme_->run_stage(b.stage, index);
   const auto t1 = Clock::now();
   if (has_groups_) {
+    times_.add(Phase::kCommCpu, thread_cpu_seconds() - cpu0);
     times_.add(Phase::kCommBlocked, seconds_between(t0, t1));
     times_.add(Phase::kCommInFlight, seconds_between(t0, t1));
     if (timeline_ && timeline_->recording()) timeline_->record(exchange_track_, stages_[b.stage].name, t0, t1, index);
@@ -166,6 +168,7 @@ void GradientExchange::post_next() {
 void GradientExchange::collect(Bucket& b) {
   const auto begin = comm_thread_->begin_time(b.ticket), end = comm_thread_->end_time(b.ticket);
   times_.add(Phase::kCommInFlight, seconds_between(begin, end));
+  times_.add(Phase::kCommCpu, comm_thread_->cpu_seconds(b.ticket));
   if (timeline_ && timeline_->recording())
     timeline_->record(comm_track_, stages_[b.stage].name, begin, end, &b - buckets_.data());
   b.posted = false;

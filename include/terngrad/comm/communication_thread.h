@@ -21,6 +21,9 @@
 
 namespace tg {
 
+// CPU time (user + system) the calling thread has used so far, in seconds (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds();
+
 class CommunicationThread {
  public:
   using Clock = std::chrono::steady_clock;
@@ -48,11 +51,15 @@ class CommunicationThread {
   // Start and end of a finished job that is among the last `capacity` posted.
   Clock::time_point begin_time(uint64_t ticket) const;
   Clock::time_point end_time(uint64_t ticket) const;
+  // The CPU time (user + system, as the kernel charges this thread: protocol work in its system calls included)
+  // the job took, of a finished job among the last `capacity` posted.
+  double cpu_seconds(uint64_t ticket) const;
 
  private:
   struct Slot {
     Job job;
     Clock::time_point begin, end;
+    double cpu_seconds = 0;
   };
   struct State {
     std::mutex mu;

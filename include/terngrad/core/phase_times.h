@@ -12,8 +12,11 @@
 //   decode            unpack and average the received codes
 //   optimizer_ema     optimizer update and EMA of the weights
 //   other             the rest of the step (bookkeeping, checks)
-// comm_in_flight overlaps the other phases (it is measured on another thread), so it is not part of
-// total_excluding_in_flight(), which adds up to the compute thread's wall time.
+//   comm_cpu          CPU time (user + system) the collectives used, on whichever thread ran them: the
+//                     protocol's copies and the kernel's network stack, which a process with no spare core pays
+//                     out of its compute (the communication thread shares the compute thread's core)
+// comm_in_flight and comm_cpu overlap the other phases (measured on another thread, or CPU rather than wall
+// time), so they are not part of total_excluding_in_flight(), which adds up to the compute thread's wall time.
 //
 // A PhaseTimes is plain data and not thread-safe: give each thread (compute, communication) its own and add
 // them up with += after the threads have met at the end of the step.
@@ -39,6 +42,7 @@ enum class Phase : uint8_t {
   kDecode,
   kOptimizerEma,
   kOther,
+  kCommCpu,
   kCount
 };
 inline constexpr int kPhaseCount = static_cast<int>(Phase::kCount);
@@ -57,9 +61,10 @@ struct PhaseTimes {
   double total_excluding_in_flight() const;
 
   // The log-line form, in milliseconds:
-  //   "in 0.1 fb 301 sc 2.0 en 5.1 comm 10/40 de 4.2 opt 6.0 other 1.3 ms"
-  // in = input_wait, fb = forward_backward, sc = scalers, en = encode, comm = comm_blocked/comm_in_flight,
-  // de = decode, opt = optimizer_ema, other = other. Values below 10 ms have one decimal, larger ones none.
+  //   "in 0.1 fb 301 sc 2.0 en 5.1 comm 10/40 (cpu 3.0) de 4.2 opt 6.0 other 1.3 ms"
+  // in = input_wait, fb = forward_backward, sc = scalers, en = encode, comm = comm_blocked/comm_in_flight
+  // (comm_cpu), de = decode, opt = optimizer_ema, other = other. Values below 10 ms have one decimal, larger
+  // ones none.
   std::string compact() const;
 
   // (prefix + phase_name, seconds) for every phase in order; the prefix is prepended verbatim ("time/").
