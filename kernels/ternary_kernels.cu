@@ -57,9 +57,12 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
 // value of lane l + w; lanes >= w compute values nobody reads). Each square is exact in double. The max is over
 // the bits of |g|: for non-negative floats the integer order is the float order and every NaN is above +Inf,
 // so a NaN anywhere wins (as on the CPU). Loads are issued kStatsPrefetch at a time per lane so a warp keeps
-// several lines in flight while its adds stay in order. kAdd (error feedback): g[i] += r[i] first, stored back.
-template <bool kAdd>
-__global__ void scaler_chunks(float* g, const float* r, int64_t n, int64_t chunk, ScalerWorkspace w) {
+// several lines in flight while its adds stay in order. Adds first, stored back (as the CPU's stats_body):
+// kDecay (weight decay) g[i] += decay * wd[i] (the product rounded first, as axpy), then kResidual (error
+// feedback) g[i] += r[i].
+template <bool kDecay, bool kResidual>
+__global__ void scaler_chunks(float* g, const float* wd, float decay, const float* r, int64_t n, int64_t chunk,
+                              ScalerWorkspace w) {
   const int64_t k = blockIdx.x;
   const int lane = threadIdx.x;
   const int64_t b = k * chunk, e = b + chunk < n ? b + chunk : n;
@@ -71,8 +74,9 @@ __global__ void scaler_chunks(float* g, const float* r, int64_t n, int64_t chunk
     for (int u = 0; u < kStatsPrefetch; ++u) {
       const int64_t i = base + int64_t{kWarp} * u + lane;
       v[u] = i < e ? g[i] : 0.f;
-      if (kAdd && i < e) {
-        v[u] = v[u] + r[i];
+      if ((kDecay || kResidual) && i < e) {
+        if (kDecay) v[u] = v[u] + decay * wd[i];
+        if (kResidual) v[u] = v[u] + r[i];
         g[i] = v[u];
       }
     }
@@ -318,8 +322,8 @@ size_t ternary_scaler_workspace_bytes_cuda() {
 }
 
 namespace {
-void launch_scaler(float* g, const float* residual, int64_t n, float clip_factor, float* scaler, void* workspace,
-                   void* stream) {
+void launch_scaler(float* g, const float* decayed, float decay, const float* residual, int64_t n, float clip_factor,
+                   float* scaler, void* workspace, void* stream) {
   cudaStream_t st = as_stream(stream);
   if (n <= 0) {
     zero_scaler<<<1, 1, 0, st>>>(scaler);
@@ -329,10 +333,14 @@ void launch_scaler(float* g, const float* residual, int64_t n, float clip_factor
   const ScalerWorkspace w = scaler_workspace(workspace);
   const int64_t chunk = ternary_stats_chunk(n);
   const int chunks = ternary_stats_chunks(n);  // <= kTernaryStatsMaxChunks
-  if (residual) {
-    scaler_chunks<true><<<chunks, kWarp, 0, st>>>(g, residual, n, chunk, w);
+  if (decayed && residual) {
+    scaler_chunks<true, true><<<chunks, kWarp, 0, st>>>(g, decayed, decay, residual, n, chunk, w);
+  } else if (decayed) {
+    scaler_chunks<true, false><<<chunks, kWarp, 0, st>>>(g, decayed, decay, nullptr, n, chunk, w);
+  } else if (residual) {
+    scaler_chunks<false, true><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, residual, n, chunk, w);
   } else {
-    scaler_chunks<false><<<chunks, kWarp, 0, st>>>(g, nullptr, n, chunk, w);
+    scaler_chunks<false, false><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, nullptr, n, chunk, w);
   }
   TG_CUDA_CHECK_LAUNCH();
   scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, scaler);
@@ -341,13 +349,18 @@ void launch_scaler(float* g, const float* residual, int64_t n, float clip_factor
 }  // namespace
 
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream) {
-  launch_scaler(const_cast<float*>(g), nullptr, n, clip_factor, scaler, workspace, stream);  // g only read
+  launch_scaler(const_cast<float*>(g), nullptr, 0.f, nullptr, n, clip_factor, scaler, workspace, stream);  // read only
 }
 
 void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
                                        void* workspace, void* stream) {
   TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cuda: no residual");
-  launch_scaler(g, residual, n, clip_factor, scaler, workspace, stream);
+  launch_scaler(g, nullptr, 0.f, residual, n, clip_factor, scaler, workspace, stream);
+}
+
+void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
+                                   float clip_factor, float* scaler, void* workspace, void* stream) {
+  launch_scaler(g, decayed, decay, residual, n, clip_factor, scaler, workspace, stream);
 }
 
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,

@@ -531,6 +531,43 @@ TEST(CodecOpsCpu, BadResidualsAreErrors) {
   }
 }
 
+// The backend op with a decayed parameter (weight decay) against its definition: g + decay * w (the product
+// rounded first, as axpy), + r when given, and the scaler of that; guard bytes intact; bad parameters and decays
+// are one-line errors.
+TEST(CodecOpsCpu, WeightDecayInTheScalersPass) {
+  const float decay = 4e-4f;
+  for (int64_t n : kSizes) {
+    for (bool residual : {false, true}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " residual=" + std::to_string(residual));
+      std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 19), w = normal(n, static_cast<uint32_t>(n) + 20, 0.1f),
+                         r = normal(n, static_cast<uint32_t>(n) + 21, 3e-4f);
+      for (int64_t i = 0; i < n; i += 7) g[i] = -0.f, w[i] = -0.f;
+      std::vector<float> want(g);
+      for (int64_t i = 0; i < n; ++i) want[i] = want[i] + decay * w[i];
+      if (residual)
+        for (int64_t i = 0; i < n; ++i) want[i] = want[i] + r[i];
+      Mem dg(cpu(), n, DType::kF32), dw(cpu(), n, DType::kF32), dr(cpu(), n, DType::kF32), ds(cpu(), 1, DType::kF32);
+      dg.upload(g);
+      dw.upload(w);
+      dr.upload(r);
+      cpu().ternary_scaler(dg.t(), 2.5f, ds.t(), residual ? dr.t() : Tensor(), dw.t(), decay);
+      EXPECT_TRUE(same_float(ds.download<float>()[0], ref_scaler(want, 2.5f)));
+      const std::vector<float> got = dg.download<float>();
+      ASSERT_TRUE(n == 0 || std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0) << "g + decay * w (+ r)";
+      EXPECT_EQ(dw.download<float>(), w) << "the parameter is only read";
+      EXPECT_TRUE(dg.guards_intact() && dw.guards_intact() && ds.guards_intact());
+    }
+  }
+  Mem g(cpu(), 64, DType::kF32), s(cpu(), 1, DType::kF32), w(cpu(), 64, DType::kF32), short_w(cpu(), 63, DType::kF32);
+  cpu().zero(g.t());
+  cpu().zero(w.t());
+  EXPECT_NO_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), Tensor(), w.t(), 1e-4f));
+  EXPECT_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), Tensor(), short_w.t(), 1e-4f), Error);
+  EXPECT_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), Tensor(), g.t(), 1e-4f), Error);  // the parameter is g
+  EXPECT_THROW(cpu().ternary_scaler(g.t(), 2.5f, s.t(), Tensor(), w.t(), std::numeric_limits<float>::infinity()),
+               Error);
+}
+
 TEST(CodecOpsCpu, WrongDtypesAndSizesAreErrors) {
   Mem g(cpu(), 9, DType::kF32), s(cpu(), 1, DType::kF32), p(cpu(), 3, DType::kU8), wrong(cpu(), 2, DType::kU8);
   EXPECT_NO_THROW(cpu().ternary_encode(g.t(), s.t(), philox_key(1, 0), 0, 0, p.t(), Tensor()));

@@ -93,7 +93,24 @@ struct RunOptions {
   int backend_threads = 1;
   int steps = 1;
   uint32_t first_step = 3;
+  // Weight decay (on the "weights" tensors): added to the gradients before the exchange (as backward does), or
+  // left to the exchange (GradientExchange::apply_weight_decay).
+  float weight_decay = 0.f;
+  bool decay_in_exchange = false;
 };
+
+// The parameters weight decay reads: fixed values per tensor.
+std::vector<std::vector<float>> decay_params() {
+  std::vector<std::vector<float>> p;
+  for (size_t t = 0; t < kParams.size(); ++t) {
+    p.emplace_back(kParams[t].numel);
+    for (int64_t i = 0; i < kParams[t].numel; ++i) p.back()[i] = 0.05f * grad_value(97, static_cast<int>(t), i) * 40.f;
+  }
+  return p;
+}
+float decay_of(const RunOptions& o, size_t t) {
+  return kParams[t].name.find("weights") != std::string::npos ? o.weight_decay : 0.f;
+}
 
 // Every rank's first worker's gradient after each step (the average), [rank][step][tensor][element]; stats of
 // rank 0's last step.
@@ -126,8 +143,24 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
         RankGrads g(o.workers_per_rank);
         GradientExchange ex(*be, pol, g.views(), {0}, lay.comms(r, o.flat), o.exchange);
         names[r] = ex.scheme().describe();
+        std::vector<std::vector<float>> params = decay_params();
+        if (o.weight_decay != 0.f && o.decay_in_exchange) {
+          WeightDecayTerms terms;
+          for (size_t t = 0; t < kParams.size(); ++t) {
+            const float d = decay_of(o, t);
+            terms.coefficients.push_back(d);
+            terms.params.push_back(d != 0.f ? Tensor(params[t].data(), Shape{kParams[t].numel}, DType::kF32,
+                                                     Device::cpu())
+                                            : Tensor());
+          }
+          ex.apply_weight_decay(std::move(terms));
+        }
         for (int s = 0; s < o.steps; ++s) {
           g.fill(r * o.workers_per_rank);
+          if (o.weight_decay != 0.f && !o.decay_in_exchange)  // backward's axpy
+            for (auto& worker : g.data)
+              for (size_t t = 0; t < kParams.size(); ++t)
+                for (int64_t i = 0; i < kParams[t].numel; ++i) worker[t][i] += decay_of(o, t) * params[t][i];
           ex.begin(o.first_step + s);
           for (int first = pol.num_tensors(); first >= 0; --first) {  // as backward reports them
             ex.tensors_ready(first);
@@ -296,6 +329,51 @@ TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
   }
   // Between nodes only 2-bit codes (and the fp32-kept biases) travel: far fewer bytes than inside the node.
   EXPECT_LT(full.stats[0].inter_node_bytes * 8, full.stats[0].intra_node_bytes);
+}
+
+// Weight decay applied by the TernGrad scheme in its scalers' pass (the ternary tensors fused, the fp32-kept ones
+// by axpy) gives the bits of decaying the gradients first, as backward did: both flat modes, with and without error
+// feedback and overlap, several buckets and steps. Schemes that do not apply it refuse the terms.
+TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
+  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+    for (bool feedback : {false, true})
+      for (bool overlap : {false, true}) {
+        RunOptions o;
+        o.flat = true;
+        o.clip_factor = 2.5f;
+        o.workers_per_rank = 2;
+        o.steps = 3;
+        o.exchange.mode = mode;
+        o.exchange.error_feedback = feedback;
+        o.exchange.overlap = overlap;
+        o.exchange.bucket_mb = 2.0 / 1024;
+        o.weight_decay = 5e-3f;
+        Layout l0(2, 1);
+        const RunResult before = run_layout(l0, o);
+        o.decay_in_exchange = true;
+        Layout l1(2, 1);
+        const RunResult fused = run_layout(l1, o);
+        expect_same_bits(fused, before, fmt::format("{}, feedback {}, overlap {}", enum_name(mode), feedback, overlap));
+        o.weight_decay = 0.f;
+        Layout l2(2, 1);
+        const RunResult none = run_layout(l2, o);
+        EXPECT_NE(none.out[0][2][0], fused.out[0][2][0]) << "the decay changes the average";
+      }
+  // The hierarchical and fp32 schemes leave the decay to backward.
+  for (int bits : {1, 32}) {
+    CompressionFlags flags;
+    flags.grad_bits = bits;
+    const CompressionPolicy pol(flags, kParams);
+    std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
+    RankGrads g(1);
+    ExchangeOptions xo;
+    xo.mode = bits == 1 ? ExchangeMode::kHierarchical : ExchangeMode::kAuto;
+    GradientExchange ex(*be, pol, g.views(), {0}, ExchangeComms{}, xo);
+    WeightDecayTerms terms;
+    terms.params.resize(kParams.size());
+    terms.coefficients.assign(kParams.size(), 0.f);
+    EXPECT_THROW(ex.apply_weight_decay(terms), Error) << ex.scheme_name();
+  }
 }
 
 // Error feedback against its definition: r starts at 0; each step g' = g + r, the shared scaler of g' (max over

@@ -678,6 +678,48 @@ TEST(TernaryCpu, ErrorFeedbackPassesMatchTheUnfusedDefinition) {
   }
 }
 
+// Weight decay in the scalers' pass: g = (g + decay * w) + r (residual optional) and the scaler of the new g, the
+// same bits as the axpy loop (the product rounded first), the add and ternary_scaler_cpu one after another; every
+// ISA, 1 and 2 threads, sizes with tails, signed zeros and a non-finite weight.
+TEST(TernaryCpu, WeightDecayPassMatchesTheUnfusedDefinition) {
+  constexpr float kInff = std::numeric_limits<float>::infinity();
+  for (int64_t n : {int64_t{1}, int64_t{33}, int64_t{16384 + 77}, int64_t{300007}, 8 * (int64_t{1} << 20) + 77}) {
+    std::vector<float> g = normal_gradient(n, 91 + static_cast<uint32_t>(n)), r = normal_gradient(n, 17, 4e-4f),
+                       w = normal_gradient(n, 23, 0.05f);
+    for (int64_t i = 0; i < n; i += 13) g[i] = -0.f, w[i] = -0.f, r[i] = -0.f;
+    for (bool residual : {false, true}) {
+      for (bool infinite : {false, true}) {
+        if (infinite && n < 33) continue;
+        std::vector<float> wv = w;
+        if (infinite) wv[n / 2] = kInff;
+        const float decay = 5e-4f;
+        std::vector<float> want = g;
+        for (int64_t i = 0; i < n; ++i) want[i] += decay * wv[i];  // Backend::axpy's loop
+        if (residual)
+          for (int64_t i = 0; i < n; ++i) want[i] = want[i] + r[i];
+        const float s_ref = ternary_scaler_cpu(want.data(), n, 2.5f);
+        for (CodecIsa isa : available_isas()) {
+          for (int threads : {1, 2}) {
+            ForcedIsa forced(isa);
+            ComputeThreads ct(threads);
+            SCOPED_TRACE(std::string(enum_name(isa)) + " threads=" + std::to_string(threads) + " n=" +
+                         std::to_string(n) + " residual=" + std::to_string(residual) +
+                         " infinite=" + std::to_string(infinite));
+            std::vector<float> got = g;
+            const float s = ternary_scaler_with_adds_cpu(got.data(), wv.data(), decay, residual ? r.data() : nullptr,
+                                                         n, 2.5f);
+            ASSERT_TRUE(same_bits(s, s_ref)) << s << " vs " << s_ref;
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float))) << "g + decay * w (+ r)";
+            if (infinite) {
+              EXPECT_TRUE(std::isnan(s)) << "an infinite gradient gives a NaN scaler";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 CompressionPolicy ternary_policy(const std::vector<ParamInfo>& params, bool quantize_logits = true,
                                  int64_t size_to_binarize = 1) {
   CompressionFlags f;

@@ -435,7 +435,8 @@ void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
 }
 
 namespace {
-// An error-feedback residual (when defined): f32 with g's element count, on the device, not overlapping g.
+// An error-feedback residual or a decayed parameter (when defined): f32 with g's element count, on the device, not
+// overlapping g.
 void residual_like(const Backend& be, const Tensor& g, const Tensor& r, const char* op) {
   if (!r.defined()) return;
   on_device(be, r, op, "residual");
@@ -448,11 +449,14 @@ void residual_like(const Backend& be, const Tensor& g, const Tensor& r, const ch
 }
 }  // namespace
 
-void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual) {
+void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
+                             const Tensor& decayed, float decay) {
   on_device(*this, g, "ternary_scaler", "g");
   on_device(*this, scaler, "ternary_scaler", "scaler");
   residual_like(*this, g, residual, "ternary_scaler");
-  ternary_scaler_impl(g, clip_factor, scaler, residual);
+  residual_like(*this, g, decayed, "ternary_scaler (weight decay)");
+  TG_CHECK(std::isfinite(decay), "ternary_scaler: the weight decay {} is not finite", decay);
+  ternary_scaler_impl(g, clip_factor, scaler, residual, decayed, decay);
 }
 
 void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,

@@ -239,14 +239,20 @@ struct WorkerTensors {
 }  // namespace
 
 void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
-                                  const std::vector<Tensor>* residuals) const {
+                                  const std::vector<Tensor>* residuals, const WeightDecayTerms* decay) const {
   check_range(r);
   const float c = policy_.flags().clip_factor;
+  const size_t T = static_cast<size_t>(policy_.num_tensors());
+  TG_CHECK(!decay || (decay->params.size() == T && decay->coefficients.size() == T),
+           "gradient codec: weight decay for {} / {} tensors, the policy has {}", decay ? decay->params.size() : 0,
+           decay ? decay->coefficients.size() : 0, T);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::kTernary)
-      be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"),
-                        residuals ? (*residuals)[i] : Tensor());
+    if (t.coding != GradCoding::kTernary) continue;
+    const bool decayed = decay && decay->coefficients[i] != 0.f;
+    be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"),
+                      residuals ? (*residuals)[i] : Tensor(), decayed ? decay->params[i] : Tensor(),
+                      decayed ? decay->coefficients[i] : 0.f);
   }
 }
 

@@ -277,6 +277,30 @@ ExchangeStats GradientExchange::finish() {
   return st;
 }
 
+void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
+  TG_CHECK(scheme_->applies_weight_decay(), "gradient exchange: the {} scheme does not apply weight decay",
+           scheme_->name());
+  TG_CHECK(!in_step_, "gradient exchange: apply_weight_decay() inside a step");
+  const size_t T = static_cast<size_t>(codec_.policy().num_tensors());
+  TG_CHECK(terms.params.size() == T && terms.coefficients.size() == T,
+           "gradient exchange: weight decay for {} / {} tensors, the policy has {}", terms.params.size(),
+           terms.coefficients.size(), T);
+  for (size_t i = 0; i < T; ++i) {
+    if (terms.coefficients[i] == 0.f) continue;
+    TG_CHECK(std::isfinite(terms.coefficients[i]) && terms.coefficients[i] > 0.f,
+             "gradient exchange: weight decay {} of tensor '{}' is not a positive number", terms.coefficients[i],
+             codec_.policy().tensors()[i].name);
+    const Tensor& p = terms.params[i];
+    TG_CHECK(p.defined() && p.dtype() == DType::kF32 && p.numel() == ctx_.grads[0][i].numel() &&
+                 p.device() == be_.device(),
+             "gradient exchange: the decayed parameter of tensor '{}' is {}, its gradient {}",
+             codec_.policy().tensors()[i].name, p.defined() ? p.str() : std::string("undefined"),
+             ctx_.grads[0][i].str());
+  }
+  weight_decay_ = std::move(terms);
+  ctx_.weight_decay = &weight_decay_;
+}
+
 ExchangeStats GradientExchange::run(uint32_t step) {
   begin(step);
   tensors_ready(0);

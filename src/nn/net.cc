@@ -269,7 +269,8 @@ void Net::bind(ParameterStore& store) {
       node.io.params.push_back(half >= 0 ? half_params_.view(half) : v);
       if (p.weight_decay > 0.f) {
         node.decayed.push_back(static_cast<int>(decayed_.size()));
-        decayed_.push_back({v, grads_.view(p.name), p.weight_decay});
+        decayed_.push_back(
+            {v, grads_.view(p.name), p.weight_decay, node.first_param + static_cast<int>(node.io.params.size()) - 1});
         decayed_params_.push_back(v);
         decay_weights_.push_back(0.5f * p.weight_decay);
       }
@@ -371,9 +372,26 @@ void Net::backward(GradientListener* listener, float loss_scale) {
         be.unscale_and_check(node.io.dparams[p], 1.f / loss_scale, grads_.view(node.first_param + static_cast<int>(p)),
                              found);
     // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now
-    for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
+    if (backward_decays_)
+      for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
     if (listener) listener->gradients_ready(node.first_param);
   }
+}
+
+WeightDecayTerms Net::weight_decay_terms() const {
+  TG_CHECK(store_ != nullptr, "weight_decay_terms() needs bind() first");
+  WeightDecayTerms t;
+  const size_t n = static_cast<size_t>(grads_.size());
+  t.params.resize(n);
+  t.coefficients.assign(n, 0.f);
+  for (const Decayed& d : decayed_) {
+    TG_CHECK(d.index >= 0 && static_cast<size_t>(d.index) < n &&
+                 static_cast<const char*>(grads_.data()) + grads_.entry(d.index).offset == d.grad.raw(),
+             "net: weight-decayed parameter {} is not gradient {} of {}", d.index, d.index, n);
+    t.params[static_cast<size_t>(d.index)] = d.param;
+    t.coefficients[static_cast<size_t>(d.index)] = d.weight_decay;
+  }
+  return t;
 }
 
 bool Net::overflowed() const {

@@ -220,8 +220,10 @@ class Backend {
   // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
   // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0.
   // With a residual (f32 like g, other memory; error feedback): g += residual first, in the same pass (the same
-  // bits as axpy(1, residual, g) and then the scaler).
-  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual = Tensor());
+  // bits as axpy(1, residual, g) and then the scaler). With `decayed` (f32 like g, other memory: the parameter;
+  // weight decay): g += decay * decayed before that, in the same pass (the same bits as axpy(decay, decayed, g)).
+  void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual = Tensor(),
+                      const Tensor& decayed = Tensor(), float decay = 0.f);
   // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
   // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.

@@ -32,6 +32,10 @@ void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* sc
 // (bit-identical to ternary_scaler_with_residual_cpu).
 void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
                                        void* workspace, void* stream);
+// Weight decay and error feedback in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i] (a null term
+// left out), then ternary_scaler_cuda of the new g (bit-identical to ternary_scaler_with_adds_cpu).
+void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
+                                   float clip_factor, float* scaler, void* workspace, void* stream);
 
 // packed (ceil(n/4) bytes, device) = codes of g drawn with *scaler (device), key and counter (step, tensor)
 // (ternarize_one: 16-bit uniforms, 8 elements per Philox block): bit-identical to ternary_encode_cpu.

@@ -32,6 +32,7 @@
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/tensor.h"
+#include "terngrad/core/weight_decay.h"
 
 namespace tg {
 
@@ -110,9 +111,10 @@ class GradientCodec {
   // not an error). Zero codes are i32 (the host form's are int64). Nothing synchronizes or allocates.
   // residuals (error feedback; null: none): per policy tensor the worker's residual (defined for the ternary
   // ones), added to grads in the scalers' pass (Backend::ternary_scaler) and rewritten by the encode's
-  // (TernaryEncodeItem::residual).
+  // (TernaryEncodeItem::residual). decay (null: none): weight decay added to the ternary tensors' grads in the
+  // same pass, before the residual (the other tensors' decay is the caller's: Backend::axpy).
   void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
-                     const std::vector<Tensor>* residuals = nullptr) const;
+                     const std::vector<Tensor>* residuals = nullptr, const WeightDecayTerms* decay = nullptr) const;
   // The local part of sharing: shared's scalers of r = the max over the local workers' scaler vectors
   // (worker_scalers: one f32 (num_ternary) each, from local_scalers), a non-finite scaler counting as +Inf so
   // that the all-reduce MAX that follows carries it to every worker (Backend::max_scalers).

@@ -64,6 +64,10 @@ class GradientExchange {
   ExchangeStats finish();
   // begin + tensors_ready(0) + finish.
   ExchangeStats run(uint32_t step);
+  // Before the first step: the scheme adds the weight decay (g += coefficient * param, per policy tensor) to every
+  // local worker's gradients in its first stage, fused into its first pass over them; the caller's backward must
+  // then leave it out (Net::set_backward_applies_weight_decay). Refused unless scheme().applies_weight_decay().
+  void apply_weight_decay(WeightDecayTerms terms);
 
   const GradientScheme& scheme() const { return *scheme_; }
   GradientScheme& scheme() { return *scheme_; }
@@ -122,6 +126,7 @@ class GradientExchange {
   uint64_t wire_before_[3] = {0, 0, 0};
   std::vector<float> host_scalers_;
   std::vector<int64_t> host_zero_codes_;
+  WeightDecayTerms weight_decay_;  // apply_weight_decay's (SchemeContext::weight_decay points here)
 };
 
 }  // namespace tg

@@ -72,6 +72,9 @@ struct SchemeContext {
   int num_workers = 1;    // N: workers of every replica of every process
   int first_worker = 0;   // global index of local worker 0 (worker l is first_worker + l)
   ExchangeOptions options;
+  // Weight decay the scheme applies to every local worker's gradients in its first stage, instead of backward
+  // (GradientExchange::apply_weight_decay; only schemes whose applies_weight_decay() is true); null: none.
+  const WeightDecayTerms* weight_decay = nullptr;
   // The average lands in the first target's gradients; the other targets get a copy of tensors [r.begin, r.end).
   void copy_to_other_targets(TensorRange r) const;
 };
@@ -95,6 +98,9 @@ class GradientScheme {
   virtual void run_stage(int stage, int bucket) = 0;
   // The byte model of one step (fixed by the policy and the groups); process_* figures are left 0.
   virtual ExchangeStats byte_model() const = 0;
+  // Whether the scheme can apply the weight decay itself (SchemeContext::weight_decay), fused into a pass it makes
+  // over the gradients anyway, so backward need not make one.
+  virtual bool applies_weight_decay() const { return false; }
 
   // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
   // the device; nullptr when it has none.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "terngrad/core/slab.h"
+#include "terngrad/core/weight_decay.h"
 #include "terngrad/nn/layer.h"
 
 namespace tg {
@@ -59,7 +60,8 @@ class GradientListener {
  public:
   virtual ~GradientListener() = default;
   // Called after every layer's backward: parameters [first, num_params) hold their final gradient, weight
-  // decay included (backward runs from the last layer down, and parameters are numbered in layer order).
+  // decay included unless the net leaves it to the listener (Net::set_backward_applies_weight_decay; backward
+  // runs from the last layer down, and parameters are numbered in layer order).
   virtual void gradients_ready(int first) = 0;
 };
 
@@ -117,6 +119,11 @@ class Net {
   // A listener hears, layer by layer, which gradients are final. loss_scale (fp16's dynamic loss scaling)
   // multiplies the loss before the backward; the fp32 gradients in grads() are divided by it again.
   void backward(GradientListener* listener = nullptr, float loss_scale = 1.f);
+  // Weight decay: per parameter (layer order) its coefficient and the parameter (bind() first); backward adds
+  // coefficient * parameter to the gradient (d(wd |w|^2 / 2)/dw) unless told not to: whoever takes that over
+  // (GradientExchange::apply_weight_decay, fused into its pass over the gradients) gets the terms here.
+  WeightDecayTerms weight_decay_terms() const;
+  void set_backward_applies_weight_decay(bool on) { backward_decays_ = on; }
   // Whether the last backward's parameter gradients held an Inf or NaN (after unscaling; reads the device
   // flag, so it synchronizes). Always false in f32 compute without a loss scale (nothing is checked then).
   bool overflowed() const;
@@ -205,8 +212,10 @@ class Net {
   struct Decayed {                                // a parameter with weight decay, as this net declared it
     Tensor param, grad;
     float weight_decay;
+    int index;  // the parameter's index (layer order)
   };
   std::vector<Decayed> decayed_;  // filled by bind()
+  bool backward_decays_ = true;   // set_backward_applies_weight_decay
   // The step's losses: losses_ (f32 (3) on the device: cross-entropy, weighted aux sum, regularization), their
   // staging copy on the host, the download's ticket and the step they belong to; the tables reduce_into reads.
   Slab losses_;

@@ -36,12 +36,19 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }
 }  // namespace
 
-void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual) {
+void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
+                                     const Tensor& decayed, float decay) {
   cc::dtype(g, DType::kF32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");
   on_host(scaler, "ternary_scaler", "scaler");
-  if (residual) {
+  if (decayed) {
+    on_host(decayed, "ternary_scaler", "decayed");
+    if (residual) on_host(residual, "ternary_scaler", "residual");
+    *scaler.data<float>() = ternary_scaler_with_adds_cpu(g.data<float>(), decayed.data<float>(), decay,
+                                                         residual ? residual.data<float>() : nullptr, g.numel(),
+                                                         clip_factor);
+  } else if (residual) {
     on_host(residual, "ternary_scaler", "residual");
     *scaler.data<float>() =
         ternary_scaler_with_residual_cpu(g.data<float>(), residual.data<float>(), g.numel(), clip_factor);

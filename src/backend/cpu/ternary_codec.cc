@@ -113,9 +113,17 @@ struct StatsPartial {
                          // order is the float order, and every NaN (exponent all ones, mantissa != 0) is above +Inf
 };
 
-// kAdd (error feedback): g += r first, element by element, stored back to g; the statistics are the new g's.
-template <typename V, bool kAdd>
-TG_ALWAYS_INLINE StatsPartial stats_body(float* g, const float* r, int64_t n) {
+// Adds before the statistics, element by element, stored back to g: kDecay (weight decay) g += decay * w (the
+// product rounded first, as axpy), then kResidual (error feedback) g += r; the statistics are the new g's.
+struct StatsAdds {
+  const float* w = nullptr;  // kDecay
+  float decay = 0.f;
+  const float* r = nullptr;  // kResidual
+};
+template <typename V, bool kDecay, bool kResidual>
+TG_ALWAYS_INLINE StatsPartial stats_body(float* g, StatsAdds a, int64_t n) {
+  constexpr bool kAdd = kDecay || kResidual;
+  const float* const r = a.r;
   typedef typename V::f64 D;
   typedef typename V::f32h F;
   typedef typename V::i32h I;
@@ -128,12 +136,17 @@ TG_ALWAYS_INLINE StatsPartial stats_body(float* g, const float* r, int64_t n) {
       F x;
       I bits;
       std::memcpy(&x, g + i + kWidth * v, sizeof x);
-      if (kAdd) {
+      if (kDecay) {
+        F y;
+        std::memcpy(&y, a.w + i + kWidth * v, sizeof y);
+        x += y * a.decay;
+      }
+      if (kResidual) {
         F y;
         std::memcpy(&y, r + i + kWidth * v, sizeof y);
         x += y;
-        std::memcpy(g + i + kWidth * v, &x, sizeof x);
       }
+      if (kAdd) std::memcpy(g + i + kWidth * v, &x, sizeof x);
       std::memcpy(&bits, &x, sizeof bits);
       const D d = __builtin_convertvector(x, D);
       s[v] += d;
@@ -148,7 +161,8 @@ TG_ALWAYS_INLINE StatsPartial stats_body(float* g, const float* r, int64_t n) {
   std::memcpy(lq, q, sizeof lq);
   std::memcpy(lm, m, sizeof lm);
   for (int l = 0; i < n; ++i, ++l) {  // the last n % 32 elements, lane by lane as above
-    if (kAdd) g[i] = g[i] + r[i];
+    if (kDecay) g[i] = g[i] + a.decay * a.w[i];
+    if (kResidual) g[i] = g[i] + r[i];
     int32_t bits;
     std::memcpy(&bits, g + i, sizeof bits);
     const double d = g[i];
@@ -170,30 +184,37 @@ TG_ALWAYS_INLINE StatsPartial stats_body(float* g, const float* r, int64_t n) {
   return p;
 }
 
-using StatsFn = StatsPartial (*)(float*, const float*, int64_t);
-template <bool kAdd>
-StatsPartial stats_generic(float* g, const float* r, int64_t n) {
-  return stats_body<Vec16, kAdd>(g, r, n);
+using StatsFn = StatsPartial (*)(float*, StatsAdds, int64_t);
+template <bool kDecay, bool kResidual>
+StatsPartial stats_generic(float* g, StatsAdds a, int64_t n) {
+  return stats_body<Vec16, kDecay, kResidual>(g, a, n);
 }
 #if TG_CODEC_X86
-template <bool kAdd>
-TG_TARGET_AVX2 StatsPartial stats_avx2(float* g, const float* r, int64_t n) {
-  return stats_body<Vec32, kAdd>(g, r, n);
+template <bool kDecay, bool kResidual>
+TG_TARGET_AVX2 StatsPartial stats_avx2(float* g, StatsAdds a, int64_t n) {
+  return stats_body<Vec32, kDecay, kResidual>(g, a, n);
 }
-template <bool kAdd>
-TG_TARGET_AVX512 StatsPartial stats_avx512(float* g, const float* r, int64_t n) {
-  return stats_body<Vec64, kAdd>(g, r, n);
+template <bool kDecay, bool kResidual>
+TG_TARGET_AVX512 StatsPartial stats_avx512(float* g, StatsAdds a, int64_t n) {
+  return stats_body<Vec64, kDecay, kResidual>(g, a, n);
 }
 #endif
 
-template <bool kAdd>
+template <bool kDecay, bool kResidual>
 StatsFn stats_fn(CodecIsa isa) {
 #if TG_CODEC_X86
-  if (isa == CodecIsa::kAvx512) return stats_avx512<kAdd>;
-  if (isa == CodecIsa::kAvx2) return stats_avx2<kAdd>;
+  if (isa == CodecIsa::kAvx512) return stats_avx512<kDecay, kResidual>;
+  if (isa == CodecIsa::kAvx2) return stats_avx2<kDecay, kResidual>;
 #endif
   (void)isa;
-  return stats_generic<kAdd>;
+  return stats_generic<kDecay, kResidual>;
+}
+
+StatsFn stats_fn(CodecIsa isa, const StatsAdds& a) {
+  if (a.w && a.r) return stats_fn<true, true>(isa);
+  if (a.w) return stats_fn<true, false>(isa);
+  if (a.r) return stats_fn<false, true>(isa);
+  return stats_fn<false, false>(isa);
 }
 
 // ---- encode -------------------------------------------------------------------------------------------------
@@ -674,17 +695,19 @@ CodecIsa set_ternary_codec_isa(CodecIsa isa) {
 }
 
 namespace {
-// The statistics of g, after g += r when r is given (the same pass).
-TensorStats tensor_stats(float* g, const float* r, int64_t n) {
+// The statistics of g, after the adds that are given (the same pass).
+TensorStats tensor_stats(float* g, StatsAdds a, int64_t n) {
   TensorStats st;
   if (n <= 0) return st;
   const int64_t chunk = ternary_stats_chunk(n);
-  const StatsFn fn = r ? stats_fn<true>(active_isa()) : stats_fn<false>(active_isa());
+  const StatsFn fn = stats_fn(active_isa(), a);
   // Per calling thread (a replica's thread): no allocation in a step, no 48 KiB on the stack.
   thread_local StatsPartial partials[kStatsMaxChunks];
   StatsPartial* const partial = partials;  // this thread's array (the team's threads must not see their own)
-  parallel_chunks(n, chunk,
-                  [&](int64_t k, int64_t b, int64_t e) { partial[k] = fn(g + b, r ? r + b : nullptr, e - b); });
+  parallel_chunks(n, chunk, [&](int64_t k, int64_t b, int64_t e) {
+    const StatsAdds at{a.w ? a.w + b : nullptr, a.decay, a.r ? a.r + b : nullptr};
+    partial[k] = fn(g + b, at, e - b);
+  });
   const int chunks = ternary_stats_chunks(n), span = ternary_stats_span(chunks);
   for (int k = chunks; k < span; ++k) partial[k] = StatsPartial{};
   for (int w = span / 2; w >= 1; w /= 2)  // pairwise, as the lanes (ternary_math.h)
@@ -703,7 +726,7 @@ TensorStats tensor_stats(float* g, const float* r, int64_t n) {
 }  // namespace
 
 TensorStats tensor_stats_cpu(const float* g, int64_t n) {
-  return tensor_stats(const_cast<float*>(g), nullptr, n);  // read only: nothing is added
+  return tensor_stats(const_cast<float*>(g), StatsAdds{}, n);  // read only: nothing is added
 }
 
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
@@ -715,7 +738,14 @@ float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
 float ternary_scaler_with_residual_cpu(float* g, const float* residual, int64_t n, float clip_factor) {
   if (n <= 0) return 0.f;
   TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cpu: no residual");
-  const TensorStats st = tensor_stats(g, residual, n);
+  const TensorStats st = tensor_stats(g, StatsAdds{nullptr, 0.f, residual}, n);
+  return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
+}
+
+float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
+                                   float clip_factor) {
+  if (n <= 0) return 0.f;
+  const TensorStats st = tensor_stats(g, StatsAdds{decayed, decay, residual}, n);
   return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
 }
 

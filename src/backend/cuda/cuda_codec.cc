@@ -32,14 +32,20 @@ void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Te
 }
 }  // namespace
 
-void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler,
-                                      const Tensor& residual) {
+void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
+                                      const Tensor& decayed, float decay) {
   const char* op = "ternary_scaler";
   cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
-  if (residual) {
+  if (decayed) {
+    check_on_device(decayed, op, "decayed");
+    if (residual) check_on_device(residual, op, "residual");
+    ternary_scaler_with_adds_cuda(g.data<float>(), decayed.data<float>(), decay,
+                                  residual ? residual.data<float>() : nullptr, g.numel(), clip_factor,
+                                  scaler.data<float>(), ws, stream_);
+  } else if (residual) {
     check_on_device(residual, op, "residual");
     ternary_scaler_with_residual_cuda(g.data<float>(), residual.data<float>(), g.numel(), clip_factor,
                                       scaler.data<float>(), ws, stream_);

@@ -95,12 +95,20 @@ void TernGradScheme::run_stage(int stage, int bucket) {
   }
 }
 
+// With weight decay to apply (apply_weight_decay): the ternary tensors' in the scalers' pass (one read of g fewer
+// than backward's axpy and then the scalers), the fp32-coded ones' by axpy.
 void TernGradScheme::scalers(Bucket& b) {
-  if (b.layout.num_scalers() == 0) return;
   Backend& be = *ctx_.backend;
+  if (const WeightDecayTerms* d = ctx_.weight_decay) {
+    const CompressionPolicy& p = ctx_.codec->policy();
+    for (int i = b.range.begin; i < b.range.end; ++i)
+      if (p.tensors()[i].coding != GradCoding::kTernary && d->coefficients[i] != 0.f)
+        for (int w = 0; w < ctx_.local_workers; ++w) be.axpy(d->coefficients[i], d->params[i], ctx_.grads[w][i]);
+  }
+  if (b.layout.num_scalers() == 0) return;
   for (int w = 0; w < ctx_.local_workers; ++w)
     ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w],
-                              feedback_ ? feedback_->residuals(w) : nullptr);
+                              feedback_ ? feedback_->residuals(w) : nullptr, ctx_.weight_decay);
   // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and all
   // of them stop with the same error (none is left waiting in the next collective).
   ctx_.codec->max_local_scalers(be, local_scaler_rows_, b.range, shared_scalers_);

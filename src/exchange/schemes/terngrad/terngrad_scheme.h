@@ -33,6 +33,7 @@ class TernGradScheme final : public GradientScheme {
   void plan(const std::vector<TensorRange>& buckets) override;
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
+  bool applies_weight_decay() const override { return true; }  // in the scalers' pass
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
   Tensor shared_scalers() const override { return shared_scalers_; }
   Tensor zero_codes() const override { return zero_codes_; }
