@@ -19,6 +19,9 @@
 //   total_ops       the same three through the CPU backend's codec ops (Backend::ternary_scaler, ternary_encode,
 //                   ternary_decode_gathered over Tensor views, the scaler an f32 (1) tensor): what GradientCodec's
 //                   device form costs on the CPU; the difference to total is the ops' checks and views
+//   decay_scalers   weight decay then the scalers, as before TernGrad fused them: backward's loop g += wd * w
+//                   (Backend::axpy's) and ternary_scaler_cpu (the gradient is `out`, the parameter `g`)
+//   decay_fused     the same in one pass: ternary_scaler_with_adds_cpu (TernGrad's scalers stage)
 // The gradient is one tensor of n normal(0, 1e-3) values (the exchange encodes a fused gradient tensor by
 // tensor; one large tensor is the best case for threading, the per-tensor calls add a little). Every buffer
 // is 64-byte aligned, as the trainer's slabs, and allocated and first-touched before timing. After the run a table
@@ -89,7 +92,7 @@ Gradient& gradient(int64_t n) {
   return *p;
 }
 
-enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total, TotalOps };
+enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total, TotalOps, DecayScalers, DecayFused };
 const char* op_name(Op op) {
   switch (op) {
     case Op::Memcpy:
@@ -106,10 +109,16 @@ const char* op_name(Op op) {
       return "total";
     case Op::TotalOps:
       return "total_ops";
+    case Op::DecayScalers:
+      return "decay_scalers";
+    case Op::DecayFused:
+      return "decay_fused";
   }
   return "?";
 }
-constexpr Op kOps[] = {Op::Memcpy, Op::Scalers, Op::Encode, Op::ScalersEncode, Op::Decode, Op::Total, Op::TotalOps};
+constexpr Op kOps[] = {Op::Memcpy, Op::Scalers,  Op::Encode,       Op::ScalersEncode, Op::Decode,
+                       Op::Total,  Op::TotalOps, Op::DecayScalers, Op::DecayFused};
+constexpr float kWeightDecay = 5e-4f;
 
 // One CPU backend per thread count, created before timing.
 Backend& cpu_backend(int threads) {
@@ -162,6 +171,18 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
         be.ternary_encode(tgrad, tscaler, key, step, 0, tpacked.slice0(0, d.nbytes), Tensor());
         be.ternary_decode_gathered(tpacked, d.nbytes, 2, tscaler, tout);
         s = scaler;
+        break;
+      case Op::DecayScalers: {
+        float* out = d.out.data();
+        const float* w = d.g.data();
+        parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) out[i] += kWeightDecay * w[i];
+        });
+        s = ternary_scaler_cpu(out, n, kClipFactor);
+        break;
+      }
+      case Op::DecayFused:
+        s = ternary_scaler_with_adds_cpu(d.out.data(), d.g.data(), kWeightDecay, nullptr, n, kClipFactor);
         break;
     }
     benchmark::DoNotOptimize(s);

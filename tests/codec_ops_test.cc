@@ -539,7 +539,8 @@ TEST(CodecOpsCpu, WeightDecayInTheScalersPass) {
   for (int64_t n : kSizes) {
     for (bool residual : {false, true}) {
       SCOPED_TRACE("n=" + std::to_string(n) + " residual=" + std::to_string(residual));
-      std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 19), w = normal(n, static_cast<uint32_t>(n) + 20, 0.1f),
+      std::vector<float> g = normal(n, static_cast<uint32_t>(n) + 19),
+                         w = normal(n, static_cast<uint32_t>(n) + 20, 0.1f),
                          r = normal(n, static_cast<uint32_t>(n) + 21, 3e-4f);
       for (int64_t i = 0; i < n; i += 7) g[i] = -0.f, w[i] = -0.f;
       std::vector<float> want(g);
@@ -1001,6 +1002,19 @@ TEST(CodecOpsCuda, ErrorFeedbackPassesMatchCpuBitForBit) {
     expect_same_floats(a[1], b[1], "scaler");
     ASSERT_EQ(a[2], b[2]) << "codes";
     expect_same_floats(a[3], b[3], "residuals");
+    // Weight decay in the same pass (with and without the residual): g + decay * w (+ r) and its scaler.
+    const std::vector<float> w = normal(n, 8, 0.1f);
+    for (bool residual : {false, true}) {
+      on_both(
+          {{g.data(), G}, {r.data(), G}, {w.data(), G}}, {G, {1, DType::kF32}},
+          [&](Backend& be, std::vector<Tensor>& t) {
+            be.copy(t[3], t[0]);
+            be.ternary_scaler(t[3], 2.5f, t[4], residual ? t[1] : Tensor(), t[2], 5e-4f);
+          },
+          &a, &b);
+      expect_same_floats(a[0], b[0], residual ? "g + decay * w + r" : "g + decay * w");
+      expect_same_floats(a[1], b[1], "scaler with weight decay");
+    }
   }
   const EncodeTable table;
   const std::vector<float> g = normal(table.total, 34);

@@ -149,9 +149,8 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
           for (size_t t = 0; t < kParams.size(); ++t) {
             const float d = decay_of(o, t);
             terms.coefficients.push_back(d);
-            terms.params.push_back(d != 0.f ? Tensor(params[t].data(), Shape{kParams[t].numel}, DType::kF32,
-                                                     Device::cpu())
-                                            : Tensor());
+            terms.params.push_back(
+                d != 0.f ? Tensor(params[t].data(), Shape{kParams[t].numel}, DType::kF32, Device::cpu()) : Tensor());
           }
           ex.apply_weight_decay(std::move(terms));
         }

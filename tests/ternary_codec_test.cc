@@ -702,12 +702,12 @@ TEST(TernaryCpu, WeightDecayPassMatchesTheUnfusedDefinition) {
           for (int threads : {1, 2}) {
             ForcedIsa forced(isa);
             ComputeThreads ct(threads);
-            SCOPED_TRACE(std::string(enum_name(isa)) + " threads=" + std::to_string(threads) + " n=" +
-                         std::to_string(n) + " residual=" + std::to_string(residual) +
+            SCOPED_TRACE(std::string(enum_name(isa)) + " threads=" + std::to_string(threads) +
+                         " n=" + std::to_string(n) + " residual=" + std::to_string(residual) +
                          " infinite=" + std::to_string(infinite));
             std::vector<float> got = g;
-            const float s = ternary_scaler_with_adds_cpu(got.data(), wv.data(), decay, residual ? r.data() : nullptr,
-                                                         n, 2.5f);
+            const float s =
+                ternary_scaler_with_adds_cpu(got.data(), wv.data(), decay, residual ? r.data() : nullptr, n, 2.5f);
             ASSERT_TRUE(same_bits(s, s_ref)) << s << " vs " << s_ref;
             ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float))) << "g + decay * w (+ r)";
             if (infinite) {

@@ -291,11 +291,10 @@ void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
              "gradient exchange: weight decay {} of tensor '{}' is not a positive number", terms.coefficients[i],
              codec_.policy().tensors()[i].name);
     const Tensor& p = terms.params[i];
-    TG_CHECK(p.defined() && p.dtype() == DType::kF32 && p.numel() == ctx_.grads[0][i].numel() &&
-                 p.device() == be_.device(),
-             "gradient exchange: the decayed parameter of tensor '{}' is {}, its gradient {}",
-             codec_.policy().tensors()[i].name, p.defined() ? p.str() : std::string("undefined"),
-             ctx_.grads[0][i].str());
+    TG_CHECK(
+        p.defined() && p.dtype() == DType::kF32 && p.numel() == ctx_.grads[0][i].numel() && p.device() == be_.device(),
+        "gradient exchange: the decayed parameter of tensor '{}' is {}, its gradient {}",
+        codec_.policy().tensors()[i].name, p.defined() ? p.str() : std::string("undefined"), ctx_.grads[0][i].str());
   }
   weight_decay_ = std::move(terms);
   ctx_.weight_decay = &weight_decay_;

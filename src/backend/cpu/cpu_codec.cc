@@ -45,9 +45,9 @@ void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const T
   if (decayed) {
     on_host(decayed, "ternary_scaler", "decayed");
     if (residual) on_host(residual, "ternary_scaler", "residual");
-    *scaler.data<float>() = ternary_scaler_with_adds_cpu(g.data<float>(), decayed.data<float>(), decay,
-                                                         residual ? residual.data<float>() : nullptr, g.numel(),
-                                                         clip_factor);
+    *scaler.data<float>() =
+        ternary_scaler_with_adds_cpu(g.data<float>(), decayed.data<float>(), decay,
+                                     residual ? residual.data<float>() : nullptr, g.numel(), clip_factor);
   } else if (residual) {
     on_host(residual, "ternary_scaler", "residual");
     *scaler.data<float>() =
