@@ -330,9 +330,10 @@ TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
   EXPECT_LT(full.stats[0].inter_node_bytes * 8, full.stats[0].intra_node_bytes);
 }
 
-// Weight decay applied by the TernGrad scheme in its scalers' pass (the ternary tensors fused, the fp32-kept ones
-// by axpy) gives the bits of decaying the gradients first, as backward did: both flat modes, with and without error
-// feedback and overlap, several buckets and steps. Schemes that do not apply it refuse the terms.
+// Weight decay applied by the TernGrad and hierarchical schemes in their scalers' pass (the ternary tensors fused,
+// the fp32-kept ones by axpy) gives the bits of decaying the gradients first, as backward did: both flat modes, with
+// and without error feedback and overlap, several buckets and steps; the hierarchical scheme on 2 nodes and on one.
+// Schemes that do not apply it refuse the terms.
 TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
   for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
     for (bool feedback : {false, true})
@@ -358,21 +359,33 @@ TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
         const RunResult none = run_layout(l2, o);
         EXPECT_NE(none.out[0][2][0], fused.out[0][2][0]) << "the decay changes the average";
       }
-  // The hierarchical and fp32 schemes leave the decay to backward.
-  for (int bits : {1, 32}) {
-    CompressionFlags flags;
-    flags.grad_bits = bits;
-    const CompressionPolicy pol(flags, kParams);
-    std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
-    RankGrads g(1);
-    ExchangeOptions xo;
-    xo.mode = bits == 1 ? ExchangeMode::kHierarchical : ExchangeMode::kAuto;
-    GradientExchange ex(*be, pol, g.views(), {0}, ExchangeComms{}, xo);
-    WeightDecayTerms terms;
-    terms.params.resize(kParams.size());
-    terms.coefficients.assign(kParams.size(), 0.f);
-    EXPECT_THROW(ex.apply_weight_decay(terms), Error) << ex.scheme_name();
-  }
+  // The hierarchical scheme likewise (2 nodes x 2 ranks: fused; one node of 4: nothing ternary, all by axpy).
+  for (int nodes : {2, 1})
+    for (bool overlap : {false, true}) {
+      RunOptions o;
+      o.exchange.mode = ExchangeMode::kHierarchical;
+      o.clip_factor = 2.5f;
+      o.steps = 2;
+      o.exchange.overlap = overlap;
+      o.exchange.bucket_mb = 2.0 / 1024;
+      o.weight_decay = 5e-3f;
+      Layout l0(nodes, 4 / nodes);
+      const RunResult before = run_layout(l0, o);
+      o.decay_in_exchange = true;
+      Layout l1(nodes, 4 / nodes);
+      expect_same_bits(run_layout(l1, o), before, fmt::format("hierarchical, {} nodes, overlap {}", nodes, overlap));
+    }
+  // The fp32 scheme leaves the decay to backward.
+  CompressionFlags flags;
+  flags.grad_bits = 32;
+  const CompressionPolicy pol(flags, kParams);
+  std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
+  RankGrads g(1);
+  GradientExchange ex(*be, pol, g.views(), {0}, ExchangeComms{}, ExchangeOptions{});
+  WeightDecayTerms terms;
+  terms.params.resize(kParams.size());
+  terms.coefficients.assign(kParams.size(), 0.f);
+  EXPECT_THROW(ex.apply_weight_decay(terms), Error) << ex.scheme_name();
 }
 
 // Error feedback against its definition: r starts at 0; each step g' = g + r, the shared scaler of g' (max over

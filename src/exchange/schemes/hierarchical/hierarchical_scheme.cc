@@ -178,11 +178,22 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
   }
 }
 
+// With weight decay to apply (apply_weight_decay): the ternary tensors' in the scalers' pass, the others' (and all
+// of them on one node, where nothing is ternarized) by axpy.
 void HierarchicalScheme::scalers(Bucket& b) {
   const RangeLayout l = ctx_.codec->layout(b.range);
-  if (l.num_scalers() == 0 || !ctx_.comms.cross) return;  // one node: nothing is ternarized
+  const bool ternary = l.num_scalers() > 0 && ctx_.comms.cross;  // one node: nothing is ternarized
+  if (const WeightDecayTerms* d = ctx_.weight_decay) {
+    const CompressionPolicy& p = ctx_.codec->policy();
+    for (int i = b.range.begin; i < b.range.end; ++i)
+      if (d->coefficients[i] != 0.f && !(ternary && p.tensors()[i].coding == GradCoding::kTernary))
+        for (int w = 0; w < ctx_.local_workers; ++w)
+          ctx_.backend->axpy(d->coefficients[i], d->params[i], ctx_.grads[w][i]);
+  }
+  if (!ternary) return;
   for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w]);
+    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w], nullptr,
+                              ctx_.weight_decay);
   ctx_.codec->max_local_scalers(*ctx_.backend, local_scaler_rows_, b.range, shared_scalers_);
 }
 

@@ -41,6 +41,7 @@ class HierarchicalScheme final : public GradientScheme {
   void plan(const std::vector<TensorRange>& buckets) override;
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
+  bool applies_weight_decay() const override { return true; }  // in the scalers' pass
   Tensor shared_scalers() const override { return shared_scalers_; }
   Tensor nonfinite_flag() const override { return nonfinite_; }
   std::string describe() const override;
