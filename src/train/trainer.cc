@@ -207,7 +207,8 @@ void Trainer::Impl::build_exchanges() {
                                                     xo, timeline.get());
     r.overlap = r.exchange->overlapped();
     // The ternary schemes add the weight decay in their scalers' pass, which reads every gradient anyway:
-    // backward's axpy and its pass go. f32 steps only (a loss-scaled step's gradients are checked for overflow before the exchange).
+    // backward's axpy and its pass go. f32 steps only (a loss-scaled step's gradients are checked for overflow before
+    // the exchange).
     if (r.exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
       r.exchange->apply_weight_decay(workers[r.workers[0]].net->weight_decay_terms());
       for (int w : r.workers) workers[w].net->set_backward_applies_weight_decay(false);

@@ -192,8 +192,7 @@ void HierarchicalScheme::scalers(Bucket& b) {
   }
   if (!ternary) return;
   for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w], nullptr,
-                              ctx_.weight_decay);
+    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w], nullptr, ctx_.weight_decay);
   ctx_.codec->max_local_scalers(*ctx_.backend, local_scaler_rows_, b.range, shared_scalers_);
 }
 
