@@ -352,12 +352,6 @@ void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* sc
   launch_scaler(const_cast<float*>(g), nullptr, 0.f, nullptr, n, clip_factor, scaler, workspace, stream);  // read only
 }
 
-void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
-                                       void* workspace, void* stream) {
-  TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cuda: no residual");
-  launch_scaler(g, nullptr, 0.f, residual, n, clip_factor, scaler, workspace, stream);
-}
-
 void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                    float clip_factor, float* scaler, void* workspace, void* stream) {
   launch_scaler(g, decayed, decay, residual, n, clip_factor, scaler, workspace, stream);

@@ -657,7 +657,7 @@ TEST(TernaryCpu, ErrorFeedbackPassesMatchTheUnfusedDefinition) {
         ComputeThreads ct(threads);
         SCOPED_TRACE(std::string(enum_name(isa)) + " threads=" + std::to_string(threads) + " n=" + std::to_string(n));
         std::vector<float> g2 = g;
-        const float s = ternary_scaler_with_residual_cpu(g2.data(), r.data(), n, 2.5f);
+        const float s = ternary_scaler_with_adds_cpu(g2.data(), nullptr, 0.f, r.data(), n, 2.5f);
         ASSERT_TRUE(same_bits(s, s_ref));
         ASSERT_EQ(0, std::memcmp(g2.data(), gp.data(), n * sizeof(float))) << "g + r";
         for (float sv : large ? std::vector<float>{s} : std::vector<float>{s, 1e-44f, 0.f, kNaNf, kInff}) {

@@ -47,11 +47,8 @@ TensorStats tensor_stats_cpu(const float* g, int64_t n);  // all zero for n <= 0
 // s = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of one tensor: NaN for a non-finite g, 0 for an
 // empty tensor.
 float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor);
-// Error feedback's first half in the same pass: g[i] += residual[i], then ternary_scaler_cpu of the new g (the
-// same bits as the add followed by ternary_scaler_cpu).
-float ternary_scaler_with_residual_cpu(float* g, const float* residual, int64_t n, float clip_factor);
-// Weight decay and error feedback in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i], a term left
-// out when its pointer is null (decay * decayed[i] rounded to float first, as Backend::axpy adds it), then
+// Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i], a
+// term left out when its pointer is null (decay * decayed[i] rounded to float first, as Backend::axpy adds it), then
 // ternary_scaler_cpu of the new g: the same bits as axpy, the add and the scaler one after another.
 float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                    float clip_factor);

@@ -28,12 +28,8 @@ size_t ternary_scaler_workspace_bytes_cuda();
 // chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
 // n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream);
-// Error feedback's first half in the same pass: g[i] += residual[i], then ternary_scaler_cuda of the new g
-// (bit-identical to ternary_scaler_with_residual_cpu).
-void ternary_scaler_with_residual_cuda(float* g, const float* residual, int64_t n, float clip_factor, float* scaler,
-                                       void* workspace, void* stream);
-// Weight decay and error feedback in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i] (a null term
-// left out), then ternary_scaler_cuda of the new g (bit-identical to ternary_scaler_with_adds_cpu).
+// Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i]
+// (a null term left out), then ternary_scaler_cuda of the new g (bit-identical to ternary_scaler_with_adds_cpu).
 void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                    float clip_factor, float* scaler, void* workspace, void* stream);
 

@@ -42,16 +42,12 @@ void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const T
   on_host(g, "ternary_scaler", "g");
   cc::scaler(scaler, "ternary_scaler");
   on_host(scaler, "ternary_scaler", "scaler");
-  if (decayed) {
-    on_host(decayed, "ternary_scaler", "decayed");
+  if (decayed || residual) {
+    if (decayed) on_host(decayed, "ternary_scaler", "decayed");
     if (residual) on_host(residual, "ternary_scaler", "residual");
     *scaler.data<float>() =
-        ternary_scaler_with_adds_cpu(g.data<float>(), decayed.data<float>(), decay,
+        ternary_scaler_with_adds_cpu(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
                                      residual ? residual.data<float>() : nullptr, g.numel(), clip_factor);
-  } else if (residual) {
-    on_host(residual, "ternary_scaler", "residual");
-    *scaler.data<float>() =
-        ternary_scaler_with_residual_cpu(g.data<float>(), residual.data<float>(), g.numel(), clip_factor);
   } else {
     *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
   }

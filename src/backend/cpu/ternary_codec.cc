@@ -735,13 +735,6 @@ float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor) {
   return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
 }
 
-float ternary_scaler_with_residual_cpu(float* g, const float* residual, int64_t n, float clip_factor) {
-  if (n <= 0) return 0.f;
-  TG_CHECK(residual != nullptr, "ternary_scaler_with_residual_cpu: no residual");
-  const TensorStats st = tensor_stats(g, StatsAdds{nullptr, 0.f, residual}, n);
-  return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
-}
-
 float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                    float clip_factor) {
   if (n <= 0) return 0.f;

@@ -39,16 +39,12 @@ void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const 
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
-  if (decayed) {
-    check_on_device(decayed, op, "decayed");
+  if (decayed || residual) {
+    if (decayed) check_on_device(decayed, op, "decayed");
     if (residual) check_on_device(residual, op, "residual");
-    ternary_scaler_with_adds_cuda(g.data<float>(), decayed.data<float>(), decay,
+    ternary_scaler_with_adds_cuda(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
                                   residual ? residual.data<float>() : nullptr, g.numel(), clip_factor,
                                   scaler.data<float>(), ws, stream_);
-  } else if (residual) {
-    check_on_device(residual, op, "residual");
-    ternary_scaler_with_residual_cuda(g.data<float>(), residual.data<float>(), g.numel(), clip_factor,
-                                      scaler.data<float>(), ws, stream_);
   } else {
     ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
   }

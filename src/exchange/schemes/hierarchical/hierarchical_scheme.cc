@@ -183,13 +183,7 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
 void HierarchicalScheme::scalers(Bucket& b) {
   const RangeLayout l = ctx_.codec->layout(b.range);
   const bool ternary = l.num_scalers() > 0 && ctx_.comms.cross;  // one node: nothing is ternarized
-  if (const WeightDecayTerms* d = ctx_.weight_decay) {
-    const CompressionPolicy& p = ctx_.codec->policy();
-    for (int i = b.range.begin; i < b.range.end; ++i)
-      if (d->coefficients[i] != 0.f && !(ternary && p.tensors()[i].coding == GradCoding::kTernary))
-        for (int w = 0; w < ctx_.local_workers; ++w)
-          ctx_.backend->axpy(d->coefficients[i], d->params[i], ctx_.grads[w][i]);
-  }
+  ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/ternary);
   if (!ternary) return;
   for (int w = 0; w < ctx_.local_workers; ++w)
     ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w], nullptr, ctx_.weight_decay);

@@ -99,12 +99,7 @@ void TernGradScheme::run_stage(int stage, int bucket) {
 // than backward's axpy and then the scalers), the fp32-coded ones' by axpy.
 void TernGradScheme::scalers(Bucket& b) {
   Backend& be = *ctx_.backend;
-  if (const WeightDecayTerms* d = ctx_.weight_decay) {
-    const CompressionPolicy& p = ctx_.codec->policy();
-    for (int i = b.range.begin; i < b.range.end; ++i)
-      if (p.tensors()[i].coding != GradCoding::kTernary && d->coefficients[i] != 0.f)
-        for (int w = 0; w < ctx_.local_workers; ++w) be.axpy(d->coefficients[i], d->params[i], ctx_.grads[w][i]);
-  }
+  ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/true);
   if (b.layout.num_scalers() == 0) return;
   for (int w = 0; w < ctx_.local_workers; ++w)
     ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w],
