@@ -22,6 +22,11 @@
 //   decay_scalers   weight decay then the scalers, as before TernGrad fused them: backward's loop g += wd * w
 //                   (Backend::axpy's) and ternary_scaler_cpu (the gradient is `out`, the parameter `g`)
 //   decay_fused     the same in one pass: ternary_scaler_with_adds_cpu (TernGrad's scalers stage)
+//   decode_update   the decode then the optimizer's pass, as before TernGrad fused them: decode (above) into the
+//                   gradient, then Backend::optimizer_update (momentum 0.9 with the moving average, the trainer's
+//                   default) reading it
+//   update_coded    the same in one pass: Backend::optimizer_update_coded from the two workers' gathered codes
+//                   (the decoded gradient never written)
 // The gradient is one tensor of n normal(0, 1e-3) values (the exchange encodes a fused gradient tensor by
 // tensor; one large tensor is the best case for threading, the per-tensor calls add a little). Every buffer
 // is 64-byte aligned, as the trainer's slabs, and allocated and first-touched before timing. After the run a table
@@ -70,12 +75,14 @@ struct Aligned {
 // Buffers of one gradient size, built once and kept for the whole run (the largest set is ~9n bytes).
 struct Gradient {
   int64_t n = 0, nbytes = 0;
-  Aligned<float> g;         // (n) the gradient, normal(0, 1e-3)
-  Aligned<float> out;       // (n) memcpy destination and decoded average
-  Aligned<uint8_t> packed;  // (2, nbytes) two workers' gathered codes
-  float s = 0.f;            // its scaler
+  Aligned<float> g;            // (n) the gradient, normal(0, 1e-3)
+  Aligned<float> out;          // (n) memcpy destination and decoded average
+  Aligned<uint8_t> packed;     // (2, nbytes) two workers' gathered codes
+  Aligned<float> w, acc, ema;  // (n) each: the optimizer's parameter, momentum slot and moving average
+  float s = 0.f;               // its scaler
 
-  explicit Gradient(int64_t n_) : n(n_), nbytes((n_ + 3) / 4), g(n_), out(n_), packed(2 * nbytes) {
+  explicit Gradient(int64_t n_)
+      : n(n_), nbytes((n_ + 3) / 4), g(n_), out(n_), packed(2 * nbytes), w(n_), acc(n_), ema(n_) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::normal_distribution<float> dist(0.f, 1e-3f);
     for (int64_t i = 0; i < n; ++i) g.data()[i] = dist(rng);
@@ -92,7 +99,19 @@ Gradient& gradient(int64_t n) {
   return *p;
 }
 
-enum class Op { Memcpy, Scalers, Encode, ScalersEncode, Decode, Total, TotalOps, DecayScalers, DecayFused };
+enum class Op {
+  Memcpy,
+  Scalers,
+  Encode,
+  ScalersEncode,
+  Decode,
+  Total,
+  TotalOps,
+  DecayScalers,
+  DecayFused,
+  DecodeUpdate,
+  UpdateCoded
+};
 const char* op_name(Op op) {
   switch (op) {
     case Op::Memcpy:
@@ -113,11 +132,15 @@ const char* op_name(Op op) {
       return "decay_scalers";
     case Op::DecayFused:
       return "decay_fused";
+    case Op::DecodeUpdate:
+      return "decode_update";
+    case Op::UpdateCoded:
+      return "update_coded";
   }
   return "?";
 }
-constexpr Op kOps[] = {Op::Memcpy, Op::Scalers,  Op::Encode,       Op::ScalersEncode, Op::Decode,
-                       Op::Total,  Op::TotalOps, Op::DecayScalers, Op::DecayFused};
+constexpr Op kOps[] = {Op::Memcpy,   Op::Scalers,      Op::Encode,     Op::ScalersEncode, Op::Decode,     Op::Total,
+                       Op::TotalOps, Op::DecayScalers, Op::DecayFused, Op::DecodeUpdate,  Op::UpdateCoded};
 constexpr float kWeightDecay = 5e-4f;
 
 // One CPU backend per thread count, created before timing.
@@ -140,6 +163,20 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
   const Tensor tout(d.out.data(), Shape{n}, DType::kF32, Device::cpu());
   const Tensor tscaler(&scaler, Shape{1}, DType::kF32, Device::cpu());
   const Tensor tpacked(d.packed.data(), Shape{2 * d.nbytes}, DType::kU8, Device::cpu());
+  const Tensor tw(d.w.data(), Shape{n}, DType::kF32, Device::cpu()),
+      tacc(d.acc.data(), Shape{n}, DType::kF32, Device::cpu()),
+      tema(d.ema.data(), Shape{n}, DType::kF32, Device::cpu());
+  OptimizerStep momentum;
+  momentum.kind = OptimizerKind::kMomentum;
+  momentum.lr = 1e-3f;
+  momentum.momentum = 0.9f;
+  momentum.ema_decay = 0.9999f;
+  CodedAverage coded;
+  coded.gathered = tpacked;
+  coded.stride = d.nbytes;
+  coded.scaler = tscaler;
+  coded.num_workers = 2;
+  if (op == Op::DecodeUpdate || op == Op::UpdateCoded) scaler = d.s;
   for (auto _ : state) {
     float s = d.s;
     switch (op) {
@@ -183,6 +220,13 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
       }
       case Op::DecayFused:
         s = ternary_scaler_with_adds_cpu(d.out.data(), d.g.data(), kWeightDecay, nullptr, n, kClipFactor);
+        break;
+      case Op::DecodeUpdate:
+        be.ternary_decode_gathered(tpacked, d.nbytes, 2, tscaler, tout);
+        be.optimizer_update(momentum, tw, tout, tacc, Tensor(), tema);
+        break;
+      case Op::UpdateCoded:
+        be.optimizer_update_coded(momentum, tw, coded, tacc, Tensor(), tema);
         break;
     }
     benchmark::DoNotOptimize(s);

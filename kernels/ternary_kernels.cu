@@ -14,6 +14,7 @@
 #include "src/backend/cuda/cuda_launch.h"
 #include "terngrad/backend/cuda_check.h"
 #include "terngrad/backend/ternary_cuda.h"
+#include "terngrad/math/optim_math.h"
 #include "terngrad/math/ternary_math.h"
 
 namespace tg {
@@ -249,6 +250,19 @@ __global__ void decode_gathered_kernel(int64_t n, const uint8_t* gathered, int64
   TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
+// The decode of element i (gathered codes, or their int8 sums when code_sums is not null), then the update.
+__global__ void update_coded_kernel(int64_t n, OptimizerStep step, float* w, const uint8_t* gathered, int64_t stride,
+                                    const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
+                                    float* ema) {
+  const float s = *scaler;
+  TG_GRID_STRIDE_LOOP(i, n) {
+    const int sum = code_sums ? code_sums[i] : code_sum(gathered, stride, num_workers, i);
+    optimizer_update_one(step, w[i], ternary_decode_value(s, sum, num_workers), s1 ? s1 + i : nullptr,
+                         s2 ? s2 + i : nullptr);
+    if (ema) ema_update_one(ema[i], w[i], step.ema_decay);
+  }
+}
+
 // ---- fp16 and fp32 codings -----------------------------------------------------------------------------------
 struct Inputs {  // the workers' gradients, by value in the kernel's parameters (1 KiB)
   const float* p[kCodecMaxInputsCuda];
@@ -422,6 +436,13 @@ void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int n
                                   const float* scaler, float* g, void* stream) {
   cuda_kernels::linear_kernel("decode_gathered", decode_gathered_kernel, n, as_stream(stream), gathered, stride,
                               num_workers, scaler, g);
+}
+
+void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
+                                 const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
+                                 float* ema, int64_t n, void* stream) {
+  cuda_kernels::linear_kernel("optimizer_update_coded", update_coded_kernel, n, as_stream(stream), step, w, gathered,
+                              stride, code_sums, num_workers, scaler, s1, s2, ema);
 }
 
 // ---- fp16 and fp32 codings ------------------------------------------------------------------------------------

@@ -97,6 +97,9 @@ struct RunOptions {
   // left to the exchange (GradientExchange::apply_weight_decay).
   float weight_decay = 0.f;
   bool decay_in_exchange = false;
+  // GradientExchange::defer_decode: the ternary tensors' average is read back from the coded averages (decoded
+  // here by the backend's decode ops) instead of the gradient.
+  bool defer_decode = false;
 };
 
 // The parameters weight decay reads: fixed values per tensor.
@@ -116,7 +119,8 @@ float decay_of(const RunOptions& o, size_t t) {
 // rank 0's last step.
 struct RunResult {
   std::vector<std::vector<std::vector<std::vector<float>>>> out;
-  std::vector<ExchangeStats> stats;  // per rank, last step
+  std::vector<std::vector<std::vector<std::vector<float>>>> grads;  // the first worker's gradient itself, likewise
+  std::vector<ExchangeStats> stats;                                 // per rank, last step
   std::string scheme;
 };
 
@@ -129,6 +133,7 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
   const int R = lay.ranks();
   RunResult res;
   res.out.resize(R);
+  res.grads.resize(R);
   res.stats.resize(R);
   std::vector<std::string> errors(R);
   std::vector<std::string> names(R);
@@ -154,6 +159,7 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
           }
           ex.apply_weight_decay(std::move(terms));
         }
+        if (o.defer_decode) ex.defer_decode();
         for (int s = 0; s < o.steps; ++s) {
           g.fill(r * o.workers_per_rank);
           if (o.weight_decay != 0.f && !o.decay_in_exchange)  // backward's axpy
@@ -166,7 +172,27 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
             ex.progress();
           }
           res.stats[r] = ex.finish();
-          res.out[r].push_back(g.data[0]);
+          std::vector<std::vector<float>> average = g.data[0];
+          if (o.defer_decode) {
+            const std::vector<CodedAverage>* coded = ex.coded_averages();
+            if (!coded) throw Error("defer_decode: no coded averages after the step");
+            int defined = 0;
+            for (size_t t = 0; t < kParams.size(); ++t) {
+              const CodedAverage& c = (*coded)[t];
+              if (!c.defined()) continue;
+              ++defined;
+              const Tensor out(average[t].data(), Shape{kParams[t].numel}, DType::kF32, Device::cpu());
+              if (c.gathered)
+                be->ternary_decode_gathered(c.gathered, c.stride, c.num_workers, c.scaler, out);
+              else
+                be->ternary_decode_sums(c.code_sums, c.scaler, c.num_workers, out);
+            }
+            if (defined != pol.num_ternary())
+              throw Error(
+                  fmt::format("defer_decode: {} coded averages for {} ternary tensors", defined, pol.num_ternary()));
+          }
+          res.out[r].push_back(average);
+          res.grads[r].push_back(g.data[0]);
         }
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -334,20 +360,39 @@ TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
 // the fp32-kept ones by axpy) gives the bits of decaying the gradients first, as backward did: both flat modes, with
 // and without error feedback and overlap, several buckets and steps; the hierarchical scheme on 2 nodes and on one.
 // Schemes that do not apply it refuse the terms.
+// One rank alone exchanging fp32 gradients (what the fp32 scheme refuses to do).
+struct Fp32Exchange {
+  CompressionPolicy pol{[] {
+                          CompressionFlags f;
+                          f.grad_bits = 32;
+                          return f;
+                        }(),
+                        kParams};
+  std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
+  RankGrads g{1};
+  GradientExchange ex{*be, pol, g.views(), {0}, ExchangeComms{}, ExchangeOptions{}};
+};
+
+// The flat terngrad scheme over 3 steps with clipping and weight decay, in buckets of 2 KiB.
+RunOptions flat_terngrad(ExchangeMode mode, bool feedback, bool overlap, int workers_per_rank) {
+  RunOptions o;
+  o.flat = true;
+  o.clip_factor = 2.5f;
+  o.workers_per_rank = workers_per_rank;
+  o.steps = 3;
+  o.exchange.mode = mode;
+  o.exchange.error_feedback = feedback;
+  o.exchange.overlap = overlap;
+  o.exchange.bucket_mb = 2.0 / 1024;
+  o.weight_decay = 5e-3f;
+  return o;
+}
+
 TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
   for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
     for (bool feedback : {false, true})
       for (bool overlap : {false, true}) {
-        RunOptions o;
-        o.flat = true;
-        o.clip_factor = 2.5f;
-        o.workers_per_rank = 2;
-        o.steps = 3;
-        o.exchange.mode = mode;
-        o.exchange.error_feedback = feedback;
-        o.exchange.overlap = overlap;
-        o.exchange.bucket_mb = 2.0 / 1024;
-        o.weight_decay = 5e-3f;
+        RunOptions o = flat_terngrad(mode, feedback, overlap, 2);
         Layout l0(2, 1);
         const RunResult before = run_layout(l0, o);
         o.decay_in_exchange = true;
@@ -376,16 +421,42 @@ TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
       expect_same_bits(run_layout(l1, o), before, fmt::format("hierarchical, {} nodes, overlap {}", nodes, overlap));
     }
   // The fp32 scheme leaves the decay to backward.
-  CompressionFlags flags;
-  flags.grad_bits = 32;
-  const CompressionPolicy pol(flags, kParams);
-  std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
-  RankGrads g(1);
-  GradientExchange ex(*be, pol, g.views(), {0}, ExchangeComms{}, ExchangeOptions{});
+  Fp32Exchange f;
+  GradientExchange& ex = f.ex;
   WeightDecayTerms terms;
   terms.params.resize(kParams.size());
   terms.coefficients.assign(kParams.size(), 0.f);
   EXPECT_THROW(ex.apply_weight_decay(terms), Error) << ex.scheme_name();
+}
+
+// The average left coded for the optimizer (GradientExchange::defer_decode) is the average the decode stage
+// writes: allgather2 and allreduce8, with error feedback and weight decay, overlapped or not, one and two workers
+// per rank, and a rank alone; the gradients of the ternary tensors are then not written with the average.
+TEST(TernGradScheme, AverageLeftCodedIsTheDecodedAverage) {
+  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+    for (bool feedback : {false, true})
+      for (bool overlap : {false, true})
+        for (int ranks : {2, 1}) {
+          const std::string what =
+              fmt::format("{}, feedback {}, overlap {}, {} ranks", enum_name(mode), feedback, overlap, ranks);
+          RunOptions o = flat_terngrad(mode, feedback, overlap, overlap ? 1 : 2);
+          o.decay_in_exchange = true;
+          Layout l0(ranks, 1);
+          const RunResult decoded = run_layout(l0, o);
+          o.defer_decode = true;
+          Layout l1(ranks, 1);
+          const RunResult coded = run_layout(l1, o);
+          expect_same_bits(coded, decoded, what);
+          // The gradient itself no longer holds the average of a ternary tensor (conv2/weights; the decode stage left
+          // it alone), and still does of an fp32 one (conv1/biases).
+          EXPECT_NE(coded.grads[0][2][2], decoded.out[0][2][2]) << what;
+          EXPECT_EQ(coded.grads[0][2][1], decoded.out[0][2][1]) << what;
+        }
+  // The schemes that decode into the gradients refuse it, naming themselves.
+  Fp32Exchange f;
+  GradientExchange& ex = f.ex;
+  EXPECT_THROW(ex.defer_decode(), Error) << ex.scheme_name();
+  EXPECT_EQ(ex.coded_averages(), nullptr);
 }
 
 // Error feedback against its definition: r starts at 0; each step g' = g + r, the shared scaler of g' (max over

@@ -331,6 +331,35 @@ TEST_F(TrainerTest, CpuReplicasOnTheirOwnThreadsGiveTheBitsOfOneReplica) {
   }
 }
 
+// The optimizer decoding TernGrad's average inside its update (--decode_in_update, the default) gives the bits of
+// the exchange decoding it into the gradient first: one replica of two workers (no group) and two CPU replicas
+// (a thread group), allgather2 and allreduce8, with error feedback and the moving average, overlapped.
+TEST_F(TrainerTest, DecodeInUpdateGivesTheBitsOfDecodingFirst) {
+  for (const char* exchange : {"allgather2", "allreduce8"})
+    for (int replicas : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << exchange << ", " << replicas << " replicas");
+      TrainConfig in = config(std::string("in_update_") + exchange + std::to_string(replicas));
+      in.exchange = exchange;
+      in.cpu_replicas = replicas;
+      in.threads = replicas;
+      in.error_feedback = true;
+      in.max_steps = 6;
+      in.bucket_mb = 0.05;
+      TrainConfig first = in;
+      first.train_dir += "_first";
+      first.decode_in_update = false;
+      const TrainResult a = Trainer(in).run();
+      const TrainResult b = Trainer(first).run();
+      EXPECT_EQ(a.steps_done, 6);
+      EXPECT_EQ(a.parameter_digest, b.parameter_digest);
+      TrainConfig fp32 = in;
+      fp32.train_dir += "_fp32";
+      fp32.grad_bits = 32;
+      fp32.error_feedback = false;
+      EXPECT_NE(Trainer(fp32).run().parameter_digest, a.parameter_digest) << "the digest tells runs apart";
+    }
+}
+
 // A diverging run (learning rate 1e6) stops with one line naming what diverged (the loss, or the tensor whose
 // gradient scaler is not finite) and the step, and the last checkpoint stays intact. Steps count from 0 in the message:
 // "step N" is the step that runs after N completed ones, so with a checkpoint every step the last one kept is step N's.

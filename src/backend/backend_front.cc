@@ -426,6 +426,26 @@ void Backend::optimizer_update(const OptimizerStep& step, const Tensor& w, const
   optimizer_update_impl(step, w, g, s1, s2, ema);
 }
 
+void Backend::optimizer_update_coded(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
+                                     const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+  const char* op = "optimizer_update_coded";
+  TG_CHECK(g.scaler.defined(), "{}: the coded average of {} has no scaler", op, w.str());
+  TG_CHECK(g.gathered.defined() != g.code_sums.defined(),
+           "{}: the coded average of {} needs exactly one of gathered codes and code sums", op, w.str());
+  on_device(*this, w, op, "w");
+  on_device(*this, g.gathered, op, "gathered codes");
+  on_device(*this, g.code_sums, op, "code sums");
+  on_device(*this, g.scaler, op, "scaler");
+  on_device(*this, s1, op, "s1");
+  on_device(*this, s2, op, "s2");
+  on_device(*this, ema, op, "ema");
+  f32_like(w, w, op, "w");
+  f32_like(w, s1, op, "s1");
+  f32_like(w, s2, op, "s2");
+  f32_like(w, ema, op, "ema");
+  optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+}
+
 void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {
   on_device(*this, w, "ema_update", "w");
   on_device(*this, ema, "ema_update", "ema");

@@ -348,6 +348,31 @@ void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered,
   }
 }
 
+void GradientCodec::coded_averages(const Tensor& gathered, int64_t stride, const Tensor& code_sums, int num_workers,
+                                   TensorRange r, const Tensor& scalers, std::vector<CodedAverage>& out) const {
+  TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);
+  TG_CHECK(gathered.defined() != code_sums.defined(),
+           "gradient codec: coded averages of gathered codes or of code sums");
+  TG_CHECK(static_cast<int>(out.size()) == policy_.num_tensors(), "gradient codec: {} coded averages for {} tensors",
+           out.size(), policy_.num_tensors());
+  const int64_t base = layout(r).packed_begin;
+  for (int i = r.begin; i < r.end; ++i) {
+    const TensorCodingPlan& t = policy_.tensors()[i];
+    if (t.coding != GradCoding::kTernary) continue;
+    CodedAverage c;
+    if (gathered.defined()) {
+      c.gathered = piece(gathered, DType::kU8, t.offset - base, gathered.numel(), "gathered codes");
+      c.stride = stride;
+    } else {
+      const int64_t at = 4 * (t.offset - base);
+      c.code_sums = piece(code_sums, DType::kI8, at, at + t.numel, "code sums");
+    }
+    c.scaler = piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers");
+    c.num_workers = num_workers;
+    out[i] = c;
+  }
+}
+
 void GradientCodec::decode_ternary_sums(Backend& be, const Tensor& code_sums, int num_workers, TensorRange r,
                                         const Tensor& scalers, const std::vector<Tensor>& grads) const {
   TG_CHECK(num_workers >= 1, "gradient codec: {} workers", num_workers);

@@ -22,6 +22,10 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
       {"overlap", &C::overlap,
        "with several processes and host gradients: exchange buckets on a communication thread while backward "
        "runs; `--overlap=false` exchanges everything after backward (same bits)"},
+      {"decode_in_update", &C::decode_in_update,
+       "TernGrad (allgather2/allreduce8): the optimizer decodes the ternary tensors' average inside its update "
+       "instead of the exchange writing it into the gradients first (same bits, one pass fewer); "
+       "`--decode_in_update=false` decodes first"},
       {"bucket_mb", &C::bucket_mb,
        "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},

@@ -287,6 +287,18 @@ ExchangeStats GradientExchange::finish() {
   return st;
 }
 
+void GradientExchange::defer_decode() {
+  TG_CHECK(scheme_->can_defer_decode(), "gradient exchange: the {} scheme cannot leave its average coded",
+           scheme_->name());
+  TG_CHECK(!in_step_, "gradient exchange: defer_decode() inside a step");
+  scheme_->defer_decode();
+}
+
+const std::vector<CodedAverage>* GradientExchange::coded_averages() const {
+  const std::vector<CodedAverage>& c = scheme_->coded_averages();
+  return c.empty() ? nullptr : &c;
+}
+
 void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
   TG_CHECK(scheme_->applies_weight_decay(), "gradient exchange: the {} scheme does not apply weight decay",
            scheme_->name());

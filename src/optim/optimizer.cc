@@ -152,10 +152,14 @@ bool Optimizer::same_layout(const Slab& slab) const {
 }
 
 void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr,
-                      const ExponentialMovingAverage* ema) {
+                      const ExponentialMovingAverage* ema, const std::vector<CodedAverage>* coded) {
   check_slab(params, "parameter");
   check_slab(grads, "gradient");
   if (params_.empty()) return;
+  const int n = static_cast<int>(params_.size());
+  TG_CHECK(!coded || static_cast<int>(coded->size()) == n, "optimizer: {} coded averages given for {} parameters",
+           coded ? coded->size() : 0, n);
+  auto is_coded = [&](int i) { return coded && (*coded)[i].defined(); };
   OptimizerStep desc = step_descriptor(step, lr);
   const int groups = slots_per_param();
   const Tensor flat_ema = ema ? ema->flat_average(params) : Tensor();
@@ -164,20 +168,40 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
   if (ema) desc.ema_decay = static_cast<float>(ema->decay_at(step));
 
   if (same_layout(params) && same_layout(grads)) {
-    // One call over the whole slab; every view has param_slab_bytes_ / 4 elements.
+    // Flat views of the slab and its slot groups (param_slab_bytes_ / 4 elements each); one call per run of
+    // parameters updated from `grads` (the padding between them included: zeros that stay zero), one per coded
+    // parameter (its padding left as it is: zero).
     const int64_t count = static_cast<int64_t>(param_slab_bytes_ / sizeof(float));
-    Tensor w(params.data(), Shape{count}, DType::kF32, params.device());
-    Tensor g(grads.data(), Shape{count}, DType::kF32, grads.device());
-    backend.optimizer_update(desc, w, g, groups > 0 ? slot_group(0) : Tensor(), groups > 1 ? slot_group(1) : Tensor(),
-                             flat_ema);
+    const Tensor w(params.data(), Shape{count}, DType::kF32, params.device());
+    const Tensor g(grads.data(), Shape{count}, DType::kF32, grads.device());
+    const Tensor s1 = groups > 0 ? slot_group(0) : Tensor(), s2 = groups > 1 ? slot_group(1) : Tensor();
+    auto part = [](const Tensor& t, int64_t b, int64_t e) { return t ? t.slice0(b, e) : Tensor(); };
+    auto element = [&](int i) { return static_cast<int64_t>(param_offsets_[i] / sizeof(float)); };
+    int run = 0;  // the first parameter of the open run
+    for (int i = 0; i <= n; ++i) {
+      if (i < n && !is_coded(i)) continue;
+      if (i > run) {
+        const int64_t b = element(run), e = i < n ? element(i) : count;
+        backend.optimizer_update(desc, w.slice0(b, e), g.slice0(b, e), part(s1, b, e), part(s2, b, e),
+                                 part(flat_ema, b, e));
+      }
+      if (i == n) break;
+      const int64_t ce = element(i) + params_[i].shape.numel();
+      backend.optimizer_update_coded(desc, w.slice0(element(i), ce), (*coded)[i], part(s1, element(i), ce),
+                                     part(s2, element(i), ce), part(flat_ema, element(i), ce));
+      run = i + 1;
+    }
     return;
   }
   // Different layouts (e.g. a gradient slab in another order): one call per tensor, matched by name.
-  const int n = static_cast<int>(params_.size());
   for (int i = 0; i < n; ++i) {
     const std::string& name = params_[i].name;
-    backend.optimizer_update(desc, params.view(name), grads.view(name), groups > 0 ? slots_.view(i) : Tensor(),
-                             groups > 1 ? slots_.view(n + i) : Tensor(), ema ? ema->average(name) : Tensor());
+    const Tensor s1 = groups > 0 ? slots_.view(i) : Tensor(), s2 = groups > 1 ? slots_.view(n + i) : Tensor();
+    const Tensor e = ema ? ema->average(name) : Tensor();
+    if (is_coded(i))
+      backend.optimizer_update_coded(desc, params.view(name), (*coded)[i], s1, s2, e);
+    else
+      backend.optimizer_update(desc, params.view(name), grads.view(name), s1, s2, e);
   }
 }
 

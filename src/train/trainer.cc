@@ -213,6 +213,9 @@ void Trainer::Impl::build_exchanges() {
       r.exchange->apply_weight_decay(workers[r.workers[0]].net->weight_decay_terms());
       for (int w : r.workers) workers[w].net->set_backward_applies_weight_decay(false);
     }
+    // TernGrad: the optimizer decodes the ternary average in its own pass (Optimizer::apply's coded averages), so
+    // the averaged gradient is never written to memory and read back.
+    if (cfg.decode_in_update && r.exchange->scheme().can_defer_decode()) r.exchange->defer_decode();
   }
 }
 
@@ -349,7 +352,8 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   Worker& first = workers[r.workers[0]];
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
-  r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get());
+  r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get(),
+                     r.exchange->coded_averages());
   r.ema->update(*r.backend, t, &r.store->params());
 }
 

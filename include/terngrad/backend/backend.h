@@ -52,6 +52,19 @@ struct TernaryEncodeItem {
   Tensor residual;
 };
 
+// A tensor's TernGrad average still in its coded form, as the exchange received it: element i is
+// ternary_decode_value(scaler, the sum of the workers' codes of element i, num_workers), the codes either
+// `gathered` (allgather2: num_workers packed blocks of ceil(n/4) bytes, worker w's at byte w * stride) or their
+// int8 `code_sums` (allreduce8: one per element). Backend::optimizer_update_coded decodes it inside the update.
+struct CodedAverage {
+  Tensor gathered;  // u8, or undefined when code_sums is given
+  int64_t stride = 0;
+  Tensor code_sums;  // i8 (n), or undefined when gathered is given
+  Tensor scaler;     // f32 (1) on the device: the shared scaler
+  int num_workers = 1;
+  bool defined() const { return scaler.defined(); }
+};
+
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
 constexpr bool is_compute_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }
 
@@ -203,6 +216,12 @@ class Backend {
   // updates ema (w's moving average) from the new w: one pass over the parameters instead of two.
   void optimizer_update(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2,
                         const Tensor& ema);
+  // optimizer_update with a gradient that is a coded average (CodedAverage, w's element count), decoded element
+  // by element inside the update's pass: the same bits as ternary_decode_gathered / ternary_decode_sums into a
+  // tensor and then optimizer_update, without writing or reading the decoded gradient (2 x 4n bytes of memory
+  // traffic fewer, the update reads n/4 bytes per worker of codes or n of sums instead of 4n of gradient).
+  void optimizer_update_coded(const OptimizerStep& step, const Tensor& w, const CodedAverage& g, const Tensor& s1,
+                              const Tensor& s2, const Tensor& ema);
   // ema = decay * ema + (1 - decay) * w
   void ema_update(float decay, const Tensor& w, const Tensor& ema);
 

@@ -63,6 +63,9 @@
   X(void, optimizer_update_impl,                                                                                       \
     (const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1, const Tensor& s2,                  \
      const Tensor& ema))                                                                                               \
+  X(void, optimizer_update_coded_impl,                                                                                 \
+    (const OptimizerStep& step, const Tensor& w, const CodedAverage& g, const Tensor& s1, const Tensor& s2,            \
+     const Tensor& ema))                                                                                               \
   X(void, ema_update_impl, (float decay, const Tensor& w, const Tensor& ema))                                          \
   X(void, ternary_scaler_impl,                                                                                         \
     (const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual, const Tensor& decayed,          \

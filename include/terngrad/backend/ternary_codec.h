@@ -78,6 +78,14 @@ void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int nu
 void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n, float s,
                                  float* g);
 
+// The two decodes of elements [begin, begin + count) of one tensor into out[0, count), on the calling thread
+// only (no compute team, no streaming stores): the same values as the whole tensor's decode. For the decode
+// inside the optimizer's pass (Backend::optimizer_update_coded), one cache-sized tile at a time. A gathered
+// range starts at a packed byte (begin a multiple of 4); code_sums points at the range's first sum.
+void ternary_decode_gathered_range_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t begin,
+                                       int64_t count, float s, float* out);
+void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t count, float s, int num_workers, float* out);
+
 // ---- fp16 and fp32 codings (the tensors left out of ternarization) ----------------------------------------------
 // xs: `count` >= 1 pointers to n floats each (the workers' gradients, in worker order).
 

@@ -16,6 +16,7 @@
 
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/philox.h"
+#include "terngrad/math/optim_math.h"
 
 namespace tg {
 
@@ -69,6 +70,14 @@ void ternary_decode_sums_cuda(const int8_t* code_sums, int64_t n, const float* s
 // g[i] = *scaler * sum_w code_w[i] / num_workers, worker w's packed codes at gathered + w * stride.
 void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
                                   const float* scaler, float* g, void* stream);
+
+// The optimizer update of w (n elements) from the average decoded per element, as ternary_decode_gathered_cuda
+// (code_sums null) or ternary_decode_sums_cuda (gathered null) and then optimizer_update_one / ema_update_one
+// (Backend::optimizer_update_coded): one thread per element, the decoded gradient never written. s1, s2, ema
+// may be null when the step does not use them.
+void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
+                                 const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
+                                 float* ema, int64_t n, void* stream);
 
 // ---- fp16 and fp32 codings: the operations of ternary_codec.h's *_cpu functions of the same names. xs is a
 // host array of `count` (1..kCodecMaxInputsCuda) device pointers (passed to the kernel by value).

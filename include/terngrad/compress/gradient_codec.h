@@ -138,6 +138,12 @@ class GradientCodec {
                            const std::vector<Tensor>& grads) const;
   void decode_f16_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
                       const std::vector<Tensor>& grads) const;
+  // The ternary tensors of r as the decoders above read them, described instead of decoded: out[i] (one entry per
+  // policy tensor; the others are left as they are) = the tensor's coded average, for the optimizer to decode
+  // inside its update (Backend::optimizer_update_coded). Exactly one of gathered (decode_ternary_gathered's, with
+  // its stride) and code_sums (decode_ternary_sums') is defined.
+  void coded_averages(const Tensor& gathered, int64_t stride, const Tensor& code_sums, int num_workers, TensorRange r,
+                      const Tensor& scalers, std::vector<CodedAverage>& out) const;
   void decode_f32_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
                       const std::vector<Tensor>& grads) const;
 

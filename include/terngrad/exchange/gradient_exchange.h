@@ -69,6 +69,14 @@ class GradientExchange {
   // then leave it out (Net::set_backward_applies_weight_decay). Refused unless scheme().applies_weight_decay().
   void apply_weight_decay(WeightDecayTerms terms);
 
+  // Before the first step: the ternary tensors' average stays coded after finish() (the target's gradients of
+  // those tensors are not written; GradientScheme::defer_decode), for Optimizer::apply to decode inside its update
+  // from coded_averages(). Refused unless scheme().can_defer_decode() and the average has one target worker.
+  void defer_decode();
+  // With defer_decode: per policy tensor the average still coded (defined for the ternary tensors), valid from
+  // finish() until the next begin(); nullptr otherwise.
+  const std::vector<CodedAverage>* coded_averages() const;
+
   const GradientScheme& scheme() const { return *scheme_; }
   GradientScheme& scheme() { return *scheme_; }
   const char* scheme_name() const { return scheme_->name(); }

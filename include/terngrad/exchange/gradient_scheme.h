@@ -23,6 +23,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/compress/gradient_codec.h"
+#include "terngrad/core/error.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/slab.h"
 #include "terngrad/exchange/exchange_options.h"
@@ -105,6 +106,16 @@ class GradientScheme {
   // over the gradients anyway, so backward need not make one.
   virtual bool applies_weight_decay() const { return false; }
 
+  // Whether the scheme can leave its ternary tensors' average coded after the step (defer_decode), for the
+  // optimizer to decode inside its update (Backend::optimizer_update_coded): one pass over those gradients fewer.
+  virtual bool can_defer_decode() const { return false; }
+  // Before the first step (after plan), only when can_defer_decode(): from now on the decode stage leaves the
+  // ternary tensors' gradients unwritten and coded_averages() describes their averages instead.
+  virtual void defer_decode() { TG_THROW("the {} scheme cannot leave its average coded", name()); }
+  // With defer_decode: one entry per policy tensor, defined for those whose average stays coded (views of the
+  // scheme's buffers, valid after each step's last stage until the next step begins); empty otherwise.
+  virtual const std::vector<CodedAverage>& coded_averages() const { return no_coded_averages_; }
+
   // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
   // the device; nullptr when it has none.
   virtual Slab* rank_state() { return nullptr; }
@@ -121,6 +132,9 @@ class GradientScheme {
  protected:
   SchemeContext& ctx_;
   uint32_t step_ = 0;
+
+ private:
+  std::vector<CodedAverage> no_coded_averages_;
 };
 
 }  // namespace tg

@@ -56,9 +56,12 @@ class Optimizer {
   // entries must be the ones the optimizer was built for). `lr` is this step's learning rate (from the
   // schedule); `step` is the 0-based iteration index. With `ema` (an average that tracks `params`), the same
   // pass over the parameters also folds the new values into their averages (decay of `step`); the caller
-  // then updates the rest of the EMA with ema->update(backend, step, &params).
+  // then updates the rest of the EMA with ema->update(backend, step, &params). With `coded` (one entry per
+  // parameter, in the order the optimizer was built for), a parameter whose entry is defined is updated from that
+  // coded average instead (Backend::optimizer_update_coded: decoded inside the update's pass, the same bits as
+  // decoding it into `grads` first); its tensor in `grads` is not read.
   void apply(Backend& backend, Slab& params, Slab& grads, int64_t step, float lr,
-             const ExponentialMovingAverage* ema = nullptr);
+             const ExponentialMovingAverage* ema = nullptr, const std::vector<CodedAverage>* coded = nullptr);
 
   // The per-call descriptor apply() hands to Backend::optimizer_update (adam: lr already bias-corrected).
   OptimizerStep step_descriptor(int64_t step, float lr) const;

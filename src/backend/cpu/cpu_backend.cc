@@ -1,6 +1,6 @@
-// CpuBackend: construction, memory, element-wise ops, reductions, softmax cross-entropy and optimizer
-// updates as plain loops over the backend's OpenMP threads (the ones oneDNN uses). The oneDNN ops live in
-// cpu_conv.cc, cpu_pool.cc, cpu_lrn.cc and cpu_inner_product.cc; batch norm (loops) in cpu_batch_norm.cc.
+// CpuBackend: construction, memory, element-wise ops, reductions and softmax cross-entropy as plain loops over
+// the backend's OpenMP threads (the ones oneDNN uses); the optimizer updates are in cpu_optimizer.cc. The oneDNN ops
+// live in cpu_conv.cc, cpu_pool.cc, cpu_lrn.cc and cpu_inner_product.cc; batch norm (loops) in cpu_batch_norm.cc.
 // Activation loops (add, relu, dropout, concat/split, reductions, softmax_xent) take any compute dtype:
 // elements are read into f32, computed as in f32, and rounded once when written (cpu_dtype.h).
 #include "src/backend/cpu/cpu_backend.h"
@@ -17,7 +17,6 @@
 
 #include "src/backend/cpu/cpu_dtype.h"
 #include "terngrad/math/activation_math.h"
-#include "terngrad/math/optim_math.h"
 
 namespace tg {
 
@@ -337,81 +336,6 @@ void CpuBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& l
       for (int64_t j = 0; j < k; ++j)
         pd[r * k + j] = cpu::from_f32<T>(scale * (pp[r * k + j] - (j == py[r] ? on : off)));
   });
-}
-
-// ---- optimizer ------------------------------------------------------------------------------------------------
-namespace {
-// One range of the update: the kind's per-element function (the same shared functions as
-// optimizer_update_one, so the same bits), then (kEma) the moving average of the new value in the same loop
-// so w is read once. Kind and kEma are template parameters and the pointers restrict-qualified, so every
-// combination is one plain loop the compiler vectorizes (through a lambda it did not: the fused pass ran at
-// half the speed of two separate ones).
-template <OptimizerKind kKind, bool kEma>
-void update_range(int64_t s, int64_t e, float* __restrict pw, const float* __restrict pg, float* __restrict p1,
-                  float* __restrict p2, float* __restrict pe, const OptimizerStep& st) {
-  const float lr = st.lr, momentum = st.momentum, beta1 = st.beta1, beta2 = st.beta2, epsilon = st.epsilon,
-              decay = st.decay, ema_decay = st.ema_decay;
-  for (int64_t i = s; i < e; ++i) {
-    if constexpr (kKind == OptimizerKind::kGd) gd_update(pw[i], pg[i], lr);
-    if constexpr (kKind == OptimizerKind::kMomentum) momentum_update(pw[i], pg[i], p1[i], lr, momentum);
-    if constexpr (kKind == OptimizerKind::kAdam) adam_update(pw[i], pg[i], p1[i], p2[i], lr, beta1, beta2, epsilon);
-    if constexpr (kKind == OptimizerKind::kRmsprop)
-      rmsprop_update(pw[i], pg[i], p1[i], p2[i], lr, decay, momentum, epsilon);
-    if constexpr (kEma) ema_update_one(pe[i], pw[i], ema_decay);
-  }
-}
-
-template <OptimizerKind kKind>
-void update_range(bool ema, int64_t s, int64_t e, float* pw, const float* pg, float* p1, float* p2, float* pe,
-                  const OptimizerStep& st) {
-  if (ema)
-    update_range<kKind, true>(s, e, pw, pg, p1, p2, pe, st);
-  else
-    update_range<kKind, false>(s, e, pw, pg, p1, p2, pe, st);
-}
-}  // namespace
-
-void CpuBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor& w, const Tensor& g, const Tensor& s1,
-                                       const Tensor& s2, const Tensor& ema) {
-  check_same_numel(w, g, "optimizer_update");
-  float* pw = w.data<float>();
-  const float* pg = g.data<float>();
-  float* p1 = s1 ? s1.data<float>() : nullptr;
-  float* p2 = s2 ? s2.data<float>() : nullptr;
-  const bool needs1 = step.kind != OptimizerKind::kGd;
-  const bool needs2 = step.kind == OptimizerKind::kAdam || step.kind == OptimizerKind::kRmsprop;
-  TG_CHECK(!needs1 || (p1 && s1.numel() == w.numel()), "optimizer_update: first slot missing for {}", w.str());
-  TG_CHECK(!needs2 || (p2 && s2.numel() == w.numel()), "optimizer_update: second slot missing for {}", w.str());
-  const bool with_ema = step.ema_decay >= 0.f;
-  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "optimizer_update: moving average missing for {}", w.str());
-  float* pe = with_ema ? ema.data<float>() : nullptr;
-  parallel_for(
-      w.numel(),
-      [&](int64_t s, int64_t e) {
-        switch (step.kind) {
-          case OptimizerKind::kGd:
-            return update_range<OptimizerKind::kGd>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-          case OptimizerKind::kMomentum:
-            return update_range<OptimizerKind::kMomentum>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-          case OptimizerKind::kAdam:
-            return update_range<OptimizerKind::kAdam>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-          case OptimizerKind::kRmsprop:
-            return update_range<OptimizerKind::kRmsprop>(with_ema, s, e, pw, pg, p1, p2, pe, step);
-        }
-      },
-      kGrain);
-}
-
-void CpuBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {
-  check_same_numel(w, ema, "ema_update");
-  const float* pw = w.data<float>();
-  float* pe = ema.data<float>();
-  parallel_for(
-      w.numel(),
-      [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) ema_update_one(pe[i], pw[i], decay);
-      },
-      kGrain);
 }
 
 }  // namespace tg

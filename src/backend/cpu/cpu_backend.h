@@ -7,7 +7,7 @@
 // TG_HOST_DEVICE math, split over the same OpenMP threads oneDNN runs on: a second pool of threads would
 // compete for the cores with OpenMP's spin-waiting workers (measured: 2-thread LeNet 8x slower).
 //
-// Files: cpu_backend.cc (memory, element-wise, reductions, loss, optimizer), cpu_conv.cc, cpu_pool.cc,
+// Files: cpu_backend.cc (memory, element-wise, reductions, loss), cpu_optimizer.cc, cpu_conv.cc, cpu_pool.cc,
 // cpu_lrn.cc, cpu_inner_product.cc (oneDNN ops), cpu_batch_norm.cc (plain loops; see there why), cpu_codec.cc
 // (gradient codec ops over the vectorized loops of ternary_codec.cc, terngrad/backend/ternary_codec.h).
 #pragma once

@@ -843,4 +843,25 @@ void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int nu
     g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
+// The same element values for one range of a tensor, on the calling thread alone (Backend::optimizer_update_coded's
+// tiles): the kernels are element-wise, so a range that starts at a packed byte gives the whole tensor's bits.
+void ternary_decode_gathered_range_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t begin,
+                                       int64_t count, float s, float* out) {
+  TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
+  TG_CHECK(begin >= 0 && begin % 4 == 0, "ternary decode: a range must start at a packed byte, not element {}", begin);
+  const uint8_t* packed = gathered + begin / 4;
+  int64_t done = 0;
+  if (num_workers <= kMaxLaneWorkers) {
+    done = count / kSumStepElements * kSumStepElements;
+    if (done > 0) TG_CODEC_PICK(active_isa(), decode_gathered)(packed, stride, num_workers, done, s, out, false);
+  }
+  for (int64_t i = done; i < count; ++i)
+    out[i] = ternary_decode_value(s, code_sum(packed, stride, num_workers, i), num_workers);
+}
+
+void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t count, float s, int num_workers, float* out) {
+  TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
+  if (count > 0) TG_CODEC_PICK(active_isa(), decode_sums)(code_sums, count, s, num_workers, out);
+}
+
 }  // namespace tg

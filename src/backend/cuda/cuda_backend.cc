@@ -9,8 +9,10 @@
 
 #include <cstring>
 
+#include "src/backend/codec_checks.h"
 #include "src/backend/cuda/cuda_kernels.h"
 #include "terngrad/backend/cuda_check.h"
+#include "terngrad/backend/ternary_cuda.h"
 
 namespace tg {
 
@@ -497,6 +499,38 @@ void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor&
   cuda_kernels::optimizer_update_f32(step, w.data<float>(), g.data<float>(), needs1 ? s1.data<float>() : nullptr,
                                      needs2 ? s2.data<float>() : nullptr, with_ema ? ema.data<float>() : nullptr,
                                      w.numel(), stream_);
+}
+
+void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
+                                              const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+  namespace cc = codec_checks;
+  const char* op = "optimizer_update_coded";
+  check_on_device(w, op, "w");
+  const bool needs1 = step.kind != OptimizerKind::kGd;
+  const bool needs2 = step.kind == OptimizerKind::kAdam || step.kind == OptimizerKind::kRmsprop;
+  TG_CHECK(!needs1 || (s1 && s1.numel() == w.numel()), "{}: first slot missing for {}", op, w.str());
+  TG_CHECK(!needs2 || (s2 && s2.numel() == w.numel()), "{}: second slot missing for {}", op, w.str());
+  if (needs1) check_on_device(s1, op, "slot 1");
+  if (needs2) check_on_device(s2, op, "slot 2");
+  const bool with_ema = step.ema_decay >= 0.f;
+  TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "{}: moving average missing for {}", op, w.str());
+  if (with_ema) check_on_device(ema, op, "ema");
+  TG_CHECK(g.num_workers >= 1, "{}: {} workers", op, g.num_workers);
+  cc::scaler(g.scaler, op);
+  check_on_device(g.scaler, op, "scaler");
+  if (g.gathered) {
+    cc::workers_packed(g.gathered, g.stride, g.num_workers, w.numel(), op);
+    check_on_device(g.gathered, op, "packed codes");
+  } else {
+    cc::dtype(g.code_sums, DType::kI8, op, "code sums");
+    cc::numel(g.code_sums, w.numel(), op, "code sums");
+    check_on_device(g.code_sums, op, "code sums");
+  }
+  CudaDeviceGuard guard(index_);
+  optimizer_update_coded_cuda(step, w.data<float>(), g.gathered ? g.gathered.data<uint8_t>() : nullptr, g.stride,
+                              g.code_sums ? g.code_sums.data<int8_t>() : nullptr, g.num_workers, g.scaler.data<float>(),
+                              needs1 ? s1.data<float>() : nullptr, needs2 ? s2.data<float>() : nullptr,
+                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream_);
 }
 
 void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {

@@ -154,11 +154,26 @@ void TernGradScheme::exchange(Bucket& b, int index) {
   dense_->exchange(world, index);
 }
 
+// The coded averages are views of buffers fixed at plan time (the gathered codes or the code sums, the shared
+// scalers), so they are described once; every step's exchange refills the buffers they view.
+void TernGradScheme::defer_decode() {
+  TG_CHECK(ctx_.targets.size() == 1, "the terngrad scheme leaves its average coded for one target worker only, not {}",
+           ctx_.targets.size());
+  coded_.assign(static_cast<size_t>(ctx_.codec->policy().num_tensors()), CodedAverage());
+  for (const Bucket& b : buckets_) {
+    if (b.layout.packed_bytes() == 0) continue;
+    const bool gathered = mode_ == ExchangeMode::kAllgather2;
+    ctx_.codec->coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
+                               b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
+                               shared_scalers_, coded_);
+  }
+}
+
 void TernGradScheme::decode(Bucket& b, int index) {
   const RangeLayout& l = b.layout;
   Backend& be = *ctx_.backend;
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
-  if (l.packed_bytes() > 0) {
+  if (l.packed_bytes() > 0 && coded_.empty()) {
     if (mode_ == ExchangeMode::kAllgather2)
       ctx_.codec->decode_ternary_gathered(be, ctx_.comms.world ? b.gathered : b.local_codes, l.packed_bytes(),
                                           ctx_.num_workers, b.range, shared_scalers_, out);

@@ -5,7 +5,8 @@
 //                   workers' codes summed as int8), the fp16/fp32 tensors summed (DensePart)
 //   exchange codes  allgather2: every worker's packed codes gathered; allreduce8: int8 sums all-reduced; the
 //                   fp16/fp32 sums all-reduced
-//   decode          s * sum of codes / N into the first target, the fp16/fp32 averages, copies to other targets
+//   decode          s * sum of codes / N into the first target, the fp16/fp32 averages, copies to other targets;
+//                   with defer_decode the ternary tensors are left coded for the optimizer (coded_averages())
 // Alone (no group) the gathered codes are the local workers' own. With --error_feedback each worker's rounding
 // error is added back before the next step's scalers (error_feedback.h).
 //
@@ -34,6 +35,9 @@ class TernGradScheme final : public GradientScheme {
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
   bool applies_weight_decay() const override { return true; }  // in the scalers' pass
+  bool can_defer_decode() const override { return true; }
+  void defer_decode() override;
+  const std::vector<CodedAverage>& coded_averages() const override { return coded_; }
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
   Tensor shared_scalers() const override { return shared_scalers_; }
   Tensor zero_codes() const override { return zero_codes_; }
@@ -65,6 +69,7 @@ class TernGradScheme final : public GradientScheme {
   Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
   Tensor nonfinite_;                       // i32 (1)
   std::vector<float> host_scalers_;        // (num_ternary) the host check's copy
+  std::vector<CodedAverage> coded_;        // defer_decode: per policy tensor, the ternary ones' coded averages
 };
 
 std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);
