@@ -33,8 +33,9 @@ Every rank computes with 1 thread (R replicas: R threads per process); --benchma
 (median of the timed steps of process 0), the same layout's compute-only s/step, the link overhead (their
 difference), bytes per step inside and between nodes (terngrad's counters, process 0's ranks), the bytes that
 crossed machine 1's link per step (its veth counters, warm-up included, divided by the steps) and phase times
-(comm_cpu_ms: the CPU time the collectives used per step, which a process with no spare core pays out of its
-compute).
+(the compute thread's, forward_backward_ms and optimizer_ms among them: with --decode_in_update the ternary
+decode is inside optimizer_ms; comm_cpu_ms: the CPU time the collectives used per step, which a process with no
+spare core pays out of its compute).
 Needs root, ip, tc, mpirun, python3 (PyTorch for the DDP rows: bench/setup_peers.sh).
 EOF
 }
@@ -199,7 +200,7 @@ EOF
 chmod +x "$PINNER"
 
 # ---- one run of ours -----------------------------------------------------------------------------------------
-# ours NET EXCHANGE M P R RATE -> "step_s sc en comm_blocked in_flight comm_cpu de intra inter veth params status"
+# ours NET EXCHANGE M P R RATE -> "step_s sc en comm_blocked in_flight comm_cpu de fb opt intra inter veth params status"
 ours() {
   local net=$1 ex=$2 m=$3 p=$4 r=$5 hosts="" k bits=1 exflag
   for k in $(seq "$m"); do hosts+="${hosts:+,}$(netlink_ip "$k"):$p"; done
@@ -235,7 +236,7 @@ ours() {
     cp "$log" "$FAILED_LOGS/$net-$ex-${m}x${p}x$r-try$attempt-$(date +%s).log"
   done
   if [ "$ok" = 0 ]; then
-    echo "- - - - - - - - - - - failed:$(grep -v "^-*$" "$log" | grep -m1 -iE "error|not enough|abort|fail" | tr ' \t' '__' | cut -c1-100)"
+    echo "- - - - - - - - - - - - - failed:$(grep -v "^-*$" "$log" | grep -m1 -iE "error|not enough|abort|fail" | tr ' \t' '__' | cut -c1-100)"
     return
   fi
   after=$(netlink_wire 1)
@@ -251,8 +252,9 @@ med = statistics.median(l["sec_per_batch"] for l in timed)
 mean = lambda k: 1000 * sum(l["time"][k] for l in timed) / len(timed)
 veth = ((a[0] - b[0]) + (a[1] - b[1])) / steps
 last = timed[-1]
-print("%.4f %.1f %.1f %.1f %.1f %.1f %.1f %d %d %.0f %s ok" % (med, mean("scalers"), mean("encode"),
-      mean("comm_blocked"), mean("comm_in_flight"), mean("comm_cpu"), mean("decode"), last["intra_node_bytes"],
+print("%.4f %.1f %.1f %.1f %.1f %.1f %.1f %.1f %.1f %d %d %.0f %s ok" % (med, mean("scalers"), mean("encode"),
+      mean("comm_blocked"), mean("comm_in_flight"), mean("comm_cpu"), mean("decode"), mean("forward_backward"),
+      mean("optimizer_ema"), last["intra_node_bytes"],
       last["inter_node_bytes"], veth, sys.argv[6]))
 EOF
 }
@@ -262,7 +264,7 @@ ddp() {
   local net=$1 method=$2 m=$3 p=$4 k g=0 pids=() before after json=$TMP/ddp.json
   rm -f "$json"
   [ "$PEER_OK" = 1 ] || {
-    echo "- - - - - - - - - - - missing:PyTorch_with_gloo"
+    echo "- - - - - - - - - - - - - missing:PyTorch_with_gloo"
     return
   }
   before=$(netlink_wire 1)
@@ -282,7 +284,7 @@ ddp() {
   for pid in "${pids[@]}"; do wait "$pid" || ok=0; done
   after=$(netlink_wire 1)
   if [ "$ok" = 0 ] || [ ! -s "$json" ]; then
-    echo "- - - - - - - - - - - failed:$(tail -1 "$TMP/ddp_0.log" | tr ' \t' '__' | cut -c1-80)"
+    echo "- - - - - - - - - - - - - failed:$(tail -1 "$TMP/ddp_0.log" | tr ' \t' '__' | cut -c1-80)"
     return
   fi
   "$PYTHON" - "$json" "$STEPS" "$before" "$after" <<'EOF'
@@ -290,7 +292,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 b, a = [int(x) for x in sys.argv[3].split()], [int(x) for x in sys.argv[4].split()]
 veth = ((a[0] - b[0]) + (a[1] - b[1])) / int(sys.argv[2])
-print("%.4f - - - - - - - - %.0f %d ok" % (d["median_s"], veth, d.get("params", 0)))
+print("%.4f - - - - - - - - - - %.0f %d ok" % (d["median_s"], veth, d.get("params", 0)))
 EOF
 }
 
@@ -299,7 +301,7 @@ HEADER=$TMP/header
 TABLE=$TMP/table
 results_header scale "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
 echo "# options: steps $STEPS, warm-up $WARMUP, repeats $REPEATS, pin $PIN, delay ${DELAY_MS} ms" >>"$HEADER"
-printf '%s\n' "rep	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	comm_cpu_ms	decode_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status	note" >"$TABLE"
+printf '%s\n' "rep	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	comm_cpu_ms	decode_ms	forward_backward_ms	optimizer_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status	note" >"$TABLE"
 row() { # fields...: appends a TSV row
   local IFS=$'\t'
   echo "$*" >>"$TABLE"
@@ -320,11 +322,11 @@ for rep in $(seq "$REPEATS"); do
           else
             fields=$(ours "$net" "$ex" "$m" "$p" "$r")
           fi
-          read -r step sc en cb cf cc de intra inter veth params status <<<"$fields"
+          read -r step sc en cb cf cc de fb opt intra inter veth params status <<<"$fields"
           over=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
           ratio=$(awk -v s="$step" -v c="$comp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
           "${base[@]}" "$ex" "$m" "$p" "$r" $((p * r)) "$rate" "$(batch_of "$net")" "$params" "$step" "$comp" "$over" \
-            "$ratio" "$sc" "$en" "$cb" "$cf" "$cc" "$de" "$intra" "$inter" "$veth" "${status%%:*}" "$(note_of "$status")"
+            "$ratio" "$sc" "$en" "$cb" "$cf" "$cc" "$de" "$fb" "$opt" "$intra" "$inter" "$veth" "${status%%:*}" "$(note_of "$status")"
           echo "scale_bench: $net $layout $rate $ex: $step s/step (compute-only $comp, $status)" >&2
         done
         if [ "$PEER" = 1 ] && [ "$r" = 1 ]; then
@@ -333,11 +335,11 @@ for rep in $(seq "$REPEATS"); do
           for method in none fp32; do
             fields=$ddp_none
             [ "$method" = none ] || fields=$(ddp "$net" "$method" "$m" "$p")
-            read -r step _ _ _ _ _ _ _ _ veth params status <<<"$fields"
+            read -r step _ _ _ _ _ _ _ _ _ _ veth params status <<<"$fields"
             over=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.4f", s - c }')
             ratio=$(awk -v s="$step" -v c="$dcomp" 'BEGIN { if (s == "-" || c == "-") print "-"; else printf "%.3f", s / c }')
             "${base[@]}" "ddp_$method" "$m" "$p" 1 "$p" "$rate" "$(batch_of "$net")" "$params" "$step" "$dcomp" "$over" \
-              "$ratio" - - - - - - - - "$veth" "${status%%:*}" "$(note_of "$status")"
+              "$ratio" - - - - - - - - - - "$veth" "${status%%:*}" "$(note_of "$status")"
             echo "scale_bench: $net $layout $rate ddp $method: $step s/step (compute-only $dcomp, $status)" >&2
           done
         fi
