@@ -213,7 +213,21 @@ bool GradientExchange::advance(bool block) {
   for (Bucket& b : buckets_) moved = advance_bucket(b) || moved;
   if (comm_thread_) post_next();
   if (moved || !block || !comm_thread_) return moved;
-  // Nothing could move: wait for the oldest collective in flight (jobs finish in post order).
+  // Nothing could move. Rather than sit waiting, decode a finished bucket's average that was left coded for the
+  // optimizer (GradientScheme::decode_deferred: the same bits; what arrives after the wait stays coded and is
+  // decoded inside the update, what arrived before costs nothing the step was not waiting anyway).
+  const int S = static_cast<int>(stages_.size());
+  for (Bucket& b : buckets_) {
+    if (b.stage != S) continue;
+    const auto t0 = Clock::now();
+    if (!scheme_->decode_deferred(static_cast<int>(&b - buckets_.data()))) continue;
+    const auto t1 = Clock::now();
+    times_.add(Phase::kDecode, seconds_between(t0, t1));
+    if (timeline_ && timeline_->recording())
+      timeline_->record(exchange_track_, "decode while waiting", t0, t1, &b - buckets_.data());
+    return true;
+  }
+  // Wait for the oldest collective in flight (jobs finish in post order).
   for (Bucket& b : buckets_) {
     if (!b.posted) continue;
     const auto t0 = Clock::now();

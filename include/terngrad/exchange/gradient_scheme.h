@@ -115,6 +115,11 @@ class GradientScheme {
   // With defer_decode: one entry per policy tensor, defined for those whose average stays coded (views of the
   // scheme's buffers, valid after each step's last stage until the next step begins); empty otherwise.
   virtual const std::vector<CodedAverage>& coded_averages() const { return no_coded_averages_; }
+  // With defer_decode, when bucket `bucket` has been through every stage and the scheduler would otherwise sit
+  // waiting for the network: decode its coded averages into the target's gradients now (the decode stage's work,
+  // done in time that would be idle) and leave their entries of coded_averages() undefined until the next step.
+  // The same bits either way. False when the bucket has nothing left to decode.
+  virtual bool decode_deferred(int /*bucket*/) { return false; }
 
   // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
   // the device; nullptr when it has none.

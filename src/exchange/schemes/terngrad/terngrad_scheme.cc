@@ -159,27 +159,44 @@ void TernGradScheme::exchange(Bucket& b, int index) {
 void TernGradScheme::defer_decode() {
   TG_CHECK(ctx_.targets.size() == 1, "the terngrad scheme leaves its average coded for one target worker only, not {}",
            ctx_.targets.size());
-  coded_.assign(static_cast<size_t>(ctx_.codec->policy().num_tensors()), CodedAverage());
+  coded_all_.assign(static_cast<size_t>(ctx_.codec->policy().num_tensors()), CodedAverage());
   for (const Bucket& b : buckets_) {
     if (b.layout.packed_bytes() == 0) continue;
     const bool gathered = mode_ == ExchangeMode::kAllgather2;
     ctx_.codec->coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
                                b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
-                               shared_scalers_, coded_);
+                               shared_scalers_, coded_all_);
   }
+  coded_ = coded_all_;
+}
+
+void TernGradScheme::begin_step(uint32_t step) {
+  GradientScheme::begin_step(step);
+  if (coded_all_.empty()) return;
+  coded_ = coded_all_;  // the same size: no allocation
+  for (Bucket& b : buckets_) b.coded = b.layout.packed_bytes() > 0;
+}
+
+bool TernGradScheme::decode_deferred(int bucket) {
+  Bucket& b = buckets_[bucket];
+  if (!b.coded) return false;
+  decode_ternary(b);
+  for (int i = b.range.begin; i < b.range.end; ++i) coded_[i] = CodedAverage();
+  b.coded = false;
+  return true;
+}
+
+void TernGradScheme::decode_ternary(Bucket& b) {
+  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+  if (mode_ == ExchangeMode::kAllgather2)
+    ctx_.codec->decode_ternary_gathered(*ctx_.backend, ctx_.comms.world ? b.gathered : b.local_codes,
+                                        b.layout.packed_bytes(), ctx_.num_workers, b.range, shared_scalers_, out);
+  else
+    ctx_.codec->decode_ternary_sums(*ctx_.backend, b.code_sums, ctx_.num_workers, b.range, shared_scalers_, out);
 }
 
 void TernGradScheme::decode(Bucket& b, int index) {
-  const RangeLayout& l = b.layout;
-  Backend& be = *ctx_.backend;
-  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
-  if (l.packed_bytes() > 0 && coded_.empty()) {
-    if (mode_ == ExchangeMode::kAllgather2)
-      ctx_.codec->decode_ternary_gathered(be, ctx_.comms.world ? b.gathered : b.local_codes, l.packed_bytes(),
-                                          ctx_.num_workers, b.range, shared_scalers_, out);
-    else
-      ctx_.codec->decode_ternary_sums(be, b.code_sums, ctx_.num_workers, b.range, shared_scalers_, out);
-  }
+  if (b.layout.packed_bytes() > 0 && coded_all_.empty()) decode_ternary(b);
   dense_->decode(index);
   ctx_.copy_to_other_targets(b.range);
 }

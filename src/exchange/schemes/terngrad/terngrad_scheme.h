@@ -6,7 +6,8 @@
 //   exchange codes  allgather2: every worker's packed codes gathered; allreduce8: int8 sums all-reduced; the
 //                   fp16/fp32 sums all-reduced
 //   decode          s * sum of codes / N into the first target, the fp16/fp32 averages, copies to other targets;
-//                   with defer_decode the ternary tensors are left coded for the optimizer (coded_averages())
+//                   with defer_decode the ternary tensors are left coded for the optimizer (coded_averages()),
+//                   unless the scheduler finds idle time for them while it waits (decode_deferred)
 // Alone (no group) the gathered codes are the local workers' own. With --error_feedback each worker's rounding
 // error is added back before the next step's scalers (error_feedback.h).
 //
@@ -38,6 +39,8 @@ class TernGradScheme final : public GradientScheme {
   bool can_defer_decode() const override { return true; }
   void defer_decode() override;
   const std::vector<CodedAverage>& coded_averages() const override { return coded_; }
+  bool decode_deferred(int bucket) override;
+  void begin_step(uint32_t step) override;
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
   Tensor shared_scalers() const override { return shared_scalers_; }
   Tensor zero_codes() const override { return zero_codes_; }
@@ -51,7 +54,9 @@ class TernGradScheme final : public GradientScheme {
     Tensor local_codes;  // u8 (L * packed_bytes): local worker l's codes at l * packed_bytes
     Tensor gathered;     // u8 (N * packed_bytes): allgather2 with a group
     Tensor code_sums;    // i8 (4 * packed_bytes): allreduce8
+    bool coded = false;  // defer_decode: its ternary average is still coded this step
   };
+  void decode_ternary(Bucket& b);
   void scalers(Bucket& b);
   void share_scalers(Bucket& b);
   void encode(Bucket& b, int index);
@@ -69,7 +74,8 @@ class TernGradScheme final : public GradientScheme {
   Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
   Tensor nonfinite_;                       // i32 (1)
   std::vector<float> host_scalers_;        // (num_ternary) the host check's copy
-  std::vector<CodedAverage> coded_;        // defer_decode: per policy tensor, the ternary ones' coded averages
+  std::vector<CodedAverage> coded_all_;    // defer_decode: per policy tensor, the ternary ones' coded averages
+  std::vector<CodedAverage> coded_;        // ... those still coded this step (decode_deferred undefines some)
 };
 
 std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);
