@@ -88,6 +88,16 @@ struct State {
   }
 };
 
+// got's w, slots and moving average have want's bits, and its guards are intact.
+void expect_same_state(const State& got, const State& want, int64_t n) {
+  std::string where;
+  EXPECT_TRUE(same_bits(got.w, want.w, &where)) << "w: " << where;
+  EXPECT_TRUE(same_bits(got.s1, want.s1, &where)) << "slot 1: " << where;
+  EXPECT_TRUE(same_bits(got.s2, want.s2, &where)) << "slot 2: " << where;
+  EXPECT_TRUE(same_bits(got.ema, want.ema, &where)) << "moving average: " << where;
+  EXPECT_TRUE(got.guards_intact(n));
+}
+
 // The codes of `workers` workers of n elements, gathered at `stride` bytes, and their int8 sums.
 struct Codes {
   int64_t stride;
@@ -139,12 +149,7 @@ void check_cpu_case(Backend& be, OptimizerKind kind, bool ema, int64_t n, int wo
   c.num_workers = workers;
   be.optimizer_update_coded(step, State::t(got.w, n), c, State::t(got.s1, n), State::t(got.s2, n),
                             ema ? State::t(got.ema, n) : Tensor());
-  std::string where;
-  EXPECT_TRUE(same_bits(got.w, want.w, &where)) << "w: " << where;
-  EXPECT_TRUE(same_bits(got.s1, want.s1, &where)) << "slot 1: " << where;
-  EXPECT_TRUE(same_bits(got.s2, want.s2, &where)) << "slot 2: " << where;
-  EXPECT_TRUE(same_bits(got.ema, want.ema, &where)) << "moving average: " << where;
-  EXPECT_TRUE(got.guards_intact(n));
+  expect_same_state(got, want, n);
 }
 
 TEST(CodedUpdateCpu, MatchesDecodeThenUpdate) {
@@ -179,6 +184,69 @@ TEST(CodedUpdateCpu, EveryIsaManyWorkersAndSpecialScalers) {
     }
   }
   set_ternary_codec_isa(CodecIsa::kAuto);
+}
+
+// A coded average in parts (the hierarchical scheme's: part p's codes of every worker, or its sums, in a block
+// of its own `block` bytes on): the bits of decoding each part into a gradient and then updating; a 2-D w.
+TEST(CodedUpdateCpu, InPartsMatchesDecodingEachPart) {
+  auto be = make_backend("cpu", BackendOptions{2});
+  be->bind_thread();
+  for (int64_t n : {int64_t{10}, int64_t{4097}, int64_t{9002}})
+    for (int parts : {2, 3})
+      for (bool from_sums : {false, true}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " parts=" + std::to_string(parts) + (from_sums ? " sums" : ""));
+        const int workers = 3;
+        const int64_t part = (n + parts - 1) / parts, stride = (part + 3) / 4 + 1;
+        const int64_t block = from_sums ? part + 5 : workers * stride + 7;
+        std::vector<uint8_t> bytes = testing::random_bytes(static_cast<size_t>(parts * block), 41);
+        if (from_sums)
+          for (uint8_t& b : bytes) b = static_cast<uint8_t>(static_cast<int8_t>(b % 7) - 3);  // sums of 3 workers
+        const Tensor all(bytes.data(), Shape{parts * block}, from_sums ? DType::kI8 : DType::kU8, Device::cpu());
+        float scaler = 2.5e-3f;
+        const Tensor sc(&scaler, Shape{1}, DType::kF32, Device::cpu());
+        const OptimizerStep step = step_of(OptimizerKind::kAdam, true);
+        State want(n), got(n);
+        std::vector<float> g(static_cast<size_t>(n));
+        const Tensor gt(g.data(), Shape{n}, DType::kF32, Device::cpu());
+        for (int p = 0; p * part < n; ++p) {
+          const int64_t b = p * part, count = std::min(part, n - b);
+          if (from_sums)
+            be->ternary_decode_sums(all.slice0(p * block, p * block + count), sc, workers, gt.slice0(b, b + count));
+          else
+            be->ternary_decode_gathered(all.slice0(p * block, all.numel()), stride, workers, sc,
+                                        gt.slice0(b, b + count));
+        }
+        be->optimizer_update(step, State::t(want.w, n), gt, State::t(want.s1, n), State::t(want.s2, n),
+                             State::t(want.ema, n));
+        CodedAverage c;
+        (from_sums ? c.code_sums : c.gathered) = all;
+        c.stride = from_sums ? 0 : stride;
+        c.scaler = sc;
+        c.num_workers = workers;
+        c.part = part;
+        c.part_stride = block;
+        const Tensor w2(got.w.data(), Shape{2, n / 2}, DType::kF32, Device::cpu());
+        be->optimizer_update_coded(step, n % 2 == 0 ? w2 : State::t(got.w, n), c, State::t(got.s1, n),
+                                   State::t(got.s2, n), State::t(got.ema, n));
+        expect_same_state(got, want, n);
+        // Parts whose codes lie beyond the view, and negative parts, are refused before anything is written.
+        State keep(n);
+        const std::vector<float> before(keep.w.begin(), keep.w.begin() + n);
+        CodedAverage bad = c;
+        bad.part_stride = parts * block;
+        EXPECT_FALSE(testing::error_of([&] {
+                       be->optimizer_update_coded(step, State::t(keep.w, n), bad, State::t(keep.s1, n),
+                                                  State::t(keep.s2, n), State::t(keep.ema, n));
+                     }).empty());
+        bad = c;
+        bad.part = -1;
+        EXPECT_NE(testing::error_of([&] {
+                    be->optimizer_update_coded(step, State::t(keep.w, n), bad, State::t(keep.s1, n),
+                                               State::t(keep.s2, n), State::t(keep.ema, n));
+                  }).find("parts of -1 elements"),
+                  std::string::npos);
+        EXPECT_EQ(std::vector<float>(keep.w.begin(), keep.w.begin() + n), before) << "a refused update wrote w";
+      }
 }
 
 // Expects `f` to throw an Error whose message contains `needle`.

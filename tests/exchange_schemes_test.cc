@@ -190,10 +190,13 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
               if (!c.defined()) continue;
               ++defined;
               const Tensor out(average[t].data(), Shape{kParams[t].numel}, DType::kF32, Device::cpu());
-              if (c.gathered)
-                be->ternary_decode_gathered(c.gathered, c.stride, c.num_workers, c.scaler, out);
-              else
-                be->ternary_decode_sums(c.code_sums, c.scaler, c.num_workers, out);
+              for_each_coded_part(c, out.numel(), [&](const CodedAverage& part, int64_t b, int64_t n) {
+                if (part.gathered)
+                  be->ternary_decode_gathered(part.gathered, part.stride, part.num_workers, part.scaler,
+                                              out.slice0(b, b + n));
+                else
+                  be->ternary_decode_sums(part.code_sums, part.scaler, part.num_workers, out.slice0(b, b + n));
+              });
             }
             if (defined != (o.decode_deferred ? 0 : pol.num_ternary()) && !o.exchange.overlap)
               throw Error(
@@ -362,6 +365,51 @@ TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
   }
   // Between nodes only 2-bit codes (and the fp32-kept biases) travel: far fewer bytes than inside the node.
   EXPECT_LT(full.stats[0].inter_node_bytes * 8, full.stats[0].intra_node_bytes);
+}
+
+// With several nodes the all-gather inside the node carries the nodes' codes; the average left coded for the
+// optimizer (defer_decode: one part per local rank's block) is the average the decode stage writes: allgather2
+// (2 nodes) and allreduce8 (8), 2 and 3 local ranks, one and two workers per rank, overlapped or not, a tensor
+// per bucket (conv1's reduced in place) or several, fp16 inside the node, with weight decay; decoded late
+// (decode_deferred) too. The fp32 tensors' average is written to the gradient, the ternary ones' is not.
+TEST(HierarchicalScheme, AverageLeftCodedIsTheDecodedAverage) {
+  struct Variant {
+    int nodes, local, workers;
+    bool overlap;
+    double bucket_mb;
+    int local_bits;
+  };
+  for (Variant v :
+       {Variant{2, 2, 1, false, 2.0 / 1024, 32}, Variant{2, 2, 1, true, 4.0 / (1024 * 1024), 32},
+        Variant{2, 3, 2, true, 2.0 / 1024, 32}, Variant{8, 2, 1, false, 25, 32}, Variant{2, 2, 1, false, 25, 16}}) {
+    const std::string what = fmt::format("{} nodes x {} ranks x {} workers, overlap {}, bucket_mb {}, local_bits {}",
+                                         v.nodes, v.local, v.workers, v.overlap, v.bucket_mb, v.local_bits);
+    RunOptions o;
+    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.clip_factor = 2.5f;
+    o.steps = 2;
+    o.workers_per_rank = v.workers;
+    o.exchange.overlap = v.overlap;
+    o.exchange.bucket_mb = v.bucket_mb;
+    o.exchange.local_bits = v.local_bits;
+    o.weight_decay = 5e-3f;
+    o.decay_in_exchange = true;
+    Layout l0(v.nodes, v.local);
+    const RunResult decoded = run_layout(l0, o);
+    o.defer_decode = true;
+    Layout l1(v.nodes, v.local);
+    const RunResult coded = run_layout(l1, o);
+    expect_same_bits(coded, decoded, what);
+    EXPECT_EQ(coded.grads[0][1][1], decoded.out[0][1][1]) << what;  // conv1/biases: fp32
+    if (!v.overlap) {
+      EXPECT_NE(coded.grads[0][1][2], decoded.out[0][1][2]) << what;  // conv2/weights: left coded
+    }
+    o.decode_deferred = true;
+    Layout l2(v.nodes, v.local);
+    const RunResult late = run_layout(l2, o);
+    expect_same_bits(late, decoded, what + ", decoded late");
+    EXPECT_EQ(late.grads[0][1][2], decoded.out[0][1][2]) << what;
+  }
 }
 
 // Weight decay applied by the TernGrad and hierarchical schemes in their scalers' pass (the ternary tensors fused,

@@ -443,7 +443,15 @@ void Backend::optimizer_update_coded(const OptimizerStep& step, const Tensor& w,
   f32_like(w, s1, op, "s1");
   f32_like(w, s2, op, "s2");
   f32_like(w, ema, op, "ema");
-  optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+  TG_CHECK(g.part >= 0 && g.part_stride >= 0, "{}: the coded average of {} has parts of {} elements {} bytes apart", op,
+           w.str(), g.part, g.part_stride);
+  if (g.part == 0) return optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+  auto part = [](const Tensor& t, int64_t b, int64_t n) {
+    return t ? t.reshaped(Shape{t.numel()}).slice0(b, b + n) : Tensor();
+  };
+  for_each_coded_part(g, w.numel(), [&](const CodedAverage& c, int64_t b, int64_t n) {
+    optimizer_update_coded_impl(step, part(w, b, n), c, part(s1, b, n), part(s2, b, n), part(ema, b, n));
+  });
 }
 
 void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {

@@ -7,8 +7,9 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
   using C = ExchangeConfig;
   static const std::vector<Flag<C>> table = {
       {"exchange", &C::exchange,
-       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 inside a node, "
-       "2-bit codes between nodes (one ring per local rank); auto: hierarchical with --grad_bits 1 on several "
+       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 sums inside a node, "
+       "2-bit codes between nodes (one ring per local rank) and then inside the node; auto: hierarchical with "
+       "--grad_bits 1 on several "
        "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
        "(benchmarks' compute-only step; replicas drift apart)",
        one_of<ExchangeMode>()},
@@ -17,7 +18,8 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "(per element, per rank; checkpointed per rank)",
        no_check(), kFlagSwitch | kFlagResume},
       {"local_bits", &C::local_bits,
-       "`--exchange hierarchical`: the reduce-scatter and all-gather inside a node in fp32 (32) or fp16 (16)",
+       "`--exchange hierarchical`: the reduce-scatter inside a node in fp32 (32) or fp16 (16) (with one node the "
+       "all-gather too; with several, the nodes' 2-bit codes are what is all-gathered inside a node)",
        one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
       {"overlap", &C::overlap,
        "with several processes and host gradients: exchange buckets on a communication thread while backward "

@@ -29,6 +29,7 @@
 // Everything else is enqueued: ops, record_fence(), upload_async(), download_async().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -37,6 +38,7 @@
 #include "terngrad/backend/backend_impls.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/buffer.h"
+#include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/tensor.h"
 
@@ -56,14 +58,47 @@ struct TernaryEncodeItem {
 // ternary_decode_value(scaler, the sum of the workers' codes of element i, num_workers), the codes either
 // `gathered` (allgather2: num_workers packed blocks of ceil(n/4) bytes, worker w's at byte w * stride) or their
 // int8 `code_sums` (allreduce8: one per element). Backend::optimizer_update_coded decodes it inside the update.
+// The codes may come in parts (the hierarchical scheme: one per local rank's shard of the tensor): with part > 0,
+// elements [p * part, min(n, (p + 1) * part)) are coded as a tensor of their own whose codes (or sums) start at
+// byte p * part_stride of the view; part = 0: one part, the whole tensor.
 struct CodedAverage {
   Tensor gathered;  // u8, or undefined when code_sums is given
   int64_t stride = 0;
   Tensor code_sums;  // i8 (n), or undefined when gathered is given
   Tensor scaler;     // f32 (1) on the device: the shared scaler
   int num_workers = 1;
+  int64_t part = 0, part_stride = 0;
   bool defined() const { return scaler.defined(); }
 };
+
+// Calls fn(c, begin, count) for each part of the coded average g of an n-element tensor: c codes elements
+// [begin, begin + count) as a whole tensor (one part). Every part's codes are checked to lie inside g's view
+// before fn is first called (so a refused average writes nothing).
+template <class Fn>
+void for_each_coded_part(const CodedAverage& g, int64_t n, Fn&& fn) {
+  TG_CHECK(g.part >= 0 && g.part_stride >= 0, "coded average: parts of {} elements {} bytes apart", g.part,
+           g.part_stride);
+  if (g.part == 0) return fn(g, int64_t{0}, n);
+  const Tensor& codes = g.gathered ? g.gathered : g.code_sums;
+  auto part = [&](int64_t p, int64_t count) {
+    const int64_t at = p * g.part_stride;
+    const int64_t end = g.gathered ? at + (g.num_workers - 1) * g.stride + (count + 3) / 4 : at + count;
+    TG_CHECK(codes && end <= codes.numel(), "coded average: part {} ({} elements) needs bytes [{}, {}) of {}", p, count,
+             at, end, codes.str());
+    CodedAverage c = g;
+    c.part = c.part_stride = 0;
+    if (g.gathered)
+      c.gathered = g.gathered.slice0(at, codes.numel());
+    else
+      c.code_sums = g.code_sums.slice0(at, at + count);
+    return c;
+  };
+  for (int64_t begin = 0, p = 0; begin < n; begin += g.part, ++p) part(p, std::min(g.part, n - begin));
+  for (int64_t begin = 0, p = 0; begin < n; begin += g.part, ++p) {
+    const int64_t count = std::min(g.part, n - begin);
+    fn(part(p, count), begin, count);
+  }
+}
 
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
 constexpr bool is_compute_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }

@@ -16,11 +16,13 @@ enum Stage {
   kReduceScatter,
   kEncode,
   kCrossExchange,
-  kDecode,
   kAllGather,
+  kDecode,
   kScatter
 };
-}
+constexpr int64_t kAlign = 64;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
 
 HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx) : GradientScheme(ctx) {
   const CompressionPolicy& p = ctx.codec->policy();
@@ -41,36 +43,48 @@ HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx) : GradientScheme(ctx)
   node_key_worker_ = static_cast<uint32_t>(ctx.first_worker - k_ * ctx.local_workers);
   cross_gather_ = resolve_exchange_mode(ExchangeMode::kAuto, M_) == ExchangeMode::kAllgather2;
   half_ = ctx.options.local_bits == 16 && L_ > 1;
+  auto stage = [&](Stage op, const char* name, StageKind kind, Phase phase) {
+    stages_.push_back({name, kind, phase});
+    stage_ops_.push_back(op);
+  };
+  stage(kScalers, "scalers", StageKind::kCompute, Phase::kScalers);
+  if (ctx.comms.cross) stage(kShareScalers, "share scalers", StageKind::kCollective, Phase::kCommInFlight);
+  stage(kLocalSum, "local sum", StageKind::kCompute, Phase::kEncode);
+  stage(kReduceScatter, "reduce-scatter (node)", StageKind::kCollective, Phase::kCommInFlight);
+  if (ctx.comms.cross) {
+    stage(kEncode, "encode", StageKind::kCompute, Phase::kEncode);
+    stage(kCrossExchange, "exchange codes (nodes)", StageKind::kCollective, Phase::kCommInFlight);
+    stage(kAllGather, "all-gather codes (node)", StageKind::kCollective, Phase::kCommInFlight);
+    stage(kDecode, "decode", StageKind::kCompute, Phase::kDecode);
+  } else {
+    stage(kEncode, "average", StageKind::kCompute, Phase::kEncode);
+    stage(kAllGather, "all-gather (node)", StageKind::kCollective, Phase::kCommInFlight);
+    stage(kScatter, "scatter", StageKind::kCompute, Phase::kDecode);
+  }
 }
 
 std::string HierarchicalScheme::describe() const {
-  return fmt::format("hierarchical ({} nodes x {} ranks; {} inside a node, {} between nodes)", M_, L_,
-                     half_ ? "fp16" : "fp32",
-                     ctx_.codec->policy().num_ternary() == 0 ? "fp32" : (cross_gather_ ? "allgather2" : "allreduce8"));
+  if (!ctx_.comms.cross)
+    return fmt::format("hierarchical (1 node x {} ranks; {} inside the node)", L_, half_ ? "fp16" : "fp32");
+  return fmt::format(
+      "hierarchical ({} nodes x {} ranks; {} reduce-scatter inside a node, {} between nodes, the codes "
+      "all-gathered inside a node)",
+      M_, L_, half_ ? "fp16" : "fp32",
+      ctx_.codec->policy().num_ternary() == 0 ? "fp32" : (cross_gather_ ? "allgather2" : "allreduce8"));
 }
 
-const std::vector<SchemeStage>& HierarchicalScheme::stages() const {
-  static const std::vector<SchemeStage> s = {{"scalers", StageKind::kCompute, Phase::kScalers},
-                                             {"share scalers", StageKind::kCollective, Phase::kCommInFlight},
-                                             {"local sum", StageKind::kCompute, Phase::kEncode},
-                                             {"reduce-scatter (node)", StageKind::kCollective, Phase::kCommInFlight},
-                                             {"encode", StageKind::kCompute, Phase::kEncode},
-                                             {"exchange codes (nodes)", StageKind::kCollective, Phase::kCommInFlight},
-                                             {"decode", StageKind::kCompute, Phase::kDecode},
-                                             {"all-gather (node)", StageKind::kCollective, Phase::kCommInFlight},
-                                             {"scatter", StageKind::kCompute, Phase::kDecode}};
-  return s;
-}
+const std::vector<SchemeStage>& HierarchicalScheme::stages() const { return stages_; }
 
 void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   const CompressionPolicy& p = ctx_.codec->policy();
   const int W = ctx_.local_workers;
   const int64_t T = p.num_ternary();
+  const bool nodes = ctx_.comms.cross != nullptr;
   const size_t at_local = arena_.reserve(4 * static_cast<size_t>(W * T));
   const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
   const size_t at_flag = arena_.reserve(4);
   struct Offsets {
-    size_t f, h, packed, gathered, sums, dense;
+    size_t f, h, packed, node;
   };
   std::vector<Offsets> off;
   for (const TensorRange& r : ranges) {
@@ -80,42 +94,37 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
     // last one shorter), so which rank encodes an element, and the piece it is in, do not depend on the
     // bucketing. F = shard 0 (part 0 of each tensor, padded to ceil(n / L)), shard 1, ...
     for (int i = r.begin; i < r.end; ++i) {
-      const int64_t n = p.tensors()[i].numel;
-      b.part.push_back((n + L_ - 1) / L_);
-      b.offset.push_back(b.shard);
-      b.shard += b.part.back();
-    }
-    for (int i = r.begin; i < r.end; ++i) {
-      const int64_t n = p.tensors()[i].numel, part = b.part[i - r.begin];
       Piece pc;
       pc.tensor = i;
-      pc.begin = std::min(n, k_ * part);
-      pc.count = std::min(n, pc.begin + part) - pc.begin;
-      pc.at = b.offset[i - r.begin];
-      if (pc.count == 0) continue;
-      pc.ternary = p.tensors()[i].coding == GradCoding::kTernary;
-      if (pc.ternary) {
+      pc.n = p.tensors()[i].numel;
+      pc.part = (pc.n + L_ - 1) / L_;
+      pc.at = b.shard;
+      b.shard += pc.part;
+      pc.ternary = nodes && p.tensors()[i].coding == GradCoding::kTernary;
+      if (nodes && pc.ternary) {
         pc.packed_at = b.packed_bytes;
-        b.packed_bytes += (pc.count + 3) / 4;
-      } else {
+        b.packed_bytes += (pc.part + 3) / 4;
+      } else if (nodes) {
         pc.dense_at = b.dense;
-        b.dense += pc.count;
+        b.dense += pc.part;
       }
       b.pieces.push_back(pc);
     }
-    const size_t whole = static_cast<size_t>(L_ * b.shard);
+    const int64_t whole = L_ * b.shard;
     // A bucket of one tensor whose parts are equal (n = L * S) already is in the shard-major layout: with one
-    // local worker that is also the target, its gradient is F (the reduce-scatter, the decode and the all-gather
-    // work on it in place; the local sum's and the scatter's copies of the bucket are not needed).
-    b.in_place = ctx_.local_workers == 1 && ctx_.targets[0] == 0 && r.end - r.begin == 1 &&
-                 p.tensors()[r.begin].numel == static_cast<int64_t>(whole);
+    // local worker that is also the target, its gradient is F (the reduce-scatter and the encode work on it in
+    // place; the local sum's copy of the bucket is not needed).
+    b.in_place =
+        ctx_.local_workers == 1 && ctx_.targets[0] == 0 && r.end - r.begin == 1 && p.tensors()[r.begin].numel == whole;
+    if (nodes) {
+      b.dense_offset = aligned(cross_gather_ ? M_ * b.packed_bytes : 4 * b.packed_bytes);
+      b.block = aligned(b.dense_offset + 4 * b.dense);
+    }
     Offsets o{};
-    o.f = b.in_place ? 0 : arena_.reserve(4 * whole);
-    o.h = half_ ? arena_.reserve(2 * whole) : 0;
+    o.f = b.in_place ? 0 : arena_.reserve(4 * static_cast<size_t>(whole));
+    o.h = half_ ? arena_.reserve(2 * static_cast<size_t>(whole)) : 0;
     o.packed = arena_.reserve(static_cast<size_t>(b.packed_bytes));
-    o.gathered = cross_gather_ ? arena_.reserve(static_cast<size_t>(M_ * b.packed_bytes)) : 0;
-    o.sums = cross_gather_ ? 0 : arena_.reserve(4 * static_cast<size_t>(b.packed_bytes));
-    o.dense = arena_.reserve(4 * static_cast<size_t>(b.dense));
+    o.node = arena_.reserve(static_cast<size_t>(L_ * b.block));
     off.push_back(o);
     buckets_.push_back(std::move(b));
   }
@@ -131,9 +140,12 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
     b.f = b.in_place ? ctx_.grads[0][b.range.begin].reshaped(Shape{whole}) : arena_.view(off[i].f, whole, DType::kF32);
     if (half_) b.h = arena_.view(off[i].h, whole, DType::kF16);
     b.packed = arena_.view(off[i].packed, b.packed_bytes, DType::kU8);
-    if (cross_gather_) b.gathered = arena_.view(off[i].gathered, M_ * b.packed_bytes, DType::kU8);
-    if (!cross_gather_) b.code_sums = arena_.view(off[i].sums, 4 * b.packed_bytes, DType::kI8);
-    b.dense_sum = arena_.view(off[i].dense, b.dense, DType::kF32);
+    b.node = arena_.view(off[i].node, L_ * b.block, DType::kU8);
+    b.node_sums = arena_.view(off[i].node, L_ * b.block, DType::kI8);
+    const size_t own = off[i].node + static_cast<size_t>(k_ * b.block);
+    if (cross_gather_) b.gathered = arena_.view(own, M_ * b.packed_bytes, DType::kU8);
+    if (!cross_gather_) b.code_sums = arena_.view(own, 4 * b.packed_bytes, DType::kI8);
+    b.dense_sum = dense_of(b, k_);
   }
 }
 
@@ -141,15 +153,20 @@ Tensor HierarchicalScheme::shard_of(const Bucket& b, const Tensor& whole) const 
   return whole.slice0(k_ * b.shard, (k_ + 1) * b.shard);
 }
 
+Tensor HierarchicalScheme::dense_of(const Bucket& b, int k) const {
+  return Tensor(static_cast<char*>(b.node.raw()) + k * b.block + b.dense_offset, Shape{b.dense}, DType::kF32,
+                b.node.device());
+}
+
 void HierarchicalScheme::run_stage(int stage, int bucket) {
   Bucket& b = buckets_[bucket];
-  switch (stage) {
+  switch (stage_ops_[stage]) {
     case kScalers:
       scalers(b);
       break;
     case kShareScalers: {
       const RangeLayout l = ctx_.codec->layout(b.range);
-      if (ctx_.comms.cross && l.num_scalers() > 0)
+      if (l.num_scalers() > 0)
         ctx_.comms.world->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(),
                                     DType::kF32, ReduceOp::kMax, ctx_.backend->device());
       break;
@@ -166,11 +183,11 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
     case kCrossExchange:
       cross_exchange(b);
       break;
-    case kDecode:
-      decode(b);
-      break;
     case kAllGather:
       all_gather(b);
+      break;
+    case kDecode:
+      decode(b);
       break;
     case kScatter:
       scatter(b);
@@ -199,16 +216,14 @@ void HierarchicalScheme::local_sum(Bucket& b) {
   }
   const int W = ctx_.local_workers;
   Tensor xs[Backend::kMaxCodecInputs];
-  for (int i = b.range.begin; i < b.range.end; ++i) {
-    const int64_t n = ctx_.grads[0][i].numel(), part = b.part[i - b.range.begin];
+  for (const Piece& pc : b.pieces)
     for (int k = 0; k < L_; ++k) {
-      const int64_t a = std::min(n, k * part), e = std::min(n, a + part);
-      if (a == e) continue;
-      for (int w = 0; w < W; ++w) xs[w] = ctx_.grads[w][i].reshaped(Shape{n}).slice0(a, e);
-      const int64_t at = k * b.shard + b.offset[i - b.range.begin];
-      be.encode_f32_sum(xs, W, b.f.slice0(at, at + (e - a)));
+      const int64_t a = pc.begin(k), count = pc.count(k);
+      if (count == 0) continue;
+      for (int w = 0; w < W; ++w) xs[w] = ctx_.grads[w][pc.tensor].reshaped(Shape{pc.n}).slice0(a, a + count);
+      const int64_t at = k * b.shard + pc.at;
+      be.encode_f32_sum(xs, W, b.f.slice0(at, at + count));
     }
-  }
   if (half_) be.cast(b.h, b.f);
 }
 
@@ -220,6 +235,7 @@ void HierarchicalScheme::reduce_scatter(Bucket& b) {
   local->reduce_scatter(whole.raw(), own.raw(), b.shard, whole.dtype(), ReduceOp::kSum, ctx_.backend->device());
 }
 
+// The node's average of the own shard; with several nodes its codes (and dense pieces) for the cross exchange.
 void HierarchicalScheme::encode(Bucket& b) {
   Backend& be = *ctx_.backend;
   const Tensor own = shard_of(b, b.f);
@@ -243,14 +259,16 @@ void HierarchicalScheme::encode(Bucket& b) {
   // draw for an element whatever the bucketing (and, with one local rank, TernGrad's draws).
   const uint32_t shard_salt = static_cast<uint32_t>(k_) * static_cast<uint32_t>(p.num_tensors());
   for (const Piece& pc : b.pieces) {
-    const Tensor values = own.slice0(pc.at, pc.at + pc.count);
+    const int64_t count = pc.count(k_);
+    if (count == 0) continue;
+    const Tensor values = own.slice0(pc.at, pc.at + count);
     if (pc.ternary) {
       const int s = p.tensors()[pc.tensor].scaler_index;
       be.ternary_encode(values, shared_scalers_.slice0(s, s + 1), key, step_,
                         static_cast<uint32_t>(pc.tensor) + shard_salt,
-                        b.packed.slice0(pc.packed_at, pc.packed_at + (pc.count + 3) / 4), Tensor());
+                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), Tensor());
     } else {
-      be.copy(b.dense_sum.slice0(pc.dense_at, pc.dense_at + pc.count), values);
+      be.copy(b.dense_sum.slice0(pc.dense_at, pc.dense_at + count), values);
     }
   }
   if (!cross_gather_ && b.packed_bytes > 0) be.ternary_sum_codes(b.packed, b.packed_bytes, 1, b.code_sums);
@@ -258,7 +276,6 @@ void HierarchicalScheme::encode(Bucket& b) {
 
 void HierarchicalScheme::cross_exchange(Bucket& b) {
   Communicator* cross = ctx_.comms.cross;
-  if (!cross) return;
   const Device dev = ctx_.backend->device();
   if (b.packed_bytes > 0) {
     if (cross_gather_)
@@ -269,58 +286,128 @@ void HierarchicalScheme::cross_exchange(Bucket& b) {
   if (b.dense > 0) cross->allreduce(b.dense_sum.raw(), b.dense, DType::kF32, ReduceOp::kSum, dev);
 }
 
-void HierarchicalScheme::decode(Bucket& b) {
-  Backend& be = *ctx_.backend;
-  const Tensor own = shard_of(b, b.f);
-  if (ctx_.comms.cross && b.shard > 0) {
-    const CompressionPolicy& p = ctx_.codec->policy();
-    for (const Piece& pc : b.pieces) {
-      const Tensor values = own.slice0(pc.at, pc.at + pc.count);
-      if (pc.ternary) {
-        const int s = p.tensors()[pc.tensor].scaler_index;
-        const Tensor scaler = shared_scalers_.slice0(s, s + 1);
-        if (cross_gather_)
-          be.ternary_decode_gathered(b.gathered.slice0(pc.packed_at, b.gathered.numel()), b.packed_bytes, M_, scaler,
-                                     values);
-        else
-          be.ternary_decode_sums(b.code_sums.slice0(4 * pc.packed_at, 4 * pc.packed_at + pc.count), scaler, M_, values);
-      } else {
-        be.decode_f32_sum(b.dense_sum.slice0(pc.dense_at, pc.dense_at + pc.count), M_, values);
-      }
-    }
-  }
-  if (half_ && b.shard > 0) be.cast(shard_of(b, b.h), own);
-}
-
+// Several nodes: the blocks (codes and dense sums) of every local rank. One node: the average's shards.
 void HierarchicalScheme::all_gather(Bucket& b) {
   Communicator* local = ctx_.comms.local;
-  if (!local || b.shard == 0) return;
+  if (!local) return;
+  const Device dev = ctx_.backend->device();
+  if (ctx_.comms.cross) {
+    if (b.block > 0)
+      local->allgather(static_cast<char*>(b.node.raw()) + k_ * b.block, b.node.raw(), static_cast<size_t>(b.block),
+                       dev);
+    return;
+  }
+  if (b.shard == 0) return;
   const Tensor& whole = half_ ? b.h : b.f;
   const Tensor own = shard_of(b, whole);
-  local->allgather(own.raw(), whole.raw(), static_cast<size_t>(own.numel()) * dtype_size(whole.dtype()),
-                   ctx_.backend->device());
+  if (half_) ctx_.backend->cast(own, shard_of(b, b.f));
+  local->allgather(own.raw(), whole.raw(), static_cast<size_t>(own.numel()) * dtype_size(whole.dtype()), dev);
 }
 
+// Several nodes: every part of every tensor from the node's blocks into the target's gradients (the ternary
+// ones left coded with defer_decode).
+void HierarchicalScheme::decode(Bucket& b) {
+  Backend& be = *ctx_.backend;
+  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+  for (const Piece& pc : b.pieces) {
+    if (pc.ternary) continue;
+    const Tensor flat = out[pc.tensor].reshaped(Shape{pc.n});
+    for (int k = 0; k < L_; ++k) {
+      const int64_t a = pc.begin(k), count = pc.count(k);
+      if (count > 0)
+        be.decode_f32_sum(dense_of(b, k).slice0(pc.dense_at, pc.dense_at + count), M_, flat.slice0(a, a + count));
+    }
+  }
+  if (!deferred_.active()) decode_ternary(b);
+  ctx_.copy_to_other_targets(b.range);
+}
+
+void HierarchicalScheme::decode_ternary(Bucket& b) {
+  Backend& be = *ctx_.backend;
+  const CompressionPolicy& p = ctx_.codec->policy();
+  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+  for (const Piece& pc : b.pieces) {
+    if (!pc.ternary) continue;
+    const int s = p.tensors()[pc.tensor].scaler_index;
+    const Tensor scaler = shared_scalers_.slice0(s, s + 1);
+    const Tensor flat = out[pc.tensor].reshaped(Shape{pc.n});
+    for (int k = 0; k < L_; ++k) {
+      const int64_t a = pc.begin(k), count = pc.count(k), at = k * b.block;
+      if (count == 0) continue;
+      if (cross_gather_)
+        be.ternary_decode_gathered(b.node.slice0(at + pc.packed_at, b.node.numel()), b.packed_bytes, M_, scaler,
+                                   flat.slice0(a, a + count));
+      else
+        be.ternary_decode_sums(b.node_sums.slice0(at + 4 * pc.packed_at, at + 4 * pc.packed_at + count), scaler, M_,
+                               flat.slice0(a, a + count));
+    }
+  }
+}
+
+// One node: F's tensors into the first target (copies to the other targets).
 void HierarchicalScheme::scatter(Bucket& b) {
   Backend& be = *ctx_.backend;
   if (half_) be.cast(b.f, b.h);
-  if (b.in_place) return;  // F is the target's gradient, and the only one
-  const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
-  for (int i = b.range.begin; i < b.range.end; ++i) {
-    const int64_t n = out[i].numel(), part = b.part[i - b.range.begin];
-    const Tensor flat = out[i].reshaped(Shape{n});
-    for (int k = 0; k < L_; ++k) {
-      const int64_t a = std::min(n, k * part), e = std::min(n, a + part);
-      if (a == e) continue;
-      const int64_t at = k * b.shard + b.offset[i - b.range.begin];
-      be.copy(flat.slice0(a, e), b.f.slice0(at, at + (e - a)));
+  if (!b.in_place) {  // else F is the target's gradient, and the only one
+    const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+    for (const Piece& pc : b.pieces) {
+      const Tensor flat = out[pc.tensor].reshaped(Shape{pc.n});
+      for (int k = 0; k < L_; ++k) {
+        const int64_t a = pc.begin(k), count = pc.count(k), at = k * b.shard + pc.at;
+        if (count > 0) be.copy(flat.slice0(a, a + count), b.f.slice0(at, at + count));
+      }
     }
   }
   ctx_.copy_to_other_targets(b.range);
 }
 
-// Per rank and step: the scalers' MAX over the world; inside the node the reduce-scatter and the all-gather of
-// the padded bucket; between nodes the shard's codes (allgather2 or allreduce8) and its fp32 pieces.
+bool HierarchicalScheme::can_defer_decode() const { return ctx_.comms.cross && ctx_.codec->policy().num_ternary() > 0; }
+
+// The coded averages are views of the node's blocks (fixed at plan time) in L parts, a part per local rank's
+// block: every step's exchange refills the buffers they view.
+void HierarchicalScheme::defer_decode() {
+  TG_CHECK(can_defer_decode(),
+           "the hierarchical scheme leaves its average coded only with several nodes and ternary tensors");
+  TG_CHECK(ctx_.targets.size() == 1,
+           "the hierarchical scheme leaves its average coded for one target worker only, not {}", ctx_.targets.size());
+  const CompressionPolicy& p = ctx_.codec->policy();
+  std::vector<CodedAverage> coded(static_cast<size_t>(p.num_tensors()));
+  std::vector<TensorRange> ranges;
+  for (const Bucket& b : buckets_) {
+    ranges.push_back(b.range);
+    for (const Piece& pc : b.pieces) {
+      if (!pc.ternary) continue;
+      const int s = p.tensors()[pc.tensor].scaler_index;
+      CodedAverage& c = coded[pc.tensor];
+      c.scaler = shared_scalers_.slice0(s, s + 1);
+      c.num_workers = M_;
+      c.part = pc.part;
+      c.part_stride = b.block;
+      if (cross_gather_) {
+        c.gathered = b.node.slice0(pc.packed_at, b.node.numel());
+        c.stride = b.packed_bytes;
+      } else {
+        c.code_sums = b.node_sums.slice0(4 * pc.packed_at, b.node_sums.numel());
+      }
+    }
+  }
+  deferred_.start(std::move(coded), std::move(ranges));
+}
+
+void HierarchicalScheme::begin_step(uint32_t step) {
+  GradientScheme::begin_step(step);
+  deferred_.begin_step();
+}
+
+bool HierarchicalScheme::decode_deferred(int bucket) {
+  if (!deferred_.take(bucket)) return false;
+  decode_ternary(buckets_[bucket]);
+  return true;
+}
+
+// Per rank and step: the scalers' MAX over the world; inside the node the reduce-scatter of the padded bucket and
+// the all-gather of its average (one node) or of the blocks (several); between nodes the shard's codes (allgather2 or
+// allreduce8) and its fp32 pieces.
 ExchangeStats HierarchicalScheme::byte_model() const {
   const CompressionPolicy& p = ctx_.codec->policy();
   const int ranks = ctx_.comms.world ? ctx_.comms.world->size() : 1;
@@ -331,10 +418,12 @@ ExchangeStats HierarchicalScheme::byte_model() const {
   }
   const uint64_t esize = half_ ? 2 : 4;
   for (const Bucket& b : buckets_) {
-    const uint64_t shard = static_cast<uint64_t>(b.shard) * esize;
+    const uint64_t shard = static_cast<uint64_t>(b.shard) * esize, L = static_cast<uint64_t>(L_);
+    // Inside the node: the reduce-scatter, then the all-gather of the average (one node) or of the blocks.
+    const uint64_t gathered = M_ > 1 ? static_cast<uint64_t>(b.block) : shard;
     if (L_ > 1) {
-      s.payload_bytes += static_cast<uint64_t>(L_) * shard + shard;   // reduce-scatter send, all-gather send
-      s.moved_bytes += 2ull * static_cast<uint64_t>(L_ - 1) * shard;  // (L-1) blocks in, each way
+      s.payload_bytes += L * shard + gathered;
+      s.moved_bytes += (L - 1) * (shard + gathered);
     }
     if (M_ > 1) {
       const uint64_t pb = static_cast<uint64_t>(b.packed_bytes);

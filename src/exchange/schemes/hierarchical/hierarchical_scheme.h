@@ -1,5 +1,6 @@
-// HierarchicalScheme ("hierarchical", --exchange hierarchical): fp32 inside a node, ternary codes between nodes
-// (BytePS's and Horovod's hierarchical all-reduce, with TernGrad's codes on the slow links). Per bucket, with L
+// HierarchicalScheme ("hierarchical", --exchange hierarchical): an fp32 (or fp16) reduce-scatter inside a node,
+// ternary codes between nodes and then inside the node (BytePS's and Horovod's hierarchical all-reduce, with
+// TernGrad's codes on the slow links). Per bucket, with L
 // local ranks per node, M nodes, W workers per rank (W_node = L W workers per node, N = M W_node in all):
 //   scalers          each local worker's per-tensor scalers and their local max (as TernGrad's);
 //   share scalers    all-reduce MAX over the world group: one s per tensor for every worker and node;
@@ -14,20 +15,28 @@
 //                    index, so every NIC of a node carries traffic): allgather2 of the codes, or allreduce8 of
 //                    their int8 sums (allgather2 below 8 nodes, allreduce8 from 8 on, as TernGrad's rule), and
 //                    an all-reduce SUM of the dense pieces;
-//   decode           shard = s * sum of the nodes' codes / M, and the dense sums / M;
-//   all-gather       inside the node: every local rank gets every shard;
-//   scatter          F's tensors into the first target (copies to the other targets).
+//   all-gather codes inside the node: every local rank gets every local rank's block (its shard's codes of
+//                    every node, or their sums, and the dense sums): 2-bit codes, not the decoded fp32 average
+//                    (M n / 4 bytes instead of 4 n: 8x fewer on 2 nodes);
+//   decode           every part of every tensor = s * sum of the nodes' codes / M, the dense sums / M, into the
+//                    target's gradients. With defer_decode (the trainer's --decode_in_update) the ternary tensors
+//                    are left coded for the optimizer (coded_averages(): one part per local rank's shard), unless
+//                    the scheduler decodes them while it waits (decode_deferred).
 // E[s code] = a (the scaler is the max of the workers' own scalers, never below max|a| without clipping), so
 // the average is unbiased as TernGrad's; its variance is that of M ternarizations instead of N.
-// Special cases: one node (no cross group): no ternarization, the fp32 average of the node's ranks, the same bits
-// as the fp32 scheme when the local group sums in rank order (ThreadCommunicator; two MPI ranks); one rank per
-// node and one worker per rank: TernGrad's exchange bit for bit (same key, tensor counter, scalers and sums).
+// Special cases: one node (no cross group): no ternarization; the stages are scalers (the weight decay only),
+// local sum, reduce-scatter, average (/ W_node), all-gather of the average inside the node, scatter: the fp32
+// average of the node's ranks, the same bits as the fp32 scheme when the local group sums in rank order
+// (ThreadCommunicator; two MPI ranks). One rank per node and one worker per rank: TernGrad's exchange bit for
+// bit (same key, tensor counter, scalers and sums).
 // --grad_bits 32: nothing is ternary; the cross stage all-reduces the shards (a hierarchical fp32 all-reduce).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "src/exchange/deferred_averages.h"
 #include "src/exchange/exchange_arena.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
@@ -42,48 +51,67 @@ class HierarchicalScheme final : public GradientScheme {
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
   bool applies_weight_decay() const override { return true; }  // in the scalers' pass
+  void begin_step(uint32_t step) override;
+  // Several nodes and ternary tensors: the average can stay coded (the node's gathered codes, in parts).
+  bool can_defer_decode() const override;
+  void defer_decode() override;
+  const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
+  bool decode_deferred(int bucket) override;
   Tensor shared_scalers() const override { return shared_scalers_; }
   Tensor nonfinite_flag() const override { return nonfinite_; }
   std::string describe() const override;
 
  private:
-  // A piece of the own shard: elements [begin, begin + count) of tensor `tensor`, at `at` in the shard.
+  // Tensor `tensor` of a bucket: its part k, elements [k * part, min(n, (k + 1) * part)), lies at `at` in shard
+  // k; its codes at byte packed_at of a shard's codes, or (fp32-coded) its values at dense_at of a shard's dense
+  // sums: the same places in every shard (the shorter last parts padded), so a part's codes are found alike in
+  // every local rank's block.
   struct Piece {
     int tensor = 0;
-    int64_t begin = 0, count = 0, at = 0;
+    int64_t n = 0, part = 0, at = 0;
     bool ternary = false;
-    int64_t packed_at = 0;  // ternary: its codes' first byte in the shard's packed buffer
-    int64_t dense_at = 0;   // fp32: its place in the dense buffer
+    int64_t packed_at = 0, dense_at = 0;
+    int64_t begin(int k) const { return std::min(n, k * part); }
+    int64_t count(int k) const { return std::min(n, begin(k) + part) - begin(k); }
   };
   struct Bucket {
     TensorRange range;
-    std::vector<int64_t> part;    // (tensors of the range) elements of each part of a tensor: ceil(n / L)
-    std::vector<int64_t> offset;  // (tensors of the range) where a tensor's part starts in a shard
-    int64_t shard = 0;            // S: elements per local rank (one part of every tensor)
-    Tensor f;                     // f32 (L * S): the arena's, or the gradient itself (in_place)
-    bool in_place = false;        // f is the one local worker's gradient: no local sum, no scatter
-    Tensor h;                     // f16 (L * S): --local_bits 16
-    std::vector<Piece> pieces;    // of the own shard
-    int64_t packed_bytes = 0, dense = 0;
-    Tensor packed;     // u8 (packed_bytes): this node's codes of the own shard
-    Tensor gathered;   // u8 (M * packed_bytes): allgather2
-    Tensor code_sums;  // i8 (4 * packed_bytes): allreduce8
-    Tensor dense_sum;  // f32 (dense)
+    std::vector<Piece> pieces;  // (tensors of the range)
+    int64_t shard = 0;          // S: elements per local rank (one part of every tensor)
+    Tensor f;                   // f32 (L * S): the arena's, or the gradient itself (in_place)
+    bool in_place = false;      // f is the one local worker's gradient: no local sum's copy
+    Tensor h;                   // f16 (L * S): --local_bits 16
+    int64_t packed_bytes = 0;   // P: bytes of a shard's codes (every ternary part's, padded)
+    int64_t dense = 0;          // D: elements of a shard's fp32 pieces (padded)
+    Tensor packed;              // u8 (P): this node's codes of the own shard
+    // Several nodes: per local rank a block of `block` bytes: its shard's codes of every node (M * P, allgather2)
+    // or their sums (4 P int8, allreduce8), then at dense_offset its shard's dense sums (4 D); the cross exchange
+    // fills the own block, the all-gather inside the node the others.
+    int64_t block = 0, dense_offset = 0;
+    Tensor node;       // u8 (L * block)
+    Tensor node_sums;  // i8 view of node (allreduce8)
+    Tensor gathered;   // u8 (M * P): the own block's codes (allgather2)
+    Tensor code_sums;  // i8 (4 P): the own block's code sums (allreduce8)
+    Tensor dense_sum;  // f32 (D): the own block's dense sums
   };
   Tensor shard_of(const Bucket& b, const Tensor& whole) const;
+  Tensor dense_of(const Bucket& b, int k) const;  // local rank k's dense sums (f32 (D)) in b.node
   void scalers(Bucket& b);
   void local_sum(Bucket& b);
   void reduce_scatter(Bucket& b);
   void encode(Bucket& b);
   void cross_exchange(Bucket& b);
-  void decode(Bucket& b);
   void all_gather(Bucket& b);
+  void decode(Bucket& b);
+  void decode_ternary(Bucket& b);
   void scatter(Bucket& b);
 
   int L_ = 1, k_ = 0, M_ = 1, node_workers_ = 1;
   uint32_t node_key_worker_ = 0;
   bool cross_gather_ = true;  // allgather2 across nodes (else allreduce8)
   bool half_ = false;         // --local_bits 16
+  std::vector<SchemeStage> stages_;
+  std::vector<int> stage_ops_;  // (stages_) which of the member functions above each stage runs
   ExchangeArena arena_;
   std::vector<Bucket> buckets_;
   Tensor local_scalers_;
@@ -91,6 +119,7 @@ class HierarchicalScheme final : public GradientScheme {
   Tensor shared_scalers_;
   Tensor nonfinite_;
   std::vector<float> host_scalers_;
+  DeferredAverages deferred_;  // defer_decode: the ternary tensors' coded averages
 };
 
 std::unique_ptr<GradientScheme> make_hierarchical_scheme(SchemeContext& ctx);

@@ -159,30 +159,27 @@ void TernGradScheme::exchange(Bucket& b, int index) {
 void TernGradScheme::defer_decode() {
   TG_CHECK(ctx_.targets.size() == 1, "the terngrad scheme leaves its average coded for one target worker only, not {}",
            ctx_.targets.size());
-  coded_all_.assign(static_cast<size_t>(ctx_.codec->policy().num_tensors()), CodedAverage());
+  std::vector<CodedAverage> coded(static_cast<size_t>(ctx_.codec->policy().num_tensors()));
+  std::vector<TensorRange> ranges;
   for (const Bucket& b : buckets_) {
+    ranges.push_back(b.range);
     if (b.layout.packed_bytes() == 0) continue;
     const bool gathered = mode_ == ExchangeMode::kAllgather2;
     ctx_.codec->coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
                                b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
-                               shared_scalers_, coded_all_);
+                               shared_scalers_, coded);
   }
-  coded_ = coded_all_;
+  deferred_.start(std::move(coded), std::move(ranges));
 }
 
 void TernGradScheme::begin_step(uint32_t step) {
   GradientScheme::begin_step(step);
-  if (coded_all_.empty()) return;
-  coded_ = coded_all_;  // the same size: no allocation
-  for (Bucket& b : buckets_) b.coded = b.layout.packed_bytes() > 0;
+  deferred_.begin_step();
 }
 
 bool TernGradScheme::decode_deferred(int bucket) {
-  Bucket& b = buckets_[bucket];
-  if (!b.coded) return false;
-  decode_ternary(b);
-  for (int i = b.range.begin; i < b.range.end; ++i) coded_[i] = CodedAverage();
-  b.coded = false;
+  if (!deferred_.take(bucket)) return false;
+  decode_ternary(buckets_[bucket]);
   return true;
 }
 
@@ -196,7 +193,7 @@ void TernGradScheme::decode_ternary(Bucket& b) {
 }
 
 void TernGradScheme::decode(Bucket& b, int index) {
-  if (b.layout.packed_bytes() > 0 && coded_all_.empty()) decode_ternary(b);
+  if (b.layout.packed_bytes() > 0 && !deferred_.active()) decode_ternary(b);
   dense_->decode(index);
   ctx_.copy_to_other_targets(b.range);
 }

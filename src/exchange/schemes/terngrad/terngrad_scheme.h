@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/exchange/deferred_averages.h"
 #include "src/exchange/dense_part.h"
 #include "src/exchange/exchange_arena.h"
 #include "src/exchange/schemes/terngrad/error_feedback.h"
@@ -38,7 +39,7 @@ class TernGradScheme final : public GradientScheme {
   bool applies_weight_decay() const override { return true; }  // in the scalers' pass
   bool can_defer_decode() const override { return true; }
   void defer_decode() override;
-  const std::vector<CodedAverage>& coded_averages() const override { return coded_; }
+  const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
   bool decode_deferred(int bucket) override;
   void begin_step(uint32_t step) override;
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
@@ -54,7 +55,6 @@ class TernGradScheme final : public GradientScheme {
     Tensor local_codes;  // u8 (L * packed_bytes): local worker l's codes at l * packed_bytes
     Tensor gathered;     // u8 (N * packed_bytes): allgather2 with a group
     Tensor code_sums;    // i8 (4 * packed_bytes): allreduce8
-    bool coded = false;  // defer_decode: its ternary average is still coded this step
   };
   void decode_ternary(Bucket& b);
   void scalers(Bucket& b);
@@ -74,8 +74,7 @@ class TernGradScheme final : public GradientScheme {
   Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
   Tensor nonfinite_;                       // i32 (1)
   std::vector<float> host_scalers_;        // (num_ternary) the host check's copy
-  std::vector<CodedAverage> coded_all_;    // defer_decode: per policy tensor, the ternary ones' coded averages
-  std::vector<CodedAverage> coded_;        // ... those still coded this step (decode_deferred undefines some)
+  DeferredAverages deferred_;              // defer_decode: the ternary tensors' coded averages
 };
 
 std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);
