@@ -25,6 +25,8 @@ usage: bench/scale_bench.sh [options] RATE [RATE...]
   -r REPEATS       run the whole matrix this many times, interleaved; the table shows medians (default 3)
   -d DELAY_MS      one-way delay on every machine's link (netem; default 0)
   -o FILE          the results file (default bench/results/scale.tsv; provenance lines, then the raw table)
+  -E NAME=VALUE    an environment variable for every process of ours (mpirun -x; repeatable), e.g.
+                   TG_MPI_POLL_CAP_US=1000 to try another wait back-off
   --no-pin         leave placement to the OS (default: process g of the job on core g mod cores, its threads
                    there too; ours and DDP alike)
   -h, --help       this text
@@ -56,6 +58,7 @@ REPEATS=3
 DELAY_MS=0
 OUT=""
 PIN=1
+OUR_ENV=()
 RATES=()
 ARGS=("$@") # the command line as given, for the results header (the loop below consumes it)
 while [ $# -gt 0 ]; do
@@ -78,6 +81,12 @@ while [ $# -gt 0 ]; do
         -d) DELAY_MS=$2 ;;
         -o) OUT=$2 ;;
       esac
+      shift 2
+      ;;
+    -E)
+      [ $# -ge 2 ] || die "-E needs NAME=VALUE (--help)"
+      [[ "$2" =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || die "-E $2: expected NAME=VALUE"
+      OUR_ENV+=(-x "$2")
       shift 2
       ;;
     --no-pin)
@@ -224,7 +233,7 @@ ours() {
     before=$(netlink_wire 1)
     if run ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np $((m * p)) --host "$hosts" --bind-to none \
       --mca rtc ^hwloc --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self,vader" --mca btl_tcp_if_include "$NETLINK_SUBNET" \
-      --mca oob_tcp_if_include "$NETLINK_SUBNET" -x TG_PIN_THREADS="$r" \
+      --mca oob_tcp_if_include "$NETLINK_SUBNET" -x TG_PIN_THREADS="$r" "${OUR_ENV[@]}" \
       "$PINNER" "$TRAIN" --benchmark_mode --dataset "$(dataset_of "$net")" --net "$net" --batch_size "$batch" \
       --num_nodes "$r" --cpu_replicas "$r" --threads "$r" --ranks_per_node $((p * r)) --grad_bits "$bits" \
       --clip_factor 2.5 --exchange "$exflag" --max_steps "$STEPS" --log_every 1 --save_iter 1000000 \
