@@ -1,12 +1,15 @@
 // codec_bench: speed of the CPU ternary codec (src/backend/cpu/ternary_codec.cc) on whole-model gradients, as
 // GB/s of fp32 gradient (4n bytes per iteration), next to a memcpy of the same 4n bytes in the same run.
 //
-//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=auto|generic|avx2|avx512] [benchmark flags]
+//   codec_bench [--sizes=1250000,25000000,61000000] [--threads=1,2] [--isa=auto|generic|avx2|avx512] [--workers=2]
+//               [benchmark flags]
 //
 // --sizes:   comma-separated gradient sizes in float elements (default: LeNet 1.25M, ResNet-50 25M, AlexNet
 //            61M); a suffix K or M multiplies by 10^3 or 10^6 (1.25M).
 // --threads: comma-separated compute thread counts (default 1,2); set_compute_threads before each benchmark.
 // --isa:     force one instruction-set path of the loops (set_ternary_codec_isa; default: the best the CPU has).
+// --workers: how many workers' gathered codes the decodes read (default 2; 2 to 127); a value other than 2 is
+//            part of every benchmark's name (`/workers:4`).
 //
 // Benchmarks per (size, threads), in this order:
 //   memcpy          copy of the gradient (4n bytes read, 4n written) split over the same threads (parallel_for):
@@ -14,7 +17,7 @@
 //   scalers         tensor_stats_cpu + ternary_scaler (ternary_scaler_cpu, clip_factor 2.5)
 //   encode          ternary_encode_cpu with that scaler
 //   scalers_encode  both
-//   decode          ternary_decode_gathered_cpu of 2 workers' gathered codes
+//   decode          ternary_decode_gathered_cpu of 2 (--workers) workers' gathered codes
 //   total           scalers + encode + decode: one worker's codec work in a step of the allgather2 exchange
 //   total_ops       the same three through the CPU backend's codec ops (Backend::ternary_scaler, ternary_encode,
 //                   ternary_decode_gathered over Tensor views, the scaler an f32 (1) tensor): what GradientCodec's
@@ -25,7 +28,7 @@
 //   decode_update   the decode then the optimizer's pass, as before TernGrad fused them: decode (above) into the
 //                   gradient, then Backend::optimizer_update (momentum 0.9 with the moving average, the trainer's
 //                   default) reading it
-//   update_coded    the same in one pass: Backend::optimizer_update_coded from the two workers' gathered codes
+//   update_coded    the same in one pass: Backend::optimizer_update_coded from the workers' gathered codes
 //                   (the decoded gradient never written)
 // The gradient is one tensor of n normal(0, 1e-3) values (the exchange encodes a fused gradient tensor by
 // tensor; one large tensor is the best case for threading, the per-tensor calls add a little). Every buffer
@@ -77,25 +80,30 @@ struct Gradient {
   int64_t n = 0, nbytes = 0;
   Aligned<float> g;            // (n) the gradient, normal(0, 1e-3)
   Aligned<float> out;          // (n) memcpy destination and decoded average
-  Aligned<uint8_t> packed;     // (2, nbytes) two workers' gathered codes
+  int workers = 2;
+  Aligned<uint8_t> packed;     // (workers, nbytes) the workers' gathered codes
   Aligned<float> w, acc, ema;  // (n) each: the optimizer's parameter, momentum slot and moving average
   float s = 0.f;               // its scaler
 
-  explicit Gradient(int64_t n_)
-      : n(n_), nbytes((n_ + 3) / 4), g(n_), out(n_), packed(2 * nbytes), w(n_), acc(n_), ema(n_) {
+  Gradient(int64_t n_, int workers_)
+      : n(n_), nbytes((n_ + 3) / 4), workers(workers_), g(n_), out(n_), packed(workers_ * nbytes), w(n_), acc(n_),
+        ema(n_) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::normal_distribution<float> dist(0.f, 1e-3f);
     for (int64_t i = 0; i < n; ++i) g.data()[i] = dist(rng);
     s = ternary_scaler_cpu(g.data(), n, kClipFactor);
-    // the other worker's codes (a different key), as received by the all-gather
-    ternary_encode_cpu(g.data(), n, s, philox_key(1, 1), 0, 0, packed.data() + nbytes);
+    // the other workers' codes (a key each), as received by the all-gather
+    for (int k = 1; k < workers; ++k)
+      ternary_encode_cpu(g.data(), n, s, philox_key(1, static_cast<uint32_t>(k)), 0, 0, packed.data() + k * nbytes);
   }
 };
+
+int g_workers = 2;  // --workers
 
 Gradient& gradient(int64_t n) {
   static std::map<int64_t, std::unique_ptr<Gradient>> cache;
   auto& p = cache[n];
-  if (!p) p = std::make_unique<Gradient>(n);
+  if (!p) p = std::make_unique<Gradient>(n, g_workers);
   return *p;
 }
 
@@ -162,7 +170,8 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
   const Tensor tgrad(d.g.data(), Shape{n}, DType::kF32, Device::cpu());
   const Tensor tout(d.out.data(), Shape{n}, DType::kF32, Device::cpu());
   const Tensor tscaler(&scaler, Shape{1}, DType::kF32, Device::cpu());
-  const Tensor tpacked(d.packed.data(), Shape{2 * d.nbytes}, DType::kU8, Device::cpu());
+  const int W = d.workers;
+  const Tensor tpacked(d.packed.data(), Shape{W * d.nbytes}, DType::kU8, Device::cpu());
   const Tensor tw(d.w.data(), Shape{n}, DType::kF32, Device::cpu()),
       tacc(d.acc.data(), Shape{n}, DType::kF32, Device::cpu()),
       tema(d.ema.data(), Shape{n}, DType::kF32, Device::cpu());
@@ -175,7 +184,7 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
   coded.gathered = tpacked;
   coded.stride = d.nbytes;
   coded.scaler = tscaler;
-  coded.num_workers = 2;
+  coded.num_workers = W;
   if (op == Op::DecodeUpdate || op == Op::UpdateCoded) scaler = d.s;
   for (auto _ : state) {
     float s = d.s;
@@ -196,17 +205,17 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
         ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
         break;
       case Op::Decode:
-        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, 2, n, s, d.out.data());
+        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, W, n, s, d.out.data());
         break;
       case Op::Total:
         s = ternary_scaler_cpu(d.g.data(), n, kClipFactor);
         ternary_encode_cpu(d.g.data(), n, s, key, step, 0, d.packed.data());
-        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, 2, n, s, d.out.data());
+        ternary_decode_gathered_cpu(d.packed.data(), d.nbytes, W, n, s, d.out.data());
         break;
       case Op::TotalOps:
         be.ternary_scaler(tgrad, kClipFactor, tscaler);
         be.ternary_encode(tgrad, tscaler, key, step, 0, tpacked.slice0(0, d.nbytes), Tensor());
-        be.ternary_decode_gathered(tpacked, d.nbytes, 2, tscaler, tout);
+        be.ternary_decode_gathered(tpacked, d.nbytes, W, tscaler, tout);
         s = scaler;
         break;
       case Op::DecayScalers: {
@@ -222,7 +231,7 @@ void bm_codec(benchmark::State& state, Op op, int64_t n, int threads) {
         s = ternary_scaler_with_adds_cpu(d.out.data(), d.g.data(), kWeightDecay, nullptr, n, kClipFactor);
         break;
       case Op::DecodeUpdate:
-        be.ternary_decode_gathered(tpacked, d.nbytes, 2, tscaler, tout);
+        be.ternary_decode_gathered(tpacked, d.nbytes, W, tscaler, tout);
         be.optimizer_update(momentum, tw, tout, tacc, Tensor(), tema);
         break;
       case Op::UpdateCoded:
@@ -330,6 +339,14 @@ int main(int argc, char** argv) {
       sizes = a.substr(8);
     } else if (a.rfind("--threads=", 0) == 0) {
       threads = a.substr(10);
+    } else if (a.rfind("--workers=", 0) == 0) {
+      char* end = nullptr;
+      const long w = std::strtol(a.c_str() + 10, &end, 10);
+      if (end == a.c_str() + 10 || *end != '\0' || w < 2 || w > 127) {
+        std::fprintf(stderr, "codec_bench: --workers=%s: expected a count from 2 to 127\n", a.c_str() + 10);
+        return 2;
+      }
+      tg::g_workers = static_cast<int>(w);
     } else if (a.rfind("--isa=", 0) == 0) {
       const std::string isa = a.substr(6);
       tg::CodecIsa want = tg::CodecIsa::kAuto;
@@ -363,7 +380,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       for (tg::Op op : tg::kOps) {
-        const std::string name = std::string(tg::op_name(op)) + "/n:" + std::to_string(n) + "/threads:" + t;
+        const std::string name = std::string(tg::op_name(op)) + "/n:" + std::to_string(n) + "/threads:" + t +
+                                 (tg::g_workers != 2 ? "/workers:" + std::to_string(tg::g_workers) : "");
         reporter.keys[name] = {n, th, op};
         benchmark::RegisterBenchmark(name.c_str(), tg::bm_codec, op, n, th)
             ->UseRealTime()
