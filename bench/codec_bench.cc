@@ -78,15 +78,22 @@ struct Aligned {
 // Buffers of one gradient size, built once and kept for the whole run (the largest set is ~9n bytes).
 struct Gradient {
   int64_t n = 0, nbytes = 0;
-  Aligned<float> g;            // (n) the gradient, normal(0, 1e-3)
-  Aligned<float> out;          // (n) memcpy destination and decoded average
+  Aligned<float> g;    // (n) the gradient, normal(0, 1e-3)
+  Aligned<float> out;  // (n) memcpy destination and decoded average
   int workers = 2;
   Aligned<uint8_t> packed;     // (workers, nbytes) the workers' gathered codes
   Aligned<float> w, acc, ema;  // (n) each: the optimizer's parameter, momentum slot and moving average
   float s = 0.f;               // its scaler
 
   Gradient(int64_t n_, int workers_)
-      : n(n_), nbytes((n_ + 3) / 4), workers(workers_), g(n_), out(n_), packed(workers_ * nbytes), w(n_), acc(n_),
+      : n(n_),
+        nbytes((n_ + 3) / 4),
+        workers(workers_),
+        g(n_),
+        out(n_),
+        packed(workers_ * nbytes),
+        w(n_),
+        acc(n_),
         ema(n_) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::normal_distribution<float> dist(0.f, 1e-3f);
