@@ -3,7 +3,7 @@
 bench/scale_bench.sh measured, validated against them, then extrapolated to clusters of 8-GPU nodes.
 
 Usage:
-  bench/scale_model.py calibrate ROWS.tsv [-o MODEL.json]      fit the parameters, print every row's prediction
+  bench/scale_model.py calibrate ROWS.tsv... [-o MODEL.json]   fit the parameters, print every row's prediction
   bench/scale_model.py predict [-m MODEL.json] [--net resnet50|alexnet] [--compute S] [--gpus-per-node 8]
                                [--rates 1,10,25,100] [--nodes 2,4,...,128]   speed-up over fp32 ring all-reduce
   bench/scale_model.py selftest                                  the model's own checks (no data needed)
@@ -18,9 +18,12 @@ by default (`--quantize_logits=false`, the reference's rule): a ring all-reduce 
   fp16      the same with b/2
   allgather2  every worker's 2-bit codes: (N-1) n/4 over each ring link; decode sums N blocks
   allreduce8  int8 code sums by ring all-reduce: 2 (N-1)/N n
-  hierarchical  inside the node reduce-scatter + all-gather of b (2 (L-1)/L b at the node's internal bandwidth);
-              between nodes the L rings (one per local rank) share the node's NIC: (M-1) n/4 (allgather2, M < 8)
-              or 2 (M-1)/M n (allreduce8); the codec works on n/L elements, decode sums M blocks
+  hierarchical  inside the node a reduce-scatter of b ((L-1)/L b at the node's internal bandwidth); between nodes
+              the L rings (one per local rank) share the node's NIC: (M-1) n/4 (allgather2, M < 8) or
+              2 (M-1)/M n (allreduce8); then inside the node an all-gather of what crossed: the M nodes' codes of
+              every shard ((L-1)/L M n/4; int8 sums from 8 nodes on, (L-1)/L n) and the fp32 part's sums. The
+              codec encodes n/L elements; every rank decodes all n, summing M blocks (one with int8 sums). With
+              one node: reduce-scatter + all-gather of b (2 (L-1)/L b), nothing coded
   hierarchical16  the same with fp16 inside the node (--local_bits 16): b/2 there, and the casts' passes
   codec     = (scalers + encode) per element x elements encoded + decode per element-block x blocks summed
 A node's NIC is full duplex at `rate`; `efficiency` is the fraction of it a ring reaches. Calibrated:
@@ -35,6 +38,9 @@ import statistics
 import sys
 
 EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical", "hierarchical16"]
+# Variants scale_bench.sh measures that the model does not tell apart from their exchange (same bytes; the
+# decode's place or error feedback's passes): their rows are left out of a calibration, and said so.
+VARIANTS = {"allgather2_df": "allgather2", "allgather2_ef": "allgather2"}
 # Gradient elements of the networks (the registry's parameter counts; ImageNet, 1001 classes).
 # (gradient elements, of which fp32 under TernGrad: the logits layer) as terngrad-train reports them
 # ("net ... (N parameters)", "fp32: 2 tensors (K elements)"); ImageNet nets with 1001 classes.
@@ -80,23 +86,29 @@ def comm_and_codec(p, exchange, n, nodes, local, rate_bits, n_fp32=0):
             codec = nt * p["encode_s"] + nt * p["decode_s"]
     elif exchange in ("hierarchical", "hierarchical16"):
         half = exchange == "hierarchical16"
+        payload = b / 2 if half else b
+        if nodes == 1:  # fp32 (or fp16) averaging inside the node, nothing coded
+            comm = ring_time(2 * (local - 1) / local * payload, local, False)
+            codec = n * p["encode_s"] * 0.25 if half else 0.0
+            # the node's sum and the scatter back: two passes over the gradient (an upper bound: a bucket of one
+            # large tensor is reduced in place without them)
+            return comm, codec + n * p["decode_s"] * 2
         if local > 1:
-            comm += ring_time(2 * (local - 1) / local * (b / 2 if half else b), local, False)
+            comm += ring_time((local - 1) / local * payload, local, False)  # the reduce-scatter
             if half:
                 codec += n * p["encode_s"] * 0.25  # to fp16 and back
-
-        if nodes > 1:
-            # L rings of n/L each share the NIC; the fp32 part's shards cross in a ring all-reduce
-            comm += ring_time(2 * (nodes - 1) / nodes * bf, nodes, True)
-            if nodes < 8:
-                comm += ring_time((nodes - 1) * nt / 4.0, nodes, True)
-                codec = (nt / local) * p["encode_s"] + (nt / local) * nodes * p["decode_s"]
-            else:
-                comm += ring_time(2 * (nodes - 1) / nodes * nt, nodes, True)
-                codec = (nt / local) * (p["encode_s"] + p["decode_s"])
-        # the node's fp32 sum and the scatter back: two passes over the gradient (a bucket of one large tensor is
-        # reduced in place without them; the model counts them for every element, an upper bound)
-        codec += n * p["decode_s"] * 2
+        # L rings of n/L each share the NIC; the fp32 part's shards cross in a ring all-reduce
+        comm += ring_time(2 * (nodes - 1) / nodes * bf, nodes, True)
+        if nodes < 8:
+            comm += ring_time((nodes - 1) * nt / 4.0, nodes, True)
+            crossed, blocks = nodes * nt / 4.0, nodes  # every node's codes of the shard
+        else:
+            comm += ring_time(2 * (nodes - 1) / nodes * nt, nodes, True)
+            crossed, blocks = nt, 1  # int8 sums
+        if local > 1:  # the all-gather of what crossed (codes or sums, and the fp32 part's sums) inside the node
+            comm += ring_time((local - 1) / local * (crossed + bf), local, False)
+        codec += (nt / local) * p["encode_s"] + nt * blocks * p["decode_s"]
+        codec += n * p["decode_s"]  # the local sum: one pass over the gradient (an upper bound, as above)
     else:
         raise ValueError("unknown exchange " + exchange)
     return comm, codec
@@ -118,28 +130,38 @@ def rate_of(text):
     raise ValueError("bad rate " + text)
 
 
-def load_rows(path):
-    """The medians over the repetitions of each (net, exchange, layout, rate) cell of a scale_bench results file
-    (ours only: the compute-only and DDP rows are not exchanges of the model)."""
+def load_rows(paths):
+    """The medians over the repetitions of each (net, exchange, layout, rate) cell of scale_bench results files
+    (ours only: the compute-only and DDP rows are not exchanges of the model; the VARIANTS are left out, and named
+    in the second value returned)."""
     cells = {}
-    with open(path) as f:
-        for r in csv.DictReader((l for l in f if not l.startswith("#")), delimiter="\t"):
-            if r.get("status", "ok") != "ok" or r["exchange"] == "none" or r["exchange"].startswith("ddp"):
-                continue
-            key = (r["net"], r["exchange"], int(r["nodes"]), int(r["ranks_per_node"]), r["rate"], int(r["params"]))
-            cells.setdefault(key, []).append((float(r["step_s"]), float(r["compute_s"])))
+    left_out = set()
+    for path in paths:
+        with open(path) as f:
+            for r in csv.DictReader((l for l in f if not l.startswith("#")), delimiter="\t"):
+                if r.get("status", "ok") != "ok" or r["exchange"] == "none" or r["exchange"].startswith("ddp"):
+                    continue
+                if r["exchange"] in VARIANTS:
+                    left_out.add(r["exchange"])
+                    continue
+                if r["exchange"] not in EXCHANGES:
+                    sys.exit("scale_model.py: %s: exchange '%s' is not one the model knows (%s)"
+                             % (path, r["exchange"], ", ".join(EXCHANGES)))
+                key = (r["net"], r["exchange"], int(r["nodes"]), int(r["ranks_per_node"]), r["rate"],
+                       int(r["params"]))
+                cells.setdefault(key, []).append((float(r["step_s"]), float(r["compute_s"])))
     rows = []
     for (net, ex, nodes, local, rate, n), v in cells.items():
         known = NETS.get(net)
         if not known or known[0] != n:
             sys.exit("scale_model.py: %s with %d parameters in %s: its fp32 part is not known (NETS: %s)"
-                     % (net, n, path, known))
+                     % (net, n, ", ".join(paths), known))
         rows.append({"net": net, "exchange": ex, "nodes": nodes, "local": local, "rate": rate_of(rate), "n": n,
                      "n_fp32": known[1],
                      "step": statistics.median(s for s, _ in v), "compute": statistics.median(c for _, c in v)})
     if not rows:
-        sys.exit("scale_model.py: no usable rows in " + path)
-    return rows
+        sys.exit("scale_model.py: no usable rows in " + ", ".join(paths))
+    return rows, sorted(left_out)
 
 
 def error(p, rows):
@@ -174,7 +196,9 @@ def calibrate(rows):
 
 
 def cmd_calibrate(a):
-    rows = load_rows(a.rows)
+    rows, left_out = load_rows(a.rows)
+    for v in left_out:
+        print("%s: rows left out (a variant of %s the model does not tell apart)" % (v, VARIANTS[v]))
     p = calibrate(rows)
     errs = error(p, rows)
     print("parameters: " + ", ".join("%s=%.4g" % kv for kv in p.items()))
@@ -251,6 +275,14 @@ def cmd_selftest(_):
     f = comm_and_codec(dict(p, latency=0), "fp32", n, 2, 8, 1e9)[0]
     h = comm_and_codec(dict(p, latency=0, intra_bandwidth=float("inf")), "hierarchical", n, 2, 8, 1e9)[0]
     assert 10 < f / h < 40, f / h
+    # Inside the node (2 nodes x 8 ranks, an infinitely fast NIC): the reduce-scatter of b plus the M nodes' codes,
+    # not the fp32 average's 2 (L-1)/L b.
+    q = dict(p, latency=0, efficiency=1.0)
+    inside = comm_and_codec(q, "hierarchical", n, 2, 8, None)[0] * q["intra_bandwidth"]
+    assert abs(inside - 7 / 8 * (4 * n + 2 * n / 4)) < 1e-3 * n, inside
+    # One node: fp32 averaging inside it, reduce-scatter + all-gather.
+    one = comm_and_codec(q, "hierarchical", n, 1, 8, None)[0] * q["intra_bandwidth"]
+    assert abs(one - 2 * 7 / 8 * 4 * n) < 1e-3 * n, one
     # The logits layer in fp32: AlexNet's 4.1 of 61 million elements more than double allgather2's bytes at N = 2.
     an, af = NETS["alexnet"]
     q = dict(p, latency=0)
@@ -265,7 +297,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("calibrate")
-    c.add_argument("rows")
+    c.add_argument("rows", nargs="+")
     c.add_argument("-o", "--output")
     p = sub.add_parser("predict")
     p.add_argument("-m", "--model")
