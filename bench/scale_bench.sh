@@ -15,9 +15,10 @@ usage: bench/scale_bench.sh [options] RATE [RATE...]
   -L LAYOUTS       comma-separated MxPxR: M machines, P processes each, R CPU replicas per process
                    (default: 2x1x1,2x2x1,4x2x1)
   -e EXCHANGES     comma-separated: fp32, fp16, allgather2, allgather2_ef (with --error_feedback),
-                   allgather2_df (--decode_in_update=false: the average decoded into the gradient first), allreduce8,
+                   allgather2_df (--decode_in_update=false: the average decoded into the gradient first),
+                   allgather2_serial (--overlap=false: everything exchanged after backward), allreduce8,
                    hierarchical, hierarchical16 (with --local_bits 16), ddp (default: all but allgather2_ef,
-                   allgather2_df and hierarchical16); the compute-only runs (ours: --exchange
+                   allgather2_df, allgather2_serial and hierarchical16); the compute-only runs (ours: --exchange
                    none; DDP: --method none) always run
   -B BATCHES       per-worker batch per net, e.g. lenet=512,alexnet=8 (default: lenet=512, alexnet=8)
   -s STEPS         steps per run (default 8); the first -w are warm-up, the rest are timed
@@ -137,9 +138,9 @@ done
 PEER=0
 for e in "${EXCHANGE_LIST[@]}"; do
   case "$e" in
-    fp32 | fp16 | allgather2 | allgather2_ef | allgather2_df | allreduce8 | hierarchical | hierarchical16) ;;
+    fp32 | fp16 | allgather2 | allgather2_ef | allgather2_df | allgather2_serial | allreduce8 | hierarchical | hierarchical16) ;;
     ddp) PEER=1 ;;
-    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allgather2_df, allreduce8, hierarchical, hierarchical16, ddp)" ;;
+    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allgather2_df, allgather2_serial, allreduce8, hierarchical, hierarchical16, ddp)" ;;
   esac
 done
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -219,6 +220,7 @@ ours() {
     fp16) bits=16 exflag=auto ;;
     allgather2_ef) exflag=allgather2 extra=(--error_feedback) ;;
     allgather2_df) exflag=allgather2 extra=(--decode_in_update=false) ;;
+    allgather2_serial) exflag=allgather2 extra=(--overlap=false) ;;
     hierarchical16) exflag=hierarchical extra=(--local_bits 16) ;;
     *) exflag=$ex ;;
   esac

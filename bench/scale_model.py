@@ -40,7 +40,7 @@ import sys
 EXCHANGES = ["fp32", "fp16", "allgather2", "allreduce8", "hierarchical", "hierarchical16"]
 # Variants scale_bench.sh measures that the model does not tell apart from their exchange (same bytes; the
 # decode's place or error feedback's passes): their rows are left out of a calibration, and said so.
-VARIANTS = {"allgather2_df": "allgather2", "allgather2_ef": "allgather2"}
+VARIANTS = {"allgather2_df": "allgather2", "allgather2_ef": "allgather2", "allgather2_serial": "allgather2"}
 # Gradient elements of the networks (the registry's parameter counts; ImageNet, 1001 classes).
 # (gradient elements, of which fp32 under TernGrad: the logits layer) as terngrad-train reports them
 # ("net ... (N parameters)", "fp32: 2 tensors (K elements)"); ImageNet nets with 1001 classes.

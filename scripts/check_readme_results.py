@@ -313,7 +313,8 @@ def scale_cells(rows):
 
 SCALE_NAMES = {"none": "compute only (ours)", "fp32": "fp32", "fp16": "fp16", "allgather2": "TernGrad allgather2",
                "allgather2_ef": "TernGrad allgather2 + error feedback",
-               "allgather2_df": "TernGrad allgather2, decoded before the update", "allreduce8": "TernGrad allreduce8",
+               "allgather2_df": "TernGrad allgather2, decoded before the update",
+               "allgather2_serial": "TernGrad allgather2, after backward", "allreduce8": "TernGrad allreduce8",
                "hierarchical": "TernGrad hierarchical", "hierarchical16": "TernGrad hierarchical, fp16 in the node",
                "ddp_none": "compute only (PyTorch)", "ddp_fp32": "PyTorch DDP fp32"}
 
