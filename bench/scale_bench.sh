@@ -135,13 +135,13 @@ done
 for n in "${NET_LIST[@]}"; do
   case "$n" in lenet | alexnet) ;; *) die "unknown net '$n' (lenet, alexnet)" ;; esac
 done
+# Ours (ours() below turns each into terngrad-train flags), then the peer.
+KNOWN_EXCHANGES=(fp32 fp16 allgather2 allgather2_ef allgather2_df allgather2_serial allreduce8 hierarchical
+  hierarchical16 ddp)
 PEER=0
 for e in "${EXCHANGE_LIST[@]}"; do
-  case "$e" in
-    fp32 | fp16 | allgather2 | allgather2_ef | allgather2_df | allgather2_serial | allreduce8 | hierarchical | hierarchical16) ;;
-    ddp) PEER=1 ;;
-    *) die "unknown exchange '$e' (fp32, fp16, allgather2, allgather2_ef, allgather2_df, allgather2_serial, allreduce8, hierarchical, hierarchical16, ddp)" ;;
-  esac
+  [[ " ${KNOWN_EXCHANGES[*]} " == *" $e "* ]] || die "unknown exchange '$e' (${KNOWN_EXCHANGES[*]})"
+  if [ "$e" = ddp ]; then PEER=1; fi
 done
 PYTHON=${PYTHON:-/usr/bin/python3}
 PEER_OK=1
