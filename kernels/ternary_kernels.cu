@@ -1,6 +1,6 @@
 // CUDA kernels of the gradient codings: ternary scaler (one warp per chunk of ternary_math.h's fixed summation
 // order, up to 2048 chunks, then one block combines the chunks pairwise in shared memory and applies
-// ternary_scaler_from_stats), encode (one thread per Philox block of 8 elements read as two 16-byte loads when
+// ternary_scaler_from_stats; per-bucket scalers: a block per bucket for its max|g|), encode (one thread per Philox block of 8 elements read as two 16-byte loads when
 // aligned, 2 packed bytes; an optional zero-code count; a table form encodes up to Backend::kEncodeTable tensors
 // in one launch), unpack, code sums,
 // decode from int8 sums and from gathered packed buffers; fp16/fp32 sums, averages and decodes. The
@@ -36,11 +36,14 @@ inline int grid_for(int64_t n) {
 }
 
 // Workspace layout: per chunk the sum and sum of squares (kTernaryStatsMaxChunks doubles each) and the max
-// bits of |g| (kTernaryStatsMaxChunks uint32).
+// bits of |g| (kTernaryStatsMaxChunks uint32); then the tensor's sigma (a double) and max bits (per-bucket
+// scalers: what the buckets' kernel reads).
 struct ScalerWorkspace {
   double* partial_sum;
   double* partial_sumsq;
   unsigned* partial_max;
+  double* sigma;
+  unsigned* max_bits;
 };
 
 inline ScalerWorkspace scaler_workspace(void* ws) {
@@ -48,7 +51,9 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
   ScalerWorkspace w;
   w.partial_sum = reinterpret_cast<double*>(p);
   w.partial_sumsq = reinterpret_cast<double*>(p + sizeof(double) * kTernaryStatsMaxChunks);
-  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
+  w.sigma = reinterpret_cast<double*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
+  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks + sizeof(double));
+  w.max_bits = w.partial_max + kTernaryStatsMaxChunks;
   return w;
 }
 
@@ -128,9 +133,39 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    *scaler =
-        ternary_scaler_from_stats(ternary_sigma_from_sums(sum[0], sumsq[0], n), __uint_as_float(mx[0]), clip_factor);
+  if (threadIdx.x == 0) {
+    const double sigma = ternary_sigma_from_sums(sum[0], sumsq[0], n);
+    if (scaler) {
+      *scaler = ternary_scaler_from_stats(sigma, __uint_as_float(mx[0]), clip_factor);
+    } else {  // per-bucket scalers: the buckets' kernel reads the tensor's statistics
+      *w.sigma = sigma;
+      *w.max_bits = mx[0];
+    }
+  }
+}
+
+// Per-bucket scalers: CUDA block j computes buckets j, j + grid, ...: the max of the bits of |g| over the bucket
+// (an integer max, any order), then ternary_bucket_scaler with the tensor's statistics from scaler_finish.
+constexpr int kBucketThreads = 256;
+__global__ void __launch_bounds__(kBucketThreads)
+    bucket_scalers_kernel(const float* g, int64_t n, int64_t bucket, int64_t buckets, ScalerWorkspace w,
+                          float clip_factor, float* scalers) {
+  __shared__ unsigned warp_max[kBucketThreads / kWarp];
+  const double sigma = *w.sigma;
+  const float tensor_max = __uint_as_float(*w.max_bits);
+  for (int64_t k = blockIdx.x; k < buckets; k += gridDim.x) {
+    const int64_t b = k * bucket, e = b + bucket < n ? b + bucket : n;
+    unsigned mx = 0;
+    for (int64_t i = b + threadIdx.x; i < e; i += kBucketThreads) mx = max(mx, __float_as_uint(g[i]) & 0x7FFFFFFFu);
+    for (int off = kWarp / 2; off >= 1; off >>= 1) mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
+    if (threadIdx.x % kWarp == 0) warp_max[threadIdx.x / kWarp] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int q = 1; q < kBucketThreads / kWarp; ++q) mx = max(mx, warp_max[q]);
+      scalers[k] = ternary_bucket_scaler(sigma, tensor_max, __uint_as_float(mx), clip_factor);
+    }
+    __syncthreads();
+  }
 }
 
 __global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
@@ -181,13 +216,18 @@ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 1
 
 // One thread per Philox block: elements 8b .. 8b+7, packed bytes 2b and 2b + 1. With zero_count, each CUDA block
 // adds its number of zero codes once.
-__global__ void encode_kernel(const float* __restrict__ g, int64_t n, bool aligned, const float* scaler, PhiloxKey key,
-                              uint32_t step, uint32_t tensor, uint8_t* __restrict__ packed, int32_t* zero_count) {
+// A Philox block's scaler: its 8 elements lie in one bucket (a bucket is a multiple of 8 elements).
+__device__ __forceinline__ float block_scaler(const float* scaler, int64_t b, int64_t bucket) {
+  return scaler[ternary_scaler_of(b * kTernaryBlockElements, bucket)];
+}
+
+__global__ void encode_kernel(const float* __restrict__ g, int64_t n, bool aligned, const float* scaler, int64_t bucket,
+                              PhiloxKey key, uint32_t step, uint32_t tensor, uint8_t* __restrict__ packed,
+                              int32_t* zero_count) {
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
-  const float s = *scaler;
   int zeros = 0;
   for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < blocks; b += (int64_t)gridDim.x * blockDim.x)
-    zeros += encode_block(g, n, aligned, b, s, key, step, tensor, packed, nullptr);
+    zeros += encode_block(g, n, aligned, b, block_scaler(scaler, b, bucket), key, step, tensor, packed, nullptr);
   if (zero_count) add_block_zeros(zeros, zero_count);
 }
 
@@ -200,6 +240,7 @@ struct EncodeTable {
   int32_t* zero_count[kEncodeTableCuda];
   float* residual[kEncodeTableCuda];  // or null
   int64_t n[kEncodeTableCuda];
+  uint32_t bucket[kEncodeTableCuda];  // <= kMaxScalerBucket (2^30): 32 bits keep the table under 4 KiB
   uint32_t tensor[kEncodeTableCuda];
   int first_block[kEncodeTableCuda + 1];
   uint64_t aligned_mask;  // bit k: g[k] is 16-byte aligned
@@ -217,11 +258,11 @@ __global__ void encode_table_kernel(EncodeTable t, PhiloxKey key, uint32_t step)
   const int64_t n = t.n[k], blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
   const int64_t stride = static_cast<int64_t>(t.first_block[k + 1] - t.first_block[k]) * blockDim.x;
   const bool aligned = (t.aligned_mask >> k) & 1u;
-  const float s = *t.scaler[k];
   int zeros = 0;
   for (int64_t b = static_cast<int64_t>(blockIdx.x - t.first_block[k]) * blockDim.x + threadIdx.x; b < blocks;
        b += stride)
-    zeros += encode_block(t.g[k], n, aligned, b, s, key, step, t.tensor[k], t.packed[k], t.residual[k]);
+    zeros += encode_block(t.g[k], n, aligned, b, block_scaler(t.scaler[k], b, t.bucket[k]), key, step, t.tensor[k],
+                          t.packed[k], t.residual[k]);
   if (t.zero_count[k]) add_block_zeros(zeros, t.zero_count[k]);
 }
 
@@ -239,26 +280,26 @@ __global__ void sum_codes_kernel(int64_t n, const uint8_t* packed, int64_t strid
   TG_GRID_STRIDE_LOOP(i, n) code_sums[i] = static_cast<int8_t>(code_sum(packed, stride, num_workers, i));
 }
 
-__global__ void decode_sums_kernel(int64_t n, const int8_t* sums, const float* scaler, int num_workers, float* g) {
-  const float s = *scaler;
-  TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(s, sums[i], num_workers);
+__global__ void decode_sums_kernel(int64_t n, const int8_t* sums, const float* scaler, int64_t bucket, int num_workers,
+                                   float* g) {
+  TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], sums[i], num_workers);
 }
 
 __global__ void decode_gathered_kernel(int64_t n, const uint8_t* gathered, int64_t stride, int num_workers,
-                                       const float* scaler, float* g) {
-  const float s = *scaler;
-  TG_GRID_STRIDE_LOOP(i, n) g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
+                                       const float* scaler, int64_t bucket, float* g) {
+  TG_GRID_STRIDE_LOOP(i, n)
+  g[i] = ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], code_sum(gathered, stride, num_workers, i),
+                              num_workers);
 }
 
 // The decode of element i (gathered codes, or their int8 sums when code_sums is not null), then the update.
 __global__ void update_coded_kernel(int64_t n, OptimizerStep step, float* w, const uint8_t* gathered, int64_t stride,
-                                    const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
-                                    float* ema) {
-  const float s = *scaler;
+                                    const int8_t* code_sums, int num_workers, const float* scaler, int64_t bucket,
+                                    float* s1, float* s2, float* ema) {
   TG_GRID_STRIDE_LOOP(i, n) {
     const int sum = code_sums ? code_sums[i] : code_sum(gathered, stride, num_workers, i);
-    optimizer_update_one(step, w[i], ternary_decode_value(s, sum, num_workers), s1 ? s1 + i : nullptr,
-                         s2 ? s2 + i : nullptr);
+    optimizer_update_one(step, w[i], ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], sum, num_workers),
+                         s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr);
     if (ema) ema_update_one(ema[i], w[i], step.ema_decay);
   }
 }
@@ -332,12 +373,12 @@ static_assert(sizeof(EncodeTable) <= 4096, "the table travels in the kernel's pa
 static_assert(kEncodeTableCuda <= 64, "aligned_mask holds one bit per tensor");
 
 size_t ternary_scaler_workspace_bytes_cuda() {
-  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks;
+  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks + sizeof(double) + sizeof(unsigned);
 }
 
 namespace {
 void launch_scaler(float* g, const float* decayed, float decay, const float* residual, int64_t n, float clip_factor,
-                   float* scaler, void* workspace, void* stream) {
+                   int64_t bucket, float* scaler, void* workspace, void* stream) {
   cudaStream_t st = as_stream(stream);
   if (n <= 0) {
     zero_scaler<<<1, 1, 0, st>>>(scaler);
@@ -357,22 +398,29 @@ void launch_scaler(float* g, const float* decayed, float decay, const float* res
     scaler_chunks<false, false><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, nullptr, n, chunk, w);
   }
   TG_CUDA_CHECK_LAUNCH();
-  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, scaler);
+  const int64_t buckets = ternary_num_scalers(n, bucket);
+  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, buckets == 1 ? scaler : nullptr);
+  TG_CUDA_CHECK_LAUNCH();
+  if (buckets == 1) return;
+  const int grid = static_cast<int>(buckets < 65535LL * 32 ? buckets : 65535LL * 32);
+  bucket_scalers_kernel<<<grid, kBucketThreads, 0, st>>>(g, n, bucket, buckets, w, clip_factor, scaler);
   TG_CUDA_CHECK_LAUNCH();
 }
 }  // namespace
 
-void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream) {
-  launch_scaler(const_cast<float*>(g), nullptr, 0.f, nullptr, n, clip_factor, scaler, workspace, stream);  // read only
+void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream,
+                         int64_t bucket) {
+  launch_scaler(const_cast<float*>(g), nullptr, 0.f, nullptr, n, clip_factor, bucket, scaler, workspace,
+                stream);  // read only
 }
 
 void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
-                                   float clip_factor, float* scaler, void* workspace, void* stream) {
-  launch_scaler(g, decayed, decay, residual, n, clip_factor, scaler, workspace, stream);
+                                   float clip_factor, float* scaler, void* workspace, void* stream, int64_t bucket) {
+  launch_scaler(g, decayed, decay, residual, n, clip_factor, bucket, scaler, workspace, stream);
 }
 
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                         uint8_t* packed, int32_t* zero_count, void* stream) {
+                         uint8_t* packed, int32_t* zero_count, void* stream, int64_t bucket) {
   cudaStream_t st = as_stream(stream);
   if (zero_count) {
     TG_CHECK(n <= INT32_MAX, "ternary encode: {} elements overflow an int zero count", n);
@@ -381,7 +429,7 @@ void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxK
   if (n <= 0) return;
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
   const int grid = grid_for(blocks) < kEncodeMaxGrid ? grid_for(blocks) : kEncodeMaxGrid;
-  encode_kernel<<<grid, kThreads, 0, st>>>(g, n, aligned16(g), scaler, key, step, tensor, packed, zero_count);
+  encode_kernel<<<grid, kThreads, 0, st>>>(g, n, aligned16(g), scaler, bucket, key, step, tensor, packed, zero_count);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -398,7 +446,7 @@ void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, Philox
     TG_CHECK(!it.zero_count || it.n <= INT32_MAX, "ternary encode: {} elements overflow an int zero count", it.n);
     t.g[k] = it.g, t.scaler[k] = it.scaler, t.packed[k] = it.packed, t.zero_count[k] = it.zero_count;
     t.residual[k] = it.residual;
-    t.n[k] = it.n, t.tensor[k] = it.tensor;
+    t.n[k] = it.n, t.tensor[k] = it.tensor, t.bucket[k] = static_cast<uint32_t>(it.bucket);
     if (aligned16(it.g)) t.aligned_mask |= uint64_t{1} << k;
     const int64_t blocks = (it.n + kTernaryBlockElements - 1) / kTernaryBlockElements;
     const int64_t grid = (blocks + kThreads - 1) / kThreads;
@@ -427,22 +475,22 @@ void ternary_sum_codes_cuda(const uint8_t* packed, int64_t stride, int num_worke
 }
 
 void ternary_decode_sums_cuda(const int8_t* code_sums, int64_t n, const float* scaler, int num_workers, float* g,
-                              void* stream) {
-  cuda_kernels::linear_kernel("decode_sums", decode_sums_kernel, n, as_stream(stream), code_sums, scaler, num_workers,
-                              g);
+                              void* stream, int64_t bucket) {
+  cuda_kernels::linear_kernel("decode_sums", decode_sums_kernel, n, as_stream(stream), code_sums, scaler, bucket,
+                              num_workers, g);
 }
 
 void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
-                                  const float* scaler, float* g, void* stream) {
+                                  const float* scaler, float* g, void* stream, int64_t bucket) {
   cuda_kernels::linear_kernel("decode_gathered", decode_gathered_kernel, n, as_stream(stream), gathered, stride,
-                              num_workers, scaler, g);
+                              num_workers, scaler, bucket, g);
 }
 
 void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
                                  const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
-                                 float* ema, int64_t n, void* stream) {
+                                 float* ema, int64_t n, void* stream, int64_t bucket) {
   cuda_kernels::linear_kernel("optimizer_update_coded", update_coded_kernel, n, as_stream(stream), step, w, gathered,
-                              stride, code_sums, num_workers, scaler, s1, s2, ema);
+                              stride, code_sums, num_workers, scaler, bucket, s1, s2, ema);
 }
 
 // ---- fp16 and fp32 codings ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "src/backend/codec_checks.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/error.h"
 
@@ -445,7 +446,10 @@ void Backend::optimizer_update_coded(const OptimizerStep& step, const Tensor& w,
   f32_like(w, ema, op, "ema");
   TG_CHECK(g.part >= 0 && g.part_stride >= 0, "{}: the coded average of {} has parts of {} elements {} bytes apart", op,
            w.str(), g.part, g.part_stride);
-  if (g.part == 0) return optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+  if (g.part == 0) {
+    codec_checks::scalers(g.scaler, w.numel(), g.bucket, op);
+    return optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+  }
   auto part = [](const Tensor& t, int64_t b, int64_t n) {
     return t ? t.reshaped(Shape{t.numel()}).slice0(b, b + n) : Tensor();
   };
@@ -478,22 +482,24 @@ void residual_like(const Backend& be, const Tensor& g, const Tensor& r, const ch
 }  // namespace
 
 void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
-                             const Tensor& decayed, float decay) {
+                             const Tensor& decayed, float decay, int64_t bucket) {
   on_device(*this, g, "ternary_scaler", "g");
   on_device(*this, scaler, "ternary_scaler", "scaler");
+  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_scaler");
   residual_like(*this, g, residual, "ternary_scaler");
   residual_like(*this, g, decayed, "ternary_scaler (weight decay)");
   TG_CHECK(std::isfinite(decay), "ternary_scaler: the weight decay {} is not finite", decay);
-  ternary_scaler_impl(g, clip_factor, scaler, residual, decayed, decay);
+  ternary_scaler_impl(g, clip_factor, scaler, residual, decayed, decay, bucket);
 }
 
 void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                             const Tensor& packed, const Tensor& zero_count) {
+                             const Tensor& packed, const Tensor& zero_count, int64_t bucket) {
   on_device(*this, g, "ternary_encode", "g");
   on_device(*this, scaler, "ternary_encode", "scaler");
   on_device(*this, packed, "ternary_encode", "packed");
   on_device(*this, zero_count, "ternary_encode", "zero_count");
-  ternary_encode_impl(g, scaler, key, step, tensor, packed, zero_count);
+  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_encode");
+  ternary_encode_impl(g, scaler, key, step, tensor, packed, zero_count, bucket);
 }
 
 void Backend::ternary_encode_many(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
@@ -503,6 +509,7 @@ void Backend::ternary_encode_many(const TernaryEncodeItem* items, int count, Phi
     on_device(*this, items[k].scaler, "ternary_encode_many", "scaler");
     on_device(*this, items[k].packed, "ternary_encode_many", "packed");
     on_device(*this, items[k].zero_count, "ternary_encode_many", "zero_count");
+    codec_checks::scalers(items[k].scaler, items[k].g.numel(), items[k].bucket, "ternary_encode_many");
     residual_like(*this, items[k].g, items[k].residual, "ternary_encode_many");
   }
   ternary_encode_many_impl(items, count, key, step);
@@ -520,19 +527,22 @@ void Backend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
   max_scalers_impl(xs, count, out);
 }
 
-void Backend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g) {
+void Backend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g,
+                                  int64_t bucket) {
   on_device(*this, code_sums, "ternary_decode_sums", "code_sums");
   on_device(*this, scaler, "ternary_decode_sums", "scaler");
   on_device(*this, g, "ternary_decode_sums", "g");
-  ternary_decode_sums_impl(code_sums, scaler, num_workers, g);
+  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_decode_sums");
+  ternary_decode_sums_impl(code_sums, scaler, num_workers, g, bucket);
 }
 
 void Backend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                                      const Tensor& g) {
+                                      const Tensor& g, int64_t bucket) {
   on_device(*this, gathered, "ternary_decode_gathered", "gathered");
   on_device(*this, scaler, "ternary_decode_gathered", "scaler");
   on_device(*this, g, "ternary_decode_gathered", "g");
-  ternary_decode_gathered_impl(gathered, stride, num_workers, scaler, g);
+  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_decode_gathered");
+  ternary_decode_gathered_impl(gathered, stride, num_workers, scaler, g, bucket);
 }
 
 void Backend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {

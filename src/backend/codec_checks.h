@@ -23,6 +23,16 @@ inline void scaler(const Tensor& s, const char* op) {
   numel(s, 1, op, "scaler");
 }
 
+// The scalers of a tensor of n elements with buckets of `bucket` elements (ternary_math.h): f32
+// (ternary_num_scalers(n, bucket)); a bucket is 0 or a positive multiple of kScalerBucketAlign.
+inline void scalers(const Tensor& s, int64_t n, int64_t bucket, const char* op) {
+  TG_CHECK(bucket == 0 || (bucket > 0 && bucket % kScalerBucketAlign == 0 && bucket <= kMaxScalerBucket),
+           "{}: a scaler bucket of {} elements is not 0 or a positive multiple of {} up to {}", op, bucket,
+           kScalerBucketAlign, kMaxScalerBucket);
+  dtype(s, DType::kF32, op, "scalers");
+  numel(s, ternary_num_scalers(n, bucket), op, "scalers");
+}
+
 // The workers' packed codes of n elements: ceil(n/4) bytes each, worker w's at byte w * stride of `packed`.
 inline void workers_packed(const Tensor& packed, int64_t stride, int num_workers, int64_t n, const char* op) {
   dtype(packed, DType::kU8, op, "packed codes");

@@ -19,11 +19,22 @@ const std::vector<Flag<CompressionFlags>>& compression_flags() {
        "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1)},
       {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
        kFlagSwitch},
+      {"scaler_bucket", &C::scaler_bucket,
+       "TernGrad: one scaler per this many consecutive elements of a tensor (a multiple of 256; 0: one per tensor, "
+       "the paper's rule); clipping stays per tensor (c·σ of the whole tensor), each bucket's scaler is "
+       "min(c·σ, its max|g|), shared over workers as the tensor's is",
+       at_least(0).max(double(kMaxScalerBucket)).note("0: one scaler per tensor")},
   };
   return table;
 }
 
-void CompressionFlags::validate() const { check_flags(compression_flags(), *this); }
+void CompressionFlags::validate() const {
+  check_flags(compression_flags(), *this);
+  TG_CHECK(scaler_bucket % kScalerBucketAlign == 0,
+           "--scaler_bucket {} is not a multiple of {} (0: one scaler per tensor)", scaler_bucket, kScalerBucketAlign);
+  TG_CHECK(scaler_bucket == 0 || grad_bits == 1,
+           "--scaler_bucket {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", scaler_bucket, grad_bits);
+}
 
 CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::vector<ParamInfo>& params)
     : flags_(flags) {
@@ -41,7 +52,13 @@ CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::v
     if (compressed && flags_.grad_bits == 1) {
       t.coding = GradCoding::kTernary;
       t.offset = packed_bytes_;
-      t.scaler_index = num_ternary_++;
+      t.ternary_index = num_ternary_++;
+      const int64_t scalers = ternary_num_scalers(p.numel, flags_.scaler_bucket);
+      TG_CHECK(num_scalers_ + scalers <= INT32_MAX, "--scaler_bucket {}: more than 2^31 scalers",
+               flags_.scaler_bucket);
+      t.scaler_index = num_scalers_;
+      t.num_scalers = static_cast<int>(scalers);
+      num_scalers_ += t.num_scalers;
       packed_bytes_ += (p.numel + 3) / 4;
     } else if (compressed && flags_.grad_bits == 16) {
       t.coding = GradCoding::kF16;
@@ -64,10 +81,12 @@ std::string CompressionPolicy::summary() const {
     if (t.coding == GradCoding::kF16) ++f16_count;
     if (t.coding == GradCoding::kF32) ++f32_count;
   }
+  const std::string scalers =
+      flags_.scaler_bucket > 0 ? fmt::format(", {} scalers of {} elements", num_scalers_, flags_.scaler_bucket) : "";
   return fmt::format(
-      "ternary: {} tensors ({} elements, {} bytes); fp16: {} tensors ({} elements); fp32: {} "
+      "ternary: {} tensors ({} elements, {} bytes{}); fp16: {} tensors ({} elements); fp32: {} "
       "tensors ({} elements)",
-      num_ternary_, ternary_elems, packed_bytes_, f16_count, f16_elements_, f32_count, f32_elements_);
+      num_ternary_, ternary_elems, packed_bytes_, scalers, f16_count, f16_elements_, f32_count, f32_elements_);
 }
 
 }  // namespace tg

@@ -27,13 +27,17 @@ RangeLayout GradientCodec::layout(TensorRange r) const {
   l.packed_begin = l.packed_end = policy_.packed_bytes();
   l.f16_begin = l.f16_end = policy_.f16_elements();
   l.f32_begin = l.f32_end = policy_.f32_elements();
-  l.scaler_begin = l.scaler_end = policy_.num_ternary();
+  l.scaler_begin = l.scaler_end = policy_.num_scalers();
+  l.ternary_begin = l.ternary_end = policy_.num_ternary();
   int64_t packed = 0, f16 = 0, f32 = 0;
-  int scaler = 0;
+  int scaler = 0, ternary = 0;
   for (int i = 0; i <= policy_.num_tensors(); ++i) {
-    if (i == r.begin) l.packed_begin = packed, l.f16_begin = f16, l.f32_begin = f32, l.scaler_begin = scaler;
+    if (i == r.begin) {
+      l.packed_begin = packed, l.f16_begin = f16, l.f32_begin = f32, l.scaler_begin = scaler;
+      l.ternary_begin = ternary;
+    }
     if (i == r.end) {
-      l.packed_end = packed, l.f16_end = f16, l.f32_end = f32, l.scaler_end = scaler;
+      l.packed_end = packed, l.f16_end = f16, l.f32_end = f32, l.scaler_end = scaler, l.ternary_end = ternary;
       break;
     }
     const TensorCodingPlan& t = policy_.tensors()[i];
@@ -41,7 +45,8 @@ RangeLayout GradientCodec::layout(TensorRange r) const {
     switch (t.coding) {
       case GradCoding::kTernary:
         packed += (t.numel + 3) / 4;
-        ++scaler;
+        scaler += t.num_scalers;
+        ++ternary;
         break;
       case GradCoding::kF16:
         f16 += t.numel;
@@ -76,8 +81,9 @@ void GradientCodec::local_scalers(const std::vector<Tensor>& grads, TensorRange 
   check_range(r);
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding == GradCoding::kTernary)
-      scalers[t.scaler_index] = ternary_scaler_cpu(grads[i].data<float>(), t.numel, policy_.flags().clip_factor);
+    if (t.coding == GradCoding::kTernary)  // g is only read: nothing to add
+      ternary_bucket_scalers_cpu(const_cast<float*>(grads[i].data<float>()), nullptr, 0.f, nullptr, t.numel,
+                                 policy_.flags().clip_factor, policy_.scaler_bucket(), scalers + t.scaler_index);
   }
 }
 
@@ -86,12 +92,14 @@ void GradientCodec::check_scalers(const float* scalers, TensorRange r, uint32_t 
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
-    const float s = scalers[t.scaler_index];
-    if (!std::isfinite(s))
-      TG_THROW(
-          "non-finite gradient scaler {} for tensor '{}' at step {} (its gradient holds NaN or Inf on at "
-          "least one worker)",
-          s, t.name, step);
+    for (int k = 0; k < t.num_scalers; ++k) {
+      const float s = scalers[t.scaler_index + k];
+      if (!std::isfinite(s))
+        TG_THROW(
+            "non-finite gradient scaler {} for tensor '{}' at step {} (its gradient holds NaN or Inf on at "
+            "least one worker)",
+            s, t.name, step);
+    }
   }
 }
 
@@ -103,9 +111,10 @@ void GradientCodec::encode_ternary(const std::vector<Tensor>& grads, TensorRange
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
-    const int64_t zeros = ternary_encode_cpu(grads[i].data<float>(), t.numel, scalers[t.scaler_index], key, step,
-                                             static_cast<uint32_t>(i), packed + (t.offset - base));
-    if (zero_codes) zero_codes[t.scaler_index] = zeros;
+    const int64_t zeros =
+        ternary_encode_buckets_cpu(grads[i].data<float>(), t.numel, scalers + t.scaler_index, policy_.scaler_bucket(),
+                                   key, step, static_cast<uint32_t>(i), packed + (t.offset - base));
+    if (zero_codes) zero_codes[t.ternary_index] = zeros;
   }
 }
 
@@ -172,8 +181,8 @@ void GradientCodec::decode_ternary_gathered(const uint8_t* gathered, int64_t str
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::kTernary)
-      ternary_decode_gathered_cpu(gathered + (t.offset - base), stride, num_workers, t.numel, scalers[t.scaler_index],
-                                  grads[i].data<float>());
+      ternary_decode_gathered_buckets_cpu(gathered + (t.offset - base), stride, num_workers, t.numel,
+                                          scalers + t.scaler_index, policy_.scaler_bucket(), grads[i].data<float>());
   }
 }
 
@@ -184,8 +193,8 @@ void GradientCodec::decode_ternary_sums(const int8_t* code_sums, int num_workers
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding == GradCoding::kTernary)
-      ternary_decode_sums_cpu(code_sums + 4 * (t.offset - base), t.numel, scalers[t.scaler_index], num_workers,
-                              grads[i].data<float>());
+      ternary_decode_sums_buckets_cpu(code_sums + 4 * (t.offset - base), t.numel, scalers + t.scaler_index,
+                                      policy_.scaler_bucket(), num_workers, grads[i].data<float>());
   }
 }
 
@@ -222,6 +231,11 @@ Tensor piece(const Tensor& buf, DType dtype, int64_t begin, int64_t end, const c
                 dtype, buf.device());
 }
 
+// The scalers of ternary tensor t in a scaler vector.
+Tensor tensor_scalers(const Tensor& scalers, const TensorCodingPlan& t) {
+  return piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + t.num_scalers, "scalers");
+}
+
 // The workers' gradients of one tensor, in an array on the stack (the Backend's sums take one).
 struct WorkerTensors {
   Tensor t[Backend::kMaxCodecInputs];
@@ -250,9 +264,9 @@ void GradientCodec::local_scalers(Backend& be, const std::vector<Tensor>& grads,
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const bool decayed = decay && decay->coefficients[i] != 0.f;
-    be.ternary_scaler(grads[i], c, piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers"),
-                      residuals ? (*residuals)[i] : Tensor(), decayed ? decay->params[i] : Tensor(),
-                      decayed ? decay->coefficients[i] : 0.f);
+    be.ternary_scaler(grads[i], c, tensor_scalers(scalers, t), residuals ? (*residuals)[i] : Tensor(),
+                      decayed ? decay->params[i] : Tensor(), decayed ? decay->coefficients[i] : 0.f,
+                      policy_.scaler_bucket());
   }
 }
 
@@ -280,13 +294,14 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = t.offset - base;
-    const int k = t.scaler_index;
+    const int z = t.ternary_index;
     items[count++] = {grads[i],
-                      piece(scalers, DType::kF32, k, k + 1, "scalers"),
+                      tensor_scalers(scalers, t),
                       static_cast<uint32_t>(i),
                       piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
-                      zero_codes ? piece(zero_codes, DType::kI32, k, k + 1, "zero codes") : Tensor(),
-                      residuals ? (*residuals)[i] : Tensor()};
+                      zero_codes ? piece(zero_codes, DType::kI32, z, z + 1, "zero codes") : Tensor(),
+                      residuals ? (*residuals)[i] : Tensor(),
+                      policy_.scaler_bucket()};
     if (count == Backend::kEncodeTable) be.ternary_encode_many(items, count, key, step), count = 0;
   }
   be.ternary_encode_many(items, count, key, step);
@@ -342,9 +357,8 @@ void GradientCodec::decode_ternary_gathered(Backend& be, const Tensor& gathered,
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
-    const int k = t.scaler_index;
     be.ternary_decode_gathered(piece(gathered, DType::kU8, t.offset - base, gathered.numel(), "gathered codes"), stride,
-                               num_workers, piece(scalers, DType::kF32, k, k + 1, "scalers"), grads[i]);
+                               num_workers, tensor_scalers(scalers, t), grads[i], policy_.scaler_bucket());
   }
 }
 
@@ -367,7 +381,8 @@ void GradientCodec::coded_averages(const Tensor& gathered, int64_t stride, const
       const int64_t at = 4 * (t.offset - base);
       c.code_sums = piece(code_sums, DType::kI8, at, at + t.numel, "code sums");
     }
-    c.scaler = piece(scalers, DType::kF32, t.scaler_index, t.scaler_index + 1, "scalers");
+    c.scaler = tensor_scalers(scalers, t);
+    c.bucket = policy_.scaler_bucket();
     c.num_workers = num_workers;
     out[i] = c;
   }
@@ -381,9 +396,8 @@ void GradientCodec::decode_ternary_sums(Backend& be, const Tensor& code_sums, in
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const int64_t at = 4 * (t.offset - base);
-    const int k = t.scaler_index;
-    be.ternary_decode_sums(piece(code_sums, DType::kI8, at, at + t.numel, "code sums"),
-                           piece(scalers, DType::kF32, k, k + 1, "scalers"), num_workers, grads[i]);
+    be.ternary_decode_sums(piece(code_sums, DType::kI8, at, at + t.numel, "code sums"), tensor_scalers(scalers, t),
+                           num_workers, grads[i], policy_.scaler_bucket());
   }
 }
 
@@ -411,7 +425,7 @@ void GradientCodec::decode_f32_sum(Backend& be, const Tensor& sum, int num_worke
 
 // ---- whole-gradient forms ---------------------------------------------------------------------------------
 void GradientCodec::allocate(EncodedGradient& e) const {
-  e.scalers.assign(policy_.num_ternary(), 0.f);
+  e.scalers.assign(policy_.num_scalers(), 0.f);
   e.packed.assign(policy_.packed_bytes(), 0);
   e.f16.assign(policy_.f16_elements(), half_bits{0});
   e.f32.assign(policy_.f32_elements(), 0.f);
@@ -420,7 +434,7 @@ void GradientCodec::allocate(EncodedGradient& e) const {
 
 std::vector<float> GradientCodec::local_scalers(const std::vector<Tensor>& grads) const {
   check_grads(grads);
-  std::vector<float> s(policy_.num_ternary(), 0.f);
+  std::vector<float> s(policy_.num_scalers(), 0.f);
   local_scalers(grads, all(), s.data());
   return s;
 }
@@ -428,9 +442,9 @@ std::vector<float> GradientCodec::local_scalers(const std::vector<Tensor>& grads
 void GradientCodec::encode(const std::vector<Tensor>& grads, const std::vector<float>& shared_scalers, uint32_t step,
                            uint32_t worker, EncodedGradient& out) const {
   check_grads(grads);
-  TG_CHECK(static_cast<int>(shared_scalers.size()) == policy_.num_ternary(),
-           "gradient codec: got {} scalers, the policy has {} ternary tensors", shared_scalers.size(),
-           policy_.num_ternary());
+  TG_CHECK(static_cast<int>(shared_scalers.size()) == policy_.num_scalers(),
+           "gradient codec: got {} scalers, the policy has {} ({} ternary tensors)", shared_scalers.size(),
+           policy_.num_scalers(), policy_.num_ternary());
   allocate(out);
   out.scalers = shared_scalers;
   encode_ternary(grads, all(), shared_scalers.data(), step, worker, out.packed.data(), out.zero_codes.data());

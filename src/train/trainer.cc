@@ -181,11 +181,7 @@ void Trainer::Impl::connect_replicas() {
 // first worker's gradient (the slab the replica's optimizer reads). The scheme follows from --grad_bits,
 // --exchange and the topology (exchange/scheme_registry.h).
 void Trainer::Impl::build_exchanges() {
-  CompressionFlags cf;
-  cf.grad_bits = cfg.grad_bits;
-  cf.clip_factor = cfg.clip_factor;
-  cf.size_to_binarize = cfg.size_to_binarize;
-  cf.quantize_logits = cfg.quantize_logits;
+  const CompressionFlags& cf = cfg;  // TrainConfig holds the compression flags as its base
   std::vector<ParamInfo> infos;
   for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
   policy = CompressionPolicy(cf, infos);

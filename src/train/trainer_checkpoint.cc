@@ -280,9 +280,9 @@ void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
     bad = 1;
     const std::vector<float>& s = r.exchange->shared_scalers();
     for (const TensorCodingPlan& t : policy.tensors())
-      if (tensor.empty() && t.scaler_index >= 0 && t.scaler_index < static_cast<int>(s.size()) &&
-          !std::isfinite(s[t.scaler_index]))
-        tensor = t.name;
+      for (int k = 0; k < t.num_scalers; ++k)
+        if (tensor.empty() && t.scaler_index + k < static_cast<int>(s.size()) && !std::isfinite(s[t.scaler_index + k]))
+          tensor = t.name;
   }
   if (process_comm) process_comm->allreduce(&bad, 1, DType::kI32, ReduceOp::kMax);
   TG_CHECK(bad == 0,

@@ -1,6 +1,8 @@
 // Trainer: the run loop, its log windows (log line, metrics, TensorBoard), the timeline and the end of a run.
 #include "src/train/trainer_impl.h"
 
+#include <algorithm>
+
 namespace tg {
 
 // Every process's phase times (one all-gather; processes call it at the same steps).
@@ -60,10 +62,13 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
   const auto& scalers = replicas[0].exchange->shared_scalers();
   const auto& zeros = replicas[0].exchange->zero_codes();
   for (const auto& t : policy.tensors()) {
-    if (t.scaler_index < 0 || t.scaler_index >= static_cast<int>(scalers.size())) continue;
-    v.push_back({"scaler/" + t.name, scalers[t.scaler_index]});
-    if (t.scaler_index < static_cast<int>(zeros.size()) && t.numel > 0)
-      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.scaler_index]) / double(t.numel))});
+    if (t.scaler_index < 0 || t.scaler_index + t.num_scalers > static_cast<int>(scalers.size())) continue;
+    // The tensor's scaler (with --scaler_bucket: the largest of its buckets').
+    float s = 0.f;
+    for (int k = 0; k < t.num_scalers; ++k) s = std::max(s, scalers[t.scaler_index + k]);
+    v.push_back({"scaler/" + t.name, s});
+    if (t.ternary_index < static_cast<int>(zeros.size()) && t.numel > 0)
+      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.ternary_index]) / double(t.numel))});
   }
   events.scalars(step, v);
 }

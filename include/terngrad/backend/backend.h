@@ -41,33 +41,38 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/tensor.h"
+#include "terngrad/math/ternary_math.h"
 
 namespace tg {
 
-// One tensor of Backend::ternary_encode_many: its gradient, scaler (f32 (1) on the device), Philox tensor
-// counter, packed codes and (optional) zero count, as ternary_encode takes them; an optional residual (f32 like
-// g, error feedback) receives ternary_residual_value(g[i], s, code i) in the same pass.
+// One tensor of Backend::ternary_encode_many: its gradient, scalers (f32 (ternary_num_scalers(n, bucket)) on the
+// device), Philox tensor counter, packed codes and (optional) zero count, as ternary_encode takes them; an optional
+// residual (f32 like g, error feedback) receives ternary_residual_value(g[i], s, code i) in the same pass.
 struct TernaryEncodeItem {
   Tensor g, scaler;
   uint32_t tensor = 0;
   Tensor packed, zero_count;
   Tensor residual;
+  int64_t bucket = 0;  // elements per scaler (ternary_math.h); 0: one scaler for the tensor
 };
 
 // A tensor's TernGrad average still in its coded form, as the exchange received it: element i is
-// ternary_decode_value(scaler, the sum of the workers' codes of element i, num_workers), the codes either
+// ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], the sum of the workers' codes of element i,
+// num_workers), the codes either
 // `gathered` (allgather2: num_workers packed blocks of ceil(n/4) bytes, worker w's at byte w * stride) or their
 // int8 `code_sums` (allreduce8: one per element). Backend::optimizer_update_coded decodes it inside the update.
 // The codes may come in parts (the hierarchical scheme: one per local rank's shard of the tensor): with part > 0,
 // elements [p * part, min(n, (p + 1) * part)) are coded as a tensor of their own whose codes (or sums) start at
-// byte p * part_stride of the view; part = 0: one part, the whole tensor.
+// byte p * part_stride of the view; part = 0: one part, the whole tensor. With per-bucket scalers a part is a whole
+// number of buckets (its scalers follow the previous part's).
 struct CodedAverage {
   Tensor gathered;  // u8, or undefined when code_sums is given
   int64_t stride = 0;
   Tensor code_sums;  // i8 (n), or undefined when gathered is given
-  Tensor scaler;     // f32 (1) on the device: the shared scaler
+  Tensor scaler;     // f32 (ternary_num_scalers(n, bucket)) on the device: the shared scalers
   int num_workers = 1;
   int64_t part = 0, part_stride = 0;
+  int64_t bucket = 0;  // elements per scaler; 0: one scaler
   bool defined() const { return scaler.defined(); }
 };
 
@@ -91,6 +96,14 @@ void for_each_coded_part(const CodedAverage& g, int64_t n, Fn&& fn) {
       c.gathered = g.gathered.slice0(at, codes.numel());
     else
       c.code_sums = g.code_sums.slice0(at, at + count);
+    if (g.bucket > 0 && n > g.bucket) {  // the part's own buckets
+      TG_CHECK(g.part % g.bucket == 0, "coded average: parts of {} elements are not whole buckets of {}", g.part,
+               g.bucket);
+      const int64_t first = p * g.part / g.bucket, k = ternary_num_scalers(count, g.bucket);
+      TG_CHECK(first + k <= g.scaler.numel(), "coded average: part {} needs scalers [{}, {}) of {}", p, first,
+               first + k, g.scaler.str());
+      c.scaler = g.scaler.slice0(first, first + k);
+    }
     return c;
   };
   for (int64_t begin = 0, p = 0; begin < n; begin += g.part, ++p) part(p, std::min(g.part, n - begin));
@@ -266,23 +279,26 @@ class Backend {
   // (including the order of its double sums), the codes, the packed format and the decode; every backend
   // gives the same bits (the CPU's loops are the reference; tests/codec_ops_test.cc compares the CUDA kernels
   // with them on a machine with a GPU).
-  // Gradients are f32 of any shape (n = numel); packed codes are u8 (ceil(n/4) bytes); a scaler is an f32 (1)
-  // tensor on the device (a view of a scaler vector) that the ops read there: nothing goes to the host,
-  // nothing synchronizes, nothing allocates. A piece of a fused buffer is a view (Tensor::slice0 of the
-  // rank-1 buffer). Shapes and dtypes are checked.
+  // Gradients are f32 of any shape (n = numel); packed codes are u8 (ceil(n/4) bytes); a tensor's scalers are an
+  // f32 (ternary_num_scalers(n, bucket)) tensor on the device (a view of a scaler vector) that the ops read there:
+  // nothing goes to the host, nothing synchronizes, nothing allocates. `bucket` (ternary_math.h): elements per
+  // scaler, element i using scaler i / bucket; 0 (the default) is one scaler for the tensor, f32 (1); else a
+  // multiple of kScalerBucketAlign. A piece of a fused buffer is a view (Tensor::slice0 of the rank-1 buffer).
+  // Shapes and dtypes are checked.
 
   // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
-  // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0.
+  // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0;
+  // with buckets each bucket's ternary_bucket_scaler (a second pass for the buckets' max|g|).
   // With a residual (f32 like g, other memory; error feedback): g += residual first, in the same pass (the same
   // bits as axpy(1, residual, g) and then the scaler). With `decayed` (f32 like g, other memory: the parameter;
   // weight decay): g += decay * decayed before that, in the same pass (the same bits as axpy(decay, decayed, g)).
   void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual = Tensor(),
-                      const Tensor& decayed = Tensor(), float decay = 0.f);
-  // packed (u8 (ceil(n/4))) = the codes of g drawn with the scaler from `key` at counter (step, tensor)
-  // (ternarize_one; all zero for a scaler <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
+                      const Tensor& decayed = Tensor(), float decay = 0.f, int64_t bucket = 0);
+  // packed (u8 (ceil(n/4))) = the codes of g drawn with the scalers from `key` at counter (step, tensor)
+  // (ternarize_one; all zero where a scaler is <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.
   void ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                      const Tensor& packed, const Tensor& zero_count);
+                      const Tensor& packed, const Tensor& zero_count, int64_t bucket = 0);
   // ternary_encode of `count` tensors (items: an array the caller owns), all drawn from `key` at `step`: the same
   // bits as count calls of ternary_encode, in one pass (CUDA: one launch over a table of the tensors for up to
   // kEncodeTable of them).
@@ -296,12 +312,13 @@ class Backend {
   // carries a bad scaler to every worker (each stops with the same error, none waits in a collective). out
   // may be one of xs.
   void max_scalers(const Tensor* xs, int count, const Tensor& out);
-  // g (f32 (n)) = ternary_decode_value(scaler, code_sums[i], num_workers); code_sums i8 (n).
-  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g);
-  // g (f32 (n)) = ternary_decode_value(scaler, sum over workers of their codes, num_workers), the workers'
-  // packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
+  // g (f32 (n)) = ternary_decode_value(scaler of element i, code_sums[i], num_workers); code_sums i8 (n).
+  void ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g,
+                           int64_t bucket = 0);
+  // g (f32 (n)) = ternary_decode_value(scaler of element i, sum over workers of their codes, num_workers), the
+  // workers' packed codes laid out in `gathered` as in ternary_sum_codes (any num_workers >= 1).
   void ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
-                               const Tensor& g);
+                               const Tensor& g, int64_t bucket = 0);
 
   // fp16/fp32 codings. xs: `count` (1..kMaxCodecInputs) f32 tensors of n elements, the workers' gradients in
   // worker order (an array the caller owns, so no call allocates).

@@ -69,16 +69,17 @@
   X(void, ema_update_impl, (float decay, const Tensor& w, const Tensor& ema))                                          \
   X(void, ternary_scaler_impl,                                                                                         \
     (const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual, const Tensor& decayed,          \
-     float decay))                                                                                                     \
+     float decay, int64_t bucket))                                                                                     \
   X(void, ternary_encode_impl,                                                                                         \
     (const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor, const Tensor& packed,       \
-     const Tensor& zero_count))                                                                                        \
+     const Tensor& zero_count, int64_t bucket))                                                                        \
   X(void, ternary_encode_many_impl, (const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step))         \
   X(void, ternary_sum_codes_impl, (const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums))    \
   X(void, max_scalers_impl, (const Tensor* xs, int count, const Tensor& out))                                          \
-  X(void, ternary_decode_sums_impl, (const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g)) \
+  X(void, ternary_decode_sums_impl,                                                                                    \
+    (const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g, int64_t bucket))                 \
   X(void, ternary_decode_gathered_impl,                                                                                \
-    (const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g))                  \
+    (const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler, const Tensor& g, int64_t bucket))  \
   X(void, encode_f16_sum_impl, (const Tensor* xs, int count, const Tensor& out))                                       \
   X(void, encode_f32_sum_impl, (const Tensor* xs, int count, const Tensor& out))                                       \
   X(void, average_f16_impl, (const Tensor* xs, int count, const Tensor& out))                                          \

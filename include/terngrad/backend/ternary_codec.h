@@ -53,11 +53,22 @@ float ternary_scaler_cpu(const float* g, int64_t n, float clip_factor);
 float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                    float clip_factor);
 
+// Per-bucket scalers (ternary_math.h): scalers (ternary_num_scalers(n, bucket) floats) = each bucket's
+// ternary_bucket_scaler from the tensor's statistics and the bucket's max|g|, after the adds of
+// ternary_scaler_with_adds_cpu (decayed / residual null: none; g is then only read). bucket = 0 (or >= n): one
+// scaler, ternary_scaler_with_adds_cpu's. Else bucket is a multiple of kScalerBucketAlign (an Error otherwise).
+void ternary_bucket_scalers_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
+                                float clip_factor, int64_t bucket, float* scalers);
+
 // g (n) -> packed (ceil(n/4) bytes), codes drawn from key with counter (step, tensor) as ternarize_one
 // defines them. Returns the number of zero codes. With a residual (n floats, not overlapping g; error
 // feedback's second half), the same pass writes residual[i] = ternary_residual_value(g[i], s, code i).
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
                            uint8_t* packed, float* residual = nullptr);
+// The same with per-bucket scalers: element i is drawn with scalers[ternary_scaler_of(i, bucket)] (bucket 0: one
+// scaler; else a multiple of kScalerBucketAlign). The same bits as the one-scaler form when there is one bucket.
+int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scalers, int64_t bucket, PhiloxKey key,
+                                   uint32_t step, uint32_t tensor, uint8_t* packed, float* residual = nullptr);
 
 // packed (ceil(n/4) bytes) -> codes (n) in {-1, 0, +1}.
 void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes);
@@ -71,6 +82,11 @@ void max_scalers_cpu(const float* const* xs, int count, int64_t n, float* out);
 
 // g[i] = ternary_decode_value(s, code_sums[i], num_workers) = s * code_sums[i] / num_workers for i < n.
 void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g);
+// The decodes with per-bucket scalers: element i decoded with scalers[ternary_scaler_of(i, bucket)].
+void ternary_decode_sums_buckets_cpu(const int8_t* code_sums, int64_t n, const float* scalers, int64_t bucket,
+                                     int num_workers, float* g);
+void ternary_decode_gathered_buckets_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
+                                         const float* scalers, int64_t bucket, float* g);
 
 // g[i] = ternary_decode_value(s, sum_w code_w[i], num_workers) where worker w's packed codes start at
 // gathered + w * stride. num_workers >= 1 (vectorized up to 127 workers, a plain loop beyond). An output of
@@ -81,10 +97,12 @@ void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int nu
 // The two decodes of elements [begin, begin + count) of one tensor into out[0, count), on the calling thread
 // only (no compute team, no streaming stores): the same values as the whole tensor's decode. For the decode
 // inside the optimizer's pass (Backend::optimizer_update_coded), one cache-sized tile at a time. A gathered
-// range starts at a packed byte (begin a multiple of 4); code_sums points at the range's first sum.
+// range starts at a packed byte (begin a multiple of 4); code_sums points at the tensor's first sum. Element i
+// is decoded with scalers[ternary_scaler_of(i, bucket)] (the tensor's scalers; bucket 0: one).
 void ternary_decode_gathered_range_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t begin,
-                                       int64_t count, float s, float* out);
-void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t count, float s, int num_workers, float* out);
+                                       int64_t count, const float* scalers, int64_t bucket, float* out);
+void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t begin, int64_t count, const float* scalers,
+                                   int64_t bucket, int num_workers, float* out);
 
 // ---- fp16 and fp32 codings (the tensors left out of ternarization) ----------------------------------------------
 // xs: `count` >= 1 pointers to n floats each (the workers' gradients, in worker order).

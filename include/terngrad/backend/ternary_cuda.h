@@ -28,18 +28,23 @@ size_t ternary_scaler_workspace_bytes_cuda();
 // pairwise by shuffles) writes the chunk's double sums and max bits to the workspace, then one block combines the
 // chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
 // n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
-void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream);
+// bucket > 0 (per-bucket scalers, ternary_math.h): scaler points at ternary_num_scalers(n, bucket) floats, each
+// bucket's ternary_bucket_scaler (one more kernel: a block per bucket takes its max|g|).
+void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream,
+                         int64_t bucket = 0);
 // Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i]
 // (a null term left out), then ternary_scaler_cuda of the new g (bit-identical to ternary_scaler_with_adds_cpu).
 void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
-                                   float clip_factor, float* scaler, void* workspace, void* stream);
+                                   float clip_factor, float* scaler, void* workspace, void* stream,
+                                   int64_t bucket = 0);
 
 // packed (ceil(n/4) bytes, device) = codes of g drawn with *scaler (device), key and counter (step, tensor)
 // (ternarize_one: 16-bit uniforms, 8 elements per Philox block): bit-identical to ternary_encode_cpu.
 // zero_count (device int, or null) = the number of zero codes (n < 2^31; set to 0 first, then each block adds
-// its count: an integer, so the order of the adds does not matter).
+// its count: an integer, so the order of the adds does not matter). bucket > 0: element i drawn with
+// scaler[i / bucket].
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                         uint8_t* packed, int32_t* zero_count, void* stream);
+                         uint8_t* packed, int32_t* zero_count, void* stream, int64_t bucket = 0);
 
 // codes (n) = unpacked codes of packed.
 // ternary_encode_cuda of up to kEncodeTableCuda tensors in one launch (plus one that zeroes the zero counts):
@@ -53,6 +58,7 @@ struct TernaryEncodeCuda {
   uint8_t* packed;
   int32_t* zero_count;  // or null
   float* residual;      // or null: receives ternary_residual_value(g[i], s, code i) (error feedback)
+  int64_t bucket;       // elements per scaler (0: one)
 };
 void ternary_encode_table_cuda(const TernaryEncodeCuda* items, int count, PhiloxKey key, uint32_t step, void* stream);
 
@@ -63,13 +69,13 @@ void ternary_unpack_cuda(const uint8_t* packed, int64_t n, int8_t* codes, void* 
 void ternary_sum_codes_cuda(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums,
                             void* stream);
 
-// g[i] = *scaler * code_sums[i] / num_workers.
+// g[i] = scaler[i / bucket] * code_sums[i] / num_workers (bucket 0: scaler[0]).
 void ternary_decode_sums_cuda(const int8_t* code_sums, int64_t n, const float* scaler, int num_workers, float* g,
-                              void* stream);
+                              void* stream, int64_t bucket = 0);
 
-// g[i] = *scaler * sum_w code_w[i] / num_workers, worker w's packed codes at gathered + w * stride.
+// g[i] = scaler[i / bucket] * sum_w code_w[i] / num_workers, worker w's packed codes at gathered + w * stride.
 void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
-                                  const float* scaler, float* g, void* stream);
+                                  const float* scaler, float* g, void* stream, int64_t bucket = 0);
 
 // The optimizer update of w (n elements) from the average decoded per element, as ternary_decode_gathered_cuda
 // (code_sums null) or ternary_decode_sums_cuda (gathered null) and then optimizer_update_one / ema_update_one
@@ -77,7 +83,7 @@ void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int n
 // may be null when the step does not use them.
 void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
                                  const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
-                                 float* ema, int64_t n, void* stream);
+                                 float* ema, int64_t n, void* stream, int64_t bucket = 0);
 
 // ---- fp16 and fp32 codings: the operations of ternary_codec.h's *_cpu functions of the same names. xs is a
 // host array of `count` (1..kCodecMaxInputsCuda) device pointers (passed to the kernel by value).

@@ -5,7 +5,9 @@
 // the last two parameter tensors (the logits weights and biases). Compressed tensors travel as ternary
 // codes (grad_bits 1) or fp16 (grad_bits 16); everything else, and everything under grad_bits 32, as fp32.
 // Layout: ternary tensors back to back in one packed byte buffer (each starting at a byte boundary,
-// ceil(numel/4) bytes) with one scaler each; fp16 and fp32 tensors back to back in one fused buffer each.
+// ceil(numel/4) bytes) with one scaler each, or with --scaler_bucket B one per B elements
+// (ternary_num_scalers(numel, B), ternary_math.h), back to back in one scaler vector in the same order; fp16 and
+// fp32 tensors back to back in one fused buffer each.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "terngrad/core/enum_names.h"
 #include "terngrad/core/flag_table.h"
+#include "terngrad/math/ternary_math.h"
 
 namespace tg {
 
@@ -32,7 +35,8 @@ struct CompressionFlags {
   float clip_factor = 0.f;       // c in s = min(c*sigma, max|g|); 0: s = max|g|
   int64_t size_to_binarize = 1;  // tensors with fewer elements stay fp32
   bool quantize_logits = false;  // false: the last two parameter tensors stay fp32
-  // The table's checks: throws tg::Error naming the flag and its accepted values.
+  int64_t scaler_bucket = 0;     // elements per ternary scaler (0: one per tensor); a multiple of 256
+  // The table's checks and the ones between these flags: throws tg::Error naming the flag and its value.
   void validate() const;
 };
 const std::vector<Flag<CompressionFlags>>& compression_flags();
@@ -46,8 +50,10 @@ struct TensorCodingPlan {
   std::string name;
   int64_t numel = 0;
   GradCoding coding = GradCoding::kF32;
-  int64_t offset = 0;     // ternary: byte offset in the packed buffer; fp16/fp32: element offset in its buffer
-  int scaler_index = -1;  // ternary: index in the scaler vector; -1 otherwise
+  int64_t offset = 0;      // ternary: byte offset in the packed buffer; fp16/fp32: element offset in its buffer
+  int ternary_index = -1;  // ternary: index among the ternary tensors (zero counts, summaries); -1 otherwise
+  int scaler_index = -1;   // ternary: its first scaler in the scaler vector; -1 otherwise
+  int num_scalers = 0;     // ternary: its scalers (ternary_num_scalers(numel, scaler_bucket)); 0 otherwise
 };
 
 class CompressionPolicy {
@@ -59,7 +65,9 @@ class CompressionPolicy {
   const CompressionFlags& flags() const { return flags_; }
   const std::vector<TensorCodingPlan>& tensors() const { return tensors_; }
   int num_tensors() const { return static_cast<int>(tensors_.size()); }
-  int num_ternary() const { return num_ternary_; }
+  int num_ternary() const { return num_ternary_; }  // ternary tensors
+  int num_scalers() const { return num_scalers_; }  // scalers of all ternary tensors (num_ternary without buckets)
+  int64_t scaler_bucket() const { return flags_.scaler_bucket; }
   int64_t packed_bytes() const { return packed_bytes_; }  // fused ternary buffer
   int64_t f16_elements() const { return f16_elements_; }  // fused fp16 buffer
   int64_t f32_elements() const { return f32_elements_; }  // fused fp32 buffer
@@ -69,7 +77,7 @@ class CompressionPolicy {
  private:
   CompressionFlags flags_;
   std::vector<TensorCodingPlan> tensors_;
-  int num_ternary_ = 0;
+  int num_ternary_ = 0, num_scalers_ = 0;
   int64_t packed_bytes_ = 0, f16_elements_ = 0, f32_elements_ = 0, total_elements_ = 0;
 };
 

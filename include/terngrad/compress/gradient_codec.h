@@ -1,5 +1,5 @@
 // GradientCodec: the math of one step's gradient exchange over the fused layout a CompressionPolicy lays out
-// (2-bit ternary codes + one scaler per ternary tensor, fp16, fp32), for any range of tensors (a bucket),
+// (2-bit ternary codes + one scaler per ternary tensor or per --scaler_bucket elements of it, fp16, fp32), for any range of tensors (a bucket),
 // without knowing about transports: GradientExchange (terngrad/exchange/gradient_exchange.h) moves the payloads.
 //
 // Two forms of every range operation, with the same bits:
@@ -13,9 +13,10 @@
 //
 // Buffers of a range hold only that range: `packed` starts at the range's first packed byte, `f16`/`f32` at
 // its first element, `code_sums` (int8, 4 per packed byte) at element 4 * packed_begin. Scaler vectors are
-// always full-size (num_ternary) and indexed by scaler_index. In the device form the buffers are tensors seen
-// flat (any shape; the codec takes views of them, allocating nothing):
-//   scalers     f32 (num_ternary)             zero_codes  i32 (num_ternary), or undefined
+// always full-size (num_scalers: a tensor's num_scalers from its scaler_index), zero counts full-size
+// (num_ternary, by ternary_index). In the device form the buffers are tensors seen flat (any shape; the codec
+// takes views of them, allocating nothing):
+//   scalers     f32 (num_scalers)             zero_codes  i32 (num_ternary), or undefined
 //   packed      u8  (packed_bytes)            gathered    u8, worker w's packed block at w * stride
 //   code_sums   i8  (4 * packed_bytes)        f16 / f32   f16 (f16_elements) / f32 (f32_elements)
 // and gradients are f32 tensors on the backend's device (check_grads(grads, be.device())).
@@ -46,7 +47,8 @@ struct RangeLayout {
   int64_t packed_begin = 0, packed_end = 0;  // bytes of the fused ternary buffer
   int64_t f16_begin = 0, f16_end = 0;        // elements of the fused fp16 buffer
   int64_t f32_begin = 0, f32_end = 0;        // elements of the fused fp32 buffer
-  int scaler_begin = 0, scaler_end = 0;      // scaler indices
+  int scaler_begin = 0, scaler_end = 0;      // scaler indices (several per tensor with --scaler_bucket)
+  int ternary_begin = 0, ternary_end = 0;    // ternary tensor indices (zero counts)
   int64_t elements = 0;                      // gradient elements of the range
   int64_t packed_bytes() const { return packed_end - packed_begin; }
   int64_t f16_elements() const { return f16_end - f16_begin; }
@@ -56,7 +58,7 @@ struct RangeLayout {
 
 // One worker's encoded gradient of one step over all tensors (tests and single-worker tools).
 struct EncodedGradient {
-  std::vector<float> scalers;       // (num_ternary) the shared scalers the codes were drawn with
+  std::vector<float> scalers;       // (num_scalers) the shared scalers the codes were drawn with
   std::vector<uint8_t> packed;      // (packed_bytes) fused 2-bit codes
   std::vector<half_bits> f16;       // (f16_elements)
   std::vector<float> f32;           // (f32_elements)
@@ -77,12 +79,12 @@ class GradientCodec {
 
   // ---- host form: host pointers ----
 
-  // This worker's scaler of each ternary tensor of r -> scalers[scaler_index] (before sharing).
+  // This worker's scalers of each ternary tensor of r -> scalers[scaler_index ...] (before sharing).
   void local_scalers(const std::vector<Tensor>& grads, TensorRange r, float* scalers) const;
   // Throws naming the tensor and the step when a shared scaler of r is not finite.
   void check_scalers(const float* scalers, TensorRange r, uint32_t step) const;
   // Ternary codes of r drawn with the shared scalers -> packed (the range's bytes); zero codes per tensor
-  // -> zero_codes[scaler_index] when zero_codes is not null.
+  // -> zero_codes[ternary_index] when zero_codes is not null.
   void encode_ternary(const std::vector<Tensor>& grads, TensorRange r, const float* scalers, uint32_t step,
                       uint32_t worker, uint8_t* packed, int64_t* zero_codes) const;
   // Sum over `workers` (in order) of their fp16-rounded values, in fp32, rounded to fp16 once -> f16.
@@ -116,7 +118,7 @@ class GradientCodec {
   void local_scalers(Backend& be, const std::vector<Tensor>& grads, TensorRange r, const Tensor& scalers,
                      const std::vector<Tensor>* residuals = nullptr, const WeightDecayTerms* decay = nullptr) const;
   // The local part of sharing: shared's scalers of r = the max over the local workers' scaler vectors
-  // (worker_scalers: one f32 (num_ternary) each, from local_scalers), a non-finite scaler counting as +Inf so
+  // (worker_scalers: one f32 (num_scalers) each, from local_scalers), a non-finite scaler counting as +Inf so
   // that the all-reduce MAX that follows carries it to every worker (Backend::max_scalers).
   void max_local_scalers(Backend& be, const std::vector<Tensor>& worker_scalers, TensorRange r,
                          const Tensor& shared) const;

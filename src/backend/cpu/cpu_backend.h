@@ -124,7 +124,7 @@ class CpuBackend final : public Backend {
  private:
   // ternary_encode of one tensor, with error feedback's residual when it is defined (cpu_codec.cc).
   void encode_one(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                  const Tensor& packed, const Tensor& zero_count, const Tensor& residual);
+                  const Tensor& packed, const Tensor& zero_count, const Tensor& residual, int64_t bucket);
   // fn(begin, end) over contiguous chunks of [0, n) on up to threads_ compute threads (core/parallel.h).
   template <typename Fn>
   void parallel_for(int64_t n, const Fn& fn, int64_t grain) {

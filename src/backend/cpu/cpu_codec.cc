@@ -1,6 +1,6 @@
 // CpuBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the vectorized loops of
 // ternary_codec.cc (terngrad/backend/ternary_codec.h) on the backend's compute team. The scalers are f32 (1)
-// host tensors read here; nothing allocates (the workers' inputs go through a pointer array on the stack).
+// (or, with per-bucket scalers, f32 (buckets)) host tensors read here; nothing allocates (the workers' inputs go through a pointer array on the stack).
 #include <cstdint>
 
 #include "src/backend/codec_checks.h"
@@ -17,10 +17,11 @@ void on_host(const Tensor& t, const char* op, const char* what) {
   TG_CHECK(t.numel() == 0 || t.raw() != nullptr, "{}: {} is undefined", op, what);
 }
 
-float scaler_value(const Tensor& scaler, const char* op) {
-  cc::scaler(scaler, op);
+// The scalers of a tensor of n elements (checked) as a host pointer.
+const float* scaler_values(const Tensor& scaler, int64_t n, int64_t bucket, const char* op) {
+  cc::scalers(scaler, n, bucket, op);
   on_host(scaler, op, "scaler");
-  return *scaler.data<float>();
+  return scaler.data<float>();
 }
 
 // The workers' inputs, checked, as a pointer array on the caller's stack.
@@ -37,50 +38,45 @@ void input_pointers(const Tensor* xs, int count, const Tensor& out, DType out_dt
 }  // namespace
 
 void CpuBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
-                                     const Tensor& decayed, float decay) {
+                                     const Tensor& decayed, float decay, int64_t bucket) {
   cc::dtype(g, DType::kF32, "ternary_scaler", "g");
   on_host(g, "ternary_scaler", "g");
-  cc::scaler(scaler, "ternary_scaler");
-  on_host(scaler, "ternary_scaler", "scaler");
-  if (decayed || residual) {
-    if (decayed) on_host(decayed, "ternary_scaler", "decayed");
-    if (residual) on_host(residual, "ternary_scaler", "residual");
-    *scaler.data<float>() =
-        ternary_scaler_with_adds_cpu(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
-                                     residual ? residual.data<float>() : nullptr, g.numel(), clip_factor);
-  } else {
-    *scaler.data<float>() = ternary_scaler_cpu(g.data<float>(), g.numel(), clip_factor);
-  }
+  float* out = const_cast<float*>(scaler_values(scaler, g.numel(), bucket, "ternary_scaler"));
+  if (decayed) on_host(decayed, "ternary_scaler", "decayed");
+  if (residual) on_host(residual, "ternary_scaler", "residual");
+  // g is written only when there is something to add (the loops read it otherwise).
+  ternary_bucket_scalers_cpu(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
+                             residual ? residual.data<float>() : nullptr, g.numel(), clip_factor, bucket, out);
 }
 
 void CpuBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                     uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
-  encode_one(g, scaler, key, step, tensor, packed, zero_count, Tensor());
+                                     uint32_t tensor, const Tensor& packed, const Tensor& zero_count, int64_t bucket) {
+  encode_one(g, scaler, key, step, tensor, packed, zero_count, Tensor(), bucket);
 }
 
 void CpuBackend::encode_one(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
-                            const Tensor& packed, const Tensor& zero_count, const Tensor& residual) {
+                            const Tensor& packed, const Tensor& zero_count, const Tensor& residual, int64_t bucket) {
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
   cc::numel(packed, (n + 3) / 4, op, "packed codes");
   on_host(g, op, "g"), on_host(packed, op, "packed codes");
-  const float s = scaler_value(scaler, op);
+  const float* s = scaler_values(scaler, n, bucket, op);
   if (zero_count) {
     cc::dtype(zero_count, DType::kI32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
     on_host(zero_count, op, "zero count");
     TG_CHECK(n <= INT32_MAX, "{}: {} elements overflow an i32 zero count", op, n);
   }
   if (residual) on_host(residual, op, "residual");
-  const int64_t zeros = ternary_encode_cpu(g.data<float>(), n, s, key, step, tensor, packed.data<uint8_t>(),
-                                           residual ? residual.data<float>() : nullptr);
+  const int64_t zeros = ternary_encode_buckets_cpu(g.data<float>(), n, s, bucket, key, step, tensor,
+                                                   packed.data<uint8_t>(), residual ? residual.data<float>() : nullptr);
   if (zero_count) *zero_count.data<int32_t>() = static_cast<int32_t>(zeros);
 }
 
 void CpuBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
   for (int k = 0; k < count; ++k) {
     const TernaryEncodeItem& it = items[k];
-    encode_one(it.g, it.scaler, key, step, it.tensor, it.packed, it.zero_count, it.residual);
+    encode_one(it.g, it.scaler, key, step, it.tensor, it.packed, it.zero_count, it.residual, it.bucket);
   }
 }
 
@@ -100,22 +96,23 @@ void CpuBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out
 }
 
 void CpuBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers,
-                                          const Tensor& g) {
+                                          const Tensor& g, int64_t bucket) {
   const char* op = "ternary_decode_sums";
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums");
   cc::numel(code_sums, g.numel(), op, "code sums");
   on_host(g, op, "g"), on_host(code_sums, op, "code sums");
-  ternary_decode_sums_cpu(code_sums.data<int8_t>(), g.numel(), scaler_value(scaler, op), num_workers, g.data<float>());
+  ternary_decode_sums_buckets_cpu(code_sums.data<int8_t>(), g.numel(), scaler_values(scaler, g.numel(), bucket, op),
+                                  bucket, num_workers, g.data<float>());
 }
 
 void CpuBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers,
-                                              const Tensor& scaler, const Tensor& g) {
+                                              const Tensor& scaler, const Tensor& g, int64_t bucket) {
   const char* op = "ternary_decode_gathered";
   cc::dtype(g, DType::kF32, op, "g");
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
   on_host(g, op, "g"), on_host(gathered, op, "packed codes");
-  ternary_decode_gathered_cpu(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler_value(scaler, op),
-                              g.data<float>());
+  ternary_decode_gathered_buckets_cpu(gathered.data<uint8_t>(), stride, num_workers, g.numel(),
+                                      scaler_values(scaler, g.numel(), bucket, op), bucket, g.data<float>());
 }
 
 void CpuBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {

@@ -109,9 +109,9 @@ void CpuBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Te
   const int64_t n = w.numel();
   const UpdateBuffers buffers = update_buffers(step, w, s1, s2, ema, op);
   TG_CHECK(g.num_workers >= 1, "{}: {} workers", op, g.num_workers);
-  cc::scaler(g.scaler, op);
+  cc::scalers(g.scaler, n, g.bucket, op);
   TG_CHECK(g.scaler.device().is_cpu(), "{} on the cpu: the scaler {} is on another device", op, g.scaler.str());
-  const float s = *g.scaler.data<float>();
+  const float* s = g.scaler.data<float>();
   const uint8_t* gathered = nullptr;
   const int8_t* sums = nullptr;
   if (g.gathered) {
@@ -130,9 +130,9 @@ void CpuBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Te
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t begin = t * kTile, count = std::min(kTile, n - begin);
           if (gathered)
-            ternary_decode_gathered_range_cpu(gathered, g.stride, g.num_workers, begin, count, s, decoded);
+            ternary_decode_gathered_range_cpu(gathered, g.stride, g.num_workers, begin, count, s, g.bucket, decoded);
           else
-            ternary_decode_sums_range_cpu(sums + begin, count, s, g.num_workers, decoded);
+            ternary_decode_sums_range_cpu(sums, begin, count, s, g.bucket, g.num_workers, decoded);
           update(step, buffers.from(begin), decoded, count);
         }
       },

@@ -217,6 +217,27 @@ StatsFn stats_fn(CodecIsa isa, const StatsAdds& a) {
   return stats_fn<false, false>(isa);
 }
 
+// ---- bucket maxima (per-bucket scalers) -----------------------------------------------------------------------
+// max over a bucket of the bits of |g| (an integer max: any order gives the same result; every NaN is above
+// +Inf), one plain loop the compiler vectorizes for each target.
+TG_ALWAYS_INLINE int32_t max_abs_bits_loop(const float* g, int64_t n) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, g + i, sizeof bits);
+    bits &= 0x7FFFFFFF;
+    m = bits > m ? bits : m;
+  }
+  return m;
+}
+using MaxBitsFn = int32_t (*)(const float*, int64_t);
+constexpr int64_t kMaxBitsGrain = 1 << 16;  // elements per thread at least
+int32_t max_abs_bits_generic(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+#if TG_CODEC_X86
+TG_TARGET_AVX2 int32_t max_abs_bits_avx2(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+TG_TARGET_AVX512 int32_t max_abs_bits_avx512(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+#endif
+
 // ---- encode -------------------------------------------------------------------------------------------------
 // Kernels encode whole units of kUnitBlocks Philox blocks (kUnitElements elements, kUnitBytes packed bytes)
 // starting at block block0 (a multiple of kUnitBlocks, so a unit never straddles a 2^32 boundary of the block
@@ -742,31 +763,94 @@ float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, 
   return ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
 }
 
+namespace {
+// Elements per scaler of a tensor of n elements (the whole tensor for bucket 0 or >= n); a bucket smaller than
+// the tensor must be a multiple of kScalerBucketAlign, so that encode units and decode steps never straddle two
+// buckets.
+int64_t elements_per_scaler(int64_t n, int64_t bucket, const char* op) {
+  if (bucket <= 0 || bucket >= n) return n > 0 ? n : 1;
+  TG_CHECK(bucket % kScalerBucketAlign == 0, "{}: a scaler bucket of {} elements is not a multiple of {}", op, bucket,
+           kScalerBucketAlign);
+  return bucket;
+}
+
+// The end (exclusive, in units of `step` elements) of the bucket holding unit u, capped at `cap`.
+inline int64_t bucket_end(int64_t u, int64_t step, int64_t per, int64_t cap) {
+  const int64_t k = u * step / per;
+  return std::min(cap, (k + 1) * per / step);
+}
+}  // namespace
+
+void ternary_bucket_scalers_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
+                                float clip_factor, int64_t bucket, float* scalers) {
+  const int64_t per = elements_per_scaler(n, bucket, "ternary scalers");
+  if (n <= 0) {
+    scalers[0] = 0.f;
+    return;
+  }
+  const TensorStats st = tensor_stats(g, StatsAdds{decayed, decay, residual}, n);
+  const int64_t count = (n + per - 1) / per;
+  if (count == 1) {
+    scalers[0] = ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
+    return;
+  }
+  const MaxBitsFn fn = TG_CODEC_PICK(active_isa(), max_abs_bits);
+  parallel_for(count, std::max<int64_t>(1, kMaxBitsGrain / per), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const int64_t first = k * per;
+      const int32_t bits = fn(g + first, std::min(per, n - first));
+      float bucket_max;
+      std::memcpy(&bucket_max, &bits, sizeof bits);
+      scalers[k] = ternary_bucket_scaler(st.sigma, st.max_abs, bucket_max, clip_factor);
+    }
+  });
+}
+
 int64_t ternary_encode_cpu(const float* g, int64_t n, float s, PhiloxKey key, uint32_t step, uint32_t tensor,
                            uint8_t* packed, float* residual) {
+  return ternary_encode_buckets_cpu(g, n, &s, 0, key, step, tensor, packed, residual);
+}
+
+// Whole units (kUnitElements) in parallel, each run of units inside one bucket by the kernel for its scaler (a
+// scaler <= 0 or NaN: all codes 0, residual = g - s * 0), then the last partial unit block by block (it lies in
+// the last bucket: buckets are whole units).
+int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scalers, int64_t bucket, PhiloxKey key,
+                                   uint32_t step, uint32_t tensor, uint8_t* packed, float* residual) {
   if (n <= 0) return 0;
+  const int64_t per = elements_per_scaler(n, bucket, "ternary encode");
   const int64_t nbytes = (n + 3) / 4;
-  if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
-    parallel_for(nbytes, 1 << 16, [&](int64_t b, int64_t e) { std::memset(packed + b, 0, e - b); });
-    if (residual)
-      parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) residual[i] = ternary_residual_value(g[i], s, 0);
-      });
-    return n;
-  }
   int mode = residual ? kStore : kNoResidual;
 #if TG_CODEC_X86
   if (residual && stream_output(residual, n)) mode = kStream;  // not read again before the next step
 #endif
-  const EncodeFn fn = encode_fn(active_isa(), s, mode);
+  const CodecIsa isa = active_isa();
   const int64_t units = n / kUnitElements;
+  // Units [u0, u1) of one bucket, drawn with s; returns their non-zero codes.
+  auto run = [&](int64_t u0, int64_t u1, float s) -> int64_t {
+    if (!(s > 0.f)) {  // s = 0 (or NaN): every code is 0
+      std::memset(packed + u0 * kUnitBytes, 0, static_cast<size_t>((u1 - u0) * kUnitBytes));
+      if (residual)
+        for (int64_t i = u0 * kUnitElements; i < u1 * kUnitElements; ++i)
+          residual[i] = ternary_residual_value(g[i], s, 0);
+      return 0;
+    }
+    return encode_fn(isa, s, mode)(g + u0 * kUnitElements, static_cast<uint64_t>(u0) * kUnitBlocks, u1 - u0, s, key,
+                                   step, tensor, packed + u0 * kUnitBytes,
+                                   residual ? residual + u0 * kUnitElements : nullptr);
+  };
   std::atomic<int64_t> nonzero{0};  // an integer count: the same whatever order the threads add in
   parallel_for(units, kEncodeGrainUnits, [&](int64_t u0, int64_t u1) {
-    nonzero += fn(g + u0 * kUnitElements, static_cast<uint64_t>(u0) * kUnitBlocks, u1 - u0, s, key, step, tensor,
-                  packed + u0 * kUnitBytes, residual ? residual + u0 * kUnitElements : nullptr);
+    int64_t kept = 0;
+    for (int64_t u = u0; u < u1;) {
+      const int64_t end = bucket_end(u, kUnitElements, per, u1);
+      kept += run(u, end, scalers[u * kUnitElements / per]);
+      u = end;
+    }
+    nonzero += kept;
   });
   int64_t kept = nonzero.load();
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
+  const float s = scalers[units * kUnitElements / per];       // the last partial unit's (if any)
   for (int64_t b = units * kUnitBlocks; b < blocks; ++b) {  // the last partial unit, block by block
     const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
     packed[2 * b] = static_cast<uint8_t>(bits);
@@ -811,20 +895,40 @@ void ternary_unpack_cpu(const uint8_t* packed, int64_t n, int8_t* codes) {
   ternary_sum_codes_cpu(packed, 0, 1, n, codes);  // one worker's code sums are its codes
 }
 
+
 void ternary_decode_sums_cpu(const int8_t* code_sums, int64_t n, float s, int num_workers, float* g) {
+  ternary_decode_sums_buckets_cpu(code_sums, n, &s, 0, num_workers, g);
+}
+
+void ternary_decode_sums_buckets_cpu(const int8_t* code_sums, int64_t n, const float* scalers, int64_t bucket,
+                                     int num_workers, float* g) {
   TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
+  if (n <= 0) return;
+  const int64_t per = elements_per_scaler(n, bucket, "ternary decode");
   const DecodeSumsFn fn = TG_CODEC_PICK(active_isa(), decode_sums);
-  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) { fn(code_sums + b, e - b, s, num_workers, g + b); });
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e;) {
+      const int64_t end = bucket_end(i, 1, per, e);
+      fn(code_sums + i, end - i, scalers[i / per], num_workers, g + i);
+      i = end;
+    }
+  });
 }
 
 void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n, float s,
                                  float* g) {
+  ternary_decode_gathered_buckets_cpu(gathered, stride, num_workers, n, &s, 0, g);
+}
+
+void ternary_decode_gathered_buckets_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t n,
+                                         const float* scalers, int64_t bucket, float* g) {
   TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
   if (n <= 0) return;
+  const int64_t per = elements_per_scaler(n, bucket, "ternary decode");
   if (num_workers > kMaxLaneWorkers) {  // byte lanes would carry: the plain definition
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
-        g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
+        g[i] = ternary_decode_value(scalers[i / per], code_sum(gathered, stride, num_workers, i), num_workers);
     });
     return;
   }
@@ -836,32 +940,52 @@ void ternary_decode_gathered_cpu(const uint8_t* gathered, int64_t stride, int nu
 #endif
   const int64_t steps = n / kSumStepElements;
   parallel_for(steps, kDecodeGrainSteps, [&](int64_t t0, int64_t t1) {
-    fn(gathered + t0 * (kSumStepElements / 4), stride, num_workers, (t1 - t0) * kSumStepElements, s,
-       g + t0 * kSumStepElements, stream);
+    for (int64_t t = t0; t < t1;) {
+      const int64_t end = bucket_end(t, kSumStepElements, per, t1);
+      fn(gathered + t * (kSumStepElements / 4), stride, num_workers, (end - t) * kSumStepElements,
+         scalers[t * kSumStepElements / per], g + t * kSumStepElements, stream);
+      t = end;
+    }
   });
   for (int64_t i = steps * kSumStepElements; i < n; ++i)
-    g[i] = ternary_decode_value(s, code_sum(gathered, stride, num_workers, i), num_workers);
+    g[i] = ternary_decode_value(scalers[i / per], code_sum(gathered, stride, num_workers, i), num_workers);
 }
 
 // The same element values for one range of a tensor, on the calling thread alone (Backend::optimizer_update_coded's
-// tiles): the kernels are element-wise, so a range that starts at a packed byte gives the whole tensor's bits.
+// tiles): the kernels are element-wise, so a range that starts at a packed byte gives the whole tensor's bits. The
+// range is cut where a bucket ends.
 void ternary_decode_gathered_range_cpu(const uint8_t* gathered, int64_t stride, int num_workers, int64_t begin,
-                                       int64_t count, float s, float* out) {
+                                       int64_t count, const float* scalers, int64_t bucket, float* out) {
   TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
   TG_CHECK(begin >= 0 && begin % 4 == 0, "ternary decode: a range must start at a packed byte, not element {}", begin);
-  const uint8_t* packed = gathered + begin / 4;
-  int64_t done = 0;
-  if (num_workers <= kMaxLaneWorkers) {
-    done = count / kSumStepElements * kSumStepElements;
-    if (done > 0) TG_CODEC_PICK(active_isa(), decode_gathered)(packed, stride, num_workers, done, s, out, false);
+  TG_CHECK(bucket <= 0 || bucket % kScalerBucketAlign == 0,
+           "ternary decode: a scaler bucket of {} elements is not a multiple of {}", bucket, kScalerBucketAlign);
+  for (int64_t a = begin, end = begin + count; a < end;) {
+    const int64_t k = ternary_scaler_of(a, bucket);
+    const int64_t b = bucket > 0 ? std::min(end, (k + 1) * bucket) : end;
+    const float s = scalers[k];
+    const uint8_t* packed = gathered + a / 4;
+    float* o = out + (a - begin);
+    int64_t done = 0;
+    if (num_workers <= kMaxLaneWorkers) {
+      done = (b - a) / kSumStepElements * kSumStepElements;
+      if (done > 0) TG_CODEC_PICK(active_isa(), decode_gathered)(packed, stride, num_workers, done, s, o, false);
+    }
+    for (int64_t i = done; i < b - a; ++i)
+      o[i] = ternary_decode_value(s, code_sum(packed, stride, num_workers, i), num_workers);
+    a = b;
   }
-  for (int64_t i = done; i < count; ++i)
-    out[i] = ternary_decode_value(s, code_sum(packed, stride, num_workers, i), num_workers);
 }
 
-void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t count, float s, int num_workers, float* out) {
+void ternary_decode_sums_range_cpu(const int8_t* code_sums, int64_t begin, int64_t count, const float* scalers,
+                                   int64_t bucket, int num_workers, float* out) {
   TG_CHECK(num_workers >= 1, "ternary decode: {} workers", num_workers);
-  if (count > 0) TG_CODEC_PICK(active_isa(), decode_sums)(code_sums, count, s, num_workers, out);
+  for (int64_t a = begin, end = begin + count; a < end;) {
+    const int64_t k = ternary_scaler_of(a, bucket);
+    const int64_t b = bucket > 0 ? std::min(end, (k + 1) * bucket) : end;
+    TG_CODEC_PICK(active_isa(), decode_sums)(code_sums + a, b - a, scalers[k], num_workers, out + (a - begin));
+    a = b;
+  }
 }
 
 }  // namespace tg

@@ -516,7 +516,7 @@ void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const T
   TG_CHECK(!with_ema || (ema && ema.numel() == w.numel()), "{}: moving average missing for {}", op, w.str());
   if (with_ema) check_on_device(ema, op, "ema");
   TG_CHECK(g.num_workers >= 1, "{}: {} workers", op, g.num_workers);
-  cc::scaler(g.scaler, op);
+  cc::scalers(g.scaler, w.numel(), g.bucket, op);
   check_on_device(g.scaler, op, "scaler");
   if (g.gathered) {
     cc::workers_packed(g.gathered, g.stride, g.num_workers, w.numel(), op);
@@ -530,7 +530,7 @@ void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const T
   optimizer_update_coded_cuda(step, w.data<float>(), g.gathered ? g.gathered.data<uint8_t>() : nullptr, g.stride,
                               g.code_sums ? g.code_sums.data<int8_t>() : nullptr, g.num_workers, g.scaler.data<float>(),
                               needs1 ? s1.data<float>() : nullptr, needs2 ? s2.data<float>() : nullptr,
-                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream_);
+                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream_, g.bucket);
 }
 
 void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {

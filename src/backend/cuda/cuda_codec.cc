@@ -33,9 +33,9 @@ void input_pointers(const CudaBackend& be, const Tensor* xs, int count, const Te
 }  // namespace
 
 void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
-                                      const Tensor& decayed, float decay) {
+                                      const Tensor& decayed, float decay, int64_t bucket) {
   const char* op = "ternary_scaler";
-  cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::scalers(scaler, g.numel(), bucket, op);
   check_on_device(g, op, "g"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
@@ -44,18 +44,19 @@ void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const 
     if (residual) check_on_device(residual, op, "residual");
     ternary_scaler_with_adds_cuda(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
                                   residual ? residual.data<float>() : nullptr, g.numel(), clip_factor,
-                                  scaler.data<float>(), ws, stream_);
+                                  scaler.data<float>(), ws, stream_, bucket);
   } else {
-    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_);
+    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_, bucket);
   }
 }
 
 namespace {
 // One encode's tensors, checked, as the kernels take them.
 TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tensor& scaler, uint32_t tensor,
-                              const Tensor& packed, const Tensor& zero_count, const char* op) {
+                              const Tensor& packed, const Tensor& zero_count, int64_t bucket, const char* op) {
   const int64_t n = g.numel();
-  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
+  cc::scalers(scaler, n, bucket, op);
   cc::numel(packed, (n + 3) / 4, op, "packed codes");
   be.check_on_device(g, op, "g"), be.check_on_device(packed, op, "packed codes"),
       be.check_on_device(scaler, op, "scaler");
@@ -65,15 +66,16 @@ TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tens
     be.check_on_device(zero_count, op, "zero count");
     zeros = zero_count.data<int32_t>();
   }
-  return {g.data<float>(), n, scaler.data<float>(), tensor, packed.data<uint8_t>(), zeros, nullptr};
+  return {g.data<float>(), n, scaler.data<float>(), tensor, packed.data<uint8_t>(), zeros, nullptr, bucket};
 }
 }  // namespace
 
 void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count) {
-  const TernaryEncodeCuda a = encode_args(*this, g, scaler, tensor, packed, zero_count, "ternary_encode");
+                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count,
+                                      int64_t bucket) {
+  const TernaryEncodeCuda a = encode_args(*this, g, scaler, tensor, packed, zero_count, bucket, "ternary_encode");
   CudaDeviceGuard guard(index_);
-  ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream_);
+  ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream_, bucket);
 }
 
 // Tables of up to kEncodeTableCuda tensors: one launch each (and one for the zero counts).
@@ -85,7 +87,8 @@ void CudaBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int c
     const int m = count - first < kEncodeTableCuda ? count - first : kEncodeTableCuda;
     for (int k = 0; k < m; ++k) {
       const TernaryEncodeItem& it = items[first + k];
-      table[k] = encode_args(*this, it.g, it.scaler, it.tensor, it.packed, it.zero_count, "ternary_encode_many");
+      table[k] =
+          encode_args(*this, it.g, it.scaler, it.tensor, it.packed, it.zero_count, it.bucket, "ternary_encode_many");
       if (it.residual) {
         check_on_device(it.residual, "ternary_encode_many", "residual");
         table[k].residual = it.residual.data<float>();
@@ -114,26 +117,27 @@ void CudaBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& ou
 }
 
 void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers,
-                                           const Tensor& g) {
+                                           const Tensor& g, int64_t bucket) {
   const char* op = "ternary_decode_sums";
-  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(code_sums, DType::kI8, op, "code sums");
+  cc::scalers(scaler, g.numel(), bucket, op);
   cc::numel(code_sums, g.numel(), op, "code sums");
   TG_CHECK(num_workers >= 1, "{}: {} workers", op, num_workers);
   check_on_device(g, op, "g"), check_on_device(code_sums, op, "code sums"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   ternary_decode_sums_cuda(code_sums.data<int8_t>(), g.numel(), scaler.data<float>(), num_workers, g.data<float>(),
-                           stream_);
+                           stream_, bucket);
 }
 
 void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers,
-                                               const Tensor& scaler, const Tensor& g) {
+                                               const Tensor& scaler, const Tensor& g, int64_t bucket) {
   const char* op = "ternary_decode_gathered";
-  cc::dtype(g, DType::kF32, op, "g"), cc::scaler(scaler, op);
+  cc::dtype(g, DType::kF32, op, "g"), cc::scalers(scaler, g.numel(), bucket, op);
   cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
   check_on_device(g, op, "g"), check_on_device(gathered, op, "packed codes"), check_on_device(scaler, op, "scaler");
   CudaDeviceGuard guard(index_);
   ternary_decode_gathered_cuda(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler.data<float>(),
-                               g.data<float>(), stream_);
+                               g.data<float>(), stream_, bucket);
 }
 
 void CudaBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {

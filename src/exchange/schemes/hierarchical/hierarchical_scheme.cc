@@ -78,7 +78,8 @@ const std::vector<SchemeStage>& HierarchicalScheme::stages() const { return stag
 void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   const CompressionPolicy& p = ctx_.codec->policy();
   const int W = ctx_.local_workers;
-  const int64_t T = p.num_ternary();
+  const int64_t T = p.num_scalers();
+  const int64_t bucket = p.scaler_bucket();
   const bool nodes = ctx_.comms.cross != nullptr;
   const size_t at_local = arena_.reserve(4 * static_cast<size_t>(W * T));
   const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
@@ -98,6 +99,8 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
       pc.tensor = i;
       pc.n = p.tensors()[i].numel;
       pc.part = (pc.n + L_ - 1) / L_;
+      // Per-bucket scalers: a part is whole buckets, so each part's elements use whole scalers.
+      if (bucket > 0 && pc.n > bucket) pc.part = (pc.part + bucket - 1) / bucket * bucket;
       pc.at = b.shard;
       b.shard += pc.part;
       pc.ternary = nodes && p.tensors()[i].coding == GradCoding::kTernary;
@@ -147,6 +150,15 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
     if (!cross_gather_) b.code_sums = arena_.view(own, 4 * b.packed_bytes, DType::kI8);
     b.dense_sum = dense_of(b, k_);
   }
+}
+
+// The shared scalers of part k of a piece's tensor: its buckets (a part is whole buckets), or its one scaler.
+Tensor HierarchicalScheme::part_scalers(const Piece& pc, int k) const {
+  const TensorCodingPlan& t = ctx_.codec->policy().tensors()[pc.tensor];
+  const int64_t bucket = ctx_.codec->policy().scaler_bucket();
+  if (t.num_scalers == 1) return shared_scalers_.slice0(t.scaler_index, t.scaler_index + 1);
+  const int64_t first = t.scaler_index + pc.begin(k) / bucket;
+  return shared_scalers_.slice0(first, first + ternary_num_scalers(pc.count(k), bucket));
 }
 
 Tensor HierarchicalScheme::shard_of(const Bucket& b, const Tensor& whole) const {
@@ -263,10 +275,8 @@ void HierarchicalScheme::encode(Bucket& b) {
     if (count == 0) continue;
     const Tensor values = own.slice0(pc.at, pc.at + count);
     if (pc.ternary) {
-      const int s = p.tensors()[pc.tensor].scaler_index;
-      be.ternary_encode(values, shared_scalers_.slice0(s, s + 1), key, step_,
-                        static_cast<uint32_t>(pc.tensor) + shard_salt,
-                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), Tensor());
+      be.ternary_encode(values, part_scalers(pc, k_), key, step_, static_cast<uint32_t>(pc.tensor) + shard_salt,
+                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), Tensor(), p.scaler_bucket());
     } else {
       be.copy(b.dense_sum.slice0(pc.dense_at, pc.dense_at + count), values);
     }
@@ -326,20 +336,19 @@ void HierarchicalScheme::decode_ternary(Bucket& b) {
   Backend& be = *ctx_.backend;
   const CompressionPolicy& p = ctx_.codec->policy();
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
+  const int64_t bucket = p.scaler_bucket();
   for (const Piece& pc : b.pieces) {
     if (!pc.ternary) continue;
-    const int s = p.tensors()[pc.tensor].scaler_index;
-    const Tensor scaler = shared_scalers_.slice0(s, s + 1);
     const Tensor flat = out[pc.tensor].reshaped(Shape{pc.n});
     for (int k = 0; k < L_; ++k) {
       const int64_t a = pc.begin(k), count = pc.count(k), at = k * b.block;
       if (count == 0) continue;
       if (cross_gather_)
-        be.ternary_decode_gathered(b.node.slice0(at + pc.packed_at, b.node.numel()), b.packed_bytes, M_, scaler,
-                                   flat.slice0(a, a + count));
+        be.ternary_decode_gathered(b.node.slice0(at + pc.packed_at, b.node.numel()), b.packed_bytes, M_,
+                                   part_scalers(pc, k), flat.slice0(a, a + count), bucket);
       else
-        be.ternary_decode_sums(b.node_sums.slice0(at + 4 * pc.packed_at, at + 4 * pc.packed_at + count), scaler, M_,
-                               flat.slice0(a, a + count));
+        be.ternary_decode_sums(b.node_sums.slice0(at + 4 * pc.packed_at, at + 4 * pc.packed_at + count),
+                               part_scalers(pc, k), M_, flat.slice0(a, a + count), bucket);
     }
   }
 }
@@ -377,9 +386,10 @@ void HierarchicalScheme::defer_decode() {
     ranges.push_back(b.range);
     for (const Piece& pc : b.pieces) {
       if (!pc.ternary) continue;
-      const int s = p.tensors()[pc.tensor].scaler_index;
+      const TensorCodingPlan& t = p.tensors()[pc.tensor];
       CodedAverage& c = coded[pc.tensor];
-      c.scaler = shared_scalers_.slice0(s, s + 1);
+      c.scaler = shared_scalers_.slice0(t.scaler_index, t.scaler_index + t.num_scalers);
+      c.bucket = p.scaler_bucket();
       c.num_workers = M_;
       c.part = pc.part;
       c.part_stride = b.block;
@@ -413,8 +423,8 @@ ExchangeStats HierarchicalScheme::byte_model() const {
   const int ranks = ctx_.comms.world ? ctx_.comms.world->size() : 1;
   ExchangeStats s;
   if (p.num_ternary() > 0 && ctx_.comms.world) {
-    s.payload_bytes += 4ull * p.num_ternary();
-    s.moved_bytes += Communicator::allreduce_moved_bytes(4ull * p.num_ternary(), ranks);
+    s.payload_bytes += 4ull * p.num_scalers();
+    s.moved_bytes += Communicator::allreduce_moved_bytes(4ull * p.num_scalers(), ranks);
   }
   const uint64_t esize = half_ ? 2 : 4;
   for (const Bucket& b : buckets_) {

@@ -3,7 +3,8 @@
 // TernGrad's codes on the slow links). Per bucket, with L
 // local ranks per node, M nodes, W workers per rank (W_node = L W workers per node, N = M W_node in all):
 //   scalers          each local worker's per-tensor scalers and their local max (as TernGrad's);
-//   share scalers    all-reduce MAX over the world group: one s per tensor for every worker and node;
+//   share scalers    all-reduce MAX over the world group: one s per tensor (or per --scaler_bucket elements: a
+//                    tensor's parts are then whole buckets) for every worker and node;
 //   local sum        F = the rank's workers' gradients summed (fp32) in L shards: shard k holds part k of every
 //                    tensor of the bucket (ceil(n / L) elements each; the last part shorter, padded);
 //   reduce-scatter   inside the node (SUM; fp32, or fp16 with --local_bits 16): local rank k owns shard k;
@@ -95,6 +96,7 @@ class HierarchicalScheme final : public GradientScheme {
     Tensor dense_sum;  // f32 (D): the own block's dense sums
   };
   Tensor shard_of(const Bucket& b, const Tensor& whole) const;
+  Tensor part_scalers(const Piece& pc, int k) const;
   Tensor dense_of(const Bucket& b, int k) const;  // local rank k's dense sums (f32 (D)) in b.node
   void scalers(Bucket& b);
   void local_sum(Bucket& b);

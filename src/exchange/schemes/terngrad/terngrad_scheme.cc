@@ -21,7 +21,9 @@ TernGradScheme::TernGradScheme(SchemeContext& ctx)
 }
 
 std::string TernGradScheme::describe() const {
-  return fmt::format("terngrad ({}{})", enum_name(mode_), feedback_ ? ", error feedback" : "");
+  const int64_t bucket = ctx_.codec->policy().scaler_bucket();
+  return fmt::format("terngrad ({}{}{})", enum_name(mode_), feedback_ ? ", error feedback" : "",
+                     bucket > 0 ? fmt::format(", a scaler per {} elements", bucket) : "");
 }
 
 const std::vector<SchemeStage>& TernGradScheme::stages() const {
@@ -35,10 +37,10 @@ const std::vector<SchemeStage>& TernGradScheme::stages() const {
 
 void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
   const int L = ctx_.local_workers, N = ctx_.num_workers;
-  const int64_t T = ctx_.codec->policy().num_ternary();
+  const int64_t T = ctx_.codec->policy().num_ternary(), S = ctx_.codec->policy().num_scalers();
   const bool group = ctx_.comms.world != nullptr;
-  const size_t at_local = arena_.reserve(4 * static_cast<size_t>(L * T));
-  const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
+  const size_t at_local = arena_.reserve(4 * static_cast<size_t>(L * S));
+  const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(S));
   const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(T));
   const size_t at_flag = arena_.reserve(4);
   struct Offsets {
@@ -58,12 +60,12 @@ void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
     buckets_.push_back(b);
   }
   arena_.allocate(*ctx_.backend);
-  local_scalers_ = arena_.view(at_local, L * T, DType::kF32);
-  for (int w = 0; w < L; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
-  shared_scalers_ = arena_.view(at_shared, T, DType::kF32);
+  local_scalers_ = arena_.view(at_local, L * S, DType::kF32);
+  for (int w = 0; w < L; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * S, (w + 1) * S));
+  shared_scalers_ = arena_.view(at_shared, S, DType::kF32);
   zero_codes_ = arena_.view(at_zeros, T, DType::kI32);
   nonfinite_ = arena_.view(at_flag, 1, DType::kI32);
-  host_scalers_.assign(static_cast<size_t>(T), 0.f);
+  host_scalers_.assign(static_cast<size_t>(S), 0.f);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t pb = b.layout.packed_bytes();
@@ -204,7 +206,7 @@ ExchangeStats TernGradScheme::byte_model() const {
   const int n = ctx_.num_workers;
   ExchangeStats s;
   if (p.num_ternary() > 0) {
-    const uint64_t scalers = 4ull * p.num_ternary();
+    const uint64_t scalers = 4ull * p.num_scalers();
     s.payload_bytes += scalers;
     s.moved_bytes += Communicator::allreduce_moved_bytes(scalers, n);
     if (mode_ == ExchangeMode::kAllgather2) {

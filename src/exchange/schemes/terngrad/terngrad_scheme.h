@@ -1,6 +1,6 @@
 // TernGradScheme ("terngrad"): every worker's gradient ternarized on its own (DESIGN.md section 3): per bucket
-//   scalers         each local worker's per-tensor scalers, the max over the local workers
-//   share scalers   all-reduce MAX over the world group: every worker uses the same s per tensor
+//   scalers         each local worker's per-tensor (or per --scaler_bucket) scalers, the max over the local workers
+//   share scalers   all-reduce MAX over the world group: every worker uses the same s per tensor (bucket)
 //   encode          each local worker's 2-bit codes (Philox keyed by its global index; allreduce8: the local
 //                   workers' codes summed as int8), the fp16/fp32 tensors summed (DensePart)
 //   exchange codes  allgather2: every worker's packed codes gathered; allreduce8: int8 sums all-reduced; the
@@ -68,12 +68,12 @@ class TernGradScheme final : public GradientScheme {
   std::vector<Bucket> buckets_;
   std::unique_ptr<DensePart> dense_;
   std::unique_ptr<ErrorFeedback> feedback_;
-  Tensor local_scalers_;                   // f32 (L * num_ternary): worker l's at l * num_ternary
+  Tensor local_scalers_;                   // f32 (L * num_scalers): worker l's at l * num_scalers
   std::vector<Tensor> local_scaler_rows_;  // (L) views of local_scalers_
-  Tensor shared_scalers_;                  // f32 (num_ternary)
+  Tensor shared_scalers_;                  // f32 (num_scalers)
   Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
   Tensor nonfinite_;                       // i32 (1)
-  std::vector<float> host_scalers_;        // (num_ternary) the host check's copy
+  std::vector<float> host_scalers_;        // (num_scalers) the host check's copy
   DeferredAverages deferred_;              // defer_decode: the ternary tensors' coded averages
 };
 
