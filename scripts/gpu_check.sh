@@ -206,8 +206,10 @@ for g in conv fc bn optim reduce amp codec pool lrn concat; do
 done
 
 # ---- GoogleTest ------------------------------------------------------------------------------------------------------
-declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*")
-for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test nccl_communicator_test; do
+declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*"
+  [scaler_bucket_test]="*Cuda*")
+for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test \
+  nccl_communicator_test; do
   gpu_section "gtest:$t" 60 || continue
   if [[ ! -x $TESTS/$t ]]; then
     gc_skip "$TESTS/$t is not there"

@@ -7,6 +7,9 @@
 //     average, within bounds from the ternary variance), the same bits overlapped or not, for any bucketing and
 //     any backend thread count, with --local_bits 16 too; its byte counters split intra- and inter-node traffic;
 //   - error feedback: bit for bit against a reference written from its definition, overlapped or not;
+//   - per-bucket scalers (--scaler_bucket): the same bits overlapped or not, for any bucketing and thread count, left
+//     coded or decoded, with error feedback; unbiased; one rank per node hierarchical = terngrad; the extra scalers
+//     counted in the byte model;
 //   - the registry: names, the choice from --grad_bits / --exchange / the layout, errors naming the choices.
 #include <gtest/gtest.h>
 
@@ -87,6 +90,7 @@ struct Layout {
 struct RunOptions {
   int grad_bits = 1;
   float clip_factor = 0.f;
+  int64_t scaler_bucket = 0;  // --scaler_bucket
   ExchangeOptions exchange;
   bool flat = false;  // give the exchange only the world group
   int workers_per_rank = 1;
@@ -131,6 +135,7 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
   CompressionFlags f;
   f.grad_bits = o.grad_bits;
   f.clip_factor = o.clip_factor;
+  f.scaler_bucket = o.scaler_bucket;
   f.size_to_binarize = 7;  // conv1/biases stays fp32
   const CompressionPolicy pol(f, kParams);
   const int R = lay.ranks();
@@ -193,9 +198,10 @@ RunResult run_layout(Layout& lay, const RunOptions& o) {
               for_each_coded_part(c, out.numel(), [&](const CodedAverage& part, int64_t b, int64_t n) {
                 if (part.gathered)
                   be->ternary_decode_gathered(part.gathered, part.stride, part.num_workers, part.scaler,
-                                              out.slice0(b, b + n));
+                                              out.slice0(b, b + n), part.bucket);
                 else
-                  be->ternary_decode_sums(part.code_sums, part.scaler, part.num_workers, out.slice0(b, b + n));
+                  be->ternary_decode_sums(part.code_sums, part.scaler, part.num_workers, out.slice0(b, b + n),
+                                          part.bucket);
               });
             }
             if (defined != (o.decode_deferred ? 0 : pol.num_ternary()) && !o.exchange.overlap)
@@ -658,6 +664,152 @@ TEST(GradientSchemes, NonFiniteScalerRaisesTheDeviceFlag) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("conv2/weights"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("step 9"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tg
+
+namespace tg {
+namespace {
+
+// ---- per-bucket scalers (--scaler_bucket) ----------------------------------------------------------------------
+// The ternary tensors here have 150, 1203 and 957 elements: buckets of 256 give them 1, 5 and 4 scalers.
+constexpr int64_t kBucket = 256;
+
+// The same bits overlapped or not, for any bucketing of the exchange and thread count, left coded or decoded, in
+// both flat modes with and without error feedback, and in the hierarchical scheme on 2 x 2.
+TEST(ScalerBuckets, DeterministicAcrossOverlapBucketsThreadsAndDeferredDecode) {
+  struct Variant {
+    bool overlap;
+    double bucket_mb;
+    int threads;
+    bool defer;
+  };
+  const Variant variants[] = {{true, 25, 1, false},
+                              {true, 2.0 / 1024, 2, false},
+                              {false, 25, 2, true},
+                              {true, 2.0 / 1024, 1, true},
+                              {true, 4.0 / (1024 * 1024), 1, false}};
+  auto check = [&](RunOptions base, int nodes, int local, const std::string& what) {
+    base.scaler_bucket = kBucket;
+    base.exchange.overlap = false;
+    base.exchange.bucket_mb = 25;
+    Layout l0(nodes, local);
+    const RunResult ref = run_layout(l0, base);
+    EXPECT_NE(ref.scheme.find(nodes > 1 && local > 1 ? "hierarchical" : "a scaler per 256 elements"), std::string::npos)
+        << ref.scheme;
+    for (int r = 1; r < nodes * local; ++r)
+      for (size_t t = 0; t < kParams.size(); ++t)
+        ASSERT_EQ(ref.out[r][1][t], ref.out[0][1][t]) << what << " rank " << r;
+    for (const Variant& v : variants) {
+      RunOptions o = base;
+      o.exchange.overlap = v.overlap;
+      o.exchange.bucket_mb = v.bucket_mb;
+      o.backend_threads = v.threads;
+      o.defer_decode = v.defer;
+      Layout l(nodes, local);
+      expect_same_bits(run_layout(l, o), ref,
+                       fmt::format("{}: overlap {} bucket_mb {} threads {} left coded {}", what, v.overlap, v.bucket_mb,
+                                   v.threads, v.defer));
+    }
+    // Per-bucket scalers change the average (the test would pass vacuously if the flag did nothing).
+    RunOptions one = base;
+    one.scaler_bucket = 0;
+    Layout l1(nodes, local);
+    const RunResult per_tensor = run_layout(l1, one);
+    EXPECT_NE(per_tensor.out[0][1][2], ref.out[0][1][2]) << what;
+  };
+  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+    for (bool feedback : {false, true}) {
+      RunOptions o = flat_terngrad(mode, feedback, false, 2);
+      o.clip_factor = 2.5f;
+      check(o, 2, 1, fmt::format("{}, feedback {}", enum_name(mode), feedback));
+    }
+  RunOptions h;
+  h.exchange.mode = ExchangeMode::kHierarchical;
+  h.clip_factor = 2.5f;
+  h.steps = 2;
+  check(h, 2, 2, "hierarchical 2 x 2");
+}
+
+// One rank per node: the hierarchical scheme is the terngrad scheme bit for bit, with buckets too.
+TEST(ScalerBuckets, OneRankPerNodeHierarchicalIsTernGrad) {
+  RunOptions o;
+  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.clip_factor = 2.5f;
+  o.steps = 2;
+  o.scaler_bucket = kBucket;
+  Layout h(3, 1), t(3, 1);
+  const RunResult hier = run_layout(h, o);
+  o.flat = true;
+  o.exchange.mode = ExchangeMode::kAllgather2;
+  expect_same_bits(hier, run_layout(t, o), "3 nodes x 1 rank, buckets of 256");
+}
+
+// E[average] = the true average: the mean of K steps' averages against it, per element within 6 standard errors of
+// its bucket's ternary variance (s_k |g| - g^2 per worker, s_k the max over workers of the bucket's max|g|, c = 0),
+// and the squared z-scores average about 1; the per-bucket variance is below the per-tensor one.
+TEST(ScalerBuckets, Unbiased) {
+  const int N = 4, K = 300;
+  Layout lay(N, 1);
+  RunOptions o = flat_terngrad(ExchangeMode::kAllgather2, false, false, 1);
+  o.weight_decay = 0.f;
+  o.clip_factor = 0.f;
+  o.steps = K;
+  o.scaler_bucket = kBucket;
+  const RunResult res = run_layout(lay, o);
+  double z2 = 0, var_buckets = 0, var_tensor = 0;
+  int64_t count = 0;
+  for (size_t t : {size_t{0}, size_t{2}, size_t{3}}) {  // the ternary tensors
+    const int64_t n = kParams[t].numel;
+    float tensor_s = 0;
+    std::vector<float> s((n + kBucket - 1) / kBucket, 0.f);
+    for (int w = 0; w < N; ++w)
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = std::fabs(grad_value(w, static_cast<int>(t), i));
+        s[i / kBucket] = std::max(s[i / kBucket], a);
+        tensor_s = std::max(tensor_s, a);
+      }
+    for (int64_t i = 0; i < n; ++i) {
+      double truth = 0, var = 0;
+      for (int w = 0; w < N; ++w) {
+        const double g = grad_value(w, static_cast<int>(t), i);
+        truth += g / N;
+        var += (s[i / kBucket] * std::fabs(g) - g * g) / (N * N);
+        var_tensor += (tensor_s * std::fabs(g) - g * g) / (N * N);
+      }
+      var_buckets += var;
+      double mean = 0;
+      for (int k = 0; k < K; ++k) mean += res.out[0][k][t][i];
+      mean /= K;
+      const double se = std::sqrt(std::max(var, 0.0) / K);
+      const double bias = s[i / kBucket] * (std::ldexp(1.0, -17) + std::ldexp(1.0, -24));
+      ASSERT_LE(std::fabs(mean - truth), 6 * se + bias + 1e-9) << kParams[t].name << "[" << i << "]";
+      if (se > 0) {
+        z2 += (mean - truth) * (mean - truth) / (se * se);
+        ++count;
+      }
+    }
+  }
+  EXPECT_NEAR(z2 / count, 1.0, 5 * std::sqrt(2.0 / count) + 0.05) << count << " elements";
+  EXPECT_LT(var_buckets, var_tensor);
+}
+
+// Every bucket's scaler travels: the byte model counts 4 bytes per scaler in the scalers' all-reduce.
+TEST(ScalerBuckets, ScalersAreCountedInTheByteModel) {
+  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8}) {
+    RunOptions o = flat_terngrad(mode, false, false, 1);
+    o.steps = 1;
+    Layout l0(2, 1), l1(2, 1);
+    const RunResult one = run_layout(l0, o);
+    o.scaler_bucket = kBucket;
+    const RunResult buckets = run_layout(l1, o);
+    const uint64_t extra = 4 * ((1 + 5 + 4) - 3);  // scalers beyond one per ternary tensor
+    EXPECT_EQ(buckets.stats[0].payload_bytes - one.stats[0].payload_bytes, extra) << enum_name(mode);
+    EXPECT_EQ(buckets.stats[0].moved_bytes - one.stats[0].moved_bytes,
+              Communicator::allreduce_moved_bytes(4 * 10, 2) - Communicator::allreduce_moved_bytes(4 * 3, 2));
+    EXPECT_GT(buckets.stats[0].process_wire_bytes, one.stats[0].process_wire_bytes);
   }
 }
 

@@ -151,6 +151,49 @@ TEST_F(TrainerTest, ResumeGivesBitIdenticalParameters) {
   EXPECT_NE(last.find(ra.parameter_digest), std::string::npos) << last;
 }
 
+// --fp32_warmup_steps: the first steps exchange fp32 (all of them: the fp32 run's bits), then TernGrad with
+// per-bucket scalers and error feedback; the metrics name each logged step's exchange; a resume before or after
+// the switch gives the uninterrupted run's bits.
+TEST_F(TrainerTest, Fp32WarmupSwitchesTheExchangeAndResumesBitForBit) {
+  auto warm = [&](const std::string& dir, int64_t steps) {
+    TrainConfig c = config(dir);
+    c.fp32_warmup_steps = steps;
+    c.scaler_bucket = 256;
+    c.error_feedback = true;
+    return c;
+  };
+  TrainConfig all = warm("all", 12);
+  TrainConfig fp32 = config("fp32");
+  fp32.grad_bits = 32;
+  EXPECT_EQ(Trainer(all).run().parameter_digest, Trainer(fp32).run().parameter_digest)
+      << "a warm-up of every step is the fp32 run";
+  for (int64_t switch_at : {4, 8}) {  // the resume at step 6 after the switch, or before it
+    TrainConfig a = warm("a" + std::to_string(switch_at), switch_at);
+    a.metrics_jsonl = (root_ / ("a" + std::to_string(switch_at) + ".jsonl")).string();
+    const TrainResult ra = Trainer(a).run();
+    std::ifstream in(a.metrics_jsonl);
+    std::string line;
+    std::vector<std::string> exchanges;
+    while (std::getline(in, line)) {
+      const size_t at = line.find("\"exchange\": \"");
+      if (at != std::string::npos) exchanges.push_back(line.substr(at + 13, line.find('"', at + 13) - at - 13));
+    }
+    const std::vector<std::string> want =
+        switch_at == 4 ? std::vector<std::string>{"fp32 warm-up", "terngrad", "terngrad", "terngrad"}
+                       : std::vector<std::string>{"fp32 warm-up", "fp32 warm-up", "terngrad", "terngrad"};
+    EXPECT_EQ(exchanges, want) << "steps 3, 6, 9, 12 with the switch after step " << switch_at;
+    TrainConfig b = warm("b" + std::to_string(switch_at), switch_at);
+    b.max_steps = 6;
+    Trainer(b).run();
+    b.max_steps = 12;
+    const TrainResult rb = Trainer(b).run();
+    EXPECT_EQ(rb.start_step, 6);
+    EXPECT_EQ(ra.parameter_digest, rb.parameter_digest) << "switch after step " << switch_at;
+    EXPECT_NE(ra.parameter_digest, Trainer(warm("c" + std::to_string(switch_at), 0)).run().parameter_digest)
+        << "the warm-up changes the run";
+  }
+}
+
 TEST_F(TrainerTest, ForeignTrainDirIsRefused) {
   TrainConfig a = config("a");
   a.max_steps = 2;
@@ -187,6 +230,11 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
       {[](TrainConfig& c) { c.cpu_replicas = 0; }, "--cpu_replicas"},
       {[](TrainConfig& c) { c.cpu_replicas = 3; }, "--num_nodes"},  // 2 workers on 3 replicas
       {[](TrainConfig& c) { c.device = "cuda", c.cpu_replicas = 2; }, "--cpu_replicas"},
+      {[](TrainConfig& c) { c.grad_bits = 1, c.scaler_bucket = -256; }, "--scaler_bucket -256"},
+      {[](TrainConfig& c) { c.grad_bits = 1, c.scaler_bucket = 100; }, "--scaler_bucket 100"},
+      {[](TrainConfig& c) { c.grad_bits = 32, c.scaler_bucket = 1024; }, "--scaler_bucket 1024"},
+      {[](TrainConfig& c) { c.grad_bits = 16, c.fp32_warmup_steps = 100; }, "--fp32_warmup_steps 100"},
+      {[](TrainConfig& c) { c.fp32_warmup_steps = -1; }, "--fp32_warmup_steps -1"},
   };
   for (const auto& k : cases) {
     TrainConfig c = config("bad");

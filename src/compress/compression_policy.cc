@@ -30,10 +30,13 @@ const std::vector<Flag<CompressionFlags>>& compression_flags() {
 
 void CompressionFlags::validate() const {
   check_flags(compression_flags(), *this);
-  TG_CHECK(scaler_bucket % kScalerBucketAlign == 0,
-           "--scaler_bucket {} is not a multiple of {} (0: one scaler per tensor)", scaler_bucket, kScalerBucketAlign);
-  TG_CHECK(scaler_bucket == 0 || grad_bits == 1,
-           "--scaler_bucket {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", scaler_bucket, grad_bits);
+  // User-facing: one line naming the flag and its value, no internal check text.
+  if (scaler_bucket % kScalerBucketAlign != 0)
+    TG_THROW("--scaler_bucket {} is not a multiple of {} (0: one scaler per tensor)", scaler_bucket,
+             kScalerBucketAlign);
+  if (scaler_bucket != 0 && grad_bits != 1)
+    TG_THROW("--scaler_bucket {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", scaler_bucket,
+             grad_bits);
 }
 
 CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::vector<ParamInfo>& params)
@@ -54,8 +57,7 @@ CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::v
       t.offset = packed_bytes_;
       t.ternary_index = num_ternary_++;
       const int64_t scalers = ternary_num_scalers(p.numel, flags_.scaler_bucket);
-      TG_CHECK(num_scalers_ + scalers <= INT32_MAX, "--scaler_bucket {}: more than 2^31 scalers",
-               flags_.scaler_bucket);
+      TG_CHECK(num_scalers_ + scalers <= INT32_MAX, "--scaler_bucket {}: more than 2^31 scalers", flags_.scaler_bucket);
       t.scaler_index = num_scalers_;
       t.num_scalers = static_cast<int>(scalers);
       num_scalers_ += t.num_scalers;

@@ -28,6 +28,11 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "TernGrad (allgather2/allreduce8): the optimizer decodes the ternary tensors' average inside its update "
        "instead of the exchange writing it into the gradients first (same bits, one pass fewer); "
        "`--decode_in_update=false` decodes first"},
+      {"fp32_warmup_steps", &C::fp32_warmup_steps,
+       "TernGrad (`--grad_bits 1`): exchange fp32 gradients for the first this many steps, then ternary codes (an "
+       "uncompressed warm-up, as PowerSGD's start_powerSGD_iter); the log, TensorBoard (`exchange/fp32_warmup`) and "
+       "`--metrics_jsonl` (`exchange`) say which exchange ran",
+       at_least(0).note("0: no warm-up")},
       {"bucket_mb", &C::bucket_mb,
        "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},

@@ -18,6 +18,8 @@ void MetricsWriter::step(const StepMetrics& m) {
   for (const PhaseTimes& p : m.process_time) processes.push_back(phases_json(p));
   JsonObject o;
   o.add("step", m.step)
+      .add("elapsed", m.elapsed)
+      .add("exchange", m.exchange)
       .add("entropy_loss", m.entropy_loss)
       .add("reg_loss", m.reg_loss)
       .add("total_loss", m.total_loss)

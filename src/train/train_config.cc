@@ -18,6 +18,7 @@ void TrainConfig::resolve_defaults() {
 
 void TrainConfig::validate(int num_processes) const {
   check_flags(train_flags(), *this);
+  CompressionFlags::validate();  // the checks between the compression flags
   TG_CHECK(!train_dir.empty(), "--train_dir must not be empty");
   TG_CHECK(benchmark_mode || !data_dir.empty(), "--data_dir is required (or --benchmark_mode for synthetic input)");
   TG_CHECK(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
@@ -54,6 +55,9 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(num_gpus == 1 || device == "cuda",
            "--device {} names one GPU; with --num_gpus {} use --device cuda (GPUs 0..{})", device, num_gpus,
            num_gpus - 1);
+  if (fp32_warmup_steps > 0 && grad_bits != 1)
+    TG_THROW("--fp32_warmup_steps {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", fp32_warmup_steps,
+             grad_bits);
 }
 
 DType TrainConfig::compute_dtype() const {

@@ -185,35 +185,47 @@ void Trainer::Impl::build_exchanges() {
   std::vector<ParamInfo> infos;
   for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
   policy = CompressionPolicy(cf, infos);
+  if (cfg.fp32_warmup_steps > 0) {
+    CompressionFlags wf = cf;
+    wf.grad_bits = 32;
+    wf.scaler_bucket = 0;
+    warmup_policy = CompressionPolicy(wf, infos);
+  }
   for (Replica& r : replicas) {
-    std::vector<std::vector<Tensor>> views;
-    for (int w : r.workers) views.push_back(workers[w].grad_views);
-    ExchangeOptions xo;
-    xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
-    xo.seed = cfg.seed;
-    xo.bucket_mb = cfg.bucket_mb;
-    xo.error_feedback = cfg.error_feedback;
-    xo.local_bits = cfg.local_bits;
-    // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
-    // queue the backward's next kernels behind the network; overlapping needs a communication stream).
-    // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
-    xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
-    const ExchangeComms comms{r.comms.world, r.comms.local, r.comms.cross};
-    r.exchange = std::make_unique<GradientExchange>(*r.backend, policy, std::move(views), std::vector<int>{0}, comms,
-                                                    xo, timeline.get());
+    auto make = [&](const CompressionPolicy& pol) {
+      std::vector<std::vector<Tensor>> views;
+      for (int w : r.workers) views.push_back(workers[w].grad_views);
+      ExchangeOptions xo;
+      xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
+      xo.seed = cfg.seed;
+      xo.bucket_mb = cfg.bucket_mb;
+      xo.error_feedback = cfg.error_feedback && pol.flags().grad_bits == 1;
+      xo.local_bits = cfg.local_bits;
+      // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
+      // queue the backward's next kernels behind the network; overlapping needs a communication stream).
+      // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
+      xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
+      const ExchangeComms comms{r.comms.world, r.comms.local, r.comms.cross};
+      return std::make_unique<GradientExchange>(*r.backend, pol, std::move(views), std::vector<int>{0}, comms, xo,
+                                                timeline.get());
+    };
+    r.exchange = make(policy);
+    if (cfg.fp32_warmup_steps > 0) r.warmup = make(warmup_policy);
     r.overlap = r.exchange->overlapped();
     // The ternary schemes add the weight decay in their scalers' pass, which reads every gradient anyway:
-    // backward's axpy and its pass go. f32 steps only (a loss-scaled step's gradients are checked for overflow before
-    // the exchange).
+    // backward's axpy and its pass go (during an fp32 warm-up backward adds it: replica_step). f32 steps only (a
+    // loss-scaled step's gradients are checked for overflow before the exchange).
     if (r.exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
       r.exchange->apply_weight_decay(workers[r.workers[0]].net->weight_decay_terms());
-      for (int w : r.workers) workers[w].net->set_backward_applies_weight_decay(false);
+      r.exchange_decays = true;
     }
     // TernGrad: the optimizer decodes the ternary average in its own pass (Optimizer::apply's coded averages), so
     // the averaged gradient is never written to memory and read back.
     if (cfg.decode_in_update && r.exchange->scheme().can_defer_decode()) r.exchange->defer_decode();
   }
 }
+
+bool Trainer::Impl::in_warmup(int64_t t) const { return t < cfg.fp32_warmup_steps && replicas[0].warmup; }
 
 // --timeline: one track per worker.
 void Trainer::Impl::build_timeline() {
@@ -315,17 +327,22 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   batches->upload(d, t);
   if (cfg.compute_dtype() != DType::kF32)  // the workers' shared Inf/NaN flag, once per step
     r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
-  r.exchange->begin(step32);
-  ExchangeFeeder feeder(*r.exchange);
+  // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward.
+  const bool warm = in_warmup(t);
+  GradientExchange& x = warm ? *r.warmup : *r.exchange;
+  const bool overlap = warm ? r.warmup->overlapped() : r.overlap;
+  x.begin(step32);
+  ExchangeFeeder feeder(x);
   for (size_t k = 0; k < r.workers.size(); ++k) {
     Worker& wk = workers[r.workers[k]];
+    wk.net->set_backward_applies_weight_decay(warm || !r.exchange_decays);
     const BatchUpload::Batch in = batches->worker_batch(d, static_cast<int>(k), t);
     const Clock::time_point t0 = Clock::now();
     wk.net->run_forward(in.images, in.labels, true, step32,
                         philox_key(cfg.seed, static_cast<uint32_t>(wk.global_index)));
     const Clock::time_point t1 = Clock::now();
     // The last worker's backward completes every bucket of the replica: the exchange starts inside it.
-    const bool feeds = r.overlap && k + 1 == r.workers.size();
+    const bool feeds = overlap && k + 1 == r.workers.size();
     const double fed_before = feeder.seconds;
     wk.net->backward(feeds ? &feeder : nullptr, scaler->scale());
     const Clock::time_point t2 = Clock::now();
@@ -341,15 +358,14 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.overflowed = scaler->enabled() && agree_on_overflow(r);
   if (r.overflowed)
     for (int w : r.workers) r.backend->zero(workers[w].net->grads().flat_bytes());
-  r.stats = r.exchange->finish();
-  r.times += r.exchange->times();
+  r.stats = x.finish();
+  r.times += x.times();
   if (r.overflowed) return;
   ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");
   Worker& first = workers[r.workers[0]];
   // One pass over the parameters: the update and the moving average of the new values; then the moving
   // average of the rest (batch-norm statistics).
-  r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get(),
-                     r.exchange->coded_averages());
+  r.optimizer->apply(*r.backend, r.store->params(), first.net->grads(), t, lr, r.ema.get(), x.coded_averages());
   r.ema->update(*r.backend, t, &r.store->params());
 }
 

@@ -147,6 +147,14 @@ bool Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
                    m.topology.empty() ? "an unrecorded layout" : m.topology);
     moved = true;
   }
+  // Options that may change on resume (the run continues with the new value), said in one line each: the scaler
+  // buckets and the warm-up (a checkpoint from before these flags had neither: 0).
+  for (const char* key : {"scaler_bucket", "fp32_warmup_steps"}) {
+    auto was = m.flags.find(key);
+    const std::string before = was == m.flags.end() ? "0" : was->second;
+    if (before != now.at(key) && is_chief())
+      spdlog::warn("resuming with --{} {}; the checkpoint was written with --{} {}", key, now.at(key), key, before);
+  }
   return moved;
 }
 

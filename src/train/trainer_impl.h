@@ -54,8 +54,11 @@ struct Replica {
   ReplicaComms comms;                          // world / local / cross groups; nullptr where it is alone
   std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
   bool overlap = false;                        // its exchange runs inside the last worker's backward
-  PhaseTimes times;                            // of the last step
-  ExchangeStats stats;                         // of the last step
+  bool exchange_decays = false;                // it adds the weight decay (backward then leaves it out)
+  // --fp32_warmup_steps: the fp32 exchange of the first steps (then `exchange`), or null.
+  std::unique_ptr<GradientExchange> warmup;
+  PhaseTimes times;         // of the last step
+  ExchangeStats stats;      // of the last step
   Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
   Buffer overflow_host;     // its staging copy (read once per fp16 step)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
@@ -122,6 +125,7 @@ struct Trainer::Impl {
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
+  CompressionPolicy warmup_policy;       // --fp32_warmup_steps: everything fp32
   std::unique_ptr<BatchUpload> batches;  // staging host batches, device batches, uploads
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
@@ -137,6 +141,7 @@ struct Trainer::Impl {
   void connect_replicas();
   void build_timeline();
   void build_exchanges();
+  bool in_warmup(int64_t t) const;  // step t (0-based) exchanges fp32 (--fp32_warmup_steps)
   void build_schedule();
   void allocate_host_batch();
   void resume_or_initialize();

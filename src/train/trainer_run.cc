@@ -1,7 +1,7 @@
 // Trainer: the run loop, its log windows (log line, metrics, TensorBoard), the timeline and the end of a run.
-#include "src/train/trainer_impl.h"
-
 #include <algorithm>
+
+#include "src/train/trainer_impl.h"
 
 namespace tg {
 
@@ -59,6 +59,12 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
     v.push_back({"skipped_steps", static_cast<float>(scaler->skipped_steps())});
   }
   for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
+  const bool warm = in_warmup(step - 1);  // the logged step (1-based) is step - 1 counted from 0
+  if (cfg.fp32_warmup_steps > 0) v.push_back({"exchange/fp32_warmup", warm ? 1.f : 0.f});
+  if (warm) {  // no ternary scalers this step
+    events.scalars(step, v);
+    return;
+  }
   const auto& scalers = replicas[0].exchange->shared_scalers();
   const auto& zeros = replicas[0].exchange->zero_codes();
   for (const auto& t : policy.tensors()) {
@@ -99,6 +105,9 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     }
     result.bytes_moved += m.last_stats.moved_bytes;
     result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
+    if (t + 1 == cfg.fp32_warmup_steps && m.is_chief())
+      spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
+                   m.replicas[0].exchange->scheme().describe());
     if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
     m.after_step(t + 1, log);
   }
@@ -138,9 +147,12 @@ void Trainer::Impl::log_configuration() const {
   spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
                replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
   const GradientExchange& x = *replicas[0].exchange;
-  spdlog::info("{} | exchange {}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
-               x.num_buckets(), x.num_buckets() == 1 ? "" : "s", replicas[0].overlap ? " overlapped with backward" : "",
-               schedule->describe());
+  const std::string warmup = cfg.fp32_warmup_steps > 0
+                                 ? fmt::format(" after {} steps of fp32 (--fp32_warmup_steps)", cfg.fp32_warmup_steps)
+                                 : "";
+  spdlog::info("{} | exchange {}{}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
+               warmup, x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
+               replicas[0].overlap ? " overlapped with backward" : "", schedule->describe());
 }
 
 // Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
@@ -179,16 +191,18 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
     const ExchangeStats& xs = last_stats;
     spdlog::info(
         "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
-        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}) [{}/{} {:.0f}%, ETA {}] {}",
+        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}){} [{}/{} {:.0f}%, ETA {}] {}",
         done, last.last_cross_entropy(), last.last_regularization(), loss, w.examples_per_sec, w.sec_per_step, lr,
-        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), done, cfg.max_steps,
-        100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
+        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), in_warmup(done - 1) ? " fp32 warm-up" : "", done,
+        cfg.max_steps, 100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
     if (scaler->enabled())
       spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", done, scaler->scale(), scaler->skipped_steps());
     if (log.events) write_summaries(*log.events, done, lr, w.examples_per_sec, mean);
     if (log.metrics) {
       StepMetrics sm;
       sm.step = done;
+      sm.elapsed = elapsed;
+      sm.exchange = in_warmup(done - 1) ? "fp32 warm-up" : replicas[0].exchange->scheme().name();
       sm.entropy_loss = last.last_cross_entropy();
       sm.reg_loss = last.last_regularization();
       sm.total_loss = loss;

@@ -1,6 +1,7 @@
 // GradientCodec: the math of one step's gradient exchange over the fused layout a CompressionPolicy lays out
-// (2-bit ternary codes + one scaler per ternary tensor or per --scaler_bucket elements of it, fp16, fp32), for any range of tensors (a bucket),
-// without knowing about transports: GradientExchange (terngrad/exchange/gradient_exchange.h) moves the payloads.
+// (2-bit ternary codes + one scaler per ternary tensor or per --scaler_bucket elements of it, fp16, fp32), for any
+// range of tensors (a bucket), without knowing about transports: GradientExchange
+// (terngrad/exchange/gradient_exchange.h) moves the payloads.
 //
 // Two forms of every range operation, with the same bits:
 //   - the device form takes a Backend and tensors on its device, and runs only the Backend's codec ops

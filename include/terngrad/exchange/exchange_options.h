@@ -37,15 +37,16 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
 // The exchange's flags as given (--exchange, --overlap, --bucket_mb, --error_feedback, --local_bits,
-// --decode_in_update), owned here
+// --decode_in_update, --fp32_warmup_steps), owned here
 // with their flag sub-table (exchange_flags()); TrainConfig derives from this struct and embeds the table.
 struct ExchangeConfig {
   std::string exchange = "auto";
-  bool overlap = true;           // exchange buckets while backward runs (several processes, host gradients)
-  double bucket_mb = 25;         // MiB of fp32 gradient per bucket (DDP's default)
-  bool error_feedback = false;   // terngrad: carry each worker's rounding error to its next step
-  int local_bits = 32;           // hierarchical: 32 (fp32) or 16 (fp16) inside a node
-  bool decode_in_update = true;  // terngrad: the optimizer decodes the ternary average inside its update
+  bool overlap = true;            // exchange buckets while backward runs (several processes, host gradients)
+  double bucket_mb = 25;          // MiB of fp32 gradient per bucket (DDP's default)
+  bool error_feedback = false;    // terngrad: carry each worker's rounding error to its next step
+  int local_bits = 32;            // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  bool decode_in_update = true;   // terngrad: the optimizer decodes the ternary average inside its update
+  int64_t fp32_warmup_steps = 0;  // TernGrad: exchange fp32 gradients for the first this many steps
 };
 const std::vector<Flag<ExchangeConfig>>& exchange_flags();
 

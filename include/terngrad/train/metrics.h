@@ -14,6 +14,8 @@ namespace tg {
 // One logged step: the losses of the last step, and the window's means since the previous log line.
 struct StepMetrics {
   int64_t step = 0;
+  double elapsed = 0;    // wall seconds since this run's first step began (checkpoint saves included)
+  std::string exchange;  // the logged step's exchange: the scheme's name, or "fp32 warm-up" (--fp32_warmup_steps)
   double entropy_loss = 0, reg_loss = 0, total_loss = 0, learning_rate = 0;
   double examples_per_sec = 0, sec_per_batch = 0;
   uint64_t bytes_exchanged = 0, fp32_bytes = 0, payload_bytes = 0;  // per worker and step (byte model)

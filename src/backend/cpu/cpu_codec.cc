@@ -1,6 +1,7 @@
 // CpuBackend's gradient codec ops: argument checks (src/backend/codec_checks.h), then the vectorized loops of
 // ternary_codec.cc (terngrad/backend/ternary_codec.h) on the backend's compute team. The scalers are f32 (1)
-// (or, with per-bucket scalers, f32 (buckets)) host tensors read here; nothing allocates (the workers' inputs go through a pointer array on the stack).
+// (or, with per-bucket scalers, f32 (buckets)) host tensors read here; nothing allocates (the workers' inputs go
+// through a pointer array on the stack).
 #include <cstdint>
 
 #include "src/backend/codec_checks.h"

@@ -71,8 +71,7 @@ TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tens
 }  // namespace
 
 void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step,
-                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count,
-                                      int64_t bucket) {
+                                      uint32_t tensor, const Tensor& packed, const Tensor& zero_count, int64_t bucket) {
   const TernaryEncodeCuda a = encode_args(*this, g, scaler, tensor, packed, zero_count, bucket, "ternary_encode");
   CudaDeviceGuard guard(index_);
   ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream_, bucket);
