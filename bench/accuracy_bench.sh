@@ -18,6 +18,9 @@
 # the same commit). bench/lib/render_accuracy.py renders the table (mean +- sd over seeds per net, dataset,
 # workers and variant, the gap to fp32 in points, bytes as a fraction of fp32's).
 set -euo pipefail
+# The whole script is one block: bash reads it to the end before running it, so a checkout or an edit
+# while a long bench runs cannot change what it runs.
+{
 
 usage() {
   cat <<'EOF'
@@ -196,6 +199,7 @@ WORK=$(cd "$WORK" && pwd)
 # ---- the results file: what is there, what to run ---------------------------------------------------------
 COLUMNS_LINE=$'net\tdataset\tworkers\tlayout\tvariant\tflags\tseed\tsteps\tprecision_at_1\trecall_at_5\teval_examples\tbytes_per_step\tbytes_run\tfp32_bytes_per_step\tfp32_bytes_run\twire_bytes_per_step\twire_bytes_run\texchange\texamples_per_sec\ttrain_wall_s\teval_wall_s\tparameter_digest\tload1\tstatus\tnote'
 TMP=$(mktemp -d "/tmp/accuracy_bench.$$.XXXXXX")
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -410,7 +414,8 @@ for p in "${PLAN[@]}"; do
     m=$(python3 "$HERE/lib/tg_metrics.py" bytes "$dir/metrics.jsonl"); then
     read -r tw ew prec rec ex <<<"$out"
     IFS=$'\t' read -r _ bps brun fps frun wps wrun eps digest _ <<<"$m"
-    exch=$(sed -n 's/.*| exchange \(.*\), [0-9]* buckets\{0,1\}.*/\1/p' "$dir/train.log" | head -1)
+    exch=$(sed -n 's/.*| exchange \(.*\), [0-9]* buckets\{0,1\}.*/\1/p' "$dir/train.log" | head -1 |
+      sed 's/ after \([0-9]*\) steps of fp32 (--fp32_warmup_steps)/ after \1 fp32 steps/')
     row=("$n" "$d" "$w" "$layout" "$v" "$run_flags" "$seed" "$st" "$prec" "$rec" "$ex" "$bps" "$brun" "$fps" "$frun"
       "$wps" "$wrun" "${exch:--}" "$eps" "$tw" "$ew" "$digest" "$load" ok "")
     echo "#   precision @ 1 $prec, $bps bytes/step per worker (fp32 $fps), train $tw s, eval $ew s" >&2
@@ -435,3 +440,5 @@ done
 [ ${#PLAN[@]} -gt 0 ] || commit_rows
 echo "results: $OUT" >&2
 python3 "$HERE/lib/render_accuracy.py" "$OUT"
+exit
+}

@@ -29,6 +29,9 @@
 # the next repetition; repetition r trains with seed r) goes to the results file (bench/lib/results.sh), rewritten
 # after every run; bench/lib/render_accuracy.py renders the medians.
 set -euo pipefail
+# The whole script is one block: bash reads it to the end before running it, so a checkout or an edit
+# while a long bench runs cannot change what it runs.
+{
 
 usage() {
   cat <<'EOF'
@@ -224,6 +227,7 @@ dataset_prepare fashion_mnist "$DATA_DIR" "$SHARDS" "$DATA" || die "could not pr
 IDX_DIR=$(dataset_idx_default fashion_mnist)
 
 TMP=$(mktemp -d "/tmp/tta_bench.$$.XXXXXX")
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -457,3 +461,5 @@ for REP in $(seq "$REPEATS"); do
 done
 echo "results: $OUT" >&2
 python3 "$HERE/lib/render_accuracy.py" "$OUT"
+exit
+}
