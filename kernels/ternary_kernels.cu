@@ -1,9 +1,9 @@
 // CUDA kernels of the gradient codings: ternary scaler (one warp per chunk of ternary_math.h's fixed summation
 // order, up to 2048 chunks, then one block combines the chunks pairwise in shared memory and applies
-// ternary_scaler_from_stats; per-bucket scalers: a warp per bucket), encode (one thread per Philox block of 8 elements
-// read as two 16-byte loads when aligned, 2 packed bytes; an optional zero-code count; a table form encodes up to
-// Backend::kEncodeTable tensors in one launch), unpack, code sums, decode from int8 sums and from gathered packed
-// buffers; fp16/fp32 sums, averages and decodes. The per-element math is the TG_HOST_DEVICE code of
+// ternary_scaler_from_stats; per-bucket scalers: a block per bucket for its max|g|), encode (one thread per Philox
+// block of 8 elements read as two 16-byte loads when aligned, 2 packed bytes; an optional zero-code count; a table form
+// encodes up to Backend::kEncodeTable tensors in one launch), unpack, code sums, decode from int8 sums and from
+// gathered packed buffers; fp16/fp32 sums, averages and decodes. The per-element math is the TG_HOST_DEVICE code of
 // terngrad/math/ternary_math.h and terngrad/core/dtype.h, so every result is the CPU's bit for bit (-fmad=false; fp16
 // NaN payloads aside), the scaler included: its double sums are added in the CPU's order. Launchers are declared in
 // terngrad/backend/ternary_cuda.h.
@@ -36,11 +36,14 @@ inline int grid_for(int64_t n) {
 }
 
 // Workspace layout: per chunk the sum and sum of squares (kTernaryStatsMaxChunks doubles each) and the max
-// bits of |g| (kTernaryStatsMaxChunks uint32).
+// bits of |g| (kTernaryStatsMaxChunks uint32); then the tensor's sigma (a double) and max bits (per-bucket
+// scalers: what the buckets' kernel reads).
 struct ScalerWorkspace {
   double* partial_sum;
   double* partial_sumsq;
   unsigned* partial_max;
+  double* sigma;
+  unsigned* max_bits;
 };
 
 inline ScalerWorkspace scaler_workspace(void* ws) {
@@ -48,7 +51,9 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
   ScalerWorkspace w;
   w.partial_sum = reinterpret_cast<double*>(p);
   w.partial_sumsq = reinterpret_cast<double*>(p + sizeof(double) * kTernaryStatsMaxChunks);
-  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
+  w.sigma = reinterpret_cast<double*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
+  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks + sizeof(double));
+  w.max_bits = w.partial_max + kTernaryStatsMaxChunks;
   return w;
 }
 
@@ -128,42 +133,38 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    *scaler =
-        ternary_scaler_from_stats(ternary_sigma_from_sums(sum[0], sumsq[0], n), __uint_as_float(mx[0]), clip_factor);
+  if (threadIdx.x == 0) {
+    const double sigma = ternary_sigma_from_sums(sum[0], sumsq[0], n);
+    if (scaler) {
+      *scaler = ternary_scaler_from_stats(sigma, __uint_as_float(mx[0]), clip_factor);
+    } else {  // per-bucket scalers: the buckets' kernel reads the tensor's statistics
+      *w.sigma = sigma;
+      *w.max_bits = mx[0];
+    }
+  }
 }
 
-// Per-bucket scalers (ternary_math.h: a bucket's sums are one chunk): one warp per bucket (grid-striding over the
-// buckets), lane l adding elements l, l + 32, ... of the bucket in index order from 0.0 after the adds (as
-// scaler_chunks), the lanes combined pairwise by shuffles, then ternary_scaler_from_stats of the bucket.
-template <bool kDecay, bool kResidual>
-__global__ void bucket_scalers_kernel(float* g, const float* wd, float decay, const float* r, int64_t n, int64_t bucket,
-                                      int64_t buckets, float clip_factor, float* scalers) {
-  const int lane = threadIdx.x;
+// Per-bucket scalers: CUDA block j computes buckets j, j + grid, ...: the max of the bits of |g| over the bucket
+// (an integer max, any order), then ternary_bucket_scaler with the tensor's statistics from scaler_finish.
+constexpr int kBucketThreads = 256;
+__global__ void __launch_bounds__(kBucketThreads)
+    bucket_scalers_kernel(const float* g, int64_t n, int64_t bucket, int64_t buckets, ScalerWorkspace w,
+                          float clip_factor, float* scalers) {
+  __shared__ unsigned warp_max[kBucketThreads / kWarp];
+  const double sigma = *w.sigma;
+  const float tensor_max = __uint_as_float(*w.max_bits);
   for (int64_t k = blockIdx.x; k < buckets; k += gridDim.x) {
     const int64_t b = k * bucket, e = b + bucket < n ? b + bucket : n;
-    double sum = 0.0, sumsq = 0.0;
     unsigned mx = 0;
-    for (int64_t i = b + lane; i < e; i += kWarp) {
-      float v = g[i];
-      if (kDecay || kResidual) {
-        if (kDecay) v = v + decay * wd[i];
-        if (kResidual) v = v + r[i];
-        g[i] = v;
-      }
-      const double d = v;
-      sum += d;
-      sumsq += d * d;
-      mx = max(mx, __float_as_uint(v) & 0x7FFFFFFFu);
+    for (int64_t i = b + threadIdx.x; i < e; i += kBucketThreads) mx = max(mx, __float_as_uint(g[i]) & 0x7FFFFFFFu);
+    for (int off = kWarp / 2; off >= 1; off >>= 1) mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
+    if (threadIdx.x % kWarp == 0) warp_max[threadIdx.x / kWarp] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int q = 1; q < kBucketThreads / kWarp; ++q) mx = max(mx, warp_max[q]);
+      scalers[k] = ternary_bucket_scaler(sigma, tensor_max, __uint_as_float(mx), clip_factor);
     }
-    for (int off = kWarp / 2; off >= 1; off >>= 1) {
-      sum += __shfl_down_sync(0xffffffffu, sum, off);
-      sumsq += __shfl_down_sync(0xffffffffu, sumsq, off);
-      mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
-    }
-    if (lane == 0)
-      scalers[k] =
-          ternary_scaler_from_stats(ternary_sigma_from_sums(sum, sumsq, e - b), __uint_as_float(mx), clip_factor);
+    __syncthreads();
   }
 }
 
@@ -372,7 +373,7 @@ static_assert(sizeof(EncodeTable) <= 4096, "the table travels in the kernel's pa
 static_assert(kEncodeTableCuda <= 64, "aligned_mask holds one bit per tensor");
 
 size_t ternary_scaler_workspace_bytes_cuda() {
-  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks;
+  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks + sizeof(double) + sizeof(unsigned);
 }
 
 namespace {
@@ -381,25 +382,6 @@ void launch_scaler(float* g, const float* decayed, float decay, const float* res
   cudaStream_t st = as_stream(stream);
   if (n <= 0) {
     zero_scaler<<<1, 1, 0, st>>>(scaler);
-    TG_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const int64_t buckets = ternary_num_scalers(n, bucket);
-  if (buckets > 1) {
-    const int grid = static_cast<int>(buckets < 65535LL * 32 ? buckets : 65535LL * 32);
-    if (decayed && residual) {
-      bucket_scalers_kernel<true, true>
-          <<<grid, kWarp, 0, st>>>(g, decayed, decay, residual, n, bucket, buckets, clip_factor, scaler);
-    } else if (decayed) {
-      bucket_scalers_kernel<true, false>
-          <<<grid, kWarp, 0, st>>>(g, decayed, decay, nullptr, n, bucket, buckets, clip_factor, scaler);
-    } else if (residual) {
-      bucket_scalers_kernel<false, true>
-          <<<grid, kWarp, 0, st>>>(g, nullptr, 0.f, residual, n, bucket, buckets, clip_factor, scaler);
-    } else {
-      bucket_scalers_kernel<false, false>
-          <<<grid, kWarp, 0, st>>>(g, nullptr, 0.f, nullptr, n, bucket, buckets, clip_factor, scaler);
-    }
     TG_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -416,7 +398,12 @@ void launch_scaler(float* g, const float* decayed, float decay, const float* res
     scaler_chunks<false, false><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, nullptr, n, chunk, w);
   }
   TG_CUDA_CHECK_LAUNCH();
-  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, scaler);
+  const int64_t buckets = ternary_num_scalers(n, bucket);
+  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, buckets == 1 ? scaler : nullptr);
+  TG_CUDA_CHECK_LAUNCH();
+  if (buckets == 1) return;
+  const int grid = static_cast<int>(buckets < 65535LL * 32 ? buckets : 65535LL * 32);
+  bucket_scalers_kernel<<<grid, kBucketThreads, 0, st>>>(g, n, bucket, buckets, w, clip_factor, scaler);
   TG_CUDA_CHECK_LAUNCH();
 }
 }  // namespace

@@ -288,7 +288,7 @@ class Backend {
 
   // scaler = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g from one pass (sum and sum of
   // squares in double in ternary_math.h's fixed order, max|g|): NaN when g holds a NaN or an Inf, 0 for n = 0;
-  // with buckets each bucket's, of its own elements (its sums one chunk of that order; still one pass).
+  // with buckets each bucket's ternary_bucket_scaler (a second pass for the buckets' max|g|).
   // With a residual (f32 like g, other memory; error feedback): g += residual first, in the same pass (the same
   // bits as axpy(1, residual, g) and then the scaler). With `decayed` (f32 like g, other memory: the parameter;
   // weight decay): g += decay * decayed before that, in the same pass (the same bits as axpy(decay, decayed, g)).

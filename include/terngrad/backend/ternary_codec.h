@@ -54,9 +54,9 @@ float ternary_scaler_with_adds_cpu(float* g, const float* decayed, float decay, 
                                    float clip_factor);
 
 // Per-bucket scalers (ternary_math.h): scalers (ternary_num_scalers(n, bucket) floats) = each bucket's
-// ternary_scaler_from_stats of its own elements (one chunk of sums), after the adds of ternary_scaler_with_adds_cpu
-// in the same pass (decayed / residual null: none; g is then only read). bucket = 0 (or >= n): one scaler,
-// ternary_scaler_with_adds_cpu's. Else bucket is a multiple of kScalerBucketAlign (an Error otherwise).
+// ternary_bucket_scaler from the tensor's statistics and the bucket's max|g|, after the adds of
+// ternary_scaler_with_adds_cpu (decayed / residual null: none; g is then only read). bucket = 0 (or >= n): one
+// scaler, ternary_scaler_with_adds_cpu's. Else bucket is a multiple of kScalerBucketAlign (an Error otherwise).
 void ternary_bucket_scalers_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                 float clip_factor, int64_t bucket, float* scalers);
 

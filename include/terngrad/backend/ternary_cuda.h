@@ -29,7 +29,7 @@ size_t ternary_scaler_workspace_bytes_cuda();
 // chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
 // n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
 // bucket > 0 (per-bucket scalers, ternary_math.h): scaler points at ternary_num_scalers(n, bucket) floats, each
-// bucket's scaler of its own elements (one warp per bucket, the CPU's order; no workspace).
+// bucket's ternary_bucket_scaler (one more kernel: a block per bucket takes its max|g|).
 void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream,
                          int64_t bucket = 0);
 // Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i]

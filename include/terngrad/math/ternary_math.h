@@ -19,15 +19,18 @@
 // order).
 // Workers then share s = max over workers (all-reduce MAX) before ternarizing.
 //
-// Per-bucket scalers (--scaler_bucket B > 0, a multiple of kScalerBucketAlign): a tensor of n > B elements has
-// ternary_num_scalers(n, B) = ceil(n / B) scalers, element i using scaler i / B (ternary_scaler_of); B = 0, or
-// n <= B, is one scaler for the tensor (the paper's rule, above). Each bucket k = [k B, min(n, (k + 1) B)) is
-// ternarized as the paper ternarizes a tensor: s_k = ternary_scaler_from_stats(sigma_k, max_k|g|, c) of its own
-// elements, clipping included (at c sigma_k: each bucket is clipped relative to its own spread, so a bucket of
-// larger gradients is not clipped at a smaller tensor-wide threshold, and a bucket of small ones gets a smaller
-// scaler, less variance), NaN for a bucket holding a NaN or an Inf. A bucket's sums are one chunk of the order
-// above whatever its size: element i of the bucket goes to lane i % 32, each lane adds in index order from 0.0,
-// the lanes combine pairwise. Workers share every bucket's scaler by the same MAX.
+// Per-bucket scalers (--scaler_bucket B > 0, a multiple of kScalerBucketAlign): a tensor of n elements has
+// ternary_num_scalers(n, B) = max(1, ceil(n / B)) scalers, element i using scaler i / B (ternary_scaler_of);
+// B = 0 is one scaler per tensor (the paper's rule). Scaler k of bucket k = [k B, min(n, (k + 1) B)):
+//   s_k = min(c * sigma, max over the bucket of |g|)   for c > 0   (sigma: the whole tensor's, as above)
+//   s_k = max over the bucket of |g|                   for c = 0
+//   s_k = NaN for every k when sigma or the tensor's max|g| is not finite.
+// Clipping stays per tensor: an element is clipped exactly when it is with one scaler (|g| > c * sigma), so the
+// buckets change the codes' variance (s_k |g| - g^2 per element, s_k <= s), never what is clipped; a tensor of
+// one bucket has the per-tensor scaler bit for bit. The bucket maxima are integer maxima over the bits of |g|
+// (any order), so the scalers keep the same bits on every device and thread count. Workers share every
+// bucket's scaler by the same MAX.
+//
 // Ternarization of element i of tensor t at `step` by a worker whose key is philox_key(seed, worker):
 // element i draws a 16-bit h from Philox4x32-10 block b = i / 8 with counter
 //   (low 32 bits of b, step, t ^ high 32 bits of b, kTernaryPurpose),
@@ -131,6 +134,16 @@ TG_HOST_DEVICE int64_t ternary_num_scalers(int64_t n, int64_t bucket) {
 }
 // The scaler of element i.
 TG_HOST_DEVICE int64_t ternary_scaler_of(int64_t i, int64_t bucket) { return bucket > 0 ? i / bucket : 0; }
+// A bucket's scaler from the tensor's sigma and max|g| and the bucket's max|g|: NaN when the tensor's statistics
+// are not finite, else ternary_scaler(sigma, bucket_max, c). With bucket_max = tensor_max it is
+// ternary_scaler_from_stats(sigma, tensor_max, c).
+TG_HOST_DEVICE float ternary_bucket_scaler(double sigma, float tensor_max, float bucket_max, float clip_factor) {
+  const float sg = static_cast<float>(sigma);
+  const float bad = (sg - sg) + (tensor_max - tensor_max);  // 0 when both are finite, NaN otherwise
+  if (bad != 0.f) return bad;
+  return ternary_scaler(sg, bucket_max, clip_factor);
+}
+
 // Code in {-1, 0, +1} for one element, given its uniform u in (0, 1).
 TG_HOST_DEVICE int ternarize_with_uniform(float g, float s, float u) {
   if (!(s > 0.f)) return 0;

@@ -217,6 +217,27 @@ StatsFn stats_fn(CodecIsa isa, const StatsAdds& a) {
   return stats_fn<false, false>(isa);
 }
 
+// ---- bucket maxima (per-bucket scalers) -----------------------------------------------------------------------
+// max over a bucket of the bits of |g| (an integer max: any order gives the same result; every NaN is above
+// +Inf), one plain loop the compiler vectorizes for each target.
+TG_ALWAYS_INLINE int32_t max_abs_bits_loop(const float* g, int64_t n) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, g + i, sizeof bits);
+    bits &= 0x7FFFFFFF;
+    m = bits > m ? bits : m;
+  }
+  return m;
+}
+using MaxBitsFn = int32_t (*)(const float*, int64_t);
+constexpr int64_t kMaxBitsGrain = 1 << 16;  // elements per thread at least
+int32_t max_abs_bits_generic(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+#if TG_CODEC_X86
+TG_TARGET_AVX2 int32_t max_abs_bits_avx2(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+TG_TARGET_AVX512 int32_t max_abs_bits_avx512(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
+#endif
+
 // ---- encode -------------------------------------------------------------------------------------------------
 // Kernels encode whole units of kUnitBlocks Philox blocks (kUnitElements elements, kUnitBytes packed bytes)
 // starting at block block0 (a multiple of kUnitBlocks, so a unit never straddles a 2^32 boundary of the block
@@ -746,8 +767,6 @@ namespace {
 // Elements per scaler of a tensor of n elements (the whole tensor for bucket 0 or >= n); a bucket smaller than
 // the tensor must be a multiple of kScalerBucketAlign, so that encode units and decode steps never straddle two
 // buckets.
-constexpr int64_t kBucketStatsGrain = 1 << 16;  // elements per thread at least
-
 int64_t elements_per_scaler(int64_t n, int64_t bucket, const char* op) {
   if (bucket <= 0 || bucket >= n) return n > 0 ? n : 1;
   TG_CHECK(bucket % kScalerBucketAlign == 0, "{}: a scaler bucket of {} elements is not a multiple of {}", op, bucket,
@@ -762,8 +781,6 @@ inline int64_t bucket_end(int64_t u, int64_t step, int64_t per, int64_t cap) {
 }
 }  // namespace
 
-// Buckets of one chunk each (ternary_math.h): stats_body over the bucket (its adds in the same pass), the buckets
-// split over the compute team; a bucket's result does not depend on which thread computes it.
 void ternary_bucket_scalers_cpu(float* g, const float* decayed, float decay, const float* residual, int64_t n,
                                 float clip_factor, int64_t bucket, float* scalers) {
   const int64_t per = elements_per_scaler(n, bucket, "ternary scalers");
@@ -771,22 +788,20 @@ void ternary_bucket_scalers_cpu(float* g, const float* decayed, float decay, con
     scalers[0] = 0.f;
     return;
   }
-  const StatsAdds adds{decayed, decay, residual};
+  const TensorStats st = tensor_stats(g, StatsAdds{decayed, decay, residual}, n);
   const int64_t count = (n + per - 1) / per;
-  if (count == 1) {  // the per-tensor rule
-    const TensorStats st = tensor_stats(g, adds, n);
+  if (count == 1) {
     scalers[0] = ternary_scaler_from_stats(st.sigma, st.max_abs, clip_factor);
     return;
   }
-  const StatsFn fn = stats_fn(active_isa(), adds);
-  parallel_for(count, std::max<int64_t>(1, kBucketStatsGrain / per), [&](int64_t b, int64_t e) {
+  const MaxBitsFn fn = TG_CODEC_PICK(active_isa(), max_abs_bits);
+  parallel_for(count, std::max<int64_t>(1, kMaxBitsGrain / per), [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
-      const int64_t first = k * per, len = std::min(per, n - first);
-      const StatsAdds at{adds.w ? adds.w + first : nullptr, adds.decay, adds.r ? adds.r + first : nullptr};
-      const StatsPartial p = fn(g + first, at, len);
-      float max_abs;
-      std::memcpy(&max_abs, &p.max_bits, sizeof p.max_bits);
-      scalers[k] = ternary_scaler_from_stats(ternary_sigma_from_sums(p.sum, p.sumsq, len), max_abs, clip_factor);
+      const int64_t first = k * per;
+      const int32_t bits = fn(g + first, std::min(per, n - first));
+      float bucket_max;
+      std::memcpy(&bucket_max, &bits, sizeof bits);
+      scalers[k] = ternary_bucket_scaler(st.sigma, st.max_abs, bucket_max, clip_factor);
     }
   });
 }
