@@ -29,21 +29,13 @@ namespace fs = std::filesystem;
 
 class TrainerLeNet : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (testing::fashion_mnist_dir().empty()) return;
-    data_dir_ = (fs::temp_directory_path() / ("tg_trainer_lenet_data_" + std::to_string(::getpid()))).string();
-    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("train"), data_dir_, "train", 20000, 4);
-    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("t10k"), data_dir_, "test", 10000, 1);
-  }
+  static void SetUpTestSuite() { data_dir_ = testing::write_suite_shards("tg_trainer_lenet", 20000, 4, 10000); }
   static void TearDownTestSuite() {
     if (!data_dir_.empty()) fs::remove_all(data_dir_);
   }
   void SetUp() override {
     if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    root_ = fs::temp_directory_path() / ("tg_trainer_lenet_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = testing::fresh_test_dir("tg_trainer_lenet");
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);

@@ -44,22 +44,13 @@ std::string signal_after_first_step(const std::string& train, const std::string&
 
 class TrainerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (testing::fashion_mnist_dir().empty()) return;
-    data_dir_ = (fs::temp_directory_path() / ("tg_trainer_data_" + std::to_string(::getpid()))).string();
-    fs::create_directories(data_dir_);
-    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("train"), data_dir_, "train", 1024, 2);
-    testing::write_fashion_mnist_shards(testing::load_fashion_mnist("t10k"), data_dir_, "test", 500, 1);
-  }
+  static void SetUpTestSuite() { data_dir_ = testing::write_suite_shards("tg_trainer", 1024, 2, 500); }
   static void TearDownTestSuite() {
     if (!data_dir_.empty()) fs::remove_all(data_dir_);
   }
   void SetUp() override {
     if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    root_ = fs::temp_directory_path() / ("tg_trainer_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = testing::fresh_test_dir("tg_trainer");
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);

@@ -7,6 +7,9 @@ accuracy benchmarks (bench/accuracy_bench.sh, bench/tta_bench.sh). Prints one li
         wire_bytes_run, median examples/sec, parameter digest, step_seconds (the run's summed step times)
     python3 bench/lib/tg_metrics.py steptime METRICS.jsonl
         the steps' times summed up to each logged step, as "step:seconds" words
+    python3 bench/lib/tg_metrics.py quantization METRICS.jsonl
+        the --quantization_error_every probes' mean relative error of the averaged gradient, their mean fraction
+        of non-zero codes, and how many probes there were ("-  -  0" without any)
 
 What the fields are (src/train/trainer_run.cc, include/terngrad/exchange/gradient_scheme.h):
   bytes_exchanged  per logged step: the bytes the exchange's algorithms moved per worker in that step (the
@@ -18,14 +21,16 @@ What the fields are (src/train/trainer_run.cc, include/terngrad/exchange/gradien
                    when the bytes only change at a window boundary: --log_every dividing --fp32_warmup_steps)
   sec_per_batch    the window's mean step time: the time of the steps only (forward, backward, exchange,
                    update), without the start, the log windows' gathers and the checkpoint saves; summed
-                   over the windows it is the training time up to a logged step
+                   over the windows it is the training time up to a logged step (what tta_bench.sh's
+                   clock is, as the peer's: the metrics' own `elapsed`, wall seconds since the first step,
+                   also counts the checkpoint saves, one every K steps there)
 """
 import json
 import sys
 
 
 def read(path):
-    steps, summary = [], None
+    steps, summary, probes = [], None, []
     with open(path) as f:
         for line in f:
             if not line.strip():
@@ -33,11 +38,13 @@ def read(path):
             row = json.loads(line)
             if row.get("summary"):
                 summary = row
+            elif row.get("quantization"):  # a --quantization_error_every probe, not a logged step
+                probes.append(row)
             elif "step" in row:
                 steps.append(row)
     if not steps:
         sys.exit("tg_metrics: no logged step in %s" % path)
-    return steps, summary
+    return steps, summary, probes
 
 
 def step_times(steps):
@@ -51,9 +58,17 @@ def step_times(steps):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("bytes", "steptime"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("bytes", "steptime", "quantization"):
         sys.exit(__doc__)
-    steps, summary = read(sys.argv[2])
+    steps, summary, probes = read(sys.argv[2])
+    if sys.argv[1] == "quantization":
+        if not probes:
+            print("-\t-\t0")
+            return
+        err = sum(p["relative_error"] for p in probes) / len(probes)
+        nonzero = sum(p["nonzero_fraction"] for p in probes) / len(probes)
+        print("%.4f\t%.4f\t%d" % (err, nonzero, len(probes)))
+        return
     if sys.argv[1] == "steptime":
         print(" ".join("%d:%.6f" % st for st in step_times(steps)))
         return

@@ -313,6 +313,14 @@ const std::vector<CodedAverage>* GradientExchange::coded_averages() const {
   return c.empty() ? nullptr : &c;
 }
 
+void GradientExchange::decode_deferred_now() {
+  TG_CHECK(!in_step_, "gradient exchange: decode_deferred_now() inside a step (after finish() only)");
+  const auto t0 = Clock::now();
+  bool any = false;
+  for (int b = 0; b < num_buckets(); ++b) any = scheme_->decode_deferred(b) || any;
+  if (any) times_.add(Phase::kDecode, seconds_between(t0, Clock::now()));
+}
+
 void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
   TG_CHECK(scheme_->applies_weight_decay(), "gradient exchange: the {} scheme does not apply weight decay",
            scheme_->name());

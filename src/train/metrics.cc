@@ -1,6 +1,7 @@
 // JSON lines for --metrics_jsonl.
 #include "terngrad/train/metrics.h"
 
+#include "terngrad/train/quantization_probe.h"
 #include "terngrad/train/trainer.h"
 
 namespace tg {
@@ -51,6 +52,28 @@ void MetricsWriter::summary(const TrainResult& r) {
       .add("final_loss", static_cast<double>(r.final_loss))
       .add("parameter_digest", r.parameter_digest)
       .add_json("time", phases_json(r.time_per_step));
+  file_.write(o);
+}
+
+void MetricsWriter::quantization(const QuantizationReport& q) {
+  std::vector<std::string> tensors;
+  for (const TensorQuantization& t : q.tensors) {
+    JsonObject o;
+    o.add("name", t.name)
+        .add("numel", t.numel)
+        .add("relative_error", t.relative_error)
+        .add("nonzero_fraction", t.nonzero_fraction)
+        .add("scaler", static_cast<double>(t.scaler))
+        .add("num_scalers", static_cast<int64_t>(t.num_scalers));
+    tensors.push_back(o.str());
+  }
+  JsonObject o;
+  o.add("quantization", true)
+      .add("step", q.step)
+      .add("relative_error", q.relative_error)
+      .add("nonzero_fraction", q.nonzero_fraction)
+      .add("seconds", q.seconds)
+      .add_json("tensors", json_array(tensors));
   file_.write(o);
 }
 

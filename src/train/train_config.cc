@@ -58,6 +58,15 @@ void TrainConfig::validate(int num_processes) const {
   if (fp32_warmup_steps > 0 && grad_bits != 1)
     TG_THROW("--fp32_warmup_steps {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", fp32_warmup_steps,
              grad_bits);
+  if (quantization_error_every > 0 && grad_bits != 1)
+    TG_THROW("--quantization_error_every {} measures ternary gradients (--grad_bits 1), not --grad_bits {}",
+             quantization_error_every, grad_bits);
+  if (quantization_error_every > 0 && exchange == "none")
+    TG_THROW("--quantization_error_every {} compares two exchanges: not with --exchange none",
+             quantization_error_every);
+  if (quantization_error_every > 0 && compute_dtype() == DType::kF16)
+    TG_THROW("--quantization_error_every {} is not available with --precision fp16 (loss-scaled gradients)",
+             quantization_error_every);
 }
 
 DType TrainConfig::compute_dtype() const {

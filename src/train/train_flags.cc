@@ -132,6 +132,12 @@ std::vector<Flag<TrainConfig>> make_table() {
        "(debug) every N steps, compare the parameter checksums of all replicas and processes; a mismatch stops "
        "the run naming the step",
        at_least(0)},
+      {"quantization_error_every", &C::quantization_error_every,
+       "TernGrad (`--grad_bits 1`): every N steps, exchange the step's gradients in fp32 as well and log, per "
+       "ternary tensor, the relative error ‖decoded − fp32‖/‖fp32‖ of the averaged gradient, the fraction of "
+       "non-zero codes and the scaler (log line, TensorBoard `quantization/…`, a `--metrics_jsonl` line with "
+       "`\"quantization\": true`); the run's bits do not change, the cost falls on those steps only",
+       at_least(0).note("0: never")},
   });
   append(embed_flags<C>(data_flags()));
   return t;

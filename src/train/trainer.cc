@@ -185,11 +185,12 @@ void Trainer::Impl::build_exchanges() {
   std::vector<ParamInfo> infos;
   for (const auto& p : replicas[0].store->param_specs()) infos.push_back({p.name, p.shape.numel()});
   policy = CompressionPolicy(cf, infos);
-  if (cfg.fp32_warmup_steps > 0) {
+  const bool fp32_too = cfg.fp32_warmup_steps > 0 || cfg.quantization_error_every > 0;
+  if (fp32_too) {
     CompressionFlags wf = cf;
     wf.grad_bits = 32;
     wf.scaler_bucket = 0;
-    warmup_policy = CompressionPolicy(wf, infos);
+    fp32_policy = CompressionPolicy(wf, infos);
   }
   for (Replica& r : replicas) {
     auto make = [&](const CompressionPolicy& pol) {
@@ -210,22 +211,32 @@ void Trainer::Impl::build_exchanges() {
                                                 timeline.get());
     };
     r.exchange = make(policy);
-    if (cfg.fp32_warmup_steps > 0) r.warmup = make(warmup_policy);
+    if (fp32_too) r.fp32 = make(fp32_policy);
     r.overlap = r.exchange->overlapped();
+    Worker& first = workers[r.workers[0]];
     // The ternary schemes add the weight decay in their scalers' pass, which reads every gradient anyway:
     // backward's axpy and its pass go (during an fp32 warm-up backward adds it: replica_step). f32 steps only (a
     // loss-scaled step's gradients are checked for overflow before the exchange).
     if (r.exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
-      r.exchange->apply_weight_decay(workers[r.workers[0]].net->weight_decay_terms());
+      r.exchange->apply_weight_decay(first.net->weight_decay_terms());
       r.exchange_decays = true;
     }
     // TernGrad: the optimizer decodes the ternary average in its own pass (Optimizer::apply's coded averages), so
     // the averaged gradient is never written to memory and read back.
     if (cfg.decode_in_update && r.exchange->scheme().can_defer_decode()) r.exchange->defer_decode();
+    if (cfg.quantization_error_every > 0) {
+      const std::vector<Tensor>& target = first.grad_views;
+      r.probe = std::make_unique<QuantizationProbe>(*r.backend, policy, target, first.net->grads().flat_bytes(),
+                                                    r.exchange_decays ? &r.exchange->weight_decay() : nullptr);
+    }
   }
 }
 
-bool Trainer::Impl::in_warmup(int64_t t) const { return t < cfg.fp32_warmup_steps && replicas[0].warmup; }
+bool Trainer::Impl::in_warmup(int64_t t) const { return t < cfg.fp32_warmup_steps && replicas[0].fp32; }
+
+bool Trainer::Impl::probes(int64_t t) const {
+  return cfg.quantization_error_every > 0 && (t + 1) % cfg.quantization_error_every == 0 && !in_warmup(t);
+}
 
 // --timeline: one track per worker.
 void Trainer::Impl::build_timeline() {
@@ -327,11 +338,12 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   batches->upload(d, t);
   if (cfg.compute_dtype() != DType::kF32)  // the workers' shared Inf/NaN flag, once per step
     r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
-  // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward.
-  const bool warm = in_warmup(t);
-  GradientExchange& x = warm ? *r.warmup : *r.exchange;
-  const bool overlap = warm ? r.warmup->overlapped() : r.overlap;
-  x.begin(step32);
+  // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward. A
+  // probe step (--quantization_error_every) exchanges after backward, in fp32 first (QuantizationProbe).
+  const bool warm = in_warmup(t), probe = probes(t);
+  GradientExchange& x = warm ? *r.fp32 : *r.exchange;
+  const bool overlap = !probe && (warm ? r.fp32->overlapped() : r.overlap);
+  if (!probe) x.begin(step32);
   ExchangeFeeder feeder(x);
   for (size_t k = 0; k < r.workers.size(); ++k) {
     Worker& wk = workers[r.workers[k]];
@@ -358,7 +370,12 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.overflowed = scaler->enabled() && agree_on_overflow(r);
   if (r.overflowed)
     for (int w : r.workers) r.backend->zero(workers[w].net->grads().flat_bytes());
+  if (probe) {
+    r.probe->reference(*r.fp32, step32);
+    x.begin(step32);
+  }
   r.stats = x.finish();
+  if (probe) r.probe->measure(x, t + 1);
   r.times += x.times();
   if (r.overflowed) return;
   ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");

@@ -33,6 +33,7 @@
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/loss_scaler.h"
 #include "terngrad/train/metrics.h"
+#include "terngrad/train/quantization_probe.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/stale_files.h"
 #include "terngrad/train/throughput_meter.h"
@@ -55,10 +56,12 @@ struct Replica {
   std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
   bool overlap = false;                        // its exchange runs inside the last worker's backward
   bool exchange_decays = false;                // it adds the weight decay (backward then leaves it out)
-  // --fp32_warmup_steps: the fp32 exchange of the first steps (then `exchange`), or null.
-  std::unique_ptr<GradientExchange> warmup;
-  PhaseTimes times;         // of the last step
-  ExchangeStats stats;      // of the last step
+  // An fp32 exchange of the same workers: the steps of --fp32_warmup_steps (then `exchange`) and the reference
+  // average of --quantization_error_every's probes; null without either.
+  std::unique_ptr<GradientExchange> fp32;
+  std::unique_ptr<QuantizationProbe> probe;  // --quantization_error_every, or null
+  PhaseTimes times;                          // of the last step
+  ExchangeStats stats;                       // of the last step
   Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
   Buffer overflow_host;     // its staging copy (read once per fp16 step)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
@@ -125,7 +128,7 @@ struct Trainer::Impl {
   std::unique_ptr<LearningRateSchedule> schedule;
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
-  CompressionPolicy warmup_policy;       // --fp32_warmup_steps: everything fp32
+  CompressionPolicy fp32_policy;         // Replica::fp32's: everything fp32
   std::unique_ptr<BatchUpload> batches;  // staging host batches, device batches, uploads
   int64_t start_step = 0;
   std::vector<int64_t> kept_steps;
@@ -142,6 +145,7 @@ struct Trainer::Impl {
   void build_timeline();
   void build_exchanges();
   bool in_warmup(int64_t t) const;  // step t (0-based) exchanges fp32 (--fp32_warmup_steps)
+  bool probes(int64_t t) const;     // step t (0-based) measures the quantization error (--quantization_error_every)
   void build_schedule();
   void allocate_host_batch();
   void resume_or_initialize();
@@ -168,6 +172,7 @@ struct Trainer::Impl {
   bool timed_step(int64_t t, float lr, RunLog& log);
   void log_window(int64_t done, float lr, RunLog& log);
   void after_step(int64_t done, RunLog& log);
+  void report_quantization(RunLog& log);
   void finish_run(int64_t t, RunLog& log, TrainResult& result);
 
   void write_timeline();

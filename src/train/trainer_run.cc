@@ -108,6 +108,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     if (t + 1 == cfg.fp32_warmup_steps && m.is_chief())
       spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
                    m.replicas[0].exchange->scheme().describe());
+    if (m.probes(t)) m.report_quantization(log);
     if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
     m.after_step(t + 1, log);
   }
@@ -227,6 +228,40 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
   log.window_times.clear();
   std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
   log.window_host_syncs = replicas[0].backend->host_syncs();
+}
+
+// --quantization_error_every: the probe's log line, TensorBoard scalars and metrics line (the chief's first replica;
+// every replica holds the same averages).
+void Trainer::Impl::report_quantization(RunLog& log) {
+  if (!is_chief()) return;
+  const QuantizationReport& q = replicas[0].probe->last();
+  const TensorQuantization* worst = nullptr;
+  for (const TensorQuantization& t : q.tensors)
+    if (!worst || t.relative_error > worst->relative_error) worst = &t;
+  spdlog::info(
+      "step {}: quantization error of the averaged gradient |ternary - fp32| / |fp32| = {:.3f}, {:.1f}% of the codes "
+      "non-zero{} (probe {:.0f} ms)",
+      q.step, q.relative_error, 100 * q.nonzero_fraction,
+      worst ? fmt::format("; largest {} {:.3f} ({:.1f}% non-zero)", worst->name, worst->relative_error,
+                          100 * worst->nonzero_fraction)
+            : "",
+      1e3 * q.seconds);
+  for (const TensorQuantization& t : q.tensors)
+    spdlog::debug("step {}: quantization error {} {:.4f}, {:.2f}% non-zero, scaler {:.4g} ({} scaler{})", q.step,
+                  t.name, t.relative_error, 100 * t.nonzero_fraction, t.scaler, t.num_scalers,
+                  t.num_scalers == 1 ? "" : "s");
+  if (log.events) {
+    std::vector<std::pair<std::string, float>> v = {
+        {"quantization/relative_error", static_cast<float>(q.relative_error)},
+        {"quantization/nonzero_fraction", static_cast<float>(q.nonzero_fraction)}};
+    for (const TensorQuantization& t : q.tensors) {
+      v.push_back({"quantization/relative_error/" + t.name, static_cast<float>(t.relative_error)});
+      v.push_back({"quantization/nonzero_fraction/" + t.name, static_cast<float>(t.nonzero_fraction)});
+      v.push_back({"quantization/scaler/" + t.name, t.scaler});
+    }
+    log.events->scalars(q.step, v);
+  }
+  if (log.metrics) log.metrics->quantization(q);
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.

@@ -1,6 +1,9 @@
 // Fashion-MNIST as TFRecord shards (fashion_mnist_shards.h).
 #include "common/fashion_mnist_shards.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,6 +38,26 @@ void write_fashion_mnist_shards(const IdxDataset& d, const std::string& dir, con
     }
     w.close();
   }
+}
+
+std::string write_suite_shards(const std::string& tag, int train_count, int train_shards, int test_count) {
+  if (fashion_mnist_dir().empty()) return "";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / (tag + "_data_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  write_fashion_mnist_shards(load_fashion_mnist("train"), dir, "train", train_count, train_shards);
+  if (test_count > 0) write_fashion_mnist_shards(load_fashion_mnist("t10k"), dir, "test", test_count, 1);
+  return dir;
+}
+
+std::string fresh_test_dir(const std::string& tag) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (tag + "_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 }  // namespace tg::testing

@@ -68,6 +68,8 @@ class GradientExchange {
   // local worker's gradients in its first stage, fused into its first pass over them; the caller's backward must
   // then leave it out (Net::set_backward_applies_weight_decay). Refused unless scheme().applies_weight_decay().
   void apply_weight_decay(WeightDecayTerms terms);
+  // What apply_weight_decay handed over (empty without it).
+  const WeightDecayTerms& weight_decay() const { return weight_decay_; }
 
   // Before the first step: the ternary tensors' average stays coded after finish() (the target's gradients of
   // those tensors are not written; GradientScheme::defer_decode), for Optimizer::apply to decode inside its update
@@ -76,6 +78,10 @@ class GradientExchange {
   // With defer_decode: per policy tensor the average still coded (defined for the ternary tensors), valid from
   // finish() until the next begin(); nullptr otherwise.
   const std::vector<CodedAverage>* coded_averages() const;
+  // With defer_decode, after finish(): decodes every average still coded into the target's gradients now (the
+  // same bits as the optimizer's decode; coded_averages() is then undefined for them until the next begin()).
+  // Whoever reads the step's average (--quantization_error_every) calls it. Does nothing without defer_decode.
+  void decode_deferred_now();
 
   const GradientScheme& scheme() const { return *scheme_; }
   GradientScheme& scheme() { return *scheme_; }

@@ -1,5 +1,6 @@
-// MetricsWriter: --metrics_jsonl, one JSON object per logged step and a final summary object, each on its
-// own line and written at once (core/json_writer.h), so a run that dies keeps what it logged.
+// MetricsWriter: --metrics_jsonl, one JSON object per logged step (and per --quantization_error_every probe)
+// and a final summary object, each on its own line and written at once (core/json_writer.h), so a run that dies keeps
+// what it logged.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@ struct StepMetrics {
 };
 
 struct TrainResult;
+struct QuantizationReport;
 
 class MetricsWriter {
  public:
@@ -40,6 +42,10 @@ class MetricsWriter {
   // The run's steps, median examples/sec, bytes, final loss, parameter digest, and time: process 0's mean
   // seconds per step after the first window.
   void summary(const TrainResult& r);
+  // A probe step of --quantization_error_every: {"quantization": true, "step": N, "relative_error": ...,
+  // "nonzero_fraction": ..., "seconds": ..., "tensors": [{"name", "numel", "relative_error", "nonzero_fraction",
+  // "scaler", "num_scalers"}, ...]} (readers of the step lines skip it by its "quantization" key).
+  void quantization(const QuantizationReport& q);
 
  private:
   JsonLinesFile file_;

@@ -80,6 +80,7 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   std::string timeline_steps = "5-9";  // "A-B" or "A": 1-based steps, inclusive
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
+  int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.
