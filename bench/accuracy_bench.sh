@@ -32,13 +32,16 @@ usage: bench/accuracy_bench.sh [options]
   -M IDX_DIR     MNIST's idx files (train-images-idx3-ubyte[.gz] ...): no Debian package ships MNIST
   -w WORKERS     comma-separated totals of workers (default: 2,4,8,16); each a multiple of -p
   -p PROCESSES   MPI processes (default 2): W workers are PROCESSES x W/PROCESSES
-  -v VARIANTS    comma-separated variants (default: fp32,terngrad,ef,bucket256,bucket1024,bucket4096,warmup,best);
+  -v VARIANTS    comma-separated variants (default: fp32,terngrad,ef,bucket256,warmup,best);
                  fp32, fp16, terngrad, or TernGrad levers joined by +: ef, bucketN, warmup[K], noclip, clipC
-                 (bench/lib/variants.sh; best = ef+bucket1024+warmup)
+                 (bench/lib/variants.sh; best = ef+bucket256+warmup)
   -s SEEDS       comma-separated seeds (default: 1,2,3)
   -S STEPS       steps per run (default: the recipe's max_steps: 1875 for Fashion-MNIST)
   -t THREADS     compute threads per process (default: cores / processes, at least 1)
   -x "FLAGS"     extra terngrad-train flags for every run (recorded in the flags column)
+  -q N           TernGrad variants: --quantization_error_every N (default 125; 0: off): the mean relative error
+                 of the averaged gradient against fp32's over the probes, and of the non-zero codes, in the row
+                 (the probes change no bit of the run)
   -o FILE        the results file (default: bench/results/accuracy.tsv)
   -W WORK_DIR    converted data and the runs' folders (default: /tmp/terngrad_accuracy)
   -E             no run-time estimate (no calibration runs)
@@ -75,11 +78,12 @@ DATASETS=fashion_mnist
 MNIST_DIR=""
 WORKERS=2,4,8,16
 PROCS=2
-VARIANTS=fp32,terngrad,ef,bucket256,bucket1024,bucket4096,warmup,best
+VARIANTS=fp32,terngrad,ef,bucket256,warmup,best
 SEEDS=1,2,3
 STEPS=""
 THREADS=""
 EXTRA=""
+PROBE_EVERY=125
 OUT=bench/results/accuracy.tsv
 WORK=/tmp/terngrad_accuracy
 ESTIMATE=1
@@ -92,7 +96,7 @@ while [ $# -gt 0 ]; do
       usage
       exit 0
       ;;
-    -b | -n | -d | -M | -w | -p | -v | -s | -S | -t | -x | -o | -W)
+    -b | -n | -d | -M | -w | -p | -v | -s | -S | -t | -x | -q | -o | -W)
       [ $# -ge 2 ] || die "$1 needs a value (--help)"
       case "$1" in
         -b) BUILD_DIR=$2 ;;
@@ -106,6 +110,7 @@ while [ $# -gt 0 ]; do
         -S) STEPS=$2 ;;
         -t) THREADS=$2 ;;
         -x) EXTRA=$2 ;;
+        -q) PROBE_EVERY=$2 ;;
         -o) OUT=$2 ;;
         -W) WORK=$2 ;;
       esac
@@ -143,6 +148,7 @@ CORES=$(nproc)
 [ -n "$THREADS" ] || THREADS=$((CORES / PROCS > 0 ? CORES / PROCS : 1))
 [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "-t takes a positive integer"
 [ -z "$STEPS" ] || [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "-S takes a positive integer"
+[[ "$PROBE_EVERY" =~ ^[0-9]+$ ]] || die "-q takes a number of steps (0: off)"
 for n in "${NET_LIST[@]}"; do
   case "$n" in lenet | cifarnet) ;; *) die "unknown net '$n' (lenet, cifarnet)" ;; esac
 done
@@ -197,7 +203,7 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 
 # ---- the results file: what is there, what to run ---------------------------------------------------------
-COLUMNS_LINE=$'net\tdataset\tworkers\tlayout\tvariant\tflags\tseed\tsteps\tprecision_at_1\trecall_at_5\teval_examples\tbytes_per_step\tbytes_run\tfp32_bytes_per_step\tfp32_bytes_run\twire_bytes_per_step\twire_bytes_run\texchange\texamples_per_sec\ttrain_wall_s\teval_wall_s\tparameter_digest\tload1\tstatus\tnote'
+COLUMNS_LINE=$'net\tdataset\tworkers\tlayout\tvariant\tflags\tseed\tsteps\tprecision_at_1\trecall_at_5\teval_examples\tbytes_per_step\tbytes_run\tfp32_bytes_per_step\tfp32_bytes_run\twire_bytes_per_step\twire_bytes_run\texchange\texamples_per_sec\ttrain_wall_s\teval_wall_s\tparameter_digest\tload1\tstatus\tnote\tquant_error\tnonzero_codes\tprobes'
 TMP=$(mktemp -d "/tmp/accuracy_bench.$$.XXXXXX")
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
@@ -287,6 +293,7 @@ why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' '
 train_command() { # net dataset workers variant seed steps dir log_every save_iter -> the command, one word a line
   local n=$1 d=$2 w=$3 v=$4 seed=$5 steps=$6 dir=$7 log_every=$8 save_iter=$9 flags
   read -r -a flags <<<"$(variant_flags "$v")"
+  [ "$PROBE_EVERY" = 0 ] || [ "$(variant_kind "$v")" != terngrad ] || flags+=(--quantization_error_every "$PROBE_EVERY")
   printf '%s\n' mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$PROCS" "$TRAIN" \
     --config "$(recipe_of "$d" "$n" "$v")" --num_nodes $((w / PROCS)) --threads "$THREADS" --seed "$seed" \
     --max_steps "$steps" --data_dir "$(data_dir "$d")" --train_dir "$dir/train" --save_iter "$save_iter" \
@@ -414,17 +421,19 @@ for p in "${PLAN[@]}"; do
     m=$(python3 "$HERE/lib/tg_metrics.py" bytes "$dir/metrics.jsonl"); then
     read -r tw ew prec rec ex <<<"$out"
     IFS=$'\t' read -r _ bps brun fps frun wps wrun eps digest _ <<<"$m"
+    IFS=$'\t' read -r qerr qnz qn <<<"$(python3 "$HERE/lib/tg_metrics.py" quantization "$dir/metrics.jsonl")"
     exch=$(sed -n 's/.*| exchange \(.*\), [0-9]* buckets\{0,1\}.*/\1/p' "$dir/train.log" | head -1 |
       sed 's/ after \([0-9]*\) steps of fp32 (--fp32_warmup_steps)/ after \1 fp32 steps/')
     row=("$n" "$d" "$w" "$layout" "$v" "$run_flags" "$seed" "$st" "$prec" "$rec" "$ex" "$bps" "$brun" "$fps" "$frun"
-      "$wps" "$wrun" "${exch:--}" "$eps" "$tw" "$ew" "$digest" "$load" ok "")
-    echo "#   precision @ 1 $prec, $bps bytes/step per worker (fp32 $fps), train $tw s, eval $ew s" >&2
+      "$wps" "$wrun" "${exch:--}" "$eps" "$tw" "$ew" "$digest" "$load" ok "" "$qerr" "$qnz" "$qn")
+    echo "#   precision @ 1 $prec, $bps bytes/step per worker (fp32 $fps), train $tw s, eval $ew s, averaged-gradient error $qerr" >&2
   else
     log=$dir/train.log
     [ -s "$dir/eval.log" ] && log=$dir/eval.log
     echo "accuracy_bench.sh: the run failed; last lines of $log:" >&2
     tail -n 8 "$log" >&2 || true
-    row=("$n" "$d" "$w" "$layout" "$v" "$run_flags" "$seed" "$st" - - - - - - - - - - - - - - "$load" failed "$(why "$log")")
+    row=("$n" "$d" "$w" "$layout" "$v" "$run_flags" "$seed" "$st" - - - - - - - - - - - - - - "$load" failed "$(why "$log")"
+      - - -)
   fi
   # The row replaces an earlier one of the same run (a failed one: ok rows were not planned).
   k=$(key_of "$n" "$d" "$w" "$v" "$seed" "$st")

@@ -41,7 +41,7 @@ usage: bench/tta_bench.sh [options] RATE [RATE...]
   -b BUILD_DIR    build folder with terngrad-train, -eval, -data (default: build)
   -m MACHINES     comma-separated emulated machine counts (default: 2,4)
   -S SYSTEMS      comma-separated: fp32, terngrad, best, ddp, powersgd (default: all)
-  -B VARIANT      our best combination, a variant of bench/lib/variants.sh (default: best = ef+bucket1024+warmup)
+  -B VARIANT      our best combination, a variant of bench/lib/variants.sh (default: best = ef+bucket256+warmup)
   -t TARGET       the target test accuracy (a fraction, e.g. 0.8967) instead of -A's
   -A FILE         the accuracy bench's results file for the target (default: bench/results/accuracy.tsv)
   -K STEPS        evaluate every K steps (default: 75)

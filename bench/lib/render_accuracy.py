@@ -10,8 +10,9 @@ markdown: a provenance line, then the table.
 accuracy: one line per (net, dataset, workers, variant): the seeds of the ok rows, test precision@1 as mean
 +- sample standard deviation over the seeds, the gap of the mean to fp32's mean in points (100 x accuracy),
 the bytes moved per worker over the run as a fraction of fp32's (fp32's measured rows of the same net, dataset
-and workers, else the runs' own fp32 byte model), the steady bytes per step and worker, and the mean
-training wall seconds. Failed rows are listed below the table.
+and workers, else the runs' own fp32 byte model), the steady bytes per step and worker, the mean over the seeds
+of each run's mean --quantization_error_every probe (|decoded average - fp32 average| / |fp32 average|, and the
+fraction of non-zero codes), and the mean training wall seconds. Failed rows are listed below the table.
 
 tta: one line per (link, machines, system): the median over the repetitions of the seconds to the target
 (a repetition that did not reach it counts as infinitely long, so the median is `not reached` when half or
@@ -82,8 +83,9 @@ def render_accuracy(path, meta, rows):
         variants.insert(0, "fp32")
     order.sort(key=lambda k: (k[0], k[1], k[2], k[5], variants.index(k[4])))
     out.append("| net | dataset | workers (processes x workers) | steps | variant | exchange | seeds | test accuracy (mean ± sd) "
-               "| gap to fp32 (points) | bytes per worker, run | vs fp32's | bytes per step and worker | train s (mean) |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| gap to fp32 (points) | bytes per worker, run | vs fp32's | bytes per step and worker "
+               "| averaged-gradient error (non-zero codes) | train s (mean) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in order:
         net, dataset, workers, layout, variant, steps = k
         g = groups[k]
@@ -103,9 +105,12 @@ def render_accuracy(path, meta, rows):
         ratio = "%.4f (1/%.1f)%s" % (frac, 1 / frac, how) if frac > 0 else "-"
         seeds = ",".join(sorted((r["seed"] for r in g), key=int))
         sd_text = "%.4f" % sd if not math.isnan(sd) else "(1 seed)"
-        out.append("| %s | %s | %d (%s) | %s | %s | %s | %s | %.4f ± %s | %s | %s | %s | %s | %.1f |" % (
+        probed = [r for r in g if r.get("quant_error", "-") not in ("", "-")]
+        probe = "%.3f (%.1f%%)" % (statistics.fmean(float(r["quant_error"]) for r in probed),
+                                   100 * statistics.fmean(float(r["nonzero_codes"]) for r in probed)) if probed else ""
+        out.append("| %s | %s | %d (%s) | %s | %s | %s | %s | %.4f ± %s | %s | %s | %s | %s | %s | %.1f |" % (
             net, dataset, workers, layout.replace("x", " x "), steps, variant, g[0]["exchange"], seeds, mean, sd_text, gap,
-            mb(run_bytes), ratio, mb(statistics.fmean(float(r["bytes_per_step"]) for r in g)),
+            mb(run_bytes), ratio, mb(statistics.fmean(float(r["bytes_per_step"]) for r in g)), probe,
             statistics.fmean(float(r["train_wall_s"]) for r in g)))
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:

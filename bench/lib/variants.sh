@@ -7,7 +7,7 @@
 #   bucketN      --scaler_bucket N (N elements share a scaler; 0: one per tensor; N a multiple of 256)
 #   warmup       --fp32_warmup_steps 200 (fp32 exchange for the first 200 steps); warmupK: the first K
 #   noclip       --clip_factor 0 (s = max|g|);   clipC: --clip_factor C
-# Named combinations (VARIANT_ALIASES; a new one is one line): best = ef+bucket1024+warmup.
+# Named combinations (VARIANT_ALIASES; a new one is one line): best = ef+bucket256+warmup.
 # E.g. `ef+bucket256+warmup100`. A new lever is one case of variant_flags below.
 #
 #   variant_flags NAME       the flags, one line; status 1 and a message on stderr for a malformed name
@@ -20,7 +20,7 @@
 
 VARIANT_WARMUP_STEPS=200
 declare -A VARIANT_ALIASES=(
-  [best]="ef+bucket1024+warmup"
+  [best]="ef+bucket256+warmup"
 )
 
 variant_expand() {
