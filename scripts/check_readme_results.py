@@ -389,7 +389,19 @@ def placement_table(header, rows):
     return out
 
 
+def accuracy_renderers():
+    """The accuracy benchmarks' tables: bench/lib/render_accuracy.py, the renderer their scripts print with."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "lib"))
+    import render_accuracy  # noqa: E402
+
+    return ({"table": lambda header, rows: render_accuracy.accuracy_table(rows)},
+            {"table": lambda header, rows: render_accuracy.tta_table(header, rows)})
+
+
+ACCURACY_VIEWS, TTA_VIEWS = accuracy_renderers()
 RENDERERS = {
+    "accuracy": ACCURACY_VIEWS,
+    "tta": TTA_VIEWS,
     "link": {"table": link_table, "headline": link_headline},
     "inproc": {"table": inproc_table},
     "train_step": {"table": train_step_table},
@@ -399,7 +411,7 @@ RENDERERS = {
     "scale": {"table": scale_table},
     "placement": {"table": placement_table},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement", "tta"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):

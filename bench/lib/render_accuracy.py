@@ -65,7 +65,12 @@ def fp32_mean(rows, net, dataset, workers=None, steps=None):
 
 
 def render_accuracy(path, meta, rows):
-    out = [provenance(path, meta), ""]
+    return "\n".join([provenance(path, meta), ""] + accuracy_table(rows))
+
+
+def accuracy_table(rows):
+    """The accuracy table's lines (scripts/check_readme_results.py renders README blocks with it)."""
+    out = []
     ok = [r for r in rows if r["status"] == "ok"]
     groups, order = {}, []
     for r in ok:
@@ -119,7 +124,7 @@ def render_accuracy(path, meta, rows):
         for r in failed:
             out.append("- %s %s %s workers %s seed %s: %s" % (r["net"], r["dataset"], r["workers"], r["variant"],
                                                                r["seed"], r["note"]))
-    return "\n".join(out)
+    return out
 
 
 def median_inf(values):
@@ -135,7 +140,12 @@ def median_inf(values):
 
 
 def render_tta(path, meta, rows):
-    out = [provenance(path, meta)]
+    return "\n".join([provenance(path, meta)] + tta_table(meta, rows))
+
+
+def tta_table(meta, rows):
+    """The target line, an empty line and the time-to-accuracy table's lines."""
+    out = []
     if "target" in meta:
         out.append("Target: %s." % meta["target"])
     out.append("")
@@ -196,7 +206,7 @@ def render_tta(path, meta, rows):
         for r in failed:
             out.append("- %s %s machines %s rep %s: %s %s" % (r["rate"], r["machines"], r["system"], r["rep"],
                                                               r["status"], r["note"]))
-    return "\n".join(out)
+    return out
 
 
 def main():
