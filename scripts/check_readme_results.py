@@ -394,7 +394,8 @@ def accuracy_renderers():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "lib"))
     import render_accuracy  # noqa: E402
 
-    return ({"table": lambda header, rows: render_accuracy.accuracy_table(rows)},
+    return ({"table": lambda header, rows: render_accuracy.accuracy_table(rows),
+             "pivot": lambda header, rows: render_accuracy.accuracy_pivot(rows)},
             {"table": lambda header, rows: render_accuracy.tta_table(header, rows)})
 
 

@@ -127,6 +127,45 @@ def accuracy_table(rows):
     return out
 
 
+def accuracy_pivot(rows):
+    """One line per (net, dataset, workers, steps), one column per variant: the test accuracy's mean +- sd over the
+    seeds and its gap to fp32's mean in points; then the bytes per worker of each variant as a fraction of fp32's."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    variants, keys, cell = [], [], {}
+    for r in ok:
+        if r["variant"] not in variants:
+            variants.append(r["variant"])
+        k = (r["net"], r["dataset"], int(r["workers"]), r["layout"], r["steps"])
+        if k not in keys:
+            keys.append(k)
+        cell.setdefault(k + (r["variant"],), []).append(r)
+    if "fp32" in variants:
+        variants.remove("fp32")
+        variants.insert(0, "fp32")
+    keys.sort(key=lambda k: (k[0], k[1], k[2], k[4]))
+    out = ["| net, dataset | workers | steps | " + " | ".join(variants) + " |",
+           "|---|---|---|" + "---|" * len(variants)]
+    for k in keys:
+        ref = cell.get(k + ("fp32",))
+        ref_mean = statistics.fmean(float(r["precision_at_1"]) for r in ref) if ref else None
+        ref_bytes = statistics.fmean(float(r["bytes_run"]) for r in ref) if ref else None
+        cells = []
+        for v in variants:
+            g = cell.get(k + (v,))
+            if not g:
+                cells.append("")
+                continue
+            acc = [float(r["precision_at_1"]) for r in g]
+            mean = statistics.fmean(acc)
+            text = "%.4f ± %s" % (mean, "%.4f" % statistics.stdev(acc) if len(acc) > 1 else "(1 seed)")
+            if v != "fp32" and ref_mean is not None:
+                frac = statistics.fmean(float(r["bytes_run"]) for r in g) / ref_bytes if ref_bytes else float("nan")
+                text += " (**%+.2f**; 1/%.1f of the bytes)" % (100 * (mean - ref_mean), 1 / frac)
+            cells.append(text)
+        out.append("| %s, %s | %d | %s | %s |" % (k[0], k[1], k[2], k[4], " | ".join(cells)))
+    return out
+
+
 def median_inf(values):
     """The middle value, or the mean of the middle two; math.inf for a repetition that never reached it."""
     v = sorted(values)
