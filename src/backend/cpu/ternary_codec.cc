@@ -850,7 +850,8 @@ int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scale
   });
   int64_t kept = nonzero.load();
   const int64_t blocks = (n + kTernaryBlockElements - 1) / kTernaryBlockElements;
-  const float s = scalers[units * kUnitElements / per];     // the last partial unit's (if any)
+  // The last partial unit's scaler; read only when there is one (units * kUnitElements == n indexes past the end).
+  const float s = units * kUnitElements < n ? scalers[units * kUnitElements / per] : 0.f;
   for (int64_t b = units * kUnitBlocks; b < blocks; ++b) {  // the last partial unit, block by block
     const uint32_t bits = ternarize_pack_block(g, n, b, s, key, step, tensor);
     packed[2 * b] = static_cast<uint8_t>(bits);
