@@ -56,6 +56,9 @@ usage: bench/tta_bench.sh [options] RATE [RATE...]
   --debian-torch  the peer on Debian's PyTorch 1.13 (/usr/bin/python3; bench/setup_peers.sh)
   --no-pin        do not pin the processes
   -k              keep each run's folder (checkpoints, logs, metrics)
+  --resume        go on with the results file of a stopped run of the same command (the same arguments but
+                  --resume, the same target): its rows are kept, the runs it has a row "ok" for are not run
+                  again, and its header gains a line saying when, and at which commit, the run went on
   -h, --help      this text
 
 Needs root, ip, tc, taskset, mpirun and python3. A peer that is missing (no PyTorch with gloo in PYTHON) or
@@ -98,6 +101,7 @@ WORK=/tmp/terngrad_tta
 PYTHON=/opt/terngrad-peers-venv/bin/python
 PIN=1
 KEEP=0
+RESUME=0
 RATES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -129,6 +133,7 @@ while [ $# -gt 0 ]; do
     --debian-torch) PYTHON=/usr/bin/python3 && shift ;;
     --no-pin) PIN=0 && shift ;;
     -k) KEEP=1 && shift ;;
+    --resume) RESUME=1 && shift ;;
     -*) die "unknown option $1 (--help)" ;;
     *) RATES+=("$1") && shift ;;
   esac
@@ -297,6 +302,26 @@ results_header tta "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
 } >>"$HEADER"
 ROWS=$TMP/rows
 : >"$ROWS"
+if [ "$RESUME" = 1 ] && [ -f "$OUT" ]; then
+  # The stopped run's header and rows; refused unless it ran this command (without --resume) to this target.
+  old_cmd=$(sed -n 's/^# command: //p' "$OUT" | head -n 1)
+  new_cmd=$(sed -n 's/^# command: //p' "$HEADER" | sed 's/ --resume\b//g')
+  grep -q '^# kind: tta$' "$OUT" || die "--resume: $OUT is not a time-to-accuracy results file"
+  [ "$old_cmd" = "$new_cmd" ] || die "--resume: $OUT was written by '$old_cmd', not by '$new_cmd'"
+  grep -q "^# target: $TARGET " "$OUT" || die "--resume: $OUT has another target than $TARGET"
+  [ "$(grep -v '^#' "$OUT" | head -n 1)" = "$COLUMNS_LINE" ] || die "--resume: $OUT has other columns"
+  kept_rows=$(grep -v '^#' "$OUT" | tail -n +2 | awk -F'\t' '$18 == "ok"' | wc -l)
+  {
+    grep '^#' "$OUT"
+    echo "# resumed: $(date -u +%Y-%m-%dT%H:%M:%SZ) at commit $(sed -n 's/^# commit: //p' "$HEADER") (tree $(sed -n 's/^# tree: //p' "$HEADER")), load $(cut -d' ' -f1-3 /proc/loadavg); $kept_rows runs kept"
+  } >"$TMP/resumed_header"
+  mv "$TMP/resumed_header" "$HEADER"
+  grep -v '^#' "$OUT" | tail -n +2 | awk -F'\t' '$18 == "ok"' >"$ROWS"
+  echo "tta_bench.sh: resuming $OUT: $kept_rows runs kept" >&2
+fi
+done_before() { # rep rate machines system: 0 when the resumed file has this run's row
+  awk -F'\t' -v r="$1" -v a="$2" -v m="$3" -v s="$4" '$1 == r && $4 == a && $5 == m && $6 == s { f = 1 } END { exit !f }' "$ROWS"
+}
 REP=0
 SEED=0
 LOAD=0
@@ -448,6 +473,10 @@ for REP in $(seq "$REPEATS"); do
         i=$((i + 1))
         LOAD=$(cut -d' ' -f1 /proc/loadavg)
         name=$(system_name "$s")
+        if done_before "$REP" "$rate" "$m" "$name"; then
+          echo "# [$i/$total] repetition $REP (seed $SEED), $rate, $m machines, $name: kept from the stopped run" >&2
+          continue
+        fi
         echo "# [$i/$total] repetition $REP (seed $SEED), $rate, $m machines, $name ..." >&2
         case "$s" in
           fp32 | terngrad) run_ours "$rate" "$m" "$name" "$s" ;;
