@@ -416,9 +416,12 @@ SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement"
 
 
 def provenance_line(header, path):
-    return "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
+    line = "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
         header["commit"][:10], header["date"], header["cpu"], header["isa"].split(" (")[0], header["load"],
         header["command"], path)
+    if "resumed" in header:  # a stopped run gone on with (tta_bench.sh --resume)
+        line += " Resumed %s." % header["resumed"]
+    return line
 
 
 def render(header, rows, path, view):
