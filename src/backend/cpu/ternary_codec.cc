@@ -15,6 +15,7 @@
 //   - generic: plain loops (16 Philox blocks side by side in 64-bit lanes; a 256-entry table of byte lanes).
 // All paths give the same bits (tested: set_ternary_codec_isa forces each), at any thread count: reductions
 // run over fixed chunks whose size depends on n only and are combined in chunk order.
+// Over 900 lines on purpose: each operation's three instruction-set paths sit side by side, to be read together.
 #include "terngrad/backend/ternary_codec.h"
 
 #include <algorithm>
