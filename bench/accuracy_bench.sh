@@ -225,12 +225,8 @@ if [ -f "$OUT" ]; then
   if [ "$old_commit" != "$HEAD_COMMIT" ] && [ "$FORCE" = 0 ]; then
     die "$OUT was measured at commit $old_commit, this checkout is $HEAD_COMMIT: move it away, or -f to add to it"
   fi
-  grep '^#' "$OUT" >"$HEADER"
-  [ "$(grep -v '^#' "$OUT" | head -1)" = "$COLUMNS_LINE" ] || die "$OUT: its columns are not this script's"
-  grep -v '^#' "$OUT" | tail -n +2 >"$ROWS" || true
-  if [ "$DRY_RUN" = 0 ]; then
-    echo "# resumed: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $HEAD_COMMIT, load $(cut -d' ' -f1-3 /proc/loadavg), command $(realpath --relative-to="$ROOT" "$0") ${ARGS[*]}" >>"$HEADER"
-  fi
+  results_resume accuracy "$OUT" "$COLUMNS_LINE" "$HEADER" "$ROWS" || die "cannot resume $OUT"
+  [ "$DRY_RUN" = 1 ] || results_resumed_line "$0" "${ARGS[@]}" >>"$HEADER"
   echo "accuracy_bench.sh: resuming $OUT: $(awk -F'\t' '$24 == "ok"' "$ROWS" | wc -l) ok rows" >&2
 else
   results_header accuracy "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"

@@ -304,19 +304,14 @@ ROWS=$TMP/rows
 : >"$ROWS"
 if [ "$RESUME" = 1 ] && [ -f "$OUT" ]; then
   # The stopped run's header and rows; refused unless it ran this command (without --resume) to this target.
-  old_cmd=$(sed -n 's/^# command: //p' "$OUT" | head -n 1)
-  new_cmd=$(sed -n 's/^# command: //p' "$HEADER" | sed 's/ --resume\b//g')
-  grep -q '^# kind: tta$' "$OUT" || die "--resume: $OUT is not a time-to-accuracy results file"
+  results_resume tta "$OUT" "$COLUMNS_LINE" "$HEADER" "$TMP/old_rows" || die "--resume: cannot resume $OUT"
+  old_cmd=$(sed -n 's/^# command: //p' "$HEADER" | head -n 1)
+  new_cmd=$(results_command "$0" "${ARGS[@]}" | sed 's/ --resume\b//g')
   [ "$old_cmd" = "$new_cmd" ] || die "--resume: $OUT was written by '$old_cmd', not by '$new_cmd'"
-  grep -q "^# target: $TARGET " "$OUT" || die "--resume: $OUT has another target than $TARGET"
-  [ "$(grep -v '^#' "$OUT" | head -n 1)" = "$COLUMNS_LINE" ] || die "--resume: $OUT has other columns"
-  kept_rows=$(grep -v '^#' "$OUT" | tail -n +2 | awk -F'\t' '$18 == "ok"' | wc -l)
-  {
-    grep '^#' "$OUT"
-    echo "# resumed: $(date -u +%Y-%m-%dT%H:%M:%SZ) at commit $(sed -n 's/^# commit: //p' "$HEADER") (tree $(sed -n 's/^# tree: //p' "$HEADER")), load $(cut -d' ' -f1-3 /proc/loadavg); $kept_rows runs kept"
-  } >"$TMP/resumed_header"
-  mv "$TMP/resumed_header" "$HEADER"
-  grep -v '^#' "$OUT" | tail -n +2 | awk -F'\t' '$18 == "ok"' >"$ROWS"
+  grep -q "^# target: $TARGET " "$HEADER" || die "--resume: $OUT has another target than $TARGET"
+  awk -F'\t' '$18 == "ok"' "$TMP/old_rows" >"$ROWS" # a run that failed runs again
+  kept_rows=$(wc -l <"$ROWS")
+  results_resumed_line "$0" "${ARGS[@]}" >>"$HEADER"
   echo "tta_bench.sh: resuming $OUT: $kept_rows runs kept" >&2
 fi
 done_before() { # rep rate machines system: 0 when the resumed file has this run's row

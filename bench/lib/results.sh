@@ -45,22 +45,52 @@ results_flags() {
   echo "build ${type:-?}, ${cxx% }, CXXFLAGS '${cxxflags}' '${relflags}'; ${omp:-no OMP_* set}"
 }
 
+# SCRIPT ARGS...: the command line, SCRIPT named from the repository root.
+results_command() {
+  local script
+  script=$(realpath --relative-to="$TG_RESULTS_ROOT" "$1")
+  shift
+  if [ $# -eq 0 ]; then echo "$script"; else echo "$script $*"; fi
+}
+# The commit checked out, and whether the tree is clean or modified.
+results_checkout_commit() { git -C "$TG_RESULTS_ROOT" rev-parse HEAD 2>/dev/null || echo unknown; }
+results_checkout_tree() {
+  # Results files and the READMEs that quote them change between runs; any other tracked file is code.
+  if [ -z "$(git -C "$TG_RESULTS_ROOT" status --porcelain --untracked-files=no -- . ':(exclude)bench/results' \
+    ':(exclude)*.md' 2>/dev/null)" ]; then echo clean; else echo modified; fi
+}
+
+# results_resume KIND OUT COLUMNS_LINE HEADER_FILE ROWS_FILE: a stopped run's results file OUT gone on with: its
+# provenance lines to HEADER_FILE, its table's rows (without the column line) to ROWS_FILE. Returns 1, the reason
+# on stderr, when OUT is not of KIND or its columns are not COLUMNS_LINE.
+results_resume() {
+  local kind=$1 out=$2 columns=$3 header=$4 rows=$5
+  grep -q "^# kind: $kind\$" "$out" || {
+    echo "$out is not a results file of kind $kind" >&2
+    return 1
+  }
+  [ "$(grep -v '^#' "$out" | head -n 1)" = "$columns" ] || {
+    echo "$out: its columns are not this script's" >&2
+    return 1
+  }
+  grep '^#' "$out" >"$header"
+  grep -v '^#' "$out" | tail -n +2 >"$rows" || true
+}
+# results_resumed_line SCRIPT ARGS...: the `# resumed:` line a run adds to the header it goes on with.
+results_resumed_line() {
+  echo "# resumed: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(results_checkout_commit) (tree $(results_checkout_tree))," \
+    "load $(cut -d' ' -f1-3 /proc/loadavg), command $(results_command "$@")"
+}
+
 # results_header KIND BUILD_DIR SCRIPT ARGS...: the provenance lines, SCRIPT named from the repository root.
 results_header() {
-  local kind=$1 build=$2 script=$3 commit tree=clean cmd
+  local kind=$1 build=$2 script=$3
   shift 3
-  script=$(realpath --relative-to="$TG_RESULTS_ROOT" "$script")
-  cmd=$script
-  [ $# -eq 0 ] || cmd="$script $*"
-  commit=$(git -C "$TG_RESULTS_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
-  # Results files and the READMEs that quote them change between runs; any other tracked file is code.
-  [ -z "$(git -C "$TG_RESULTS_ROOT" status --porcelain --untracked-files=no -- . ':(exclude)bench/results' \
-    ':(exclude)*.md' 2>/dev/null)" ] || tree=modified
   echo "# format: terngrad-results 1"
   echo "# kind: $kind"
-  echo "# command: $cmd"
-  echo "# commit: $commit"
-  echo "# tree: $tree"
+  echo "# command: $(results_command "$script" "$@")"
+  echo "# commit: $(results_checkout_commit)"
+  echo "# tree: $(results_checkout_tree)"
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//'), $(nproc) cores"
   echo "# isa: $(results_isa)"
