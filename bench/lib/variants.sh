@@ -7,6 +7,8 @@
 #   bucketN      --scaler_bucket N (N elements share a scaler; 0: one per tensor; N a multiple of 256)
 #   warmup       --fp32_warmup_steps 200 (fp32 exchange for the first 200 steps); warmupK: the first K
 #   noclip       --clip_factor 0 (s = max|g|);   clipC: --clip_factor C
+#   hier         --exchange hierarchical --ranks_per_node 1: each MPI process one emulated node, its workers'
+#                gradients summed in fp32 inside it, 2-bit codes between the nodes (no error feedback)
 # Named combinations (VARIANT_ALIASES; a new one is one line): best = ef+bucket256+warmup.
 # E.g. `ef+bucket256+warmup100`. A new lever is one case of variant_flags below.
 #
@@ -39,7 +41,7 @@ variant_kind() {
 }
 
 variant_flags() {
-  local name=$1 v tok flags=() base="" levers=0 clip=2.5
+  local name=$1 v tok flags=() base="" levers=0 clip=2.5 hier=0 ef=0
   v=$(variant_expand "$name")
   [ -n "$v" ] || {
     echo "variants: an empty variant name" >&2
@@ -55,7 +57,7 @@ variant_flags() {
         }
         base=$tok
         ;;
-      ef) flags+=(--error_feedback) levers=$((levers + 1)) ;;
+      ef) flags+=(--error_feedback) levers=$((levers + 1)) ef=1 ;;
       bucket[0-9]*)
         local n=${tok#bucket}
         { [[ "$n" =~ ^[0-9]+$ ]] && [ $((n % 256)) = 0 ]; } || {
@@ -73,6 +75,7 @@ variant_flags() {
         flags+=(--fp32_warmup_steps "${tok#warmup}") levers=$((levers + 1))
         ;;
       noclip) clip=0 levers=$((levers + 1)) ;;
+      hier) flags+=(--exchange hierarchical --ranks_per_node 1) levers=$((levers + 1)) hier=1 ;;
       clip[0-9]*)
         [[ "${tok#clip}" =~ ^[0-9]+(\.[0-9]+)?$ ]] || {
           echo "variants: '$tok' in '$name': clipC takes a number" >&2
@@ -81,7 +84,7 @@ variant_flags() {
         clip=${tok#clip} levers=$((levers + 1))
         ;;
       *)
-        echo "variants: unknown part '$tok' in '$name' (fp32, fp16, terngrad, ef, bucketN, warmup[K], noclip, clipC;" \
+        echo "variants: unknown part '$tok' in '$name' (fp32, fp16, terngrad, ef, bucketN, warmup[K], noclip, clipC, hier;" \
           "names: ${!VARIANT_ALIASES[*]})" >&2
         return 1
         ;;
@@ -96,6 +99,10 @@ variant_flags() {
       if [ "$base" = fp32 ]; then echo "--grad_bits 32 --clip_factor 0"; else echo "--grad_bits 16 --clip_factor 0"; fi
       ;;
     terngrad)
+      [ "$hier" = 0 ] || [ "$ef" = 0 ] || {
+        echo "variants: '$name': error feedback is an option of the flat exchanges, not of hier" >&2
+        return 1
+      }
       IFS=' '
       echo "--grad_bits 1 --clip_factor $clip${flags[*]:+ ${flags[*]}}"
       ;;
