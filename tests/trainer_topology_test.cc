@@ -5,6 +5,7 @@
 //     of two workers, and two processes);
 //   - a checkpoint of another number of workers is refused without --allow_topology_change, resumed with it
 //     (the data cursor re-derived, said in the log), its per-rank state refused unless --reset_rank_state;
+//   - the quantization probe under the hierarchical exchange leaves the bits and counts the codes each rank drew;
 //   - a --ranks_per_node that does not divide the ranks: one line on every process, exit non-zero.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -82,6 +83,47 @@ TEST_F(TrainerTopology, TwoNodesOfTwoRanksAreHierarchicalWhateverTheProcessLayou
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == final_params("p2r2")) << "4 processes x 1 replica and 2 processes x 2 replicas, same topology";
   EXPECT_TRUE(a == final_params("serial")) << "overlapped and serial";
+}
+
+// The quantization probe under the hierarchical exchange (2 nodes x 2 ranks, 2 processes of 2 replicas of 2
+// workers): it changes no bit of the run, and reports the non-zero share of the codes each rank drew (its part of
+// the node's average), below 1 for every ternary tensor and above 0 for the step and each weight tensor.
+TEST_F(TrainerTopology, QuantizationProbeUnderTheHierarchicalExchange) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const std::string flags = "--max_steps 6 --save_iter 100 --num_nodes 4 --cpu_replicas 2 --ranks_per_node 2";
+  const std::string plain = run(mpirun(2) + train_cmd() + common("plain", flags));
+  EXPECT_NE(plain.find("exchange hierarchical (2 nodes x 2 ranks"), std::string::npos) << plain;
+  const std::string metrics = (root_ / "probe.jsonl").string();
+  run(mpirun(2) + train_cmd() + common("probe", flags + " --quantization_error_every 3 --metrics_jsonl " + metrics));
+  const auto a = final_params("plain");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == final_params("probe")) << "a probe changes no bit of the run";
+  std::ifstream in(metrics);
+  std::string line;
+  int probes = 0;
+  while (std::getline(in, line)) {
+    if (line.find("\"quantization\": true") == std::string::npos) continue;
+    ++probes;
+    // The whole step's share first, then each tensor's; a weight tensor (>= 500 elements) has non-zero codes.
+    int values = 0;
+    for (size_t at = line.find("\"nonzero_fraction\": "); at != std::string::npos;
+         at = line.find("\"nonzero_fraction\": ", at + 1)) {
+      const double f = std::stod(line.substr(at + 20));
+      const size_t name = line.rfind("\"name\": \"", at);
+      const bool weights =
+          values == 0 ||
+          (name != std::string::npos &&
+           line.substr(name + 9, line.find('"', name + 9) - name - 9).find("/weights") != std::string::npos);
+      EXPECT_GE(f, 0.0) << line;
+      EXPECT_LT(f, 1.0) << line;
+      if (weights) {
+        EXPECT_GT(f, 0.0) << line;
+      }
+      ++values;
+    }
+    EXPECT_EQ(values, 7) << "the whole and LeNet's six ternary tensors: " << line;
+  }
+  EXPECT_EQ(probes, 2) << "steps 3 and 6";
 }
 
 TEST_F(TrainerTopology, ErrorFeedbackStateIsPerRankAndResumesBitForBit) {

@@ -359,13 +359,21 @@ const std::vector<float>& GradientExchange::shared_scalers() {
   return host_scalers_;
 }
 
-const std::vector<int64_t>& GradientExchange::zero_codes() {
+const std::vector<double>& GradientExchange::zero_fractions() {
   const Tensor z = scheme_->zero_codes();
   const int64_t n = z.defined() ? z.numel() : 0;
   std::vector<int32_t> h(static_cast<size_t>(n));
   if (n > 0) be_.copy(Tensor(h.data(), Shape{n}, DType::kI32, Device::cpu()), z);
-  host_zero_codes_.assign(h.begin(), h.end());
-  return host_zero_codes_;
+  const std::vector<int64_t> counted = scheme_->zero_code_elements();
+  std::vector<int64_t> numel(static_cast<size_t>(codec_.policy().num_ternary()), 0);
+  for (const TensorCodingPlan& t : codec_.policy().tensors())
+    if (t.ternary_index >= 0) numel[static_cast<size_t>(t.ternary_index)] = t.numel;
+  host_zero_fractions_.assign(h.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const int64_t of = i < counted.size() ? counted[i] : (i < numel.size() ? numel[i] : 0);
+    if (of > 0) host_zero_fractions_[i] = static_cast<double>(h[i]) / static_cast<double>(of);
+  }
+  return host_zero_fractions_;
 }
 
 bool GradientExchange::take_nonfinite_flag() {

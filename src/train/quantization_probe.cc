@@ -55,7 +55,7 @@ const QuantizationReport& QuantizationProbe::measure(GradientExchange& ternary, 
   const Clock::time_point t0 = Clock::now();
   ternary.decode_deferred_now();
   const std::vector<float>& scalers = ternary.shared_scalers();
-  const std::vector<int64_t>& zeros = ternary.zero_codes();
+  const std::vector<double>& zeros = ternary.zero_fractions();
   report_.step = step;
   report_.tensors.clear();
   double err2 = 0, ref2 = 0, nonzero = 0, elements = 0;
@@ -73,12 +73,15 @@ const QuantizationReport& QuantizationProbe::measure(GradientExchange& ternary, 
     q.relative_error = r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
     for (int k = 0; k < t.num_scalers && t.scaler_index + k < static_cast<int>(scalers.size()); ++k)
       q.scaler = std::max(q.scaler, scalers[t.scaler_index + k]);
-    const int64_t z = t.ternary_index < static_cast<int>(zeros.size()) ? zeros[t.ternary_index] : t.numel;
-    q.nonzero_fraction = t.numel > 0 ? 1.0 - static_cast<double>(z) / static_cast<double>(t.numel) : 0.0;
+    // The share of non-zero codes among those this rank drew (a tensor of which it drew none: NaN, left out).
+    const double z = t.ternary_index < static_cast<int>(zeros.size()) ? zeros[t.ternary_index] : 1.0;
+    q.nonzero_fraction = 1.0 - z;
     err2 += e2;
     ref2 += r2;
-    nonzero += static_cast<double>(t.numel - z);
-    elements += static_cast<double>(t.numel);
+    if (!std::isnan(z)) {
+      nonzero += q.nonzero_fraction * static_cast<double>(t.numel);
+      elements += static_cast<double>(t.numel);
+    }
     report_.tensors.push_back(std::move(q));
   }
   report_.relative_error =

@@ -41,7 +41,7 @@ void Trainer::Impl::write_timeline() {
 }
 
 // TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
-// tensor the shared scaler and worker 0's zero fraction.
+// tensor the shared scaler and the zero fraction of the codes this rank drew.
 void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
                                     const PhaseTimes& time) {
   const Net& last = *workers.back().net;
@@ -66,15 +66,15 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
     return;
   }
   const auto& scalers = replicas[0].exchange->shared_scalers();
-  const auto& zeros = replicas[0].exchange->zero_codes();
+  const auto& zeros = replicas[0].exchange->zero_fractions();
   for (const auto& t : policy.tensors()) {
     if (t.scaler_index < 0 || t.scaler_index + t.num_scalers > static_cast<int>(scalers.size())) continue;
     // The tensor's scaler (with --scaler_bucket: the largest of its buckets').
     float s = 0.f;
     for (int k = 0; k < t.num_scalers; ++k) s = std::max(s, scalers[t.scaler_index + k]);
     v.push_back({"scaler/" + t.name, s});
-    if (t.ternary_index < static_cast<int>(zeros.size()) && t.numel > 0)
-      v.push_back({"zero_fraction/" + t.name, static_cast<float>(double(zeros[t.ternary_index]) / double(t.numel))});
+    if (t.ternary_index >= 0 && t.ternary_index < static_cast<int>(zeros.size()) && !std::isnan(zeros[t.ternary_index]))
+      v.push_back({"zero_fraction/" + t.name, static_cast<float>(zeros[t.ternary_index])});
   }
   events.scalars(step, v);
 }

@@ -93,10 +93,11 @@ class GradientExchange {
   const GradientCodec& codec() const { return codec_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
-  // Of the last step: the shared scalers and local worker 0's zero-code count per ternary tensor (summaries;
-  // on a GPU each call copies them to the host, a synchronization); empty for schemes without scalers.
+  // Of the last step: the shared scalers, and per ternary tensor the fraction of the codes this rank drew that
+  // are zero (GradientScheme::zero_codes; NaN for a tensor of which it drew none) (summaries, the quantization
+  // probe; on a GPU each call copies them to the host, a synchronization); empty for schemes without scalers.
   const std::vector<float>& shared_scalers();
-  const std::vector<int64_t>& zero_codes();
+  const std::vector<double>& zero_fractions();
   // Whether a shared scaler was not finite at any step since the last call (reads the scheme's device flag: a
   // synchronization on a GPU; call it before writing a checkpoint), and clears the flag.
   bool take_nonfinite_flag();
@@ -139,7 +140,7 @@ class GradientExchange {
   std::vector<Communicator*> groups_;  // distinct groups of ctx_.comms (for the wire counters)
   uint64_t wire_before_[3] = {0, 0, 0};
   std::vector<float> host_scalers_;
-  std::vector<int64_t> host_zero_codes_;
+  std::vector<double> host_zero_fractions_;
   WeightDecayTerms weight_decay_;  // apply_weight_decay's (SchemeContext::weight_decay points here)
 };
 

@@ -124,10 +124,13 @@ class GradientScheme {
   // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
   // the device; nullptr when it has none.
   virtual Slab* rank_state() { return nullptr; }
-  // Ternary schemes: the shared scaler of each ternary tensor and local worker 0's zero-code count of the last
-  // step, on the device (summaries); undefined tensors otherwise.
+  // Ternary schemes: the shared scaler of each ternary tensor and the zero-code count per ternary tensor of the
+  // codes this rank drew at the last step (terngrad: local worker 0's; hierarchical: the node's average, this
+  // rank's part of each tensor), on the device (summaries, the quantization probe); undefined tensors otherwise.
   virtual Tensor shared_scalers() const { return Tensor(); }
   virtual Tensor zero_codes() const { return Tensor(); }
+  // How many codes zero_codes() counted per ternary tensor; empty: each whole tensor (its numel).
+  virtual std::vector<int64_t> zero_code_elements() const { return {}; }
   // A device flag (i32 (1)) set when any shared scaler of any step since the last clear was not finite: read
   // before a checkpoint is written, so a NaN never reaches one. Undefined when the scheme has no scalers.
   virtual Tensor nonfinite_flag() const { return Tensor(); }

@@ -3,7 +3,8 @@
 // the run's own ternary exchange exactly as on any other step. Per ternary tensor it reports
 //   relative_error     ||decoded average - fp32 average|| / ||fp32 average|| (2-norms; the weight decay the
 //                      exchange adds is in both)
-//   nonzero_fraction   the fraction of local worker 0's codes that are not 0
+//   nonzero_fraction   the fraction of the codes this rank drew that are not 0 (GradientScheme::zero_codes:
+//                      terngrad's local worker 0, hierarchical's node average on this rank's part)
 //   scaler             the shared scaler (with --scaler_bucket: the largest of the tensor's buckets')
 // The ternary exchange sees the very gradients it sees without the probe (they are kept and put back around the
 // fp32 exchange), so the run's bits do not change; the cost (one fp32 exchange, two copies of the gradients,
@@ -27,7 +28,7 @@ struct TensorQuantization {
   std::string name;
   int64_t numel = 0;
   double relative_error = 0;    // ||decoded - fp32|| / ||fp32|| (0/0 counts as 0; x/0 as +inf)
-  double nonzero_fraction = 0;  // local worker 0's codes
+  double nonzero_fraction = 0;  // of the codes this rank drew (NaN: it drew none of this tensor)
   float scaler = 0;             // the largest of the tensor's shared scalers
   int num_scalers = 0;          // 1, or its buckets with --scaler_bucket
 };

@@ -84,6 +84,7 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   const size_t at_local = arena_.reserve(4 * static_cast<size_t>(W * T));
   const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
   const size_t at_flag = arena_.reserve(4);
+  const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(p.num_ternary()));
   struct Offsets {
     size_t f, h, packed, node;
   };
@@ -136,6 +137,13 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   for (int w = 0; w < W; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
   shared_scalers_ = arena_.view(at_shared, T, DType::kF32);
   nonfinite_ = arena_.view(at_flag, 1, DType::kI32);
+  if (nodes && p.num_ternary() > 0) {
+    zero_codes_ = arena_.view(at_zeros, p.num_ternary(), DType::kI32);
+    zero_code_elements_.assign(static_cast<size_t>(p.num_ternary()), 0);
+    for (const Bucket& b : buckets_)
+      for (const Piece& pc : b.pieces)
+        if (pc.ternary) zero_code_elements_[static_cast<size_t>(p.tensors()[pc.tensor].ternary_index)] = pc.count(k_);
+  }
   host_scalers_.assign(static_cast<size_t>(T), 0.f);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
@@ -159,6 +167,11 @@ Tensor HierarchicalScheme::part_scalers(const Piece& pc, int k) const {
   if (t.num_scalers == 1) return shared_scalers_.slice0(t.scaler_index, t.scaler_index + 1);
   const int64_t first = t.scaler_index + pc.begin(k) / bucket;
   return shared_scalers_.slice0(first, first + ternary_num_scalers(pc.count(k), bucket));
+}
+
+Tensor HierarchicalScheme::zero_count(const Piece& pc) const {
+  const int i = ctx_.codec->policy().tensors()[pc.tensor].ternary_index;
+  return zero_codes_.defined() && i >= 0 ? zero_codes_.slice0(i, i + 1) : Tensor();
 }
 
 Tensor HierarchicalScheme::shard_of(const Bucket& b, const Tensor& whole) const {
@@ -276,7 +289,8 @@ void HierarchicalScheme::encode(Bucket& b) {
     const Tensor values = own.slice0(pc.at, pc.at + count);
     if (pc.ternary) {
       be.ternary_encode(values, part_scalers(pc, k_), key, step_, static_cast<uint32_t>(pc.tensor) + shard_salt,
-                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), Tensor(), p.scaler_bucket());
+                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), zero_count(pc),
+                        p.scaler_bucket());
     } else {
       be.copy(b.dense_sum.slice0(pc.dense_at, pc.dense_at + count), values);
     }

@@ -59,6 +59,9 @@ class HierarchicalScheme final : public GradientScheme {
   const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
   bool decode_deferred(int bucket) override;
   Tensor shared_scalers() const override { return shared_scalers_; }
+  // Several nodes: the zero codes of the node's average on this rank's part of each ternary tensor.
+  Tensor zero_codes() const override { return zero_codes_; }
+  std::vector<int64_t> zero_code_elements() const override { return zero_code_elements_; }
   Tensor nonfinite_flag() const override { return nonfinite_; }
   std::string describe() const override;
 
@@ -97,6 +100,7 @@ class HierarchicalScheme final : public GradientScheme {
   };
   Tensor shard_of(const Bucket& b, const Tensor& whole) const;
   Tensor part_scalers(const Piece& pc, int k) const;
+  Tensor zero_count(const Piece& pc) const;       // i32 (1): the piece's tensor's entry of zero_codes_, or undefined
   Tensor dense_of(const Bucket& b, int k) const;  // local rank k's dense sums (f32 (D)) in b.node
   void scalers(Bucket& b);
   void local_sum(Bucket& b);
@@ -119,6 +123,8 @@ class HierarchicalScheme final : public GradientScheme {
   Tensor local_scalers_;
   std::vector<Tensor> local_scaler_rows_;
   Tensor shared_scalers_;
+  Tensor zero_codes_;                        // i32 (num_ternary), several nodes: zeros among this rank's codes
+  std::vector<int64_t> zero_code_elements_;  // (num_ternary): the codes counted, this rank's part of each tensor
   Tensor nonfinite_;
   std::vector<float> host_scalers_;
   DeferredAverages deferred_;  // defer_decode: the ternary tensors' coded averages
