@@ -7,7 +7,8 @@
 # are those the MPI communicator counted crossing between them, not a model of them. Every run is one seed (the
 # recipe's, 1): one run's accuracy differs from the next seed's by a few tenths of a point (README "Accuracy" has
 # means over seeds). The TernGrad runs also measure how far their averaged gradient is from fp32's
-# (--quantization_error_every 375).
+# (--quantization_error_every 375). Last, scripts/plot_runs.py draws the runs side by side into
+# WORK_DIR/terngrad_vs_fp32.png (loss, test accuracy, examples/sec, gradient bytes, against steps and wall time).
 # Usage: scripts/demo.sh [--results FILE] [WORK_DIR]      (default /tmp/terngrad_demo)
 #   --results FILE   also write the figures as a results file (bench/lib/results.sh; the README's demo table
 #                    is rendered from bench/results/demo.tsv)
@@ -59,8 +60,9 @@ train_and_eval() {  # name config [flags...]
     "$TRAIN" --config "$config" --num_nodes 1 --data_dir "$WORK/data" --train_dir "$WORK/$name" \
     --max_steps "$STEPS" --threads "$THREADS" --metrics_jsonl "$WORK/$name.jsonl" "$@" 2>&1 | tee "$WORK/$name.log"
   echo "== evaluating $name"
+  # --eval_dir: the accuracy also goes into the train_dir (eval.jsonl, TensorBoard), where plot_runs.py reads it.
   "$EVAL" --checkpoint_dir "$WORK/$name" --data_dir "$WORK/data" --subset test --run_once \
-    --threads "$CORES" | tee "$WORK/$name.eval"
+    --threads "$CORES" --eval_dir "$WORK/$name" | tee "$WORK/$name.eval"
 }
 
 # A field of the metrics summary (the last line), or of the last logged step's line.
@@ -138,4 +140,14 @@ if [ -n "$RESULTS" ]; then
   } > "$WORK/results.table"
   results_commit "$WORK/results.header" "$WORK/results.table" "$RESULTS"
 fi
+# The runs side by side (loss, test accuracy, examples/sec, bytes against steps and wall time): one PNG.
+plot=$WORK/terngrad_vs_fp32.png
+labels=(--label=TernGrad) runs=("$WORK/terngrad")
+if ((lever)); then labels+=("--label=TernGrad $LEVER_FLAGS") runs+=("$WORK/terngrad_lever"); fi
+if ((baseline)); then labels+=(--label=fp32) runs+=("$WORK/fp32"); fi
 echo "logs, checkpoints and metrics in $WORK"
+if python3 "$TG_ROOT/scripts/plot_runs.py" -o "$plot" "${labels[@]}" "${runs[@]}" > "$WORK/plot.log" 2>&1; then
+  echo "plot: $plot"
+else
+  echo "plot: not written: $(tail -1 "$WORK/plot.log")"
+fi

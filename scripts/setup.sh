@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages terngrad needs to build, test and run its demo, the one Python package its tests
+# Installs the Debian packages terngrad needs to build, test and run its demo, the Python package its tests
 # read results with (tensorboard, from PyPI: tests/event_writer_test.cc opens our event files with TensorBoard's
-# own reader) and the Python venv of the ONNX export test (TG_ONNX_VENV, default /opt/terngrad-venv: numpy, onnx,
-# onnxruntime from PyPI, pinned): idempotent, no prompts, run as root on a fresh machine. Installs nothing else
-# (the CUDA toolkit is expected in /usr/local/cuda; its absence only disables the CUDA backend). Benchmark peers
-# (PyTorch) are installed by bench/setup_peers.sh, not here.
+# own reader), matplotlib (scripts/plot_runs.py, the demo's figure) and the Python venv of the ONNX export test
+# (TG_ONNX_VENV, default /opt/terngrad-venv: numpy, onnx, onnxruntime from PyPI, pinned): idempotent, no prompts,
+# run as root on a fresh machine. Installs nothing else (the CUDA toolkit is expected in /usr/local/cuda; its
+# absence only disables the CUDA backend). Benchmark peers (PyTorch) are installed by bench/setup_peers.sh, not
+# here.
 set -euo pipefail
 
 packages=(
@@ -78,6 +79,20 @@ else
   echo "setup: installing python3 tensorboard (PyPI)"
   python3 -m pip install --quiet --disable-pip-version-check tensorboard ||
     python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tensorboard
+fi
+# matplotlib for scripts/plot_runs.py (the demo's figure, ctest plot_runs): Debian's package when that python3 is
+# Debian's, else from PyPI as tensorboard.
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  echo "setup: python3 matplotlib present"
+elif [ "$(python3 -c 'import sys; print(sys.prefix)')" = /usr ] && [ "$(id -u)" -eq 0 ]; then
+  echo "setup: installing python3-matplotlib"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends python3-matplotlib ||
+    { apt-get update -q && apt-get install -y -q --no-install-recommends python3-matplotlib; }
+else
+  echo "setup: installing python3 matplotlib (PyPI)"
+  python3 -m pip install --quiet --disable-pip-version-check matplotlib ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages matplotlib
 fi
 setup_venv
 echo "setup: done"

@@ -195,7 +195,10 @@ TEST_F(TrainerTest, ForeignTrainDirIsRefused) {
     Trainer t(other);
     FAIL() << "expected a refusal";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("use another --train_dir"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()),
+              "--dataset mnist differs from the checkpoint's fashion_mnist in --train_dir " + a.train_dir +
+                  ": a resumed run goes on with the settings it was written with; leave --dataset out (the run "
+                  "continues with fashion_mnist) or train in another --train_dir");
   }
 }
 
@@ -238,14 +241,14 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
     }
   }
   EXPECT_FALSE(fs::exists(root_ / "bad" / "checkpoint"));
-  // The binary: one line on stderr, exit 1.
+  // The binary: one line on stderr, exit 2 (a usage error: a value its flag's check refuses).
   std::string out;
   EXPECT_EQ(
-      run(bin("terngrad-train") + " --benchmark_mode --grad_bits 7 --train_dir " + (root_ / "cli").string(), &out), 1);
+      run(bin("terngrad-train") + " --benchmark_mode --grad_bits 7 --train_dir " + (root_ / "cli").string(), &out), 2);
   EXPECT_NE(out.find("--grad_bits 7 is not one of 1 (TernGrad), 16 (fp16), 32 (fp32)"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_EQ(
-      run(bin("terngrad-train") + " --benchmark_mode --bucket_mb 0 --train_dir " + (root_ / "cli").string(), &out), 1);
+      run(bin("terngrad-train") + " --benchmark_mode --bucket_mb 0 --train_dir " + (root_ / "cli").string(), &out), 2);
   EXPECT_NE(out.find("--bucket_mb 0 must be a positive number of MiB"), std::string::npos) << out;
   EXPECT_EQ(run(bin("terngrad-train") + " --benchmark_mode --timeline /nonexistent/folder/t.json --train_dir " +
                     (root_ / "cli").string(),
@@ -757,7 +760,7 @@ TEST_F(TrainerTest, BadDataAndBadNumbersAreOneLineErrors) {
       {lenet + " --data_dir " + data_dir_ + " --batch_size 99999999999999999999",
        "--batch_size: '99999999999999999999' is out of range", 2},
       {lenet + " --data_dir " + data_dir_ + " --batch_size 1099511627776",
-       "--batch_size 1099511627776 is above the limit", 1},
+       "--batch_size 1099511627776 is above the limit", 2},
       {lenet + " --data_dir " + data_dir_ + " --no_such_flag", "--no_such_flag", 2},
   };
   for (const auto& k : cases) {

@@ -10,7 +10,8 @@
 #   - starts terngrad-eval in the background on the train_dir (it exits after the checkpoint of the trainer's
 #     max_steps), runs terngrad-train, and waits for both.
 # A failed training ends the evaluation too (trap EXIT); INT/TERM first ask the training to stop (it saves a
-# checkpoint and exits), then end both. DRY_RUN=1 prints the folders and the two commands and runs nothing.
+# checkpoint and exits), then end both. DRY_RUN=1 prints the folders and the two commands and runs nothing. With
+# DEVICE=cuda both first say, in one line, that the GPU path has not yet been run on a GPU device.
 # From the launcher: CONFIG DEVICE NUM_GPUS VAL_BATCH_SIZE EVAL_INTERVAL_SECS [NUM_NODES] [FOLDER_WITH_GPUS=1].
 # From the environment: BUILD_DIR ROOT_WORKSPACE DATA_DIR RESTORE_AVG_VAR(true) EVAL_SUBSET(the dataset's)
 # DRY_RUN, and the variables of TG_OVERRIDES.
@@ -173,6 +174,11 @@ launch_training() {
   train_args+=(--train_dir "$train_dir" --data_dir "$DATA_DIR" --device "$DEVICE" --num_gpus "$NUM_GPUS"
     --metrics_jsonl "$info_dir/training_${folder}_metrics.jsonl" "${launch_args[@]}")
 
+  # Said once, in the dry run as at a real start, by every launcher run on a GPU.
+  if [[ $DEVICE == cuda* ]]; then
+    echo "note: the GPU path is compiled and tested against the CPU reference in unit tests but has not yet been" \
+      "run on a GPU device"
+  fi
   if [[ ${DRY_RUN:-0} == 1 ]]; then
     echo "train_dir: $train_dir"
     echo "eval_dir: $eval_dir"

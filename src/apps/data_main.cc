@@ -114,9 +114,7 @@ int main(int argc, char** argv) {
         TG_THROW("{} corrupt records and {} undecodable images", r.corrupt, r.undecodable);
     }
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "terngrad-data: error: %s\n", e.what());
-    return 1;
+    return tg::apps::report_error(e, "terngrad-data");
   }
   return 0;
 }

@@ -135,7 +135,6 @@ int main(int argc, char** argv) {
       evaluator.watch(ec.checkpoint_dir, {ec.run_once, ec.eval_interval_secs, ec.max_steps}, on_result);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "terngrad-eval: error: %s\n", e.what());
-    return 1;
+    return tg::apps::report_error(e, "terngrad-eval");
   }
 }

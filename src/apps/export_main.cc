@@ -80,7 +80,6 @@ int main(int argc, char** argv) {
         o.opset, s.weights_digest.c_str());
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "terngrad-export: error: %s\n", e.what());
-    return 1;
+    return tg::apps::report_error(e, "terngrad-export");
   }
 }

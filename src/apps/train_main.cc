@@ -9,13 +9,17 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "app_cli.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/mpi_communicator.h"
+#include "terngrad/core/human_units.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
+#include "terngrad/train/evaluator.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/train_flags.h"
 #include "terngrad/train/trainer.h"
@@ -69,6 +73,42 @@ int print_summary(tg::TrainConfig c) {
   return 0;
 }
 
+// The flags the command line or --config gave (a resumed run keeps the checkpoint's value of the others).
+std::set<std::string> given_flags(const CLI::App& app) {
+  std::set<std::string> given;
+  for (const CLI::Option* o : app.get_options())
+    if (o->count() > 0)
+      for (const std::string& n : o->get_lnames()) given.insert(n);
+  return given;
+}
+
+// The end of a run: one `done:` line (at every log level but off), where the checkpoint is, and with
+// --eval_at_end the final checkpoint's test accuracy.
+void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
+  const double saved = r.fp32_bytes_moved ? 1.0 - double(r.bytes_moved) / double(r.fp32_bytes_moved) : 0.0;
+  tg::log_result(fmt::format(
+      "done: {} steps{} in {}, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} vs {} in fp32 ({:.1f}% "
+      "saved), parameter digest {}",
+      r.steps_done, r.start_step > 0 ? fmt::format(" (resumed at {})", r.start_step) : "",
+      tg::human_duration(r.wall_seconds), r.final_loss, r.median_examples_per_sec,
+      tg::human_bytes(static_cast<double>(r.bytes_moved)), tg::human_bytes(static_cast<double>(r.fp32_bytes_moved)),
+      100 * saved, r.parameter_digest));
+  spdlog::info("checkpoint {}; evaluate it with: terngrad-eval --checkpoint_dir {} --data_dir {} --run_once",
+               r.last_checkpoint, config.train_dir, config.data_dir.empty() ? "DATA_DIR" : config.data_dir);
+  if (config.eval_at_end.empty() || r.interrupted) return;
+  tg::EvalOptions eo;
+  static_cast<tg::DataConfig&>(eo) = config;
+  eo.data_dir = config.data_dir;
+  eo.subset = config.eval_at_end;
+  eo.device = config.device == "cpu" ? "cpu" : "cuda:0";
+  eo.threads = config.threads;
+  const tg::EvalResult e = tg::Evaluator(eo).evaluate(r.last_checkpoint);
+  tg::log_result(
+      fmt::format("test: precision@1 {:.4f}, recall@5 {:.4f} on the {} examples of '{}' (--eval_at_end; "
+                  "the moving averages of step {})",
+                  e.precision_at_1(), e.recall_at_5(), e.examples, e.subset, e.step));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,12 +119,14 @@ int main(int argc, char** argv) {
   MainOptions options;
   add_flags(app, config, options);
   if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-train"); status >= 0) return status;
+  config.given_flags = given_flags(app);
   // Outside the try: when one process fails, its error is printed and the whole job aborted (MPI_Abort)
   // before MPI would be finalized, which would wait for the other processes forever.
   std::unique_ptr<tg::MpiEnvironment> mpi;
   std::unique_ptr<tg::MpiCommunicator> comm;
   try {
     tg::setup_logging(options.log_level);
+    tg::check_flags(tg::train_flags(), config);  // a bad value is a usage error (exit 2), before MPI starts
     if (options.summary) return print_summary(config);
     if (tg::launched_by_mpi()) {
       mpi = std::make_unique<tg::MpiEnvironment>();
@@ -92,20 +134,12 @@ int main(int argc, char** argv) {
     }
     config.apply_decode_defaults();
     tg::Trainer trainer(config, comm.get());
-    tg::TrainResult r = trainer.run(signals.flag());
-    if ((!comm || comm->rank() == 0) && !r.already_finished) {
-      double saved = r.fp32_bytes_moved ? 1.0 - double(r.bytes_moved) / double(r.fp32_bytes_moved) : 0.0;
-      spdlog::info(
-          "done: {} steps, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} bytes vs {} in fp32 "
-          "({:.1f}% saved), parameter digest {}",
-          r.steps_done, r.final_loss, r.median_examples_per_sec, r.bytes_moved, r.fp32_bytes_moved, 100 * saved,
-          r.parameter_digest);
-    }
+    const tg::TrainResult r = trainer.run(signals.flag());
+    if ((!comm || comm->rank() == 0) && !r.already_finished) report_done(config, r);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "terngrad-train: error: %s\n", e.what());
-    std::fflush(stderr);
-    if (mpi && mpi->world_size() > 1) tg::MpiEnvironment::abort_all(1);
-    return 1;
+    const int status = tg::apps::report_error(e, "terngrad-train");
+    if (mpi && mpi->world_size() > 1) tg::MpiEnvironment::abort_all(status);
+    return status;
   }
 }

@@ -11,7 +11,7 @@ static const char* basename_of(const char* path) {
 }
 
 void throw_check_failed(const char* expr, const char* file, int line, const std::string& msg) {
-  throw Error(fmt::format("{} (check `{}` failed at {}:{})", msg, expr, basename_of(file), line));
+  throw Error(msg, fmt::format("check `{}` failed at {}:{}", expr, basename_of(file), line));
 }
 
 void throw_call_failed(const char* library, const char* call, const std::string& status, const char* file, int line) {

@@ -66,6 +66,12 @@ std::string PhaseTimes::compact() const {
                      ms(Phase::kOther));
 }
 
+const char* PhaseTimes::legend() {
+  return "the window's mean ms per step: in = waiting for input, fb = forward + backward, sc = gradient scalers, "
+         "en = encode, comm = communication blocked / in flight (cpu = the communication thread's CPU time), "
+         "de = decode, opt = optimizer + moving averages, other = the rest";
+}
+
 std::vector<std::pair<std::string, double>> PhaseTimes::named(const std::string& prefix) const {
   std::vector<std::pair<std::string, double>> out;
   out.reserve(kPhaseCount);

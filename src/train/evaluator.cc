@@ -52,11 +52,19 @@ class EvalDumps {
     if (!o_.dump_labels.empty()) labels_.insert(labels_.end(), labels, labels + n);
   }
   void write(int64_t examples) const {
-    if (!o_.dump_inputs.empty())
+    if (!o_.dump_inputs.empty()) {
       write_npy(o_.dump_inputs, images_.data(), DType::kF32,
                 {examples, image_shape_[0], image_shape_[1], image_shape_[2]});
-    if (!o_.dump_logits.empty()) write_npy(o_.dump_logits, logits_.data(), DType::kF32, {examples, classes_});
-    if (!o_.dump_labels.empty()) write_npy(o_.dump_labels, labels_.data(), DType::kI32, {examples});
+      spdlog::info("wrote the {} input images to {} (--dump_inputs)", examples, o_.dump_inputs);
+    }
+    if (!o_.dump_logits.empty()) {
+      write_npy(o_.dump_logits, logits_.data(), DType::kF32, {examples, classes_});
+      spdlog::info("wrote the {} examples' logits to {} (--dump_logits)", examples, o_.dump_logits);
+    }
+    if (!o_.dump_labels.empty()) {
+      write_npy(o_.dump_labels, labels_.data(), DType::kI32, {examples});
+      spdlog::info("wrote the {} labels to {} (--dump_labels)", examples, o_.dump_labels);
+    }
   }
 
  private:
@@ -140,10 +148,17 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
 void Evaluator::watch(const std::string& train_dir, const WatchOptions& watch,
                       const std::function<void(const EvalResult&)>& report) const {
   int64_t last_step = -1;
+  bool said_waiting = false;
   for (;;) {
     const std::optional<std::string> latest = latest_checkpoint(train_dir);
     if (!latest) {
       TG_CHECK(!watch.run_once, "--checkpoint_dir {} has no checkpoint", train_dir);
+      if (!said_waiting)
+        spdlog::info(
+            "waiting for a checkpoint in {} (looking every {} s; --run_once evaluates what is there and exits)",
+            train_dir, watch.interval_secs);
+      said_waiting = true;
+      spdlog::default_logger()->flush();
     } else {
       const CheckpointReader reader(*latest);
       const int64_t step = reader.meta().step;

@@ -11,7 +11,11 @@ namespace tg {
 void TrainConfig::resolve_defaults() {
   const DatasetInfo& d = dataset_info(dataset);
   const ModelInfo& m = find_model(net);
-  if (image_size == 0) image_size = m.default_image_size > 0 ? m.default_image_size : d.default_image_size;
+  // --image_size 0: the dataset's size, or the network's own (inception_v3's 299) where the dataset's images are
+  // large enough for the network (ImageNet); small images are never upscaled unless asked (validate() says how).
+  if (image_size == 0)
+    image_size = m.default_image_size > 0 && d.default_image_size >= m.min_image_size ? m.default_image_size
+                                                                                      : d.default_image_size;
   if (num_classes == 0) num_classes = d.num_classes;
   if (label_smoothing < 0.f) label_smoothing = m.label_smoothing;
 }
@@ -25,6 +29,18 @@ void TrainConfig::validate(int num_processes) const {
            "--device '{}' is not one of cpu, cuda, cuda:<index>", device);
   TG_CHECK(num_nodes == -1 || num_nodes >= 1, "--num_nodes {} must be at least 1 (or -1: one per GPU)", num_nodes);
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);  // 0 is resolved by now
+  {
+    const ModelInfo& m = find_model(net);
+    const DatasetInfo& d = dataset_info(dataset);
+    if (image_size < m.min_image_size)
+      TG_THROW(
+          "--net {} needs images of at least {}x{}, this run's are {}x{} ({}): pass --image_size {} to upscale "
+          "--dataset "
+          "{}'s {}x{} images, or train a network for small images (lenet, cifarnet)",
+          net, m.min_image_size, m.min_image_size, image_size, image_size,
+          image_size == d.default_image_size ? "--dataset " + dataset + "'s size" : "--image_size",
+          m.default_image_size > 0 ? m.default_image_size : 224, dataset, d.default_image_size, d.default_image_size);
+  }
   TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
   TG_CHECK(cpu_replicas == 1 || device == "cpu", "--cpu_replicas {} needs --device cpu (GPUs: --num_gpus)",
            cpu_replicas);

@@ -138,6 +138,10 @@ std::vector<Flag<TrainConfig>> make_table() {
        "non-zero codes and the scaler (log line, TensorBoard `quantization/…`, a `--metrics_jsonl` line with "
        "`\"quantization\": true`); the run's bits do not change, the cost falls on those steps only",
        at_least(0).note("0: never")},
+      {"eval_at_end", &C::eval_at_end,
+       "after the last step, evaluate the final checkpoint (the moving averages, as terngrad-eval) on "
+       "`<data_dir>/<subset>-*` of this subset (e.g. `test`) and end with its precision@1; empty: no evaluation",
+       no_check(), kFlagNotSaved},
   });
   append(embed_flags<C>(data_flags()));
   return t;

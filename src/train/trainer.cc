@@ -15,7 +15,7 @@ int host_local_rank() {
 
 // --threads over --cpu_replicas: each CPU replica's team gets an equal share of the cores (at least one).
 int cpu_threads_per_replica(int threads, int replicas) {
-  const int all = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  const int all = threads > 0 ? threads : available_cores();
   return std::max(1, all / replicas);
 }
 
@@ -45,6 +45,7 @@ Trainer::Trainer(const TrainConfig& config, Communicator* process_comm) : impl_(
     impl_->num_processes = process_comm->size();
   }
   impl_->cfg.num_processes = impl_->num_processes;
+  impl_->adopt_checkpoint_flags();
   impl_->cfg.resolve_defaults();
   impl_->cfg.validate(impl_->num_processes);
   impl_->build();

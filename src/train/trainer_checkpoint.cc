@@ -23,6 +23,72 @@ Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
 }
 }  // namespace
 
+namespace {
+// A resumed run goes on as it was written. These flags are taken from the checkpoint when the command line does
+// not give them, and a given value that differs is refused: the gradient coding and exchange, the optimizer and
+// its learning rate, the model's regularisation, the compute precision (kFlagResume flags: the data layout, the
+// same way; another number of workers or processes with --allow_topology_change).
+constexpr const char* kRunFlags[] = {"net",
+                                     "dataset",
+                                     "image_size",
+                                     "num_classes",
+                                     "grad_bits",
+                                     "clip_factor",
+                                     "size_to_binarize",
+                                     "quantize_logits",
+                                     "error_feedback",
+                                     "exchange",
+                                     "local_bits",
+                                     "optimizer",
+                                     "momentum",
+                                     "initial_learning_rate",
+                                     "weight_decay",
+                                     "precision",
+                                     "warmup_steps",
+                                     "label_smoothing",
+                                     "learning_rate_decay_type",
+                                     "dropout_keep_prob",
+                                     "num_epochs_per_decay",
+                                     "learning_rate_decay_factor",
+                                     "moving_average_decay"};
+// Taken from the checkpoint when not given; a given value wins (check_resumable says so of the last two).
+constexpr const char* kContinueFlags[] = {"max_steps", "scaler_bucket", "fp32_warmup_steps"};
+
+bool listed(const std::string& name, const char* const* begin, const char* const* end) {
+  return std::find_if(begin, end, [&](const char* n) { return name == n; }) != end;
+}
+}  // namespace
+
+void Trainer::Impl::adopt_checkpoint_flags() {
+  const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
+  if (!latest) return;
+  const CheckpointMeta m = CheckpointReader(*latest).meta();
+  TrainConfig resolved = cfg;  // the defaults that follow from the network and dataset are no news
+  resolved.resolve_defaults();
+  std::string taken;
+  for (const Flag<TrainConfig>& f : train_flags()) {
+    const bool run = listed(f.name, std::begin(kRunFlags), std::end(kRunFlags));
+    const bool go_on = listed(f.name, std::begin(kContinueFlags), std::end(kContinueFlags));
+    const bool layout = f.has(kFlagResume) && !f.has(kFlagInternal);
+    if (!run && !go_on && !layout) continue;
+    const auto was = m.flags.find(f.name);
+    if (was == m.flags.end() || was->second == flag_value_text(f, cfg)) continue;
+    if (was->second == flag_value_text(f, resolved)) continue;  // e.g. --image_size 0: the size it resolves to
+    if (!cfg.flag_given(f.name)) {
+      set_flag_from_text(f, cfg, was->second);
+      taken += fmt::format(" --{} {}", f.name, was->second);
+      continue;
+    }
+    if (run)
+      TG_THROW(
+          "--{} {} differs from the checkpoint's {} in --train_dir {}: a resumed run goes on with the settings it was "
+          "written with; leave --{} out (the run continues with {}) or train in another --train_dir",
+          f.name, flag_value_text(f, cfg), was->second, cfg.train_dir, f.name, was->second);
+  }
+  if (!taken.empty() && rank == 0)
+    spdlog::info("resuming {} with the checkpoint's flags (not given on this command line):{}", *latest, taken);
+}
+
 void Trainer::Impl::resume_or_initialize() {
   if (is_chief()) clean_train_dir();
   uint64_t cursor = 0;
@@ -40,9 +106,10 @@ void Trainer::Impl::resume_or_initialize() {
   open_batch_source(cursor);
 }
 
-// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's.
+// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's. A new
+// train_dir is created when the run starts (open_run_log), after the configuration and the data are checked.
 void Trainer::Impl::clean_train_dir() {
-  fs::create_directories(cfg.train_dir);
+  if (!fs::is_directory(cfg.train_dir)) return;
   const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
   if (stale.files > 0)
     spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
@@ -136,11 +203,17 @@ bool Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
     auto was = m.flags.find(key);
     if (was == m.flags.end() || was->second == now.at(key)) continue;
     const bool layout = key == "num_nodes" || key == "num_processes";
-    TG_CHECK(layout && cfg.allow_topology_change,
-             "--{} {} differs from the {} of the checkpoint in --train_dir {}: the resumed run would not see the "
-             "data the uninterrupted run sees; use the same value or another --train_dir{}",
-             key, now.at(key), was->second, cfg.train_dir,
-             layout ? " (or --allow_topology_change to resume on the new layout)" : "");
+    if (key == "num_processes" && !cfg.allow_topology_change)
+      TG_THROW(
+          "this run has {} processes, the checkpoint in --train_dir {} was written by {}: start as many processes, "
+          "pass --allow_topology_change to resume on the new layout, or train in another --train_dir",
+          now.at(key), cfg.train_dir, was->second);
+    if (!layout || !cfg.allow_topology_change)
+      TG_THROW(
+          "--{} {} differs from the checkpoint's {} in --train_dir {}: the resumed run would not see the data the "
+          "uninterrupted run sees; leave --{} out (the run continues with {}), {}or train in another --train_dir",
+          key, now.at(key), was->second, cfg.train_dir, key, was->second,
+          layout ? "pass --allow_topology_change to resume on the new layout, " : "");
     if (is_chief())
       spdlog::warn("--allow_topology_change: {} {} (the checkpoint's: {}; written on {})",
                    key == "num_nodes" ? "workers per process" : "processes", now.at(key), was->second,

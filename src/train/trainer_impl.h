@@ -18,6 +18,9 @@
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/replica_groups.h"
 #include "terngrad/comm/topology.h"
+#include "terngrad/core/atomic_file.h"
+#include "terngrad/core/cpu_cores.h"
+#include "terngrad/core/human_units.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/crc32c.h"
@@ -81,20 +84,6 @@ inline double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-inline std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
-
-inline std::string human_duration(double s) {
-  int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 // What run() keeps between steps: where the log lines go and the sums of the current log window.
 
 struct RunLog {
@@ -136,7 +125,8 @@ struct Trainer::Impl {
   std::string resumed_path;            // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
-  // Construction: build() (replicas, workers, exchange, schedule), then resume_or_initialize().
+  // Construction: adopt_checkpoint_flags(), build() (replicas, workers, exchange, schedule), then
+  // resume_or_initialize().
   void build();
   void place_workers(int n_replicas);
   void build_replicas();
@@ -148,6 +138,7 @@ struct Trainer::Impl {
   bool probes(int64_t t) const;     // step t (0-based) measures the quantization error (--quantization_error_every)
   void build_schedule();
   void allocate_host_batch();
+  void adopt_checkpoint_flags();
   void resume_or_initialize();
   void clean_train_dir();
   uint64_t resume(const std::string& path);
@@ -169,6 +160,7 @@ struct Trainer::Impl {
   TrainResult already_finished() const;
   RunLog open_run_log();
   void log_configuration() const;
+  void write_flags_file() const;
   bool timed_step(int64_t t, float lr, RunLog& log);
   void log_window(int64_t done, float lr, RunLog& log);
   void after_step(int64_t done, RunLog& log);

@@ -1,5 +1,6 @@
 // Trainer: the run loop, its log windows (log line, metrics, TensorBoard), the timeline and the end of a run.
 #include <algorithm>
+#include <filesystem>
 
 #include "src/train/trainer_impl.h"
 
@@ -133,18 +134,48 @@ TrainResult Trainer::Impl::already_finished() const {
 RunLog Trainer::Impl::open_run_log() {
   RunLog log(cfg.batch_size, cfg.log_every, workers.size());
   log.window_host_syncs = replicas[0].backend->host_syncs();
+  log.start = Clock::now();
   if (!is_chief()) return log;
+  std::filesystem::create_directories(cfg.train_dir);  // only now: the configuration and the data are checked
   if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   log.events = std::make_unique<EventWriter>(cfg.train_dir);
+  write_flags_file();
   log_configuration();
   log.start = Clock::now();
   return log;
 }
 
+// <train_dir>/flags.ini: every flag of this run as a --config file (the run repeated from it: --config FILE).
+void Trainer::Impl::write_flags_file() const {
+  const std::string path = (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string();
+  std::string text = fmt::format(
+      "# The flags of the last terngrad-train run in this folder; `terngrad-train --config {}` repeats it.\n", path);
+  for (const Flag<TrainConfig>& f : train_flags()) {
+    if (f.has(kFlagInternal) || f.has(kFlagNotSaved)) continue;
+    const std::string v = flag_value_text(f, cfg);
+    text += fmt::format("{} = {}\n", f.name, v.empty() ? "\"\"" : v);
+  }
+  AtomicFile out(path);
+  out.write(text);
+  out.commit();
+}
+
 void Trainer::Impl::log_configuration() const {
+  // The flags that differ from the defaults (resolved for this network and dataset); all of them: flags.ini.
+  TrainConfig defaults;
+  defaults.net = cfg.net;
+  defaults.dataset = cfg.dataset;
+  defaults.resolve_defaults();
+  const std::map<std::string, std::string> base = defaults.to_flags();
   std::string flags;
-  for (const auto& [k, v] : cfg.to_flags()) flags += fmt::format(" --{}={}", k, v);
-  spdlog::info("effective configuration:{}", flags);
+  for (const Flag<TrainConfig>& f : train_flags()) {
+    if (f.has(kFlagInternal) || f.has(kFlagNotSaved)) continue;
+    const std::string v = flag_value_text(f, cfg);
+    if (base.count(f.name) && base.at(f.name) == v) continue;
+    flags += fmt::format(" --{} {}", f.name, v.empty() ? "''" : v);
+  }
+  spdlog::info("flags other than the defaults:{} (all: {})", flags.empty() ? " none" : flags,
+               (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string());
   spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
                replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
   const GradientExchange& x = *replicas[0].exchange;
@@ -154,6 +185,13 @@ void Trainer::Impl::log_configuration() const {
   spdlog::info("{} | exchange {}{}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
                warmup, x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
                replicas[0].overlap ? " overlapped with backward" : "", schedule->describe());
+  const size_t all_workers = workers.size() * static_cast<size_t>(num_processes);
+  if (cfg.grad_bits != 32 && all_workers == 1)
+    spdlog::warn(
+        "one worker: there is nothing to exchange, so --grad_bits {} saves nothing (0 B/step); train data-parallel "
+        "with --num_nodes 2 or more, or several processes (mpirun -np 2)",
+        cfg.grad_bits);
+  spdlog::info("step lines end with {}", PhaseTimes::legend());
 }
 
 // Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
@@ -280,7 +318,9 @@ void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
   // A run that ended inside the window still leaves the steps it traced.
   if (timeline && !log.timeline_written && t >= timeline->first_step()) write_timeline();
   if (t > start_step || kept_steps.empty() || result.interrupted) last_digest = save(t);
-  if (result.interrupted && is_chief()) spdlog::warn("stopped at step {} on request; checkpoint saved", t);
+  if (result.interrupted && is_chief())
+    spdlog::warn("stopped at step {} on request; checkpoint saved in {}: the same command resumes from it", t,
+                 cfg.train_dir);
   if (source->skipped_records() > 0)  // the one report of the total
     spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
   const Net& last = *workers.back().net;
@@ -288,6 +328,8 @@ void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
   result.median_examples_per_sec = log.meter.median_examples_per_sec();
   result.time_per_step = log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
   result.parameter_digest = last_digest;
+  result.last_checkpoint = checkpoint_path(cfg.train_dir, t);
+  result.wall_seconds = seconds_between(log.start, Clock::now());
   if (log.metrics) log.metrics->summary(result);
 }
 

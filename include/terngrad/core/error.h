@@ -8,12 +8,26 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tg {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what, std::string location = "")
+      : std::runtime_error(what), location_(std::move(location)) {}
+  // Where a check failed ("check `expr` failed at file.cc:N"), for the debug log; empty for a thrown message.
+  const std::string& location() const { return location_; }
+
+ private:
+  std::string location_;
+};
+
+// A usage error: a flag's value fails its check, or the command line cannot be read. The programs print it in
+// one line and exit 2 (other errors: 1).
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what) : Error(what) {}
 };
 
 namespace detail {
@@ -27,7 +41,11 @@ namespace detail {
 // Throws tg::Error with a formatted message (the user-facing line).
 #define TG_THROW(...) throw ::tg::Error(::fmt::format(__VA_ARGS__))
 
-// Always-on invariant: on failure throws "<message> (check `expr` failed at file:line)".
+// Throws tg::UsageError (exit 2) with a formatted message.
+#define TG_USAGE_ERROR(...) throw ::tg::UsageError(::fmt::format(__VA_ARGS__))
+
+// Always-on check: on failure throws tg::Error whose message is the user-facing line; the expression, file and
+// line go to Error::location() (the programs log it at debug level).
 #define TG_CHECK(cond, ...)                                                                               \
   do {                                                                                                    \
     if (!(cond)) ::tg::detail::throw_check_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \

@@ -199,7 +199,7 @@ namespace detail {
 inline std::string bound_text(double v) { return fmt::format("{}", v); }
 }  // namespace detail
 
-// Throws tg::Error naming the flag when its value fails the entry's check.
+// Throws tg::UsageError naming the flag when its value fails the entry's check.
 template <typename C>
 void check_flag(const Flag<C>& f, const C& c) {
   const FlagCheck& k = f.check;
@@ -208,36 +208,44 @@ void check_flag(const Flag<C>& f, const C& c) {
         const auto& v = c.*member;
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::string>) {
-          if (k.parse) k.parse(v, std::string("--") + f.name);
+          if (k.parse) {
+            try {
+              k.parse(v, std::string("--") + f.name);
+            } catch (const UsageError&) {
+              throw;
+            } catch (const Error& e) {
+              throw UsageError(e.what());
+            }
+          }
         } else if constexpr (!std::is_same_v<T, bool>) {
           const double x = static_cast<double>(v);
           const bool finite = std::isfinite(x);
           if (!k.values.empty()) {
             bool found = false;
             for (double a : k.values) found = found || a == x;
-            if (!found) TG_THROW("--{} {} is not one of {}", f.name, v, k.values_text);
+            if (!found) TG_USAGE_ERROR("--{} {} is not one of {}", f.name, v, k.values_text);
           }
           const bool low = !finite || (k.lo_open ? !(x > k.lo) : !(x >= k.lo));
           const bool high = !finite || (k.hi_open ? !(x < k.hi) : !(x <= k.hi));
           if (k.interval && (low || high))
-            TG_THROW("--{} {} is not in {}{}, {}{}", f.name, v, k.lo_open ? "(" : "[", detail::bound_text(k.lo),
-                     detail::bound_text(k.hi), k.hi_open ? ")" : "]");
+            TG_USAGE_ERROR("--{} {} is not in {}{}, {}{}", f.name, v, k.lo_open ? "(" : "[", detail::bound_text(k.lo),
+                           detail::bound_text(k.hi), k.hi_open ? ")" : "]");
           if (low && k.lo != -FlagCheck::kInf) {
             std::string says = k.says                   ? std::string(k.says)
                                : k.lo == 0 && k.lo_open ? std::string("must be positive")
                                : k.lo == 0              ? std::string("must be >= 0")
                                : k.lo_open              ? "must be above " + detail::bound_text(k.lo)
                                                         : "must be at least " + detail::bound_text(k.lo);
-            TG_THROW("--{} {} {}{}", f.name, v, says, k.note_text ? fmt::format(" ({})", k.note_text) : "");
+            TG_USAGE_ERROR("--{} {} {}{}", f.name, v, says, k.note_text ? fmt::format(" ({})", k.note_text) : "");
           }
           if (high && k.hi != FlagCheck::kInf) {
             if (k.hi_open)
-              TG_THROW("--{} {} must be below {}{}", f.name, v, detail::bound_text(k.hi),
-                       k.note_text ? fmt::format(" ({})", k.note_text) : "");
-            TG_THROW("--{} {} is above the limit {}", f.name, v, detail::bound_text(k.hi));
+              TG_USAGE_ERROR("--{} {} must be below {}{}", f.name, v, detail::bound_text(k.hi),
+                             k.note_text ? fmt::format(" ({})", k.note_text) : "");
+            TG_USAGE_ERROR("--{} {} is above the limit {}", f.name, v, detail::bound_text(k.hi));
           }
           if (!finite && (k.lo != -FlagCheck::kInf || k.hi != FlagCheck::kInf))
-            TG_THROW("--{} {} must be a finite number", f.name, v);
+            TG_USAGE_ERROR("--{} {} must be a finite number", f.name, v);
         }
       },
       f.member);

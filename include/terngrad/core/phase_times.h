@@ -66,6 +66,8 @@ struct PhaseTimes {
   // (comm_cpu), de = decode, opt = optimizer_ema, other = other. Values below 10 ms have one decimal, larger
   // ones none.
   std::string compact() const;
+  // What compact()'s names mean, in one line (logged once at the start of a run).
+  static const char* legend();
 
   // (prefix + phase_name, seconds) for every phase in order; the prefix is prepended verbatim ("time/").
   std::vector<std::pair<std::string, double>> named(const std::string& prefix) const;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "terngrad/compress/compression_policy.h"
@@ -81,6 +83,12 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
   int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
+  std::string eval_at_end;               // terngrad-train: evaluate the final checkpoint on this subset ("": no)
+  // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
+  // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
+  std::optional<std::set<std::string>> given_flags;
+
+  bool flag_given(const std::string& name) const { return !given_flags || given_flags->count(name) > 0; }
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.

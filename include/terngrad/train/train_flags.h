@@ -19,6 +19,9 @@ namespace tg {
 
 const std::vector<Flag<TrainConfig>>& train_flags();
 
+// Every run writes its flags to <train_dir>/flags.ini, a file --config reads (the run repeated from it).
+inline constexpr const char* kFlagsFileName = "flags.ini";
+
 // The flags a resumed run must share with the checkpoint (kFlagResume): they decide which data each process
 // reads, so the data cursor means the same batches.
 std::vector<std::string> resume_flag_names();

@@ -36,6 +36,8 @@ struct TrainResult {
   uint64_t fp32_bytes_moved = 0;  // what fp32 gradients would have moved
   std::string parameter_digest;   // of the final parameters
   PhaseTimes time_per_step;       // process 0's mean phase times per step after the first log window
+  double wall_seconds = 0;        // run() from its first step to its last checkpoint
+  std::string last_checkpoint;    // the checkpoint the run ended with
 };
 
 class Trainer {

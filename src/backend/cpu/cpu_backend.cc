@@ -16,16 +16,13 @@
 #include <type_traits>
 
 #include "src/backend/cpu/cpu_dtype.h"
+#include "terngrad/core/cpu_cores.h"
 #include "terngrad/math/activation_math.h"
 
 namespace tg {
 
 namespace {
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw ? static_cast<int>(hw) : 1;
-}
+int resolve_threads(int threads) { return threads > 0 ? threads : available_cores(); }
 
 void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
   TG_CHECK(a.numel() == b.numel(), "{}: element counts differ: {} vs {}", op, a.str(), b.str());

@@ -1,0 +1,286 @@
+// What a person sees of the programs, run as built (terngrad-train, -eval, -export, -data): each class of message
+// is checked for its exact line, its exit status (2: usage, 1: anything else) and that nothing was created or
+// damaged; and the runs' own lines: the end-of-run summary at every log level but off, the flags file a run is
+// repeated from, a resume that keeps the checkpoint's settings or refuses other ones, the one-worker notice, the
+// resume hint after a stop, what --threads 0 means under OMP_NUM_THREADS and an affinity mask, no colour codes in
+// a file, --version and a plain --help.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/fashion_mnist_shards.h"
+#include "common/files.h"
+#include "terngrad/train/checkpoint.h"
+
+namespace tg {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bin(const std::string& program) { return std::string(TG_BINARY_DIR) + "/" + program; }
+
+struct Result {
+  int status;
+  std::string output;
+};
+Result run(const std::string& command) {
+  Result r;
+  r.status = testing::run_command(command, &r.output);
+  return r;
+}
+
+// The lines of `text` that contain `part`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& part) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (line.find(part) != std::string::npos) out.push_back(line);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return out;
+}
+
+// Every file under `dir` with its size and modification time: "nothing damaged" is this map unchanged.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      m[e.path().string()] =
+          std::to_string(e.file_size()) + "@" + std::to_string(e.last_write_time().time_since_epoch().count());
+  return m;
+}
+
+class CliMessages : public ::testing::Test {
+ protected:
+  void SetUp() override { root_ = testing::temp_dir("cli"); }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir(const std::string& name) const { return (root_ / name).string(); }
+  // A short LeNet run on synthetic input.
+  std::string train(const std::string& train_dir, const std::string& extra) const {
+    return bin("terngrad-train") + " --benchmark_mode --batch_size 8 --threads 1 --log_every 2 --train_dir " +
+           train_dir + " " + extra;
+  }
+  fs::path root_;
+};
+
+// ---- usage errors: one line, exit 2 -----------------------------------------------------------------------------
+TEST_F(CliMessages, UnknownFlagsGetTheNearestNameOrOurNameOfTheReferencesFlag) {
+  Result r = run(bin("terngrad-train") + " --max_step 5");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: unknown flag --max_step (did you mean --max_steps?) (see --help)\n");
+  r = run(bin("terngrad-train") + " --learning_rate 0.1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output,
+            "terngrad-train: error: unknown flag --learning_rate (use --initial_learning_rate) (see --help)\n");
+  r = run(bin("terngrad-train") + " --use_encoding");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output,
+            "terngrad-train: error: unknown flag --use_encoding (the ternary codes are always sent 2-bit packed: "
+            "nothing to turn on) (see --help)\n");
+  r = run(bin("terngrad-eval") + " --run_onse");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-eval: error: unknown flag --run_onse (did you mean --run_once?) (see --help)\n");
+  r = run(bin("terngrad-train") + " --zzzzzz 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: unknown flag --zzzzzz (see --help)\n");
+}
+
+TEST_F(CliMessages, ConfigFileErrorsNameTheFileTheLineAndTheKey) {
+  const std::string cfg = dir("run.ini");
+  testing::dump(cfg, "# a comment\nmax_steps = 3\nlearning_rate = 0.1\n");
+  Result r = run(bin("terngrad-train") + " --config " + cfg + " --train_dir " + dir("t"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: --config " + cfg +
+                          " line 3: unknown key 'learning_rate' (use --initial_learning_rate) (see --help)\n");
+  testing::dump(cfg, "[train]\nmax_steps = 3\n");
+  r = run(bin("terngrad-train") + " --config " + cfg + " --train_dir " + dir("t"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: --config " + cfg +
+                          " line 1: section [train]: the keys are the flags' names at the top of the file, without "
+                          "a section (see --help)\n");
+  EXPECT_FALSE(fs::exists(dir("t")));
+}
+
+TEST_F(CliMessages, UnknownCommandsListTheKnownOnes) {
+  const Result r = run(bin("terngrad-data") + " inspcet");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output,
+            "terngrad-data: error: unknown command 'inspcet' (did you mean inspect?); the commands: convert-idx, "
+            "convert-cifar10, build-image-data, inspect (see --help)\n");
+}
+
+TEST_F(CliMessages, OutOfRangeNumbersAreUsageErrors) {
+  Result r = run(train(dir("t"), "--max_steps -5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: --max_steps -5 must be at least 1\n");
+  r = run(bin("terngrad-export") + " --opset 12 --output " + dir("m.onnx") + " --checkpoint_dir " + dir("t"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-export: error: --opset 12 is not in [13, 26]\n");
+  r = run(train(dir("t"), "--log_level verbose"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output,
+            "terngrad-train: error: --log_level 'verbose' is not one of trace, debug, info, warn, error, off\n");
+  EXPECT_FALSE(fs::exists(dir("t")));
+  EXPECT_FALSE(fs::exists(dir("m.onnx")));
+}
+
+// ---- runtime errors: one line, exit 1, no internal check text, nothing created ---------------------------------
+TEST_F(CliMessages, AFailedStartCreatesNothing) {
+  Result r = run(bin("terngrad-train") + " --data_dir " + dir("no_such_data") + " --train_dir " + dir("t"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "terngrad-train: error: --data_dir '" + dir("no_such_data") + "' is not a directory\n");
+  EXPECT_FALSE(fs::exists(dir("t"))) << "no train_dir, no events file before the data is checked";
+  // A network that needs larger images than the dataset's: the same rule and line for every such network.
+  for (const std::string net : {"alexnet", "inception_v3"}) {
+    r = run(train(dir("t"), "--net " + net + " --dataset fashion_mnist --max_steps 1"));
+    EXPECT_EQ(r.status, 1) << net;
+    EXPECT_EQ(lines_with(r.output, "error:").size(), 1u) << r.output;
+    EXPECT_NE(r.output.find("terngrad-train: error: --net " + net + " needs images of at least"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("pass --image_size"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("check `"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir("t"))) << net;
+  }
+}
+
+// ---- resuming: the checkpoint's settings, never a silent switch -------------------------------------------------
+TEST_F(CliMessages, AResumeKeepsTheCheckpointsSettingsAndRefusesOthers) {
+  const std::string t = dir("t");
+  ASSERT_EQ(run(train(t, "--grad_bits 1 --clip_factor 2.5 --max_steps 2")).status, 0);
+  const auto before = snapshot(t);
+  // Given otherwise: refused, naming the checkpoint's value; nothing in the train_dir touched.
+  Result r = run(train(t, "--grad_bits 32 --max_steps 4"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "terngrad-train: error: --grad_bits 32 differs from the checkpoint's 1 in --train_dir " + t +
+                          ": a resumed run goes on with the settings it was written with; leave --grad_bits out (the "
+                          "run continues with 1) or train in another --train_dir\n");
+  r = run(bin("terngrad-train") + " --benchmark_mode --threads 1 --train_dir " + t + " --batch_size 16 --max_steps 4");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--batch_size 16 differs from the checkpoint's 8"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("check `"), std::string::npos) << r.output;
+  EXPECT_EQ(snapshot(t), before);
+  // Not given: taken from the checkpoint, said in one line.
+  r = run(bin("terngrad-train") + " --benchmark_mode --threads 1 --train_dir " + t + " --max_steps 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(lines_with(r.output,
+                       "with the checkpoint's flags (not given on this command line): --batch_size 8 "
+                       "--grad_bits 1 --clip_factor 2.5")
+                .size(),
+            1u)
+      << r.output;
+  EXPECT_EQ(lines_with(r.output, "exchange terngrad").size(), 1u) << r.output;
+  const auto latest = latest_checkpoint(t);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(CheckpointReader(*latest).meta().flags.at("grad_bits"), "1");
+}
+
+// ---- the run's lines --------------------------------------------------------------------------------------------
+TEST_F(CliMessages, ARunSaysHowItEndedAtEveryLevelAndCanBeRepeatedFromItsFlagsFile) {
+  const std::string t = dir("t");
+  Result r = run(train(t, "--max_steps 3 --log_level warn"));
+  EXPECT_EQ(r.status, 0);
+  const auto done = lines_with(r.output, "done: 3 steps in ");
+  ASSERT_EQ(done.size(), 1u) << r.output;
+  EXPECT_NE(done[0].find("exchanged 0.0 B vs 0.0 B in fp32"), std::string::npos) << done[0];
+  EXPECT_EQ(lines_with(r.output, "step 2,").size(), 0u) << "info lines stay out at warn";
+  EXPECT_EQ(r.output.find('\033'), std::string::npos) << "no colour codes in a file";
+  r = run(train(dir("quiet"), "--max_steps 1 --log_level off"));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "");
+  // flags.ini: every flag, and --config accepts it.
+  const std::string flags = testing::slurp(fs::path(t) / "flags.ini");
+  EXPECT_NE(flags.find("\nmax_steps = 3\n"), std::string::npos) << flags;
+  EXPECT_NE(flags.find("\nbenchmark_mode = true\n"), std::string::npos) << flags;
+  r = run(bin("terngrad-train") + " --config " + (fs::path(t) / "flags.ini").string() + " --max_steps 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(lines_with(r.output, "done: 4 steps (resumed at 3)").size(), 1u) << r.output;
+  // The start: the flags other than the defaults, where all are, what the step lines' tail means.
+  EXPECT_EQ(lines_with(r.output, "flags other than the defaults: --train_dir " + t).size(), 1u) << r.output;
+  EXPECT_EQ(lines_with(r.output, "step lines end with the window's mean ms per step: in = waiting for input").size(),
+            1u)
+      << r.output;
+}
+
+TEST_F(CliMessages, TernGradOnOneWorkerSaysItExchangesNothing) {
+  const Result r = run(train(dir("t"), "--grad_bits 1 --max_steps 1"));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(lines_with(r.output, "one worker: there is nothing to exchange, so --grad_bits 1 saves nothing").size(), 1u)
+      << r.output;
+  const Result two = run(train(dir("t2"), "--grad_bits 1 --max_steps 1 --num_nodes 2"));
+  EXPECT_EQ(lines_with(two.output, "one worker").size(), 0u) << two.output;
+}
+
+TEST_F(CliMessages, AStoppedRunSaysTheSameCommandResumesIt) {
+  const std::string t = dir("t");
+  const Result r = run("timeout --preserve-status -s INT 4 " + train(t, "--max_steps 1000000"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(lines_with(r.output, "on request; checkpoint saved in " + t + ": the same command resumes from it").size(),
+            1u)
+      << r.output;
+}
+
+TEST_F(CliMessages, ThreadsZeroHonoursOmpNumThreadsAndTheAffinityMask) {
+  Result r = run("OMP_NUM_THREADS=1 " + bin("terngrad-train") +
+                 " --benchmark_mode --max_steps 1 --threads 0 --train_dir " + dir("a"));
+  EXPECT_EQ(lines_with(r.output, ", 1 threads)").size(), 1u) << r.output;
+  if (testing::run_command("command -v taskset") != 0) GTEST_SKIP() << "taskset not found";
+  r = run("taskset -c 0 " + bin("terngrad-train") + " --benchmark_mode --max_steps 1 --threads 0 --train_dir " +
+          dir("b"));
+  EXPECT_EQ(lines_with(r.output, ", 1 threads)").size(), 1u) << r.output;
+}
+
+TEST_F(CliMessages, EvalSaysWhatItWaitsForAndWhereItWroteItsDumps) {
+  const Result r = run("timeout -s INT 2 " + bin("terngrad-eval") + " --checkpoint_dir " + dir("empty") +
+                       " --data_dir " + dir("empty") + " --eval_interval_secs 30");
+  EXPECT_EQ(lines_with(r.output, "waiting for a checkpoint in " + dir("empty")).size(), 1u) << r.output;
+}
+
+TEST_F(CliMessages, EveryProgramHasVersionAndAPlainHelp) {
+  for (const std::string p : {"terngrad-train", "terngrad-eval", "terngrad-export", "terngrad-data"}) {
+    Result r = run(bin(p) + " --version");
+    EXPECT_EQ(r.status, 0) << p;
+    EXPECT_EQ(r.output.rfind(p + " 0.", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find("(commit "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("oneDNN "), std::string::npos) << r.output;
+    r = run(bin(p) + " --help");
+    EXPECT_EQ(r.status, 0) << p;
+    EXPECT_EQ(r.output.find("**"), std::string::npos) << p;
+    EXPECT_EQ(r.output.find('`'), std::string::npos) << p;
+  }
+}
+
+// ---- --eval_at_end on real Fashion-MNIST shards -------------------------------------------------------------------
+class CliEvalAtEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { data_ = testing::write_suite_shards("tg_cli", 256, 1, 200); }
+  static void TearDownTestSuite() {
+    if (!data_.empty()) fs::remove_all(data_);
+  }
+  static std::string data_;
+};
+std::string CliEvalAtEnd::data_;
+
+TEST_F(CliEvalAtEnd, TheRunEndsWithTheTestAccuracy) {
+  if (data_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
+  const fs::path root = testing::temp_dir("cli_eval");
+  const Result r = run(bin("terngrad-train") + " --data_dir " + data_ + " --train_dir " + (root / "t").string() +
+                       " --batch_size 32 --max_steps 4 --threads 1 --num_readers 1 --num_preprocess_threads 1 "
+                       "--shuffle_buffer 64 --eval_at_end test");
+  EXPECT_EQ(r.status, 0) << r.output;
+  const auto test = lines_with(r.output, "test: precision@1 ");
+  ASSERT_EQ(test.size(), 1u) << r.output;
+  EXPECT_NE(test[0].find("on the 200 examples of 'test' (--eval_at_end; the moving averages of step 4)"),
+            std::string::npos)
+      << test[0];
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tg
