@@ -47,7 +47,7 @@
 namespace tg {
 namespace {
 
-// The networks at their real input sizes (DESIGN.md, reference section 3).
+// The networks at their real input sizes (the reference's layer tables).
 struct NetCase {
   std::string name;
   int64_t image_size, channels, num_classes, batch;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layering rule of the design card, checked: every project #include must point to the file's own room or
+"""The layering rule of docs/design.md ("The layers"), checked: every project #include must point to the file's own room or
 to a room below it (apps -> export -> train -> {comm, compress, optim, nn/models, data} -> backend -> core).
 Prints one line per violation (file:line: room includes room/header) and exits 1 if there is any.
 Usage: scripts/check_includes.py [REPO_ROOT]"""

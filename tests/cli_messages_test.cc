@@ -6,6 +6,7 @@
 // a file, --version and a plain --help.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -279,6 +280,10 @@ TEST_F(CliEvalAtEnd, TheRunEndsWithTheTestAccuracy) {
   EXPECT_NE(test[0].find("on the 200 examples of 'test' (--eval_at_end; the moving averages of step 4)"),
             std::string::npos)
       << test[0];
+  // Recorded beside the run's curves, as terngrad-eval --eval_dir records (what scripts/plot_runs.py draws).
+  const std::string jsonl = testing::slurp(root / "t" / "eval.jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 1) << jsonl;
+  EXPECT_EQ(jsonl.rfind("{\"step\": 4, \"precision_at_1\": ", 0), 0u) << jsonl;
   fs::remove_all(root);
 }
 

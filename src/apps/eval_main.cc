@@ -11,7 +11,6 @@
 
 #include "app_cli.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/json_writer.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/data_config.h"
 #include "terngrad/data/image_codec.h"
@@ -43,19 +42,7 @@ void report(const tg::EvalResult& r, const EvalConfig& ec, tg::EventWriter* even
   std::printf("%s: precision @ 1 = %.4f recall @ 5 = %.4f [%lld examples]\n", now_string().c_str(), r.precision_at_1(),
               r.recall_at_5(), static_cast<long long>(r.examples));
   std::fflush(stdout);
-  if (ec.eval_dir.empty()) return;
-  std::filesystem::create_directories(ec.eval_dir);
-  const std::string jsonl = (std::filesystem::path(ec.eval_dir) / "eval.jsonl").string();
-  tg::JsonObject line;
-  line.add("step", r.step)
-      .add("precision_at_1", r.precision_at_1())
-      .add("recall_at_5", r.recall_at_5())
-      .add("examples", r.examples)
-      .add("checkpoint", r.checkpoint)
-      .add("parameter_digest", r.parameter_digest);
-  tg::JsonLinesFile(jsonl, "--eval_dir").write(line);
-  events->scalars(r.step, {{"Accuracy @ 1", static_cast<float>(r.precision_at_1())},
-                           {"Accuracy @ 5", static_cast<float>(r.recall_at_5())}});
+  if (!ec.eval_dir.empty()) tg::record_eval_result(r, ec.eval_dir, *events, "--eval_dir");
 }
 
 // The flag table of terngrad-eval (core/flag_table.h); the input flags are the trainer's (data/data_config.h),

@@ -20,6 +20,7 @@
 #include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/train/evaluator.h"
+#include "terngrad/train/event_writer.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/train_flags.h"
 #include "terngrad/train/trainer.h"
@@ -103,6 +104,8 @@ void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
   eo.device = config.device == "cpu" ? "cpu" : "cuda:0";
   eo.threads = config.threads;
   const tg::EvalResult e = tg::Evaluator(eo).evaluate(r.last_checkpoint);
+  tg::EventWriter events(config.train_dir);  // beside the run's curves (TensorBoard, scripts/plot_runs.py)
+  tg::record_eval_result(e, config.train_dir, events, "--train_dir");
   tg::log_result(
       fmt::format("test: precision@1 {:.4f}, recall@5 {:.4f} on the {} examples of '{}' (--eval_at_end; "
                   "the moving averages of step {})",

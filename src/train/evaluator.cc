@@ -5,12 +5,14 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "terngrad/backend/backend.h"
+#include "terngrad/core/json_writer.h"
 #include "terngrad/core/npy_file.h"
 #include "terngrad/data/dataset_info.h"
 #include "terngrad/data/input_pipeline.h"
@@ -20,6 +22,7 @@
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/checkpoint_model.h"
+#include "terngrad/train/event_writer.h"
 
 namespace tg {
 
@@ -171,6 +174,20 @@ void Evaluator::watch(const std::string& train_dir, const WatchOptions& watch,
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(watch.interval_secs));
   }
+}
+
+void record_eval_result(const EvalResult& r, const std::string& dir, EventWriter& events, const std::string& flag) {
+  std::filesystem::create_directories(dir);
+  JsonObject line;
+  line.add("step", r.step)
+      .add("precision_at_1", r.precision_at_1())
+      .add("recall_at_5", r.recall_at_5())
+      .add("examples", r.examples)
+      .add("checkpoint", r.checkpoint)
+      .add("parameter_digest", r.parameter_digest);
+  JsonLinesFile((std::filesystem::path(dir) / "eval.jsonl").string(), flag).write(line);
+  events.scalars(r.step, {{"Accuracy @ 1", static_cast<float>(r.precision_at_1())},
+                          {"Accuracy @ 5", static_cast<float>(r.recall_at_5())}});
 }
 
 }  // namespace tg

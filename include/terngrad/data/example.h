@@ -1,4 +1,4 @@
-// tf.Example records of images, as the reference writes them (keys in DESIGN.md section 5):
+// tf.Example records of images, as the reference writes them (keys in README "Formats"):
 //   image/encoded (bytes), image/format ("png", "jpeg"/"JPEG", "RAW"), image/class/label (int64),
 //   image/height, image/width, image/channels (int64), optionally image/colorspace, image/filename,
 //   image/class/text. Parsing reads only the keys it needs and ignores every other key.

@@ -1,4 +1,4 @@
-// GradientExchange: one replica's part of a step's gradient exchange (DESIGN.md section 3, steps 3-7), as a
+// GradientExchange: one replica's part of a step's gradient exchange (docs/design.md, "One step"), as a
 // scheme-agnostic bucket scheduler. The coding and the collectives of a bucket belong to a GradientScheme
 // (exchange/gradient_scheme.h) chosen by name (exchange/scheme_registry.h); this class decides the buckets, the
 // order in which their stages run, what overlaps with backward, and where the time goes.

@@ -2,7 +2,7 @@
 // (kernels/ternary_kernels.cu): scaler, stochastic ternarization, 2-bit packing, unpacking and decoding.
 // Same bits on both devices (no FMA contraction: -ffp-contract=off / -fmad=false).
 //
-// Scaler (per tensor, per worker; DESIGN.md section 3), from one pass over g (n elements) accumulating
+// Scaler (per tensor, per worker; docs/design.md, "One step"), from one pass over g (n elements) accumulating
 // sum = sum g, sumsq = sum g^2 (double) and max|g|:
 //   mean = sum / n, sigma = sqrt(max(0, sumsq / n - mean^2))   (population std)
 //   s = min(c * sigma, max|g|)  for c > 0      (the paper's s = max|clip(g)|)

@@ -12,7 +12,7 @@
 // tensors are updated too; nothing reads them.
 //
 // Step counter: `step` counts iterations (0 for the first update). Adam's bias correction uses t = step + 1,
-// once per step, computed in double on the host (DESIGN.md section 3; the reference advanced it per tower).
+// once per step, computed in double on the host (the reference advanced it per tower).
 #pragma once
 
 #include <cstdint>

@@ -48,6 +48,13 @@ struct WatchOptions {
   int64_t max_steps = 0;
 };
 
+class EventWriter;
+
+// A result recorded in `dir` (created when missing): a line of dir/eval.jsonl and the TensorBoard scalars
+// "Accuracy @ 1" and "Accuracy @ 5" at the checkpoint's step (terngrad-eval --eval_dir, terngrad-train
+// --eval_at_end: what scripts/plot_runs.py draws). `flag` names the folder in errors.
+void record_eval_result(const EvalResult& r, const std::string& dir, EventWriter& events, const std::string& flag);
+
 class Evaluator {
  public:
   explicit Evaluator(EvalOptions options) : options_(std::move(options)) {}

@@ -1,4 +1,4 @@
-// Trainer: one process's part of data-parallel training (DESIGN.md section 3). It holds one replica per
+// Trainer: one process's part of data-parallel training (docs/design.md, "One step"). It holds one replica per
 // device (backend, parameter store, optimizer, EMA) and `--num_nodes` workers (towers) spread over the
 // replicas round-robin; workers on one device share its parameters and optimizer state, each computes the
 // gradient of its slice of the batch, one after another. The process's GradientExchange (scalers all-reduce

@@ -1,4 +1,4 @@
-// TernGradScheme ("terngrad"): every worker's gradient ternarized on its own (DESIGN.md section 3): per bucket
+// TernGradScheme ("terngrad"): every worker's gradient ternarized on its own (docs/design.md, "One step"): per bucket
 //   scalers         each local worker's per-tensor (or per --scaler_bucket) scalers, the max over the local workers
 //   share scalers   all-reduce MAX over the world group: every worker uses the same s per tensor (bucket)
 //   encode          each local worker's 2-bit codes (Philox keyed by its global index; allreduce8: the local
