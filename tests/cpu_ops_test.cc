@@ -391,6 +391,32 @@ TEST(CpuOpsReductions, MaxAbsPropagatesNaN) {
   EXPECT_EQ(be.max_abs(finite.t), 5.f);
 }
 
+// ReLU passes a NaN on (as TF's relu does: max(NaN, 0) is NaN), so a diverging run reaches the non-finite-loss
+// check instead of hiding behind zeros; +-Inf are clipped or kept as max(x, 0) says; the backward passes dy where
+// y > 0 (a NaN y passes nothing, the NaN itself flows on forward). Every vector width and tail.
+TEST(CpuOpsElementwise, ReluPropagatesNaN) {
+  CpuBackend be(1);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 8, 9, 16, 17, 33, 1001}) {
+    Vec v(static_cast<size_t>(n), -1.0);
+    for (int64_t i = 0; i < n; ++i) v[i] = (i % 4 == 0) ? nan : (i % 4 == 1 ? -inf : (i % 4 == 2 ? inf : 0.5 - i));
+    HostF32 x(Shape{n}, v), y(Shape{n}, Vec(static_cast<size_t>(n), 7.0));
+    be.relu_forward(x.t, y.t);
+    const float* out = y.t.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % 4 == 0) {
+        EXPECT_TRUE(std::isnan(out[i])) << "n " << n << " element " << i;
+      } else {
+        EXPECT_EQ(out[i], std::max(static_cast<float>(v[i]), 0.f)) << "n " << n << " element " << i;
+      }
+    }
+    HostF32 dy(Shape{n}, Vec(static_cast<size_t>(n), 2.0)), dx(Shape{n}, Vec(static_cast<size_t>(n), 7.0));
+    be.relu_backward(y.t, dy.t, dx.t);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(dx.t.data<float>()[i], out[i] > 0.f ? 2.f : 0.f) << "n " << n << " element " << i;
+  }
+}
+
 TEST(CpuOpsErrors, MaxPoolBackwardWithoutWorkspaceIsAnError) {
   CpuBackend be(1);
   PoolDesc d = make_pool_desc(PoolKind::kMax, 1, 4, 4, 1, 2, 2, 2, Padding::kValid);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,15 @@ TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
   expect_same_bits(y, "relu_forward");
   cpu().relu_backward(y.c.t, b.c.t, dx.c.t), gpu().relu_backward(y.g.t, b.g.t, dx.g.t);
   expect_same_bits(dx, "relu_backward");
+  // NaN and +-Inf: the GPU's ReLU propagates NaN as the CPU's does (cpu_ops_test: ReluPropagatesNaN), same bits.
+  std::vector<float> special = random_floats(s.numel(), 4);
+  for (size_t i = 0; i < special.size(); i += 5) special[i] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t i = 1; i < special.size(); i += 7) special[i] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 2; i < special.size(); i += 11) special[i] = std::numeric_limits<float>::infinity();
+  a.set(special);
+  cpu().relu_forward(a.c.t, y.c.t), gpu().relu_forward(a.g.t, y.g.t);
+  expect_same_bits(y, "relu_forward of NaN and Inf");
+  EXPECT_TRUE(std::isnan(y.g.read<float>()[0])) << "NaN propagates";
 }
 
 // The element-wise and cast kernels move 16 bytes per thread when every pointer is 16-byte aligned and one element

@@ -1,7 +1,7 @@
 // Host synchronisations (Backend::host_syncs, include/terngrad/backend/backend.h), counted on the CPU backend at
 // the points where a GPU would make the host wait: which operations count, that the transfers' waits count once
 // and not when an earlier synchronisation covered them, that a Net step waits for nothing until its losses are
-// read, and that a steady training step of the Trainer makes at most one (fp32 and ternary gradients, one and two
+// read, and that a steady training step of the Trainer makes exactly one (fp32 and ternary gradients, one and two
 // workers, one and two CPU replicas), and what the metrics report per log window.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -153,7 +153,9 @@ TrainConfig lenet_config(const std::string& dir, int workers, int replicas, int 
   return cfg;
 }
 
-TEST(HostSyncs, SteadyTrainerStepMakesAtMostOne) {
+// A steady step (no log step, no checkpoint) makes exactly one: the wait for the input upload two steps back (a
+// counter stuck at 0, or a second wait, fails).
+TEST(HostSyncs, SteadyTrainerStepMakesExactlyOne) {
   struct Case {
     int workers, replicas, grad_bits;
   };
@@ -166,7 +168,7 @@ TEST(HostSyncs, SteadyTrainerStepMakesAtMostOne) {
       for (int s = 0; s < 6; ++s) {
         const int64_t before = trainer.host_syncs();
         trainer.run_steps(1);
-        EXPECT_LE(trainer.host_syncs() - before, 1) << "step " << s;
+        EXPECT_EQ(trainer.host_syncs() - before, 1) << "step " << s;
       }
     }
     fs::remove_all(dir);

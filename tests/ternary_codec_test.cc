@@ -185,9 +185,10 @@ TEST(TernaryDraw, BlockAndHalvesAreTheDocumentedOnes) {
   }
 }
 
-// The uniform's rounding bias, exhaustively over the 65536 values of h: for |g| < s the probability of a
-// non-zero code differs from |g|/s by at most 2^-17 + 2^-24 (ternary_math.h), for scalers of very different
-// magnitudes and for |g|/s at and next to the rounding midpoints (k + 1/2) / 65536.
+// The uniform's rounding bias, exhaustively over the 65536 values of h, through the product's
+// ternarize_with_uniform: for |g| < s the probability of a non-zero code differs from |g|/s by at most 2^-17 + 2^-24
+// (ternary_math.h), for scalers of very different magnitudes and for |g|/s at and next to the rounding midpoints (k +
+// 1/2) / 65536.
 TEST(TernaryDraw, RoundingBiasWithinDocumentedBound) {
   std::vector<float> ratios;
   std::mt19937 rng(5);
@@ -204,12 +205,15 @@ TEST(TernaryDraw, RoundingBiasWithinDocumentedBound) {
       const float g = p * s;
       if (!(g < s)) continue;
       int64_t kept = 0;
-      for (uint32_t h = 0; h < 65536; ++h) kept += ternary_uniform16(h) * s < g;
+      for (uint32_t h = 0; h < 65536; ++h) kept += ternarize_with_uniform(g, s, ternary_uniform16(h)) == 1;
       const double prob = kept / 65536.0, exact = static_cast<double>(g) / s;
       ASSERT_LE(std::fabs(prob - exact), kUniformBias) << "s=" << s << " g=" << g;
     }
     // and |g| >= s always keeps its sign: u < 1 and u * s rounds below s
-    EXPECT_LT(ternary_uniform16(65535) * s, s);
+    for (uint32_t h : {0u, 32768u, 65535u}) {
+      EXPECT_EQ(ternarize_with_uniform(s, s, ternary_uniform16(h)), 1);
+      EXPECT_EQ(ternarize_with_uniform(-s, s, ternary_uniform16(h)), -1);
+    }
   }
 }
 

@@ -138,7 +138,10 @@ TEST_F(TrainerTopology, ErrorFeedbackStateIsPerRankAndResumesBitForBit) {
   // Without the residuals the run differs: they are state, not noise.
   run(train_cmd() + common("noef", "--num_nodes 2 --save_iter 3 --max_steps 6"));
   EXPECT_FALSE(final_params("whole") == final_params("noef"));
-  if (!have_mpirun()) return;
+}
+
+TEST_F(TrainerTopology, ErrorFeedbackStateOfTwoProcessesResumesBitForBit) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
   const std::string mpi = "--error_feedback --num_nodes 1 --save_iter 2 ";
   run(mpirun(2) + train_cmd() + common("mpi_whole", mpi + "--max_steps 4"));
   run(mpirun(2) + train_cmd() + common("mpi_split", mpi + "--max_steps 2"));
@@ -147,13 +150,26 @@ TEST_F(TrainerTopology, ErrorFeedbackStateIsPerRankAndResumesBitForBit) {
   EXPECT_TRUE(final_params("mpi_whole") == final_params("mpi_split")) << "two processes, resumed";
 }
 
+// A checkpoint of 2 workers resumed on 4: refused without --allow_topology_change, then restored (every replica's
+// parameters checked against the checkpoint's digest: the log line says they match, and the digest is the one the
+// first run saved), the data cursor re-derived to the step's batch for the new layout, and training goes on.
 TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
-  run(train_cmd() + common("t", "--num_nodes 2 --max_steps 2 --save_iter 2"));
+  const std::string first = run(train_cmd() + common("t", "--num_nodes 2 --max_steps 2 --save_iter 2"));
+  const size_t at = first.find("saved " + (root_ / "t" / "model.ckpt-2").string() + " (step 2, parameter digest ");
+  ASSERT_NE(at, std::string::npos) << first;
+  const std::string digest = first.substr(first.find("digest ", at) + 7, 8);
   const std::string refused = run(train_cmd() + common("t", "--num_nodes 4 --max_steps 4"), 1);
   EXPECT_NE(refused.find("--allow_topology_change"), std::string::npos) << refused;
-  const std::string moved = run(train_cmd() + common("t", "--num_nodes 4 --max_steps 4 --allow_topology_change"));
+  const std::string moved =
+      run(train_cmd() + common("t", "--num_nodes 4 --max_steps 4 --allow_topology_change --cpu_replicas 2"));
   EXPECT_NE(moved.find("workers per process 4 (the checkpoint's: 2"), std::string::npos) << moved;
-  EXPECT_NE(moved.find("data cursor re-derived"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("at step 2 (parameter digest " + digest + ", the parameters read match it)"), std::string::npos)
+      << moved;
+  // --benchmark_mode counts batches: step 2 of the new layout is its batch 2 (the checkpoint's cursor: 2 as well).
+  EXPECT_NE(moved.find("data cursor re-derived for the new layout: 2 batches of each process's share (the "
+                       "checkpoint's was 2)"),
+            std::string::npos)
+      << moved;
   EXPECT_TRUE(fs::exists(root_ / "t" / "model.ckpt-4"));
   // Per-rank state cannot follow a change in the number of ranks.
   run(train_cmd() + common("ef", "--error_feedback --num_nodes 2 --cpu_replicas 2 --max_steps 2 --save_iter 2"));

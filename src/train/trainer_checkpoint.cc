@@ -133,6 +133,13 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
       read_slab(reader, *r.backend, checkpoint_slab(r, part),
                 [&](const std::string& name) { return CheckpointLayout::name(part, name); });
   }
+  // What was read is what was written: every replica's parameters against the header's digest.
+  for (Replica& r : replicas) {
+    const std::string got = parameter_digest(r);
+    TG_CHECK(got == m.parameter_digest,
+             "the parameters read from {} have digest {}, its header says {}: the checkpoint is damaged", path, got,
+             m.parameter_digest);
+  }
   restore_rank_state(m);
   if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
     spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
@@ -141,7 +148,8 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
   resumed_path = path;
   kept_steps = list_checkpoint_steps(cfg.train_dir);
   if (is_chief())
-    spdlog::info("resumed from {} at step {} (parameter digest {})", path, start_step, m.parameter_digest);
+    spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step,
+                 m.parameter_digest);
   if (!moved) return m.data_cursor;
   // Another layout reads other shares of the data: continue each process's share at the position it would
   // have reached had this layout run from the start (the batches differ from an uninterrupted run's).
@@ -260,6 +268,19 @@ uint32_t Trainer::Impl::parameter_crc(Replica& r) {
   r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
                   p.flat_bytes());
   return crc32c(host.data(), p.bytes());
+}
+
+// The digest write_checkpoint gives the parameters: the CRC of the params part's tensors in order (no padding).
+std::string Trainer::Impl::parameter_digest(Replica& r) {
+  Slab& p = r.store->params();
+  Buffer host(host_allocator(), p.bytes());
+  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
+                  p.flat_bytes());
+  uint32_t crc = 0;
+  for (const Slab::Entry& e : p.entries())
+    crc = crc32c_extend(crc, static_cast<const char*>(host.data()) + e.offset,
+                        static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+  return digest_hex(crc);
 }
 
 std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {

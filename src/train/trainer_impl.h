@@ -172,6 +172,7 @@ struct Trainer::Impl {
   std::string save(int64_t steps_done);
   void check_replicas(int64_t steps_done);
   uint32_t parameter_crc(Replica& r);
+  std::string parameter_digest(Replica& r);  // as a checkpoint's header states it (write_checkpoint)
   void verify_processes_agree();
   bool stop_requested(const std::atomic<bool>* stop);
   void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec, const PhaseTimes& time);
