@@ -125,6 +125,14 @@ def ok_median(rs, field="median_s"):
     return med(num(r[field]) for r in rs if r["status"] == "ok")
 
 
+def paired_overhead(step_rows, compute_rows):
+    """Link overhead, the one definition of every table (link and scale): the median over repetitions of the step
+    minus the compute-only step of the same repetition (interleaved runs, close in time: a drift of the machine
+    cancels within a pair); None without an ok pair."""
+    compute = {r["rep"]: num(r["median_s"]) for r in compute_rows if r["status"] == "ok"}
+    return med(num(r["median_s"]) - compute[r["rep"]] for r in step_rows if r["status"] == "ok" and r["rep"] in compute)
+
+
 def why_not(rs):
     """The reason of a cell with no ok run: the first failed or missing row's status and note."""
     bad = [r for r in rs if r["status"] != "ok"]
@@ -145,9 +153,9 @@ def link_table(header, rows):
     overhead = {}
     for key, rs in steps.items():
         rate, model, system, method = key
-        t, c = ok_median(rs), ok_median(compute.get((model, system), []))
-        if t is not None and c is not None:
-            overhead[key] = t - c
+        o = paired_overhead(rs, compute.get((model, system), []))
+        if o is not None:
+            overhead[key] = o
     for key, rs in steps.items():
         rate, model, system, method = key
         batch = rs[0]["batch_per_worker"]
@@ -185,9 +193,9 @@ def link_headline(header, rows):
     for rate in rates:
         for model in models:
             def cell(system, method):
-                t = ok_median(steps.get((rate, model, system, method), []))
-                c = ok_median(compute.get((model, system), []))
-                return (t, c, t - c) if t is not None and c is not None else None
+                rs, crs = steps.get((rate, model, system, method), []), compute.get((model, system), [])
+                t, c, o = ok_median(rs), ok_median(crs), paired_overhead(rs, crs)
+                return (t, c, o) if t is not None and c is not None and o is not None else None
             tern, ours32, ddp32 = cell("ours", "terngrad"), cell("ours", "fp32"), cell("ddp", "fp32")
             if not tern:
                 continue
@@ -204,8 +212,8 @@ def link_headline(header, rows):
                 less.append("%.2fx less than %s's" % (c[2] / tern[2], name) if tern[2] > 0 and c[2] > 0 else
                             "not comparable with %s's (an overhead <= 0)" % name)
                 faster.append("%.2fx %s" % (c[0] / tern[0], name))
-            line = "**%s at %s, 2 workers: link overhead (step - the same layout's compute-only step) %s" % (
-                model, rate, ", ".join(parts))
+            line = ("**%s at %s, 2 workers: link overhead (median over repetitions of step - the same repetition's "
+                    "compute-only step) %s" % (model, rate, ", ".join(parts)))
             line += ("; TernGrad's is %s**" % " and ".join(less)) if less else "**"
             line += " (end to end: TernGrad %s%s)." % (", ".join(ends), "; " + ", ".join(faster) if faster else "")
             out.append(line)
