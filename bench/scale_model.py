@@ -26,9 +26,12 @@ by default (`--quantize_logits=false`, the reference's rule): a ring all-reduce 
               one node: reduce-scatter + all-gather of b (2 (L-1)/L b), nothing coded
   hierarchical16  the same with fp16 inside the node (--local_bits 16): b/2 there, and the casts' passes
   codec     = (scalers + encode) per element x elements encoded + decode per element-block x blocks summed
-A node's NIC is full duplex at `rate`; `efficiency` is the fraction of it a ring reaches. Calibrated:
-efficiency, latency, overlap, intra_bandwidth (the node's internal links), encode_s (per element), decode_s (per
-element and block). Assumptions are listed by `predict` and in bench/README.md.
+A node's NIC is full duplex at `rate`; `efficiency` is the fraction of it a ring reaches. Calibrated on the CPU
+emulation: efficiency, latency, overlap, intra_bandwidth (the node's internal links), encode_s (per element),
+decode_s (per element and block). The calibration fits overlap 0 (the emulation's cores run compute and
+communication alike, nothing is hidden); `predict` does not use it but assumes --overlap (default 0.5) for a GPU,
+whose communication runs beside the compute: an assumption, not a measurement. Assumptions are listed by
+`predict` and in bench/README.md.
 """
 import argparse
 import csv
@@ -234,7 +237,7 @@ def cmd_predict(a):
     n, n_fp32 = NETS[a.net]
     L = a.gpus_per_node
     print("model: %s (%d parameters, %d of them fp32 under TernGrad), %d GPUs per node, compute %.3f s/step, "
-          "overlap %.2f, NIC efficiency %.2f, "
+          "overlap %.2f (assumed), NIC efficiency %.2f, "
           "latency %.0f us, NVLink %.0f GB/s, HBM %.0f GB/s" % (a.net, n, n_fp32, L, a.compute, p["overlap"],
                                                               p["efficiency"], p["latency"] * 1e6, a.intra_gbs,
                                                               a.hbm_gbs))
@@ -304,7 +307,9 @@ def main():
     p.add_argument("--net", choices=sorted(NETS), default="resnet50")
     p.add_argument("--compute", type=float, default=0.25, help="s/step of one GPU (default 0.25)")
     p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--overlap", type=float, default=0.5, help="fraction of compute that hides communication")
+    p.add_argument("--overlap", type=float, default=0.5,
+                   help="assumed fraction of a GPU step's compute that hides communication (not calibrated: the CPU "
+                        "emulation fits 0)")
     p.add_argument("--intra-gbs", type=float, default=150.0, help="NVLink GB/s per GPU")
     p.add_argument("--hbm-gbs", type=float, default=3000.0, help="codec memory speed GB/s")
     p.add_argument("--latency-us", type=float, help="per-message latency between nodes (default: the calibrated "
