@@ -7,7 +7,8 @@
 #   bench/gbench_results.sh -o FILE [-b BUILD_DIR] [-r REPETITIONS] BENCHMARK [BENCHMARK FLAGS...]
 #
 # BENCHMARK is the executable's name under BUILD_DIR/bench (default BUILD_DIR: build); -r (default 3) becomes
-# --benchmark_repetitions with the aggregates reported (the README quotes medians of at least 3). Build the
+# --benchmark_repetitions, randomly interleaved, with the aggregates reported (the README quotes medians of at
+# least 3). Build the
 # executable first: cmake -S . -B build -DTG_BUILD_BENCH=ON && cmake --build build --target BENCHMARK.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +40,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results_header gbench "$BUILD" "$0" "${ARGS[@]}" >"$work/header"
 echo "# repetitions: $REPS" >>"$work/header"
-"$BIN" "$@" --benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=false \
+echo "# interleaved: random" >>"$work/header"
+# Random interleaving: each repetition of each benchmark runs at a random point among the others', so a drift of
+# the machine spreads over all of them instead of landing on one benchmark's back-to-back repetitions.
+"$BIN" "$@" --benchmark_repetitions="$REPS" --benchmark_enable_random_interleaving=true \
+  --benchmark_report_aggregates_only=false \
   --benchmark_out="$work/out.json" --benchmark_out_format=json >&2
 python3 - "$work/out.json" >"$work/table" <<'PY'
 import json, sys

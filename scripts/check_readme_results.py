@@ -16,7 +16,8 @@ README line, the file and the command to re-run:
     ancestor of HEAD (measured on this line of development, not on another branch), measured on a clean tree
     (`tree: clean`);
   - a results file written by another command than the block names;
-  - a speed comparison from fewer than 3 interleaved repetitions;
+  - a speed comparison from fewer than 3 repetitions, or whose repetitions are not interleaved (the rep numbers
+    go down within the compared rows); a Google Benchmark file of fewer than 3 repetitions;
   - a block whose text differs from what the file renders to: the quoted figure must equal the value in the
     file (`--write` re-renders every block).
 A block whose results file does not exist yet must hold exactly the TODO line naming its command;
@@ -87,6 +88,28 @@ def med(values):
 
 def reps_of(rows):
     return len({r.get("rep") for r in rows})
+
+
+# The rows a speed comparison compares, by kind (default: the whole file): precision compares within a net.
+INTERLEAVE_GROUPS = {"precision": lambda r: (r.get("net"), r.get("batch"))}
+
+
+def not_interleaved(kind, rows):
+    """Why the repetitions of a speed comparison are not interleaved (every compared system run once per repetition,
+    repetition after repetition: the rep numbers never go down within a group, in the file's order), or ""."""
+    group = INTERLEAVE_GROUPS.get(kind, lambda r: None)
+    last = {}
+    for i, r in enumerate(rows):
+        try:
+            rep = int(r.get("rep"))
+        except (TypeError, ValueError):
+            return "row %d has no repetition number" % (i + 1)
+        g = group(r)
+        if rep < last.get(g, rep):
+            return "row %d is repetition %d after repetition %d: the repetitions ran one system after another" % (
+                i + 1, rep, last[g])
+        last[g] = rep
+    return ""
 
 
 def fmt_s(x):
@@ -302,9 +325,9 @@ def gbench_table(header, rows):
     for r in keep:
         vals = [("%.4g" % num(r[c])) if num(r[c]) is not None else "" for c in counters]
         out.append("| %s | %.4g %s | %s |" % (r["name"], num(r["real_time"]), r["time_unit"], " | ".join(vals)))
-    reps = num(header.get("repetitions"))
-    if reps is None or reps < MIN_REPS:
-        out.append("(%s repetitions: fewer than %d, not a figure to quote)" % (header.get("repetitions", "no"), MIN_REPS))
+    if header.get("interleaved") != "random":
+        out.append("(the repetitions of each benchmark ran back to back, not interleaved with the others': compare a "
+                   "benchmark's rows with care; bench/gbench_results.sh now interleaves them)")
     return out
 
 
@@ -472,6 +495,11 @@ def verify(repo, path, command):
     if header["kind"] in SPEED_KINDS and reps_of(rows) < MIN_REPS:
         raise Refused("a speed comparison from %d repetition(s); at least %d interleaved ones are needed"
                       % (reps_of(rows), MIN_REPS))
+    if header["kind"] in SPEED_KINDS and not_interleaved(header["kind"], rows):
+        raise Refused("its repetitions are not interleaved: " + not_interleaved(header["kind"], rows))
+    if header["kind"] == "gbench" and (num(header.get("repetitions")) or 0) < MIN_REPS:
+        raise Refused("a benchmark of %s repetition(s); at least %d are needed" % (header.get("repetitions", "no"),
+                                                                                   MIN_REPS))
     return header, rows
 
 

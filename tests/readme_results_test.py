@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/check_readme_results.py on a throw-away git repository: a README block quoting a results file passes
 only when the file names a commit of the repository's history that is an ancestor of HEAD, was measured on a
-clean tree by the command the block names, has every provenance field and enough repetitions, and the block's
+clean tree by the command the block names, has every provenance field and enough interleaved repetitions (a
+Google Benchmark file: at least 3), and the block's
 text is what the file renders to; every refusal is one line naming the command to re-run. A block without its
 results file must hold the TODO line naming its command. (ctest readme_results_check, label unit.)"""
 import os
@@ -149,6 +150,34 @@ class ReadmeResults(unittest.TestCase):
         self.refused("was written by `bench/inproc_bench.sh -r 1`")
         self.write("bench/results/r.tsv", results_text(self.first, reps=2))
         self.refused("a speed comparison from 2 repetition(s)")
+
+    def test_repetitions_that_are_not_interleaved_are_refused(self):
+        self.readme()
+        lines = results_text(self.first).splitlines()
+        header = [l for l in lines if l.startswith("#") or l.startswith("rep\t")]
+        rows = [l for l in lines if l not in header]
+        # Every repetition of fp32 first, then every one of TernGrad: one system after the other.
+        one_after_other = [l for l in rows if "\tfp32\t" in l] + [l for l in rows if "\tterngrad\t" in l]
+        self.write("bench/results/r.tsv", "\n".join(header + one_after_other) + "\n")
+        self.refused("its repetitions are not interleaved: row 4 is repetition 1 after repetition 3")
+        self.write("bench/results/r.tsv", "\n".join(header + rows) + "\n")
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+
+    def test_a_google_benchmark_file_needs_three_repetitions(self):
+        self.write("README.md", "# x\n\n<!-- results: bench/results/r.tsv; command: %s -->\nold\n<!-- results end -->\n"
+                   % COMMAND)
+        text = results_text(self.first).replace("# kind: inproc", "# kind: gbench").splitlines()
+        text = [l for l in text if l.startswith("#")] + ["# repetitions: 2", "# interleaved: random",
+                                                         "name\trun_type\taggregate\trepetition\titerations\t"
+                                                         "real_time\tcpu_time\ttime_unit",
+                                                         "BM_x\taggregate\tmedian\t-\t10\t1.5\t1.5\tms"]
+        self.write("bench/results/r.tsv", "\n".join(text) + "\n")
+        self.refused("a benchmark of 2 repetition(s); at least 3 are needed")
+        self.write("bench/results/r.tsv", "\n".join(text).replace("# repetitions: 2", "# repetitions: 3") + "\n")
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("| BM_x | 1.5 ms |", self.read("README.md"))
 
 
 if __name__ == "__main__":
