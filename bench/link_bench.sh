@@ -139,7 +139,9 @@ COMM=$(cd "$BUILD_DIR" && pwd)/bench/comm_bench
 if [ "$COMM_BENCH" = 1 ] && [ ! -x "$COMM" ]; then
   die "--comm-bench: no $COMM (configure with -DTG_BUILD_BENCH=ON and build comm_bench)"
 fi
-PYTHON=${PYTHON:-/usr/bin/python3}
+# shellcheck source=lib/peer_python.sh
+source "$HERE/lib/peer_python.sh"
+PYTHON=$(peer_python)  # PyPI's PyTorch by default; TG_PEER=debian: Debian's 1.13
 IFS=, read -r -a NET_LIST <<<"$NETS"
 IFS=, read -r -a METHOD_LIST <<<"$METHODS"
 IFS=, read -r -a PEER_LIST <<<"$PEER_METHODS"
@@ -300,6 +302,7 @@ TABLE=$TMP/table.tsv
 printf 'rep\tload1\trate\tmodel\tsystem\tmode\tmethod\tbatch_per_worker\ttimed_steps\tmedian_s\tbytes_trainer\tpayload_trainer\twire_rx_per_step\twire_tx_per_step\tstatus\tnote\n' >"$TABLE"
 HEADER=$TMP/header
 results_header link "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
+peer_header_line "$PYTHON" >>"$HEADER"
 {
   echo "# pinning: $([ "$PIN" = 1 ] && echo "process k on core k-1 of $CORES (taskset)" || echo none)"
   echo "# ours compute-only: $OURS_COMPUTE"

@@ -32,7 +32,9 @@ while getopts "b:n:r:t:s:o:" o; do
   esac
 done
 train=$(tg_binary terngrad-train)
-PYTHON=${PYTHON:-/usr/bin/python3}
+# shellcheck source=lib/peer_python.sh
+source "$HERE/lib/peer_python.sh"
+PYTHON=$(peer_python)  # PyPI's PyTorch by default; TG_PEER=debian: Debian's 1.13
 have_torch=1
 "$PYTHON" -c "import torch" 2>/dev/null || have_torch=0
 work=$(mktemp -d)

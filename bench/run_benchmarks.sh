@@ -25,7 +25,9 @@ NETS="lenet cifarnet alexnet resnet50 inception_v3"
 THREADS="1 2"
 MIN=3
 OUT=bench/results/train_step.tsv
-PYTHON=${PYTHON:-/usr/bin/python3}
+# shellcheck source=lib/peer_python.sh
+source bench/lib/peer_python.sh
+PYTHON=$(peer_python)  # PyPI's PyTorch by default; TG_PEER=debian: Debian's 1.13
 while getopts "b:r:n:t:m:o:h" opt; do
   case $opt in
     b) BUILD=$OPTARG ;;

@@ -143,7 +143,9 @@ for e in "${EXCHANGE_LIST[@]}"; do
   [[ " ${KNOWN_EXCHANGES[*]} " == *" $e "* ]] || die "unknown exchange '$e' (${KNOWN_EXCHANGES[*]})"
   if [ "$e" = ddp ]; then PEER=1; fi
 done
-PYTHON=${PYTHON:-/usr/bin/python3}
+# shellcheck source=lib/peer_python.sh
+source "$HERE/lib/peer_python.sh"
+PYTHON=$(peer_python)  # PyPI's PyTorch by default; TG_PEER=debian: Debian's 1.13
 PEER_OK=1
 if [ "$PEER" = 1 ] && ! "$PYTHON" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
   PEER_OK=0
@@ -311,6 +313,7 @@ EOF
 HEADER=$TMP/header
 TABLE=$TMP/table
 results_header scale "$BUILD_DIR" "$0" "${ARGS[@]}" >"$HEADER"
+peer_header_line "$PYTHON" >>"$HEADER"
 echo "# options: steps $STEPS, warm-up $WARMUP, repeats $REPEATS, pin $PIN, delay ${DELAY_MS} ms" >>"$HEADER"
 printf '%s\n' "rep	net	exchange	nodes	procs_per_node	replicas	ranks_per_node	rate	batch_per_worker	params	step_s	compute_s	overhead_s	step_over_compute	scalers_ms	encode_ms	comm_blocked_ms	comm_in_flight_ms	comm_cpu_ms	decode_ms	forward_backward_ms	optimizer_ms	intra_node_bytes	inter_node_bytes	machine1_link_bytes_per_step	status	note" >"$TABLE"
 row() { # fields...: appends a TSV row

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Installs the peer the CPU benchmarks compare against: PyTorch 1.13 and torchvision from Debian
-# (python3-torch, python3-torchvision), with OpenBLAS (libopenblas0-pthread) as the system BLAS: without it
-# Debian's PyTorch falls back to the reference BLAS for its fully connected layers and small 1x1 convolutions,
-# which would make it an unfairly weak peer. Needs root (or sudo). Idempotent. The packages install into
-# Debian's interpreter (/usr/bin/python3), which bench/run_benchmarks.sh uses; override with PYTHON=...
+# Installs the peer the CPU benchmarks compare against. By default (--pypi) the PyTorch a user installs today:
+# torch from PyPI (version TORCH_VERSION, default 2.15.0; the PyPI wheel brings its CUDA libraries, several GB)
+# in a virtual environment outside the repository, VENV (default /opt/terngrad-peers-venv), made with Debian's
+# python3 -m venv; every benchmark's peer runs there (bench/lib/peer_python.sh).
 #
-# --pypi: instead (or with --debian as well), the PyTorch a user installs today: torch from PyPI (version
-# TORCH_VERSION, default 2.15.0; the PyPI wheel brings its CUDA libraries, several GB) in a virtual
-# environment outside the repository, VENV (default /opt/terngrad-peers-venv), made with Debian's python3 -m
-# venv. bench/tta_bench.sh uses it by default (its python is VENV/bin/python). Idempotent too.
-#   bench/setup_peers.sh                    Debian's PyTorch 1.13 (as before)
-#   bench/setup_peers.sh --pypi             the PyPI venv only
+# --debian: instead (or with --pypi as well), PyTorch 1.13 and torchvision from Debian (python3-torch,
+# python3-torchvision), with OpenBLAS (libopenblas0-pthread) as the system BLAS: without it Debian's PyTorch
+# falls back to the reference BLAS for its fully connected layers and small 1x1 convolutions, which would make it
+# an unfairly weak peer. They install into Debian's interpreter (/usr/bin/python3), which the benchmarks use with
+# TG_PEER=debian (bench/tta_bench.sh: --debian-torch). Needs root (or sudo). Idempotent.
+#   bench/setup_peers.sh                    the PyPI venv
+#   bench/setup_peers.sh --debian           Debian's PyTorch 1.13 only
 #   bench/setup_peers.sh --pypi --debian    both
 set -euo pipefail
-DEBIAN=1
-PYPI=0
-[ $# -gt 0 ] && DEBIAN=0
+DEBIAN=0
+PYPI=1
+[ $# -gt 0 ] && PYPI=0
 for arg in "$@"; do
   case "$arg" in
     --pypi) PYPI=1 ;;
@@ -47,8 +47,8 @@ fi
 if [ "$PYPI" = 1 ]; then
   VENV=${VENV:-/opt/terngrad-peers-venv}
   TORCH_VERSION=${TORCH_VERSION:-2.15.0}
-  check='import torch, torch.distributed as d; assert d.is_gloo_available(); print("torch", torch.__version__, "in", torch.__file__)'
-  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import numpy, torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  check='import torch, torchvision, torch.distributed as d; assert d.is_gloo_available(); print("torch", torch.__version__, "torchvision", torchvision.__version__, "in", torch.__file__)'
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import numpy, torch, torchvision, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     "$VENV/bin/python" -c "$check"
     exit 0
   fi
@@ -58,7 +58,8 @@ if [ "$PYPI" = 1 ]; then
   fi
   $SUDO /usr/bin/python3 -m venv "$VENV"
   $SUDO "$VENV/bin/python" -m pip install --upgrade pip
-  # numpy: torch imports without it but warns at every start.
-  $SUDO "$VENV/bin/python" -m pip install "torch==$TORCH_VERSION" numpy
+  # numpy: torch imports without it but warns at every start; torchvision: the peers' AlexNet and ResNet-50 (pip
+  # picks the release built for this torch).
+  $SUDO "$VENV/bin/python" -m pip install "torch==$TORCH_VERSION" torchvision numpy
   "$VENV/bin/python" -c "$check"
 fi

@@ -52,8 +52,8 @@ usage: bench/tta_bench.sh [options] RATE [RATE...]
   -x "FLAGS"      extra terngrad-train flags for our runs
   -o FILE         the results file (default: bench/results/tta-lenet.tsv)
   -W WORK_DIR     converted data and the runs' folders (default: /tmp/terngrad_tta)
-  -p PYTHON       the peer's python (default: /opt/terngrad-peers-venv/bin/python, bench/setup_peers.sh --pypi)
-  --debian-torch  the peer on Debian's PyTorch 1.13 (/usr/bin/python3; bench/setup_peers.sh)
+  -p PYTHON       the peer's python (default: bench/lib/peer_python.sh: the PyPI venv of bench/setup_peers.sh)
+  --debian-torch  the peer on Debian's PyTorch 1.13 (/usr/bin/python3; bench/setup_peers.sh --debian)
   --no-pin        do not pin the processes
   -k              keep each run's folder (checkpoints, logs, metrics)
   --resume        go on with the results file of a stopped run of the same command (the same arguments but
@@ -98,7 +98,9 @@ PSGD_START=""
 EXTRA=""
 OUT=bench/results/tta-lenet.tsv
 WORK=/tmp/terngrad_tta
-PYTHON=/opt/terngrad-peers-venv/bin/python
+# shellcheck source=lib/peer_python.sh
+source "$HERE/lib/peer_python.sh"
+PYTHON=$(peer_python)
 PIN=1
 KEEP=0
 RESUME=0
@@ -130,7 +132,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2
       ;;
-    --debian-torch) PYTHON=/usr/bin/python3 && shift ;;
+    --debian-torch) PYTHON=$(TG_PEER=debian PYTHON="" peer_python) && shift ;;
     --no-pin) PIN=0 && shift ;;
     -k) KEEP=1 && shift ;;
     --resume) RESUME=1 && shift ;;
