@@ -148,8 +148,6 @@ inline const std::vector<OtherFlagName>& other_flag_names() {
       {"log_device_placement", "log_level", "--log_level debug names each worker's device"},
       {"use_encoding", "", "the ternary codes are always sent 2-bit packed: nothing to turn on"},
       {"save_tower", "", "checkpoints hold one copy of the variables, as the reference's --save_tower 0"},
-      {"pretrained_model_checkpoint_path", "", "starting from other weights is not supported yet"},
-      {"fine_tune", "", "starting from other weights is not supported yet"},
   };
   return names;
 }

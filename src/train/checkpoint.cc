@@ -198,8 +198,8 @@ void CheckpointReader::read(const std::string& name, const Tensor& dst) const {
   TG_CHECK(it != table_.end(), "{} has no tensor '{}'", path_, name);
   const Entry& e = it->second;
   TG_CHECK(dst.device().is_cpu(), "checkpoint read into a {} tensor", dst.device().str());
-  TG_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: tensor '{}' is {}{}, the model expects {}", path_,
-           name, dtype_name(e.dtype), e.shape.str(), dst.str());
+  TG_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: tensor '{}' is {}{}, the model expects {}{}", path_,
+           name, dtype_name(e.dtype), e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
   std::ifstream in(path_, std::ios::binary);
   in.seekg(static_cast<std::streamoff>(data_offset_ + e.offset));
   in.read(static_cast<char*>(dst.raw()), static_cast<std::streamsize>(e.bytes));

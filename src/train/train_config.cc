@@ -63,6 +63,10 @@ void TrainConfig::validate(int num_processes) const {
     TG_CHECK(bytes <= 0x1p40, "--batch_size {} of {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
              batch_size, image_size, image_size, bytes / 0x1p40);
   }
+  if (fine_tune && pretrained_model_checkpoint_path.empty())
+    TG_THROW(
+        "--fine_tune restores every weight of a checkpoint but the logits: it needs "
+        "--pretrained_model_checkpoint_path");
   if (!timeline.empty()) {
     Timeline::check_path(timeline);
     Timeline::parse_steps(timeline_steps);

@@ -98,6 +98,15 @@ std::vector<Flag<TrainConfig>> make_table() {
   append(embed_flags<C>(compression_flags()));
   append(embed_flags<C>(exchange_flags()));
   append({
+      {"pretrained_model_checkpoint_path", &C::pretrained_model_checkpoint_path,
+       "start a new run from the weights of a checkpoint of ours (a file, or a train_dir: its latest): the "
+       "parameters, batch-norm statistics and their moving averages; the run starts at step 0 with a fresh optimizer "
+       "state, data cursor and learning-rate schedule. A --train_dir that holds a checkpoint resumes it (given the "
+       "same path; another is refused)"},
+      {"fine_tune", &C::fine_tune,
+       "with --pretrained_model_checkpoint_path: the logits layers (logits/, AuxLogits/logits/) start as a fresh "
+       "run's, so --num_classes and --dataset may differ from the checkpoint's",
+       no_check(), kFlagSwitch},
       {"allow_topology_change", &C::allow_topology_change,
        "resume a checkpoint written by another number of workers or processes (a node lost or added): the "
        "replicated state is restored, the data cursor re-derived; per-rank state is refused unless "

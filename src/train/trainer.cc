@@ -300,7 +300,7 @@ void Trainer::Impl::warm_up_gpus() {
 
 void Trainer::Impl::open_batch_source(uint64_t cursor) {
   if (cfg.benchmark_mode) {
-    source = std::make_unique<SyntheticBatchSource>(cfg.seed, dataset_info(cfg.dataset).num_classes, cursor,
+    source = std::make_unique<SyntheticBatchSource>(cfg.seed, cfg.num_classes, cursor,
                                                     static_cast<uint64_t>(rank) * static_cast<uint64_t>(process_batch));
   } else {
     source = make_pipeline_batch_source(cfg, rank, num_processes, process_batch, cursor);

@@ -139,6 +139,8 @@ struct Trainer::Impl {
   void build_schedule();
   void allocate_host_batch();
   void adopt_checkpoint_flags();
+  std::string pretrained_checkpoint() const;  // --pretrained_model_checkpoint_path's file
+  void start_from_pretrained();               // trainer_pretrained.cc
   void resume_or_initialize();
   void clean_train_dir();
   uint64_t resume(const std::string& path);

@@ -69,6 +69,9 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   int64_t warmup_steps = 0;
   float momentum = 0.9f;
   float moving_average_decay = 0.9999f;
+  // starting from other weights (trainer_pretrained.cc)
+  std::string pretrained_model_checkpoint_path;  // a checkpoint of ours, or a train_dir (its latest)
+  bool fine_tune = false;                        // ... all but the logits layers, which start afresh
   // resuming on another layout
   bool allow_topology_change = false;  // resume on another number of ranks (workers, processes, replicas)
   bool reset_rank_state = false;       // ... dropping the checkpoint's per-rank state (error feedback)
