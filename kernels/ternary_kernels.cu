@@ -190,7 +190,7 @@ __device__ __forceinline__ int encode_block(const float* __restrict__ g, int64_t
     for (int e = 0; e < kTernaryBlockElements; ++e) v[e] = e < valid ? g[first + e] : 0.f;
   }
   const uint32_t bits = ternarize_pack_values(v, valid, s, ternary_block(key, static_cast<uint64_t>(b), step, tensor));
-  const int64_t nbytes = (n + 3) / 4;
+  const int64_t nbytes = ternary_packed_bytes(n);
   packed[2 * b] = static_cast<uint8_t>(bits);
   if (2 * b + 1 < nbytes) packed[2 * b + 1] = static_cast<uint8_t>(bits >> 8);
   if (residual)
@@ -468,8 +468,8 @@ void ternary_unpack_cuda(const uint8_t* packed, int64_t n, int8_t* codes, void* 
 
 void ternary_sum_codes_cuda(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums,
                             void* stream) {
-  TG_CHECK(num_workers >= 1 && num_workers <= 127, "ternary code sums: {} workers (an int8 sum holds 1 to 127)",
-           num_workers);
+  TG_CHECK(num_workers >= 1 && num_workers <= kMaxCodeSumWorkers,
+           "ternary code sums: {} workers (an int8 sum holds 1 to {})", num_workers, kMaxCodeSumWorkers);
   cuda_kernels::linear_kernel("sum_codes", sum_codes_kernel, n, as_stream(stream), packed, stride, num_workers,
                               code_sums);
 }

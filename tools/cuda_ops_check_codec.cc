@@ -95,7 +95,7 @@ void check_tensor(CudaBackend& be, const std::string& name, int64_t n, bool time
   const std::string shape = fmt::format("{} elements", n);
   std::vector<float> hg = gradient(n, 81);
   const int W = 4;
-  const int64_t nbytes = (n + 3) / 4;
+  const int64_t nbytes = ternary_packed_bytes(n);
   Dev g(be, Shape{n}), s(be, Shape{1}), packed(be, Shape{W * nbytes}, DType::kU8), zeros(be, Shape{W}, DType::kI32),
       sums(be, Shape{n}, DType::kI8), dec(be, Shape{n}), decg(be, Shape{n});
   upload(be, g.t, hg);
@@ -175,7 +175,7 @@ void check_tensor_list(CudaBackend& be, double copy_gbs) {
   std::vector<float> hg = gradient(total, 91);
   std::vector<int64_t> offset(sizes.size() + 1, 0), poffset(sizes.size() + 1, 0);
   for (size_t k = 0; k < sizes.size(); ++k)
-    offset[k + 1] = offset[k] + sizes[k], poffset[k + 1] = poffset[k] + (sizes[k] + 3) / 4;
+    offset[k + 1] = offset[k] + sizes[k], poffset[k + 1] = poffset[k] + ternary_packed_bytes(sizes[k]);
   const int64_t T = static_cast<int64_t>(sizes.size());
   Dev g(be, Shape{total}), s(be, Shape{T}), packed(be, Shape{poffset[T]}, DType::kU8), zeros(be, Shape{T}, DType::kI32);
   upload(be, g.t, hg);

@@ -37,7 +37,7 @@ inline void scalers(const Tensor& s, int64_t n, int64_t bucket, const char* op) 
 inline void workers_packed(const Tensor& packed, int64_t stride, int num_workers, int64_t n, const char* op) {
   dtype(packed, DType::kU8, op, "packed codes");
   TG_CHECK(num_workers >= 1 && stride >= 0, "{}: {} workers, stride {}", op, num_workers, stride);
-  const int64_t need = n > 0 ? (num_workers - 1) * stride + (n + 3) / 4 : 0;
+  const int64_t need = n > 0 ? (num_workers - 1) * stride + ternary_packed_bytes(n) : 0;
   TG_CHECK(packed.numel() >= need, "{}: {} holds {} bytes, {} workers at stride {} of {} elements need {}", op,
            packed.str(), packed.numel(), num_workers, stride, n, need);
 }

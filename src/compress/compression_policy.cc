@@ -61,7 +61,7 @@ CompressionPolicy::CompressionPolicy(const CompressionFlags& flags, const std::v
       t.scaler_index = num_scalers_;
       t.num_scalers = static_cast<int>(scalers);
       num_scalers_ += t.num_scalers;
-      packed_bytes_ += (p.numel + 3) / 4;
+      packed_bytes_ += ternary_packed_bytes(p.numel);
     } else if (compressed && flags_.grad_bits == 16) {
       t.coding = GradCoding::kF16;
       t.offset = f16_elements_;

@@ -44,7 +44,7 @@ RangeLayout GradientCodec::layout(TensorRange r) const {
     if (i >= r.begin) l.elements += t.numel;
     switch (t.coding) {
       case GradCoding::kTernary:
-        packed += (t.numel + 3) / 4;
+        packed += ternary_packed_bytes(t.numel);
         scaler += t.num_scalers;
         ++ternary;
         break;
@@ -298,7 +298,7 @@ void GradientCodec::encode_ternary(Backend& be, const std::vector<Tensor>& grads
     items[count++] = {grads[i],
                       tensor_scalers(scalers, t),
                       static_cast<uint32_t>(i),
-                      piece(packed, DType::kU8, at, at + (t.numel + 3) / 4, "packed codes"),
+                      piece(packed, DType::kU8, at, at + ternary_packed_bytes(t.numel), "packed codes"),
                       zero_codes ? piece(zero_codes, DType::kI32, z, z + 1, "zero codes") : Tensor(),
                       residuals ? (*residuals)[i] : Tensor(),
                       policy_.scaler_bucket()};

@@ -197,12 +197,8 @@ void Trainer::Impl::build_exchanges() {
     auto make = [&](const CompressionPolicy& pol) {
       std::vector<std::vector<Tensor>> views;
       for (int w : r.workers) views.push_back(workers[w].grad_views);
-      ExchangeOptions xo;
-      xo.mode = parse_enum<ExchangeMode>(cfg.exchange);
-      xo.seed = cfg.seed;
-      xo.bucket_mb = cfg.bucket_mb;
+      ExchangeOptions xo(cfg, cfg.seed);  // the exchange flags, then what this replica and policy allow
       xo.error_feedback = cfg.error_feedback && pol.flags().grad_bits == 1;
-      xo.local_bits = cfg.local_bits;
       // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
       // queue the backward's next kernels behind the network; overlapping needs a communication stream).
       // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.

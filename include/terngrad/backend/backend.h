@@ -87,7 +87,7 @@ void for_each_coded_part(const CodedAverage& g, int64_t n, Fn&& fn) {
   const Tensor& codes = g.gathered ? g.gathered : g.code_sums;
   auto part = [&](int64_t p, int64_t count) {
     const int64_t at = p * g.part_stride;
-    const int64_t end = g.gathered ? at + (g.num_workers - 1) * g.stride + (count + 3) / 4 : at + count;
+    const int64_t end = g.gathered ? at + (g.num_workers - 1) * g.stride + ternary_packed_bytes(count) : at + count;
     TG_CHECK(codes && end <= codes.numel(), "coded average: part {} ({} elements) needs bytes [{}, {}) of {}", p, count,
              at, end, codes.str());
     CodedAverage c = g;

@@ -124,6 +124,11 @@ TG_HOST_DEVICE float ternary_scaler_from_stats(double sigma, float max_abs, floa
   return ternary_scaler(sg, max_abs, clip_factor);
 }
 
+// Bytes of n 2-bit codes: 4 to a byte, the last byte's unused fields 00 (the one definition of the packed size).
+TG_HOST_DEVICE constexpr int64_t ternary_packed_bytes(int64_t n) { return (n + 3) / 4; }
+// An int8 sum of codes (allreduce8, ternary_sum_codes) is exact for up to this many workers.
+constexpr int kMaxCodeSumWorkers = 127;
+
 // Per-bucket scalers (see the file comment). The alignment keeps a bucket a whole number of encode units
 // (32 Philox blocks) and of packed bytes, so every vector loop sees one scaler per unit.
 constexpr int64_t kScalerBucketAlign = 256;

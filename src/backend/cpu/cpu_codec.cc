@@ -60,7 +60,7 @@ void CpuBackend::encode_one(const Tensor& g, const Tensor& scaler, PhiloxKey key
   const char* op = "ternary_encode";
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
-  cc::numel(packed, (n + 3) / 4, op, "packed codes");
+  cc::numel(packed, ternary_packed_bytes(n), op, "packed codes");
   on_host(g, op, "g"), on_host(packed, op, "packed codes");
   const float* s = scaler_values(scaler, n, bucket, op);
   if (zero_count) {

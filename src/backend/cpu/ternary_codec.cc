@@ -501,7 +501,7 @@ EncodeFn encode_fn(CodecIsa isa, float s, int residual) {
 // into code + 1 (0, 1 or 2) per byte lane. Summing the lanes of up to 127 workers keeps every byte lane below
 // 256: lanes never carry into each other, and byte lane k of the sum is num_workers + the code sum of
 // element 4b + k, in element order when the 32-bit lanes are read as bytes.
-constexpr int kMaxLaneWorkers = 127;
+constexpr int kMaxLaneWorkers = kMaxCodeSumWorkers;
 constexpr int kSumStepElements = 64;        // threads split the elements at multiples of this
 constexpr int64_t kDecodeGrainSteps = 256;  // 16K elements at least per thread
 
@@ -819,7 +819,7 @@ int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scale
                                    uint32_t step, uint32_t tensor, uint8_t* packed, float* residual) {
   if (n <= 0) return 0;
   const int64_t per = elements_per_scaler(n, bucket, "ternary encode");
-  const int64_t nbytes = (n + 3) / 4;
+  const int64_t nbytes = ternary_packed_bytes(n);
   int mode = residual ? kStore : kNoResidual;
 #if TG_CODEC_X86
   if (residual && stream_output(residual, n)) mode = kStream;  // not read again before the next step
@@ -868,7 +868,7 @@ int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scale
 
 void ternary_sum_codes_cpu(const uint8_t* packed, int64_t stride, int num_workers, int64_t n, int8_t* code_sums) {
   TG_CHECK(num_workers >= 1 && num_workers <= kMaxLaneWorkers,
-           "ternary code sums: {} workers (an int8 sum holds 1 to 127 workers)", num_workers);
+           "ternary code sums: {} workers (an int8 sum holds 1 to {} workers)", num_workers, kMaxCodeSumWorkers);
   if (n <= 0) return;
   const SumCodesFn fn = TG_CODEC_PICK(active_isa(), sum_codes);
   const int64_t steps = n / kSumStepElements;

@@ -57,7 +57,7 @@ TernaryEncodeCuda encode_args(const CudaBackend& be, const Tensor& g, const Tens
   const int64_t n = g.numel();
   cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
   cc::scalers(scaler, n, bucket, op);
-  cc::numel(packed, (n + 3) / 4, op, "packed codes");
+  cc::numel(packed, ternary_packed_bytes(n), op, "packed codes");
   be.check_on_device(g, op, "g"), be.check_on_device(packed, op, "packed codes"),
       be.check_on_device(scaler, op, "scaler");
   int32_t* zeros = nullptr;

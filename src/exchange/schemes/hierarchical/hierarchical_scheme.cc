@@ -107,7 +107,7 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
       pc.ternary = nodes && p.tensors()[i].coding == GradCoding::kTernary;
       if (nodes && pc.ternary) {
         pc.packed_at = b.packed_bytes;
-        b.packed_bytes += (pc.part + 3) / 4;
+        b.packed_bytes += ternary_packed_bytes(pc.part);
       } else if (nodes) {
         pc.dense_at = b.dense;
         b.dense += pc.part;
@@ -289,7 +289,7 @@ void HierarchicalScheme::encode(Bucket& b) {
     const Tensor values = own.slice0(pc.at, pc.at + count);
     if (pc.ternary) {
       be.ternary_encode(values, part_scalers(pc, k_), key, step_, static_cast<uint32_t>(pc.tensor) + shard_salt,
-                        b.packed.slice0(pc.packed_at, pc.packed_at + (count + 3) / 4), zero_count(pc),
+                        b.packed.slice0(pc.packed_at, pc.packed_at + ternary_packed_bytes(count)), zero_count(pc),
                         p.scaler_bucket());
     } else {
       be.copy(b.dense_sum.slice0(pc.dense_at, pc.dense_at + count), values);

@@ -14,9 +14,9 @@ TernGradScheme::TernGradScheme(SchemeContext& ctx)
   TG_CHECK(mode_ == ExchangeMode::kAllgather2 || mode_ == ExchangeMode::kAllreduce8,
            "the terngrad scheme exchanges codes by allgather2 or allreduce8, not --exchange {}", enum_name(mode_));
   if (mode_ == ExchangeMode::kAllreduce8 && ctx.codec->policy().num_ternary() > 0)
-    TG_CHECK(ctx.num_workers <= 127,
-             "--exchange allreduce8 sums int8 codes, exact up to 127 workers; {} workers need allgather2",
-             ctx.num_workers);
+    TG_CHECK(ctx.num_workers <= kMaxCodeSumWorkers,
+             "--exchange allreduce8 sums int8 codes, exact up to {} workers; {} workers need allgather2",
+             kMaxCodeSumWorkers, ctx.num_workers);
   if (ctx.options.error_feedback) feedback_ = std::make_unique<ErrorFeedback>(ctx);
 }
 
