@@ -26,11 +26,6 @@ std::string mpi_error_string(int code) {
   return fmt::format("{} ({})", std::string(text, len), code);
 }
 
-bool launched_by_mpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
-
 namespace {
 
 // The ring: segments of kSegmentBytes (a multiple of every element size), up to kWindow sends and kWindow

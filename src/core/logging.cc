@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "terngrad/core/error.h"
+#include "terngrad/core/launcher.h"
 
 namespace tg {
 
@@ -14,8 +15,8 @@ void setup_logging(const std::string& level) {
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off")
     TG_USAGE_ERROR("--log_level '{}' is not one of trace, debug, info, warn, error, off", level);
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-  const auto mode = launched || std::getenv("NO_COLOR") ? spdlog::color_mode::never : spdlog::color_mode::automatic;
+  const auto mode =
+      launched_by_mpi() || std::getenv("NO_COLOR") ? spdlog::color_mode::never : spdlog::color_mode::automatic;
   auto logger =
       std::make_shared<spdlog::logger>("terngrad", std::make_shared<spdlog::sinks::stdout_color_sink_mt>(mode));
   spdlog::set_default_logger(logger);

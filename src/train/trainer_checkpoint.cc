@@ -6,7 +6,6 @@ namespace tg {
 
 namespace fs = std::filesystem;
 
-namespace {
 // The replica's slab that a checkpoint part holds.
 Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
   switch (part) {
@@ -21,7 +20,6 @@ Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
   }
   TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
 }
-}  // namespace
 
 namespace {
 // A resumed run goes on as it was written. These flags are taken from the checkpoint when the command line does
@@ -63,6 +61,18 @@ void Trainer::Impl::adopt_checkpoint_flags() {
   const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
   if (!latest) return;
   const CheckpointMeta m = CheckpointReader(*latest).meta();
+  // A train_dir with a checkpoint is resumed; a run that started from other weights resumes when it is given the
+  // same --pretrained_model_checkpoint_path (the same command), and is refused any other.
+  if (!cfg.pretrained_model_checkpoint_path.empty()) {
+    const auto was = m.flags.find("pretrained_model_checkpoint_path");
+    if (was == m.flags.end() || was->second != cfg.pretrained_model_checkpoint_path)
+      TG_THROW(
+          "--train_dir {} already holds a checkpoint (step {}){}: that is a resume, not a new run from "
+          "--pretrained_model_checkpoint_path {}; leave that flag out to resume, or start in a new --train_dir",
+          cfg.train_dir, m.step,
+          was == m.flags.end() || was->second.empty() ? "" : " of a run started from " + was->second,
+          cfg.pretrained_model_checkpoint_path);
+  }
   TrainConfig resolved = cfg;  // the defaults that follow from the network and dataset are no news
   resolved.resolve_defaults();
   std::string taken;
@@ -93,19 +103,6 @@ void Trainer::Impl::resume_or_initialize() {
   if (is_chief()) clean_train_dir();
   uint64_t cursor = 0;
   if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
-    // A train_dir with a checkpoint is resumed; a run that started from other weights resumes when it is given
-    // the same --pretrained_model_checkpoint_path (the same command), and is refused any other.
-    if (!cfg.pretrained_model_checkpoint_path.empty()) {
-      const CheckpointMeta m = CheckpointReader(*latest).meta();
-      const auto was = m.flags.find("pretrained_model_checkpoint_path");
-      if (was == m.flags.end() || was->second != cfg.pretrained_model_checkpoint_path)
-        TG_THROW(
-            "--train_dir {} already holds a checkpoint (step {}){}: that is a resume, not a new run from "
-            "--pretrained_model_checkpoint_path {}; leave that flag out to resume, or start in a new --train_dir",
-            cfg.train_dir, m.step,
-            was == m.flags.end() || was->second.empty() ? "" : " of a run started from " + was->second,
-            cfg.pretrained_model_checkpoint_path);
-    }
     cursor = resume(*latest);
   } else if (!cfg.pretrained_model_checkpoint_path.empty()) {
     start_from_pretrained();

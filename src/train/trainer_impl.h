@@ -70,6 +70,9 @@ struct Replica {
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
 };
 
+// The replica's slab that a checkpoint part holds (trainer_checkpoint.cc).
+Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part);
+
 struct Worker {
   int replica = 0;
   int global_index = 0;  // (process * replicas + replica) * workers per replica + index in the replica

@@ -66,9 +66,11 @@ void Trainer::Impl::start_from_pretrained() {
     r.store->initialize(cfg.seed);
     create_ema(r);  // the shadows of what the checkpoint does not give start at the fresh values
     for (CheckpointLayout::Part part : {CheckpointLayout::kParams, CheckpointLayout::kState, CheckpointLayout::kEma}) {
-      Slab& slab = part == CheckpointLayout::kParams  ? r.store->params()
-                   : part == CheckpointLayout::kState ? r.store->state()
-                                                      : r.ema->shadow();
+      Slab& slab = checkpoint_slab(r, part);
+      size_t largest = 0;  // one host buffer for the slab's tensors, as read_slab
+      for (const Slab::Entry& e : slab.entries())
+        largest = std::max(largest, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+      Buffer host(host_allocator(), largest);
       for (int i = 0; i < slab.size(); ++i) {
         const Slab::Entry& e = slab.entry(i);
         const std::string name = CheckpointLayout::name(part, e.name);
@@ -81,7 +83,6 @@ void Trainer::Impl::start_from_pretrained() {
           continue;
         }
         if (!missing.empty()) continue;  // refused below, listing every missing name
-        Buffer host(host_allocator(), static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
         const Tensor h(host.data(), e.shape, e.dtype, Device::cpu());
         reader.read(name, h);  // a shape or dtype that differs: one line naming the tensor and both
         r.backend->copy(slab.view(i), h);

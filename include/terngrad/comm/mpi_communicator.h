@@ -43,15 +43,13 @@
 #include <string>
 
 #include "terngrad/comm/communicator.h"
+#include "terngrad/core/launcher.h"  // launched_by_mpi()
 
 namespace tg {
 
 // Throws tg::Error "MPI error: <call> returned <MPI error string> at file:line" on failure.
 #define TG_MPI_CHECK(call) TG_CHECK_CALL("MPI", call, status_ == 0 /* MPI_SUCCESS */, ::tg::mpi_error_string(status_))
 std::string mpi_error_string(int code);
-
-// True when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK set).
-bool launched_by_mpi();
 
 class MpiEnvironment {
  public:
