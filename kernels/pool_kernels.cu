@@ -55,7 +55,7 @@ __global__ void pool_forward_kernel(int64_t total, PoolDesc d, const T* __restri
         }
         any = true;
       }
-    const int64_t count = (win.h1 - win.h0) * (win.w1 - win.w0);
+    const int64_t count = d.kind == PoolKind::kAvgIncludePad ? d.kh * d.kw : (win.h1 - win.h0) * (win.w1 - win.w0);
     Vec<T, N> out;
 #pragma unroll
     for (int k = 0; k < N; ++k)
@@ -108,7 +108,8 @@ __global__ void pool_backward_kernel(int64_t total, PoolDesc d, const T* __restr
           for (int k = 0; k < N; ++k)
             if (best[k] == h * d.w + w) g[k] += to_f32(gy.v[k]);
         } else {
-          const float count = static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+          const float count = static_cast<float>(
+              d.kind == PoolKind::kAvgIncludePad ? d.kh * d.kw : (win.h1 - win.h0) * (win.w1 - win.w0));
 #pragma unroll
           for (int k = 0; k < N; ++k) g[k] += to_f32(gy.v[k]) / count;
         }

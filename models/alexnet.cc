@@ -31,14 +31,14 @@ namespace {
 
 // conv (no bias) -> BN (beta only) -> ReLU; returns the ReLU's output.
 std::string conv_bn_relu(Net& net, const std::string& name, const std::string& input, int64_t out_channels,
-                         int64_t kernel, int64_t stride, uint32_t seed_offset, float weight_decay) {
+                         int64_t kernel, int64_t stride, uint32_t seed_offset, const ModelConfig& c) {
   ConvOptions conv;
   conv.out_channels = out_channels;
   conv.kernel_h = conv.kernel_w = kernel;
   conv.stride = stride;
-  conv.padding = Padding::kSame;
+  conv.padding = c.same();
   conv.bias = false;
-  conv.weight_decay = weight_decay;
+  conv.weight_decay = c.weight_decay;
   conv.weight_init = Initializer::truncated_normal(0.01f, seed_offset);
   net.add(conv2d(name, conv), {input});
   BatchNormOptions bn;  // the reference's ops.batch_norm: beta only, decay 0.9997, eps 0.001
@@ -61,10 +61,10 @@ void build_alexnet(Net& net, const ModelConfig& c) {
   std::string pool2[2];
   for (int b = 0; b < 2; ++b) {
     const std::string s = std::to_string(b + 1);
-    conv_bn_relu(net, "conv1_" + s, "images", 48, 11, 4, 1 + b, wd);
+    conv_bn_relu(net, "conv1_" + s, "images", 48, 11, 4, 1 + b, c);
     net.add(alexnet_lrn("lrn1_" + s));
     const std::string pool1 = net.add(max_pool("pool1_" + s, 3, 2, Padding::kValid));
-    conv_bn_relu(net, "conv2_" + s, pool1, 128, 5, 1, 3 + b, wd);
+    conv_bn_relu(net, "conv2_" + s, pool1, 128, 5, 1, 3 + b, c);
     net.add(alexnet_lrn("lrn2_" + s));
     pool2[b] = net.add(max_pool("pool2_" + s, 3, 2, Padding::kValid));
   }
@@ -74,9 +74,9 @@ void build_alexnet(Net& net, const ModelConfig& c) {
   std::string pool5[2];
   for (int b = 0; b < 2; ++b) {
     const std::string s = std::to_string(b + 1);
-    std::string x = conv_bn_relu(net, "conv3_" + s, merged2, 192, 3, 1, 5 + b, wd);
-    x = conv_bn_relu(net, "conv4_" + s, x, 192, 3, 1, 7 + b, wd);
-    conv_bn_relu(net, "conv5_" + s, x, 128, 3, 1, 9 + b, wd);
+    std::string x = conv_bn_relu(net, "conv3_" + s, merged2, 192, 3, 1, 5 + b, c);
+    x = conv_bn_relu(net, "conv4_" + s, x, 192, 3, 1, 7 + b, c);
+    conv_bn_relu(net, "conv5_" + s, x, 128, 3, 1, 9 + b, c);
     pool5[b] = net.add(max_pool("pool5_" + s, 3, 2, Padding::kValid));
   }
   net.add(concat("pool5"), {pool5[0], pool5[1]});

@@ -28,7 +28,7 @@ void build_cifarnet(Net& net, const ModelConfig& c) {
 
   ConvOptions conv;
   conv.kernel_h = conv.kernel_w = 5;
-  conv.padding = Padding::kSame;
+  conv.padding = c.same();
   conv.out_channels = 64;
   conv.weight_decay = 0.f;
 
@@ -36,7 +36,7 @@ void build_cifarnet(Net& net, const ModelConfig& c) {
   conv.bias_init = 0.f;
   net.add(conv2d("conv1", conv), {"images"});
   net.add(relu("conv1/relu"));
-  net.add(max_pool("pool1", 3, 2, Padding::kSame));
+  net.add(max_pool("pool1", 3, 2, c.same()));
   net.add(lrn("lrn1", 4, 1.f, lrn_alpha, 0.75f));
 
   conv.weight_init = Initializer::truncated_normal(0.05f, 2);
@@ -44,7 +44,7 @@ void build_cifarnet(Net& net, const ModelConfig& c) {
   net.add(conv2d("conv2", conv));
   net.add(relu("conv2/relu"));
   net.add(lrn("lrn2", 4, 1.f, lrn_alpha, 0.75f));
-  net.add(max_pool("pool2", 3, 2, Padding::kSame));
+  net.add(max_pool("pool2", 3, 2, c.same()));
   net.add(flatten("flatten"));
 
   FcOptions fc;

@@ -61,7 +61,7 @@ constexpr float kConvStddev = 0.1f;
 constexpr float kAuxLossWeight = 0.4f;
 
 int64_t out_size(int64_t size, int64_t kernel, int64_t stride, Padding padding) {
-  return padding == Padding::kSame ? (size + stride - 1) / stride : (size - kernel) / stride + 1;
+  return pad_1d(size, kernel, stride, padding).out;
 }
 
 class InceptionBuilder {
@@ -76,7 +76,7 @@ class InceptionBuilder {
     o.kernel_h = kh;
     o.kernel_w = kw;
     o.stride = stride;
-    o.padding = padding;
+    o.padding = padding == Padding::kSame ? c_.same() : padding;  // SAME: the network's padding style
     o.bias = false;
     o.weight_init = Initializer::truncated_normal(stddev, 0);
     o.weight_decay = c_.weight_decay;
@@ -89,7 +89,7 @@ class InceptionBuilder {
     return net_.add(relu(name + "/relu"));
   }
   std::string avg3x3(const std::string& name, const std::string& input) {
-    return net_.add(avg_pool(name, 3, 1, Padding::kSame), {input});
+    return net_.add(avg_pool(name, 3, 1, c_.same()), {input});
   }
   std::string max3x3s2(const std::string& name, const std::string& input) {
     return net_.add(max_pool(name, 3, 2, Padding::kValid), {input});
@@ -169,7 +169,7 @@ class InceptionBuilder {
     net_.add(avg_pool("AuxLogits/AvgPool_1a_5x5", pool_kernel, 3, Padding::kValid), {x});
     int64_t s = out_size(spatial_, pool_kernel, 3, Padding::kValid);
     std::string y = conv("AuxLogits/Conv2d_1b_1x1", "AuxLogits/AvgPool_1a_5x5", 128, 1, 1);
-    const Padding pad5 = s >= 5 ? Padding::kValid : Padding::kSame;
+    const Padding pad5 = s >= 5 ? Padding::kValid : c_.same();
     y = conv("AuxLogits/Conv2d_2a_5x5", y, 768, 5, 5, 1, pad5, 0.01f);
     s = out_size(s, 5, 1, pad5);
     if (s > 1) y = net_.add(avg_pool("AuxLogits/AvgPool_2b", s, 1, Padding::kValid), {y});

@@ -18,7 +18,7 @@ void build_lenet(Net& net, const ModelConfig& c) {
   net.set_input_shape(c.image_size, c.image_size, c.channels);
   ConvOptions conv;
   conv.kernel_h = conv.kernel_w = 5;
-  conv.padding = Padding::kSame;
+  conv.padding = c.same();
   conv.weight_decay = wd;
   conv.bias_init = 0.f;
 
@@ -26,13 +26,13 @@ void build_lenet(Net& net, const ModelConfig& c) {
   conv.weight_init = Initializer::truncated_normal(0.05f, 1);
   net.add(conv2d("conv1", conv), {"images"});
   net.add(relu("conv1/relu"));
-  net.add(max_pool("pool1", 2, 2, Padding::kSame));
+  net.add(max_pool("pool1", 2, 2, c.same()));
 
   conv.out_channels = 50;
   conv.weight_init = Initializer::truncated_normal(0.05f, 2);
   net.add(conv2d("conv2", conv));
   net.add(relu("conv2/relu"));
-  net.add(max_pool("pool2", 2, 2, Padding::kSame));
+  net.add(max_pool("pool2", 2, 2, c.same()));
   net.add(flatten("flatten"));
 
   FcOptions fc;

@@ -50,7 +50,7 @@ class ResNetBuilder {
     conv.out_channels = out_channels;
     conv.kernel_h = conv.kernel_w = kernel;
     conv.stride = stride;
-    conv.padding = Padding::kSame;
+    conv.padding = c_.same();
     conv.bias = false;
     conv.weight_init = Initializer::he(0);
     conv.weight_decay = c_.weight_decay;
@@ -85,7 +85,7 @@ class ResNetBuilder {
     int64_t spatial = c_.image_size;
     std::string x = conv_bn("conv1", "images", 64, 7, 2, true);
     spatial = same_out(spatial, 2);
-    x = net_.add(max_pool("pool1", 3, 2, Padding::kSame));
+    x = net_.add(max_pool("pool1", 3, 2, c_.same()));
     spatial = same_out(spatial, 2);
 
     const int64_t units[4] = {3, 4, 6, 3};

@@ -25,6 +25,7 @@ packages=(
   clang-format-14        # scripts/check_format.sh (ctest clang_format)
   shellcheck             # scripts/check_scripts.sh (ctest scripts)
   xz-utils               # scripts/gpu_check.sh --prepare: the GPU bundle (ctest gpu_bundle)
+  python3-torch python3-torchvision  # PyTorch for /usr/bin/python3: terngrad-import's logit test (ctest torch_import)
 )
 
 # The ONNX export test's packages (tests/onnx_export_test.py, ctest onnx_export), in their own venv. Without

@@ -66,7 +66,7 @@ struct ConvCase {
 
 void PrintTo(const ConvCase& p, std::ostream* os) {
   *os << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.kh << "x" << p.kw << " o" << p.out_c << " s"
-      << p.stride << (p.padding == Padding::kSame ? " SAME" : " VALID") << " g" << p.groups << (p.bias ? " bias" : "");
+      << p.stride << " " << padding_name(p.padding) << " g" << p.groups << (p.bias ? " bias" : "");
 }
 
 class ConvTest : public ::testing::TestWithParam<ConvCase> {};
@@ -128,7 +128,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                                            ConvCase{3, 11, 11, 4, 3, 3, 8, 2, Padding::kValid, 2, false},
                                            ConvCase{1, 28, 28, 1, 5, 5, 20, 1, Padding::kSame, 1, true},
                                            ConvCase{3, 14, 14, 20, 5, 5, 50, 1, Padding::kSame, 1, true},
-                                           ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::kSame, 2, true}));
+                                           ConvCase{1, 13, 13, 32, 3, 3, 48, 1, Padding::kSame, 2, true},
+                                           ConvCase{2, 12, 12, 3, 7, 7, 8, 2, Padding::kSymmetric, 1, false},
+                                           ConvCase{2, 9, 10, 4, 3, 3, 6, 2, Padding::kSymmetric, 1, true}));
 
 // ---- pooling ------------------------------------------------------------------------------------------
 
@@ -139,8 +141,11 @@ struct PoolCase {
 };
 
 void PrintTo(const PoolCase& p, std::ostream* os) {
-  *os << (p.kind == PoolKind::kMax ? "max " : "avg ") << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.k
-      << " s" << p.stride << (p.padding == Padding::kSame ? " SAME" : " VALID");
+  *os << (p.kind == PoolKind::kMax   ? "max "
+          : p.kind == PoolKind::kAvg ? "avg "
+                                     : "avg_include_pad ")
+      << p.n << "x" << p.h << "x" << p.w << "x" << p.c << " k" << p.k << " s" << p.stride << " "
+      << padding_name(p.padding);
 }
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
@@ -184,6 +189,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                                            PoolCase{PoolKind::kMax, 3, 6, 6, 2, 3, 1, Padding::kSame},
                                            PoolCase{PoolKind::kAvg, 3, 7, 7, 4, 3, 2, Padding::kSame},
                                            PoolCase{PoolKind::kAvg, 1, 8, 9, 3, 2, 2, Padding::kValid},
+                                           PoolCase{PoolKind::kMax, 2, 8, 8, 3, 3, 2, Padding::kSymmetric},
+                                           PoolCase{PoolKind::kAvg, 2, 8, 7, 3, 3, 2, Padding::kSymmetric},
+                                           PoolCase{PoolKind::kAvgIncludePad, 2, 8, 7, 3, 3, 2, Padding::kSymmetric},
+                                           PoolCase{PoolKind::kAvgIncludePad, 3, 7, 7, 4, 3, 1, Padding::kSymmetric},
                                            PoolCase{PoolKind::kAvg, 3, 5, 5, 2, 3, 1, Padding::kSame},
                                            PoolCase{PoolKind::kAvg, 1, 8, 8, 16, 8, 1, Padding::kValid}));
 

@@ -359,9 +359,15 @@ TEST_F(CudaBackendTest, PoolForwardBackward) {
     Padding pad;
   };
   const PoolCase cases[] = {
-      {PoolKind::kMax, 9, 9, 3, 2, Padding::kValid}, {PoolKind::kMax, 10, 11, 3, 2, Padding::kSame},
-      {PoolKind::kMax, 8, 8, 2, 2, Padding::kSame},  {PoolKind::kAvg, 9, 10, 3, 2, Padding::kSame},
-      {PoolKind::kAvg, 7, 7, 3, 1, Padding::kSame},  {PoolKind::kAvg, 8, 8, 2, 2, Padding::kValid},
+      {PoolKind::kMax, 9, 9, 3, 2, Padding::kValid},
+      {PoolKind::kMax, 10, 11, 3, 2, Padding::kSame},
+      {PoolKind::kMax, 8, 8, 2, 2, Padding::kSame},
+      {PoolKind::kAvg, 9, 10, 3, 2, Padding::kSame},
+      {PoolKind::kAvg, 7, 7, 3, 1, Padding::kSame},
+      {PoolKind::kAvg, 8, 8, 2, 2, Padding::kValid},
+      {PoolKind::kAvgIncludePad, 7, 7, 3, 1, Padding::kSymmetric},
+      {PoolKind::kAvgIncludePad, 8, 8, 3, 2, Padding::kSymmetric},
+      {PoolKind::kMax, 8, 8, 3, 2, Padding::kSymmetric},
   };
   // 5 channels: one channel per thread; 16: 16-byte vectors of channels (the kernels' two paths).
   for (int64_t c : {int64_t{5}, int64_t{16}})

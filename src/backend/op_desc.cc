@@ -9,12 +9,29 @@
 
 namespace tg {
 
-Pad1D tf_padding(int64_t in, int64_t kernel, int64_t stride, Padding padding) {
+const char* padding_name(Padding padding) {
+  switch (padding) {
+    case Padding::kSame:
+      return "SAME";
+    case Padding::kValid:
+      return "VALID";
+    case Padding::kSymmetric:
+      return "SYMMETRIC";
+  }
+  return "?";
+}
+
+Pad1D pad_1d(int64_t in, int64_t kernel, int64_t stride, Padding padding) {
   TG_CHECK(stride >= 1 && kernel >= 1, "kernel {} and stride {} must be positive", kernel, stride);
   if (padding == Padding::kSame) {
     int64_t out = (in + stride - 1) / stride;
     int64_t total = std::max<int64_t>((out - 1) * stride + kernel - in, 0);
     return {out, total / 2, total - total / 2};
+  }
+  if (padding == Padding::kSymmetric) {
+    const int64_t pad = (kernel - 1) / 2;
+    int64_t out = in + 2 * pad >= kernel ? (in + 2 * pad - kernel) / stride + 1 : 0;
+    return {out, pad, pad};
   }
   int64_t out = in >= kernel ? (in - kernel) / stride + 1 : 0;
   return {out, 0, 0};
@@ -27,7 +44,7 @@ ConvDesc make_conv_desc(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, 
   ConvDesc d;
   d.n = n, d.h = h, d.w = w, d.c = c, d.kh = kh, d.kw = kw, d.out_c = out_c, d.groups = groups;
   d.stride_h = d.stride_w = stride;
-  Pad1D ph = tf_padding(h, kh, stride, padding), pw = tf_padding(w, kw, stride, padding);
+  Pad1D ph = pad_1d(h, kh, stride, padding), pw = pad_1d(w, kw, stride, padding);
   d.out_h = ph.out, d.pad_top = ph.before, d.pad_bottom = ph.after;
   d.out_w = pw.out, d.pad_left = pw.before, d.pad_right = pw.after;
   d.has_bias = has_bias;
@@ -39,7 +56,7 @@ PoolDesc make_pool_desc(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t 
   PoolDesc d;
   d.kind = kind, d.n = n, d.h = h, d.w = w, d.c = c, d.kh = kh, d.kw = kw;
   d.stride_h = d.stride_w = stride;
-  Pad1D ph = tf_padding(h, kh, stride, padding), pw = tf_padding(w, kw, stride, padding);
+  Pad1D ph = pad_1d(h, kh, stride, padding), pw = pad_1d(w, kw, stride, padding);
   d.out_h = ph.out, d.pad_top = ph.before, d.pad_bottom = ph.after;
   d.out_w = pw.out, d.pad_left = pw.before, d.pad_right = pw.after;
   return d;

@@ -264,7 +264,8 @@ class OnnxGraphWriter {
     attr(x, "kernel_shape", std::vector<int64_t>{d.kh, d.kw});
     attr(x, "strides", std::vector<int64_t>{d.stride_h, d.stride_w});
     attr(x, "pads", std::vector<int64_t>{d.pad_top, d.pad_left, d.pad_bottom, d.pad_right});
-    if (!max) attr(x, "count_include_pad", int64_t{0});  // the mean of the in-image cells (TF's SAME)
+    // The mean of the in-image cells (TF's SAME) or of the whole window (PyTorch's default).
+    if (!max) attr(x, "count_include_pad", int64_t{d.kind == PoolKind::kAvgIncludePad ? 1 : 0});
     values_[n.output] = n.output;
   }
 

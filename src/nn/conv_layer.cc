@@ -28,7 +28,7 @@ class ConvLayer final : public Layer {
                            o_.groups, o_.bias);
     TG_CHECK(desc_.out_h > 0 && desc_.out_w > 0,
              "layer '{}' (conv2d): a {}x{} kernel with stride {} ({}) leaves no output from input {}", name(),
-             o_.kernel_h, o_.kernel_w, o_.stride, o_.padding == Padding::kSame ? "SAME" : "VALID", x.str());
+             o_.kernel_h, o_.kernel_w, o_.stride, padding_name(o_.padding), x.str());
     ctx.param("weights", Shape{o_.kernel_h, o_.kernel_w, c / o_.groups, o_.out_channels}, o_.weight_init,
               o_.weight_decay);
     if (o_.bias) ctx.param("biases", Shape{o_.out_channels}, Initializer::constant(o_.bias_init), 0.f);

@@ -1,5 +1,6 @@
-// Max and average pooling layers: x (N, H, W, C) -> y (N, OH, OW, C), TF padding arithmetic; average
-// pooling counts only in-image cells. Max pooling keeps the backend's arg-max workspace as a saved tensor
+// Max and average pooling layers: x (N, H, W, C) -> y (N, OH, OW, C). Average pooling with SAME or VALID
+// padding counts only in-image cells (TF); with SYMMETRIC (PyTorch's padding) it divides by the whole window,
+// as PyTorch's avg_pool2d does by default. Max pooling keeps the backend's arg-max workspace as a saved tensor
 // ("argmax", u8) between forward and backward.
 #include "terngrad/nn/layers.h"
 
@@ -13,16 +14,19 @@ class PoolLayer final : public Layer {
              kernel, stride);
   }
   const char* type() const override { return kind_ == PoolKind::kMax ? "max_pool" : "avg_pool"; }
+  PoolKind kind() const {
+    return kind_ == PoolKind::kAvg && padding_ == Padding::kSymmetric ? PoolKind::kAvgIncludePad : kind_;
+  }
   LayerOp op() const override { return desc_; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
     const Shape& x = ctx.input(0);  // (N, H, W, C)
     TG_CHECK(x.rank() == 4, "layer '{}' ({}): input must be (N, H, W, C), got {}", name(), type(), x.str());
-    desc_ = make_pool_desc(kind_, x[0], x[1], x[2], x[3], kernel_, kernel_, stride_, padding_);
+    desc_ = make_pool_desc(kind(), x[0], x[1], x[2], x[3], kernel_, kernel_, stride_, padding_);
     TG_CHECK(desc_.out_h > 0 && desc_.out_w > 0,
              "layer '{}' ({}): a {}x{} window with stride {} ({}) leaves no output from input {}", name(), type(),
-             kernel_, kernel_, stride_, padding_ == Padding::kSame ? "SAME" : "VALID", x.str());
+             kernel_, kernel_, stride_, padding_name(padding_), x.str());
     size_t ws = ctx.backend().pool_workspace_bytes(desc_);
     has_workspace_ = ws > 0;
     if (has_workspace_) ctx.saved("argmax", Shape{static_cast<int64_t>(ws)}, DType::kU8);

@@ -13,6 +13,8 @@ ModelConfig checkpoint_model_config(const CheckpointMeta& m) {
   mc.num_classes = m.num_classes;
   auto aux = m.flags.find("aux_logits");
   if (aux != m.flags.end()) mc.aux_logits = aux->second == "true";
+  auto padding = m.flags.find("padding_style");  // absent from checkpoints written before the flag: tf
+  if (padding != m.flags.end()) mc.padding_style = parse_enum<PaddingStyle>(padding->second);
   return mc;
 }
 

@@ -110,6 +110,7 @@ ModelConfig TrainConfig::model_config() const {
   mc.dropout_keep_prob = dropout_keep_prob;
   mc.label_smoothing = label_smoothing;
   mc.aux_logits = aux_logits;
+  mc.padding_style = parse_enum<PaddingStyle>(padding_style);
   mc.zero_init_last_bn_gamma = zero_init_last_bn_gamma;
   return mc;
 }

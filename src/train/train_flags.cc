@@ -72,6 +72,11 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"label_smoothing", &C::label_smoothing, "< 0: the network's default (0.1 for inception_v3, else 0)",
        below(1).note("negative: the network's default")},
       {"aux_logits", &C::aux_logits, "inception_v3: the auxiliary head (weight 0.4 in the loss)"},
+      {"padding_style", &C::padding_style,
+       "how SAME layers pad: tf (the odd pixel after, the reference's) or torch (PyTorch's symmetric (k-1)/2, average "
+       "pools counting the padding: what terngrad-import writes); recorded in the checkpoint, which eval and export "
+       "follow",
+       one_of<PaddingStyle>()},
       {"zero_init_last_bn_gamma", &C::zero_init_last_bn_gamma, "resnet50: start the last BN gamma of each block at 0"},
       {"batch_size", &C::batch_size, "total batch over all workers of all processes; must divide evenly",
        at_least(1).max(kMaxBatch), kFlagResume},

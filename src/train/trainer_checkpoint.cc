@@ -30,6 +30,7 @@ constexpr const char* kRunFlags[] = {"net",
                                      "dataset",
                                      "image_size",
                                      "num_classes",
+                                     "padding_style",
                                      "grad_bits",
                                      "clip_factor",
                                      "size_to_binarize",
@@ -59,7 +60,10 @@ bool listed(const std::string& name, const char* const* begin, const char* const
 
 void Trainer::Impl::adopt_checkpoint_flags() {
   const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
-  if (!latest) return;
+  if (!latest) {
+    adopt_pretrained_padding();
+    return;
+  }
   const CheckpointMeta m = CheckpointReader(*latest).meta();
   // A train_dir with a checkpoint is resumed; a run that started from other weights resumes when it is given the
   // same --pretrained_model_checkpoint_path (the same command), and is refused any other.
@@ -97,6 +101,26 @@ void Trainer::Impl::adopt_checkpoint_flags() {
   }
   if (!taken.empty() && rank == 0)
     spdlog::info("resuming {} with the checkpoint's flags (not given on this command line):{}", *latest, taken);
+}
+
+// A new run from other weights computes what they were trained to compute only with their padding: it takes the
+// checkpoint's --padding_style when none is given (an imported PyTorch model's is torch) and warns when another is.
+void Trainer::Impl::adopt_pretrained_padding() {
+  if (cfg.pretrained_model_checkpoint_path.empty()) return;
+  const std::string path = pretrained_checkpoint();
+  const CheckpointMeta m = CheckpointReader(path).meta();
+  const auto was = m.flags.find("padding_style");
+  const std::string style = was == m.flags.end() ? "tf" : was->second;  // older checkpoints: tf
+  if (style == cfg.padding_style) return;
+  if (!cfg.flag_given("padding_style")) {
+    cfg.padding_style = style;
+    if (rank == 0) spdlog::info("--padding_style {}: the padding {} was trained with", style, path);
+  } else if (rank == 0) {
+    spdlog::warn(
+        "--padding_style {} differs from the {} {} was trained with: the network computes something else "
+        "from those weights until it has trained on",
+        cfg.padding_style, style, path);
+  }
 }
 
 void Trainer::Impl::resume_or_initialize() {

@@ -105,6 +105,11 @@ static void for_each_window(const PoolDesc& d, F&& f) {
         }
 }
 
+// What an average pool divides by: the in-image cells (TF) or the whole window (PyTorch's count_include_pad).
+static double avg_count(const PoolDesc& d, const std::vector<int64_t>& cells) {
+  return d.kind == PoolKind::kAvgIncludePad ? static_cast<double>(d.kh * d.kw) : static_cast<double>(cells.size());
+}
+
 Vec pool_forward(const PoolDesc& d, const Vec& x) {
   check_size(x, d.n * d.h * d.w * d.c, "pool x");
   Vec y(d.n * d.out_h * d.out_w * d.c);
@@ -116,7 +121,7 @@ Vec pool_forward(const PoolDesc& d, const Vec& x) {
     } else {
       double s = 0;
       for (int64_t i : cells) s += x[i];
-      y[yi] = s / static_cast<double>(cells.size());
+      y[yi] = s / avg_count(d, cells);
     }
   });
   return y;
@@ -132,7 +137,7 @@ Vec pool_backward(const PoolDesc& d, const Vec& x, const Vec& dy) {
         if (x[i] > x[best]) best = i;
       dx[best] += dy[yi];
     } else {
-      for (int64_t i : cells) dx[i] += dy[yi] / static_cast<double>(cells.size());
+      for (int64_t i : cells) dx[i] += dy[yi] / avg_count(d, cells);
     }
   });
   return dx;

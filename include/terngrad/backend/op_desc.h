@@ -10,13 +10,20 @@
 
 namespace tg {
 
-enum class Padding { kSame, kValid };
+// kSame: TensorFlow's SAME (output ceil(in / stride); the total padding split with the odd pixel after).
+// kValid: no padding (output floor((in - kernel) / stride) + 1).
+// kSymmetric: PyTorch's padding = (kernel - 1) / 2 on both sides (output floor((in + 2 pad - kernel) / stride)
+// + 1). It gives SAME's output size for odd kernels, with stride 1 SAME's split too; at stride 2 SAME pads one
+// pixel less before (a 3x3/2 convolution of an even map: 0 before, 1 after against 1 and 1), so a network
+// trained with one computes something else with the other. ModelConfig::padding_style picks one per network.
+enum class Padding { kSame, kValid, kSymmetric };
+const char* padding_name(Padding padding);  // "SAME", "VALID", "SYMMETRIC"
 
-// TensorFlow's output size and padding split (SAME puts the odd pixel after).
+// The output size and the padding before and after of one spatial dimension.
 struct Pad1D {
   int64_t out, before, after;
 };
-Pad1D tf_padding(int64_t in, int64_t kernel, int64_t stride, Padding padding);
+Pad1D pad_1d(int64_t in, int64_t kernel, int64_t stride, Padding padding);
 
 struct ConvDesc {
   int64_t n = 0, h = 0, w = 0, c = 0;             // input (N, H, W, C)
@@ -33,13 +40,15 @@ ConvDesc make_conv_desc(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, 
 // What Backend::reduce_into adds up per tensor: its elements or their squares.
 enum class Reduction { kSum, kSumSquares };
 
-enum class PoolKind { kMax, kAvg };
+// kAvg divides by the window's in-image cells (TF's average pooling, oneDNN pooling_avg_exclude_padding);
+// kAvgIncludePad by the whole window, padding included (PyTorch's avg_pool2d default count_include_pad=True).
+enum class PoolKind { kMax, kAvg, kAvgIncludePad };
 struct PoolDesc {
   PoolKind kind = PoolKind::kMax;
   int64_t n = 0, h = 0, w = 0, c = 0;  // input (N, H, W, C)
   int64_t kh = 0, kw = 0, stride_h = 1, stride_w = 1;
   int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
-  int64_t out_h = 0, out_w = 0;  // output (N, out_h, out_w, C); AVG divides by the in-image count (TF)
+  int64_t out_h = 0, out_w = 0;  // output (N, out_h, out_w, C)
   std::string key() const;
 };
 PoolDesc make_pool_desc(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,

@@ -6,10 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
 #include "terngrad/nn/layers.h"
 #include "terngrad/nn/net.h"
 
 namespace tg {
+
+// How a network's SAME layers pad: TensorFlow's split (the reference's networks, the default) or PyTorch's
+// symmetric (kernel - 1) / 2 with average pools counting the padding (what a network imported from PyTorch was
+// trained with: terngrad-import writes it). Same output sizes for odd kernels; recorded in every checkpoint.
+enum class PaddingStyle { kTf, kTorch };
+template <>
+struct EnumNames<PaddingStyle> : EnumNamesBase {
+  static constexpr const char* kFlag = "--padding_style";
+  static constexpr EnumName<PaddingStyle> kList[] = {{PaddingStyle::kTf, "tf"}, {PaddingStyle::kTorch, "torch"}};
+};
 
 struct ModelConfig {
   int64_t image_size = 28;  // square input, pixels
@@ -20,6 +31,10 @@ struct ModelConfig {
   float label_smoothing = 0.f;
   bool zero_init_last_bn_gamma = false;  // ResNet-50: zero gamma of the last BN of each block
   bool aux_logits = true;                // Inception-v3: auxiliary head (loss weight 0.4)
+  PaddingStyle padding_style = PaddingStyle::kTf;
+
+  // The padding of the layers the network's definition calls SAME.
+  Padding same() const { return padding_style == PaddingStyle::kTorch ? Padding::kSymmetric : Padding::kSame; }
 };
 
 using ModelBuilder = std::function<void(Net&, const ModelConfig&)>;

@@ -11,7 +11,7 @@ namespace tg {
 class Backend;
 class ParameterStore;
 
-// Image size, channels, classes and the structure flags (aux_logits) the checkpoint was trained with.
+// Image size, channels, classes and the structure flags (aux_logits, padding_style) the checkpoint was trained with.
 ModelConfig checkpoint_model_config(const CheckpointMeta& meta);
 
 // Fills store's parameters and state from the checkpoint: the moving averages (averages = true, what

@@ -57,6 +57,7 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   float dropout_keep_prob = 0.5f;
   float label_smoothing = -1.f;          // < 0: the network's default (ModelInfo::label_smoothing)
   bool aux_logits = true;                // inception_v3: auxiliary head (loss weight 0.4)
+  std::string padding_style = "tf";      // PaddingStyle: tf, torch
   bool zero_init_last_bn_gamma = false;  // resnet50: zero gamma of each block's last BN
   // optimisation
   int64_t batch_size = 64;  // total over all workers

@@ -1,11 +1,12 @@
 // CpuBackend pooling on oneDNN: pool_workspace_bytes / pool_forward / pool_backward.
 //
-// NHWC activations; TensorFlow's padding split (in the PoolDesc). Max pooling ignores padded cells; average
-// pooling divides by the number of in-image cells (oneDNN pooling_avg_exclude_padding), as TF does. Max
-// pooling's forward (training) records the arg-max positions in a workspace the caller keeps for the
-// backward; pool_workspace_bytes says how large it is. A forward without workspace (inference) runs a
-// separate forward_inference primitive that records nothing. Activations are f32 or bf16 (the primitives'
-// dtype, part of their cache key); the workspace holds indices, the most either dtype needs.
+// NHWC activations; the padding split is the PoolDesc's. Max pooling ignores padded cells; average pooling
+// divides by the number of in-image cells (kAvg: oneDNN pooling_avg_exclude_padding, as TF does) or by the
+// window (kAvgIncludePad: pooling_avg_include_padding, PyTorch's default). Max pooling's forward (training)
+// records the arg-max positions in a workspace the caller keeps for the backward; pool_workspace_bytes says how
+// large it is. A forward without workspace (inference) runs a separate forward_inference primitive that records
+// nothing. Activations are f32 or bf16 (the primitives' dtype, part of their cache key); the workspace holds
+// indices, the most either dtype needs.
 #include <algorithm>
 #include <dnnl.hpp>
 #include <memory>
@@ -21,7 +22,15 @@ using dnnl::algorithm;
 using dnnl::prop_kind;
 
 algorithm pool_algorithm(const PoolDesc& d) {
-  return d.kind == PoolKind::kMax ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+  switch (d.kind) {
+    case PoolKind::kMax:
+      return algorithm::pooling_max;
+    case PoolKind::kAvg:
+      return algorithm::pooling_avg_exclude_padding;
+    case PoolKind::kAvgIncludePad:
+      return algorithm::pooling_avg_include_padding;
+  }
+  return algorithm::pooling_max;
 }
 
 OpKey pool_key(CpuOp op, const PoolDesc& d, DType t) {

@@ -1,0 +1,97 @@
+// terngrad-import: PyTorch weights (safetensors, or an ONNX model's initializers) of one of our networks as a
+// checkpoint of ours (import/torch_import.h), which terngrad-eval evaluates, terngrad-export exports and
+// terngrad-train --pretrained_model_checkpoint_path [--fine_tune] trains on from. Prints
+//   imported <net> from <input> (<format>): <tensors> tensors, <parameters> parameters, <classes> classes at
+//   <size>x<size>, padding torch -> <checkpoint> (parameter digest <crc>); ignored: <keys>
+// Errors are one line, exit 1 (2 for a bad flag); nothing is written unless every tensor converted.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "app_cli.h"
+#include "terngrad/core/error.h"
+#include "terngrad/core/logging.h"
+#include "terngrad/import/torch_import.h"
+#include "terngrad/models/registry.h"
+
+namespace {
+
+struct ImportConfig {
+  std::string net;
+  std::string input;
+  std::string output_dir;
+  std::string format = "auto";
+  std::string dataset;
+  int64_t image_size = 0;
+  std::string log_level = "info";
+};
+
+tg::FlagCheck known_network() {
+  tg::FlagCheck c;
+  c.parse = [](std::string_view text, std::string_view) { tg::find_model(std::string(text)); };
+  c.accepted = tg::model_names;
+  return c;
+}
+
+tg::FlagCheck weights_format() {
+  tg::FlagCheck c;
+  c.parse = [](std::string_view text, std::string_view) { tg::parse_weights_format(std::string(text)); };
+  c.accepted = [] { return std::string("auto, safetensors, onnx"); };
+  return c;
+}
+
+// The flag table of terngrad-import (core/flag_table.h).
+const std::vector<tg::Flag<ImportConfig>>& import_flags() {
+  using C = ImportConfig;
+  static const std::vector<tg::Flag<C>> table = {
+      {"net", &C::net, "the network the weights are of: resnet50, inception_v3, lenet, cifarnet (alexnet is refused)",
+       known_network(), tg::kFlagRequired},
+      {"input", &C::input,
+       "a safetensors file (a state_dict) or an ONNX model exported with training=TrainingMode.TRAINING, "
+       "do_constant_folding=False",
+       tg::no_check(), tg::kFlagRequired},
+      {"output_dir", &C::output_dir, "a new folder: model.ckpt-0 and its `checkpoint` index are written there",
+       tg::no_check(), tg::kFlagRequired},
+      {"format", &C::format, "auto (from the file's first bytes), safetensors, onnx", weights_format()},
+      {"dataset", &C::dataset, "recorded in the checkpoint; empty: the network's usual one (mnist, cifar10, imagenet)"},
+      {"image_size", &C::image_size, "the input size the checkpoint records; 0: the network's or the dataset's",
+       tg::in_range(0, 4096, "[]")},
+      tg::apps::log_level_flag<C>(),
+  };
+  return table;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"terngrad-import: PyTorch weights (safetensors, ONNX) as a terngrad checkpoint"};
+  ImportConfig ic;
+  app.set_config("--config", "", "read flags from an INI/TOML file");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  tg::apps::add_flag_table(app, import_flags(), ic);
+  tg::apps::add_help_markdown(app, [] { return tg::flags_markdown_rows(import_flags(), ImportConfig{}); });
+  if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-import"); status >= 0) return status;
+  try {
+    tg::setup_logging(ic.log_level);
+    tg::check_flags(import_flags(), ic);
+    tg::TorchImportOptions o;
+    o.net = ic.net;
+    o.input = ic.input;
+    o.output_dir = ic.output_dir;
+    o.format = tg::parse_weights_format(ic.format);
+    o.dataset = ic.dataset;
+    o.image_size = ic.image_size;
+    const tg::TorchImportSummary s = tg::import_torch_weights(o);
+    const std::string ignored =
+        s.ignored.empty() ? "none" : std::to_string(s.ignored.size()) + " keys (num_batches_tracked)";
+    std::printf(
+        "imported %s from %s (%s): %lld tensors, %lld parameters, %lld classes%s at %lldx%lld, padding torch -> %s "
+        "(parameter digest %s); ignored: %s\n",
+        ic.net.c_str(), ic.input.c_str(), tg::weights_format_name(s.format), static_cast<long long>(s.tensors),
+        static_cast<long long>(s.parameters), static_cast<long long>(s.num_classes),
+        s.aux_logits ? " (with the auxiliary head)" : "", static_cast<long long>(s.image_size),
+        static_cast<long long>(s.image_size), s.checkpoint.c_str(), s.parameter_digest.c_str(), ignored.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    return tg::apps::report_error(e, "terngrad-import");
+  }
+}
