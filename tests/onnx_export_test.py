@@ -4,7 +4,8 @@ to ONNX, checked by onnx.checker (full check) and run by ONNX Runtime on exactly
 net (`--dump_inputs`); its logits must match terngrad-eval's (`--dump_logits`): max |onnx - eval| / max |eval|
 <= 1e-4 over the whole array, and the same arg-max for every example. On Fashion-MNIST (a LeNet trained 300 steps
 on the real data), precision@1 over the 10,000 test images from ONNX Runtime's logits equals terngrad-eval's.
-Also: every opset the exporter offers that ONNX Runtime 1.31 runs (13, 17, 21, 26), raw weights against
+Also: both padding styles (--padding_style torch: symmetric pads, average pools counting the padding), every
+opset the exporter offers that ONNX Runtime 1.31 runs (13, 17, 21, 26), raw weights against
 `--restore_avg_var=false`, a fixed batch, the metadata, and the bad inputs (no checkpoint, an unknown net, another
 checkpoint format version, an output that cannot be written: one line, exit 1, no file, an older file intact).
 
@@ -210,20 +211,21 @@ class OnnxExportTest(unittest.TestCase):
                             metadata(onnx.load(os.path.join(self.tmp, "lenet_opset17.onnx")))["weights_digest"])
         self.check_outputs(path, raw_inputs[:500], raw_logits[:500], "lenet raw weights, batch 50", batch=50)
 
-    def synthetic_net(self, net, dataset, image_size, source_size, subset, *train_args):
+    def synthetic_net(self, net, dataset, image_size, source_size, subset, *train_args, name=None):
         """A few steps of --benchmark_mode, then eval at batch 2 on 3 RAW images (a partial last batch)."""
-        train_dir = os.path.join(self.tmp, net)
+        name = name or net
+        train_dir = os.path.join(self.tmp, name)
         train(train_dir, "--benchmark_mode", "--dataset", dataset, "--net", net, "--image_size", image_size,
               "--batch_size", 2, "--max_steps", 3, "--optimizer", "momentum", "--initial_learning_rate", 0.01,
               *train_args)
-        data = os.path.join(self.tmp, net + "_data")
+        data = os.path.join(self.tmp, name + "_data")
         os.makedirs(data, exist_ok=True)
         rng = np.random.default_rng(7)
         images = rng.integers(0, 256, size=(3, source_size, source_size, 3), dtype=np.uint8)
         write_raw_shard(os.path.join(data, f"{subset}-00000-of-00001"), images, [1, 2, 3])
-        record, inputs, logits, _ = evaluate(train_dir, data, os.path.join(self.tmp, net + "_eval"), "--batch_size", 2)
+        record, inputs, logits, _ = evaluate(train_dir, data, os.path.join(self.tmp, name + "_eval"), "--batch_size", 2)
         self.assertEqual(inputs.shape, (3, image_size, image_size, 3))
-        path = os.path.join(self.tmp, net + ".onnx")
+        path = os.path.join(self.tmp, name + ".onnx")
         export(train_dir, path)
         self.check_model(path, net, record)
         self.check_outputs(path, inputs, logits, f"{net} at {image_size}x{image_size}")
@@ -240,6 +242,14 @@ class OnnxExportTest(unittest.TestCase):
 
     def test_inception_v3(self):
         self.synthetic_net("inception_v3", "imagenet", 75, 90, "validation")
+
+    def test_torch_padding_style(self):
+        # PyTorch's padding: symmetric pads at stride 2 (ResNet-50) and average pools counting the padding
+        # (Inception-v3's count_include_pad=1), as a checkpoint of terngrad-import records it.
+        self.synthetic_net("resnet50", "imagenet", 64, 80, "validation", "--padding_style", "torch",
+                           name="resnet50_torch_padding")
+        self.synthetic_net("inception_v3", "imagenet", 75, 90, "validation", "--padding_style", "torch",
+                           name="inception_v3_torch_padding")
 
     def test_layer_cases(self):
         for opset in (13, 26):

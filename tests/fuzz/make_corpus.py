@@ -10,6 +10,9 @@ Usage: tests/fuzz/make_corpus.py BUILD_DIR   (a normal build with terngrad-data 
                the same file reduced to its small tensors (header rewritten with protoc, valid CRCs), and the
                text index `checkpoint`
   config/      configs/*.ini
+  torch_weights/  a small safetensors file (F32, F16, BF16 and I64 tensors, metadata, a padded header) and a small
+               ONNX model (protoc-encoded: a Conv and a BatchNormalization node, initializers in raw_data and in
+               float_data), the two inputs of terngrad-import
 Only the standard library and protoc; the pieces are small so the corpora stay under 100 KB."""
 import gzip, os, random, re, shutil, struct, subprocess, sys, tempfile
 
@@ -136,6 +139,8 @@ def main(build):
         put("checkpoint", "lenet_small_tensors.ckpt", small_checkpoint(ckpt, header))
         for ini in sorted(os.listdir(ROOT + "/configs")):
             put("config", ini, open(os.path.join(ROOT, "configs", ini), "rb").read())
+        put("torch_weights", "small.safetensors", small_safetensors())
+        put("torch_weights", "small.onnx", small_onnx())
     finally:
         shutil.rmtree(tmp)
 
@@ -169,6 +174,41 @@ def small_checkpoint(ckpt, header):
         old_offset = new_offset
     out = ckpt[:8] + struct.pack("<Q", len(h)) + h + struct.pack("<I", crc32c(h))
     return out + bytes(old_offset - len(out)) + data
+
+
+def small_safetensors():
+    """A state_dict of 4 small tensors in the safetensors layout, header padded with spaces to 8 bytes."""
+    import json
+    tensors = [("conv1.weight", "F32", [2, 1, 3, 3], struct.pack("<18f", *[i / 7 for i in range(18)])),
+               ("conv1.bias", "F16", [2], struct.pack("<2H", 0x3C00, 0xBC00)),
+               ("bn1.running_var", "BF16", [2], struct.pack("<2H", 0x3F80, 0x4000)),
+               ("bn1.num_batches_tracked", "I64", [], struct.pack("<q", 3))]
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, dtype, shape, blob in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def small_onnx():
+    """An ONNX ModelProto of a Conv and a BatchNormalization node over 3 initializers (protoc from text)."""
+    raw = "".join("\\%03o" % b for b in struct.pack("<8f", *[0.5] * 8))
+    text = """ir_version: 8
+opset_import { domain: "" version: 13 }
+graph {
+  name: "g"
+  node { input: "x" input: "conv.weight" output: "y" op_type: "Conv" }
+  node { input: "y" input: "bn.weight" input: "bn.bias" input: "bn.running_mean" input: "bn.running_var"
+         output: "z" op_type: "BatchNormalization" }
+  initializer { dims: 2 dims: 1 dims: 2 dims: 2 data_type: 1 name: "conv.weight" raw_data: "%s" }
+  initializer { dims: 2 data_type: 1 name: "bn.weight" float_data: 1 float_data: 2 }
+  initializer { dims: 2 data_type: 11 name: "bn.bias" double_data: 0.5 double_data: -0.5 }
+}
+""" % raw
+    return subprocess.run(["protoc", "-I", ROOT + "/proto", ROOT + "/proto/onnx.proto", "--encode=onnx.ModelProto"],
+                          input=text.encode(), check=True, stdout=subprocess.PIPE).stdout
 
 
 if __name__ == "__main__":
