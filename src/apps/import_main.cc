@@ -43,7 +43,7 @@ tg::FlagCheck weights_format() {
 const std::vector<tg::Flag<ImportConfig>>& import_flags() {
   using C = ImportConfig;
   static const std::vector<tg::Flag<C>> table = {
-      {"net", &C::net, "the network the weights are of: resnet50, inception_v3, lenet, cifarnet (alexnet is refused)",
+      {"net", &C::net, "the network the weights are of (alexnet is refused: torchvision's is another network)",
        known_network(), tg::kFlagRequired},
       {"input", &C::input,
        "a safetensors file (a state_dict) or an ONNX model exported with training=TrainingMode.TRAINING, "
@@ -51,7 +51,7 @@ const std::vector<tg::Flag<ImportConfig>>& import_flags() {
        tg::no_check(), tg::kFlagRequired},
       {"output_dir", &C::output_dir, "a new folder: model.ckpt-0 and its `checkpoint` index are written there",
        tg::no_check(), tg::kFlagRequired},
-      {"format", &C::format, "auto (from the file's first bytes), safetensors, onnx", weights_format()},
+      {"format", &C::format, "auto tells the two apart by the file's first bytes", weights_format()},
       {"dataset", &C::dataset, "recorded in the checkpoint; empty: the network's usual one (mnist, cifar10, imagenet)"},
       {"image_size", &C::image_size, "the input size the checkpoint records; 0: the network's or the dataset's",
        tg::in_range(0, 4096, "[]")},
