@@ -12,9 +12,9 @@
 // of the calling thread per call, median over repetitions: a blocking Open MPI collective busy-polls, so
 // its CPU time is its wall time.
 //
-// "allocs/call": heap allocations in the whole process per call (malloc & co. are interposed below, as in
-// train_step_bench), median over repetitions; ours should be 0 in steady state (the first call of a size
-// may allocate: the ring's scratch, Open MPI's free lists).
+// "allocs/call": heap allocations in the whole process per call (malloc & co. interposed by
+// tests/alloc_counter, as in train_step_bench), median over repetitions; ours should be 0 in steady state (the first
+// call of a size may allocate: the ring's scratch, Open MPI's free lists).
 //
 // --caps_us: one MpiCommunicator per value of the wait's sleep cap (TG_MPI_POLL_CAP_US), to justify the
 // default (a column per cap). --late_ms: adds a row where rank 1 enters a 1 MB all-reduce that many ms after
@@ -23,8 +23,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,56 +33,9 @@
 #include <thread>
 #include <vector>
 
+#include "alloc_counter/alloc_counter.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/error.h"
-
-// ---- heap allocation counter (forwarding to glibc; counting only around the timed calls) ----------------
-extern "C" {
-void* __libc_malloc(size_t);
-void __libc_free(void*);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void* __libc_memalign(size_t, size_t);
-}
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-inline void note_allocation() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace
-
-extern "C" {
-void* malloc(size_t n) {
-  note_allocation();
-  return __libc_malloc(n);
-}
-void free(void* p) { __libc_free(p); }
-void* calloc(size_t n, size_t s) {
-  note_allocation();
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, size_t n) {
-  note_allocation();
-  return __libc_realloc(p, n);
-}
-void* memalign(size_t a, size_t n) {
-  note_allocation();
-  return __libc_memalign(a, n);
-}
-void* aligned_alloc(size_t a, size_t n) {
-  note_allocation();
-  return __libc_memalign(a, n);
-}
-int posix_memalign(void** out, size_t a, size_t n) {
-  note_allocation();
-  void* p = __libc_memalign(a, n);
-  if (!p) return ENOMEM;
-  *out = p;
-  return 0;
-}
-}
 
 namespace {
 
@@ -167,14 +118,14 @@ struct Sample {
 template <typename F>
 void time_once(MPI_Comm comm, Sample& s, F&& call) {
   MPI_Barrier(comm);
-  const int64_t a0 = g_allocations.load();
-  g_counting = true;
+  const int64_t a0 = tg::alloc_counter::count();
+  tg::alloc_counter::start();
   const double c0 = thread_cpu_s(), t0 = wall_s();
   call();
   double secs = wall_s() - t0;
   const double cpu = thread_cpu_s() - c0;
-  g_counting = false;
-  s.allocs.push_back(double(g_allocations.load() - a0));
+  tg::alloc_counter::stop();
+  s.allocs.push_back(double(tg::alloc_counter::count() - a0));
   MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, comm);
   s.secs.push_back(secs);
   s.cpu.push_back(cpu);

@@ -61,7 +61,9 @@ constexpr float kConvStddev = 0.1f;
 constexpr float kAuxLossWeight = 0.4f;
 
 int64_t out_size(int64_t size, int64_t kernel, int64_t stride, Padding padding) {
-  return pad_1d(size, kernel, stride, padding).out;
+  // SAME and SYMMETRIC give ceil(size / stride) for the odd kernels used here; VALID may go negative for a too
+  // small image, which the registry's minimum size check reports first.
+  return padding == Padding::kValid ? (size - kernel) / stride + 1 : (size + stride - 1) / stride;
 }
 
 class InceptionBuilder {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The layering rule of docs/design.md ("The layers"), checked: every project #include must point to the file's own room or
-to a room below it (apps -> export -> train -> {comm, compress, optim, nn/models, data} -> backend -> core).
+to a room below it (apps -> export/import -> train -> {comm, compress, optim, nn/models, data} -> backend -> core).
 Prints one line per violation (file:line: room includes room/header) and exits 1 if there is any.
 Usage: scripts/check_includes.py [REPO_ROOT]"""
 import os
@@ -24,7 +24,10 @@ BELOW = {
     "train": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data"},
     # The ONNX exporter (terngrad-export) reads checkpoints and nets: above train, below the apps.
     "export": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data", "train"},
-    "apps": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data", "train", "export"},
+    # The PyTorch importer (terngrad-import) writes checkpoints of the nets: beside the exporter.
+    "import": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data", "train"},
+    "apps": {"core", "math", "backend", "nn", "models", "optim", "compress", "comm", "exchange", "data", "train", "export",
+             "import"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

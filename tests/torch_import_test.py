@@ -250,8 +250,13 @@ class TorchImportTest(unittest.TestCase):
                           do_constant_folding=False, opset_version=13, input_names=["images"])
         st_path = os.path.join(self.tmp, net + ".safetensors")
         write_safetensors(st_path, state_arrays(model))
-        for fmt, path in (("safetensors", st_path), ("onnx", onnx_path)):
-            out = os.path.join(self.tmp, f"{net}_{fmt}")
+        files = [("safetensors", st_path), ("onnx", onnx_path)]
+        if net in ("lenet", "cifarnet"):  # no batch norm to fold: an eval-mode export keeps every weight
+            eval_path = os.path.join(self.tmp, net + "_eval.onnx")
+            torch.onnx.export(model.eval(), example_input, eval_path, opset_version=13)
+            files.append(("onnx (eval-mode export)", eval_path))
+        for fmt, path in files:
+            out = os.path.join(self.tmp, f"{net}_{fmt.split()[0]}" + ("_eval" if "eval" in fmt else ""))
             self.import_ok(net, path, out)
             self.check_logits(net, model, out, f"from {fmt}")
         return model

@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/bilinear_resize.h"
 #include "terngrad/data/tfrecord.h"
 
 namespace tg {
@@ -335,28 +336,9 @@ Image resize_bilinear_u8(const Image& img, int height, int width) {
   out.width = width;
   out.channels = img.channels;
   out.pixels.resize(out.size());
-  const float sy = static_cast<float>(img.height) / height, sx = static_cast<float>(img.width) / width;
-  const int C = img.channels;
-  for (int y = 0; y < height; ++y) {
-    float fy = y * sy;
-    int y0 = std::min(static_cast<int>(fy), img.height - 1), y1 = std::min(y0 + 1, img.height - 1);
-    float wy = fy - y0;
-    for (int x = 0; x < width; ++x) {
-      float fx = x * sx;
-      int x0 = std::min(static_cast<int>(fx), img.width - 1), x1 = std::min(x0 + 1, img.width - 1);
-      float wx = fx - x0;
-      for (int c = 0; c < C; ++c) {
-        auto at = [&](int yy, int xx) {
-          return static_cast<float>(img.pixels[(static_cast<size_t>(yy) * img.width + xx) * C + c]);
-        };
-        float top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * wx;
-        float bot = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * wx;
-        float v = top + (bot - top) * wy;
-        out.pixels[(static_cast<size_t>(y) * width + x) * C + c] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
-      }
-    }
-  }
+  bilinear_resize(img.pixels.data(), img.height, img.width, img.channels, height, width, [&](size_t i, float v) {
+    out.pixels[i] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+  });
   return out;
 }
 

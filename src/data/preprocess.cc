@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "terngrad/core/error.h"
+#include "terngrad/data/bilinear_resize.h"
 #include "terngrad/data/dataset_info.h"
 
 namespace tg {
@@ -81,32 +82,8 @@ FloatImage resize_bilinear(const FloatImage& img, int h, int w) {
   out.width = w;
   out.channels = img.channels;
   out.data.resize(static_cast<size_t>(h) * w * img.channels);
-  const float sy = static_cast<float>(img.height) / h, sx = static_cast<float>(img.width) / w;
-  const int C = img.channels;
-  std::vector<int> xs0(w), xs1(w);
-  std::vector<float> wxs(w);
-  for (int x = 0; x < w; ++x) {
-    float fx = x * sx;
-    xs0[x] = std::min(static_cast<int>(fx), img.width - 1);
-    xs1[x] = std::min(xs0[x] + 1, img.width - 1);
-    wxs[x] = fx - static_cast<float>(xs0[x]);
-  }
-  for (int y = 0; y < h; ++y) {
-    float fy = y * sy;
-    int y0 = std::min(static_cast<int>(fy), img.height - 1), y1 = std::min(y0 + 1, img.height - 1);
-    float wy = fy - static_cast<float>(y0);
-    const float* r0 = &img.data[static_cast<size_t>(y0) * img.width * C];
-    const float* r1 = &img.data[static_cast<size_t>(y1) * img.width * C];
-    float* o = &out.data[static_cast<size_t>(y) * w * C];
-    for (int x = 0; x < w; ++x) {
-      const float wx = wxs[x];
-      for (int c = 0; c < C; ++c) {
-        float tl = r0[xs0[x] * C + c], tr = r0[xs1[x] * C + c], bl = r1[xs0[x] * C + c], br = r1[xs1[x] * C + c];
-        float top = tl + (tr - tl) * wx, bot = bl + (br - bl) * wx;
-        o[x * C + c] = top + (bot - top) * wy;
-      }
-    }
-  }
+  bilinear_resize(img.data.data(), img.height, img.width, img.channels, h, w,
+                  [&](size_t i, float v) { out.data[i] = v; });
   return out;
 }
 

@@ -142,7 +142,7 @@ struct Trainer::Impl {
   void build_schedule();
   void allocate_host_batch();
   void adopt_checkpoint_flags();
-  void adopt_pretrained_padding();  // a new run from other weights takes their --padding_style
+  void adopt_pretrained_padding();            // a new run from other weights takes their --padding_style
   std::string pretrained_checkpoint() const;  // --pretrained_model_checkpoint_path's file
   void start_from_pretrained();               // trainer_pretrained.cc
   void resume_or_initialize();
