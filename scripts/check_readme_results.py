@@ -20,6 +20,11 @@ README line, the file and the command to re-run:
     go down within the compared rows); a Google Benchmark file of fewer than 3 repetitions;
   - a block whose text differs from what the file renders to: the quoted figure must equal the value in the
     file (`--write` re-renders every block).
+Prose outside the blocks and the code: in a paragraph that names a results file (`bench/results/...`), every decimal figure
+(1.49, 0.32x, 23.2%) must be a rounding of a number of one of the files it names (or of a number times 100: a
+percentage), else it is refused naming the paragraph's line: a figure quoted from elsewhere belongs in a block or
+in another paragraph. Not figures: versions (after PyTorch, torch, torchvision, oneDNN, cuDNN, NCCL, Python,
+version, v) and sizes of things (before "million", "M ", "GB", "MB", "KB").
 A block whose results file does not exist yet must hold exactly the TODO line naming its command;
 the check passes and counts them. Without git (not a checkout) and with results files present, it exits 77
 (skipped: the commits cannot be checked).
@@ -522,6 +527,64 @@ def blocks(lines):
     return out
 
 
+PROSE_NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\w.]|\.\d)")
+NOT_A_FIGURE_BEFORE = re.compile(r"(PyTorch|torch|torchvision|oneDNN|cuDNN|NCCL|Python|version|v)\s*$", re.I)
+NOT_A_FIGURE_AFTER = re.compile(r"^\s*(million|M\b|GB|MB|KB|GiB|MiB|KiB)")
+FILE_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def prose_figures(repo, readme, lines):
+    """One error per decimal figure of a paragraph naming results files that none of them holds."""
+    errors, in_block, paragraph, first = [], False, [], 0
+    numbers = {}  # results file -> the numbers in it
+
+    def numbers_of(path):
+        if path not in numbers:
+            with open(os.path.join(repo, path), encoding="utf-8") as f:
+                numbers[path] = {float(m.group()) for m in FILE_NUMBER.finditer(f.read())}
+        return numbers[path]
+
+    def check_paragraph():
+        text = " ".join(paragraph)
+        files = [f.rstrip(".,;:)") for f in re.findall(r"bench/results/[\w.\-]+", text)]
+        files = [f for f in dict.fromkeys(files) if os.path.isfile(os.path.join(repo, f))]
+        if not files:
+            return
+        values = set().union(*(numbers_of(f) for f in files))
+        for m in PROSE_NUMBER.finditer(text):
+            if NOT_A_FIGURE_BEFORE.search(text[:m.start()]) or NOT_A_FIGURE_AFTER.match(text[m.end():]):
+                continue
+            figure = m.group(1)
+            digits, value = len(figure.split(".")[1]), float(figure)
+            if any(round(v, digits) == value or round(100 * v, digits) == value for v in values):
+                continue
+            errors.append("%s:%d: the figure %s is in none of %s, which its paragraph names (quote it from the file, "
+                          "in a block, or drop it)" % (readme, first + 1, figure, ", ".join(files)))
+
+    in_code = False
+    for i, line in enumerate(lines + [""]):
+        if BLOCK.match(line):
+            in_block = True
+        if in_block:
+            in_block = line != END
+            continue
+        if line.startswith("```"):  # code is commands, not figures
+            in_code = not in_code
+            check_paragraph()
+            paragraph = []
+            continue
+        if in_code:
+            continue
+        if line.strip():
+            if not paragraph:
+                first = i
+            paragraph.append(line)
+        else:
+            check_paragraph()
+            paragraph = []
+    return errors
+
+
 def check(repo, readmes, write):
     errors, pending, quoted = [], 0, 0
     is_git = git(repo, "rev-parse", "HEAD").returncode == 0
@@ -559,6 +622,7 @@ def check(repo, readmes, write):
                 else:
                     errors.append("%s: the README's text differs from what the file renders to (a figure not equal to "
                                   "the file's); run: python3 scripts/check_readme_results.py --write" % where)
+        errors.extend(prose_figures(repo, readme, lines))
         if write:
             with open(full + ".tmp", "w", encoding="utf-8") as f:
                 f.write("\n".join(lines))

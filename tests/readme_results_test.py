@@ -3,7 +3,8 @@
 only when the file names a commit of the repository's history that is an ancestor of HEAD, was measured on a
 clean tree by the command the block names, has every provenance field and enough interleaved repetitions (a
 Google Benchmark file: at least 3), and the block's
-text is what the file renders to; every refusal is one line naming the command to re-run. A block without its
+text is what the file renders to; every refusal is one line naming the command to re-run. A decimal figure in a
+paragraph that names a results file must be in that file. A block without its
 results file must hold the TODO line naming its command. (ctest readme_results_check, label unit.)"""
 import os
 import shutil
@@ -103,6 +104,30 @@ class ReadmeResults(unittest.TestCase):
         rc, out = self.run_check()
         self.assertEqual(rc, 1, out)
         self.assertIn("differs from what the file renders to", out)
+
+    def test_prose_figures_next_to_a_results_file_must_be_in_it(self):
+        self.readme()
+        self.write("bench/results/r.tsv", results_text(self.first))
+        rc, out = self.run_check("--write")
+        self.assertEqual(rc, 0, out)
+        text = self.read("README.md")
+        # A figure of the file (0.0095, 0.95 as a percentage of 0.0095 x 100), a version and a size: accepted.
+        good = ("\nIn `bench/results/r.tsv` TernGrad takes 0.0095 s, 0.95% of a second, with PyTorch 2.15 and 1.2\n"
+                "million elements.\n\n```\nbench/x.sh 7.77 # commands are not figures\n```\n")
+        self.write("README.md", text + good)
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
+        # A figure the file does not hold (1.49) is refused naming the paragraph's line; without the reference the
+        # paragraph is not checked.
+        bad = "\nThe step (`bench/results/r.tsv`) took\n1.49 s.\n"
+        self.write("README.md", text + good + bad)
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        line = (text + good).count("\n") + 2
+        self.assertIn("README.md:%d: the figure 1.49 is in none of bench/results/r.tsv" % line, out)
+        self.write("README.md", text + good + bad.replace("(`bench/results/r.tsv`) ", ""))
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
 
     def test_median_of_an_even_count_is_the_mean_of_the_middle_two(self):
         self.readme()
