@@ -11,7 +11,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/import/torch_import.h"
-#include "terngrad/models/registry.h"
+#include "terngrad/train/train_flags.h"
 
 namespace {
 
@@ -25,33 +25,19 @@ struct ImportConfig {
   std::string log_level = "info";
 };
 
-tg::FlagCheck known_network() {
-  tg::FlagCheck c;
-  c.parse = [](std::string_view text, std::string_view) { tg::find_model(std::string(text)); };
-  c.accepted = tg::model_names;
-  return c;
-}
-
-tg::FlagCheck weights_format() {
-  tg::FlagCheck c;
-  c.parse = [](std::string_view text, std::string_view) { tg::parse_weights_format(std::string(text)); };
-  c.accepted = [] { return std::string("auto, safetensors, onnx"); };
-  return c;
-}
-
 // The flag table of terngrad-import (core/flag_table.h).
 const std::vector<tg::Flag<ImportConfig>>& import_flags() {
   using C = ImportConfig;
   static const std::vector<tg::Flag<C>> table = {
       {"net", &C::net, "the network the weights are of (alexnet is refused: torchvision's is another network)",
-       known_network(), tg::kFlagRequired},
+       tg::known_network(), tg::kFlagRequired},
       {"input", &C::input,
        "a safetensors file (a state_dict) or an ONNX model exported with training=TrainingMode.TRAINING, "
        "do_constant_folding=False",
        tg::no_check(), tg::kFlagRequired},
       {"output_dir", &C::output_dir, "a new folder: model.ckpt-0 and its `checkpoint` index are written there",
        tg::no_check(), tg::kFlagRequired},
-      {"format", &C::format, "auto tells the two apart by the file's first bytes", weights_format()},
+      {"format", &C::format, "auto tells the two apart by the file's first bytes", tg::one_of<tg::WeightsFormat>()},
       {"dataset", &C::dataset, "recorded in the checkpoint; empty: the network's usual one (mnist, cifar10, imagenet)"},
       {"image_size", &C::image_size, "the input size the checkpoint records; 0: the network's or the dataset's",
        tg::in_range(0, 4096, "[]")},
@@ -77,7 +63,7 @@ int main(int argc, char** argv) {
     o.net = ic.net;
     o.input = ic.input;
     o.output_dir = ic.output_dir;
-    o.format = tg::parse_weights_format(ic.format);
+    o.format = tg::parse_enum<tg::WeightsFormat>(ic.format);
     o.dataset = ic.dataset;
     o.image_size = ic.image_size;
     const tg::TorchImportSummary s = tg::import_torch_weights(o);
@@ -86,7 +72,7 @@ int main(int argc, char** argv) {
     std::printf(
         "imported %s from %s (%s): %lld tensors, %lld parameters, %lld classes%s at %lldx%lld, padding torch -> %s "
         "(parameter digest %s); ignored: %s\n",
-        ic.net.c_str(), ic.input.c_str(), tg::weights_format_name(s.format), static_cast<long long>(s.tensors),
+        ic.net.c_str(), ic.input.c_str(), tg::enum_name(s.format), static_cast<long long>(s.tensors),
         static_cast<long long>(s.parameters), static_cast<long long>(s.num_classes),
         s.aux_logits ? " (with the auxiliary head)" : "", static_cast<long long>(s.image_size),
         static_cast<long long>(s.image_size), s.checkpoint.c_str(), s.parameter_digest.c_str(), ignored.c_str());

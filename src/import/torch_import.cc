@@ -22,12 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -61,12 +55,10 @@ std::map<std::string, Shape> flattened_maps(const Net& net) {
 }
 
 // PyTorch's shape of our tensor of shape `ours`.
-std::vector<int64_t> torch_shape(const Shape& ours) {
-  if (ours.rank() == 4) return {ours[3], ours[2], ours[0], ours[1]};  // (KH, KW, I, O) <- (O, I, KH, KW)
-  if (ours.rank() == 2) return {ours[1], ours[0]};                    // (in, out) <- (out, in)
-  std::vector<int64_t> s;
-  for (int i = 0; i < ours.rank(); ++i) s.push_back(ours[i]);
-  return s;
+Shape torch_shape(const Shape& ours) {
+  if (ours.rank() == 4) return Shape{ours[3], ours[2], ours[0], ours[1]};  // (KH, KW, I, O) <- (O, I, KH, KW)
+  if (ours.rank() == 2) return Shape{ours[1], ours[0]};                    // (in, out) <- (out, in)
+  return ours;
 }
 
 // PyTorch's values in our layout. `map` (H, W, C): the FC reads a flatten of that map (PyTorch's order C, H, W).
@@ -128,7 +120,7 @@ TorchImportSummary import_torch_weights(const TorchImportOptions& o) {
                       : data.default_image_size;
   const std::string logits_key = torch_key(info.name, "logits/weights");
   auto logits = w.tensors.find(logits_key);
-  if (logits == w.tensors.end() || logits->second.shape.size() != 2) {
+  if (logits == w.tensors.end() || logits->second.shape.rank() != 2) {
     std::vector<std::string> some;
     for (const auto& [key, t] : w.tensors)
       if (some.size() < 4) some.push_back(key);
@@ -168,10 +160,10 @@ TorchImportSummary import_torch_weights(const TorchImportOptions& o) {
     if (!t.floating)
       TG_THROW("{}: tensor '{}' (our {}) has dtype {}; a floating-point one (F32, F16, BF16, F64) is needed", o.input,
                key, name, t.dtype);
-    const std::vector<int64_t> want = torch_shape(shape);
+    const Shape want = torch_shape(shape);
     if (t.shape != want)
       TG_THROW("{}: tensor '{}' (our {}) has shape {}, --net {} at --image_size {} with {} classes needs {}", o.input,
-               key, name, shape_text(t.shape), info.name, mc.image_size, mc.num_classes, shape_text(want));
+               key, name, t.shape.str(), info.name, mc.image_size, mc.num_classes, want.str());
     auto map = maps.find(name);
     converted[i] = to_our_layout(t, shape, map == maps.end() ? nullptr : &map->second);
   }
@@ -193,19 +185,17 @@ TorchImportSummary import_torch_weights(const TorchImportOptions& o) {
 
   // The checkpoint: parameters and BN statistics, and the same values as their moving averages (what terngrad-eval
   // evaluates by default), at step 0.
-  std::vector<NamedTensor> tensors;
+  std::vector<NamedTensor> tensors, averages;
   for (size_t i = 0; i < ours.size(); ++i) {
     const auto& [name, shape] = ours[i];
     const Tensor host(converted[i].data(), shape, DType::kF32, Device::cpu());
     const auto part = i < num_params ? CheckpointLayout::kParams : CheckpointLayout::kState;
     tensors.push_back({CheckpointLayout::name(part, name), host});
+    averages.push_back(
+        {CheckpointLayout::name(CheckpointLayout::kEma, ExponentialMovingAverage::shadow_name(name)), host});
     if (i < num_params) s.parameters += shape.numel();
   }
-  for (size_t i = 0; i < ours.size(); ++i) {
-    const Tensor host(converted[i].data(), ours[i].second, DType::kF32, Device::cpu());
-    tensors.push_back(
-        {CheckpointLayout::name(CheckpointLayout::kEma, ExponentialMovingAverage::shadow_name(ours[i].first)), host});
-  }
+  tensors.insert(tensors.end(), averages.begin(), averages.end());  // the parts in a checkpoint's order
   CheckpointMeta meta;
   meta.model = info.name;
   meta.dataset = s.dataset;

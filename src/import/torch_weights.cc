@@ -36,16 +36,15 @@ uint64_t le64(const char* p) {
   return v;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+// The file's dimensions as a Shape (rank, sign and element-count overflow checked), errors naming `where`.
+Shape checked_shape(const std::vector<int64_t>& dims, const std::string& where) {
+  try {
+    Shape shape(dims);
+    shape.numel();
+    return shape;
+  } catch (const Error& e) {
+    TG_THROW("{}: {}", where, e.what());
+  }
 }
 
 // Element size of a safetensors dtype, 0 when unknown; *floating says whether it is converted.
@@ -111,11 +110,9 @@ TorchWeights parse_safetensors(const std::string& path, const std::string& bytes
       TG_THROW("{} lacks one of dtype, shape, data_offsets in the header", where);
     TorchTensor t;
     t.dtype = dtype->as_string(where + " dtype");
-    for (const JsonValue& d : shape->as_array(where + " shape")) {
-      const int64_t v = d.as_int64(where + " shape");
-      if (v < 0 || v > (int64_t{1} << 40)) TG_THROW("{} has a dimension {} out of range", where, v);
-      t.shape.push_back(v);
-    }
+    std::vector<int64_t> dims;
+    for (const JsonValue& d : shape->as_array(where + " shape")) dims.push_back(d.as_int64(where + " shape"));
+    t.shape = checked_shape(dims, where);
     const auto& range = offsets->as_array(where + " data_offsets");
     if (range.size() != 2) TG_THROW("{}: data_offsets must be [begin, end], not {} numbers", where, range.size());
     const int64_t begin = range[0].as_int64(where + " data_offsets"), end = range[1].as_int64(where + " data_offsets");
@@ -123,9 +120,11 @@ TorchWeights parse_safetensors(const std::string& path, const std::string& bytes
       TG_THROW("{}: bytes [{}, {}) lie outside the file's {} data bytes (truncated?)", where, begin, end, data_bytes);
     const size_t elem = safetensors_dtype_size(t.dtype, &t.floating);
     if (elem == 0) TG_THROW("{} has dtype {}, which is not read (F32, F16, BF16, F64 are)", where, t.dtype);
-    const int64_t n = numel_of(t.shape);
+    const int64_t n = t.numel();
+    if (static_cast<uint64_t>(n) > data_bytes / elem)
+      TG_THROW("{}: {} {} elements need more than the file's {} data bytes", where, t.shape.str(), t.dtype, data_bytes);
     if (static_cast<uint64_t>(end - begin) != static_cast<uint64_t>(n) * elem)
-      TG_THROW("{}: {} {} elements take {} bytes, its data_offsets give {}", where, shape_text(t.shape), t.dtype,
+      TG_THROW("{}: {} {} elements take {} bytes, its data_offsets give {}", where, t.shape.str(), t.dtype,
                static_cast<uint64_t>(n) * elem, end - begin);
     if (t.floating) {
       t.values.resize(static_cast<size_t>(n));
@@ -152,16 +151,14 @@ TorchWeights parse_onnx(const std::string& path, const onnx::ModelProto& model) 
       TG_THROW("{} is stored in an external file; export with the weights inside the model (a model under 2 GB)",
                where);
     TorchTensor t;
-    t.shape.assign(p.dims().begin(), p.dims().end());
-    for (int64_t d : t.shape)
-      if (d < 0) TG_THROW("{} has a negative dimension {}", where, d);
-    const int64_t n = numel_of(t.shape);
+    t.shape = checked_shape(std::vector<int64_t>(p.dims().begin(), p.dims().end()), where);
+    const int64_t n = t.numel();
     const std::string& raw = p.raw_data();
     auto need = [&](size_t elem, int64_t typed) {
       if (!raw.empty() && raw.size() != static_cast<size_t>(n) * elem)
-        TG_THROW("{}: {} elements take {} bytes, raw_data has {}", where, shape_text(t.shape), n * elem, raw.size());
+        TG_THROW("{}: {} elements take {} bytes, raw_data has {}", where, t.shape.str(), n * elem, raw.size());
       if (raw.empty() && typed != n)
-        TG_THROW("{}: {} has {} elements, the file stores {}", where, shape_text(t.shape), n, typed);
+        TG_THROW("{}: {} has {} elements, the file stores {}", where, t.shape.str(), n, typed);
     };
     switch (p.data_type()) {
       case onnx::TensorProto::FLOAT:
@@ -212,26 +209,6 @@ TorchWeights parse_onnx(const std::string& path, const onnx::ModelProto& model) 
 }
 
 }  // namespace
-
-int64_t TorchTensor::numel() const { return numel_of(shape); }
-
-const char* weights_format_name(WeightsFormat format) {
-  switch (format) {
-    case WeightsFormat::kAuto:
-      return "auto";
-    case WeightsFormat::kSafetensors:
-      return "safetensors";
-    case WeightsFormat::kOnnx:
-      return "onnx";
-  }
-  return "?";
-}
-
-WeightsFormat parse_weights_format(const std::string& name) {
-  for (WeightsFormat f : {WeightsFormat::kAuto, WeightsFormat::kSafetensors, WeightsFormat::kOnnx})
-    if (name == weights_format_name(f)) return f;
-  TG_USAGE_ERROR("--format '{}' is not one of auto, safetensors, onnx", name);
-}
 
 TorchWeights read_torch_weights(const std::string& path, WeightsFormat format) {
   const std::string bytes = read_whole_file(path);

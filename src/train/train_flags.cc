@@ -7,19 +7,19 @@
 
 namespace tg {
 
-namespace {
-// Upper bounds: sizes multiply into buffer sizes, and a value past them is a typo, not a plan.
-constexpr double kMaxBatch = double(int64_t{1} << 24);
-constexpr double kMaxImageSize = 4096;
-constexpr double kMaxClasses = double(int64_t{1} << 24);
-constexpr double kMaxWorkers = 4096;  // workers, GPUs, replicas, threads
-
 FlagCheck known_network() {
   FlagCheck c;
   c.parse = [](std::string_view text, std::string_view) { find_model(std::string(text)); };
   c.accepted = model_names;
   return c;
 }
+
+namespace {
+// Upper bounds: sizes multiply into buffer sizes, and a value past them is a typo, not a plan.
+constexpr double kMaxBatch = double(int64_t{1} << 24);
+constexpr double kMaxImageSize = 4096;
+constexpr double kMaxClasses = double(int64_t{1} << 24);
+constexpr double kMaxWorkers = 4096;  // workers, GPUs, replicas, threads
 
 FlagCheck at_most(double limit) { return no_check().max(limit); }
 

@@ -12,17 +12,26 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/core/enum_names.h"
+#include "terngrad/core/shape.h"
+
 namespace tg {
 
 struct TorchTensor {
-  std::vector<int64_t> shape;
+  Shape shape;
   std::string dtype;      // as the file names it: "F32", "F16", "BF16", "F64", "I64", ...
   bool floating = false;  // values holds the tensor (as float32)
   std::vector<float> values;
-  int64_t numel() const;
+  int64_t numel() const { return shape.numel(); }
 };
 
 enum class WeightsFormat { kAuto, kSafetensors, kOnnx };
+template <>
+struct EnumNames<WeightsFormat> : EnumNamesBase {
+  static constexpr const char* kFlag = "--format";
+  static constexpr EnumName<WeightsFormat> kList[] = {
+      {WeightsFormat::kAuto, "auto"}, {WeightsFormat::kSafetensors, "safetensors"}, {WeightsFormat::kOnnx, "onnx"}};
+};
 
 struct TorchWeights {
   std::string path;
@@ -34,9 +43,6 @@ struct TorchWeights {
   std::map<std::string, int64_t> op_counts;
   int64_t anonymous_conv_weights = 0;
 };
-
-const char* weights_format_name(WeightsFormat format);        // "auto", "safetensors", "onnx"
-WeightsFormat parse_weights_format(const std::string& name);  // throws UsageError naming the choices
 
 // Reads `path` in `format`; kAuto looks at the first bytes (a safetensors header length followed by '{', else an
 // ONNX ModelProto with a graph) and names both formats when neither fits.

@@ -19,6 +19,9 @@ namespace tg {
 
 const std::vector<Flag<TrainConfig>>& train_flags();
 
+// The check of a --net flag: a name of the model registry (the error lists them); terngrad-import's too.
+FlagCheck known_network();
+
 // Every run writes its flags to <train_dir>/flags.ini, a file --config reads (the run repeated from it).
 inline constexpr const char* kFlagsFileName = "flags.ini";
 
