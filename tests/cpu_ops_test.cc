@@ -435,5 +435,59 @@ TEST(CpuOpsErrors, MaxPoolBackwardWithoutWorkspaceIsAnError) {
   EXPECT_THROW(be.pool_backward(d, x.t, y.t, dy.t, Tensor(), dx.t), Error);
 }
 
+// ---- linear algebra (PowerSGD's products and orthogonalization) ----------------------------------------------
+
+TEST(CpuLinalg, MatmulEveryTransposeAndBetaMatchesReference) {
+  CpuBackend be(2);
+  const int64_t m = 37, k = 1029, n = 5;  // a tall product like PowerSGD's P = M^T Q
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, 1.0, 0.5}) {
+        const Vec av = random_vec(m * k, 11), bv = random_vec(k * n, 12), cv = random_vec(m * n, 13);
+        HostF32 a(ta ? Shape{k, m} : Shape{m, k}, av), b(tb ? Shape{n, k} : Shape{k, n}, bv);
+        // beta 0 must not read c: NaN there (HostF32 without values) must not propagate.
+        HostF32 c = beta == 0.0 ? HostF32(Shape{m, n}) : HostF32(Shape{m, n}, cv);
+        be.matmul(a.t, ta, b.t, tb, static_cast<float>(beta), c.t);
+        const Vec want = ref::matmul(av, a.t.shape()[0], a.t.shape()[1], ta, bv, b.t.shape()[0], b.t.shape()[1], tb,
+                                     beta, beta == 0.0 ? Vec() : cv);
+        expect_close(c, want, ta ? (tb ? "matmul TT" : "matmul TN") : (tb ? "matmul NT" : "matmul NN"), 1e-5);
+      }
+}
+
+TEST(CpuLinalg, MatmulRefusesMismatchedShapesAndAliasing) {
+  CpuBackend be(1);
+  HostF32 a(Shape{4, 3}, random_vec(12, 1)), b(Shape{3, 2}, random_vec(6, 2)), c(Shape{4, 2});
+  be.matmul(a.t, false, b.t, false, 0.f, c.t);
+  HostF32 wrong(Shape{3, 2});
+  EXPECT_THROW(be.matmul(a.t, false, b.t, false, 0.f, wrong.t), Error);  // c must be 4x2
+  EXPECT_THROW(be.matmul(a.t, true, b.t, false, 0.f, c.t), Error);       // inner sizes 4 vs 3
+  EXPECT_THROW(be.matmul(a.t, false, b.t, false, 0.f, a.t.reshaped(Shape{6, 2}).slice0(0, 4)), Error);  // aliasing
+  EXPECT_THROW(be.matmul(a.t.reshaped(Shape{12}), false, b.t, false, 0.f, c.t), Error);                 // rank 1
+}
+
+TEST(CpuLinalg, OrthogonalizeColumnsMatchesReferenceAndIsOrthonormal) {
+  CpuBackend be(2);
+  for (int64_t cols : {1, 2, 4}) {
+    const int64_t rows = 777;
+    Vec v = random_vec(rows * cols, 20 + static_cast<uint32_t>(cols));
+    if (cols == 4)
+      for (int64_t r = 0; r < rows; ++r) v[r * cols + 2] = 0.0;  // a zero column stays zero, no NaN
+    HostF32 p(Shape{rows, cols}, v);
+    be.orthogonalize_columns(p.t, 0.f);
+    const Vec want = ref::orthogonalize_columns(v, rows, cols, 0.0);
+    expect_close(p, want, "orthogonalize_columns", 1e-5);
+    const Vec got = p.values();
+    for (int64_t i = 0; i < cols; ++i)
+      for (int64_t j = i; j < cols; ++j) {
+        double dot = 0;
+        for (int64_t r = 0; r < rows; ++r) dot += got[r * cols + i] * got[r * cols + j];
+        const bool zero = cols == 4 && (i == 2 || j == 2);
+        EXPECT_NEAR(dot, zero ? 0.0 : (i == j ? 1.0 : 0.0), 1e-5) << cols << " columns: " << i << "." << j;
+      }
+  }
+  HostF32 wide(Shape{2, 3}, random_vec(6, 3));
+  EXPECT_THROW(be.orthogonalize_columns(wide.t, 0.f), Error);  // more columns than rows
+}
+
 }  // namespace
 }  // namespace tg

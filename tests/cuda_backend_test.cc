@@ -301,6 +301,24 @@ TEST_F(CudaBackendTest, InnerProduct) {
   }
 }
 
+// ---- linear algebra ------------------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, MatmulAndOrthogonalizeColumns) {
+  const int64_t m = 37, k = 1029, n = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Pair a(ta ? Shape{k, m} : Shape{m, k}), b(tb ? Shape{n, k} : Shape{k, n}), c(Shape{m, n});
+      a.set(random_floats(m * k, 40)), b.set(random_floats(k * n, 41)), c.set(random_floats(m * n, 42));
+      cpu().matmul(a.c.t, ta, b.c.t, tb, 0.5f, c.c.t);
+      gpu().matmul(a.g.t, ta, b.g.t, tb, 0.5f, c.g.t);
+      expect_close(c, ta ? (tb ? "matmul TT" : "matmul TN") : (tb ? "matmul NT" : "matmul NN"));
+    }
+  Pair p(Shape{4099, 3});
+  p.set(random_floats(4099 * 3, 43));
+  cpu().orthogonalize_columns(p.c.t, 0.f);
+  gpu().orthogonalize_columns(p.g.t, 0.f);
+  expect_close(p, "orthogonalize_columns");
+}
+
 // ---- convolution
 // ---------------------------------------------------------------------------------------------------------
 struct ConvCase {

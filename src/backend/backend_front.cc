@@ -581,4 +581,41 @@ void Backend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g
   decode_f32_sum_impl(sum, num_workers, g);
 }
 
+namespace {
+// t is an f32 matrix (rank 2) with at least one element.
+void f32_matrix(const Tensor& t, const char* op, const char* what) {
+  TG_CHECK(t.defined() && t.dtype() == DType::kF32 && t.shape().rank() == 2 && t.numel() > 0,
+           "{}: {} {} must be a non-empty f32 matrix (rank 2)", op, what, t.str());
+}
+bool overlap(const Tensor& x, const Tensor& y) {
+  const char* xb = static_cast<const char*>(x.raw());
+  const char* yb = static_cast<const char*>(y.raw());
+  return xb < yb + y.bytes() && yb < xb + x.bytes();
+}
+}  // namespace
+
+void Backend::matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, float beta,
+                     const Tensor& c) {
+  const char* op = "matmul";
+  f32_matrix(a, op, "a"), f32_matrix(b, op, "b"), f32_matrix(c, op, "c");
+  on_device(*this, a, op, "a"), on_device(*this, b, op, "b"), on_device(*this, c, op, "c");
+  const int64_t m = transpose_a ? a.shape()[1] : a.shape()[0], k = transpose_a ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = transpose_b ? b.shape()[1] : b.shape()[0], n = transpose_b ? b.shape()[0] : b.shape()[1];
+  TG_CHECK(k == kb && c.shape()[0] == m && c.shape()[1] == n,
+           "{}: op(a) {} is {}x{}, op(b) {} is {}x{}: c {} must be {}x{} and the inner sizes agree", op, a.str(), m, k,
+           b.str(), kb, n, c.str(), m, n);
+  TG_CHECK(!overlap(c, a) && !overlap(c, b), "{}: c {} shares memory with a or b", op, c.str());
+  matmul_impl(a, transpose_a, b, transpose_b, beta, c);
+}
+
+void Backend::orthogonalize_columns(const Tensor& m, float epsilon) {
+  const char* op = "orthogonalize_columns";
+  f32_matrix(m, op, "m");
+  on_device(*this, m, op, "m");
+  TG_CHECK(m.shape()[1] <= m.shape()[0], "{}: m {} has more columns than rows: they cannot be orthonormal", op,
+           m.str());
+  TG_CHECK(std::isfinite(epsilon) && epsilon >= 0, "{}: epsilon {} must be finite and >= 0", op, epsilon);
+  orthogonalize_columns_impl(m, epsilon);
+}
+
 }  // namespace tg

@@ -264,4 +264,37 @@ void inner_product_backward(const InnerProductDesc& d, const Vec& x, const Vec& 
     }
 }
 
+Vec matmul(const Vec& a, int64_t ra, int64_t ca, bool transpose_a, const Vec& b, int64_t rb, int64_t cb,
+           bool transpose_b, double beta, const Vec& c) {
+  check_size(a, ra * ca, "matmul a");
+  check_size(b, rb * cb, "matmul b");
+  const int64_t m = transpose_a ? ca : ra, k = transpose_a ? ra : ca, n = transpose_b ? rb : cb;
+  Vec out(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = c.empty() ? 0.0 : beta * c[i * n + j];
+      for (int64_t q = 0; q < k; ++q)
+        acc += (transpose_a ? a[q * ca + i] : a[i * ca + q]) * (transpose_b ? b[j * cb + q] : b[q * cb + j]);
+      out[i * n + j] = acc;
+    }
+  return out;
+}
+
+Vec orthogonalize_columns(const Vec& m, int64_t rows, int64_t cols, double epsilon) {
+  check_size(m, rows * cols, "orthogonalize m");
+  Vec p = m;
+  for (int64_t i = 0; i < cols; ++i) {
+    double norm2 = 0;
+    for (int64_t r = 0; r < rows; ++r) norm2 += p[r * cols + i] * p[r * cols + i];
+    const double norm = std::sqrt(norm2) + epsilon;
+    for (int64_t r = 0; r < rows; ++r) p[r * cols + i] = norm > 0 ? p[r * cols + i] / norm : 0.0;
+    for (int64_t j = i + 1; j < cols; ++j) {
+      double dot = 0;
+      for (int64_t r = 0; r < rows; ++r) dot += p[r * cols + i] * p[r * cols + j];
+      for (int64_t r = 0; r < rows; ++r) p[r * cols + j] -= dot * p[r * cols + i];
+    }
+  }
+  return p;
+}
+
 }  // namespace tg::ref

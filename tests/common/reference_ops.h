@@ -43,4 +43,11 @@ Vec inner_product_forward(const InnerProductDesc& d, const Vec& x, const Vec& w,
 void inner_product_backward(const InnerProductDesc& d, const Vec& x, const Vec& w, const Vec& dy, Vec* dx, Vec* dw,
                             Vec* db);
 
+// Row-major matrices: c (m, n) = op(a) * op(b) + beta * c (c empty: beta ignored), a (ra, ca), b (rb, cb).
+Vec matmul(const Vec& a, int64_t ra, int64_t ca, bool transpose_a, const Vec& b, int64_t rb, int64_t cb,
+           bool transpose_b, double beta, const Vec& c);
+// The columns of m (rows, cols) by Gram-Schmidt in column order: column i / (norm + epsilon) (a zero column stays
+// zero), then its projection removed from the later columns.
+Vec orthogonalize_columns(const Vec& m, int64_t rows, int64_t cols, double epsilon);
+
 }  // namespace tg::ref

@@ -338,6 +338,19 @@ class Backend {
   // g (f32 (n)) = sum (f32 (n)) / num_workers; g may be sum.
   void decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g);
 
+  // ---- linear algebra (the low-rank gradient schemes: PowerSGD) ----------------------------------------------
+  // c (M, N) = op(a) (M, K) * op(b) (K, N) + beta * c, f32 row-major matrices (rank-2 tensors: a gradient
+  // reshaped, a piece of a fused buffer reshaped), op(x) = x or its transpose. c shares no memory with a or b;
+  // beta 0: c is only written (what it held, NaN included, does not matter). Products accumulate in f32 (CPU:
+  // oneDNN's sgemm; CUDA: cuBLAS, plain fp32 unless BackendOptions::allow_tf32): the same bits run to run on one
+  // backend and thread count, not across backends.
+  void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, float beta, const Tensor& c);
+  // The columns of m (rows, cols; f32, 1 <= cols <= rows) made orthonormal in place by Gram-Schmidt in column
+  // order, as PyTorch's PowerSGD hook does it: column i is divided by (its norm + epsilon), then its projection is
+  // removed from every later column. Norms and dot products in double, in one fixed order per backend. A column
+  // whose norm is 0 stays 0 (PyTorch's hook gives NaN there with epsilon 0).
+  void orthogonalize_columns(const Tensor& m, float epsilon);
+
   // ---- implementations: what each backend provides; the public operations above check the arguments once
   // (devices, dtypes, element counts; backend_front.cc) and call these.
  protected:

@@ -85,4 +85,7 @@
   X(void, average_f16_impl, (const Tensor* xs, int count, const Tensor& out))                                         \
   X(void, average_f32_impl, (const Tensor* xs, int count, const Tensor& out))                                         \
   X(void, decode_f16_sum_impl, (const Tensor& sum, int num_workers, const Tensor& g))                                 \
-  X(void, decode_f32_sum_impl, (const Tensor& sum, int num_workers, const Tensor& g))
+  X(void, decode_f32_sum_impl, (const Tensor& sum, int num_workers, const Tensor& g))                                 \
+  X(void, matmul_impl,                                                                                                \
+    (const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, float beta, const Tensor& c))              \
+  X(void, orthogonalize_columns_impl, (const Tensor& m, float epsilon))

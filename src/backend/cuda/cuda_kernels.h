@@ -128,4 +128,9 @@ void lrn_forward(DType t, const void* x, void* y, int64_t rows, int64_t channels
 void lrn_backward(DType t, const void* x, const void* dy, void* dx, int64_t rows, int64_t channels, int64_t radius,
                   float bias, float alpha, float beta, cudaStream_t stream);
 
+// ---- kernels/linalg_kernels.cu -----------------------------------------------------------------------------
+// The columns of p (rows, cols; row-major f32) made orthonormal in place (Backend::orthogonalize_columns): one
+// block, column by column, sums in double in a fixed order.
+void orthogonalize_columns(float* p, int64_t rows, int64_t cols, float epsilon, cudaStream_t stream);
+
 }  // namespace tg::cuda_kernels
