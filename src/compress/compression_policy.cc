@@ -13,17 +13,18 @@ const std::vector<Flag<CompressionFlags>>& compression_flags() {
   using C = CompressionFlags;
   static const std::vector<Flag<C>> table = {
       {"grad_bits", &C::grad_bits, "1 = TernGrad, 16 = fp16, 32 = fp32",
-       one_of_numbers({1, 16, 32}, "1 (TernGrad), 16 (fp16), 32 (fp32)")},
-      {"clip_factor", &C::clip_factor, "c in s = min(c·σ, max|g|); 0: no clipping", at_least(0).note("0: no clipping")},
+       one_of_numbers({1, 16, 32}, "1 (TernGrad), 16 (fp16), 32 (fp32)"), kFlagRun},
+      {"clip_factor", &C::clip_factor, "c in s = min(c·σ, max|g|); 0: no clipping", at_least(0).note("0: no clipping"),
+       kFlagRun},
       {"size_to_binarize", &C::size_to_binarize,
-       "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1)},
+       "tensors with fewer elements stay fp32 (AlexNet: 9217 keeps biases/BN in fp32)", at_least(1), kFlagRun},
       {"quantize_logits", &C::quantize_logits, "also ternarize the logits layer (`--quantize_logits=true`)", no_check(),
-       kFlagSwitch},
+       kFlagSwitch | kFlagRun},
       {"scaler_bucket", &C::scaler_bucket,
        "TernGrad: one scaler per this many consecutive elements of a tensor (a multiple of 256; 0: one per tensor, "
        "the paper's rule); clipping stays per tensor (c·σ of the whole tensor), each bucket's scaler is "
        "min(c·σ, its max|g|), shared over workers as the tensor's is",
-       at_least(0).max(double(kMaxScalerBucket)).note("0: one scaler per tensor")},
+       at_least(0).max(double(kMaxScalerBucket)).note("0: one scaler per tensor"), kFlagContinue},
   };
   return table;
 }

@@ -12,15 +12,15 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "--grad_bits 1 on several "
        "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
        "(benchmarks' compute-only step; replicas drift apart)",
-       one_of<ExchangeMode>()},
+       one_of<ExchangeMode>(), kFlagRun},
       {"error_feedback", &C::error_feedback,
        "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
        "(per element, per rank; checkpointed per rank)",
-       no_check(), kFlagSwitch | kFlagResume},
+       no_check(), kFlagSwitch | kFlagResume | kFlagRun},
       {"local_bits", &C::local_bits,
        "`--exchange hierarchical`: the reduce-scatter inside a node in fp32 (32) or fp16 (16) (with one node the "
        "all-gather too; with several, the nodes' 2-bit codes are what is all-gathered inside a node)",
-       one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)")},
+       one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)"), kFlagRun},
       {"overlap", &C::overlap,
        "with several processes and host gradients: exchange buckets on a communication thread while backward "
        "runs; `--overlap=false` exchanges everything after backward (same bits)"},
@@ -32,7 +32,7 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "TernGrad (`--grad_bits 1`): exchange fp32 gradients for the first this many steps, then ternary codes (an "
        "uncompressed warm-up, as PowerSGD's start_powerSGD_iter); the log, TensorBoard (`exchange/fp32_warmup`) and "
        "`--metrics_jsonl` (`exchange`) say which exchange ran",
-       at_least(0).note("0: no warm-up")},
+       at_least(0).note("0: no warm-up"), kFlagContinue},
       {"bucket_mb", &C::bucket_mb,
        "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},

@@ -49,4 +49,12 @@ std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayo
   TG_THROW("--grad_bits {} is not one of 1, 16, 32", grad_bits);
 }
 
+bool exchange_compresses(int grad_bits, ExchangeMode mode) {
+  return mode != ExchangeMode::kNone && grad_bits == 1;
+}
+
+ExchangeMode fp32_form(ExchangeMode mode) {
+  return mode == ExchangeMode::kHierarchical || mode == ExchangeMode::kNone ? mode : ExchangeMode::kAuto;
+}
+
 }  // namespace tg

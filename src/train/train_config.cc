@@ -4,6 +4,7 @@
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
+#include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/train/train_flags.h"
 
 namespace tg {
@@ -75,9 +76,11 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(num_gpus == 1 || device == "cuda",
            "--device {} names one GPU; with --num_gpus {} use --device cuda (GPUs 0..{})", device, num_gpus,
            num_gpus - 1);
-  if (fp32_warmup_steps > 0 && grad_bits != 1)
-    TG_THROW("--fp32_warmup_steps {} needs ternary gradients (--grad_bits 1), not --grad_bits {}", fp32_warmup_steps,
-             grad_bits);
+  if (fp32_warmup_steps > 0 && !exchange_compresses(grad_bits, parse_enum<ExchangeMode>(exchange)))
+    TG_THROW(
+        "--fp32_warmup_steps {} is an uncompressed start before a compressed exchange, but --grad_bits {} "
+        "--exchange {} exchanges uncompressed gradients",
+        fp32_warmup_steps, grad_bits, exchange);
   if (quantization_error_every > 0 && grad_bits != 1)
     TG_THROW("--quantization_error_every {} measures ternary gradients (--grad_bits 1), not --grad_bits {}",
              quantization_error_every, grad_bits);

@@ -21,43 +21,6 @@ Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
   TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
 }
 
-namespace {
-// A resumed run goes on as it was written. These flags are taken from the checkpoint when the command line does
-// not give them, and a given value that differs is refused: the gradient coding and exchange, the optimizer and
-// its learning rate, the model's regularisation, the compute precision (kFlagResume flags: the data layout, the
-// same way; another number of workers or processes with --allow_topology_change).
-constexpr const char* kRunFlags[] = {"net",
-                                     "dataset",
-                                     "image_size",
-                                     "num_classes",
-                                     "padding_style",
-                                     "grad_bits",
-                                     "clip_factor",
-                                     "size_to_binarize",
-                                     "quantize_logits",
-                                     "error_feedback",
-                                     "exchange",
-                                     "local_bits",
-                                     "optimizer",
-                                     "momentum",
-                                     "initial_learning_rate",
-                                     "weight_decay",
-                                     "precision",
-                                     "warmup_steps",
-                                     "label_smoothing",
-                                     "learning_rate_decay_type",
-                                     "dropout_keep_prob",
-                                     "num_epochs_per_decay",
-                                     "learning_rate_decay_factor",
-                                     "moving_average_decay"};
-// Taken from the checkpoint when not given; a given value wins (check_resumable says so of the last two).
-constexpr const char* kContinueFlags[] = {"max_steps", "scaler_bucket", "fp32_warmup_steps"};
-
-bool listed(const std::string& name, const char* const* begin, const char* const* end) {
-  return std::find_if(begin, end, [&](const char* n) { return name == n; }) != end;
-}
-}  // namespace
-
 void Trainer::Impl::adopt_checkpoint_flags() {
   const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
   if (!latest) {
@@ -81,8 +44,10 @@ void Trainer::Impl::adopt_checkpoint_flags() {
   resolved.resolve_defaults();
   std::string taken;
   for (const Flag<TrainConfig>& f : train_flags()) {
-    const bool run = listed(f.name, std::begin(kRunFlags), std::end(kRunFlags));
-    const bool go_on = listed(f.name, std::begin(kContinueFlags), std::end(kContinueFlags));
+    // A resumed run goes on as it was written (kFlagRun; kFlagContinue: unless told otherwise; kFlagResume: the
+    // data layout, the same way; another number of workers or processes with --allow_topology_change).
+    const bool run = f.has(kFlagRun);
+    const bool go_on = f.has(kFlagContinue);
     const bool layout = f.has(kFlagResume) && !f.has(kFlagInternal);
     if (!run && !go_on && !layout) continue;
     const auto was = m.flags.find(f.name);

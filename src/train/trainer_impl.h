@@ -26,6 +26,7 @@
 #include "terngrad/data/crc32c.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/exchange/gradient_exchange.h"
+#include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/moving_average.h"

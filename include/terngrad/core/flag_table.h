@@ -40,6 +40,10 @@ enum FlagTraits : unsigned {
   kFlagResume = 1u << 2,    // a resumed run must use the checkpoint's value
   kFlagRequired = 1u << 3,  // must be given
   kFlagInternal = 1u << 4,  // set by the program, not on the command line (saved all the same)
+  // A resumed run goes on with the checkpoint's value: taken from it when not given, a different given value refused
+  // (the gradient coding and exchange, the optimizer and its learning rate, regularisation, the compute precision).
+  kFlagRun = 1u << 5,
+  kFlagContinue = 1u << 6,  // taken from the checkpoint when not given; a given value wins (said in the log)
 };
 
 struct FlagCheck {

@@ -37,5 +37,10 @@ struct ExchangeLayout {
 // The scheme name for --grad_bits / --exchange on this layout (explicit modes are kept; auto resolved as in
 // exchange_options.h); a combination no scheme serves is an error naming the flags and the fix.
 std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout);
+// Whether --grad_bits / --exchange compress the gradients (what an fp32 warm-up, --fp32_warmup_steps, precedes).
+bool exchange_compresses(int grad_bits, ExchangeMode mode);
+// The exchange mode of the uncompressed steps of a warm-up (with --grad_bits 32): the mode itself where it has an
+// fp32 form (hierarchical: fp32 inside and between nodes; none), else auto (the flat fp32 all-reduce).
+ExchangeMode fp32_form(ExchangeMode mode);
 
 }  // namespace tg
