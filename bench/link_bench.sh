@@ -6,7 +6,8 @@
 # Two emulated machines (bench/lib/netns_link.sh: a namespace each, joined through a bridge; both directions of
 # each port shaped at RATE). One process per machine, each pinned to its own core, one thread each:
 #   - ours: terngrad-train under mpirun (rank 0 in the first namespace, rank 1 started in the second by an rsh
-#     agent that runs `ip netns exec`), for each method (fp32, fp16, terngrad);
+#     agent that runs `ip netns exec`), for each method (fp32, fp16, terngrad, powersgd: rank 2 after 2 fp32
+#     steps, as the peer's);
 #   - ours, compute only: the same two processes with `--exchange none` (no collective), where the trainer has
 #     it; else the stand-in, labelled so: two single-worker trainers (`--num_nodes 1`, the same per-worker batch),
 #     one per namespace, at once, pinned the same way;
@@ -25,7 +26,7 @@ usage: bench/link_bench.sh [options] RATE [RATE...]
                    (unshaped veth)
   -b BUILD_DIR     build folder with terngrad-train (default: build)
   -n NETS          comma-separated: lenet, alexnet, resnet50 (default: lenet,alexnet)
-  -m METHODS       ours: comma-separated fp32, fp16, terngrad (default: all three)
+  -m METHODS       ours: comma-separated fp32, fp16, terngrad, powersgd (default: fp32, fp16, terngrad)
   -P PEER_METHODS  DDP: comma-separated fp32, fp16, powersgd (default: all three)
   -B BATCHES       per-worker batch per net, e.g. lenet=3584,alexnet=40 (defaults below)
   -s STEPS         steps per run (default 12); the first -w are warm-up, the rest are timed
@@ -150,7 +151,7 @@ for n in "${NET_LIST[@]}"; do
   case "$n" in lenet | alexnet | resnet50) ;; *) die "unknown net '$n' (lenet, alexnet, resnet50)" ;; esac
 done
 for m in "${METHOD_LIST[@]}"; do
-  case "$m" in fp32 | fp16 | terngrad) ;; *) die "unknown method '$m' (fp32, fp16, terngrad)" ;; esac
+  case "$m" in fp32 | fp16 | terngrad | powersgd) ;; *) die "unknown method '$m' (fp32, fp16, terngrad, powersgd)" ;; esac
 done
 for m in "${PEER_LIST[@]}"; do
   case "$m" in fp32 | fp16 | powersgd) ;; *) die "unknown peer method '$m' (fp32, fp16, powersgd)" ;; esac
@@ -340,6 +341,10 @@ run_ours() {
     terngrad)
       bits=1
       clip=(--clip_factor 2.5)
+      ;;
+    powersgd) # the peer's PowerSGDState: rank 2, start_powerSGD_iter 2
+      bits=32
+      xflags=(--exchange powersgd --powersgd_rank 2 --fp32_warmup_steps 2)
       ;;
   esac
   [ "$mode" = compute ] && xflags=(--exchange none)

@@ -6,6 +6,9 @@
 //   - a checkpoint of another number of workers is refused without --allow_topology_change, resumed with it
 //     (the data cursor re-derived, said in the log), its per-rank state refused unless --reset_rank_state;
 //   - the quantization probe under the hierarchical exchange leaves the bits and counts the codes each rank drew;
+//   - --exchange powersgd: its per-rank state (Q's, residuals) resumes bit for bit (one process of two workers
+//     after an fp32 warm-up, and two processes); a resume with another exchange or rank is refused, naming the
+//     flag, and writes nothing;
 //   - a --ranks_per_node that does not divide the ranks: one line on every process, exit non-zero.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -37,9 +40,9 @@ class TrainerTopology : public ::testing::Test {
     return "timeout 300 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
   }
   // A small LeNet run on synthetic input; `extra` adds flags.
-  std::string common(const std::string& dir, const std::string& extra) const {
-    return " --benchmark_mode --dataset fashion_mnist --net lenet --image_size 16 --batch_size 16 --grad_bits 1"
-           " --clip_factor 2.5 --log_every 2 --threads 1 --seed 5 --train_dir " +
+  std::string common(const std::string& dir, const std::string& extra, int grad_bits = 1) const {
+    return " --benchmark_mode --dataset fashion_mnist --net lenet --image_size 16 --batch_size 16 --grad_bits " +
+           std::to_string(grad_bits) + " --clip_factor 2.5 --log_every 2 --threads 1 --seed 5 --train_dir " +
            (root_ / dir).string() + " " + extra + " 2>&1";
   }
   // Runs; returns the output, checking the exit code.
@@ -181,6 +184,44 @@ TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
                                                      "--error_feedback --num_nodes 2 --max_steps 4 "
                                                      "--allow_topology_change --reset_rank_state"));
   EXPECT_NE(reset.find("per-rank state of 2 ranks dropped"), std::string::npos) << reset;
+}
+
+TEST_F(TrainerTopology, PowerSgdStateResumesBitForBit) {
+  const std::string psgd = "--exchange powersgd --powersgd_rank 2 --fp32_warmup_steps 2 --num_nodes 2 --save_iter 3 ";
+  const std::string whole = run(train_cmd() + common("whole", psgd + "--max_steps 6", 32));
+  EXPECT_NE(whole.find("rank 2, 4 of 8 tensors low-rank"), std::string::npos) << whole;
+  run(train_cmd() + common("split", psgd + "--max_steps 3", 32));
+  EXPECT_TRUE(fs::exists(root_ / "split" / "model.ckpt-3.rank-0"));
+  const std::string resumed = run(train_cmd() + common("split", psgd + "--max_steps 6", 32));
+  EXPECT_NE(resumed.find("per-rank state restored on 1 ranks"), std::string::npos) << resumed;
+  EXPECT_TRUE(final_params("whole") == final_params("split")) << "resumed PowerSGD";
+  // A checkpoint whose per-rank file is gone: an error naming it, not a silent restart of the state.
+  run(train_cmd() + common("lost", psgd + "--max_steps 3", 32));
+  fs::remove(root_ / "lost" / "model.ckpt-3.rank-0");
+  const std::string lost = run(train_cmd() + common("lost", psgd + "--max_steps 6", 32), 1);
+  EXPECT_NE(lost.find("model.ckpt-3.rank-0"), std::string::npos) << lost;
+  // Another exchange, or another rank, on resume: refused, naming the flag; nothing written.
+  const auto before = fs::last_write_time(root_ / "split" / "checkpoint");
+  const std::string other = run(train_cmd() + common("split", "--num_nodes 2 --max_steps 8"), 1);
+  EXPECT_NE(other.find("--grad_bits 1 differs from the checkpoint's 32"), std::string::npos) << other;
+  const std::string rank = run(train_cmd() + common("split",
+                                                    "--exchange powersgd --powersgd_rank 4 --fp32_warmup_steps 2 "
+                                                    "--num_nodes 2 --max_steps 8",
+                                                    32),
+                               1);
+  EXPECT_NE(rank.find("--powersgd_rank 4 differs from the checkpoint's 2"), std::string::npos) << rank;
+  EXPECT_FALSE(fs::exists(root_ / "split" / "model.ckpt-8"));
+  EXPECT_TRUE(fs::last_write_time(root_ / "split" / "checkpoint") == before);
+}
+
+TEST_F(TrainerTopology, PowerSgdStateOfTwoProcessesResumesBitForBit) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const std::string psgd = "--exchange powersgd --num_nodes 1 --save_iter 2 ";
+  run(mpirun(2) + train_cmd() + common("mpi_whole", psgd + "--max_steps 4", 32));
+  run(mpirun(2) + train_cmd() + common("mpi_split", psgd + "--max_steps 2", 32));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(root_ / "mpi_split" / ("model.ckpt-2.rank-" + std::to_string(r))));
+  run(mpirun(2) + train_cmd() + common("mpi_split", psgd + "--max_steps 4", 32));
+  EXPECT_TRUE(final_params("mpi_whole") == final_params("mpi_split")) << "two processes, resumed";
 }
 
 TEST_F(TrainerTopology, RanksPerNodeThatDoesNotDivideIsOneLineOnEveryProcess) {

@@ -10,7 +10,8 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 sums inside a node, "
        "2-bit codes between nodes (one ring per local rank) and then inside the node; auto: hierarchical with "
        "--grad_bits 1 on several "
-       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; none: no exchange "
+       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; powersgd: rank-R low-rank "
+       "gradients with error feedback, all-reduced (`--grad_bits 32`, `--powersgd_rank`); none: no exchange "
        "(benchmarks' compute-only step; replicas drift apart)",
        one_of<ExchangeMode>(), kFlagRun},
       {"error_feedback", &C::error_feedback,
@@ -29,10 +30,16 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "instead of the exchange writing it into the gradients first (same bits, one pass fewer); "
        "`--decode_in_update=false` decodes first"},
       {"fp32_warmup_steps", &C::fp32_warmup_steps,
-       "TernGrad (`--grad_bits 1`): exchange fp32 gradients for the first this many steps, then ternary codes (an "
-       "uncompressed warm-up, as PowerSGD's start_powerSGD_iter); the log, TensorBoard (`exchange/fp32_warmup`) and "
+       "TernGrad (`--grad_bits 1`) or `--exchange powersgd`: exchange fp32 gradients for the first this many steps, "
+       "then the compressed ones (an uncompressed warm-up, PowerSGD's start_powerSGD_iter); the log, TensorBoard "
+       "(`exchange/fp32_warmup`) and "
        "`--metrics_jsonl` (`exchange`) say which exchange ran",
        at_least(0).note("0: no warm-up"), kFlagContinue},
+      {"powersgd_rank", &C::powersgd_rank,
+       "`--exchange powersgd`: the rank R of each weight matrix's approximation P Q^T (a matrix of n x m is "
+       "compressed when (n + m) x R x 2 < n x m, else summed as fp32; PyTorch's PowerSGD hook's "
+       "matrix_approximation_rank)",
+       at_least(1), kFlagRun},
       {"bucket_mb", &C::bucket_mb,
        "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},
@@ -46,6 +53,7 @@ ExchangeOptions::ExchangeOptions(const ExchangeConfig& c, uint64_t seed_)
       bucket_mb(c.bucket_mb),
       overlap(c.overlap),
       error_feedback(c.error_feedback),
-      local_bits(c.local_bits) {}
+      local_bits(c.local_bits),
+      powersgd_rank(c.powersgd_rank) {}
 
 }  // namespace tg

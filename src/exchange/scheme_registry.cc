@@ -4,6 +4,7 @@
 #include "src/exchange/schemes/dense/dense_scheme.h"
 #include "src/exchange/schemes/hierarchical/hierarchical_scheme.h"
 #include "src/exchange/schemes/none/no_exchange_scheme.h"
+#include "src/exchange/schemes/powersgd/powersgd_scheme.h"
 #include "src/exchange/schemes/terngrad/terngrad_scheme.h"
 #include "terngrad/core/error.h"
 
@@ -15,6 +16,8 @@ const std::vector<SchemeInfo>& gradient_schemes() {
       {"fp16", "fp16 sums of the compressed tensors, fp32 for the rest", &make_fp16_scheme},
       {"terngrad", "2-bit codes of every worker, allgather2 or allreduce8 (--error_feedback)", &make_terngrad_scheme},
       {"hierarchical", "fp32 inside a node, 2-bit codes between nodes", &make_hierarchical_scheme},
+      {"powersgd", "rank-R low-rank gradients with error feedback, all-reduced (--powersgd_rank)",
+       &make_powersgd_scheme},
       {"none", "no exchange (benchmarks: the compute-only step)", &make_no_exchange_scheme},
   };
   return schemes;
@@ -31,6 +34,10 @@ std::unique_ptr<GradientScheme> make_gradient_scheme(const std::string& name, Sc
 
 std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout) {
   if (mode == ExchangeMode::kNone) return "none";
+  if (mode == ExchangeMode::kPowerSgd) {
+    TG_CHECK(grad_bits == 32, "--exchange powersgd sends fp32 factors: it takes --grad_bits 32, not {}", grad_bits);
+    return "powersgd";
+  }
   if (mode == ExchangeMode::kAuto && grad_bits == 1 && layout.num_nodes > 1 && layout.ranks_per_node > 1)
     mode = ExchangeMode::kHierarchical;
   if (mode == ExchangeMode::kHierarchical) {
@@ -50,7 +57,7 @@ std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayo
 }
 
 bool exchange_compresses(int grad_bits, ExchangeMode mode) {
-  return mode != ExchangeMode::kNone && grad_bits == 1;
+  return mode != ExchangeMode::kNone && (grad_bits == 1 || mode == ExchangeMode::kPowerSgd);
 }
 
 ExchangeMode fp32_form(ExchangeMode mode) {

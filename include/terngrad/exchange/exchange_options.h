@@ -8,6 +8,7 @@
 //   hierarchical  reduce-scatter inside the node (fp32, or fp16 with --local_bits 16), each local rank
 //                 ternarizes its shard and exchanges it with the same shard of every other node (one ring per
 //                 local index), then an all-gather inside the node
+//   powersgd      rank-R low-rank matrices (--powersgd_rank R) with error feedback, all-reduced (--grad_bits 32)
 //   none          (benchmarks) no exchange at all: each replica steps with its own workers' gradients; the
 //                 compute-only step that link overheads are measured against
 #pragma once
@@ -21,7 +22,7 @@
 
 namespace tg {
 
-enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8, kHierarchical, kNone };
+enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8, kHierarchical, kPowerSgd, kNone };
 template <>
 struct EnumNames<ExchangeMode> : EnumNamesBase {
   static constexpr const char* kFlag = "--exchange";
@@ -29,6 +30,7 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
                                                      {ExchangeMode::kAllgather2, "allgather2"},
                                                      {ExchangeMode::kAllreduce8, "allreduce8"},
                                                      {ExchangeMode::kHierarchical, "hierarchical"},
+                                                     {ExchangeMode::kPowerSgd, "powersgd"},
                                                      {ExchangeMode::kNone, "none"}};
 };
 
@@ -37,7 +39,7 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
 // The exchange's flags as given (--exchange, --overlap, --bucket_mb, --error_feedback, --local_bits,
-// --decode_in_update, --fp32_warmup_steps), owned here
+// --decode_in_update, --fp32_warmup_steps, --powersgd_rank), owned here
 // with their flag sub-table (exchange_flags()); TrainConfig derives from this struct and embeds the table.
 struct ExchangeConfig {
   std::string exchange = "auto";
@@ -46,7 +48,8 @@ struct ExchangeConfig {
   bool error_feedback = false;    // terngrad: carry each worker's rounding error to its next step
   int local_bits = 32;            // hierarchical: 32 (fp32) or 16 (fp16) inside a node
   bool decode_in_update = true;   // terngrad: the optimizer decodes the ternary average inside its update
-  int64_t fp32_warmup_steps = 0;  // TernGrad: exchange fp32 gradients for the first this many steps
+  int64_t fp32_warmup_steps = 0;  // compressed exchanges: exchange fp32 gradients for the first this many steps
+  int powersgd_rank = 1;          // powersgd: the rank of the low-rank approximations (PyTorch's default)
 };
 const std::vector<Flag<ExchangeConfig>>& exchange_flags();
 
@@ -57,6 +60,7 @@ struct ExchangeOptions {
   bool overlap = true;          // buckets exchanged by a communication thread while backward runs
   bool error_feedback = false;  // TernGrad: carry each worker's rounding error g - s*code to its next step
   int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
+  int powersgd_rank = 1;        // powersgd: the rank of the low-rank approximations
   // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
   // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
   bool host_scaler_check = true;

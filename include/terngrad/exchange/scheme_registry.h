@@ -6,6 +6,7 @@
 //   terngrad      --grad_bits 1 with allgather2 or allreduce8: 2-bit codes of every worker (--error_feedback)
 //   hierarchical  --exchange hierarchical (--grad_bits 1 or 32): fp32 inside a node, ternary (or fp32) between
 //                 nodes on one ring per local index
+//   powersgd      --exchange powersgd (--grad_bits 32): rank-R low-rank matrices with error feedback, all-reduced
 //   none          --exchange none: no exchange (benchmarks' compute-only step)
 #pragma once
 
