@@ -1,10 +1,11 @@
 // The Backend's public operations: each checks its arguments once (every defined tensor on this backend's
 // device; dtypes and element counts of the element-wise, reduction and optimizer operations; the compute-dtype
 // rules of backend.h: activations, conv/inner-product weights and their gradients share one compute dtype per
-// call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; the layers and the codec ops
-// check their shapes in the implementations, codec_checks.h) and calls the backend's *_impl, so both backends
-// share one contract (the pattern of Layer and Communicator).
+// call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; the layers check their shapes
+// in the implementations; the codec and linear-algebra ops are checked whole here, with codec_checks.h) and calls
+// the backend's *_impl, so both backends share one contract (the pattern of Layer and Communicator).
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <utility>
 
@@ -481,12 +482,57 @@ void residual_like(const Backend& be, const Tensor& g, const Tensor& r, const ch
 }
 }  // namespace
 
+// The codec ops' checks, all here (codec_checks.h holds the shared pieces): the backends' *_impl only read
+// the pointers.
+namespace {
+namespace cc = codec_checks;
+
+// A tensor the op needs: defined (or empty) and on the backend's device.
+void required(const Backend& be, const Tensor& t, const char* op, const char* what) {
+  TG_CHECK(t.raw() != nullptr || (t.defined() && t.numel() == 0), "{}: {} is undefined", op, what);
+  on_device(be, t, op, what);
+}
+
+// The workers' inputs (1..kMaxCodecInputs f32 tensors of out's element count, on the device) and out.
+void codec_inputs(const Backend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype,
+                  const char* op) {
+  required(be, out, op, "out");
+  cc::dtype(out, out_dtype, op, "out");
+  cc::inputs(xs, count, out.numel(), op);
+  for (int w = 0; w < count; ++w) required(be, xs[w], op, "input");
+}
+
+// One encode's tensors: g (f32), its scalers, the packed codes (u8, ceil(n/4)), the zero count (i32 (1), or
+// undefined) and the residual (f32 like g in other memory, or undefined).
+void encode_args(const Backend& be, const Tensor& g, const Tensor& scaler, const Tensor& packed,
+                 const Tensor& zero_count, const Tensor& residual, int64_t bucket, const char* op) {
+  required(be, g, op, "g"), required(be, scaler, op, "scaler"), required(be, packed, op, "packed codes");
+  const int64_t n = g.numel();
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(packed, DType::kU8, op, "packed codes");
+  cc::scalers(scaler, n, bucket, op);
+  cc::numel(packed, ternary_packed_bytes(n), op, "packed codes");
+  if (zero_count) {
+    on_device(be, zero_count, op, "zero count");
+    cc::dtype(zero_count, DType::kI32, op, "zero count"), cc::numel(zero_count, 1, op, "zero count");
+    TG_CHECK(n <= INT32_MAX, "{}: {} elements overflow an i32 zero count", op, n);
+  }
+  residual_like(be, g, residual, op);
+}
+
+void decoded_like(const Backend& be, const Tensor& g, const Tensor& sum, DType sum_dtype, const char* op,
+                  const char* what) {
+  required(be, g, op, "g"), required(be, sum, op, what);
+  cc::dtype(g, DType::kF32, op, "g"), cc::dtype(sum, sum_dtype, op, what), cc::numel(sum, g.numel(), op, what);
+}
+}  // namespace
+
 void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
                              const Tensor& decayed, float decay, int64_t bucket) {
-  on_device(*this, g, "ternary_scaler", "g");
-  on_device(*this, scaler, "ternary_scaler", "scaler");
-  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_scaler");
-  residual_like(*this, g, residual, "ternary_scaler");
+  const char* op = "ternary_scaler";
+  required(*this, g, op, "g"), required(*this, scaler, op, "scaler");
+  cc::dtype(g, DType::kF32, op, "g");
+  cc::scalers(scaler, g.numel(), bucket, op);
+  residual_like(*this, g, residual, op);
   residual_like(*this, g, decayed, "ternary_scaler (weight decay)");
   TG_CHECK(std::isfinite(decay), "ternary_scaler: the weight decay {} is not finite", decay);
   ternary_scaler_impl(g, clip_factor, scaler, residual, decayed, decay, bucket);
@@ -494,90 +540,80 @@ void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& s
 
 void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                              const Tensor& packed, const Tensor& zero_count, int64_t bucket) {
-  on_device(*this, g, "ternary_encode", "g");
-  on_device(*this, scaler, "ternary_encode", "scaler");
-  on_device(*this, packed, "ternary_encode", "packed");
-  on_device(*this, zero_count, "ternary_encode", "zero_count");
-  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_encode");
+  encode_args(*this, g, scaler, packed, zero_count, Tensor(), bucket, "ternary_encode");
   ternary_encode_impl(g, scaler, key, step, tensor, packed, zero_count, bucket);
 }
 
 void Backend::ternary_encode_many(const TernaryEncodeItem* items, int count, PhiloxKey key, uint32_t step) {
   TG_CHECK(count >= 0 && (count == 0 || items != nullptr), "ternary_encode_many: {} tensors", count);
   for (int k = 0; k < count; ++k) {
-    on_device(*this, items[k].g, "ternary_encode_many", "g");
-    on_device(*this, items[k].scaler, "ternary_encode_many", "scaler");
-    on_device(*this, items[k].packed, "ternary_encode_many", "packed");
-    on_device(*this, items[k].zero_count, "ternary_encode_many", "zero_count");
-    codec_checks::scalers(items[k].scaler, items[k].g.numel(), items[k].bucket, "ternary_encode_many");
-    residual_like(*this, items[k].g, items[k].residual, "ternary_encode_many");
+    const TernaryEncodeItem& it = items[k];
+    encode_args(*this, it.g, it.scaler, it.packed, it.zero_count, it.residual, it.bucket, "ternary_encode_many");
   }
   ternary_encode_many_impl(items, count, key, step);
 }
 
 void Backend::ternary_sum_codes(const Tensor& packed, int64_t stride, int num_workers, const Tensor& code_sums) {
-  on_device(*this, packed, "ternary_sum_codes", "packed");
-  on_device(*this, code_sums, "ternary_sum_codes", "code_sums");
+  const char* op = "ternary_sum_codes";
+  required(*this, packed, op, "packed codes"), required(*this, code_sums, op, "code sums");
+  cc::dtype(code_sums, DType::kI8, op, "code sums");
+  cc::workers_packed(packed, stride, num_workers, code_sums.numel(), op);
   ternary_sum_codes_impl(packed, stride, num_workers, code_sums);
 }
 
 void Backend::max_scalers(const Tensor* xs, int count, const Tensor& out) {
-  on_device(*this, xs, count, "max_scalers", "xs");
-  on_device(*this, out, "max_scalers", "out");
+  codec_inputs(*this, xs, count, out, DType::kF32, "max_scalers");
   max_scalers_impl(xs, count, out);
 }
 
 void Backend::ternary_decode_sums(const Tensor& code_sums, const Tensor& scaler, int num_workers, const Tensor& g,
                                   int64_t bucket) {
-  on_device(*this, code_sums, "ternary_decode_sums", "code_sums");
-  on_device(*this, scaler, "ternary_decode_sums", "scaler");
-  on_device(*this, g, "ternary_decode_sums", "g");
-  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_decode_sums");
+  const char* op = "ternary_decode_sums";
+  decoded_like(*this, g, code_sums, DType::kI8, op, "code sums");
+  required(*this, scaler, op, "scaler");
+  cc::scalers(scaler, g.numel(), bucket, op);
+  TG_CHECK(num_workers >= 1, "{}: {} workers", op, num_workers);
   ternary_decode_sums_impl(code_sums, scaler, num_workers, g, bucket);
 }
 
 void Backend::ternary_decode_gathered(const Tensor& gathered, int64_t stride, int num_workers, const Tensor& scaler,
                                       const Tensor& g, int64_t bucket) {
-  on_device(*this, gathered, "ternary_decode_gathered", "gathered");
-  on_device(*this, scaler, "ternary_decode_gathered", "scaler");
-  on_device(*this, g, "ternary_decode_gathered", "g");
-  codec_checks::scalers(scaler, g.numel(), bucket, "ternary_decode_gathered");
+  const char* op = "ternary_decode_gathered";
+  required(*this, g, op, "g"), required(*this, gathered, op, "packed codes"), required(*this, scaler, op, "scaler");
+  cc::dtype(g, DType::kF32, op, "g");
+  cc::scalers(scaler, g.numel(), bucket, op);
+  cc::workers_packed(gathered, stride, num_workers, g.numel(), op);
   ternary_decode_gathered_impl(gathered, stride, num_workers, scaler, g, bucket);
 }
 
 void Backend::encode_f16_sum(const Tensor* xs, int count, const Tensor& out) {
-  on_device(*this, xs, count, "encode_f16_sum", "xs");
-  on_device(*this, out, "encode_f16_sum", "out");
+  codec_inputs(*this, xs, count, out, DType::kF16, "encode_f16_sum");
   encode_f16_sum_impl(xs, count, out);
 }
 
 void Backend::encode_f32_sum(const Tensor* xs, int count, const Tensor& out) {
-  on_device(*this, xs, count, "encode_f32_sum", "xs");
-  on_device(*this, out, "encode_f32_sum", "out");
+  codec_inputs(*this, xs, count, out, DType::kF32, "encode_f32_sum");
+  cc::not_a_later_input(xs, count, out, "encode_f32_sum");
   encode_f32_sum_impl(xs, count, out);
 }
 
 void Backend::average_f16(const Tensor* xs, int count, const Tensor& out) {
-  on_device(*this, xs, count, "average_f16", "xs");
-  on_device(*this, out, "average_f16", "out");
+  codec_inputs(*this, xs, count, out, DType::kF32, "average_f16");
   average_f16_impl(xs, count, out);
 }
 
 void Backend::average_f32(const Tensor* xs, int count, const Tensor& out) {
-  on_device(*this, xs, count, "average_f32", "xs");
-  on_device(*this, out, "average_f32", "out");
+  codec_inputs(*this, xs, count, out, DType::kF32, "average_f32");
   average_f32_impl(xs, count, out);
 }
 
 void Backend::decode_f16_sum(const Tensor& sum, int num_workers, const Tensor& g) {
-  on_device(*this, sum, "decode_f16_sum", "sum");
-  on_device(*this, g, "decode_f16_sum", "g");
+  decoded_like(*this, g, sum, DType::kF16, "decode_f16_sum", "sum");
   decode_f16_sum_impl(sum, num_workers, g);
 }
 
 void Backend::decode_f32_sum(const Tensor& sum, int num_workers, const Tensor& g) {
-  on_device(*this, sum, "decode_f32_sum", "sum");
-  on_device(*this, g, "decode_f32_sum", "g");
+  decoded_like(*this, g, sum, DType::kF32, "decode_f32_sum", "sum");
   decode_f32_sum_impl(sum, num_workers, g);
 }
 
