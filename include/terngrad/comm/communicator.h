@@ -56,6 +56,19 @@ struct CommStats {
   }
 };
 
+// The implementation hooks of a communicator, one X(return type, name, (parameters)) each; a communicator
+// declares them all with
+//   #define TG_DECLARE_COMM_IMPL(ret, name, params) ret name params override;
+//   TG_COMMUNICATOR_IMPLS(TG_DECLARE_COMM_IMPL)
+//   #undef TG_DECLARE_COMM_IMPL
+#define TG_COMMUNICATOR_IMPLS(X)                                                                                       \
+  X(void, allreduce_impl, (void* buffer, int64_t count, DType dtype, ReduceOp op, Device device))                      \
+  X(void, reduce_scatter_impl, (const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, Device device)) \
+  X(void, allgather_impl, (const void* send, void* recv, size_t send_bytes, Device device))                            \
+  X(void, broadcast_impl, (void* buffer, size_t bytes, int root, Device device))                                       \
+  X(void, barrier_impl, ())                                                                                            \
+  X(std::unique_ptr<Communicator>, split_impl, (int color, int key))
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -103,13 +116,11 @@ class Communicator {
   static uint64_t reduce_scatter_moved_bytes(uint64_t payload, int size);  // payload: the whole send buffer
 
  protected:
-  virtual void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) = 0;
-  virtual void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
-                                   Device device) = 0;
-  virtual void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) = 0;
-  virtual void broadcast_impl(void* buffer, size_t bytes, int root, Device device) = 0;
-  virtual void barrier_impl() = 0;
-  virtual std::unique_ptr<Communicator> split_impl(int color, int key) = 0;
+  // What each communicator implements: one list (TG_COMMUNICATOR_IMPLS below) declares the hooks here and in
+  // every communicator, as the Backend's do.
+#define TG_DECLARE_COMM_IMPL(ret, name, params) virtual ret name params = 0;
+  TG_COMMUNICATOR_IMPLS(TG_DECLARE_COMM_IMPL)
+#undef TG_DECLARE_COMM_IMPL
 
  private:
   CommStats stats_;

@@ -71,13 +71,9 @@ class NcclCommunicator final : public Communicator {
   void abort();
 
  protected:
-  void allreduce_impl(void* buffer, int64_t count, DType dtype, ReduceOp op, Device device) override;
-  void reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
-                           Device device) override;
-  void allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) override;
-  void broadcast_impl(void* buffer, size_t bytes, int root, Device device) override;
-  void barrier_impl() override;
-  std::unique_ptr<Communicator> split_impl(int color, int key) override;
+#define TG_DECLARE_COMM_IMPL(ret, name, params) ret name params override;
+  TG_COMMUNICATOR_IMPLS(TG_DECLARE_COMM_IMPL)
+#undef TG_DECLARE_COMM_IMPL
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(
