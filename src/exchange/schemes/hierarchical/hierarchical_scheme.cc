@@ -77,13 +77,9 @@ const std::vector<SchemeStage>& HierarchicalScheme::stages() const { return stag
 
 void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
   const CompressionPolicy& p = ctx_.codec->policy();
-  const int W = ctx_.local_workers;
-  const int64_t T = p.num_scalers();
   const int64_t bucket = p.scaler_bucket();
   const bool nodes = ctx_.comms.cross != nullptr;
-  const size_t at_local = arena_.reserve(4 * static_cast<size_t>(W * T));
-  const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(T));
-  const size_t at_flag = arena_.reserve(4);
+  scalers_ = std::make_unique<SharedScalers>(ctx_, arena_);
   const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(p.num_ternary()));
   struct Offsets {
     size_t f, h, packed, node;
@@ -133,10 +129,7 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
     buckets_.push_back(std::move(b));
   }
   arena_.allocate(*ctx_.backend);
-  local_scalers_ = arena_.view(at_local, W * T, DType::kF32);
-  for (int w = 0; w < W; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * T, (w + 1) * T));
-  shared_scalers_ = arena_.view(at_shared, T, DType::kF32);
-  nonfinite_ = arena_.view(at_flag, 1, DType::kI32);
+  scalers_->bind(arena_);
   if (nodes && p.num_ternary() > 0) {
     zero_codes_ = arena_.view(at_zeros, p.num_ternary(), DType::kI32);
     zero_code_elements_.assign(static_cast<size_t>(p.num_ternary()), 0);
@@ -144,7 +137,6 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
       for (const Piece& pc : b.pieces)
         if (pc.ternary) zero_code_elements_[static_cast<size_t>(p.tensors()[pc.tensor].ternary_index)] = pc.count(k_);
   }
-  host_scalers_.assign(static_cast<size_t>(T), 0.f);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t whole = L_ * b.shard;
@@ -164,9 +156,9 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
 Tensor HierarchicalScheme::part_scalers(const Piece& pc, int k) const {
   const TensorCodingPlan& t = ctx_.codec->policy().tensors()[pc.tensor];
   const int64_t bucket = ctx_.codec->policy().scaler_bucket();
-  if (t.num_scalers == 1) return shared_scalers_.slice0(t.scaler_index, t.scaler_index + 1);
+  if (t.num_scalers == 1) return scalers_->shared().slice0(t.scaler_index, t.scaler_index + 1);
   const int64_t first = t.scaler_index + pc.begin(k) / bucket;
-  return shared_scalers_.slice0(first, first + ternary_num_scalers(pc.count(k), bucket));
+  return scalers_->shared().slice0(first, first + ternary_num_scalers(pc.count(k), bucket));
 }
 
 Tensor HierarchicalScheme::zero_count(const Piece& pc) const {
@@ -189,13 +181,9 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
     case kScalers:
       scalers(b);
       break;
-    case kShareScalers: {
-      const RangeLayout l = ctx_.codec->layout(b.range);
-      if (l.num_scalers() > 0)
-        ctx_.comms.world->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(),
-                                    DType::kF32, ReduceOp::kMax, ctx_.backend->device());
+    case kShareScalers:
+      scalers_->share(ctx_.comms.world, ctx_.codec->layout(b.range));
       break;
-    }
     case kLocalSum:
       local_sum(b);
       break;
@@ -227,9 +215,7 @@ void HierarchicalScheme::scalers(Bucket& b) {
   const bool ternary = l.num_scalers() > 0 && ctx_.comms.cross;  // one node: nothing is ternarized
   ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/ternary);
   if (!ternary) return;
-  for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], b.range, local_scaler_rows_[w], nullptr, ctx_.weight_decay);
-  ctx_.codec->max_local_scalers(*ctx_.backend, local_scaler_rows_, b.range, shared_scalers_);
+  scalers_->compute(b.range);
 }
 
 // F = the sum of the rank's workers' gradients, in the shard-major layout (the padding stays 0).
@@ -270,15 +256,7 @@ void HierarchicalScheme::encode(Bucket& b) {
   if (!ctx_.comms.cross) return;               // one node: the average is complete
   const CompressionPolicy& p = ctx_.codec->policy();
   const RangeLayout l = ctx_.codec->layout(b.range);
-  if (l.num_scalers() > 0) {
-    const Tensor shared = shared_scalers_.slice0(l.scaler_begin, l.scaler_end);
-    be.unscale_and_check(shared, 1.f, shared, nonfinite_);
-    if (be.device().is_cpu() && ctx_.options.host_scaler_check) {
-      be.copy(Tensor(host_scalers_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()),
-              shared);
-      ctx_.codec->check_scalers(host_scalers_.data(), b.range, step_);
-    }
-  }
+  scalers_->check(b.range, l, step_);
   const PhiloxKey key = philox_key(ctx_.options.seed, node_key_worker_);
   // Tensor t's part k draws as tensor t + k * num_tensors, its elements counted from the part's start: the same
   // draw for an element whatever the bucketing (and, with one local rank, TernGrad's draws).
@@ -402,7 +380,7 @@ void HierarchicalScheme::defer_decode() {
       if (!pc.ternary) continue;
       const TensorCodingPlan& t = p.tensors()[pc.tensor];
       CodedAverage& c = coded[pc.tensor];
-      c.scaler = shared_scalers_.slice0(t.scaler_index, t.scaler_index + t.num_scalers);
+      c.scaler = scalers_->shared().slice0(t.scaler_index, t.scaler_index + t.num_scalers);
       c.bucket = p.scaler_bucket();
       c.num_workers = M_;
       c.part = pc.part;

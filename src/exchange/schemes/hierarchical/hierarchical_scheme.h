@@ -39,6 +39,7 @@
 
 #include "src/exchange/deferred_averages.h"
 #include "src/exchange/exchange_arena.h"
+#include "src/exchange/shared_scalers.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
 namespace tg {
@@ -58,11 +59,11 @@ class HierarchicalScheme final : public GradientScheme {
   void defer_decode() override;
   const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
   bool decode_deferred(int bucket) override;
-  Tensor shared_scalers() const override { return shared_scalers_; }
+  Tensor shared_scalers() const override { return scalers_->shared(); }
   // Several nodes: the zero codes of the node's average on this rank's part of each ternary tensor.
   Tensor zero_codes() const override { return zero_codes_; }
   std::vector<int64_t> zero_code_elements() const override { return zero_code_elements_; }
-  Tensor nonfinite_flag() const override { return nonfinite_; }
+  Tensor nonfinite_flag() const override { return scalers_->flag(); }
   std::string describe() const override;
 
  private:
@@ -120,14 +121,10 @@ class HierarchicalScheme final : public GradientScheme {
   std::vector<int> stage_ops_;  // (stages_) which of the member functions above each stage runs
   ExchangeArena arena_;
   std::vector<Bucket> buckets_;
-  Tensor local_scalers_;
-  std::vector<Tensor> local_scaler_rows_;
-  Tensor shared_scalers_;
+  std::unique_ptr<SharedScalers> scalers_;
   Tensor zero_codes_;                        // i32 (num_ternary), several nodes: zeros among this rank's codes
   std::vector<int64_t> zero_code_elements_;  // (num_ternary): the codes counted, this rank's part of each tensor
-  Tensor nonfinite_;
-  std::vector<float> host_scalers_;
-  DeferredAverages deferred_;  // defer_decode: the ternary tensors' coded averages
+  DeferredAverages deferred_;                // defer_decode: the ternary tensors' coded averages
 };
 
 std::unique_ptr<GradientScheme> make_hierarchical_scheme(SchemeContext& ctx);

@@ -37,12 +37,10 @@ const std::vector<SchemeStage>& TernGradScheme::stages() const {
 
 void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
   const int L = ctx_.local_workers, N = ctx_.num_workers;
-  const int64_t T = ctx_.codec->policy().num_ternary(), S = ctx_.codec->policy().num_scalers();
+  const int64_t T = ctx_.codec->policy().num_ternary();
   const bool group = ctx_.comms.world != nullptr;
-  const size_t at_local = arena_.reserve(4 * static_cast<size_t>(L * S));
-  const size_t at_shared = arena_.reserve(4 * static_cast<size_t>(S));
+  scalers_ = std::make_unique<SharedScalers>(ctx_, arena_);
   const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(T));
-  const size_t at_flag = arena_.reserve(4);
   struct Offsets {
     size_t local, gathered, sums;
   };
@@ -60,12 +58,10 @@ void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
     buckets_.push_back(b);
   }
   arena_.allocate(*ctx_.backend);
-  local_scalers_ = arena_.view(at_local, L * S, DType::kF32);
-  for (int w = 0; w < L; ++w) local_scaler_rows_.push_back(local_scalers_.slice0(w * S, (w + 1) * S));
-  shared_scalers_ = arena_.view(at_shared, S, DType::kF32);
+  scalers_->bind(arena_);
   zero_codes_ = arena_.view(at_zeros, T, DType::kI32);
-  nonfinite_ = arena_.view(at_flag, 1, DType::kI32);
-  host_scalers_.assign(static_cast<size_t>(S), 0.f);
+  if (feedback_)
+    for (int w = 0; w < L; ++w) residuals_.push_back(feedback_->residuals(w));
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     const int64_t pb = b.layout.packed_bytes();
@@ -83,7 +79,7 @@ void TernGradScheme::run_stage(int stage, int bucket) {
       scalers(b);
       break;
     case kShareScalers:
-      share_scalers(b);
+      scalers_->share(ctx_.comms.world, b.layout);
       break;
     case kEncode:
       encode(b, bucket);
@@ -100,38 +96,18 @@ void TernGradScheme::run_stage(int stage, int bucket) {
 // With weight decay to apply (apply_weight_decay): the ternary tensors' in the scalers' pass (one read of g fewer
 // than backward's axpy and then the scalers), the fp32-coded ones' by axpy.
 void TernGradScheme::scalers(Bucket& b) {
-  Backend& be = *ctx_.backend;
   ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/true);
-  if (b.layout.num_scalers() == 0) return;
-  for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(be, ctx_.grads[w], b.range, local_scaler_rows_[w],
-                              feedback_ ? feedback_->residuals(w) : nullptr, ctx_.weight_decay);
-  // The max over local workers; a non-finite scaler counts as +inf so the MAX carries it to every worker and all
-  // of them stop with the same error (none is left waiting in the next collective).
-  ctx_.codec->max_local_scalers(be, local_scaler_rows_, b.range, shared_scalers_);
-}
-
-void TernGradScheme::share_scalers(Bucket& b) {
-  const RangeLayout& l = b.layout;
-  if (ctx_.comms.world && l.num_scalers() > 0)
-    ctx_.comms.world->allreduce(shared_scalers_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(),
-                                DType::kF32, ReduceOp::kMax, ctx_.backend->device());
+  if (b.layout.num_scalers() > 0) scalers_->compute(b.range, feedback_ ? &residuals_ : nullptr);
 }
 
 void TernGradScheme::encode(Bucket& b, int index) {
   const RangeLayout& l = b.layout;
   Backend& be = *ctx_.backend;
   if (l.packed_bytes() > 0) {
-    const Tensor shared = shared_scalers_.slice0(l.scaler_begin, l.scaler_end);
-    be.unscale_and_check(shared, 1.f, shared, nonfinite_);  // the device flag: any non-finite shared scaler
-    if (be.device().is_cpu() && ctx_.options.host_scaler_check) {
-      be.copy(Tensor(host_scalers_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()),
-              shared);
-      ctx_.codec->check_scalers(host_scalers_.data(), b.range, step_);
-    }
+    scalers_->check(b.range, l, step_);
     const int64_t pb = l.packed_bytes();
     for (int w = 0; w < ctx_.local_workers; ++w)
-      ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, shared_scalers_, step_,
+      ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, scalers_->shared(), step_,
                                  static_cast<uint32_t>(ctx_.first_worker + w),
                                  b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor(),
                                  feedback_ ? feedback_->residuals(w) : nullptr);
@@ -169,7 +145,7 @@ void TernGradScheme::defer_decode() {
     const bool gathered = mode_ == ExchangeMode::kAllgather2;
     ctx_.codec->coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
                                b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
-                               shared_scalers_, coded);
+                               scalers_->shared(), coded);
   }
   deferred_.start(std::move(coded), std::move(ranges));
 }
@@ -189,9 +165,9 @@ void TernGradScheme::decode_ternary(Bucket& b) {
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   if (mode_ == ExchangeMode::kAllgather2)
     ctx_.codec->decode_ternary_gathered(*ctx_.backend, ctx_.comms.world ? b.gathered : b.local_codes,
-                                        b.layout.packed_bytes(), ctx_.num_workers, b.range, shared_scalers_, out);
+                                        b.layout.packed_bytes(), ctx_.num_workers, b.range, scalers_->shared(), out);
   else
-    ctx_.codec->decode_ternary_sums(*ctx_.backend, b.code_sums, ctx_.num_workers, b.range, shared_scalers_, out);
+    ctx_.codec->decode_ternary_sums(*ctx_.backend, b.code_sums, ctx_.num_workers, b.range, scalers_->shared(), out);
 }
 
 void TernGradScheme::decode(Bucket& b, int index) {

@@ -24,6 +24,7 @@
 #include "src/exchange/dense_part.h"
 #include "src/exchange/exchange_arena.h"
 #include "src/exchange/schemes/terngrad/error_feedback.h"
+#include "src/exchange/shared_scalers.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
 namespace tg {
@@ -43,9 +44,9 @@ class TernGradScheme final : public GradientScheme {
   bool decode_deferred(int bucket) override;
   void begin_step(uint32_t step) override;
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
-  Tensor shared_scalers() const override { return shared_scalers_; }
+  Tensor shared_scalers() const override { return scalers_->shared(); }
   Tensor zero_codes() const override { return zero_codes_; }
-  Tensor nonfinite_flag() const override { return nonfinite_; }
+  Tensor nonfinite_flag() const override { return scalers_->flag(); }
   std::string describe() const override;
 
  private:
@@ -58,7 +59,6 @@ class TernGradScheme final : public GradientScheme {
   };
   void decode_ternary(Bucket& b);
   void scalers(Bucket& b);
-  void share_scalers(Bucket& b);
   void encode(Bucket& b, int index);
   void exchange(Bucket& b, int index);
   void decode(Bucket& b, int index);
@@ -68,13 +68,10 @@ class TernGradScheme final : public GradientScheme {
   std::vector<Bucket> buckets_;
   std::unique_ptr<DensePart> dense_;
   std::unique_ptr<ErrorFeedback> feedback_;
-  Tensor local_scalers_;                   // f32 (L * num_scalers): worker l's at l * num_scalers
-  std::vector<Tensor> local_scaler_rows_;  // (L) views of local_scalers_
-  Tensor shared_scalers_;                  // f32 (num_scalers)
-  Tensor zero_codes_;                      // i32 (num_ternary): local worker 0's zero codes
-  Tensor nonfinite_;                       // i32 (1)
-  std::vector<float> host_scalers_;        // (num_scalers) the host check's copy
-  DeferredAverages deferred_;              // defer_decode: the ternary tensors' coded averages
+  std::unique_ptr<SharedScalers> scalers_;
+  std::vector<const std::vector<Tensor>*> residuals_;  // --error_feedback: per local worker, its residuals
+  Tensor zero_codes_;                                  // i32 (num_ternary): local worker 0's zero codes
+  DeferredAverages deferred_;                          // defer_decode: the ternary tensors' coded averages
 };
 
 std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);

@@ -1,0 +1,48 @@
+// SharedScalers: the ternary schemes' scalers, their MAX and its checks.
+#include "src/exchange/shared_scalers.h"
+
+namespace tg {
+
+SharedScalers::SharedScalers(const SchemeContext& ctx, ExchangeArena& arena) : ctx_(ctx) {
+  const size_t S = static_cast<size_t>(ctx.codec->policy().num_scalers());
+  at_local_ = arena.reserve(4 * static_cast<size_t>(ctx.local_workers) * S);
+  at_shared_ = arena.reserve(4 * S);
+  at_flag_ = arena.reserve(4);
+  host_.assign(S, 0.f);
+}
+
+void SharedScalers::bind(const ExchangeArena& arena) {
+  const int L = ctx_.local_workers;
+  const int64_t S = ctx_.codec->policy().num_scalers();
+  local_ = arena.view(at_local_, L * S, DType::kF32);
+  rows_.clear();
+  for (int w = 0; w < L; ++w) rows_.push_back(local_.slice0(w * S, (w + 1) * S));
+  shared_ = arena.view(at_shared_, S, DType::kF32);
+  flag_ = arena.view(at_flag_, 1, DType::kI32);
+}
+
+void SharedScalers::compute(TensorRange r, const std::vector<const std::vector<Tensor>*>* residuals) {
+  for (int w = 0; w < ctx_.local_workers; ++w)
+    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], r, rows_[w], residuals ? (*residuals)[w] : nullptr,
+                              ctx_.weight_decay);
+  ctx_.codec->max_local_scalers(*ctx_.backend, rows_, r, shared_);
+}
+
+void SharedScalers::share(Communicator* group, const RangeLayout& l) const {
+  if (group && l.num_scalers() > 0)
+    group->allreduce(shared_.slice0(l.scaler_begin, l.scaler_end).raw(), l.num_scalers(), DType::kF32, ReduceOp::kMax,
+                     ctx_.backend->device());
+}
+
+void SharedScalers::check(TensorRange r, const RangeLayout& l, uint32_t step) {
+  if (l.num_scalers() == 0) return;
+  Backend& be = *ctx_.backend;
+  const Tensor shared = shared_.slice0(l.scaler_begin, l.scaler_end);
+  be.unscale_and_check(shared, 1.f, shared, flag_);  // the device flag: any non-finite shared scaler
+  if (be.device().is_cpu() && ctx_.options.host_scaler_check) {
+    be.copy(Tensor(host_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()), shared);
+    ctx_.codec->check_scalers(host_.data(), r, step);
+  }
+}
+
+}  // namespace tg

@@ -1,0 +1,44 @@
+// SharedScalers: the scalers of the ternary schemes (terngrad, hierarchical), computed, shared and checked in one
+// place: each local worker's scalers of a bucket's ternary tensors (per tensor, or per --scaler_bucket), in the
+// pass that also adds its error-feedback residual and the weight decay; their max over the local workers (a
+// non-finite scaler counting as +Inf, so the MAX carries it to every worker and all stop with the same error,
+// none left waiting in a collective); the all-reduce MAX over a group; and the checks of the shared values: a
+// device flag raised by any non-finite one (read before a checkpoint), and on the CPU a host check that stops the
+// step with an error naming the tensor and step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/exchange/exchange_arena.h"
+#include "terngrad/exchange/gradient_scheme.h"
+
+namespace tg {
+
+class SharedScalers {
+ public:
+  // Reserves its buffers in `arena` (before arena.allocate(); bind() after).
+  SharedScalers(const SchemeContext& ctx, ExchangeArena& arena);
+  void bind(const ExchangeArena& arena);
+  // The local workers' scalers of tensors r and their max into shared(). residuals: per local worker its residuals
+  // per policy tensor (error feedback), or nullptr for none.
+  void compute(TensorRange r, const std::vector<const std::vector<Tensor>*>* residuals = nullptr);
+  // All-reduce MAX of the range's shared scalers over `group` (nothing without one).
+  void share(Communicator* group, const RangeLayout& l) const;
+  // The device flag raised by any non-finite shared scaler of the range; on the CPU (ExchangeOptions::
+  // host_scaler_check) also copied to the host and checked: an error naming tensor and step.
+  void check(TensorRange r, const RangeLayout& l, uint32_t step);
+
+  const Tensor& shared() const { return shared_; }  // f32 (num_scalers)
+  const Tensor& flag() const { return flag_; }      // i32 (1)
+
+ private:
+  const SchemeContext& ctx_;
+  size_t at_local_ = 0, at_shared_ = 0, at_flag_ = 0;
+  Tensor local_;              // f32 (L * num_scalers): worker l's at l * num_scalers
+  std::vector<Tensor> rows_;  // (L) views of local_
+  Tensor shared_, flag_;
+  std::vector<float> host_;  // (num_scalers) the host check's copy
+};
+
+}  // namespace tg
