@@ -16,7 +16,6 @@ by a non-FC layer, batch norm on (N, C)) come from tests/onnx_export_cases.cc, c
 Usage: onnx_export_test.py BIN_DIR CASES_PROGRAM [unittest arguments]
   (BIN_DIR holds terngrad-train/-eval/-export/-data; CASES_PROGRAM is the onnx_export_cases program)
 """
-import json
 import os
 import shutil
 import struct
@@ -28,7 +27,6 @@ import unittest
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-BIN = ""
 CASES = ""
 TOLERANCE = 1e-4
 
@@ -41,43 +39,16 @@ except ImportError as e:  # reported in main()
     MISSING = str(e)
 
 
-# ---- TFRecord shards of RAW images (tf.Example encoded by hand: tests/data/make_fixtures.py) -------------------------
-sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-from make_fixtures import crc32c, example, frame  # noqa: E402
-
-
-def write_raw_shard(path, images, labels):
-    """images: uint8 (N, H, W, C)."""
-    with open(path, "wb") as f:
-        for img, label in zip(images, labels):
-            rec = example({"image/encoded": img.tobytes(), "image/format": b"RAW", "image/class/label": int(label),
-                           "image/height": img.shape[0], "image/width": img.shape[1], "image/channels": img.shape[2]})
-            f.write(frame(rec))
-
-
-# ---- the programs --------------------------------------------------------------------------------------------------
-def run(program, *args, expect_ok=True):
-    p = subprocess.run([os.path.join(BIN, program)] + [str(a) for a in args], capture_output=True, text=True)
-    if expect_ok and p.returncode != 0:
-        raise AssertionError(f"{program} {' '.join(map(str, args))} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return p
+# ---- the programs (tests/program_harness.py) ----------------------------------------------------------------------
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import program_harness  # noqa: E402
+from program_harness import evaluate, relative_error, run, write_raw_shard  # noqa: E402
+from make_fixtures import crc32c  # noqa: E402  (tests/data, on the path through program_harness)
 
 
 # One thread per program: ctest runs two tests at once on a 2-core machine, where OpenMP teams of 2 spin-wait.
 def train(train_dir, *args):
     run("terngrad-train", "--train_dir", train_dir, "--log_every", 1000, "--seed", 3, "--threads", 1, *args)
-
-
-def evaluate(train_dir, data_dir, out_dir, *args):
-    """terngrad-eval with every dump; returns (eval.jsonl record, inputs, logits, labels)."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, k + ".npy") for k in ("inputs", "logits", "labels")}
-    run("terngrad-eval", "--checkpoint_dir", train_dir, "--data_dir", data_dir, "--run_once", "--eval_dir", out_dir,
-        "--dump_inputs", paths["inputs"], "--dump_logits", paths["logits"], "--dump_labels", paths["labels"],
-        "--threads", 1, *args)
-    with open(os.path.join(out_dir, "eval.jsonl")) as f:
-        record = json.loads(f.read().splitlines()[-1])
-    return record, np.load(paths["inputs"]), np.load(paths["logits"]), np.load(paths["labels"])
 
 
 def export(train_dir, output, *args):
@@ -95,10 +66,6 @@ def ort_outputs(model_path, inputs, batch=None):
         logits.append(out["logits"])
         probabilities.append(out["probabilities"])
     return np.concatenate(logits), np.concatenate(probabilities)
-
-
-def relative_error(got, want):
-    return float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
 
 
 def metadata(model):
@@ -339,11 +306,11 @@ class OnnxExportTest(unittest.TestCase):
 
 
 def main():
-    global BIN, CASES
+    global CASES
     if len(sys.argv) < 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    BIN = os.path.abspath(sys.argv[1])
+    program_harness.BIN = os.path.abspath(sys.argv[1])
     CASES = os.path.abspath(sys.argv[2])
     if MISSING:
         why = f"{MISSING}: scripts/setup.sh installs numpy, onnx and onnxruntime into /opt/terngrad-venv"

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -28,7 +27,6 @@ import unittest
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-BIN = ""
 TOLERANCE = 1e-4
 
 try:
@@ -41,8 +39,9 @@ try:
 except ImportError as e:  # reported in main()
     MISSING = str(e)
 
-sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-from make_fixtures import example, frame  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import program_harness  # noqa: E402
+from program_harness import relative_error, run, write_raw_shard  # noqa: E402
 
 
 # ---- the PyTorch modules of our LeNet and CifarNet (README "Start from trained weights") -----------------------------
@@ -113,33 +112,9 @@ def state_arrays(model):
     return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
 
 
-def write_raw_shard(path, images, labels):
-    """images: uint8 (N, H, W, C)."""
-    with open(path, "wb") as f:
-        for img, label in zip(images, labels):
-            rec = example({"image/encoded": img.tobytes(), "image/format": b"RAW", "image/class/label": int(label),
-                           "image/height": img.shape[0], "image/width": img.shape[1], "image/channels": img.shape[2]})
-            f.write(frame(rec))
-
-
-def run(program, *args, expect_ok=True):
-    p = subprocess.run([os.path.join(BIN, program)] + [str(a) for a in args], capture_output=True, text=True)
-    if expect_ok and p.returncode != 0:
-        raise AssertionError(f"{program} {' '.join(map(str, args))} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return p
-
-
 def evaluate(checkpoint_dir, data_dir, out_dir, *args):
     """terngrad-eval of the latest checkpoint with its dumps: (inputs NHWC, logits, labels)."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, k + ".npy") for k in ("inputs", "logits", "labels")}
-    run("terngrad-eval", "--checkpoint_dir", checkpoint_dir, "--data_dir", data_dir, "--run_once", "--threads", 1,
-        "--dump_inputs", paths["inputs"], "--dump_logits", paths["logits"], "--dump_labels", paths["labels"], *args)
-    return np.load(paths["inputs"]), np.load(paths["logits"]), np.load(paths["labels"])
-
-
-def relative_error(got, want):
-    return float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    return program_harness.evaluate(checkpoint_dir, data_dir, out_dir, *args)[1:]
 
 
 def cross_entropy(logits, labels):
@@ -391,11 +366,10 @@ class TorchImportTest(unittest.TestCase):
 
 
 def main():
-    global BIN
     if len(sys.argv) < 2:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    BIN = os.path.abspath(sys.argv[1])
+    program_harness.BIN = os.path.abspath(sys.argv[1])
     if MISSING:
         why = f"{MISSING}: scripts/setup.sh installs python3-torch and python3-torchvision (for /usr/bin/python3)"
         if os.environ.get("CI") == "true":
