@@ -16,7 +16,7 @@
 #include <random>
 
 #include "common/fashion_mnist.h"
-#include "common/fashion_mnist_shards.h"
+#include "common/fashion_mnist_trainer_test.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/error.h"
 #include "terngrad/exchange/gradient_exchange.h"
@@ -183,38 +183,18 @@ TEST(QuantizationProbe, RefusesGradientsOutsideTheSlab) {
 }
 
 // ---- through the Trainer --------------------------------------------------------------------------------------
-class QuantizationProbeTrainer : public ::testing::Test {
+struct QuantizationProbeTrainerData {
+  static constexpr const char* kTag = "tg_probe";
+  static constexpr int kTrainCount = 1024, kTrainShards = 2, kTestCount = 0;
+};
+
+class QuantizationProbeTrainer : public testing::FashionMnistTrainerTest<QuantizationProbeTrainerData> {
  protected:
-  static void SetUpTestSuite() { data_dir_ = testing::write_suite_shards("tg_probe", 1024, 2, 0); }
-  static void TearDownTestSuite() {
-    if (!data_dir_.empty()) fs::remove_all(data_dir_);
-  }
-  void SetUp() override {
-    if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    root_ = testing::fresh_test_dir("tg_probe");
-  }
-  void TearDown() override {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
   TrainConfig config(const std::string& name) const {
-    TrainConfig c;
-    c.train_dir = (root_ / name).string();
-    c.data_dir = data_dir_;
-    c.dataset = "fashion_mnist";
-    c.net = "lenet";
-    c.num_nodes = 2;
-    c.batch_size = 32;
-    c.max_steps = 12;
+    TrainConfig c = small_lenet(name);
     c.save_iter = 100;
-    c.grad_bits = 1;
-    c.clip_factor = 2.5f;
-    c.optimizer = "momentum";
-    c.threads = 1;
-    c.num_readers = 1;
     c.num_preprocess_threads = 1;
-    c.shuffle_buffer = 256;
     c.log_every = 6;
-    c.seed = 5;
     return c;
   }
   // The probe lines of a metrics file: step -> (relative error, non-zero fraction, tensor names).
@@ -249,10 +229,7 @@ class QuantizationProbeTrainer : public ::testing::Test {
     }
     return out;
   }
-  static std::string data_dir_;
-  fs::path root_;
 };
-std::string QuantizationProbeTrainer::data_dir_;
 
 // Probes at steps 4, 8, 12 leave the run's bits as they are: one replica of two workers, and two CPU replicas
 // (a thread group: their exchanges overlap backward on the other steps), with error feedback and per-bucket

@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/fashion_mnist_shards.h"
+#include "common/fashion_mnist_trainer_test.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/evaluator.h"
 #include "terngrad/train/trainer.h"
@@ -27,38 +27,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TrainerLeNet : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { data_dir_ = testing::write_suite_shards("tg_trainer_lenet", 20000, 4, 10000); }
-  static void TearDownTestSuite() {
-    if (!data_dir_.empty()) fs::remove_all(data_dir_);
-  }
-  void SetUp() override {
-    if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    root_ = testing::fresh_test_dir("tg_trainer_lenet");
-  }
-  void TearDown() override {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
+struct TrainerLeNetData {
+  static constexpr const char* kTag = "tg_trainer_lenet";
+  static constexpr int kTrainCount = 20000, kTrainShards = 4, kTestCount = 10000;
+};
 
+class TrainerLeNet : public testing::FashionMnistTrainerTest<TrainerLeNetData> {
+ protected:
   // LeNet, 2 workers in one process, total batch 64, momentum 0.9, LR 0.01; TernGrad as scripts/demo.sh runs it.
   TrainConfig config(const std::string& name, bool terngrad, int threads, int64_t steps) const {
-    TrainConfig c;
-    c.train_dir = (root_ / name).string();
-    c.data_dir = data_dir_;
-    c.dataset = "fashion_mnist";
-    c.net = "lenet";
-    c.num_nodes = 2;
+    TrainConfig c = small_lenet(name);
     c.batch_size = 64;
     c.max_steps = steps;
     c.save_iter = 100000;
-    c.optimizer = "momentum";
     c.initial_learning_rate = 0.01f;
     c.grad_bits = terngrad ? 1 : 32;
     c.clip_factor = terngrad ? 2.5f : 0.f;
     c.quantize_logits = terngrad;
     c.threads = threads;
-    c.num_readers = 1;
     c.num_preprocess_threads = 2;
     c.shuffle_buffer = 4096;
     c.log_every = 50;
@@ -75,11 +61,7 @@ class TrainerLeNet : public ::testing::Test {
     EXPECT_EQ(r.examples, 10000);
     return r.precision_at_1();
   }
-
-  static std::string data_dir_;
-  fs::path root_;
 };
-std::string TrainerLeNet::data_dir_;
 
 // Bounds (measured on this code, seed 3: fp32 test accuracy 0.849 and final total loss 0.79 after 300 steps,
 // TernGrad 0.850 and 0.77; the total loss includes weight decay): both runs must learn (accuracy >= 0.80,

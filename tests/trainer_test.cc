@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "../src/apps/app_cli.h"
-#include "common/fashion_mnist_shards.h"
+#include "common/fashion_mnist_trainer_test.h"
 #include "common/files.h"
 #include "event.pb.h"
 #include "terngrad/backend/backend.h"
@@ -42,39 +42,18 @@ std::string signal_after_first_step(const std::string& train, const std::string&
          "echo elapsed_ms $(( ($(date +%s%N) - s) / 1000000 )); cat '" + log + "'; exit $r)";
 }
 
-class TrainerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { data_dir_ = testing::write_suite_shards("tg_trainer", 1024, 2, 500); }
-  static void TearDownTestSuite() {
-    if (!data_dir_.empty()) fs::remove_all(data_dir_);
-  }
-  void SetUp() override {
-    if (data_dir_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
-    root_ = testing::fresh_test_dir("tg_trainer");
-  }
-  void TearDown() override {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
+struct TrainerTestData {
+  static constexpr const char* kTag = "tg_trainer";
+  static constexpr int kTrainCount = 1024, kTrainShards = 2, kTestCount = 500;
+};
 
+class TrainerTest : public testing::FashionMnistTrainerTest<TrainerTestData> {
+ protected:
   TrainConfig config(const std::string& train_dir) const {
-    TrainConfig c;
-    c.train_dir = (root_ / train_dir).string();
-    c.data_dir = data_dir_;
-    c.dataset = "fashion_mnist";
-    c.net = "lenet";
-    c.num_nodes = 2;
-    c.batch_size = 32;
-    c.max_steps = 12;
+    TrainConfig c = small_lenet(train_dir);
     c.save_iter = 6;
-    c.grad_bits = 1;
-    c.clip_factor = 2.5f;
-    c.optimizer = "momentum";
-    c.threads = 1;
-    c.num_readers = 1;
     c.num_preprocess_threads = 2;
-    c.shuffle_buffer = 256;
     c.log_every = 3;
-    c.seed = 5;
     return c;
   }
 
@@ -105,11 +84,7 @@ class TrainerTest : public ::testing::Test {
     }
     return all;
   }
-
-  static std::string data_dir_;
-  fs::path root_;
 };
-std::string TrainerTest::data_dir_;
 
 TEST_F(TrainerTest, ResumeGivesBitIdenticalParameters) {
   TrainConfig a = config("a");
