@@ -494,8 +494,7 @@ void required(const Backend& be, const Tensor& t, const char* op, const char* wh
 }
 
 // The workers' inputs (1..kMaxCodecInputs f32 tensors of out's element count, on the device) and out.
-void codec_inputs(const Backend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype,
-                  const char* op) {
+void codec_inputs(const Backend& be, const Tensor* xs, int count, const Tensor& out, DType out_dtype, const char* op) {
   required(be, out, op, "out");
   cc::dtype(out, out_dtype, op, "out");
   cc::inputs(xs, count, out.numel(), op);

@@ -301,6 +301,19 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
   return out;
 }
 
+// What every file of step `steps_done` says of the run: the model and its data, the step, the topology.
+CheckpointMeta Trainer::Impl::checkpoint_meta(int64_t steps_done) const {
+  CheckpointMeta meta;
+  meta.model = cfg.net;
+  meta.dataset = cfg.dataset;
+  meta.image_size = cfg.image_size;
+  meta.channels = dataset_info(cfg.dataset).channels;
+  meta.num_classes = cfg.num_classes;
+  meta.step = steps_done;
+  meta.topology = topology->describe();
+  return meta;
+}
+
 // A checkpoint of step `steps_done`: first every rank's per-rank state (each process writes its replicas'
 // files), then, once every process has (a barrier), the chief writes the replicated parts and the index. A run
 // killed in between leaves rank files without their checkpoint (removed at the next start) and the previous
@@ -316,18 +329,10 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   if (!is_chief()) return "";  // the replicated parts are identical everywhere: process 0 writes them
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors = host_snapshot(storage);
-  const DatasetInfo& data = dataset_info(cfg.dataset);
-  CheckpointMeta meta;
-  meta.model = cfg.net;
-  meta.dataset = cfg.dataset;
-  meta.image_size = cfg.image_size;
-  meta.channels = data.channels;
-  meta.num_classes = cfg.num_classes;
-  meta.step = steps_done;
+  CheckpointMeta meta = checkpoint_meta(steps_done);
   meta.data_cursor = source->cursor();
   meta.flags = cfg.to_flags();
   meta.rank_files = per_rank ? topology->num_ranks() : 0;
-  meta.topology = topology->describe();
   const std::string path = checkpoint_path(cfg.train_dir, steps_done);
   const std::string digest = write_checkpoint(path, meta, tensors);
   if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
@@ -360,15 +365,8 @@ void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
     r.backend->copy(h, state.view(i));
     tensors.push_back({e.name, h});
   }
-  CheckpointMeta meta;
-  meta.model = cfg.net;
-  meta.dataset = cfg.dataset;
-  meta.image_size = cfg.image_size;
-  meta.channels = dataset_info(cfg.dataset).channels;
-  meta.num_classes = cfg.num_classes;
-  meta.step = steps_done;
-  meta.rank_files = r.rank;
-  meta.topology = topology->describe();
+  CheckpointMeta meta = checkpoint_meta(steps_done);
+  meta.rank_files = r.rank;  // a rank file's header names its rank
   write_checkpoint(checkpoint_rank_path(cfg.train_dir, steps_done, r.rank), meta, tensors);
 }
 

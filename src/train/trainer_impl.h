@@ -151,6 +151,7 @@ struct Trainer::Impl {
   uint64_t resume(const std::string& path);
   bool check_resumable(const CheckpointMeta& m) const;
   void restore_rank_state(const CheckpointMeta& m);
+  CheckpointMeta checkpoint_meta(int64_t steps_done) const;  // the fields every file of a checkpoint shares
   void save_rank_state(Replica& r, int64_t steps_done);
   void check_finite_before_save(int64_t steps_done);
   std::string state_name(const Slab& state) const;
