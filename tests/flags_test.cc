@@ -41,7 +41,7 @@ TEST(EnumNames, ParseNameAndAcceptedValuesComeFromOneList) {
   expect_round_trip<JpegDct>();
   expect_round_trip<Dataset>();
   EXPECT_EQ(error_of([] { parse_enum<ExchangeMode>("ring"); }),
-            "--exchange 'ring' is not one of auto, allgather2, allreduce8, hierarchical, none");
+            "--exchange 'ring' is not one of auto, allgather2, allreduce8, hierarchical, powersgd, none");
   EXPECT_EQ(error_of([] { parse_enum<TfRecordCompression>("bz2", "--compression"); }),
             "--compression 'bz2' is not one of auto, none, gzip, zlib");  // the alias "" is not listed
   EXPECT_EQ(error_of([] { parse_enum<Dataset>("svhn"); }),

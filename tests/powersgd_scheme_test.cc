@@ -334,7 +334,7 @@ TEST(PowerSgdScheme, ByteModel) {
   EXPECT_EQ(got.stats.moved_bytes, Communicator::allreduce_moved_bytes(4 * p_floats, 4) +
                                        Communicator::allreduce_moved_bytes(4 * q_floats, 4));
   EXPECT_EQ(got.stats.fp32_payload_bytes, 4u * (576 + 16 + 1200 + 30 + 5));
-  EXPECT_NE(got.describe.find("rank 2, 2 of 5 tensors low-rank"), std::string::npos) << got.describe;
+  EXPECT_NE(got.describe.find("powersgd (rank 2, 2 of 5 tensors low-rank"), std::string::npos) << got.describe;
 }
 
 TEST(PowerSgdScheme, BadRanksAndBitsNameTheFlagAndTheAcceptedValues) {

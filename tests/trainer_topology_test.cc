@@ -189,7 +189,7 @@ TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
 TEST_F(TrainerTopology, PowerSgdStateResumesBitForBit) {
   const std::string psgd = "--exchange powersgd --powersgd_rank 2 --fp32_warmup_steps 2 --num_nodes 2 --save_iter 3 ";
   const std::string whole = run(train_cmd() + common("whole", psgd + "--max_steps 6", 32));
-  EXPECT_NE(whole.find("rank 2, 4 of 8 tensors low-rank"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("powersgd (rank 2, 4 of 8 tensors low-rank"), std::string::npos) << whole;
   run(train_cmd() + common("split", psgd + "--max_steps 3", 32));
   EXPECT_TRUE(fs::exists(root_ / "split" / "model.ckpt-3.rank-0"));
   const std::string resumed = run(train_cmd() + common("split", psgd + "--max_steps 6", 32));

@@ -9,6 +9,8 @@
 #   noclip       --clip_factor 0 (s = max|g|);   clipC: --clip_factor C
 #   hier         --exchange hierarchical --ranks_per_node 1: each MPI process one emulated node, its workers'
 #                gradients summed in fp32 inside it, 2-bit codes between the nodes (no error feedback)
+# and PowerSGD as a base of its own (the fp32 recipe): `powersgdR` is --exchange powersgd --powersgd_rank R
+# (`powersgd`: rank 2, PyTorch's PowerSGD peers' rank); of the levers only warmup[K] applies.
 # Named combinations (VARIANT_ALIASES; a new one is one line): best = ef+bucket256+warmup.
 # E.g. `ef+bucket256+warmup100`. A new lever is one case of variant_flags below.
 #
@@ -36,12 +38,13 @@ variant_kind() {
   v=$(variant_expand "$1")
   case "$v" in
     fp32 | fp16) echo "$v" ;;
+    powersgd*) echo fp32 ;;
     *) echo terngrad ;;
   esac
 }
 
 variant_flags() {
-  local name=$1 v tok flags=() base="" levers=0 clip=2.5 hier=0 ef=0
+  local name=$1 v tok flags=() base="" levers=0 warm=0 clip=2.5 hier=0 ef=0 rank=2
   v=$(variant_expand "$name")
   [ -n "$v" ] || {
     echo "variants: an empty variant name" >&2
@@ -57,6 +60,18 @@ variant_flags() {
         }
         base=$tok
         ;;
+      powersgd | powersgd[0-9]*)
+        [ -z "$base" ] || {
+          echo "variants: '$name' names two bases ($base, $tok)" >&2
+          return 1
+        }
+        [ "$tok" = powersgd ] || [[ "${tok#powersgd}" =~ ^[1-9][0-9]*$ ]] || {
+          echo "variants: '$tok' in '$name': powersgdR takes a rank >= 1" >&2
+          return 1
+        }
+        base=powersgd
+        [ "$tok" = powersgd ] || rank=${tok#powersgd}
+        ;;
       ef) flags+=(--error_feedback) levers=$((levers + 1)) ef=1 ;;
       bucket[0-9]*)
         local n=${tok#bucket}
@@ -66,13 +81,13 @@ variant_flags() {
         }
         flags+=(--scaler_bucket "$n") levers=$((levers + 1))
         ;;
-      warmup) flags+=(--fp32_warmup_steps "$VARIANT_WARMUP_STEPS") levers=$((levers + 1)) ;;
+      warmup) flags+=(--fp32_warmup_steps "$VARIANT_WARMUP_STEPS") levers=$((levers + 1)) warm=$((warm + 1)) ;;
       warmup[0-9]*)
         [[ "${tok#warmup}" =~ ^[0-9]+$ ]] || {
           echo "variants: '$tok' in '$name': warmupK takes a number of steps" >&2
           return 1
         }
-        flags+=(--fp32_warmup_steps "${tok#warmup}") levers=$((levers + 1))
+        flags+=(--fp32_warmup_steps "${tok#warmup}") levers=$((levers + 1)) warm=$((warm + 1))
         ;;
       noclip) clip=0 levers=$((levers + 1)) ;;
       hier) flags+=(--exchange hierarchical --ranks_per_node 1) levers=$((levers + 1)) hier=1 ;;
@@ -84,7 +99,7 @@ variant_flags() {
         clip=${tok#clip} levers=$((levers + 1))
         ;;
       *)
-        echo "variants: unknown part '$tok' in '$name' (fp32, fp16, terngrad, ef, bucketN, warmup[K], noclip, clipC, hier;" \
+        echo "variants: unknown part '$tok' in '$name' (fp32, fp16, terngrad, powersgd[R], ef, bucketN, warmup[K], noclip, clipC, hier;" \
           "names: ${!VARIANT_ALIASES[*]})" >&2
         return 1
         ;;
@@ -97,6 +112,14 @@ variant_flags() {
         return 1
       }
       if [ "$base" = fp32 ]; then echo "--grad_bits 32 --clip_factor 0"; else echo "--grad_bits 16 --clip_factor 0"; fi
+      ;;
+    powersgd)
+      [ "$levers" = "$warm" ] || {
+        echo "variants: '$name': of the levers only warmup[K] applies to powersgd" >&2
+        return 1
+      }
+      IFS=' '
+      echo "--grad_bits 32 --clip_factor 0 --exchange powersgd --powersgd_rank $rank${flags[*]:+ ${flags[*]}}"
       ;;
     terngrad)
       [ "$hier" = 0 ] || [ "$ef" = 0 ] || {

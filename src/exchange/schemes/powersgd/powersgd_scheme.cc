@@ -238,8 +238,8 @@ ExchangeStats PowerSgdScheme::byte_model() const {
 std::string PowerSgdScheme::describe() const {
   const ExchangeStats s = byte_model();
   return fmt::format(
-      "rank {}, {} of {} tensors low-rank, {:.1f}x fewer bytes than fp32, error feedback, warm start", max_rank_,
-      compressed_tensors(), matrices_.size(),
+      "powersgd (rank {}, {} of {} tensors low-rank, {:.1f}x fewer bytes than fp32, error feedback, warm start)",
+      max_rank_, compressed_tensors(), matrices_.size(),
       static_cast<double>(s.fp32_payload_bytes) / static_cast<double>(std::max<uint64_t>(s.payload_bytes, 1)));
 }
 
