@@ -207,9 +207,9 @@ done
 
 # ---- GoogleTest ------------------------------------------------------------------------------------------------------
 declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*"
-  [scaler_bucket_test]="*Cuda*")
+  [scaler_bucket_test]="*Cuda*" [backend_ops_table_test]="*Cuda*")
 for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test \
-  nccl_communicator_test; do
+  backend_ops_table_test nccl_communicator_test; do
   gpu_section "gtest:$t" 60 || continue
   if [[ ! -x $TESTS/$t ]]; then
     gc_skip "$TESTS/$t is not there"

@@ -1,0 +1,312 @@
+// Backend ops from one table, in the style of ggml's test-backend-ops: each row names an op, its inputs (random
+// f32 tensors of given shapes), its output (pre-filled with NaN, so an unwritten element fails, or with an input for
+// the in-place ops), how to run it on a backend, and a plain reference written from the op's contract in
+// backend.h. Every row runs on the CPU against its reference and, with a CUDA device, on CUDA against the CPU:
+// bit for bit where the row's tolerance is 0 (the shared element-wise math), else within the tolerance relative
+// to the largest magnitude. Outputs carry guard bytes that must survive. A new op is one row. (The layer ops with
+// descriptors, convolution, pooling, LRN, batch norm, inner product, are in cpu_ops_test.cc and
+// cuda_backend_test.cc; the codec ops bit for bit in codec_ops_test.cc.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/cuda_test_fixture.h"
+#include "terngrad/core/half_convert.h"
+
+namespace tg {
+namespace {
+
+using cuda_test::backends;
+using cuda_test::Mem;
+using cuda_test::random_floats;
+using Inputs = std::vector<std::vector<float>>;
+using Run = std::function<void(Backend&, const std::vector<Tensor>&, const Tensor&)>;
+using Reference = std::function<std::vector<double>(const Inputs&)>;
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> inputs;
+  Shape output;
+  int output_from = -1;  // in place: the output starts as this input's values (else NaN)
+  Run run;
+  Reference reference;
+  double tolerance = 0;  // 0: the same bits as the reference's float result (and CUDA as the CPU)
+};
+
+float to_half_and_back(float v) {
+  half_bits h;
+  floats_to_halves(&v, &h, 1);
+  float back;
+  halves_to_floats(&h, &back, 1);
+  return back;
+}
+
+// out[i] = f(i) over n elements.
+std::vector<double> each(size_t n, const std::function<double(size_t)>& f) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = f(i);
+  return v;
+}
+
+// Row-major (m, k) x (k, n) with optional transposes, in double.
+std::vector<double> ref_matmul(const std::vector<float>& a, const Shape& as, bool ta, const std::vector<float>& b,
+                               const Shape& bs, bool tb) {
+  const int64_t m = ta ? as[1] : as[0], k = ta ? as[0] : as[1], n = tb ? bs[0] : bs[1];
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t q = 0; q < k; ++q)
+        c[i * n + j] +=
+            static_cast<double>(ta ? a[q * as[1] + i] : a[i * as[1] + q]) * (tb ? b[j * bs[1] + q] : b[q * bs[1] + j]);
+  return c;
+}
+
+const std::vector<OpCase>& cases() {
+  static const std::vector<OpCase> table = [] {
+    const Shape v{1003};  // odd: vector loops and their tails
+    std::vector<OpCase> t;
+    t.push_back({"add",
+                 {v, v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.add(in[0], in[1], out); },
+                 [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return x[0][i] + x[1][i]; }); }});
+    t.push_back({"axpy",
+                 {v, v},
+                 v,
+                 1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.axpy(0.75f, in[0], out); },
+                 [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return x[1][i] + 0.75 * x[0][i]; }); },
+                 1e-6});
+    t.push_back({"scale",
+                 {v},
+                 v,
+                 0,
+                 [](Backend& be, const auto&, const Tensor& out) { be.scale(1.5f, out); },
+                 [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return 1.5f * x[0][i]; }); }});
+    t.push_back({"fill",
+                 {v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto&, const Tensor& out) { be.fill(out, -2.5f); },
+                 [](const Inputs& x) { return std::vector<double>(x[0].size(), -2.5); }});
+    t.push_back({"relu_forward",
+                 {v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.relu_forward(in[0], out); },
+                 [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return std::max(x[0][i], 0.f); }); }});
+    t.push_back(
+        {"relu_backward",
+         {v, v},
+         v,
+         -1,
+         [](Backend& be, const auto& in, const Tensor& out) { be.relu_backward(in[0], in[1], out); },
+         [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return x[0][i] > 0 ? x[1][i] : 0.0; }); }});
+    t.push_back(
+        {"cast_f16_round_trip",
+         {v},
+         v,
+         -1,
+         [](Backend& be, const auto& in, const Tensor& out) {
+           Mem half(be, in[0].shape(), DType::kF16);
+           be.cast(half.t, in[0]);
+           be.cast(out, half.t);
+         },
+         [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return to_half_and_back(x[0][i]); }); }});
+    t.push_back(
+        {"ema_update",
+         {v, v},
+         v,
+         1,
+         [](Backend& be, const auto& in, const Tensor& out) { be.ema_update(0.9f, in[0], out); },
+         [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return 0.9 * x[1][i] + 0.1 * x[0][i]; }); },
+         1e-6});
+    t.push_back(
+        {"encode_f32_sum_3",
+         {v, v, v},
+         v,
+         -1,
+         [](Backend& be, const auto& in, const Tensor& out) { be.encode_f32_sum(in.data(), 3, out); },
+         [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return (x[0][i] + x[1][i]) + x[2][i]; }); }});
+    t.push_back({"average_f32_3",
+                 {v, v, v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.average_f32(in.data(), 3, out); },
+                 [](const Inputs& x) {
+                   return each(x[0].size(), [&](size_t i) { return (x[0][i] + x[1][i] + x[2][i]) / 3.0; });
+                 },
+                 1e-6});
+    t.push_back({"decode_f32_sum_4",
+                 {v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.decode_f32_sum(in[0], 4, out); },
+                 [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return x[0][i] / 4.0; }); },
+                 1e-7});
+    t.push_back({"average_f16_2",
+                 {v, v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.average_f16(in.data(), 2, out); },
+                 [](const Inputs& x) {
+                   return each(x[0].size(), [&](size_t i) {
+                     return to_half_and_back(to_half_and_back(x[0][i]) + to_half_and_back(x[1][i])) / 2.0;
+                   });
+                 },
+                 1e-7});
+    t.push_back({"max_scalers_3",
+                 {v, v, v},
+                 v,
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.max_scalers(in.data(), 3, out); },
+                 [](const Inputs& x) {
+                   return each(x[0].size(), [&](size_t i) { return std::max({0.f, x[0][i], x[1][i], x[2][i]}); });
+                 }});
+    t.push_back(
+        {"sum",
+         {v},
+         Shape{1},
+         -1,
+         [](Backend& be, const auto& in, const Tensor& out) { be.fill(out, static_cast<float>(be.sum(in[0]))); },
+         [](const Inputs& x) {
+           double s = 0;
+           for (float e : x[0]) s += e;
+           return std::vector<double>{s};
+         },
+         1e-6});
+    t.push_back({"sum_squares",
+                 {v},
+                 Shape{1},
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) {
+                   be.fill(out, static_cast<float>(be.sum_squares(in[0])));
+                 },
+                 [](const Inputs& x) {
+                   double s = 0;
+                   for (float e : x[0]) s += static_cast<double>(e) * e;
+                   return std::vector<double>{s};
+                 },
+                 1e-6});
+    t.push_back({"max_abs",
+                 {v},
+                 Shape{1},
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { be.fill(out, be.max_abs(in[0])); },
+                 [](const Inputs& x) {
+                   float m = 0;
+                   for (float e : x[0]) m = std::max(m, std::fabs(e));
+                   return std::vector<double>{m};
+                 }});
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Shape as = ta ? Shape{513, 7} : Shape{7, 513}, bs = tb ? Shape{5, 513} : Shape{513, 5};
+        t.push_back(
+            {std::string("matmul_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
+             {as, bs},
+             Shape{7, 5},
+             -1,
+             [ta, tb](Backend& be, const auto& in, const Tensor& out) { be.matmul(in[0], ta, in[1], tb, 0.f, out); },
+             [ta, tb, as, bs](const Inputs& x) { return ref_matmul(x[0], as, ta, x[1], bs, tb); },
+             1e-5});
+      }
+    t.push_back({"orthogonalize_columns",
+                 {Shape{301, 3}},
+                 Shape{301, 3},
+                 0,
+                 [](Backend& be, const auto&, const Tensor& out) { be.orthogonalize_columns(out, 0.f); },
+                 [](const Inputs& x) {
+                   std::vector<double> p(x[0].begin(), x[0].end());
+                   const int64_t rows = 301, cols = 3;
+                   for (int64_t i = 0; i < cols; ++i) {
+                     double n2 = 0;
+                     for (int64_t r = 0; r < rows; ++r) n2 += p[r * cols + i] * p[r * cols + i];
+                     for (int64_t r = 0; r < rows; ++r) p[r * cols + i] /= std::sqrt(n2);
+                     for (int64_t j = i + 1; j < cols; ++j) {
+                       double d = 0;
+                       for (int64_t r = 0; r < rows; ++r) d += p[r * cols + i] * p[r * cols + j];
+                       for (int64_t r = 0; r < rows; ++r) p[r * cols + j] -= d * p[r * cols + i];
+                     }
+                   }
+                   return p;
+                 },
+                 1e-5});
+    return t;
+  }();
+  return table;
+}
+
+// The row run on `be` with `inputs`: the output's values (guards checked).
+std::vector<float> run_on(Backend& be, const OpCase& c, const Inputs& inputs) {
+  std::vector<Mem> in;
+  in.reserve(c.inputs.size());
+  std::vector<Tensor> ts;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    in.emplace_back(be, c.inputs[i], DType::kF32);
+    in.back().write(inputs[i]);
+    ts.push_back(in.back().t);
+  }
+  Mem out(be, c.output, DType::kF32);
+  if (c.output_from >= 0) out.write(inputs[static_cast<size_t>(c.output_from)]);
+  c.run(be, ts, out.t);
+  EXPECT_TRUE(out.guard_intact()) << c.name << " on " << be.name() << ": a write past the end";
+  return out.read<float>();
+}
+
+void expect_matches(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(std::isnan(got[i])) << what << ": element " << i << " not written (NaN)";
+    if (tolerance == 0) {
+      ASSERT_EQ(got[i], static_cast<float>(want[i])) << what << ": element " << i;
+    } else {
+      ASSERT_LE(std::fabs(got[i] - want[i]) / scale, tolerance)
+          << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+    }
+  }
+}
+
+class BackendOps : public ::testing::TestWithParam<size_t> {
+ protected:
+  const OpCase& op() const { return cases()[GetParam()]; }
+  Inputs inputs() const {
+    Inputs in;
+    for (size_t i = 0; i < op().inputs.size(); ++i)
+      in.push_back(random_floats(op().inputs[i].numel(), 100 + static_cast<uint32_t>(i)));
+    return in;
+  }
+};
+
+TEST_P(BackendOps, CpuMatchesTheReference) {
+  const Inputs in = inputs();
+  expect_matches(run_on(*backends().cpu, op(), in), op().reference(in), op().tolerance,
+                 op().name + " on the CPU against its reference");
+}
+
+TEST_P(BackendOps, CudaMatchesTheCpu) {
+  if (!backends().cuda) GTEST_SKIP() << backends().skip;
+  const Inputs in = inputs();
+  const std::vector<float> cpu = run_on(*backends().cpu, op(), in);
+  expect_matches(run_on(*backends().cuda, op(), in), std::vector<double>(cpu.begin(), cpu.end()), op().tolerance,
+                 op().name + " on CUDA against the CPU");
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::Range<size_t>(0, cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string n = cases()[info.param].name;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tg
