@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/exchange/dense_part.h"
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
@@ -45,9 +46,9 @@ PowerSgdScheme::PowerSgdScheme(SchemeContext& ctx) : GradientScheme(ctx), max_ra
   for (int t = 0; t < p.num_tensors(); ++t) {
     const Shape& s = ctx.grads[0][t].shape();
     Matrix& mx = matrices_[t];
-    mx.cols = s.rank() >= 2 ? s[s.rank() - 1] : s.numel();
-    mx.rows = mx.cols > 0 ? s.numel() / mx.cols : 0;
-    if (s.rank() < 2 || mx.rows == 0) continue;
+    if (s.rank() < 2 || s.numel() == 0) continue;  // vectors (biases, batch norm) stay fp32
+    mx.cols = s[s.rank() - 1];
+    mx.rows = s.numel() / mx.cols;
     accepted = std::max(accepted, largest_rank(mx.rows, mx.cols));
     mx.rank = tensor_rank(mx.rows, mx.cols, max_rank_);
   }
@@ -168,16 +169,15 @@ void PowerSgdScheme::compute_p(Bucket& b) {
     const Matrix& mx = matrices_[t];
     if (mx.rank == 0) {  // summed as fp32 beside the P's
       const int64_t at = b.sum_at[t - b.range.begin];
-      for (int l = 0; l < L; ++l) xs[l] = ctx_.grads[l][t].reshaped(Shape{ctx_.grads[l][t].numel()});
+      for (int l = 0; l < L; ++l) xs[l] = ctx_.grads[l][t];
       be.encode_f32_sum(xs, L, b.sums.slice0(at, at + ctx_.grads[0][t].numel()));
       continue;
     }
     // Error feedback: M <- M + e, and e <- M (the decode subtracts the approximation from it).
     for (int l = 0; l < L; ++l) {
       const Tensor e = state_.view(mx.residual[l]);
-      const Tensor g = ctx_.grads[l][t].reshaped(e.shape());
-      be.axpy(1.f, e, g);
-      be.copy(e, g);
+      be.axpy(1.f, e, ctx_.grads[l][t]);
+      be.copy(e, ctx_.grads[l][t]);
     }
     const Tensor q = q_state_of(t);
     be.orthogonalize_columns(q, 0.f);
@@ -194,8 +194,7 @@ void PowerSgdScheme::compute_q(Bucket& b) {
     const Matrix& mx = matrices_[t];
     if (mx.rank == 0) {
       const int64_t at = b.sum_at[t - b.range.begin];
-      const Tensor g = out[t].reshaped(Shape{out[t].numel()});
-      be.decode_f32_sum(b.sums.slice0(at, at + g.numel()), ctx_.num_workers, g);
+      be.decode_f32_sum(b.sums.slice0(at, at + out[t].numel()), ctx_.num_workers, out[t]);
       continue;
     }
     const Tensor p = p_of(b, t);
@@ -213,11 +212,10 @@ void PowerSgdScheme::decode(Bucket& b) {
     if (mx.rank == 0) continue;
     const Tensor q = q_work_of(b, t);
     be.scale(1.f / static_cast<float>(ctx_.num_workers), q);
-    const Tensor approx = matrix_of(target, t);
-    be.matmul(q, false, p_of(b, t), true, 0.f, approx);
+    be.matmul(q, false, p_of(b, t), true, 0.f, matrix_of(target, t));
     be.copy(q_state_of(t), q);  // the next step's warm start
-    const Tensor flat = approx.reshaped(Shape{approx.numel()});
-    for (int l = 0; l < ctx_.local_workers; ++l) be.axpy(-1.f, flat, state_.view(mx.residual[l]));
+    const Tensor& approx = ctx_.grads[target][t];
+    for (int l = 0; l < ctx_.local_workers; ++l) be.axpy(-1.f, approx, state_.view(mx.residual[l]));
   }
   ctx_.copy_to_other_targets(b.range);
 }
@@ -230,8 +228,7 @@ ExchangeStats PowerSgdScheme::byte_model() const {
   s.payload_bytes = 4 * (first + second);
   s.moved_bytes =
       Communicator::allreduce_moved_bytes(4 * first, n) + Communicator::allreduce_moved_bytes(4 * second, n);
-  s.fp32_payload_bytes = 4ull * ctx_.codec->policy().total_elements();
-  s.fp32_moved_bytes = Communicator::allreduce_moved_bytes(s.fp32_payload_bytes, n);
+  DensePart::set_fp32_equivalent(ctx_, s);
   return s;
 }
 
