@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "common/fashion_mnist.h"
@@ -124,8 +125,9 @@ void check_probe(const ProbeCase& pc) {
   // The definition: the fp32 mean (+ weight decay) against the decoded average, per ternary tensor.
   EXPECT_EQ(q.step, 4);
   ASSERT_EQ(q.tensors.size(), 2u);
-  const std::vector<float>& scalers = ternary.shared_scalers();
-  const std::vector<double>& zeros = ternary.zero_fractions();
+  // The scheme's summaries of the step, per tensor (what the probe reports).
+  std::map<std::pair<std::string, int>, double> summary;
+  for (const TensorSummary& x : ternary.summaries()) summary[{x.quantity, x.tensor}] = x.value;
   double all_e2 = 0, all_r2 = 0;
   int64_t at = 0, k = 0;
   for (size_t t = 0; t < kParams.size(); ++t) {
@@ -145,11 +147,18 @@ void check_probe(const ProbeCase& pc) {
     EXPECT_EQ(got.numel, kParams[t].numel);
     EXPECT_NEAR(got.relative_error, std::sqrt(e2 / r2), 1e-4 * std::sqrt(e2 / r2));
     EXPECT_GT(got.relative_error, 0.05) << "ternary codes are not the fp32 average";
-    float s = 0;
-    for (int j = 0; j < plan.num_scalers; ++j) s = std::max(s, scalers[plan.scaler_index + j]);
+    ASSERT_EQ(summary.count({"scaler", static_cast<int>(t)}), 1u);
+    const float s = static_cast<float>(summary.at({"scaler", static_cast<int>(t)}));
     EXPECT_EQ(got.scaler, s);
+    if (plan.num_scalers == 1)  // the decoded average of two workers' codes is s * (c0 + c1) / 2, c in {-1, 0, 1}
+      for (int64_t i = 0; i < kParams[t].numel; ++i) {
+        const float m = 2 * decoded[at + i] / s;
+        ASSERT_NEAR(m, std::round(m), 1e-5) << kParams[t].name << " element " << i << ": not a multiple of s/2";
+        ASSERT_LE(std::fabs(m), 2.f + 1e-5f);
+      }
     EXPECT_EQ(got.num_scalers, plan.num_scalers);
-    EXPECT_DOUBLE_EQ(got.nonzero_fraction, 1.0 - zeros[plan.ternary_index]);
+    ASSERT_EQ(summary.count({"zero_fraction", static_cast<int>(t)}), 1u);
+    EXPECT_DOUBLE_EQ(got.nonzero_fraction, 1.0 - summary.at({"zero_fraction", static_cast<int>(t)}));
     EXPECT_GT(got.nonzero_fraction, 0.0);
     EXPECT_LT(got.nonzero_fraction, 1.0);
     all_e2 += e2;

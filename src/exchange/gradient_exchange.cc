@@ -214,13 +214,13 @@ bool GradientExchange::advance(bool block) {
   if (comm_thread_) post_next();
   if (moved || !block || !comm_thread_) return moved;
   // Nothing could move. Rather than sit waiting, decode a finished bucket's average that was left coded for the
-  // optimizer (GradientScheme::decode_deferred: the same bits; what arrives after the wait stays coded and is
+  // optimizer (CodedUpdate::decode_deferred: the same bits; what arrives after the wait stays coded and is
   // decoded inside the update, what arrived before costs nothing the step was not waiting anyway).
   const int S = static_cast<int>(stages_.size());
   for (Bucket& b : buckets_) {
-    if (b.stage != S) continue;
+    if (!coded_ || b.stage != S) continue;
     const auto t0 = Clock::now();
-    if (!scheme_->decode_deferred(static_cast<int>(&b - buckets_.data()))) continue;
+    if (!coded_->decode_deferred(static_cast<int>(&b - buckets_.data()))) continue;
     const auto t1 = Clock::now();
     times_.add(Phase::kDecode, seconds_between(t0, t1));
     if (timeline_ && timeline_->recording())
@@ -302,22 +302,23 @@ ExchangeStats GradientExchange::finish() {
 }
 
 void GradientExchange::defer_decode() {
-  TG_CHECK(scheme_->can_defer_decode(), "gradient exchange: the {} scheme cannot leave its average coded",
-           scheme_->name());
+  CodedUpdate* coded = scheme_->coded_update();
+  TG_CHECK(coded, "gradient exchange: the {} scheme cannot leave its average coded", scheme_->name());
   TG_CHECK(!in_step_, "gradient exchange: defer_decode() inside a step");
-  scheme_->defer_decode();
+  coded->defer_decode();
+  coded_ = coded;
 }
 
 const std::vector<CodedAverage>* GradientExchange::coded_averages() const {
-  const std::vector<CodedAverage>& c = scheme_->coded_averages();
-  return c.empty() ? nullptr : &c;
+  return coded_ && !coded_->coded_averages().empty() ? &coded_->coded_averages() : nullptr;
 }
 
 void GradientExchange::decode_deferred_now() {
   TG_CHECK(!in_step_, "gradient exchange: decode_deferred_now() inside a step (after finish() only)");
+  if (!coded_) return;
   const auto t0 = Clock::now();
   bool any = false;
-  for (int b = 0; b < num_buckets(); ++b) any = scheme_->decode_deferred(b) || any;
+  for (int b = 0; b < num_buckets(); ++b) any = coded_->decode_deferred(b) || any;
   if (any) times_.add(Phase::kDecode, seconds_between(t0, Clock::now()));
 }
 
@@ -351,30 +352,7 @@ ExchangeStats GradientExchange::run(uint32_t step) {
 }
 
 // ---- summaries ---------------------------------------------------------------------------------------------
-const std::vector<float>& GradientExchange::shared_scalers() {
-  const Tensor s = scheme_->shared_scalers();
-  host_scalers_.assign(s.defined() ? static_cast<size_t>(s.numel()) : 0, 0.f);
-  if (s.defined() && s.numel() > 0)
-    be_.copy(Tensor(host_scalers_.data(), Shape{s.numel()}, DType::kF32, Device::cpu()), s);
-  return host_scalers_;
-}
-
-const std::vector<double>& GradientExchange::zero_fractions() {
-  const Tensor z = scheme_->zero_codes();
-  const int64_t n = z.defined() ? z.numel() : 0;
-  std::vector<int32_t> h(static_cast<size_t>(n));
-  if (n > 0) be_.copy(Tensor(h.data(), Shape{n}, DType::kI32, Device::cpu()), z);
-  const std::vector<int64_t> counted = scheme_->zero_code_elements();
-  std::vector<int64_t> numel(static_cast<size_t>(codec_.policy().num_ternary()), 0);
-  for (const TensorCodingPlan& t : codec_.policy().tensors())
-    if (t.ternary_index >= 0) numel[static_cast<size_t>(t.ternary_index)] = t.numel;
-  host_zero_fractions_.assign(h.size(), std::numeric_limits<double>::quiet_NaN());
-  for (size_t i = 0; i < h.size(); ++i) {
-    const int64_t of = i < counted.size() ? counted[i] : (i < numel.size() ? numel[i] : 0);
-    if (of > 0) host_zero_fractions_[i] = static_cast<double>(h[i]) / static_cast<double>(of);
-  }
-  return host_zero_fractions_;
-}
+std::vector<TensorSummary> GradientExchange::summaries() const { return scheme_->summaries(); }
 
 bool GradientExchange::take_nonfinite_flag() {
   const Tensor f = scheme_->nonfinite_flag();

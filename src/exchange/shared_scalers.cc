@@ -1,5 +1,9 @@
-// SharedScalers: the ternary schemes' scalers, their MAX and its checks.
+// SharedScalers: the ternary schemes' scalers, their MAX, its checks and its summaries.
 #include "src/exchange/shared_scalers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace tg {
 
@@ -43,6 +47,33 @@ void SharedScalers::check(TensorRange r, const RangeLayout& l, uint32_t step) {
     be.copy(Tensor(host_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()), shared);
     ctx_.codec->check_scalers(host_.data(), r, step);
   }
+}
+
+std::vector<TensorSummary> SharedScalers::summaries(const Tensor& zero_codes,
+                                                    const std::vector<int64_t>& counted) const {
+  Backend& be = *ctx_.backend;
+  const CompressionPolicy& p = ctx_.codec->policy();
+  std::vector<float> scalers(static_cast<size_t>(p.num_scalers()));
+  if (!scalers.empty()) be.copy(Tensor(scalers.data(), Shape{shared_.numel()}, DType::kF32, Device::cpu()), shared_);
+  std::vector<int32_t> zeros(zero_codes.defined() ? static_cast<size_t>(zero_codes.numel()) : 0);
+  if (!zeros.empty()) be.copy(Tensor(zeros.data(), Shape{zero_codes.numel()}, DType::kI32, Device::cpu()), zero_codes);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<TensorSummary> out;
+  for (int i = 0; i < p.num_tensors(); ++i) {
+    const TensorCodingPlan& t = p.tensors()[i];
+    if (t.ternary_index < 0) continue;
+    double s = 0;
+    for (int k = 0; k < t.num_scalers; ++k) {
+      const float v = scalers[static_cast<size_t>(t.scaler_index + k)];
+      s = std::isfinite(v) && std::isfinite(s) ? std::max(s, static_cast<double>(v)) : nan;
+    }
+    out.push_back({"scaler", i, s});
+    if (zeros.empty()) continue;
+    const size_t ti = static_cast<size_t>(t.ternary_index);
+    const int64_t of = counted.empty() ? t.numel : counted[ti];
+    if (of > 0) out.push_back({"zero_fraction", i, static_cast<double>(zeros[ti]) / static_cast<double>(of)});
+  }
+  return out;
 }
 
 }  // namespace tg

@@ -4,7 +4,7 @@
 // non-finite scaler counting as +Inf, so the MAX carries it to every worker and all stop with the same error,
 // none left waiting in a collective); the all-reduce MAX over a group; and the checks of the shared values: a
 // device flag raised by any non-finite one (read before a checkpoint), and on the CPU a host check that stops the
-// step with an error naming the tensor and step.
+// step with an error naming the tensor and step. It also reports them (the schemes' summaries).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,12 @@ class SharedScalers {
   // The device flag raised by any non-finite shared scaler of the range; on the CPU (ExchangeOptions::
   // host_scaler_check) also copied to the host and checked: an error naming tensor and step.
   void check(TensorRange r, const RangeLayout& l, uint32_t step);
+
+  // The last step's summaries, on the host: per ternary tensor "scaler" (its shared scaler; with --scaler_bucket
+  // the largest of its buckets', NaN when any is not finite) and "zero_fraction" (of the codes zero_codes counted:
+  // i32 (num_ternary) on the device, each of counted[t] codes, or of the whole tensor when counted is empty; left
+  // out for a tensor of which none were counted, and for all when zero_codes is undefined).
+  std::vector<TensorSummary> summaries(const Tensor& zero_codes, const std::vector<int64_t>& counted = {}) const;
 
   const Tensor& shared() const { return shared_; }  // f32 (num_scalers)
   const Tensor& flag() const { return flag_; }      // i32 (1)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "terngrad/core/error.h"
@@ -54,8 +55,14 @@ void QuantizationProbe::reference(GradientExchange& fp32, uint32_t step) {
 const QuantizationReport& QuantizationProbe::measure(GradientExchange& ternary, int64_t step) {
   const Clock::time_point t0 = Clock::now();
   ternary.decode_deferred_now();
-  const std::vector<float>& scalers = ternary.shared_scalers();
-  const std::vector<double>& zeros = ternary.zero_fractions();
+  // The scheme's per-tensor scaler and zero fraction (a tensor of which this rank drew no codes has none: NaN).
+  const size_t T = grads_.size();
+  std::vector<float> scaler(T, 0.f);
+  std::vector<double> zeros(T, std::numeric_limits<double>::quiet_NaN());
+  for (const TensorSummary& s : ternary.summaries()) {
+    if (std::strcmp(s.quantity, "scaler") == 0) scaler[static_cast<size_t>(s.tensor)] = static_cast<float>(s.value);
+    if (std::strcmp(s.quantity, "zero_fraction") == 0) zeros[static_cast<size_t>(s.tensor)] = s.value;
+  }
   report_.step = step;
   report_.tensors.clear();
   double err2 = 0, ref2 = 0, nonzero = 0, elements = 0;
@@ -71,10 +78,9 @@ const QuantizationReport& QuantizationProbe::measure(GradientExchange& ternary, 
     be_.axpy(-1.f, grads_[i], fp32_views_[i]);
     const double e2 = be_.sum_squares(fp32_views_[i]);
     q.relative_error = r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    for (int k = 0; k < t.num_scalers && t.scaler_index + k < static_cast<int>(scalers.size()); ++k)
-      q.scaler = std::max(q.scaler, scalers[t.scaler_index + k]);
+    q.scaler = scaler[i];
     // The share of non-zero codes among those this rank drew (a tensor of which it drew none: NaN, left out).
-    const double z = t.ternary_index < static_cast<int>(zeros.size()) ? zeros[t.ternary_index] : 1.0;
+    const double z = zeros[i];
     q.nonzero_fraction = 1.0 - z;
     err2 += e2;
     ref2 += r2;

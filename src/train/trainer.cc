@@ -212,16 +212,16 @@ void Trainer::Impl::build_exchanges() {
     if (fp32_too) r.fp32 = make(fp32_policy);
     r.overlap = r.exchange->overlapped();
     Worker& first = workers[r.workers[0]];
-    // The ternary schemes add the weight decay in their scalers' pass, which reads every gradient anyway:
+    // A scheme that reads every gradient anyway (TernGrad's scalers' pass) adds the weight decay in that pass:
     // backward's axpy and its pass go (during an fp32 warm-up backward adds it: replica_step). f32 steps only (a
     // loss-scaled step's gradients are checked for overflow before the exchange).
     if (r.exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
       r.exchange->apply_weight_decay(first.net->weight_decay_terms());
       r.exchange_decays = true;
     }
-    // TernGrad: the optimizer decodes the ternary average in its own pass (Optimizer::apply's coded averages), so
-    // the averaged gradient is never written to memory and read back.
-    if (cfg.decode_in_update && r.exchange->scheme().can_defer_decode()) r.exchange->defer_decode();
+    // A scheme with a coded update: the optimizer decodes the average in its own pass (Optimizer::apply's coded
+    // averages), so the averaged gradient is never written to memory and read back.
+    if (cfg.decode_in_update && r.exchange->scheme().coded_update()) r.exchange->defer_decode();
     if (cfg.quantization_error_every > 0) {
       const std::vector<Tensor>& target = first.grad_views;
       r.probe = std::make_unique<QuantizationProbe>(*r.backend, policy, target, first.net->grads().flat_bytes(),

@@ -379,17 +379,15 @@ void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
   for (Replica& r : replicas) {
     if (!r.exchange->take_nonfinite_flag()) continue;
     bad = 1;
-    const std::vector<float>& s = r.exchange->shared_scalers();
-    for (const TensorCodingPlan& t : policy.tensors())
-      for (int k = 0; k < t.num_scalers; ++k)
-        if (tensor.empty() && t.scaler_index + k < static_cast<int>(s.size()) && !std::isfinite(s[t.scaler_index + k]))
-          tensor = t.name;
+    for (const TensorSummary& q : r.exchange->summaries())
+      if (tensor.empty() && !std::isfinite(q.value))
+        tensor = fmt::format("{} of tensor {}", q.quantity, policy.tensors()[q.tensor].name);
   }
   if (process_comm) process_comm->allreduce(&bad, 1, DType::kI32, ReduceOp::kMax);
   TG_CHECK(bad == 0,
            "a shared gradient scaler was not finite at a step up to {} ({}): no checkpoint written at step {}; the "
            "last checkpoint ({}) stays intact",
-           steps_done, tensor.empty() ? "on another process" : "tensor " + tensor, steps_done,
+           steps_done, tensor.empty() ? "on another process" : tensor, steps_done,
            kept_steps.empty() ? std::string("none") : checkpoint_path(cfg.train_dir, kept_steps.back()));
 }
 

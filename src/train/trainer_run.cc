@@ -41,8 +41,8 @@ void Trainer::Impl::write_timeline() {
   }
 }
 
-// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and per ternary
-// tensor the shared scaler and the zero fraction of the codes this rank drew.
+// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and the exchange
+// scheme's per-tensor quantities ("<quantity>/<tensor>": TernGrad's shared scaler and zero fraction, ...).
 void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
                                     const PhaseTimes& time) {
   const Net& last = *workers.back().net;
@@ -62,21 +62,9 @@ void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr,
   for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
   const bool warm = in_warmup(step - 1);  // the logged step (1-based) is step - 1 counted from 0
   if (cfg.fp32_warmup_steps > 0) v.push_back({"exchange/fp32_warmup", warm ? 1.f : 0.f});
-  if (warm) {  // no ternary scalers this step
-    events.scalars(step, v);
-    return;
-  }
-  const auto& scalers = replicas[0].exchange->shared_scalers();
-  const auto& zeros = replicas[0].exchange->zero_fractions();
-  for (const auto& t : policy.tensors()) {
-    if (t.scaler_index < 0 || t.scaler_index + t.num_scalers > static_cast<int>(scalers.size())) continue;
-    // The tensor's scaler (with --scaler_bucket: the largest of its buckets').
-    float s = 0.f;
-    for (int k = 0; k < t.num_scalers; ++k) s = std::max(s, scalers[t.scaler_index + k]);
-    v.push_back({"scaler/" + t.name, s});
-    if (t.ternary_index >= 0 && t.ternary_index < static_cast<int>(zeros.size()) && !std::isnan(zeros[t.ternary_index]))
-      v.push_back({"zero_fraction/" + t.name, static_cast<float>(zeros[t.ternary_index])});
-  }
+  if (!warm)  // the warm-up's fp32 exchange reports no quantities
+    for (const TensorSummary& q : replicas[0].exchange->summaries())
+      v.push_back({std::string(q.quantity) + "/" + policy.tensors()[q.tensor].name, static_cast<float>(q.value)});
   events.scalars(step, v);
 }
 

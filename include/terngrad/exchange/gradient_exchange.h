@@ -71,11 +71,11 @@ class GradientExchange {
   // What apply_weight_decay handed over (empty without it).
   const WeightDecayTerms& weight_decay() const { return weight_decay_; }
 
-  // Before the first step: the ternary tensors' average stays coded after finish() (the target's gradients of
-  // those tensors are not written; GradientScheme::defer_decode), for Optimizer::apply to decode inside its update
-  // from coded_averages(). Refused unless scheme().can_defer_decode() and the average has one target worker.
+  // Before the first step: part of the average stays coded after finish() (the target's gradients of those
+  // tensors are not written; CodedUpdate::defer_decode), for Optimizer::apply to decode inside its update from
+  // coded_averages(). Refused unless scheme().coded_update() and the average has one target worker.
   void defer_decode();
-  // With defer_decode: per policy tensor the average still coded (defined for the ternary tensors), valid from
+  // With defer_decode: per policy tensor the average still coded (defined for the tensors left coded), valid from
   // finish() until the next begin(); nullptr otherwise.
   const std::vector<CodedAverage>* coded_averages() const;
   // With defer_decode, after finish(): decodes every average still coded into the target's gradients now (the
@@ -93,13 +93,10 @@ class GradientExchange {
   const GradientCodec& codec() const { return codec_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
-  // Of the last step: the shared scalers, and per ternary tensor the fraction of the codes this rank drew that
-  // are zero (GradientScheme::zero_codes; NaN for a tensor of which it drew none) (summaries, the quantization
-  // probe; on a GPU each call copies them to the host, a synchronization); empty for schemes without scalers.
-  const std::vector<float>& shared_scalers();
-  const std::vector<double>& zero_fractions();
-  // Whether a shared scaler was not finite at any step since the last call (reads the scheme's device flag: a
-  // synchronization on a GPU; call it before writing a checkpoint), and clears the flag.
+  // Of the last step: the scheme's per-tensor quantities (GradientScheme::summaries; on a GPU a synchronization).
+  std::vector<TensorSummary> summaries() const;
+  // Whether the scheme's health flag (GradientScheme::nonfinite_flag) was raised at any step since the last call
+  // (a synchronization on a GPU; call it before writing a checkpoint), and clears it.
   bool take_nonfinite_flag();
 
  private:
@@ -139,8 +136,7 @@ class GradientExchange {
   PhaseTimes times_;
   std::vector<Communicator*> groups_;  // distinct groups of ctx_.comms (for the wire counters)
   uint64_t wire_before_[3] = {0, 0, 0};
-  std::vector<float> host_scalers_;
-  std::vector<double> host_zero_fractions_;
+  CodedUpdate* coded_ = nullptr;   // the scheme's, after defer_decode()
   WeightDecayTerms weight_decay_;  // apply_weight_decay's (SchemeContext::weight_decay points here)
 };
 

@@ -83,6 +83,32 @@ struct SchemeContext {
   void add_unfused_weight_decay(TensorRange r, bool ternary_fused) const;
 };
 
+// One per-tensor quantity a scheme reports after a step (GradientScheme::summaries).
+struct TensorSummary {
+  const char* quantity = "";  // "scaler", "zero_fraction", ...
+  int tensor = 0;             // index in the policy
+  double value = 0;           // as the step computed it (a quantity not measured is left out, so NaN is a NaN)
+};
+
+// A scheme's optional fused update (--decode_in_update): part of the average stays coded after the step and the
+// optimizer decodes it inside its own update (Optimizer::apply's coded averages, Backend::optimizer_update_coded),
+// one pass over those gradients fewer. The same bits as decoding in the scheme's last stage.
+class CodedUpdate {
+ public:
+  virtual ~CodedUpdate() = default;
+  // Before the first step (after plan): from now on the decode stage leaves the coded tensors' gradients unwritten
+  // and coded_averages() describes their averages instead.
+  virtual void defer_decode() = 0;
+  // One entry per policy tensor, defined for those whose average stays coded (views of the scheme's buffers,
+  // valid after each step's last stage until the next step begins); empty before defer_decode.
+  virtual const std::vector<CodedAverage>& coded_averages() const = 0;
+  // When bucket `bucket` has been through every stage and the scheduler would otherwise sit waiting for the
+  // network: decode its coded averages into the target's gradients now (the decode stage's work, done in time that
+  // would be idle) and leave their entries of coded_averages() undefined until the next step. False when the
+  // bucket has nothing left to decode.
+  virtual bool decode_deferred(int bucket) = 0;
+};
+
 class GradientScheme {
  public:
   explicit GradientScheme(SchemeContext& ctx) : ctx_(ctx) {}
@@ -106,33 +132,18 @@ class GradientScheme {
   // over the gradients anyway, so backward need not make one.
   virtual bool applies_weight_decay() const { return false; }
 
-  // Whether the scheme can leave its ternary tensors' average coded after the step (defer_decode), for the
-  // optimizer to decode inside its update (Backend::optimizer_update_coded): one pass over those gradients fewer.
-  virtual bool can_defer_decode() const { return false; }
-  // Before the first step (after plan), only when can_defer_decode(): from now on the decode stage leaves the
-  // ternary tensors' gradients unwritten and coded_averages() describes their averages instead.
-  virtual void defer_decode() { TG_THROW("the {} scheme cannot leave its average coded", name()); }
-  // With defer_decode: one entry per policy tensor, defined for those whose average stays coded (views of the
-  // scheme's buffers, valid after each step's last stage until the next step begins); empty otherwise.
-  virtual const std::vector<CodedAverage>& coded_averages() const { return no_coded_averages_; }
-  // With defer_decode, when bucket `bucket` has been through every stage and the scheduler would otherwise sit
-  // waiting for the network: decode its coded averages into the target's gradients now (the decode stage's work,
-  // done in time that would be idle) and leave their entries of coded_averages() undefined until the next step.
-  // The same bits either way. False when the bucket has nothing left to decode.
-  virtual bool decode_deferred(int /*bucket*/) { return false; }
+  // The optional capability of leaving part of the average coded for the optimizer (CodedUpdate); null: none.
+  virtual CodedUpdate* coded_update() { return nullptr; }
 
-  // Per-rank state the scheme carries from step to step (error-feedback residuals): checkpointed per rank, on
-  // the device; nullptr when it has none.
+  // Per-rank state the scheme carries from step to step (error-feedback residuals, low-rank factors):
+  // checkpointed per rank, on the device; nullptr when it has none.
   virtual Slab* rank_state() { return nullptr; }
-  // Ternary schemes: the shared scaler of each ternary tensor and the zero-code count per ternary tensor of the
-  // codes this rank drew at the last step (terngrad: local worker 0's; hierarchical: the node's average, this
-  // rank's part of each tensor), on the device (summaries, the quantization probe); undefined tensors otherwise.
-  virtual Tensor shared_scalers() const { return Tensor(); }
-  virtual Tensor zero_codes() const { return Tensor(); }
-  // How many codes zero_codes() counted per ternary tensor; empty: each whole tensor (its numel).
-  virtual std::vector<int64_t> zero_code_elements() const { return {}; }
-  // A device flag (i32 (1)) set when any shared scaler of any step since the last clear was not finite: read
-  // before a checkpoint is written, so a NaN never reaches one. Undefined when the scheme has no scalers.
+  // Per-tensor quantities of the last step, copied to the host (a synchronization on a GPU): TensorBoard's
+  // "<quantity>/<tensor>" scalars, the quantization probe. Empty when the scheme reports none.
+  virtual std::vector<TensorSummary> summaries() const { return {}; }
+  // The scheme's health: a device flag (i32 (1)) set when a quantity every worker shares (a scaler) was not finite
+  // at any step since the last clear: read before a checkpoint is written, so a NaN never reaches one (summaries()
+  // then name the tensor). Undefined when the scheme has nothing to watch.
   virtual Tensor nonfinite_flag() const { return Tensor(); }
   // A short description for the start-of-run log ("allgather2, error feedback").
   virtual std::string describe() const { return name(); }
@@ -140,9 +151,6 @@ class GradientScheme {
  protected:
   SchemeContext& ctx_;
   uint32_t step_ = 0;
-
- private:
-  std::vector<CodedAverage> no_coded_averages_;
 };
 
 }  // namespace tg

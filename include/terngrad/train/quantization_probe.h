@@ -3,9 +3,10 @@
 // the run's own ternary exchange exactly as on any other step. Per ternary tensor it reports
 //   relative_error     ||decoded average - fp32 average|| / ||fp32 average|| (2-norms; the weight decay the
 //                      exchange adds is in both)
-//   nonzero_fraction   the fraction of the codes this rank drew that are not 0 (GradientScheme::zero_codes:
-//                      terngrad's local worker 0, hierarchical's node average on this rank's part)
-//   scaler             the shared scaler (with --scaler_bucket: the largest of the tensor's buckets')
+//   nonzero_fraction   the fraction of the codes this rank drew that are not 0 (the scheme's "zero_fraction"
+//                      summary: terngrad's local worker 0, hierarchical's node average on this rank's part)
+//   scaler             the shared scaler (the scheme's "scaler" summary: with --scaler_bucket the largest of the
+//                      tensor's buckets')
 // The ternary exchange sees the very gradients it sees without the probe (they are kept and put back around the
 // fp32 exchange), so the run's bits do not change; the cost (one fp32 exchange, two copies of the gradients,
 // the norms: host synchronisations on a GPU) falls on probe steps only. With error feedback the decoded average

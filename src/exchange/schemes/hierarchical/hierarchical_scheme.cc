@@ -362,12 +362,14 @@ void HierarchicalScheme::scatter(Bucket& b) {
   ctx_.copy_to_other_targets(b.range);
 }
 
-bool HierarchicalScheme::can_defer_decode() const { return ctx_.comms.cross && ctx_.codec->policy().num_ternary() > 0; }
+CodedUpdate* HierarchicalScheme::coded_update() {
+  return ctx_.comms.cross && ctx_.codec->policy().num_ternary() > 0 ? this : nullptr;
+}
 
 // The coded averages are views of the node's blocks (fixed at plan time) in L parts, a part per local rank's
 // block: every step's exchange refills the buffers they view.
 void HierarchicalScheme::defer_decode() {
-  TG_CHECK(can_defer_decode(),
+  TG_CHECK(coded_update(),
            "the hierarchical scheme leaves its average coded only with several nodes and ternary tensors");
   TG_CHECK(ctx_.targets.size() == 1,
            "the hierarchical scheme leaves its average coded for one target worker only, not {}", ctx_.targets.size());

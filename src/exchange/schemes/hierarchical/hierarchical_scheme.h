@@ -44,7 +44,7 @@
 
 namespace tg {
 
-class HierarchicalScheme final : public GradientScheme {
+class HierarchicalScheme final : public GradientScheme, public CodedUpdate {
  public:
   explicit HierarchicalScheme(SchemeContext& ctx);
   const char* name() const override { return "hierarchical"; }
@@ -55,14 +55,15 @@ class HierarchicalScheme final : public GradientScheme {
   bool applies_weight_decay() const override { return true; }  // in the scalers' pass
   void begin_step(uint32_t step) override;
   // Several nodes and ternary tensors: the average can stay coded (the node's gathered codes, in parts).
-  bool can_defer_decode() const override;
+  CodedUpdate* coded_update() override;
   void defer_decode() override;
   const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
   bool decode_deferred(int bucket) override;
-  Tensor shared_scalers() const override { return scalers_->shared(); }
-  // Several nodes: the zero codes of the node's average on this rank's part of each ternary tensor.
-  Tensor zero_codes() const override { return zero_codes_; }
-  std::vector<int64_t> zero_code_elements() const override { return zero_code_elements_; }
+  // Per ternary tensor its shared scaler and (several nodes) the zero fraction of the node's average on this
+  // rank's part of it.
+  std::vector<TensorSummary> summaries() const override {
+    return scalers_->summaries(zero_codes_, zero_code_elements_);
+  }
   Tensor nonfinite_flag() const override { return scalers_->flag(); }
   std::string describe() const override;
 

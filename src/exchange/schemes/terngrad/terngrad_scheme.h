@@ -15,6 +15,7 @@
 // On the CPU the shared scalers are checked on the host every step (the step stops with an error naming the
 // tensor and step on every worker); on every device a non-finite shared scaler also sets the scheme's device
 // flag (nonfinite_flag()), which the trainer reads before writing a checkpoint.
+// Summaries: per ternary tensor its shared scaler and the zero fraction of local worker 0's codes.
 #pragma once
 
 #include <memory>
@@ -29,7 +30,7 @@
 
 namespace tg {
 
-class TernGradScheme final : public GradientScheme {
+class TernGradScheme final : public GradientScheme, public CodedUpdate {
  public:
   explicit TernGradScheme(SchemeContext& ctx);
   const char* name() const override { return "terngrad"; }
@@ -38,14 +39,14 @@ class TernGradScheme final : public GradientScheme {
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
   bool applies_weight_decay() const override { return true; }  // in the scalers' pass
-  bool can_defer_decode() const override { return true; }
+  CodedUpdate* coded_update() override { return this; }
   void defer_decode() override;
   const std::vector<CodedAverage>& coded_averages() const override { return deferred_.current(); }
   bool decode_deferred(int bucket) override;
   void begin_step(uint32_t step) override;
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
-  Tensor shared_scalers() const override { return scalers_->shared(); }
-  Tensor zero_codes() const override { return zero_codes_; }
+  // Per ternary tensor its shared scaler and the zero fraction of local worker 0's codes.
+  std::vector<TensorSummary> summaries() const override { return scalers_->summaries(zero_codes_); }
   Tensor nonfinite_flag() const override { return scalers_->flag(); }
   std::string describe() const override;
 
