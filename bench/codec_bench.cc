@@ -20,8 +20,8 @@
 //   decode          ternary_decode_gathered_cpu of 2 (--workers) workers' gathered codes
 //   total           scalers + encode + decode: one worker's codec work in a step of the allgather2 exchange
 //   total_ops       the same three through the CPU backend's codec ops (Backend::ternary_scaler, ternary_encode,
-//                   ternary_decode_gathered over Tensor views, the scaler an f32 (1) tensor): what GradientCodec's
-//                   device form costs on the CPU; the difference to total is the ops' checks and views
+//                   ternary_decode_gathered over Tensor views, the scaler an f32 (1) tensor): what the schemes'
+//                   TernaryCoding costs on the CPU; the difference to total is the ops' checks and views
 //   decay_scalers   weight decay then the scalers, as before TernGrad fused them: backward's loop g += wd * w
 //                   (Backend::axpy's) and ternary_scaler_cpu (the gradient is `out`, the parameter `g`)
 //   decay_fused     the same in one pass: ternary_scaler_with_adds_cpu (TernGrad's scalers stage)

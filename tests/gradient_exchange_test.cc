@@ -245,14 +245,13 @@ TEST(GradientExchange, BadArgumentsAreErrors) {
 
 // Buckets: contiguous tensor ranges in backward order (the last tensors first), covering every tensor once,
 // closed once they hold bucket_mb of fp32 gradient.
-TEST(GradientCodec, RangeLayoutsTileTheFusedBuffers) {
+TEST(CompressionPolicy, RangeLayoutsTileTheFusedBuffers) {
   Workload wl(1);
   const CompressionPolicy pol = ternary_policy(wl);
-  GradientCodec codec(pol, 1);
   int64_t packed = 0, f32 = 0, elements = 0;
   int scalers = 0;
   for (int i = pol.num_tensors() - 1; i >= 0; --i) {  // one tensor per range, backward order
-    const RangeLayout l = codec.layout({i, i + 1});
+    const RangeLayout l = pol.layout({i, i + 1});
     packed += l.packed_bytes();
     f32 += l.f32_elements();
     elements += l.elements;
@@ -269,11 +268,11 @@ TEST(GradientCodec, RangeLayoutsTileTheFusedBuffers) {
   EXPECT_EQ(f32, pol.f32_elements());
   EXPECT_EQ(elements, pol.total_elements());
   EXPECT_EQ(scalers, pol.num_ternary());
-  const RangeLayout whole = codec.layout(codec.all());
+  const RangeLayout whole = pol.layout(pol.all());
   EXPECT_EQ(whole.packed_begin, 0);
   EXPECT_EQ(whole.packed_end, pol.packed_bytes());
-  EXPECT_THROW(codec.layout({2, 1}), Error);
-  EXPECT_THROW(codec.layout({0, pol.num_tensors() + 1}), Error);
+  EXPECT_THROW(pol.layout({2, 1}), Error);
+  EXPECT_THROW(pol.layout({0, pol.num_tensors() + 1}), Error);
 }
 
 TEST(CommunicationThread, RunsJobsInOrderAndRethrowsErrors) {

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "common/random_inputs.h"
+#include "src/exchange/schemes/terngrad/ternary_coding.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/compress/compression_policy.h"
-#include "terngrad/compress/gradient_codec.h"
 #include "terngrad/core/buffer.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/parallel.h"
@@ -734,64 +734,17 @@ CompressionPolicy ternary_policy(const std::vector<ParamInfo>& params, bool quan
   return CompressionPolicy(f, params);
 }
 
-TEST(GradientCodec, DecodesSummedCodesOfWorkers) {
-  const std::vector<ParamInfo> params = {{"a", 13}, {"b", 8}, {"c", 1}};
-  GradientCodec codec(ternary_policy(params), 31337);
-  const CompressionPolicy& pol = codec.policy();
-  ASSERT_EQ(pol.num_ternary(), 3);
-  EXPECT_EQ(pol.packed_bytes(), 4 + 2 + 1);
-  const int N = 3;
-  std::vector<std::vector<std::vector<float>>> g(N);
-  std::vector<float> shared(3, 0.f);
-  std::vector<std::vector<float>> local(N);
-  for (int w = 0; w < N; ++w) {
-    for (size_t t = 0; t < params.size(); ++t) g[w].push_back(normal_gradient(params[t].numel, 100 * w + t));
-    std::vector<Tensor> views;
-    for (auto& v : g[w]) views.push_back(host_tensor(v));
-    local[w] = codec.local_scalers(views);
-    for (int t = 0; t < 3; ++t) shared[t] = std::max(shared[t], local[w][t]);
-  }
-  std::vector<uint8_t> gathered(N * pol.packed_bytes());
-  std::vector<int8_t> sums(4 * pol.packed_bytes(), 0), codes(4 * pol.packed_bytes());
-  for (int w = 0; w < N; ++w) {
-    std::vector<Tensor> views;
-    for (auto& v : g[w]) views.push_back(host_tensor(v));
-    EncodedGradient e;
-    codec.encode(views, shared, 9, w, e);
-    std::copy(e.packed.begin(), e.packed.end(), gathered.begin() + w * pol.packed_bytes());
-    codec.unpack_codes(e.packed.data(), codes.data());
-    for (size_t i = 0; i < sums.size(); ++i) sums[i] += codes[i];
-  }
-  std::vector<std::vector<float>> out_a, out_b;
-  for (auto& p : params) {
-    out_a.emplace_back(p.numel, -1.f);
-    out_b.emplace_back(p.numel, -2.f);
-  }
-  std::vector<Tensor> va, vb;
-  for (auto& v : out_a) va.push_back(host_tensor(v));
-  for (auto& v : out_b) vb.push_back(host_tensor(v));
-  codec.decode_ternary_sums(sums.data(), shared, N, va);
-  codec.decode_ternary_gathered(gathered.data(), shared, N, vb);
-  for (size_t t = 0; t < params.size(); ++t) {
-    for (int64_t i = 0; i < params[t].numel; ++i) {
-      int ref_sum = 0;
-      for (int w = 0; w < N; ++w)
-        ref_sum += ternarize_one(g[w][t][i], shared[t], philox_key(31337, w), i, 9, static_cast<uint32_t>(t));
-      const double ref = static_cast<double>(shared[t]) * ref_sum / N;
-      ASSERT_NEAR(out_a[t][i], ref, 1e-6 * std::fabs(ref) + 1e-30) << "tensor " << t << " element " << i;
-      ASSERT_EQ(out_a[t][i], out_b[t][i]);
-    }
-  }
-}
-
-TEST(GradientCodec, NonFiniteScalerNamesTensorAndStep) {
+// The host check of the shared scalers (SharedScalers runs it on the CPU after the all-reduce MAX): an error
+// naming the tensor and the step; finite scalers pass.
+TEST(TernaryCoding, NonFiniteScalerNamesTensorAndStep) {
   const std::vector<ParamInfo> params = {{"conv1/weights", 8}, {"conv1/biases", 2}};
-  GradientCodec codec(ternary_policy(params), 1);
-  std::vector<float> a(8, 0.1f), b(2, 0.2f);
-  std::vector<Tensor> views = {host_tensor(a), host_tensor(b)};
-  EncodedGradient e;
+  const CompressionPolicy policy = ternary_policy(params);
+  const TernaryCoding coding(policy, 1);
+  const std::vector<float> good = {1.f, 0.5f}, bad = {1.f, std::numeric_limits<float>::infinity()};
+  EXPECT_NO_THROW(coding.check_scalers(good.data(), policy.all(), 7));
+  EXPECT_NO_THROW(coding.check_scalers(bad.data(), {0, 1}, 7)) << "conv1/biases is outside the range";
   try {
-    codec.encode(views, {1.f, std::numeric_limits<float>::infinity()}, 7, 0, e);
+    coding.check_scalers(bad.data(), policy.all(), 7);
     FAIL() << "expected an error";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("conv1/biases"), std::string::npos) << err.what();
@@ -799,32 +752,20 @@ TEST(GradientCodec, NonFiniteScalerNamesTensorAndStep) {
   }
 }
 
-TEST(GradientCodec, Fp16AndFp32Decode) {
+TEST(CompressionPolicy, Fp16KeepsSmallAndLogitsTensorsFp32) {
   const std::vector<ParamInfo> params = {{"w", 5}, {"small", 2}, {"logits/weights", 3}, {"logits/biases", 1}};
   CompressionFlags f;
   f.grad_bits = 16;
   f.size_to_binarize = 3;
-  GradientCodec codec(CompressionPolicy(f, params), 1);
-  const auto& t = codec.policy().tensors();
+  const CompressionPolicy policy(f, params);
+  const auto& t = policy.tensors();
   EXPECT_EQ(t[0].coding, GradCoding::kF16);
   EXPECT_EQ(t[1].coding, GradCoding::kF32);  // below size_to_binarize
   EXPECT_EQ(t[2].coding, GradCoding::kF32);  // logits, quantize_logits false
   EXPECT_EQ(t[3].coding, GradCoding::kF32);
-  std::vector<std::vector<float>> g = {{0.1f, -2.f, 3.3f, 1e-3f, 7.f}, {1.f, 2.f}, {3.f, 4.f, 5.f}, {6.f}};
-  std::vector<Tensor> views;
-  for (auto& v : g) views.push_back(host_tensor(v));
-  EncodedGradient e;
-  codec.encode(views, {}, 0, 0, e);
-  // As if two workers sent the same gradient: the sums are twice the payload.
-  std::vector<half_bits> h16(e.f16.size());
-  for (size_t i = 0; i < h16.size(); ++i) h16[i] = float_to_half(2.f * half_to_float(e.f16[i]));
-  std::vector<float> s32(e.f32.size());
-  for (size_t i = 0; i < s32.size(); ++i) s32[i] = 2.f * e.f32[i];
-  auto orig = g;
-  codec.decode_f16_sum(h16.data(), 2, views);
-  codec.decode_f32_sum(s32.data(), 2, views);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(g[0][i], half_to_float(float_to_half(orig[0][i])));
-  for (size_t t2 = 1; t2 < 4; ++t2) EXPECT_EQ(g[t2], orig[t2]);
+  EXPECT_EQ(policy.f16_elements(), 5);
+  EXPECT_EQ(policy.f32_elements(), 6);
+  EXPECT_EQ(t[3].offset, 5) << "fp32 tensors back to back in policy order";
 }
 
 TEST(CompressionPolicy, TernaryLayoutAndFilters) {

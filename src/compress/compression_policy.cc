@@ -92,4 +92,66 @@ std::string CompressionPolicy::summary() const {
       num_ternary_, ternary_elems, packed_bytes_, scalers, f16_count, f16_elements_, f32_count, f32_elements_);
 }
 
+void CompressionPolicy::check_range(TensorRange r) const {
+  TG_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= num_tensors(),
+           "compression policy: tensor range [{}, {}) outside its {} tensors", r.begin, r.end, num_tensors());
+}
+
+RangeLayout CompressionPolicy::layout(TensorRange r) const {
+  check_range(r);
+  // Each coding's tensors are laid out back to back in policy order, so a range of tensors occupies one
+  // contiguous piece of each fused buffer: it starts where the first tensor of that coding at or after
+  // r.begin starts (or where the buffer's part after r.begin would start).
+  RangeLayout l;
+  l.packed_begin = l.packed_end = packed_bytes();
+  l.f16_begin = l.f16_end = f16_elements();
+  l.f32_begin = l.f32_end = f32_elements();
+  l.scaler_begin = l.scaler_end = num_scalers();
+  l.ternary_begin = l.ternary_end = num_ternary();
+  int64_t packed = 0, f16 = 0, f32 = 0;
+  int scaler = 0, ternary = 0;
+  for (int i = 0; i <= num_tensors(); ++i) {
+    if (i == r.begin) {
+      l.packed_begin = packed, l.f16_begin = f16, l.f32_begin = f32, l.scaler_begin = scaler;
+      l.ternary_begin = ternary;
+    }
+    if (i == r.end) {
+      l.packed_end = packed, l.f16_end = f16, l.f32_end = f32, l.scaler_end = scaler, l.ternary_end = ternary;
+      break;
+    }
+    const TensorCodingPlan& t = tensors()[i];
+    if (i >= r.begin) l.elements += t.numel;
+    switch (t.coding) {
+      case GradCoding::kTernary:
+        packed += ternary_packed_bytes(t.numel);
+        scaler += t.num_scalers;
+        ++ternary;
+        break;
+      case GradCoding::kF16:
+        f16 += t.numel;
+        break;
+      case GradCoding::kF32:
+        f32 += t.numel;
+        break;
+    }
+  }
+  return l;
+}
+
+void CompressionPolicy::check_grads(const std::vector<Tensor>& grads, Device device) const {
+  TG_CHECK(static_cast<int>(grads.size()) == num_tensors(),
+           "compression policy: got {} gradient tensors, the policy has {}", grads.size(), num_tensors());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const TensorCodingPlan& t = tensors()[i];
+    const Tensor& g = grads[i];
+    TG_CHECK(g.dtype() == DType::kF32, "compression policy: gradient of '{}' is {}, expected f32", t.name,
+             dtype_name(g.dtype()));
+    TG_CHECK(g.numel() == t.numel, "compression policy: gradient of '{}' has {} elements, the policy expects {}",
+             t.name, g.numel(), t.numel);
+    TG_CHECK(g.device() == device, "compression policy: gradient of '{}' is on {}; the exchange runs on {}", t.name,
+             g.device().str(), device.str());
+    TG_CHECK(t.numel == 0 || g.raw() != nullptr, "compression policy: gradient of '{}' has no data", t.name);
+  }
+}
+
 }  // namespace tg

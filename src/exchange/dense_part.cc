@@ -3,32 +3,33 @@
 
 namespace tg {
 
-DensePart::DensePart(SchemeContext& ctx, const std::vector<TensorRange>& buckets) : ctx_(ctx), ranges_(buckets) {
+DensePart::DensePart(SchemeContext& ctx, const std::vector<TensorRange>& buckets)
+    : ctx_(ctx), coding_(*ctx.policy), ranges_(buckets) {
   if (!ctx_.comms.world) return;  // alone: averaged in place, no buffers
   std::vector<size_t> at16, at32;
   for (const TensorRange& r : ranges_) {
-    const RangeLayout l = ctx_.codec->layout(r);
+    const RangeLayout l = ctx_.policy->layout(r);
     at16.push_back(arena_.reserve(2 * static_cast<size_t>(l.f16_elements())));
     at32.push_back(arena_.reserve(4 * static_cast<size_t>(l.f32_elements())));
   }
   arena_.allocate(*ctx_.backend);
   for (size_t b = 0; b < ranges_.size(); ++b) {
-    const RangeLayout l = ctx_.codec->layout(ranges_[b]);
+    const RangeLayout l = ctx_.policy->layout(ranges_[b]);
     f16_.push_back(arena_.view(at16[b], l.f16_elements(), DType::kF16));
     f32_.push_back(arena_.view(at32[b], l.f32_elements(), DType::kF32));
   }
 }
 
 bool DensePart::empty(int bucket) const {
-  const RangeLayout l = ctx_.codec->layout(ranges_[bucket]);
+  const RangeLayout l = ctx_.policy->layout(ranges_[bucket]);
   return l.f16_elements() == 0 && l.f32_elements() == 0;
 }
 
 void DensePart::encode(int bucket) {
   if (!ctx_.comms.world) return;
-  const RangeLayout l = ctx_.codec->layout(ranges_[bucket]);
-  if (l.f16_elements() > 0) ctx_.codec->encode_f16(*ctx_.backend, ctx_.workers, ranges_[bucket], f16_[bucket]);
-  if (l.f32_elements() > 0) ctx_.codec->encode_f32(*ctx_.backend, ctx_.workers, ranges_[bucket], f32_[bucket]);
+  const RangeLayout l = ctx_.policy->layout(ranges_[bucket]);
+  if (l.f16_elements() > 0) coding_.encode_f16(*ctx_.backend, ctx_.workers, ranges_[bucket], f16_[bucket]);
+  if (l.f32_elements() > 0) coding_.encode_f32(*ctx_.backend, ctx_.workers, ranges_[bucket], f32_[bucket]);
 }
 
 void DensePart::exchange(Communicator* group, int bucket) {
@@ -44,16 +45,16 @@ void DensePart::decode(int bucket) {
   const TensorRange r = ranges_[bucket];
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   if (!ctx_.comms.world) {
-    ctx_.codec->average_local(*ctx_.backend, ctx_.workers, r, out);
+    coding_.average_local(*ctx_.backend, ctx_.workers, r, out);
     return;
   }
-  const RangeLayout l = ctx_.codec->layout(r);
-  if (l.f16_elements() > 0) ctx_.codec->decode_f16_sum(*ctx_.backend, f16_[bucket], ctx_.num_workers, r, out);
-  if (l.f32_elements() > 0) ctx_.codec->decode_f32_sum(*ctx_.backend, f32_[bucket], ctx_.num_workers, r, out);
+  const RangeLayout l = ctx_.policy->layout(r);
+  if (l.f16_elements() > 0) coding_.decode_f16_sum(*ctx_.backend, f16_[bucket], ctx_.num_workers, r, out);
+  if (l.f32_elements() > 0) coding_.decode_f32_sum(*ctx_.backend, f32_[bucket], ctx_.num_workers, r, out);
 }
 
 void DensePart::add_byte_model(ExchangeStats& s) const {
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   const int n = ctx_.num_workers;
   for (uint64_t bytes : {2ull * p.f16_elements(), 4ull * p.f32_elements()}) {
     if (bytes == 0) continue;
@@ -63,7 +64,7 @@ void DensePart::add_byte_model(ExchangeStats& s) const {
 }
 
 void DensePart::set_fp32_equivalent(const SchemeContext& ctx, ExchangeStats& s) {
-  s.fp32_payload_bytes = 4ull * ctx.codec->policy().total_elements();
+  s.fp32_payload_bytes = 4ull * ctx.policy->total_elements();
   s.fp32_moved_bytes = Communicator::allreduce_moved_bytes(s.fp32_payload_bytes, ctx.num_workers);
 }
 

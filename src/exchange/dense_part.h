@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "src/exchange/dense_coding.h"
 #include "src/exchange/exchange_arena.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
@@ -28,6 +29,7 @@ class DensePart {
 
  private:
   SchemeContext& ctx_;
+  DenseCoding coding_;
   std::vector<TensorRange> ranges_;
   ExchangeArena arena_;
   std::vector<Tensor> f16_, f32_;  // per bucket; undefined alone

@@ -1,6 +1,6 @@
 // ExchangeArena: one device allocation for all the buffers a scheme needs, planned before it is made: reserve()
 // each piece (64-byte aligned), allocate() once (zeroed on the device, so every page is touched at setup, not in
-// the first steps), then view() the pieces as tensors.
+// the first steps), then view() the pieces as tensors. fused_piece() cuts a range's piece out of such a buffer.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/core/buffer.h"
+#include "terngrad/core/error.h"
 #include "terngrad/core/tensor.h"
 
 namespace tg {
@@ -38,5 +39,15 @@ class ExchangeArena {
   Buffer storage_;
   Device device_ = Device::cpu();
 };
+
+// Elements [begin, end) of a fused buffer (any shape, seen flat) as a rank-1 view; `what` names it in errors.
+inline Tensor fused_piece(const Tensor& buf, DType dtype, int64_t begin, int64_t end, const char* what) {
+  TG_CHECK(buf.dtype() == dtype, "gradient exchange: {} {} is not {}", what, buf.str(), dtype_name(dtype));
+  TG_CHECK(0 <= begin && begin <= end && end <= buf.numel(),
+           "gradient exchange: {} {} has {} elements, the range needs [{}, {})", what, buf.str(), buf.numel(), begin,
+           end);
+  return Tensor(static_cast<char*>(buf.raw()) + begin * static_cast<int64_t>(dtype_size(dtype)), Shape{end - begin},
+                dtype, buf.device());
+}
 
 }  // namespace tg

@@ -33,7 +33,7 @@ void SchemeContext::copy_to_other_targets(TensorRange r) const {
 
 void SchemeContext::add_unfused_weight_decay(TensorRange r, bool ternary_fused) const {
   if (!weight_decay) return;
-  const CompressionPolicy& p = codec->policy();
+  const CompressionPolicy& p = *policy;
   for (int i = r.begin; i < r.end; ++i) {
     const float d = weight_decay->coefficients[i];
     if (d == 0.f || (ternary_fused && p.tensors()[i].coding == GradCoding::kTernary)) continue;
@@ -50,9 +50,9 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
 GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& policy,
                                    std::vector<std::vector<Tensor>> worker_grads, std::vector<int> targets,
                                    const ExchangeComms& comms, const ExchangeOptions& options, Timeline* timeline)
-    : be_(backend), codec_(policy, options.seed), timeline_(timeline) {
+    : be_(backend), policy_(policy), timeline_(timeline) {
   TG_CHECK(!worker_grads.empty(), "gradient exchange: no local workers");
-  for (const auto& g : worker_grads) codec_.check_grads(g, be_.device());
+  for (const auto& g : worker_grads) policy_.check_grads(g, be_.device());
   TG_CHECK(!targets.empty(), "gradient exchange: no target worker for the average");
   for (int t : targets)
     TG_CHECK(t >= 0 && t < static_cast<int>(worker_grads.size()), "gradient exchange: target worker {} outside [0, {})",
@@ -60,7 +60,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   TG_CHECK(std::isfinite(options.bucket_mb) && options.bucket_mb > 0,
            "--bucket_mb must be a positive number of MiB, got {}", options.bucket_mb);
   ctx_.backend = &be_;
-  ctx_.codec = &codec_;
+  ctx_.policy = &policy_;
   ctx_.grads = std::move(worker_grads);
   for (const auto& g : ctx_.grads) ctx_.workers.push_back(&g);
   ctx_.targets = std::move(targets);
@@ -107,7 +107,7 @@ GradientExchange::~GradientExchange() = default;
 // not after it (AlexNet's logits no longer wait for fc7's backward), and the hierarchical exchange reduces such a
 // tensor in place (hierarchical_scheme.cc).
 void GradientExchange::plan_buckets(double bucket_mb, bool one_bucket) {
-  const int T = codec_.policy().num_tensors();
+  const int T = policy_.num_tensors();
   const double limit = one_bucket ? std::numeric_limits<double>::infinity() : bucket_mb * 1024.0 * 1024.0;
   int end = T;
   double bytes = 0;
@@ -119,7 +119,7 @@ void GradientExchange::plan_buckets(double bucket_mb, bool one_bucket) {
     bytes = 0;
   };
   for (int i = T - 1; i >= 0; --i) {
-    const double tensor_bytes = 4.0 * static_cast<double>(codec_.policy().tensors()[i].numel);
+    const double tensor_bytes = 4.0 * static_cast<double>(policy_.tensors()[i].numel);
     if (bytes > 0 && bytes + tensor_bytes > limit) close_at(i + 1);
     bytes += tensor_bytes;
     if (bytes >= limit || i == 0) close_at(i);
@@ -250,7 +250,7 @@ void GradientExchange::begin(uint32_t step) {
   TG_CHECK(!in_step_, "gradient exchange: begin() of step {} while step {} is still in progress", step, step_);
   in_step_ = true;
   step_ = step;
-  ready_from_ = codec_.policy().num_tensors();
+  ready_from_ = policy_.num_tensors();
   next_post_ = 0;
   for (Bucket& b : buckets_) b = Bucket{b.range};
   times_.clear();
@@ -261,8 +261,8 @@ void GradientExchange::begin(uint32_t step) {
 
 void GradientExchange::tensors_ready(int first) {
   TG_CHECK(in_step_, "gradient exchange: tensors_ready() outside a step");
-  TG_CHECK(first >= 0 && first <= codec_.policy().num_tensors(), "gradient exchange: tensor {} outside [0, {}]", first,
-           codec_.policy().num_tensors());
+  TG_CHECK(first >= 0 && first <= policy_.num_tensors(), "gradient exchange: tensor {} outside [0, {}]", first,
+           policy_.num_tensors());
   ready_from_ = std::min(ready_from_, first);
   for (Bucket& b : buckets_)
     if (!b.ready && b.range.begin >= ready_from_) b.ready = true;
@@ -326,7 +326,7 @@ void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
   TG_CHECK(scheme_->applies_weight_decay(), "gradient exchange: the {} scheme does not apply weight decay",
            scheme_->name());
   TG_CHECK(!in_step_, "gradient exchange: apply_weight_decay() inside a step");
-  const size_t T = static_cast<size_t>(codec_.policy().num_tensors());
+  const size_t T = static_cast<size_t>(policy_.num_tensors());
   TG_CHECK(terms.params.size() == T && terms.coefficients.size() == T,
            "gradient exchange: weight decay for {} / {} tensors, the policy has {}", terms.params.size(),
            terms.coefficients.size(), T);
@@ -334,12 +334,12 @@ void GradientExchange::apply_weight_decay(WeightDecayTerms terms) {
     if (terms.coefficients[i] == 0.f) continue;
     TG_CHECK(std::isfinite(terms.coefficients[i]) && terms.coefficients[i] > 0.f,
              "gradient exchange: weight decay {} of tensor '{}' is not a positive number", terms.coefficients[i],
-             codec_.policy().tensors()[i].name);
+             policy_.tensors()[i].name);
     const Tensor& p = terms.params[i];
     TG_CHECK(
         p.defined() && p.dtype() == DType::kF32 && p.numel() == ctx_.grads[0][i].numel() && p.device() == be_.device(),
-        "gradient exchange: the decayed parameter of tensor '{}' is {}, its gradient {}",
-        codec_.policy().tensors()[i].name, p.defined() ? p.str() : std::string("undefined"), ctx_.grads[0][i].str());
+        "gradient exchange: the decayed parameter of tensor '{}' is {}, its gradient {}", policy_.tensors()[i].name,
+        p.defined() ? p.str() : std::string("undefined"), ctx_.grads[0][i].str());
   }
   weight_decay_ = std::move(terms);
   ctx_.weight_decay = &weight_decay_;

@@ -2,9 +2,9 @@
 #include "terngrad/exchange/scheme_registry.h"
 
 #include "src/exchange/schemes/dense/dense_scheme.h"
-#include "src/exchange/schemes/hierarchical/hierarchical_scheme.h"
 #include "src/exchange/schemes/none/no_exchange_scheme.h"
 #include "src/exchange/schemes/powersgd/powersgd_scheme.h"
+#include "src/exchange/schemes/terngrad/hierarchical_scheme.h"
 #include "src/exchange/schemes/terngrad/terngrad_scheme.h"
 #include "terngrad/core/error.h"
 

@@ -274,8 +274,9 @@ class Backend {
   void ema_update(float decay, const Tensor& w, const Tensor& ema);
 
   // ---- gradient codec ----------------------------------------------------------------------------------
-  // The per-tensor operations of the gradient codings; GradientCodec (terngrad/compress/gradient_codec.h)
-  // strings them over a policy's tensors and fused buffers. terngrad/math/ternary_math.h defines the scaler
+  // The per-tensor operations of the gradient codings; the schemes' range codings (TernaryCoding in
+  // src/exchange/schemes/terngrad/, DenseCoding in src/exchange/) string them over a policy's tensors and fused
+  // buffers. terngrad/math/ternary_math.h defines the scaler
   // (including the order of its double sums), the codes, the packed format and the decode; every backend
   // gives the same bits (the CPU's loops are the reference; tests/codec_ops_test.cc compares the CUDA kernels
   // with them on a machine with a GPU).

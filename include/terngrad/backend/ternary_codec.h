@@ -3,7 +3,7 @@
 // fp16/fp32 sums and averages. kernels/ternary_kernels.cu has the same operations for CUDA
 // (terngrad/backend/ternary_cuda.h). Both are compiled into the backend library (src/backend/cpu/ternary_codec.cc
 // and dense_codec.cc, kernels/), whose codec ops (Backend::ternary_scaler ..., terngrad/backend/backend.h) call them;
-// GradientCodec's host-pointer methods call these functions directly.
+// the tests and the codec benchmark call these functions directly.
 //
 // Every function runs on the calling thread's compute team (terngrad/core/parallel.h: call it from the
 // compute thread) with vectorized loops (AVX-512, AVX2 or baseline, picked at run time), and gives the same

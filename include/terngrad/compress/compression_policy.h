@@ -7,15 +7,18 @@
 // Layout: ternary tensors back to back in one packed byte buffer (each starting at a byte boundary,
 // ceil(numel/4) bytes) with one scaler each, or with --scaler_bucket B one per B elements
 // (ternary_num_scalers(numel, B), ternary_math.h), back to back in one scaler vector in the same order; fp16 and
-// fp32 tensors back to back in one fused buffer each.
+// fp32 tensors back to back in one fused buffer each. A range of tensors (a bucket) occupies one contiguous piece of
+// each fused buffer (layout()).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "terngrad/core/device.h"
 #include "terngrad/core/enum_names.h"
 #include "terngrad/core/flag_table.h"
+#include "terngrad/core/tensor.h"
 #include "terngrad/math/ternary_math.h"
 
 namespace tg {
@@ -56,6 +59,25 @@ struct TensorCodingPlan {
   int num_scalers = 0;     // ternary: its scalers (ternary_num_scalers(numel, scaler_bucket)); 0 otherwise
 };
 
+// Tensors [begin, end) of the policy (a bucket).
+struct TensorRange {
+  int begin = 0, end = 0;
+};
+
+// Where a range of tensors lives in the fused buffers.
+struct RangeLayout {
+  int64_t packed_begin = 0, packed_end = 0;  // bytes of the fused ternary buffer
+  int64_t f16_begin = 0, f16_end = 0;        // elements of the fused fp16 buffer
+  int64_t f32_begin = 0, f32_end = 0;        // elements of the fused fp32 buffer
+  int scaler_begin = 0, scaler_end = 0;      // scaler indices (several per tensor with --scaler_bucket)
+  int ternary_begin = 0, ternary_end = 0;    // ternary tensor indices (zero counts)
+  int64_t elements = 0;                      // gradient elements of the range
+  int64_t packed_bytes() const { return packed_end - packed_begin; }
+  int64_t f16_elements() const { return f16_end - f16_begin; }
+  int64_t f32_elements() const { return f32_end - f32_begin; }
+  int num_scalers() const { return scaler_end - scaler_begin; }
+};
+
 class CompressionPolicy {
  public:
   CompressionPolicy() = default;
@@ -73,6 +95,12 @@ class CompressionPolicy {
   int64_t f32_elements() const { return f32_elements_; }  // fused fp32 buffer
   int64_t total_elements() const { return total_elements_; }
   std::string summary() const;  // "ternary: 4 tensors (431080 elements, 107772 bytes); fp32: 4 tensors (...)"
+  TensorRange all() const { return {0, num_tensors()}; }
+  // Throws unless 0 <= r.begin <= r.end <= num_tensors().
+  void check_range(TensorRange r) const;
+  RangeLayout layout(TensorRange r) const;
+  // grads: one f32 tensor per policy tensor with the policy's element counts, on `device`; throws naming the tensor.
+  void check_grads(const std::vector<Tensor>& grads, Device device) const;
 
  private:
   CompressionFlags flags_;

@@ -27,7 +27,6 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
-#include "terngrad/compress/gradient_codec.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/exchange/exchange_options.h"
 #include "terngrad/exchange/gradient_scheme.h"
@@ -90,7 +89,7 @@ class GradientExchange {
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   TensorRange bucket(int b) const { return buckets_[b].range; }
   bool overlapped() const { return comm_thread_ != nullptr; }
-  const GradientCodec& codec() const { return codec_; }
+  const CompressionPolicy& policy() const { return policy_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
   // Of the last step: the scheme's per-tensor quantities (GradientScheme::summaries; on a GPU a synchronization).
@@ -118,7 +117,7 @@ class GradientExchange {
   bool done() const;
 
   Backend& be_;
-  GradientCodec codec_;
+  CompressionPolicy policy_;
   SchemeContext ctx_;
   std::unique_ptr<GradientScheme> scheme_;
   std::vector<SchemeStage> stages_;

@@ -22,10 +22,11 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
-#include "terngrad/compress/gradient_codec.h"
+#include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/slab.h"
+#include "terngrad/core/weight_decay.h"
 #include "terngrad/exchange/exchange_options.h"
 
 namespace tg {
@@ -64,7 +65,7 @@ struct SchemeStage {
 // What every scheme is built from (owned by the GradientExchange, alive as long as the scheme).
 struct SchemeContext {
   Backend* backend = nullptr;
-  const GradientCodec* codec = nullptr;             // the policy's layout and the seed
+  const CompressionPolicy* policy = nullptr;        // which coding each tensor travels in, and their layout
   std::vector<std::vector<Tensor>> grads;           // (L) local workers' f32 gradients, policy order, on the device
   std::vector<const std::vector<Tensor>*> workers;  // (L) pointers to grads, in worker order (codec inputs)
   std::vector<int> targets;                         // local workers whose gradients receive the average

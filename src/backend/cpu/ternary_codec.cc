@@ -1,8 +1,7 @@
 // CPU loops of the ternary operations (statistics and scaler, encode, unpack, code sums, decode) over the
 // shared host/device math of terngrad/math/ternary_math.h (the fp16/fp32 sums, averages and decodes:
 // dense_codec.cc), on the compute team (terngrad/core/parallel.h). Part of the CPU backend (its codec ops,
-// cpu_codec.cc, call them); declared in terngrad/backend/ternary_codec.h, which GradientCodec's host form calls
-// directly.
+// cpu_codec.cc, call them); declared in terngrad/backend/ternary_codec.h.
 //
 // Instruction sets: every hot loop exists for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and baseline x86-64 / any
 // other CPU; the best one the CPU has is picked at run time (the default build keeps running on any x86-64).

@@ -40,7 +40,7 @@ float normal_at(PhiloxKey key, uint32_t tensor, uint64_t i) {
 
 PowerSgdScheme::PowerSgdScheme(SchemeContext& ctx) : GradientScheme(ctx), max_rank_(ctx.options.powersgd_rank) {
   TG_CHECK(max_rank_ >= 1, "--powersgd_rank {} must be at least 1", max_rank_);
-  const CompressionPolicy& p = ctx.codec->policy();
+  const CompressionPolicy& p = *ctx.policy;
   matrices_.resize(static_cast<size_t>(p.num_tensors()));
   int64_t accepted = 0;
   for (int t = 0; t < p.num_tensors(); ++t) {

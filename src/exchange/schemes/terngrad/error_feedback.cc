@@ -6,7 +6,7 @@
 namespace tg {
 
 ErrorFeedback::ErrorFeedback(SchemeContext& ctx) {
-  const CompressionPolicy& p = ctx.codec->policy();
+  const CompressionPolicy& p = *ctx.policy;
   for (int l = 0; l < ctx.local_workers; ++l)
     for (const TensorCodingPlan& t : p.tensors())
       if (t.coding == GradCoding::kTernary)

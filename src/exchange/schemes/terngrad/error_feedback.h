@@ -19,7 +19,7 @@ class ErrorFeedback {
   // Residual tensors "error_feedback/w<l>/<tensor>" of every local worker and ternary tensor, zeroed.
   explicit ErrorFeedback(SchemeContext& ctx);
   // Local worker l's residuals, per policy tensor (undefined for the tensors that are not ternary): the
-  // codec's scalers pass adds them to g, its encode pass rewrites them (GradientCodec::local_scalers,
+  // codec's scalers pass adds them to g, its encode pass rewrites them (TernaryCoding::local_scalers,
   // encode_ternary), so error feedback costs no pass of its own.
   const std::vector<Tensor>* residuals(int l) const { return &views_[static_cast<size_t>(l)]; }
   Slab& state() { return residuals_; }

@@ -10,10 +10,12 @@ enum Stage { kScalers, kShareScalers, kEncode, kExchange, kDecode };
 }
 
 TernGradScheme::TernGradScheme(SchemeContext& ctx)
-    : GradientScheme(ctx), mode_(resolve_exchange_mode(ctx.options.mode, ctx.num_workers)) {
+    : GradientScheme(ctx),
+      mode_(resolve_exchange_mode(ctx.options.mode, ctx.num_workers)),
+      coding_(*ctx.policy, ctx.options.seed) {
   TG_CHECK(mode_ == ExchangeMode::kAllgather2 || mode_ == ExchangeMode::kAllreduce8,
            "the terngrad scheme exchanges codes by allgather2 or allreduce8, not --exchange {}", enum_name(mode_));
-  if (mode_ == ExchangeMode::kAllreduce8 && ctx.codec->policy().num_ternary() > 0)
+  if (mode_ == ExchangeMode::kAllreduce8 && ctx.policy->num_ternary() > 0)
     TG_CHECK(ctx.num_workers <= kMaxCodeSumWorkers,
              "--exchange allreduce8 sums int8 codes, exact up to {} workers; {} workers need allgather2",
              kMaxCodeSumWorkers, ctx.num_workers);
@@ -21,7 +23,7 @@ TernGradScheme::TernGradScheme(SchemeContext& ctx)
 }
 
 std::string TernGradScheme::describe() const {
-  const int64_t bucket = ctx_.codec->policy().scaler_bucket();
+  const int64_t bucket = ctx_.policy->scaler_bucket();
   return fmt::format("terngrad ({}{}{})", enum_name(mode_), feedback_ ? ", error feedback" : "",
                      bucket > 0 ? fmt::format(", a scaler per {} elements", bucket) : "");
 }
@@ -37,9 +39,9 @@ const std::vector<SchemeStage>& TernGradScheme::stages() const {
 
 void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
   const int L = ctx_.local_workers, N = ctx_.num_workers;
-  const int64_t T = ctx_.codec->policy().num_ternary();
+  const int64_t T = ctx_.policy->num_ternary();
   const bool group = ctx_.comms.world != nullptr;
-  scalers_ = std::make_unique<SharedScalers>(ctx_, arena_);
+  scalers_ = std::make_unique<SharedScalers>(ctx_, coding_, arena_);
   const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(T));
   struct Offsets {
     size_t local, gathered, sums;
@@ -48,7 +50,7 @@ void TernGradScheme::plan(const std::vector<TensorRange>& ranges) {
   for (const TensorRange& r : ranges) {
     Bucket b;
     b.range = r;
-    b.layout = ctx_.codec->layout(r);
+    b.layout = ctx_.policy->layout(r);
     const size_t pb = static_cast<size_t>(b.layout.packed_bytes());
     Offsets o{};
     o.local = arena_.reserve(static_cast<size_t>(L) * pb);
@@ -107,12 +109,11 @@ void TernGradScheme::encode(Bucket& b, int index) {
     scalers_->check(b.range, l, step_);
     const int64_t pb = l.packed_bytes();
     for (int w = 0; w < ctx_.local_workers; ++w)
-      ctx_.codec->encode_ternary(be, ctx_.grads[w], b.range, scalers_->shared(), step_,
-                                 static_cast<uint32_t>(ctx_.first_worker + w),
-                                 b.local_codes.slice0(w * pb, (w + 1) * pb), w == 0 ? zero_codes_ : Tensor(),
-                                 feedback_ ? feedback_->residuals(w) : nullptr);
+      coding_.encode_ternary(be, ctx_.grads[w], b.range, scalers_->shared(), step_,
+                             static_cast<uint32_t>(ctx_.first_worker + w), b.local_codes.slice0(w * pb, (w + 1) * pb),
+                             w == 0 ? zero_codes_ : Tensor(), feedback_ ? feedback_->residuals(w) : nullptr);
     if (mode_ == ExchangeMode::kAllreduce8)
-      ctx_.codec->sum_codes(be, b.local_codes, pb, ctx_.local_workers, b.range, b.code_sums);
+      coding_.sum_codes(be, b.local_codes, pb, ctx_.local_workers, b.range, b.code_sums);
   }
   dense_->encode(index);
 }
@@ -137,15 +138,15 @@ void TernGradScheme::exchange(Bucket& b, int index) {
 void TernGradScheme::defer_decode() {
   TG_CHECK(ctx_.targets.size() == 1, "the terngrad scheme leaves its average coded for one target worker only, not {}",
            ctx_.targets.size());
-  std::vector<CodedAverage> coded(static_cast<size_t>(ctx_.codec->policy().num_tensors()));
+  std::vector<CodedAverage> coded(static_cast<size_t>(ctx_.policy->num_tensors()));
   std::vector<TensorRange> ranges;
   for (const Bucket& b : buckets_) {
     ranges.push_back(b.range);
     if (b.layout.packed_bytes() == 0) continue;
     const bool gathered = mode_ == ExchangeMode::kAllgather2;
-    ctx_.codec->coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
-                               b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
-                               scalers_->shared(), coded);
+    coding_.coded_averages(gathered ? (ctx_.comms.world ? b.gathered : b.local_codes) : Tensor(),
+                           b.layout.packed_bytes(), gathered ? Tensor() : b.code_sums, ctx_.num_workers, b.range,
+                           scalers_->shared(), coded);
   }
   deferred_.start(std::move(coded), std::move(ranges));
 }
@@ -164,10 +165,10 @@ bool TernGradScheme::decode_deferred(int bucket) {
 void TernGradScheme::decode_ternary(Bucket& b) {
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   if (mode_ == ExchangeMode::kAllgather2)
-    ctx_.codec->decode_ternary_gathered(*ctx_.backend, ctx_.comms.world ? b.gathered : b.local_codes,
-                                        b.layout.packed_bytes(), ctx_.num_workers, b.range, scalers_->shared(), out);
+    coding_.decode_ternary_gathered(*ctx_.backend, ctx_.comms.world ? b.gathered : b.local_codes,
+                                    b.layout.packed_bytes(), ctx_.num_workers, b.range, scalers_->shared(), out);
   else
-    ctx_.codec->decode_ternary_sums(*ctx_.backend, b.code_sums, ctx_.num_workers, b.range, scalers_->shared(), out);
+    coding_.decode_ternary_sums(*ctx_.backend, b.code_sums, ctx_.num_workers, b.range, scalers_->shared(), out);
 }
 
 void TernGradScheme::decode(Bucket& b, int index) {
@@ -178,7 +179,7 @@ void TernGradScheme::decode(Bucket& b, int index) {
 
 // The byte model of a step, per worker over all N workers (communicator.h), one collective per fused buffer.
 ExchangeStats TernGradScheme::byte_model() const {
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   const int n = ctx_.num_workers;
   ExchangeStats s;
   if (p.num_ternary() > 0) {

@@ -21,11 +21,12 @@
 #include <memory>
 #include <vector>
 
-#include "src/exchange/deferred_averages.h"
 #include "src/exchange/dense_part.h"
 #include "src/exchange/exchange_arena.h"
+#include "src/exchange/schemes/terngrad/deferred_averages.h"
 #include "src/exchange/schemes/terngrad/error_feedback.h"
-#include "src/exchange/shared_scalers.h"
+#include "src/exchange/schemes/terngrad/shared_scalers.h"
+#include "src/exchange/schemes/terngrad/ternary_coding.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
 namespace tg {
@@ -65,6 +66,7 @@ class TernGradScheme final : public GradientScheme, public CodedUpdate {
   void decode(Bucket& b, int index);
 
   ExchangeMode mode_;  // kAllgather2 or kAllreduce8
+  TernaryCoding coding_;
   ExchangeArena arena_;
   std::vector<Bucket> buckets_;
   std::unique_ptr<DensePart> dense_;

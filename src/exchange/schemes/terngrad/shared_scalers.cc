@@ -1,5 +1,5 @@
 // SharedScalers: the ternary schemes' scalers, their MAX, its checks and its summaries.
-#include "src/exchange/shared_scalers.h"
+#include "src/exchange/schemes/terngrad/shared_scalers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,9 @@
 
 namespace tg {
 
-SharedScalers::SharedScalers(const SchemeContext& ctx, ExchangeArena& arena) : ctx_(ctx) {
-  const size_t S = static_cast<size_t>(ctx.codec->policy().num_scalers());
+SharedScalers::SharedScalers(const SchemeContext& ctx, const TernaryCoding& coding, ExchangeArena& arena)
+    : ctx_(ctx), coding_(coding) {
+  const size_t S = static_cast<size_t>(ctx.policy->num_scalers());
   at_local_ = arena.reserve(4 * static_cast<size_t>(ctx.local_workers) * S);
   at_shared_ = arena.reserve(4 * S);
   at_flag_ = arena.reserve(4);
@@ -17,7 +18,7 @@ SharedScalers::SharedScalers(const SchemeContext& ctx, ExchangeArena& arena) : c
 
 void SharedScalers::bind(const ExchangeArena& arena) {
   const int L = ctx_.local_workers;
-  const int64_t S = ctx_.codec->policy().num_scalers();
+  const int64_t S = ctx_.policy->num_scalers();
   local_ = arena.view(at_local_, L * S, DType::kF32);
   rows_.clear();
   for (int w = 0; w < L; ++w) rows_.push_back(local_.slice0(w * S, (w + 1) * S));
@@ -27,9 +28,9 @@ void SharedScalers::bind(const ExchangeArena& arena) {
 
 void SharedScalers::compute(TensorRange r, const std::vector<const std::vector<Tensor>*>* residuals) {
   for (int w = 0; w < ctx_.local_workers; ++w)
-    ctx_.codec->local_scalers(*ctx_.backend, ctx_.grads[w], r, rows_[w], residuals ? (*residuals)[w] : nullptr,
-                              ctx_.weight_decay);
-  ctx_.codec->max_local_scalers(*ctx_.backend, rows_, r, shared_);
+    coding_.local_scalers(*ctx_.backend, ctx_.grads[w], r, rows_[w], residuals ? (*residuals)[w] : nullptr,
+                          ctx_.weight_decay);
+  coding_.max_local_scalers(*ctx_.backend, rows_, r, shared_);
 }
 
 void SharedScalers::share(Communicator* group, const RangeLayout& l) const {
@@ -45,14 +46,14 @@ void SharedScalers::check(TensorRange r, const RangeLayout& l, uint32_t step) {
   be.unscale_and_check(shared, 1.f, shared, flag_);  // the device flag: any non-finite shared scaler
   if (be.device().is_cpu() && ctx_.options.host_scaler_check) {
     be.copy(Tensor(host_.data() + l.scaler_begin, Shape{l.num_scalers()}, DType::kF32, Device::cpu()), shared);
-    ctx_.codec->check_scalers(host_.data(), r, step);
+    coding_.check_scalers(host_.data(), r, step);
   }
 }
 
 std::vector<TensorSummary> SharedScalers::summaries(const Tensor& zero_codes,
                                                     const std::vector<int64_t>& counted) const {
   Backend& be = *ctx_.backend;
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   std::vector<float> scalers(static_cast<size_t>(p.num_scalers()));
   if (!scalers.empty()) be.copy(Tensor(scalers.data(), Shape{shared_.numel()}, DType::kF32, Device::cpu()), shared_);
   std::vector<int32_t> zeros(zero_codes.defined() ? static_cast<size_t>(zero_codes.numel()) : 0);

@@ -11,14 +11,15 @@
 #include <vector>
 
 #include "src/exchange/exchange_arena.h"
+#include "src/exchange/schemes/terngrad/ternary_coding.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
 namespace tg {
 
 class SharedScalers {
  public:
-  // Reserves its buffers in `arena` (before arena.allocate(); bind() after).
-  SharedScalers(const SchemeContext& ctx, ExchangeArena& arena);
+  // Reserves its buffers in `arena` (before arena.allocate(); bind() after); `coding` outlives it.
+  SharedScalers(const SchemeContext& ctx, const TernaryCoding& coding, ExchangeArena& arena);
   void bind(const ExchangeArena& arena);
   // The local workers' scalers of tensors r and their max into shared(). residuals: per local worker its residuals
   // per policy tensor (error feedback), or nullptr for none.
@@ -40,6 +41,7 @@ class SharedScalers {
 
  private:
   const SchemeContext& ctx_;
+  const TernaryCoding& coding_;
   size_t at_local_ = 0, at_shared_ = 0, at_flag_ = 0;
   Tensor local_;              // f32 (L * num_scalers): worker l's at l * num_scalers
   std::vector<Tensor> rows_;  // (L) views of local_

@@ -37,9 +37,10 @@
 #include <memory>
 #include <vector>
 
-#include "src/exchange/deferred_averages.h"
 #include "src/exchange/exchange_arena.h"
-#include "src/exchange/shared_scalers.h"
+#include "src/exchange/schemes/terngrad/deferred_averages.h"
+#include "src/exchange/schemes/terngrad/shared_scalers.h"
+#include "src/exchange/schemes/terngrad/ternary_coding.h"
 #include "terngrad/exchange/gradient_scheme.h"
 
 namespace tg {
@@ -120,6 +121,7 @@ class HierarchicalScheme final : public GradientScheme, public CodedUpdate {
   bool half_ = false;         // --local_bits 16
   std::vector<SchemeStage> stages_;
   std::vector<int> stage_ops_;  // (stages_) which of the member functions above each stage runs
+  TernaryCoding coding_;        // the scalers' (the encodes and decodes work on shards: the Backend's ops directly)
   ExchangeArena arena_;
   std::vector<Bucket> buckets_;
   std::unique_ptr<SharedScalers> scalers_;

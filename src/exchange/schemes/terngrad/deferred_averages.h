@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "terngrad/backend/backend.h"
-#include "terngrad/compress/gradient_codec.h"
+#include "terngrad/compress/compression_policy.h"
 
 namespace tg {
 

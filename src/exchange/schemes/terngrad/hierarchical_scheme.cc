@@ -1,5 +1,5 @@
 // HierarchicalScheme: reduce-scatter in the node, ternary codes across nodes, all-gather in the node.
-#include "src/exchange/schemes/hierarchical/hierarchical_scheme.h"
+#include "src/exchange/schemes/terngrad/hierarchical_scheme.h"
 
 #include <algorithm>
 
@@ -24,8 +24,9 @@ constexpr int64_t kAlign = 64;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx) : GradientScheme(ctx) {
-  const CompressionPolicy& p = ctx.codec->policy();
+HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx)
+    : GradientScheme(ctx), coding_(*ctx.policy, ctx.options.seed) {
+  const CompressionPolicy& p = *ctx.policy;
   TG_CHECK(p.f16_elements() == 0,
            "--exchange hierarchical takes --grad_bits 1 (ternary between nodes) or 32 (fp32), not 16");
   TG_CHECK(!ctx.options.error_feedback,
@@ -70,16 +71,16 @@ std::string HierarchicalScheme::describe() const {
       "hierarchical ({} nodes x {} ranks; {} reduce-scatter inside a node, {} between nodes, the codes "
       "all-gathered inside a node)",
       M_, L_, half_ ? "fp16" : "fp32",
-      ctx_.codec->policy().num_ternary() == 0 ? "fp32" : (cross_gather_ ? "allgather2" : "allreduce8"));
+      ctx_.policy->num_ternary() == 0 ? "fp32" : (cross_gather_ ? "allgather2" : "allreduce8"));
 }
 
 const std::vector<SchemeStage>& HierarchicalScheme::stages() const { return stages_; }
 
 void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   const int64_t bucket = p.scaler_bucket();
   const bool nodes = ctx_.comms.cross != nullptr;
-  scalers_ = std::make_unique<SharedScalers>(ctx_, arena_);
+  scalers_ = std::make_unique<SharedScalers>(ctx_, coding_, arena_);
   const size_t at_zeros = arena_.reserve(4 * static_cast<size_t>(p.num_ternary()));
   struct Offsets {
     size_t f, h, packed, node;
@@ -154,15 +155,15 @@ void HierarchicalScheme::plan(const std::vector<TensorRange>& ranges) {
 
 // The shared scalers of part k of a piece's tensor: its buckets (a part is whole buckets), or its one scaler.
 Tensor HierarchicalScheme::part_scalers(const Piece& pc, int k) const {
-  const TensorCodingPlan& t = ctx_.codec->policy().tensors()[pc.tensor];
-  const int64_t bucket = ctx_.codec->policy().scaler_bucket();
+  const TensorCodingPlan& t = ctx_.policy->tensors()[pc.tensor];
+  const int64_t bucket = ctx_.policy->scaler_bucket();
   if (t.num_scalers == 1) return scalers_->shared().slice0(t.scaler_index, t.scaler_index + 1);
   const int64_t first = t.scaler_index + pc.begin(k) / bucket;
   return scalers_->shared().slice0(first, first + ternary_num_scalers(pc.count(k), bucket));
 }
 
 Tensor HierarchicalScheme::zero_count(const Piece& pc) const {
-  const int i = ctx_.codec->policy().tensors()[pc.tensor].ternary_index;
+  const int i = ctx_.policy->tensors()[pc.tensor].ternary_index;
   return zero_codes_.defined() && i >= 0 ? zero_codes_.slice0(i, i + 1) : Tensor();
 }
 
@@ -182,7 +183,7 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
       scalers(b);
       break;
     case kShareScalers:
-      scalers_->share(ctx_.comms.world, ctx_.codec->layout(b.range));
+      scalers_->share(ctx_.comms.world, ctx_.policy->layout(b.range));
       break;
     case kLocalSum:
       local_sum(b);
@@ -211,7 +212,7 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
 // With weight decay to apply (apply_weight_decay): the ternary tensors' in the scalers' pass, the others' (and all
 // of them on one node, where nothing is ternarized) by axpy.
 void HierarchicalScheme::scalers(Bucket& b) {
-  const RangeLayout l = ctx_.codec->layout(b.range);
+  const RangeLayout l = ctx_.policy->layout(b.range);
   const bool ternary = l.num_scalers() > 0 && ctx_.comms.cross;  // one node: nothing is ternarized
   ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/ternary);
   if (!ternary) return;
@@ -254,8 +255,8 @@ void HierarchicalScheme::encode(Bucket& b) {
   if (half_) be.cast(own, shard_of(b, b.h));
   be.decode_f32_sum(own, node_workers_, own);  // the node's average (a division, as the fp32 scheme's decode)
   if (!ctx_.comms.cross) return;               // one node: the average is complete
-  const CompressionPolicy& p = ctx_.codec->policy();
-  const RangeLayout l = ctx_.codec->layout(b.range);
+  const CompressionPolicy& p = *ctx_.policy;
+  const RangeLayout l = ctx_.policy->layout(b.range);
   scalers_->check(b.range, l, step_);
   const PhiloxKey key = philox_key(ctx_.options.seed, node_key_worker_);
   // Tensor t's part k draws as tensor t + k * num_tensors, its elements counted from the part's start: the same
@@ -326,7 +327,7 @@ void HierarchicalScheme::decode(Bucket& b) {
 
 void HierarchicalScheme::decode_ternary(Bucket& b) {
   Backend& be = *ctx_.backend;
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   const std::vector<Tensor>& out = ctx_.grads[ctx_.targets[0]];
   const int64_t bucket = p.scaler_bucket();
   for (const Piece& pc : b.pieces) {
@@ -363,7 +364,7 @@ void HierarchicalScheme::scatter(Bucket& b) {
 }
 
 CodedUpdate* HierarchicalScheme::coded_update() {
-  return ctx_.comms.cross && ctx_.codec->policy().num_ternary() > 0 ? this : nullptr;
+  return ctx_.comms.cross && ctx_.policy->num_ternary() > 0 ? this : nullptr;
 }
 
 // The coded averages are views of the node's blocks (fixed at plan time) in L parts, a part per local rank's
@@ -373,7 +374,7 @@ void HierarchicalScheme::defer_decode() {
            "the hierarchical scheme leaves its average coded only with several nodes and ternary tensors");
   TG_CHECK(ctx_.targets.size() == 1,
            "the hierarchical scheme leaves its average coded for one target worker only, not {}", ctx_.targets.size());
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   std::vector<CodedAverage> coded(static_cast<size_t>(p.num_tensors()));
   std::vector<TensorRange> ranges;
   for (const Bucket& b : buckets_) {
@@ -413,7 +414,7 @@ bool HierarchicalScheme::decode_deferred(int bucket) {
 // the all-gather of its average (one node) or of the blocks (several); between nodes the shard's codes (allgather2 or
 // allreduce8) and its fp32 pieces.
 ExchangeStats HierarchicalScheme::byte_model() const {
-  const CompressionPolicy& p = ctx_.codec->policy();
+  const CompressionPolicy& p = *ctx_.policy;
   const int ranks = ctx_.comms.world ? ctx_.comms.world->size() : 1;
   ExchangeStats s;
   if (p.num_ternary() > 0 && ctx_.comms.world) {
