@@ -48,12 +48,6 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
 }
 
 ExchangeOptions::ExchangeOptions(const ExchangeConfig& c, uint64_t seed_)
-    : mode(parse_enum<ExchangeMode>(c.exchange)),
-      seed(seed_),
-      bucket_mb(c.bucket_mb),
-      overlap(c.overlap),
-      error_feedback(c.error_feedback),
-      local_bits(c.local_bits),
-      powersgd_rank(c.powersgd_rank) {}
+    : ExchangeConfig(c), mode(parse_enum<ExchangeMode>(c.exchange)), seed(seed_) {}
 
 }  // namespace tg

@@ -197,9 +197,9 @@ void Trainer::Impl::build_exchanges() {
     auto make = [&](const CompressionPolicy& pol) {
       std::vector<std::vector<Tensor>> views;
       for (int w : r.workers) views.push_back(workers[w].grad_views);
-      ExchangeOptions xo(cfg, cfg.seed);  // the exchange flags, then what this replica and policy allow
+      // The exchange flags (a scheme ignores the options it does not have), then what this replica allows.
+      ExchangeOptions xo(cfg, cfg.seed);
       if (&pol == &fp32_policy) xo.mode = fp32_form(xo.mode);
-      xo.error_feedback = cfg.error_feedback && pol.flags().grad_bits == 1;
       // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
       // queue the backward's next kernels behind the network; overlapping needs a communication stream).
       // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.

@@ -53,14 +53,12 @@ struct ExchangeConfig {
 };
 const std::vector<Flag<ExchangeConfig>>& exchange_flags();
 
-struct ExchangeOptions {
+// What a GradientExchange and its scheme are built with: the flags (their defaults declared once, above; a scheme
+// ignores the options it does not have, and the trainer's own ones: decode_in_update, fp32_warmup_steps), `mode`
+// parsed from `exchange` (the exchange reads mode), the run's seed, and a switch for tests.
+struct ExchangeOptions : ExchangeConfig {
   ExchangeMode mode = ExchangeMode::kAuto;
   uint64_t seed = 1;
-  double bucket_mb = 25;        // MiB of fp32 gradient per bucket (with overlap)
-  bool overlap = true;          // buckets exchanged by a communication thread while backward runs
-  bool error_feedback = false;  // TernGrad: carry each worker's rounding error g - s*code to its next step
-  int local_bits = 32;          // hierarchical: 32 (fp32) or 16 (fp16) inside a node
-  int powersgd_rank = 1;        // powersgd: the rank of the low-rank approximations
   // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
   // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
   bool host_scaler_check = true;

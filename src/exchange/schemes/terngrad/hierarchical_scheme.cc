@@ -29,7 +29,8 @@ HierarchicalScheme::HierarchicalScheme(SchemeContext& ctx)
   const CompressionPolicy& p = *ctx.policy;
   TG_CHECK(p.f16_elements() == 0,
            "--exchange hierarchical takes --grad_bits 1 (ternary between nodes) or 32 (fp32), not 16");
-  TG_CHECK(!ctx.options.error_feedback,
+  // (Without ternary tensors nothing is rounded: the flag does nothing, as for every fp32 exchange.)
+  TG_CHECK(!ctx.options.error_feedback || p.num_ternary() == 0,
            "--error_feedback is an option of the terngrad scheme (--exchange allgather2 or allreduce8), not of "
            "--exchange hierarchical");
   TG_CHECK(ctx.options.local_bits == 32 || ctx.options.local_bits == 16, "--local_bits must be 32 or 16, got {}",
