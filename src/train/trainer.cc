@@ -61,6 +61,7 @@ int64_t Trainer::host_syncs() const {
 }
 
 void Trainer::Impl::build() {
+  checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();
   worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);

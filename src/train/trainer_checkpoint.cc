@@ -89,7 +89,9 @@ void Trainer::Impl::adopt_pretrained_padding() {
 }
 
 void Trainer::Impl::resume_or_initialize() {
-  if (is_chief()) clean_train_dir();
+  // Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's. A new
+  // train_dir is created when the run starts (RunReport), after the configuration and the data are checked.
+  if (is_chief()) checkpoints->clean();
   uint64_t cursor = 0;
   if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
     cursor = resume(*latest);
@@ -105,21 +107,6 @@ void Trainer::Impl::resume_or_initialize() {
   if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
   warm_up_gpus();
   open_batch_source(cursor);
-}
-
-// Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's. A new
-// train_dir is created when the run starts (open_run_log), after the configuration and the data are checked.
-void Trainer::Impl::clean_train_dir() {
-  if (!fs::is_directory(cfg.train_dir)) return;
-  const StaleFiles stale = remove_stale_temporary_files(cfg.train_dir, true);
-  if (stale.files > 0)
-    spdlog::info("removed {} temporary checkpoint file{} ({}) left in {} by a killed run", stale.files,
-                 stale.files == 1 ? "" : "s", human_bytes(static_cast<double>(stale.bytes)), cfg.train_dir);
-  // Rank files are written before their checkpoint: a run killed in between leaves them without one.
-  for (const std::string& f : orphan_rank_files(cfg.train_dir)) {
-    std::error_code ec;
-    if (fs::remove(f, ec)) spdlog::info("removed {}: per-rank state of a checkpoint a killed run never wrote", f);
-  }
 }
 
 // Every replica takes the checkpoint's parameters, statistics, moving averages and optimizer slots; returns
@@ -147,7 +134,7 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
   start_step = m.step;
   last_digest = m.parameter_digest;
   resumed_path = path;
-  kept_steps = list_checkpoint_steps(cfg.train_dir);
+  checkpoints->adopt_existing();
   if (is_chief())
     spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step,
                  m.parameter_digest);
@@ -333,23 +320,7 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   meta.data_cursor = source->cursor();
   meta.flags = cfg.to_flags();
   meta.rank_files = per_rank ? topology->num_ranks() : 0;
-  const std::string path = checkpoint_path(cfg.train_dir, steps_done);
-  const std::string digest = write_checkpoint(path, meta, tensors);
-  if (kept_steps.empty() || kept_steps.back() != steps_done) kept_steps.push_back(steps_done);
-  std::vector<int64_t> pruned;
-  while (static_cast<int>(kept_steps.size()) > cfg.keep_checkpoints) {
-    pruned.push_back(kept_steps.front());
-    kept_steps.erase(kept_steps.begin());
-  }
-  // The index first: a crash between the two leaves an index naming files that all exist.
-  write_checkpoint_index(cfg.train_dir, kept_steps);
-  for (int64_t s : pruned) {
-    fs::remove(checkpoint_path(cfg.train_dir, s));
-    for (int k = 0; per_rank && k < topology->num_ranks(); ++k) fs::remove(checkpoint_rank_path(cfg.train_dir, s, k));
-  }
-  if (!pruned.empty()) remove_stale_temporary_files(cfg.train_dir, false);
-  spdlog::info("saved {} (step {}, parameter digest {})", path, steps_done, digest);
-  return digest;
+  return checkpoints->write(steps_done, meta, tensors);
 }
 
 // Replica r's per-rank state at step `steps_done`, in its own file (same format and atomic protocol as a
@@ -365,9 +336,7 @@ void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
     r.backend->copy(h, state.view(i));
     tensors.push_back({e.name, h});
   }
-  CheckpointMeta meta = checkpoint_meta(steps_done);
-  meta.rank_files = r.rank;  // a rank file's header names its rank
-  write_checkpoint(checkpoint_rank_path(cfg.train_dir, steps_done, r.rank), meta, tensors);
+  checkpoints->write_rank_file(steps_done, r.rank, checkpoint_meta(steps_done), tensors);
 }
 
 // The scheme's device flag of non-finite shared scalers, over every replica of every process (the same verdict
@@ -387,8 +356,7 @@ void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
   TG_CHECK(bad == 0,
            "a shared gradient scaler was not finite at a step up to {} ({}): no checkpoint written at step {}; the "
            "last checkpoint ({}) stays intact",
-           steps_done, tensor.empty() ? "on another process" : tensor, steps_done,
-           kept_steps.empty() ? std::string("none") : checkpoint_path(cfg.train_dir, kept_steps.back()));
+           steps_done, tensor.empty() ? "on another process" : tensor, steps_done, checkpoints->last());
 }
 
 // "error_feedback (12 tensors, 4.8 MiB)": the state's name prefix, size and bytes.

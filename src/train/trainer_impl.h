@@ -34,11 +34,13 @@
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/batch_upload.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/checkpoint_series.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/loss_scaler.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/quantization_probe.h"
 #include "terngrad/train/replica_threads.h"
+#include "terngrad/train/run_report.h"
 #include "terngrad/train/stale_files.h"
 #include "terngrad/train/throughput_meter.h"
 #include "terngrad/train/train_flags.h"
@@ -88,22 +90,6 @@ inline double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// What run() keeps between steps: where the log lines go and the sums of the current log window.
-
-struct RunLog {
-  RunLog(int64_t batch_size, int64_t log_every, size_t n_workers)
-      : meter(batch_size, log_every), window_worker_fb(n_workers, 0.0) {}
-  std::unique_ptr<MetricsWriter> metrics;  // --metrics_jsonl (process 0)
-  std::unique_ptr<EventWriter> events;     // TensorBoard (process 0)
-  ThroughputMeter meter;                   // its warm-up is the first log window
-  Clock::time_point start = Clock::now();
-  PhaseTimes window_times, run_times;  // sums over the log window; over the run after the warm-up
-  int64_t run_time_steps = 0;
-  std::vector<double> window_worker_fb;  // per worker, forward + backward seconds summed over the window
-  int64_t window_host_syncs = 0;         // replica 0's Backend::host_syncs() when the window's steps began
-  bool timeline_written = false;
-};
-
 struct Trainer::Impl {
   TrainConfig cfg;
   Communicator* process_comm = nullptr;
@@ -115,6 +101,7 @@ struct Trainer::Impl {
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
   std::unique_ptr<Timeline> timeline;       // --timeline
+  bool timeline_written = false;            // its window's events are in the file
   std::unique_ptr<ReplicaThreads> threads;  // one host thread per replica
   PhaseTimes step_times;                    // of the last step (replica 0's, plus the input wait and other)
   ExchangeStats last_stats;
@@ -124,7 +111,7 @@ struct Trainer::Impl {
   CompressionPolicy fp32_policy;         // Replica::fp32's: everything fp32
   std::unique_ptr<BatchUpload> batches;  // staging host batches, device batches, uploads
   int64_t start_step = 0;
-  std::vector<int64_t> kept_steps;
+  std::unique_ptr<CheckpointSeries> checkpoints;  // this run's in train_dir
   std::string last_digest;
   std::string resumed_path;            // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
@@ -147,7 +134,6 @@ struct Trainer::Impl {
   std::string pretrained_checkpoint() const;  // --pretrained_model_checkpoint_path's file
   void start_from_pretrained();               // trainer_pretrained.cc
   void resume_or_initialize();
-  void clean_train_dir();
   uint64_t resume(const std::string& path);
   bool check_resumable(const CheckpointMeta& m) const;
   void restore_rank_state(const CheckpointMeta& m);
@@ -164,16 +150,16 @@ struct Trainer::Impl {
   void replica_step(Replica& r, uint32_t step, float lr, int64_t t);
   bool agree_on_overflow(Replica& r);
 
-  // run()'s phases: configuration lines, timed steps, log windows, what follows a step, the end of the run.
+  // run()'s phases: configuration lines, timed steps, log windows (their output is RunReport's), what follows a
+  // step, the end of the run.
   TrainResult already_finished() const;
-  RunLog open_run_log();
+  void open_run(RunReport& report);
   void log_configuration() const;
   void write_flags_file() const;
-  bool timed_step(int64_t t, float lr, RunLog& log);
-  void log_window(int64_t done, float lr, RunLog& log);
-  void after_step(int64_t done, RunLog& log);
-  void report_quantization(RunLog& log);
-  void finish_run(int64_t t, RunLog& log, TrainResult& result);
+  bool timed_step(int64_t t, float lr, RunReport& report);
+  void log_window(int64_t done, float lr, RunReport& report);
+  void after_step(int64_t done);
+  void finish_run(int64_t t, RunReport& report, TrainResult& result);
 
   void write_timeline();
   std::vector<PhaseTimes> gather_times(const PhaseTimes& mine);
@@ -183,7 +169,6 @@ struct Trainer::Impl {
   std::string parameter_digest(Replica& r);  // as a checkpoint's header states it (write_checkpoint)
   void verify_processes_agree();
   bool stop_requested(const std::atomic<bool>* stop);
-  void write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec, const PhaseTimes& time);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };

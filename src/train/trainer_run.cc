@@ -41,33 +41,6 @@ void Trainer::Impl::write_timeline() {
   }
 }
 
-// TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and the exchange
-// scheme's per-tensor quantities ("<quantity>/<tensor>": TernGrad's shared scaler and zero fraction, ...).
-void Trainer::Impl::write_summaries(EventWriter& events, int64_t step, float lr, double examples_per_sec,
-                                    const PhaseTimes& time) {
-  const Net& last = *workers.back().net;
-  std::vector<std::pair<std::string, float>> v = {
-      {"losses/entropy_loss", last.last_cross_entropy()},
-      {"losses/reg_loss", last.last_regularization()},
-      {"losses/total_loss", last.last_cross_entropy() + last.last_regularization()},
-      {"learning_rate", lr},
-      {"examples_per_sec", static_cast<float>(examples_per_sec)},
-      {"exchange/bytes_per_step", static_cast<float>(last_stats.moved_bytes)},
-      {"exchange/fp32_bytes_per_step", static_cast<float>(last_stats.fp32_moved_bytes)},
-  };
-  if (scaler->enabled()) {
-    v.push_back({"loss_scale", scaler->scale()});
-    v.push_back({"skipped_steps", static_cast<float>(scaler->skipped_steps())});
-  }
-  for (const auto& [name, secs] : time.named("time/")) v.push_back({name, static_cast<float>(secs)});
-  const bool warm = in_warmup(step - 1);  // the logged step (1-based) is step - 1 counted from 0
-  if (cfg.fp32_warmup_steps > 0) v.push_back({"exchange/fp32_warmup", warm ? 1.f : 0.f});
-  if (!warm)  // the warm-up's fp32 exchange reports no quantities
-    for (const TensorSummary& q : replicas[0].exchange->summaries())
-      v.push_back({std::string(q.quantity) + "/" + policy.tensors()[q.tensor].name, static_cast<float>(q.value)});
-  events.scalars(step, v);
-}
-
 // A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
 // each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
 bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
@@ -82,13 +55,14 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (m.start_step >= cfg.max_steps) return m.already_finished();
   // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
   if (m.num_processes == 1) m.source->set_stop_flag(stop);
-  RunLog log = m.open_run_log();
+  RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
+  m.open_run(report);
   TrainResult result;
   result.start_step = m.start_step;
   int64_t t = m.start_step;
   for (; t < cfg.max_steps; ++t) {
     const float lr = (*m.schedule)(t);
-    if (m.stop_requested(stop) || !m.timed_step(t, lr, log)) {
+    if (m.stop_requested(stop) || !m.timed_step(t, lr, report)) {
       result.interrupted = true;
       break;
     }
@@ -97,11 +71,11 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     if (t + 1 == cfg.fp32_warmup_steps && m.is_chief())
       spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
                    m.replicas[0].exchange->scheme().describe());
-    if (m.probes(t)) m.report_quantization(log);
-    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, log);
-    m.after_step(t + 1, log);
+    if (m.probes(t)) report.quantization(m.replicas[0].probe->last());  // every replica holds the same averages
+    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, report);
+    m.after_step(t + 1);
   }
-  m.finish_run(t, log, result);
+  m.finish_run(t, report, result);
   return result;
 }
 
@@ -118,19 +92,12 @@ TrainResult Trainer::Impl::already_finished() const {
   return result;
 }
 
-// The chief's outputs of a run (metrics, TensorBoard events) and its configuration lines.
-RunLog Trainer::Impl::open_run_log() {
-  RunLog log(cfg.batch_size, cfg.log_every, workers.size());
-  log.window_host_syncs = replicas[0].backend->host_syncs();
-  log.start = Clock::now();
-  if (!is_chief()) return log;
-  std::filesystem::create_directories(cfg.train_dir);  // only now: the configuration and the data are checked
-  if (!cfg.metrics_jsonl.empty()) log.metrics = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
-  log.events = std::make_unique<EventWriter>(cfg.train_dir);
+// The chief's flags file and configuration lines; the run's clock starts after them.
+void Trainer::Impl::open_run(RunReport& report) {
+  if (!is_chief()) return;
   write_flags_file();
   log_configuration();
-  log.start = Clock::now();
-  return log;
+  report.restart_clock();
 }
 
 // <train_dir>/flags.ini: every flag of this run as a --config file (the run repeated from it: --config FILE).
@@ -184,128 +151,63 @@ void Trainer::Impl::log_configuration() const {
 
 // Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
 // state is still that of step t).
-bool Trainer::Impl::timed_step(int64_t t, float lr, RunLog& log) {
+bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
   const Clock::time_point t0 = Clock::now();
   try {
     step(t, lr);
   } catch (const InputInterrupted&) {
     return false;
   }
-  log.meter.add_step(seconds_between(t0, Clock::now()));
-  log.window_times += step_times;
-  for (size_t w = 0; w < workers.size(); ++w) log.window_worker_fb[w] += workers[w].forward_backward;
-  if (log.meter.warm()) {
-    log.run_times += step_times;
-    ++log.run_time_steps;
-  }
+  std::vector<double> forward_backward;
+  for (const Worker& w : workers) forward_backward.push_back(w.forward_backward);
+  report.add_step(seconds_between(t0, Clock::now()), step_times, forward_backward);
   return true;
 }
 
-// The log line, TensorBoard scalars and metrics line of the window ending at step `done` (every process calls
-// it: the phase times are gathered).
-void Trainer::Impl::log_window(int64_t done, float lr, RunLog& log) {
-  const ThroughputMeter::Window w = log.meter.close_window();
-  const double elapsed = seconds_between(log.start, Clock::now());
-  const double eta = elapsed / (done - start_step) * (cfg.max_steps - done);
-  const PhaseTimes mean = log.window_times.scaled(1.0 / w.steps);
-  // The window's steps' host synchronisations (this log step's reads below are not a step's).
-  const double syncs_per_step =
-      static_cast<double>(replicas[0].backend->host_syncs() - log.window_host_syncs) / w.steps;
-  const std::vector<PhaseTimes> per_process = gather_times(mean);  // every process: same steps
+// The log window ending at step `done` (every process calls it: the phase times are gathered).
+void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
+  WindowFacts f;
+  const PhaseTimes mean = report.close_window();
+  f.host_syncs = replicas[0].backend->host_syncs();  // before this log step's own reads
+  f.per_process = gather_times(mean);                // every process: same steps
   if (is_chief()) {
     const Net& last = *workers.back().net;
-    const float loss = last.last_cross_entropy() + last.last_regularization();
-    const ExchangeStats& xs = last_stats;
-    spdlog::info(
-        "step {}, entropy_loss = {:.2f}, reg_loss = {:.2f}, total_loss = {:.2f} ({:.1f} examples/sec; {:.3f} "
-        "sec/batch) lr = {:.6g}, exchanged {}/step (fp32 {}){} [{}/{} {:.0f}%, ETA {}] {}",
-        done, last.last_cross_entropy(), last.last_regularization(), loss, w.examples_per_sec, w.sec_per_step, lr,
-        human_bytes(xs.moved_bytes), human_bytes(xs.fp32_moved_bytes), in_warmup(done - 1) ? " fp32 warm-up" : "", done,
-        cfg.max_steps, 100.0 * done / cfg.max_steps, human_duration(eta), mean.compact());
-    if (scaler->enabled())
-      spdlog::info("step {}: fp16 loss scale {}, {} skipped steps", done, scaler->scale(), scaler->skipped_steps());
-    if (log.events) write_summaries(*log.events, done, lr, w.examples_per_sec, mean);
-    if (log.metrics) {
-      StepMetrics sm;
-      sm.step = done;
-      sm.elapsed = elapsed;
-      sm.exchange = in_warmup(done - 1) ? "fp32 warm-up" : replicas[0].exchange->scheme().name();
-      sm.entropy_loss = last.last_cross_entropy();
-      sm.reg_loss = last.last_regularization();
-      sm.total_loss = loss;
-      sm.learning_rate = lr;
-      sm.examples_per_sec = w.examples_per_sec;
-      sm.sec_per_batch = w.sec_per_step;
-      sm.bytes_exchanged = xs.moved_bytes;
-      sm.fp32_bytes = xs.fp32_moved_bytes;
-      sm.payload_bytes = xs.payload_bytes;
-      sm.wire_bytes = xs.process_wire_bytes;
-      sm.intra_node_bytes = xs.intra_node_bytes;
-      sm.inter_node_bytes = xs.inter_node_bytes;
-      sm.time = mean;
-      sm.loss_scale = scaler->scale();
-      sm.skipped_steps = scaler->skipped_steps();
-      sm.host_syncs = syncs_per_step;
-      if (num_processes > 1) sm.process_time = per_process;
-      for (double fb : log.window_worker_fb) sm.worker_forward_backward.push_back(fb / w.steps);
-      log.metrics->step(sm);
-    }
+    f.done = done;
+    f.lr = lr;
+    f.cross_entropy = last.last_cross_entropy();
+    f.regularization = last.last_regularization();
+    f.stats = last_stats;
+    f.fp32_warmup = in_warmup(done - 1);
+    f.exchange = replicas[0].exchange->scheme().name();
+    if (!f.fp32_warmup)  // the warm-up's fp32 exchange reports no quantities
+      for (const TensorSummary& q : replicas[0].exchange->summaries())
+        f.exchange_summaries.push_back(
+            {std::string(q.quantity) + "/" + policy.tensors()[q.tensor].name, static_cast<float>(q.value)});
+    f.loss_scaling = scaler->enabled();
+    f.loss_scale = scaler->scale();
+    f.skipped_steps = scaler->skipped_steps();
   }
-  log.window_times.clear();
-  std::fill(log.window_worker_fb.begin(), log.window_worker_fb.end(), 0.0);
-  log.window_host_syncs = replicas[0].backend->host_syncs();
-}
-
-// --quantization_error_every: the probe's log line, TensorBoard scalars and metrics line (the chief's first replica;
-// every replica holds the same averages).
-void Trainer::Impl::report_quantization(RunLog& log) {
-  if (!is_chief()) return;
-  const QuantizationReport& q = replicas[0].probe->last();
-  const TensorQuantization* worst = nullptr;
-  for (const TensorQuantization& t : q.tensors)
-    if (!worst || t.relative_error > worst->relative_error) worst = &t;
-  spdlog::info(
-      "step {}: quantization error of the averaged gradient |ternary - fp32| / |fp32| = {:.3f}, {:.1f}% of the codes "
-      "non-zero{} (probe {:.0f} ms)",
-      q.step, q.relative_error, 100 * q.nonzero_fraction,
-      worst ? fmt::format("; largest {} {:.3f} ({:.1f}% non-zero)", worst->name, worst->relative_error,
-                          100 * worst->nonzero_fraction)
-            : "",
-      1e3 * q.seconds);
-  for (const TensorQuantization& t : q.tensors)
-    spdlog::debug("step {}: quantization error {} {:.4f}, {:.2f}% non-zero, scaler {:.4g} ({} scaler{})", q.step,
-                  t.name, t.relative_error, 100 * t.nonzero_fraction, t.scaler, t.num_scalers,
-                  t.num_scalers == 1 ? "" : "s");
-  if (log.events) {
-    std::vector<std::pair<std::string, float>> v = {
-        {"quantization/relative_error", static_cast<float>(q.relative_error)},
-        {"quantization/nonzero_fraction", static_cast<float>(q.nonzero_fraction)}};
-    for (const TensorQuantization& t : q.tensors) {
-      v.push_back({"quantization/relative_error/" + t.name, static_cast<float>(t.relative_error)});
-      v.push_back({"quantization/nonzero_fraction/" + t.name, static_cast<float>(t.nonzero_fraction)});
-      v.push_back({"quantization/scaler/" + t.name, t.scaler});
-    }
-    log.events->scalars(q.step, v);
-  }
-  if (log.metrics) log.metrics->quantization(q);
+  f.done = done;
+  report.window(f);
+  report.start_window(replicas[0].backend->host_syncs());
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
-void Trainer::Impl::after_step(int64_t done, RunLog& log) {
-  if (timeline && !log.timeline_written && done == timeline->last_step()) {
+void Trainer::Impl::after_step(int64_t done) {
+  if (timeline && !timeline_written && done == timeline->last_step()) {
     write_timeline();
-    log.timeline_written = true;
+    timeline_written = true;
   }
   if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
   if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
 }
 
 // The end of a run stopped after step t (done or interrupted): the last checkpoint and the result.
-void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
+void Trainer::Impl::finish_run(int64_t t, RunReport& report, TrainResult& result) {
   result.steps_done = t;
   // A run that ended inside the window still leaves the steps it traced.
-  if (timeline && !log.timeline_written && t >= timeline->first_step()) write_timeline();
-  if (t > start_step || kept_steps.empty() || result.interrupted) last_digest = save(t);
+  if (timeline && !timeline_written && t >= timeline->first_step()) write_timeline();
+  if (t > start_step || checkpoints->empty() || result.interrupted) last_digest = save(t);
   if (result.interrupted && is_chief())
     spdlog::warn("stopped at step {} on request; checkpoint saved in {}: the same command resumes from it", t,
                  cfg.train_dir);
@@ -313,12 +215,9 @@ void Trainer::Impl::finish_run(int64_t t, RunLog& log, TrainResult& result) {
     spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
   const Net& last = *workers.back().net;
   if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
-  result.median_examples_per_sec = log.meter.median_examples_per_sec();
-  result.time_per_step = log.run_time_steps > 0 ? log.run_times.scaled(1.0 / log.run_time_steps) : log.window_times;
   result.parameter_digest = last_digest;
   result.last_checkpoint = checkpoint_path(cfg.train_dir, t);
-  result.wall_seconds = seconds_between(log.start, Clock::now());
-  if (log.metrics) log.metrics->summary(result);
+  report.finish(result);
 }
 
 }  // namespace tg
