@@ -15,6 +15,7 @@
 #include "checkpoint.pb.h"
 #include "terngrad/core/error.h"
 #include "terngrad/data/crc32c.h"
+#include "terngrad/train/checkpoint_series.h"
 #include "terngrad/train/stale_files.h"
 
 namespace tg {
@@ -196,6 +197,48 @@ TEST_F(CheckpointTest, IndexNamesTheLatestAndStepsAreListed) {
   std::string first;
   std::getline(in, first);
   EXPECT_EQ(first, "model_checkpoint_path: \"model.ckpt-12\"");
+}
+
+// CheckpointSeries keeps the newest --keep_checkpoints: the index names them, an older checkpoint goes with its rank
+// files; a rank file without its checkpoint (a run killed between the two) and a killed writer's temporary file are
+// removed by clean(); a resumed series adopts the steps on disk.
+TEST_F(CheckpointTest, SeriesKeepsTheNewestAndCleansAfterAKilledRun) {
+  const std::string d = dir_.string();
+  CheckpointMeta m;
+  m.model = "lenet", m.dataset = "mnist", m.image_size = 28, m.channels = 1, m.num_classes = 10;
+  const std::vector<NamedTensor> tensors = {{"params/w", Tensor(w_.data(), Shape{3, 5}, DType::kF32, Device::cpu())}};
+  const std::vector<NamedTensor> state = {{"r/w", Tensor(w_.data(), Shape{15}, DType::kF32, Device::cpu())}};
+  CheckpointSeries series(d, 2);
+  EXPECT_TRUE(series.empty());
+  EXPECT_EQ(series.last(), "none");
+  for (int64_t step : {10, 20, 30}) {
+    for (int rank = 0; rank < 2; ++rank) series.write_rank_file(step, rank, m, state);
+    m.step = step;
+    m.rank_files = 2;
+    series.write(step, m, tensors);
+  }
+  EXPECT_EQ(list_checkpoint_steps(d), (std::vector<int64_t>{20, 30}));
+  EXPECT_EQ(series.last(), checkpoint_path(d, 30));
+  EXPECT_FALSE(fs::exists(checkpoint_path(d, 10)));
+  EXPECT_FALSE(fs::exists(checkpoint_rank_path(d, 10, 0)) || fs::exists(checkpoint_rank_path(d, 10, 1)));
+  EXPECT_TRUE(fs::exists(checkpoint_rank_path(d, 20, 1)) && fs::exists(checkpoint_rank_path(d, 30, 0)));
+  CheckpointReader rank1(checkpoint_rank_path(d, 30, 1));
+  EXPECT_EQ(rank1.meta().rank_files, 1) << "a rank file's header names its rank";
+  EXPECT_EQ(rank1.meta().step, 30);
+
+  // A run killed after its ranks wrote step 40's files, before the checkpoint: clean() removes them.
+  series.write_rank_file(40, 0, m, state);
+  CheckpointSeries resumed(d, 2);
+  resumed.clean();
+  EXPECT_FALSE(fs::exists(checkpoint_rank_path(d, 40, 0)));
+  EXPECT_TRUE(fs::exists(checkpoint_rank_path(d, 30, 0))) << "rank files of a checkpoint stay";
+  resumed.adopt_existing();
+  EXPECT_EQ(resumed.last(), checkpoint_path(d, 30));
+  m.step = 50;
+  m.rank_files = 0;
+  resumed.write(50, m, tensors);
+  EXPECT_EQ(list_checkpoint_steps(d), (std::vector<int64_t>{30, 50}));
+  EXPECT_EQ(*latest_checkpoint(d), checkpoint_path(d, 50));
 }
 
 }  // namespace
