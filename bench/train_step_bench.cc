@@ -89,7 +89,7 @@ struct Trainee {
     store->initialize(1);
     net.bind(*store);
     OptimizerOptions oo;
-    oo.kind = OptimizerKind::kMomentum;
+    oo.optimizer = "momentum";
     oo.momentum = 0.9f;
     optimizer = std::make_unique<Optimizer>(oo, store->params(), *backend);
 

@@ -264,7 +264,7 @@ TEST(CifarNet, SmokeTrainingStepsReduceTheLossAndInferenceEqualsTraining) {
   EXPECT_NEAR(net.last_cross_entropy() + net.last_regularization(), infer_loss, 1e-5);
 
   OptimizerOptions oo;
-  oo.kind = OptimizerKind::kAdam;  // the reference's CifarNet optimizer
+  oo.optimizer = "adam";  // the reference's CifarNet optimizer
   Optimizer opt(oo, store.params(), *be);
   std::vector<float> losses;
   for (int64_t step = 0; step < 6; ++step) {

@@ -339,7 +339,7 @@ TEST(CodedUpdateOptimizer, ApplyWithCodedAveragesMatchesDecodingFirst) {
                      std::to_string(coded_ones.size()));
         Model one(*be, reorder), two(*be, reorder);
         OptimizerOptions o;
-        o.kind = kind;
+        o.optimizer = enum_name(kind);
         Optimizer a(o, one.params, *be), b(o, two.params, *be);
         ExponentialMovingAverage ea(*be, std::vector<const Slab*>{&one.params}, 0.99f),
             eb(*be, std::vector<const Slab*>{&two.params}, 0.99f);

@@ -98,7 +98,7 @@ class OptimTest : public ::testing::Test {
   }
   static OptimizerOptions options(OptimizerKind kind) {
     OptimizerOptions o;
-    o.kind = kind;
+    o.optimizer = enum_name(kind);
     return o;
   }
 
@@ -398,7 +398,7 @@ TEST_F(OptimTest, ResetRestoresInitialSlots) {
 
 LearningRateOptions schedule(LearningRateDecay type) {
   LearningRateOptions o;
-  o.decay_type = type;
+  o.learning_rate_decay_type = enum_name(type);
   o.initial_learning_rate = 0.1;
   o.examples_per_epoch = 50000;
   o.batch_size = 128;

@@ -13,15 +13,31 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 }
 
-LearningRateSchedule::LearningRateSchedule(const LearningRateOptions& options) : options_(options) {
+const std::vector<Flag<LearningRateFlags>>& learning_rate_flags() {
+  using C = LearningRateFlags;
+  static const std::vector<Flag<C>> table = {
+      {"initial_learning_rate", &C::initial_learning_rate, "", positive(), kFlagRun},
+      {"learning_rate_decay_type", &C::learning_rate_decay_type,
+       "exponential is staircase; polynomial has power 0.5 to 0; cosine uses `--warmup_steps`",
+       one_of<LearningRateDecay>(), kFlagRun},
+      {"num_epochs_per_decay", &C::num_epochs_per_decay,
+       "exponential: decay_steps = examples_per_epoch / batch_size · this", no_check(), kFlagRun},
+      {"learning_rate_decay_factor", &C::learning_rate_decay_factor, "exponential factor", no_check(), kFlagRun},
+      {"warmup_steps", &C::warmup_steps, "cosine: linear warm-up", at_least(0), kFlagRun},
+  };
+  return table;
+}
+
+LearningRateSchedule::LearningRateSchedule(const LearningRateOptions& options)
+    : options_(options), decay_type_(parse_enum<LearningRateDecay>(options.learning_rate_decay_type)) {
   const LearningRateOptions& o = options_;
   TG_CHECK(std::isfinite(o.initial_learning_rate) && o.initial_learning_rate >= 0,
            "--initial_learning_rate must be finite and >= 0, got {}", o.initial_learning_rate);
   TG_CHECK(o.warmup_steps >= 0, "--warmup_steps must be >= 0, got {}", o.warmup_steps);
-  TG_CHECK(o.warmup_steps == 0 || o.decay_type == LearningRateDecay::kCosine,
+  TG_CHECK(o.warmup_steps == 0 || decay_type_ == LearningRateDecay::kCosine,
            "--warmup_steps {} is only used by --learning_rate_decay_type cosine, not {}", o.warmup_steps,
-           enum_name(o.decay_type));
-  effective_ = o.optimizer == OptimizerKind::kAdam ? LearningRateDecay::kFixed : o.decay_type;
+           enum_name(decay_type_));
+  effective_ = o.optimizer == OptimizerKind::kAdam ? LearningRateDecay::kFixed : decay_type_;
 
   switch (effective_) {
     case LearningRateDecay::kFixed:
@@ -83,11 +99,11 @@ std::string LearningRateSchedule::describe() const {
   const LearningRateOptions& o = options_;
   switch (effective_) {
     case LearningRateDecay::kFixed:
-      if (o.optimizer == OptimizerKind::kAdam && o.decay_type != LearningRateDecay::kFixed)
+      if (o.optimizer == OptimizerKind::kAdam && decay_type_ != LearningRateDecay::kFixed)
         return fmt::format(
             "fixed: {} (adam keeps the learning rate constant; --learning_rate_decay_type {} "
             "is not used)",
-            o.initial_learning_rate, enum_name(o.decay_type));
+            o.initial_learning_rate, enum_name(decay_type_));
       return fmt::format("fixed: {}", o.initial_learning_rate);
     case LearningRateDecay::kExponential:
       return fmt::format("exponential: {} * {}^floor(t / {})", o.initial_learning_rate, o.learning_rate_decay_factor,

@@ -31,7 +31,7 @@ std::vector<std::string> suffixes_of(OptimizerKind kind) {
 void check_finite(float v, const char* option) { TG_CHECK(std::isfinite(v), "{} must be finite, got {}", option, v); }
 
 void check_options(const OptimizerOptions& o) {
-  switch (o.kind) {
+  switch (o.kind()) {
     case OptimizerKind::kGd:
       break;
     case OptimizerKind::kMomentum:
@@ -46,7 +46,7 @@ void check_options(const OptimizerOptions& o) {
       TG_CHECK(o.adam_epsilon > 0.f, "adam epsilon must be > 0, got {}", o.adam_epsilon);
       break;
   }
-  if (o.kind == OptimizerKind::kRmsprop) {
+  if (o.kind() == OptimizerKind::kRmsprop) {
     TG_CHECK(o.rmsprop_decay >= 0.f && o.rmsprop_decay <= 1.f, "rmsprop decay must be in [0, 1], got {}",
              o.rmsprop_decay);
     check_finite(o.rmsprop_epsilon, "rmsprop epsilon");
@@ -56,8 +56,19 @@ void check_options(const OptimizerOptions& o) {
 
 }  // namespace
 
+const std::vector<Flag<OptimizerFlags>>& optimizer_flags() {
+  using C = OptimizerFlags;
+  static const std::vector<Flag<C>> table = {
+      {"optimizer", &C::optimizer,
+       "momentum 0.9, non-Nesterov; adam .9/.999/1e-8, constant LR; rmsprop decay .9, ε 1, ms starts at 1",
+       one_of<OptimizerKind>(), kFlagRun},
+      {"momentum", &C::momentum, "momentum and RMSProp momentum", in_range(0, 1, "[)"), kFlagRun},
+  };
+  return table;
+}
+
 Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backend& backend)
-    : options_(options), slot_suffixes_(suffixes_of(options.kind)) {
+    : options_(options), kind_(options.kind()), slot_suffixes_(suffixes_of(kind_)) {
   check_options(options_);
   size_t end = 0;
   for (const Slab::Entry& e : params.entries()) {
@@ -82,7 +93,7 @@ void Optimizer::reset(Backend& backend) {
   const int n = static_cast<int>(params_.size());
   for (int g = 0; g < slots_per_param(); ++g) {
     // TF 1.x RMSProp starts its mean-square slot at 1 (so the first steps are not huge); all else at 0.
-    const bool ones = options_.kind == OptimizerKind::kRmsprop && g == 0;
+    const bool ones = kind_ == OptimizerKind::kRmsprop && g == 0;
     if (n == 0) continue;
     Tensor group = slot_group(g);
     if (ones)
@@ -108,9 +119,9 @@ OptimizerStep Optimizer::step_descriptor(int64_t step, float lr) const {
   TG_CHECK(std::isfinite(lr) && lr >= 0.f, "learning rate at step {} must be finite and >= 0, got {}", step, lr);
   TG_CHECK(step >= 0, "optimizer step must be >= 0, got {}", step);
   OptimizerStep s;
-  s.kind = options_.kind;
+  s.kind = kind_;
   s.lr = lr;
-  switch (options_.kind) {
+  switch (kind_) {
     case OptimizerKind::kGd:
       break;
     case OptimizerKind::kMomentum:

@@ -81,25 +81,19 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"batch_size", &C::batch_size, "total batch over all workers of all processes; must divide evenly",
        at_least(1).max(kMaxBatch), kFlagResume},
       {"max_steps", &C::max_steps, "iterations", at_least(1), kFlagContinue},
-      {"optimizer", &C::optimizer,
-       "momentum 0.9, non-Nesterov; adam .9/.999/1e-8, constant LR; rmsprop decay .9, ε 1, ms starts at 1",
-       one_of<OptimizerKind>(), kFlagRun},
-      {"initial_learning_rate", &C::initial_learning_rate, "", positive(), kFlagRun},
-      {"learning_rate_decay_type", &C::learning_rate_decay_type,
-       "exponential is staircase; polynomial has power 0.5 to 0; cosine uses `--warmup_steps`",
-       one_of<LearningRateDecay>(), kFlagRun},
-      {"num_epochs_per_decay", &C::num_epochs_per_decay,
-       "exponential: decay_steps = examples_per_epoch / batch_size · this", no_check(), kFlagRun},
-      {"learning_rate_decay_factor", &C::learning_rate_decay_factor, "exponential factor", no_check(), kFlagRun},
-      {"warmup_steps", &C::warmup_steps, "cosine: linear warm-up", at_least(0), kFlagRun},
-      {"momentum", &C::momentum, "momentum and RMSProp momentum", in_range(0, 1, "[)"), kFlagRun},
-      {"moving_average_decay", &C::moving_average_decay,
-       "EMA of weights and BN statistics: decay min(d, (1+t)/(10+t)); eval uses it", in_range(0, 1, "[)"), kFlagRun},
   };
-  // The areas' sub-tables: compression and exchange where the reference lists them, the input last.
+  // The areas' sub-tables: the optimizer and its learning rate, compression and exchange where the reference lists
+  // them, the input last.
   auto append = [&t](std::vector<Flag<C>> more) {
     for (Flag<C>& f : more) t.push_back(std::move(f));
   };
+  append(embed_flags<C>(optimizer_flags(), {"optimizer"}));
+  append(embed_flags<C>(learning_rate_flags()));
+  append(embed_flags<C>(optimizer_flags(), {"momentum"}));
+  append({
+      {"moving_average_decay", &C::moving_average_decay,
+       "EMA of weights and BN statistics: decay min(d, (1+t)/(10+t)); eval uses it", in_range(0, 1, "[)"), kFlagRun},
+  });
   append(embed_flags<C>(compression_flags()));
   append(embed_flags<C>(exchange_flags()));
   append({

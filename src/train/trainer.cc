@@ -143,8 +143,7 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
   r.store = std::make_unique<ParameterStore>(net.param_specs(), net.state_specs(), *r.backend);
   for (int w : r.workers) workers[w].net->bind(*r.store);
   OptimizerOptions oo;
-  oo.kind = parse_enum<OptimizerKind>(cfg.optimizer);
-  oo.momentum = cfg.momentum;
+  static_cast<OptimizerFlags&>(oo) = cfg;
   r.optimizer = std::make_unique<Optimizer>(oo, r.store->params(), *r.backend);
   for (int w : r.workers) {
     Slab& g = workers[w].net->grads();
@@ -247,14 +246,10 @@ void Trainer::Impl::build_timeline() {
 
 void Trainer::Impl::build_schedule() {
   LearningRateOptions lo;
-  lo.decay_type = parse_enum<LearningRateDecay>(cfg.learning_rate_decay_type);
-  lo.initial_learning_rate = cfg.initial_learning_rate;
-  lo.num_epochs_per_decay = cfg.num_epochs_per_decay;
-  lo.learning_rate_decay_factor = cfg.learning_rate_decay_factor;
+  static_cast<LearningRateFlags&>(lo) = cfg;
   lo.examples_per_epoch = dataset_info(cfg.dataset).train_examples;
   lo.batch_size = cfg.batch_size;
   lo.max_steps = cfg.max_steps;
-  lo.warmup_steps = cfg.warmup_steps;
   lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
   schedule = std::make_unique<LearningRateSchedule>(lo);
 }

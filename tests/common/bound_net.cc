@@ -27,7 +27,7 @@ BoundNet::BoundNet(Backend& backend, const std::string& model, const ModelConfig
 
 OptimizerOptions momentum_sgd(float momentum) {
   OptimizerOptions o;
-  o.kind = OptimizerKind::kMomentum;
+  o.optimizer = "momentum";
   o.momentum = momentum;
   return o;
 }

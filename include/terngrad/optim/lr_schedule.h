@@ -23,6 +23,7 @@
 
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/enum_names.h"
+#include "terngrad/core/flag_table.h"
 
 namespace tg {
 
@@ -36,17 +37,23 @@ struct EnumNames<LearningRateDecay> : EnumNamesBase {
                                                           {LearningRateDecay::kCosine, "cosine"}};
 };
 
-// Field names follow the trainer's flags; errors name those flags.
-struct LearningRateOptions {
-  LearningRateDecay decay_type = LearningRateDecay::kExponential;  // --learning_rate_decay_type
-  double initial_learning_rate = 0.01;                             // --initial_learning_rate
-  double num_epochs_per_decay = 20.0;                              // --num_epochs_per_decay
-  double learning_rate_decay_factor = 0.1;                         // --learning_rate_decay_factor
-  int64_t examples_per_epoch = 0;                                  // of the training subset (dataset property)
-  int64_t batch_size = 0;                                          // --batch_size: the total batch over all workers
-  int64_t max_steps = 0;                                           // --max_steps
-  int64_t warmup_steps = 0;                                        // --warmup_steps (cosine only)
-  OptimizerKind optimizer = OptimizerKind::kMomentum;              // --optimizer (adam: constant rate)
+// The schedule's flags, their defaults written once here, with their flag sub-table (learning_rate_flags());
+// TrainConfig derives from this struct and embeds the table.
+struct LearningRateFlags {
+  double initial_learning_rate = 0.01;
+  std::string learning_rate_decay_type = "exponential";  // LearningRateDecay's names
+  double num_epochs_per_decay = 20.0;
+  double learning_rate_decay_factor = 0.1;
+  int64_t warmup_steps = 0;  // cosine only
+};
+const std::vector<Flag<LearningRateFlags>>& learning_rate_flags();
+
+// The flags and what the schedule takes from the rest of the run; errors name the flags.
+struct LearningRateOptions : LearningRateFlags {
+  int64_t examples_per_epoch = 0;                      // of the training subset (dataset property)
+  int64_t batch_size = 0;                              // --batch_size: the total batch over all workers
+  int64_t max_steps = 0;                               // --max_steps
+  OptimizerKind optimizer = OptimizerKind::kMomentum;  // --optimizer (adam: constant rate)
 };
 
 class LearningRateSchedule {
@@ -65,6 +72,7 @@ class LearningRateSchedule {
 
  private:
   LearningRateOptions options_;
+  LearningRateDecay decay_type_;  // --learning_rate_decay_type parsed
   LearningRateDecay effective_;
   int64_t decay_steps_ = 0;
 };

@@ -22,6 +22,7 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/enum_names.h"
+#include "terngrad/core/flag_table.h"
 #include "terngrad/core/slab.h"
 #include "terngrad/optim/moving_average.h"
 
@@ -36,10 +37,17 @@ struct EnumNames<OptimizerKind> : EnumNamesBase {
                                                       {OptimizerKind::kRmsprop, "rmsprop"}};
 };
 
-struct OptimizerOptions {
-  OptimizerKind kind = OptimizerKind::kMomentum;
-  float momentum = 0.9f;                                               // --momentum: momentum, and RMSProp's momentum
-  float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-8f;  // TF defaults
+// The optimizer's flags, their defaults written once here, with their flag sub-table (optimizer_flags());
+// TrainConfig derives from this struct and embeds the table.
+struct OptimizerFlags {
+  std::string optimizer = "momentum";  // OptimizerKind's names
+  float momentum = 0.9f;               // momentum, and RMSProp's momentum
+};
+const std::vector<Flag<OptimizerFlags>>& optimizer_flags();
+
+struct OptimizerOptions : OptimizerFlags {
+  OptimizerKind kind() const { return parse_enum<OptimizerKind>(optimizer); }  // an unknown name: its error
+  float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-8f;          // TF defaults
   float rmsprop_decay = 0.9f, rmsprop_epsilon = 1.0f;  // the reference's RMSPROP_DECAY / RMSPROP_EPSILON
 };
 
@@ -68,7 +76,7 @@ class Optimizer {
   // Adam's lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t) with t = step + 1, in double.
   static double adam_corrected_lr(double lr, double beta1, double beta2, int64_t step);
 
-  OptimizerKind kind() const { return options_.kind; }
+  OptimizerKind kind() const { return kind_; }
   const OptimizerOptions& options() const { return options_; }
   int slots_per_param() const { return static_cast<int>(slot_suffixes_.size()); }
   // TF slot name suffixes of this kind: {}, {"Momentum"}, {"Adam", "Adam_1"}, {"RMSProp", "RMSProp_1"}.
@@ -91,6 +99,7 @@ class Optimizer {
   Tensor slot_group(int group) const;  // flat f32 view of every parameter's slot `group`
 
   OptimizerOptions options_;
+  OptimizerKind kind_;  // --optimizer parsed
   std::vector<std::string> slot_suffixes_;
   std::vector<ParamEntry> params_;     // what the optimizer was built for, in order
   std::vector<size_t> param_offsets_;  // byte offsets of those entries in a slab built the same way

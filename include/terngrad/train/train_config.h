@@ -2,7 +2,8 @@
 // initialisers, the one place they are written). Help, checks and what is saved: the flag table
 // (train_flags.h); validate() runs its checks and those relating several flags before any work starts. The
 // settings an area owns come from its sub-config, whose flag sub-table the train table embeds: the input
-// (DataConfig, data room), the compression (CompressionFlags, compress) and the exchange (ExchangeConfig).
+// (DataConfig, data room), the compression (CompressionFlags, compress), the exchange (ExchangeConfig), the
+// optimizer and the learning-rate schedule (OptimizerFlags, LearningRateFlags, optim).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,8 @@
 #include "terngrad/data/image_codec.h"
 #include "terngrad/exchange/exchange_options.h"
 #include "terngrad/models/registry.h"
+#include "terngrad/optim/lr_schedule.h"
+#include "terngrad/optim/optimizer.h"
 
 namespace tg {
 
@@ -31,7 +34,7 @@ struct EnumNames<Precision> : EnumNamesBase {
       {Precision::kFp32, "fp32"}, {Precision::kFp16, "fp16"}, {Precision::kBf16, "bf16"}};
 };
 
-struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
+struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig, OptimizerFlags, LearningRateFlags {
   // where
   std::string train_dir = "/tmp/terngrad_train";
   std::string data_dir;
@@ -62,13 +65,7 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig {
   // optimisation
   int64_t batch_size = 64;  // total over all workers
   int64_t max_steps = 1000;
-  std::string optimizer = "momentum";
-  double initial_learning_rate = 0.01;
-  std::string learning_rate_decay_type = "exponential";
-  double num_epochs_per_decay = 20.0;
-  double learning_rate_decay_factor = 0.1;
-  int64_t warmup_steps = 0;
-  float momentum = 0.9f;
+  // --optimizer, --momentum: OptimizerFlags; the learning-rate schedule's: LearningRateFlags
   float moving_average_decay = 0.9999f;
   // starting from other weights (trainer_pretrained.cc)
   std::string pretrained_model_checkpoint_path;  // a checkpoint of ours, or a train_dir (its latest)
