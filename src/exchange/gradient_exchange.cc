@@ -31,16 +31,6 @@ void SchemeContext::copy_to_other_targets(TensorRange r) const {
     for (int i = r.begin; i < r.end; ++i) backend->copy(grads[targets[k]][i], out[i]);
 }
 
-void SchemeContext::add_unfused_weight_decay(TensorRange r, bool ternary_fused) const {
-  if (!weight_decay) return;
-  const CompressionPolicy& p = *policy;
-  for (int i = r.begin; i < r.end; ++i) {
-    const float d = weight_decay->coefficients[i];
-    if (d == 0.f || (ternary_fused && p.tensors()[i].coding == GradCoding::kTernary)) continue;
-    for (const std::vector<Tensor>& g : grads) backend->axpy(d, weight_decay->params[i], g[i]);
-  }
-}
-
 GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& policy,
                                    std::vector<std::vector<Tensor>> worker_grads, std::vector<int> targets,
                                    Communicator* world, const ExchangeOptions& options, Timeline* timeline)

@@ -79,9 +79,6 @@ struct SchemeContext {
   const WeightDecayTerms* weight_decay = nullptr;
   // The average lands in the first target's gradients; the other targets get a copy of tensors [r.begin, r.end).
   void copy_to_other_targets(TensorRange r) const;
-  // weight_decay's terms for tensors [r.begin, r.end) that the scalers' pass does not add (all of them when
-  // `ternary_fused` is false, else the ones not coded ternary), added to every local worker's gradient by axpy.
-  void add_unfused_weight_decay(TensorRange r, bool ternary_fused) const;
 };
 
 // One per-tensor quantity a scheme reports after a step (GradientScheme::summaries).

@@ -215,7 +215,7 @@ void HierarchicalScheme::run_stage(int stage, int bucket) {
 void HierarchicalScheme::scalers(Bucket& b) {
   const RangeLayout l = ctx_.policy->layout(b.range);
   const bool ternary = l.num_scalers() > 0 && ctx_.comms.cross;  // one node: nothing is ternarized
-  ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/ternary);
+  scalers_->add_other_weight_decay(b.range, /*pass_runs=*/ternary);
   if (!ternary) return;
   scalers_->compute(b.range);
 }

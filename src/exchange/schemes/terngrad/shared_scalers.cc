@@ -26,6 +26,16 @@ void SharedScalers::bind(const ExchangeArena& arena) {
   flag_ = arena.view(at_flag_, 1, DType::kI32);
 }
 
+void SharedScalers::add_other_weight_decay(TensorRange r, bool pass_runs) const {
+  if (!ctx_.weight_decay) return;
+  const CompressionPolicy& p = *ctx_.policy;
+  for (int i = r.begin; i < r.end; ++i) {
+    const float d = ctx_.weight_decay->coefficients[i];
+    if (d == 0.f || (pass_runs && p.tensors()[i].coding == GradCoding::kTernary)) continue;
+    for (const std::vector<Tensor>& g : ctx_.grads) ctx_.backend->axpy(d, ctx_.weight_decay->params[i], g[i]);
+  }
+}
+
 void SharedScalers::compute(TensorRange r, const std::vector<const std::vector<Tensor>*>* residuals) {
   for (int w = 0; w < ctx_.local_workers; ++w)
     coding_.local_scalers(*ctx_.backend, ctx_.grads[w], r, rows_[w], residuals ? (*residuals)[w] : nullptr,

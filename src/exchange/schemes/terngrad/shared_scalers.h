@@ -21,7 +21,11 @@ class SharedScalers {
   // Reserves its buffers in `arena` (before arena.allocate(); bind() after); `coding` outlives it.
   SharedScalers(const SchemeContext& ctx, const TernaryCoding& coding, ExchangeArena& arena);
   void bind(const ExchangeArena& arena);
-  // The local workers' scalers of tensors r and their max into shared(). residuals: per local worker its residuals
+  // The weight decay (SchemeContext::weight_decay) of the tensors of r that compute()'s pass does not add (the ones
+  // not coded ternary; all of them when `pass_runs` is false), added to every local worker's gradient by axpy.
+  void add_other_weight_decay(TensorRange r, bool pass_runs) const;
+  // The local workers' scalers of tensors r and their max into shared(), the ternary tensors' weight decay added in
+  // the same pass. residuals: per local worker its residuals
   // per policy tensor (error feedback), or nullptr for none.
   void compute(TensorRange r, const std::vector<const std::vector<Tensor>*>* residuals = nullptr);
   // All-reduce MAX of the range's shared scalers over `group` (nothing without one).

@@ -98,7 +98,7 @@ void TernGradScheme::run_stage(int stage, int bucket) {
 // With weight decay to apply (apply_weight_decay): the ternary tensors' in the scalers' pass (one read of g fewer
 // than backward's axpy and then the scalers), the fp32-coded ones' by axpy.
 void TernGradScheme::scalers(Bucket& b) {
-  ctx_.add_unfused_weight_decay(b.range, /*ternary_fused=*/true);
+  scalers_->add_other_weight_decay(b.range, /*pass_runs=*/true);
   if (b.layout.num_scalers() > 0) scalers_->compute(b.range, feedback_ ? &residuals_ : nullptr);
 }
 
