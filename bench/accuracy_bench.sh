@@ -65,6 +65,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 # shellcheck source=lib/variants.sh
 source "$HERE/lib/variants.sh"
 # shellcheck source=lib/datasets.sh
@@ -204,17 +206,7 @@ WORK=$(cd "$WORK" && pwd)
 
 # ---- the results file: what is there, what to run ---------------------------------------------------------
 COLUMNS_LINE=$'net\tdataset\tworkers\tlayout\tvariant\tflags\tseed\tsteps\tprecision_at_1\trecall_at_5\teval_examples\tbytes_per_step\tbytes_run\tfp32_bytes_per_step\tfp32_bytes_run\twire_bytes_per_step\twire_bytes_run\texchange\texamples_per_sec\ttrain_wall_s\teval_wall_s\tparameter_digest\tload1\tstatus\tnote\tquant_error\tnonzero_codes\tprobes'
-TMP=$(mktemp -d "/tmp/accuracy_bench.$$.XXXXXX")
-# shellcheck disable=SC2317 # run by the EXIT trap
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_scratch accuracy_bench
 HEADER=$TMP/header
 ROWS=$TMP/rows # the table's rows without its header line
 : >"$ROWS"
@@ -275,14 +267,6 @@ if [ "$DRY_RUN" = 0 ] || [ "$ESTIMATE" = 1 ]; then
 fi
 
 # ---- one run ---------------------------------------------------------------------------------------------
-# Long commands run in the background while the script waits: bash runs a trap only once the foreground
-# command has finished, but interrupts a `wait` at once.
-run() {
-  "$@" &
-  wait "$!"
-}
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f\n", b - a }'; }
 # The reason a run failed, for its row: the log's first error line, else its last line (no tabs).
 why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 

@@ -58,6 +58,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib/netns_link.sh"
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 ARGS=("$@")
 
 # ---- arguments -------------------------------------------------------------------------------------------
@@ -195,24 +197,7 @@ dataset_of() {
 }
 
 # ---- the emulated link ------------------------------------------------------------------------------------
-TMP=$(mktemp -d "/tmp/link_bench.$$.XXXXXX")
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  netlink_destroy
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Long commands run in the background while the script waits: bash runs a trap only once the foreground
-# command has finished, but interrupts a `wait` at once.
-run() {
-  "$@" &
-  wait "$!"
-}
+bench_scratch link_bench
 
 netlink_create "tglb$$" 2
 NS1=$(netlink_ns 1)

@@ -50,6 +50,8 @@ done
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 case "$NET" in lenet | alexnet) ;; *) die "unknown net '$NET' (lenet, alexnet)" ;; esac
 [[ "$BATCH" =~ ^[1-9][0-9]*$ && "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ && "$REPEATS" =~ ^[1-9][0-9]*$ ]] ||
   die "-B, -s, -w and -r take positive integers"
@@ -62,8 +64,7 @@ CORES=$(nproc --all)
 [ -n "$OUT" ] || OUT=$HERE/results/placement.tsv
 DATASET=imagenet
 [ "$NET" = lenet ] && DATASET=fashion_mnist
-TMP=$(mktemp -d "/tmp/placement_bench.$$.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+bench_scratch placement_bench
 
 # The scheduler's counts of process PID, all threads summed: "migrations switches involuntary".
 sched_counts() {

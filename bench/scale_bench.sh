@@ -107,6 +107,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib/netns_link.sh"
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 
 # ---- refusals, before anything is created --------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
@@ -171,23 +173,9 @@ dataset_of() { if [ "$1" = lenet ]; then echo fashion_mnist; else echo imagenet;
 CORES=$(nproc --all)
 [ -n "$OUT" ] || OUT=$HERE/results/scale.tsv
 FAILED_LOGS=${OUT%.tsv}.failed-logs  # the logs of failed runs, kept for diagnosis
-TMP=$(mktemp -d "/tmp/scale_bench.$$.XXXXXX")
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  netlink_destroy
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_scratch scale_bench
 note_of() { # "failed:why_it_failed" -> "why it failed"; "ok" -> ""
   case "$1" in *:*) echo "${1#*:}" | tr '_' ' ' ;; *) echo "" ;; esac
-}
-run() { # long commands in the background: bash runs a trap at once during `wait`
-  "$@" &
-  wait "$!"
 }
 
 netlink_create "tgsb$$" "$MAX_NODES"

@@ -77,6 +77,8 @@ ROOT=$(cd "$HERE/.." && pwd)
 source "$HERE/lib/netns_link.sh"
 # shellcheck source=lib/results.sh
 source "$HERE/lib/results.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 # shellcheck source=lib/variants.sh
 source "$HERE/lib/variants.sh"
 # shellcheck source=lib/datasets.sh
@@ -233,26 +235,7 @@ DATA_DIR=$WORK/data/fashion_mnist-$SHARDS
 dataset_prepare fashion_mnist "$DATA_DIR" "$SHARDS" "$DATA" || die "could not prepare Fashion-MNIST"
 IDX_DIR=$(dataset_idx_default fashion_mnist)
 
-TMP=$(mktemp -d "/tmp/tta_bench.$$.XXXXXX")
-# shellcheck disable=SC2317 # run by the EXIT trap
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  netlink_destroy
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-# Long commands run in the background while the script waits: bash runs a trap only once the foreground
-# command has finished, but interrupts a `wait` at once.
-run() {
-  "$@" &
-  wait "$!"
-}
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f\n", b - a }'; }
+bench_scratch tta_bench
 why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 
 netlink_create "tgtta$$" "$MAXM"
