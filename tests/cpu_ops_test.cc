@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -386,6 +387,51 @@ TEST(CpuOpsErrors, TheBackendFrontRefusesForeignDevicesAndMismatchedTensors) {
   expect_error([&] { be.sum(Tensor(ints.data(), Shape{8}, DType::kI32, Device::cpu())); }, {"sum", "f32"});
   be.add(a.t, b.t, out.t);  // and a correct call still runs
   EXPECT_EQ(static_cast<const float*>(out.t.raw())[7], 3.f);
+}
+
+// Batch norm's shapes are the front's (the same checks for every backend): an empty descriptor, x of another size,
+// gamma given to a descriptor without one (or missing from one with it), a statistic or gradient of another size, a
+// required tensor missing, dgamma without gamma: each an error naming the op and the tensor; nothing is written.
+TEST(CpuOpsErrors, BatchNormShapesAreCheckedInTheFront) {
+  CpuBackend be(1);
+  BatchNormDesc d;
+  d.rows = 6, d.c = 4, d.epsilon = 1e-3f, d.has_gamma = false;
+  HostF32 x(Shape{6, 4}, random_vec(24, 41)), y(Shape{6, 4}), dy(Shape{6, 4}, random_vec(24, 42)), dx(Shape{6, 4}),
+      beta(Shape{4}, random_vec(4, 43)), gamma(Shape{4}, Vec(4, 1.0)), mean(Shape{4}), var(Shape{4}, Vec(4, 1.0)),
+      short_x(Shape{5, 4}), short_c(Shape{3}), dgamma(Shape{4});
+  auto expect_error = [](const std::function<void()>& call, const std::vector<std::string>& words) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << words.back();
+    } catch (const Error& e) {
+      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    }
+  };
+  const float* py = static_cast<const float*>(y.t.raw());
+  const std::vector<float> y_before(py, py + 24);
+  BatchNormDesc empty = d;
+  empty.rows = 0;
+  expect_error([&] { be.batch_norm_forward_training(empty, x.t, Tensor(), beta.t, y.t, mean.t, var.t); },
+               {"batch_norm_forward_training", "empty"});
+  expect_error([&] { be.batch_norm_forward_training(d, short_x.t, Tensor(), beta.t, y.t, mean.t, var.t); },
+               {"batch_norm_forward_training", "x", "6 x 4"});
+  expect_error([&] { be.batch_norm_forward_training(d, x.t, gamma.t, beta.t, y.t, mean.t, var.t); },
+               {"batch_norm_forward_training", "without gamma"});
+  BatchNormDesc with_gamma = d;
+  with_gamma.has_gamma = true;
+  expect_error([&] { be.batch_norm_forward_training(with_gamma, x.t, Tensor(), beta.t, y.t, mean.t, var.t); },
+               {"batch_norm_forward_training", "gamma"});
+  expect_error([&] { be.batch_norm_forward_inference(d, x.t, Tensor(), beta.t, short_c.t, var.t, y.t); },
+               {"batch_norm_forward_inference", "mean", "4 elements"});
+  expect_error([&] { be.batch_norm_forward_inference(d, x.t, Tensor(), Tensor(), mean.t, var.t, y.t); },
+               {"batch_norm_forward_inference", "`beta` is undefined"});
+  expect_error([&] { be.batch_norm_backward(d, x.t, Tensor(), mean.t, var.t, short_x.t, dx.t, Tensor(), Tensor()); },
+               {"batch_norm_backward", "dy"});
+  expect_error([&] { be.batch_norm_backward(d, x.t, Tensor(), mean.t, var.t, dy.t, dx.t, dgamma.t, Tensor()); },
+               {"batch_norm_backward", "dgamma", "without gamma"});
+  EXPECT_EQ(std::memcmp(py, y_before.data(), 24 * sizeof(float)), 0) << "a refused call wrote y";
+  be.batch_norm_forward_training(d, x.t, Tensor(), beta.t, y.t, mean.t, var.t);  // a correct call still runs
+  be.batch_norm_backward(d, x.t, Tensor(), mean.t, var.t, dy.t, Tensor(), Tensor(), beta.t);
 }
 
 // max_abs propagates a NaN wherever it is, also when finite values follow it (the CUDA backend does too).

@@ -2,8 +2,9 @@
 // device; dtypes and element counts of the element-wise, reduction and optimizer operations; the compute-dtype
 // rules of backend.h: activations, conv/inner-product weights and their gradients share one compute dtype per
 // call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; the layers check their shapes
-// in the implementations; the codec and linear-algebra ops are checked whole here, with codec_checks.h) and calls
-// the backend's *_impl, so both backends share one contract (the pattern of Layer and Communicator).
+// in the implementations, batch norm's here; the codec and linear-algebra ops are checked whole here, with
+// codec_checks.h) and calls the backend's *_impl, so both backends share one contract (the pattern of Layer and
+// Communicator).
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -55,6 +56,28 @@ void all_same_compute(const Tensor& ref, Named ts, const char* op) {
 }
 void all_f32(Named ts, const char* op) {
   for (auto [t, what] : ts) f32_only(*t, op, what);
+}
+
+// Batch norm's shapes, for every backend: a non-empty descriptor; x of rows x c elements; gamma of c exactly when
+// the descriptor has one (undefined otherwise); each of `channels` (beta, the statistics, their gradients) of c
+// elements and each of `like_x` (y, dy, dx) of x's, when defined; every tensor of `required` defined.
+void batch_norm_shapes(const BatchNormDesc& d, const char* op, const Tensor& x, const Tensor& gamma, Named channels,
+                       Named like_x, Named required) {
+  TG_CHECK(d.rows > 0 && d.c > 0, "{}: empty batch norm {}", op, d.key());
+  for (auto [t, what] : required) TG_CHECK(t->defined(), "{} {}: tensor `{}` is undefined", op, d.key(), what);
+  TG_CHECK(x.defined() && x.numel() == d.rows * d.c, "{} {}: x {} must have {} x {} elements", op, d.key(),
+           x.defined() ? x.str() : std::string("undefined"), d.rows, d.c);
+  if (d.has_gamma)
+    TG_CHECK(gamma.defined() && gamma.numel() == d.c, "{} {}: gamma {} must have {} elements", op, d.key(),
+             gamma.defined() ? gamma.str() : std::string("undefined"), d.c);
+  else
+    TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
+  for (auto [t, what] : channels)
+    TG_CHECK(!t->defined() || t->numel() == d.c, "{} {}: {} {} must have {} elements", op, d.key(), what, t->str(),
+             d.c);
+  for (auto [t, what] : like_x)
+    TG_CHECK(!t->defined() || t->numel() == x.numel(), "{} {}: {} {} must have x's {} elements", op, d.key(), what,
+             t->str(), x.numel());
 }
 
 // As same_compute, and t has ref's element count.
@@ -357,6 +380,8 @@ void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& 
   on_device(*this, var, "batch_norm_forward_training", "var");
   same_compute(x, y, "batch_norm_forward_training", "y");
   all_f32({{&gamma, "gamma"}, {&beta, "beta"}, {&mean, "mean"}, {&var, "var"}}, "batch_norm_forward_training");
+  batch_norm_shapes(d, "batch_norm_forward_training", x, gamma, {{&beta, "beta"}, {&mean, "mean"}, {&var, "var"}},
+                    {{&y, "y"}}, {{&beta, "beta"}, {&y, "y"}, {&mean, "mean"}, {&var, "var"}});
   batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var);
 }
 
@@ -370,6 +395,8 @@ void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor&
   on_device(*this, y, "batch_norm_forward_inference", "y");
   same_compute(x, y, "batch_norm_forward_inference", "y");
   all_f32({{&gamma, "gamma"}, {&beta, "beta"}, {&mean, "mean"}, {&var, "var"}}, "batch_norm_forward_inference");
+  batch_norm_shapes(d, "batch_norm_forward_inference", x, gamma, {{&beta, "beta"}, {&mean, "mean"}, {&var, "var"}},
+                    {{&y, "y"}}, {{&beta, "beta"}, {&y, "y"}, {&mean, "mean"}, {&var, "var"}});
   batch_norm_forward_inference_impl(d, x, gamma, beta, mean, var, y);
 }
 
@@ -388,6 +415,11 @@ void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const
   same_compute(x, dx, "batch_norm_backward", "dx");
   all_f32({{&gamma, "gamma"}, {&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}},
           "batch_norm_backward");
+  TG_CHECK(d.has_gamma || !dgamma, "batch_norm_backward: dgamma requested from a batch norm without gamma ({})",
+           d.key());
+  batch_norm_shapes(d, "batch_norm_backward", x, gamma,
+                    {{&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}},
+                    {{&dy, "dy"}, {&dx, "dx"}}, {{&mean, "mean"}, {&var, "var"}, {&dy, "dy"}});
   batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
 }
 

@@ -8,8 +8,8 @@
 // (a warp covers 32 consecutive channels of a row), the CPU's fixed row chunks and summation order, so the
 // results are the CPU backend's bits on any GPU (tests/cuda_backend_test.cc checks that).
 //
-// Contract (include/terngrad/backend/backend.h): gamma defined iff d.has_gamma; beta required by both
-// forwards; backward uses the given mean/var; dx, dgamma, dbeta may each be undefined. Per-descriptor
+// Contract (include/terngrad/backend/backend.h, checked in the Backend's front): gamma defined iff d.has_gamma; beta
+// required by both forwards; backward uses the given mean/var; dx, dgamma, dbeta may each be undefined. Per-descriptor
 // scratch (chunk sums, coefficients) is reserved in the arena when a descriptor is first seen.
 // Compute dtypes: x, y, dy, dx may be F32, F16 or BF16 (read as f32, rounded once when stored); gamma, beta,
 // mean, var, dgamma, dbeta are f32. The scratch does not depend on the dtype, so neither does the cache key.
@@ -25,7 +25,6 @@ struct BnEntry : CudaBackend::CachedOp {
 };
 
 void* bn_scratch(CudaBackend& be, const BatchNormDesc& d) {
-  TG_CHECK(d.rows > 0 && d.c > 0, "batch norm {}: empty", d.key());
   const CudaOpKey key(CudaOp::BATCH_NORM, {d.rows, d.c});  // all the scratch size depends on
   BnEntry& e = be.cached<BnEntry>(key, [&] {
     auto* n = new BnEntry;
@@ -34,27 +33,6 @@ void* bn_scratch(CudaBackend& be, const BatchNormDesc& d) {
     return n;
   });
   return be.workspace(e.scratch_bytes);
-}
-
-void check_x(CudaBackend& be, const BatchNormDesc& d, const char* op, const Tensor& x, const Tensor& gamma) {
-  TG_CHECK(x.numel() == d.rows * d.c, "{} {}: x {} does not match", op, d.key(), x.str());
-  be.check_on_device(x, op, "x");
-  if (d.has_gamma) {
-    TG_CHECK(gamma.numel() == d.c, "{} {}: gamma {} must have {} elements", op, d.key(), gamma.str(), d.c);
-    be.check_on_device(gamma, op, "gamma");
-  } else {
-    TG_CHECK(gamma.raw() == nullptr, "{}: gamma given to a batch norm without gamma ({})", op, d.key());
-  }
-}
-
-void check_param(CudaBackend& be, const BatchNormDesc& d, const char* op, const Tensor& t, const char* what) {
-  TG_CHECK(t.numel() == d.c, "{} {}: {} {} must have {} elements", op, d.key(), what, t.str(), d.c);
-  be.check_on_device(t, op, what);
-}
-
-void check_same(CudaBackend& be, const BatchNormDesc& d, const char* op, const Tensor& t, const char* what) {
-  TG_CHECK(t.numel() == d.rows * d.c, "{} {}: {} {} does not match x", op, d.key(), what, t.str());
-  be.check_on_device(t, op, what);
 }
 
 const float* ptr_or_null(const Tensor& t) { return t ? t.data<float>() : nullptr; }
@@ -66,9 +44,6 @@ void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const
                                                    const Tensor& beta, const Tensor& y, const Tensor& mean,
                                                    const Tensor& var) {
   const char* op = "batch_norm_forward_training";
-  check_x(*this, d, op, x, gamma);
-  check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
-  check_param(*this, d, op, var, "var"), check_same(*this, d, op, y, "y");
   const DType t = compute_dtype(op, x, {&y});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
@@ -81,9 +56,6 @@ void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, cons
                                                     const Tensor& beta, const Tensor& mean, const Tensor& var,
                                                     const Tensor& y) {
   const char* op = "batch_norm_forward_inference";
-  check_x(*this, d, op, x, gamma);
-  check_param(*this, d, op, beta, "beta"), check_param(*this, d, op, mean, "mean");
-  check_param(*this, d, op, var, "var"), check_same(*this, d, op, y, "y");
   const DType t = compute_dtype(op, x, {&y});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
@@ -95,13 +67,6 @@ void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor&
                                            const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
                                            const Tensor& dgamma, const Tensor& dbeta) {
   const char* op = "batch_norm_backward";
-  check_x(*this, d, op, x, gamma);
-  check_param(*this, d, op, mean, "mean"), check_param(*this, d, op, var, "var");
-  check_same(*this, d, op, dy, "dy");
-  if (dx) check_same(*this, d, op, dx, "dx");
-  TG_CHECK(d.has_gamma || !dgamma, "{}: dgamma requested from a batch norm without gamma ({})", op, d.key());
-  if (dgamma) check_param(*this, d, op, dgamma, "dgamma");
-  if (dbeta) check_param(*this, d, op, dbeta, "dbeta");
   const DType t = compute_dtype(op, x, {&dy, &dx});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
