@@ -3,6 +3,17 @@
 
 namespace tg {
 
+const std::vector<Flag<ModelFlags>>& model_flags() {
+  using C = ModelFlags;
+  static const std::vector<Flag<C>> table = {
+      {"weight_decay", &C::weight_decay, "L2 coefficient (per layer as the reference)", at_least(0), kFlagRun},
+      {"dropout_keep_prob", &C::dropout_keep_prob, "AlexNet/Inception dropout", in_range(0, 1, "(]"), kFlagRun},
+      {"aux_logits", &C::aux_logits, "inception_v3: the auxiliary head (weight 0.4 in the loss)"},
+      {"zero_init_last_bn_gamma", &C::zero_init_last_bn_gamma, "resnet50: start the last BN gamma of each block at 0"},
+  };
+  return table;
+}
+
 void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing) {
   const std::string& logits = net.add(fully_connected("logits", fc));
   net.set_logits(logits);

@@ -106,15 +106,12 @@ DType TrainConfig::compute_dtype() const {
 
 ModelConfig TrainConfig::model_config() const {
   ModelConfig mc;
+  static_cast<ModelFlags&>(mc) = *this;
   mc.image_size = image_size;
   mc.channels = dataset_info(dataset).channels;
   mc.num_classes = num_classes;
-  mc.weight_decay = weight_decay;
-  mc.dropout_keep_prob = dropout_keep_prob;
   mc.label_smoothing = label_smoothing;
-  mc.aux_logits = aux_logits;
   mc.padding_style = parse_enum<PaddingStyle>(padding_style);
-  mc.zero_init_last_bn_gamma = zero_init_last_bn_gamma;
   return mc;
 }
 

@@ -67,26 +67,31 @@ std::vector<Flag<TrainConfig>> make_table() {
        at_least(0).max(kMaxImageSize), kFlagRun},
       {"num_classes", &C::num_classes, "0: the dataset's (10, or 1001 for ImageNet: label 0 is background)",
        at_least(0).max(kMaxClasses), kFlagRun},
-      {"weight_decay", &C::weight_decay, "L2 coefficient (per layer as the reference)", at_least(0), kFlagRun},
-      {"dropout_keep_prob", &C::dropout_keep_prob, "AlexNet/Inception dropout", in_range(0, 1, "(]"), kFlagRun},
+  };
+  // The areas' sub-tables where the reference lists their flags (the network's, the optimizer and its learning
+  // rate, compression and exchange), the input last.
+  auto append = [&t](std::vector<Flag<C>> more) {
+    for (Flag<C>& f : more) t.push_back(std::move(f));
+  };
+  append(embed_flags<C>(model_flags(), {"weight_decay", "dropout_keep_prob"}));
+  append({
       {"label_smoothing", &C::label_smoothing, "< 0: the network's default (0.1 for inception_v3, else 0)",
        below(1).note("negative: the network's default"), kFlagRun},
-      {"aux_logits", &C::aux_logits, "inception_v3: the auxiliary head (weight 0.4 in the loss)"},
+  });
+  append(embed_flags<C>(model_flags(), {"aux_logits"}));
+  append({
       {"padding_style", &C::padding_style,
        "how SAME layers pad: tf (the odd pixel after, the reference's) or torch (PyTorch's symmetric (k-1)/2, average "
        "pools counting the padding: what terngrad-import writes); recorded in the checkpoint, which eval and export "
        "follow",
        one_of<PaddingStyle>(), kFlagRun},
-      {"zero_init_last_bn_gamma", &C::zero_init_last_bn_gamma, "resnet50: start the last BN gamma of each block at 0"},
+  });
+  append(embed_flags<C>(model_flags(), {"zero_init_last_bn_gamma"}));
+  append({
       {"batch_size", &C::batch_size, "total batch over all workers of all processes; must divide evenly",
        at_least(1).max(kMaxBatch), kFlagResume},
       {"max_steps", &C::max_steps, "iterations", at_least(1), kFlagContinue},
-  };
-  // The areas' sub-tables: the optimizer and its learning rate, compression and exchange where the reference lists
-  // them, the input last.
-  auto append = [&t](std::vector<Flag<C>> more) {
-    for (Flag<C>& f : more) t.push_back(std::move(f));
-  };
+  });
   append(embed_flags<C>(optimizer_flags(), {"optimizer"}));
   append(embed_flags<C>(learning_rate_flags()));
   append(embed_flags<C>(optimizer_flags(), {"momentum"}));

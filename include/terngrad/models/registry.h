@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "terngrad/core/enum_names.h"
+#include "terngrad/core/flag_table.h"
 #include "terngrad/nn/layers.h"
 #include "terngrad/nn/net.h"
 
@@ -22,15 +23,23 @@ struct EnumNames<PaddingStyle> : EnumNamesBase {
   static constexpr EnumName<PaddingStyle> kList[] = {{PaddingStyle::kTf, "tf"}, {PaddingStyle::kTorch, "torch"}};
 };
 
-struct ModelConfig {
+// The networks' flags whose values a network takes as they are, their defaults written once here, with their flag
+// sub-table (model_flags()); TrainConfig derives from this struct and embeds the table.
+struct ModelFlags {
+  float weight_decay = 0.0005f;
+  float dropout_keep_prob = 0.5f;
+  bool aux_logits = true;                // Inception-v3: auxiliary head (loss weight 0.4)
+  bool zero_init_last_bn_gamma = false;  // ResNet-50: zero gamma of the last BN of each block
+};
+const std::vector<Flag<ModelFlags>>& model_flags();
+
+// What a builder builds from: those flags and the settings the run resolves (input size, classes, smoothing,
+// padding).
+struct ModelConfig : ModelFlags {
   int64_t image_size = 28;  // square input, pixels
   int64_t channels = 1;     // 1 for MNIST, 3 otherwise
   int64_t num_classes = 10;
-  float weight_decay = 0.0005f;
-  float dropout_keep_prob = 0.5f;
   float label_smoothing = 0.f;
-  bool zero_init_last_bn_gamma = false;  // ResNet-50: zero gamma of the last BN of each block
-  bool aux_logits = true;                // Inception-v3: auxiliary head (loss weight 0.4)
   PaddingStyle padding_style = PaddingStyle::kTf;
 
   // The padding of the layers the network's definition calls SAME.

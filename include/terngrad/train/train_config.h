@@ -2,8 +2,8 @@
 // initialisers, the one place they are written). Help, checks and what is saved: the flag table
 // (train_flags.h); validate() runs its checks and those relating several flags before any work starts. The
 // settings an area owns come from its sub-config, whose flag sub-table the train table embeds: the input
-// (DataConfig, data room), the compression (CompressionFlags, compress), the exchange (ExchangeConfig), the
-// optimizer and the learning-rate schedule (OptimizerFlags, LearningRateFlags, optim).
+// (DataConfig, data room), the network (ModelFlags, models), the compression (CompressionFlags, compress), the
+// exchange (ExchangeConfig), the optimizer and the learning-rate schedule (OptimizerFlags, LearningRateFlags, optim).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct EnumNames<Precision> : EnumNamesBase {
       {Precision::kFp32, "fp32"}, {Precision::kFp16, "fp16"}, {Precision::kBf16, "bf16"}};
 };
 
-struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig, OptimizerFlags, LearningRateFlags {
+struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, OptimizerFlags, LearningRateFlags {
   // where
   std::string train_dir = "/tmp/terngrad_train";
   std::string data_dir;
@@ -56,12 +56,9 @@ struct TrainConfig : DataConfig, CompressionFlags, ExchangeConfig, OptimizerFlag
   std::string net = "lenet";
   int64_t image_size = 0;   // 0: the dataset's default
   int64_t num_classes = 0;  // 0: the dataset's
-  float weight_decay = 0.0005f;
-  float dropout_keep_prob = 0.5f;
-  float label_smoothing = -1.f;          // < 0: the network's default (ModelInfo::label_smoothing)
-  bool aux_logits = true;                // inception_v3: auxiliary head (loss weight 0.4)
-  std::string padding_style = "tf";      // PaddingStyle: tf, torch
-  bool zero_init_last_bn_gamma = false;  // resnet50: zero gamma of each block's last BN
+  // --weight_decay, --dropout_keep_prob, --aux_logits, --zero_init_last_bn_gamma: ModelFlags
+  float label_smoothing = -1.f;      // < 0: the network's default (ModelInfo::label_smoothing)
+  std::string padding_style = "tf";  // PaddingStyle: tf, torch
   // optimisation
   int64_t batch_size = 64;  // total over all workers
   int64_t max_steps = 1000;
