@@ -804,7 +804,7 @@ void expect_same(const RangeResults& a, const RangeResults& b, const std::string
 
 // Three workers' gradients for `policy` and the shared scalers of the definition (the max of their scalers).
 Step make_step(const CompressionPolicy& policy) {
-  Step st{policy};
+  Step st{policy, 4242, {}, {}};
   for (int w = 0; w < 3; ++w) {
     std::vector<std::vector<float>> g;
     for (const auto& t : policy.tensors()) g.push_back(normal(t.numel, 300 + 10 * w + g.size(), 0.01f));

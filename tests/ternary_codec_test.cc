@@ -32,10 +32,6 @@
 namespace tg {
 namespace {
 
-Tensor host_tensor(std::vector<float>& v) {
-  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::kF32, Device::cpu());
-}
-
 using testing::random_bytes;
 std::vector<float> normal_gradient(int64_t n, uint32_t seed, float stddev = 1e-3f) {
   return testing::normal_floats(n, seed, stddev);

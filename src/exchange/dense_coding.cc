@@ -23,28 +23,31 @@ struct WorkerTensors {
 };
 }  // namespace
 
-void DenseCoding::encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
-                             const Tensor& f16) const {
-  const int64_t base = policy_.layout(r).f16_begin;
-  WorkerTensors xs(workers);
+template <class Fn>
+void DenseCoding::for_each(TensorRange r, GradCoding coding, const Tensor& buf, const char* what, Fn&& fn) const {
+  const RangeLayout l = policy_.layout(r);
+  const bool half = coding == GradCoding::kF16;
+  const int64_t base = half ? l.f16_begin : l.f32_begin;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::kF16) continue;
+    if (t.coding != coding) continue;
     const int64_t at = t.offset - base;
-    be.encode_f16_sum(xs.of(workers, i), xs.count, fused_piece(f16, DType::kF16, at, at + t.numel, "fp16 buffer"));
+    fn(i, fused_piece(buf, half ? DType::kF16 : DType::kF32, at, at + t.numel, what));
   }
+}
+
+void DenseCoding::encode_f16(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
+                             const Tensor& f16) const {
+  WorkerTensors xs(workers);
+  for_each(r, GradCoding::kF16, f16, "fp16 buffer",
+           [&](int i, const Tensor& out) { be.encode_f16_sum(xs.of(workers, i), xs.count, out); });
 }
 
 void DenseCoding::encode_f32(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
                              const Tensor& f32) const {
-  const int64_t base = policy_.layout(r).f32_begin;
   WorkerTensors xs(workers);
-  for (int i = r.begin; i < r.end; ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::kF32) continue;
-    const int64_t at = t.offset - base;
-    be.encode_f32_sum(xs.of(workers, i), xs.count, fused_piece(f32, DType::kF32, at, at + t.numel, "fp32 buffer"));
-  }
+  for_each(r, GradCoding::kF32, f32, "fp32 buffer",
+           [&](int i, const Tensor& out) { be.encode_f32_sum(xs.of(workers, i), xs.count, out); });
 }
 
 void DenseCoding::average_local(Backend& be, const std::vector<const std::vector<Tensor>*>& workers, TensorRange r,
@@ -60,24 +63,14 @@ void DenseCoding::average_local(Backend& be, const std::vector<const std::vector
 
 void DenseCoding::decode_f16_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
                                  const std::vector<Tensor>& grads) const {
-  const int64_t base = policy_.layout(r).f16_begin;
-  for (int i = r.begin; i < r.end; ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::kF16) continue;
-    const int64_t at = t.offset - base;
-    be.decode_f16_sum(fused_piece(sum, DType::kF16, at, at + t.numel, "fp16 sum"), num_workers, grads[i]);
-  }
+  for_each(r, GradCoding::kF16, sum, "fp16 sum",
+           [&](int i, const Tensor& in) { be.decode_f16_sum(in, num_workers, grads[i]); });
 }
 
 void DenseCoding::decode_f32_sum(Backend& be, const Tensor& sum, int num_workers, TensorRange r,
                                  const std::vector<Tensor>& grads) const {
-  const int64_t base = policy_.layout(r).f32_begin;
-  for (int i = r.begin; i < r.end; ++i) {
-    const TensorCodingPlan& t = policy_.tensors()[i];
-    if (t.coding != GradCoding::kF32) continue;
-    const int64_t at = t.offset - base;
-    be.decode_f32_sum(fused_piece(sum, DType::kF32, at, at + t.numel, "fp32 sum"), num_workers, grads[i]);
-  }
+  for_each(r, GradCoding::kF32, sum, "fp32 sum",
+           [&](int i, const Tensor& in) { be.decode_f32_sum(in, num_workers, grads[i]); });
 }
 
 }  // namespace tg

@@ -36,6 +36,9 @@ class DenseCoding {
                       const std::vector<Tensor>& grads) const;
 
  private:
+  // fn(i, piece) for each tensor i of r coded `coding` (fp16 or fp32), piece its elements in the range's buffer.
+  template <class Fn>
+  void for_each(TensorRange r, GradCoding coding, const Tensor& buf, const char* what, Fn&& fn) const;
   const CompressionPolicy& policy_;
 };
 

@@ -29,11 +29,9 @@ RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t
   events_ = std::make_unique<EventWriter>(cfg.train_dir);
 }
 
-void RunReport::add_step(double seconds, const PhaseTimes& times, const std::vector<double>& worker_forward_backward) {
+void RunReport::add_step(double seconds, const PhaseTimes& times) {
   meter_.add_step(seconds);
   window_times_ += times;
-  for (size_t w = 0; w < window_worker_fb_.size() && w < worker_forward_backward.size(); ++w)
-    window_worker_fb_[w] += worker_forward_backward[w];
   if (meter_.warm()) {
     run_times_ += times;
     ++run_time_steps_;

@@ -158,9 +158,8 @@ bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
   } catch (const InputInterrupted&) {
     return false;
   }
-  std::vector<double> forward_backward;
-  for (const Worker& w : workers) forward_backward.push_back(w.forward_backward);
-  report.add_step(seconds_between(t0, Clock::now()), step_times, forward_backward);
+  report.add_step(seconds_between(t0, Clock::now()), step_times);
+  for (size_t w = 0; w < workers.size(); ++w) report.add_forward_backward(w, workers[w].forward_backward);
   return true;
 }
 
@@ -170,9 +169,9 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
   const PhaseTimes mean = report.close_window();
   f.host_syncs = replicas[0].backend->host_syncs();  // before this log step's own reads
   f.per_process = gather_times(mean);                // every process: same steps
+  f.done = done;
   if (is_chief()) {
     const Net& last = *workers.back().net;
-    f.done = done;
     f.lr = lr;
     f.cross_entropy = last.last_cross_entropy();
     f.regularization = last.last_regularization();
@@ -187,7 +186,6 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
     f.loss_scale = scaler->scale();
     f.skipped_steps = scaler->skipped_steps();
   }
-  f.done = done;
   report.window(f);
   report.start_window(replicas[0].backend->host_syncs());
 }

@@ -47,8 +47,9 @@ class RunReport {
   // The run's clock starts (again) now: after the configuration lines.
   void restart_clock() { start_ = Clock::now(); }
 
-  // One step of `seconds`: its phase times and each worker's forward + backward seconds.
-  void add_step(double seconds, const PhaseTimes& times, const std::vector<double>& worker_forward_backward);
+  // One step of `seconds` and its phase times; then each worker's forward + backward seconds of it.
+  void add_step(double seconds, const PhaseTimes& times);
+  void add_forward_backward(size_t worker, double seconds) { window_worker_fb_.at(worker) += seconds; }
   // Closes the window; returns its mean phase times per step (gathered over the processes before window()).
   PhaseTimes close_window();
   // The closed window's log line, TensorBoard scalars and metrics line (the chief).
