@@ -88,9 +88,9 @@ struct Gradient {
   Gradient(int64_t n_, int workers_)
       : n(n_),
         nbytes((n_ + 3) / 4),
-        workers(workers_),
         g(n_),
         out(n_),
+        workers(workers_),
         packed(workers_ * nbytes),
         w(n_),
         acc(n_),

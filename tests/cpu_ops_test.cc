@@ -15,6 +15,7 @@
 #include "common/close_values.h"
 #include "common/reference_ops.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "terngrad/backend/ternary_codec.h"
 
 namespace tg {
 namespace {
@@ -245,7 +246,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LrnTest,
                                            LrnCase{1, 4, 4, 64, 4, 1.f, 0.01f, 0.75f},
                                            LrnCase{3, 2, 2, 5, 5, 2.f, 0.2f, 0.75f},
                                            LrnCase{1, 3, 5, 16, 2, 2.f, 0.05f, 0.5f},
-                                           LrnCase{3, 5, 3, 48, 1, 1.f, 0.3f, 1.f}));
+                                           LrnCase{3, 5, 3, 48, 1, 1.f, 0.3f, 1.f},
+                                           LrnCase{2, 3, 2, 37, 3, 2.f, 0.05f, 0.6f},   // beta by pow
+                                           LrnCase{2, 2, 3, 1, 2, 1.f, 0.5f, 0.75f},    // one channel
+                                           LrnCase{1, 3, 3, 3, 6, 1.f, 0.2f, 0.75f}));  // window > C
+
+// The LRN backward's own loops: the same bits on every vector path (generic, AVX2, AVX-512, as far as this CPU
+// has them) and every thread count, with and without a leftover shorter than a vector.
+TEST(LrnBackward, SameBitsOnEveryPathAndThreadCount) {
+  for (const LrnCase& p : {LrnCase{3, 7, 5, 48, 2, 2.f, 1e-2f, 0.75f}, LrnCase{2, 5, 3, 37, 3, 1.f, 0.03f, 0.6f},
+                           LrnCase{2, 4, 4, 19, 1, 1.f, 0.1f, 0.5f}}) {
+    SCOPED_TRACE(::testing::PrintToString(p));
+    LrnDesc d;
+    d.n = p.n, d.h = p.h, d.w = p.w, d.c = p.c, d.depth_radius = p.radius, d.bias = p.bias, d.alpha = p.alpha,
+    d.beta = p.beta;
+    Shape xs{d.n, d.h, d.w, d.c};
+    Vec x = random_vec(xs.numel(), 31, -3.0, 3.0), dy = random_vec(xs.numel(), 32);
+    HostF32 tx(xs, x), tdy(xs, dy);
+    std::vector<float> first;
+    for (CodecIsa isa : {CodecIsa::kGeneric, CodecIsa::kAvx2, CodecIsa::kAvx512}) {
+      const CodecIsa used = set_ternary_codec_isa(isa);
+      for (int threads : {1, 2}) {
+        CpuBackend be(threads);
+        HostF32 tdx(xs);
+        be.lrn_backward(d, tx.t, tdy.t, Tensor(), tdx.t);
+        ASSERT_TRUE(tdx.guard_intact());
+        std::vector<float> got(tdx.storage.begin(), tdx.storage.begin() + xs.numel());
+        if (first.empty()) {
+          first = got;
+          expect_close(tdx, ref::lrn_backward(d, x, dy), "lrn dx");
+        } else {
+          EXPECT_EQ(0, std::memcmp(got.data(), first.data(), got.size() * sizeof(float)))
+              << "path " << enum_name(used) << ", " << threads << " threads";
+        }
+      }
+    }
+    set_ternary_codec_isa(CodecIsa::kAuto);
+  }
+}
 
 // ---- batch norm ---------------------------------------------------------------------------------------
 

@@ -166,6 +166,7 @@ TEST(LrnGrad, BackwardMatchesNumericalGradient) {
   EXPECT_GRADIENTS_OK(check_layer_gradients(lrn("norm", 2, 1.f, 0.1f, 0.75f), {Shape{2, 3, 3, 7}}, o));
   EXPECT_GRADIENTS_OK(check_layer_gradients(lrn("norm", 4, 2.f, 0.05f, 0.75f), {Shape{1, 2, 3, 12}}, o));
   EXPECT_GRADIENTS_OK(check_layer_gradients(lrn("norm", 1, 1.f, 0.3f, 1.f), {Shape{3, 2, 2, 4}}, o));
+  EXPECT_GRADIENTS_OK(check_layer_gradients(lrn("norm", 3, 2.f, 0.05f, 0.6f), {Shape{1, 2, 2, 9}}, o));  // pow
 }
 
 TEST(FullyConnectedGrad, BackwardMatchesNumericalGradient) {

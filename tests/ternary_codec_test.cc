@@ -86,6 +86,20 @@ class ForcedIsa {
   CodecIsa used_;
 };
 
+// ONEDNN_MAX_CPU_ISA (else DNNL_MAX_CPU_ISA) lowers the loops' path as it lowers oneDNN's kernels.
+TEST(CodecIsaLimit, FollowsOneDnnsVariable) {
+  EXPECT_EQ(onednn_isa_limit(nullptr, nullptr), CodecIsa::kAvx512);
+  EXPECT_EQ(onednn_isa_limit("", nullptr), CodecIsa::kAvx512);
+  EXPECT_EQ(onednn_isa_limit("ALL", nullptr), CodecIsa::kAvx512);
+  EXPECT_EQ(onednn_isa_limit("avx512_core_amx", nullptr), CodecIsa::kAvx512);
+  EXPECT_EQ(onednn_isa_limit("AVX2", nullptr), CodecIsa::kAvx2);
+  EXPECT_EQ(onednn_isa_limit("AVX2_VNNI", nullptr), CodecIsa::kAvx2);
+  EXPECT_EQ(onednn_isa_limit("avx", nullptr), CodecIsa::kGeneric);
+  EXPECT_EQ(onednn_isa_limit("SSE41", nullptr), CodecIsa::kGeneric);
+  EXPECT_EQ(onednn_isa_limit(nullptr, "AVX2"), CodecIsa::kAvx2);
+  EXPECT_EQ(onednn_isa_limit("AVX512_CORE", "AVX2"), CodecIsa::kAvx512);  // the ONEDNN_ name wins
+}
+
 // The paths this CPU can run (generic always; AVX2 and AVX-512 where supported).
 std::vector<CodecIsa> available_isas() {
   std::vector<CodecIsa> out;

@@ -19,12 +19,17 @@
 
 namespace tg {
 
-// Instruction-set paths of the loops (all give the same bits). Auto picks the best the CPU has; tests and
-// benchmarks force one with set_ternary_codec_isa (clamped to what the CPU supports; returns the path now in
-// use). Process-wide; not meant to change while the codec runs.
+// Instruction-set paths of the CPU backend's own vector loops: the codec's and the LRN backward's (each gives
+// the same bits on every path). Auto picks the best the CPU has, lowered as oneDNN's is by ONEDNN_MAX_CPU_ISA /
+// DNNL_MAX_CPU_ISA (read from the variable); tests and benchmarks force one with set_ternary_codec_isa (clamped to
+// that; returns the path now in use). Process-wide; not meant to change while the loops run.
 enum class CodecIsa : int { kAuto = -1, kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 CodecIsa set_ternary_codec_isa(CodecIsa isa);
 CodecIsa ternary_codec_isa();  // the path in use
+// The highest path the values of ONEDNN_MAX_CPU_ISA and DNNL_MAX_CPU_ISA allow (the first wins when set, as in
+// oneDNN; nullptr: unset), read as text because this code is also built without oneDNN (the GPU check): unset,
+// ALL, AVX512* and AVX10* leave every path, AVX2* stops at AVX2, any other value (SSE41, AVX) at the generic loop.
+CodecIsa onednn_isa_limit(const char* onednn_max_cpu_isa, const char* dnnl_max_cpu_isa);
 template <>
 struct EnumNames<CodecIsa> : EnumNamesBase {
   static constexpr const char* kFlag = "--isa";

@@ -50,7 +50,6 @@ enum class CpuOp : int32_t {
   kPoolFwdTrain,
   kPoolFwdInfer,
   kPoolBwd,
-  kLrnFwdTrain,
   kLrnFwdInfer,
   kLrnBwd,
   kBnFwdTrain,

@@ -1,16 +1,38 @@
-// CpuBackend LRN on oneDNN: lrn_workspace_bytes / lrn_forward / lrn_backward.
+// CpuBackend LRN: lrn_workspace_bytes / lrn_forward on oneDNN, lrn_backward on our own loops.
 //
 // TensorFlow's convention: y = x / (bias + alpha * sum_{|d'-d| <= r} x_{d'}^2)^beta, alpha NOT divided by
 // the window. oneDNN's across-channels LRN divides its alpha by local_size, so it gets alpha * (2r + 1)
-// with local_size 2r + 1. NHWC activations. The training forward may keep a workspace for the backward
-// (implementation-dependent; lrn_workspace_bytes says how much, possibly 0: the most f32 and bf16 need).
-// Activations are f32 or bf16 (the primitives' dtype, part of their cache key).
-#include <algorithm>
+// with local_size 2r + 1. NHWC activations, f32 or bf16 (the primitive's dtype, part of its cache key).
+//
+// Why the backward is ours: oneDNN 2.6 has a JIT backward for NHWC across-channel LRN only on AVX-512; on
+// AVX2 it runs its reference implementation (lrn_ref), measured at 1.15 s of AlexNet's 3.7 s step (batch 40,
+// 1 thread; 50x its AVX-512 JIT). Our loops recompute s = bias + alpha * window(x^2) per pixel from x, so the
+// forward keeps no workspace (lrn_workspace_bytes is 0 and the forward is oneDNN's inference primitive):
+//   dx_j = dy_j s_j^-beta - 2 alpha beta x_j sum_{|c-j| <= r} dy_c x_c s_c^(-beta-1)
+// Each pixel's C channels are independent of every other pixel, window sums run in a fixed order and
+// -ffp-contract=off holds, so the result is the same bits on every thread count and every ISA (one loop body,
+// compiled for generic x86-64, AVX2 and AVX-512; the path is the codec's, ternary_codec_isa(), which
+// ONEDNN_MAX_CPU_ISA lowers as it lowers oneDNN's kernels). beta 0.75 (every network here), 0.5 and 1 use square roots
+// and a division; any other beta pow.
+#include <omp.h>
+
+#include <cmath>
 #include <dnnl.hpp>
 #include <memory>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_dtype.h"
 #include "src/backend/cpu/dnnl_util.h"
+#include "terngrad/backend/ternary_codec.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TG_LRN_X86 1
+#define TG_TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define TG_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
+#else
+#define TG_LRN_X86 0
+#endif
 
 namespace tg {
 namespace {
@@ -23,11 +45,6 @@ int64_t local_size(const LrnDesc& d) { return 2 * d.depth_radius + 1; }
 float dnnl_alpha(const LrnDesc& d) { return d.alpha * static_cast<float>(local_size(d)); }
 dnnl::memory::desc data_desc(const LrnDesc& d, DType t) { return md({d.n, d.c, d.h, d.w}, t, tag::nhwc); }
 
-dnnl::lrn_forward::desc forward_desc(const LrnDesc& d, prop_kind pk, DType t) {
-  return dnnl::lrn_forward::desc(pk, algorithm::lrn_across_channels, data_desc(d, t), local_size(d), dnnl_alpha(d),
-                                 d.beta, d.bias);
-}
-
 OpKey lrn_key(CpuOp op, const LrnDesc& d, DType t) {
   return OpKey(op, {d.n, d.h, d.w, d.c, d.depth_radius, OpKey::bits(d.bias), OpKey::bits(d.alpha), OpKey::bits(d.beta),
                     static_cast<int64_t>(t)});
@@ -37,29 +54,129 @@ void check_desc(const LrnDesc& d, const char* op) {
   TG_CHECK(d.depth_radius >= 0 && d.c > 0, "{}: bad LRN descriptor {}", op, d.key());
 }
 
-}  // namespace
+// ---- backward loops ------------------------------------------------------------------------------------------
 
-static CachedPrimitive& lrn_forward_entry(CpuBackend& be, const LrnDesc& d, bool training, DType t) {
-  return be.cached<CachedPrimitive>(lrn_key(training ? CpuOp::kLrnFwdTrain : CpuOp::kLrnFwdInfer, d, t), [&] {
-    auto e = std::make_unique<CachedPrimitive>();
-    dnnl::lrn_forward::primitive_desc pd;
-    TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
-                     forward_desc(d, training ? prop_kind::forward_training : prop_kind::forward_inference, t),
-                     user_scratchpad_attr(), be.engine()));
-    e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_DST}, be.engine());
-    return e;
-  });
+// Per-thread scratch of the backward: one slot of kLrnRows arrays per compute thread.
+struct LrnScratch : CpuBackend::CachedOp {
+  int64_t slot = 0;  // floats per thread
+  std::vector<float> data;
+};
+
+// s^-beta for the betas with a cheap exact form; std::pow for the rest.
+enum class BetaForm { k075, k05, k1, kPow };
+BetaForm beta_form(float beta) {
+  if (beta == 0.75f) return BetaForm::k075;
+  if (beta == 0.5f) return BetaForm::k05;
+  if (beta == 1.f) return BetaForm::k1;
+  return BetaForm::kPow;
 }
+
+template <BetaForm kForm>
+inline __attribute__((always_inline)) float pow_neg_beta(float s, float beta) {
+  if constexpr (kForm == BetaForm::k075) {
+    const float r = std::sqrt(s);
+    return 1.f / (r * std::sqrt(r));
+  } else if constexpr (kForm == BetaForm::k05) {
+    return 1.f / std::sqrt(s);
+  } else if constexpr (kForm == BetaForm::k1) {
+    return 1.f / s;
+  } else {
+    return std::pow(s, -beta);
+  }
+}
+
+// Pixels [p0, p1) of an NHWC tensor with C channels. scratch: 2 (C + 2r) + 4 C floats, the padded arrays'
+// first and last r entries zero.
+template <typename T, BetaForm kForm>
+inline __attribute__((always_inline)) void lrn_backward_pixels(const LrnDesc& d, const T* __restrict x,
+                                                               const T* __restrict dy, T* __restrict dx, int64_t p0,
+                                                               int64_t p1, float* __restrict scratch) {
+  const int64_t c = d.c, r = d.depth_radius, window = 2 * r + 1, padded = c + 2 * r;
+  const float bias = d.bias, alpha = d.alpha, beta = d.beta, k2 = 2.f * d.alpha * d.beta;
+  float* __restrict sq = scratch;     // (C + 2r): x^2, zero-padded
+  float* __restrict t = sq + padded;  // (C + 2r): dy x s^(-beta-1), zero-padded
+  float* __restrict xf = t + padded;  // (C): x in f32
+  float* __restrict dyf = xf + c;     // (C): dy in f32
+  float* __restrict pw = dyf + c;     // (C): s^-beta
+  float* __restrict acc = pw + c;     // (C): window sums
+  for (int64_t p = p0; p < p1; ++p) {
+    const T* xp = x + p * c;
+    const T* dyp = dy + p * c;
+    T* dxp = dx + p * c;
+    for (int64_t j = 0; j < c; ++j) {
+      xf[j] = cpu::to_f32(xp[j]);
+      dyf[j] = cpu::to_f32(dyp[j]);
+      sq[r + j] = xf[j] * xf[j];
+    }
+    for (int64_t j = 0; j < c; ++j) acc[j] = 0.f;
+    for (int64_t k = 0; k < window; ++k)
+      for (int64_t j = 0; j < c; ++j) acc[j] += sq[j + k];
+    for (int64_t j = 0; j < c; ++j) {
+      const float s = bias + alpha * acc[j];
+      const float q = pow_neg_beta<kForm>(s, beta);
+      pw[j] = q;
+      t[r + j] = dyf[j] * xf[j] * (q / s);
+    }
+    for (int64_t j = 0; j < c; ++j) acc[j] = 0.f;
+    for (int64_t k = 0; k < window; ++k)
+      for (int64_t j = 0; j < c; ++j) acc[j] += t[j + k];
+    for (int64_t j = 0; j < c; ++j) dxp[j] = cpu::from_f32<T>(dyf[j] * pw[j] - k2 * xf[j] * acc[j]);
+  }
+}
+
+template <typename T, BetaForm kForm>
+void lrn_backward_generic(const LrnDesc& d, const T* x, const T* dy, T* dx, int64_t p0, int64_t p1, float* scratch) {
+  lrn_backward_pixels<T, kForm>(d, x, dy, dx, p0, p1, scratch);
+}
+#if TG_LRN_X86
+template <typename T, BetaForm kForm>
+TG_TARGET_AVX2 void lrn_backward_avx2(const LrnDesc& d, const T* x, const T* dy, T* dx, int64_t p0, int64_t p1,
+                                      float* scratch) {
+  lrn_backward_pixels<T, kForm>(d, x, dy, dx, p0, p1, scratch);
+}
+template <typename T, BetaForm kForm>
+TG_TARGET_AVX512 void lrn_backward_avx512(const LrnDesc& d, const T* x, const T* dy, T* dx, int64_t p0, int64_t p1,
+                                          float* scratch) {
+  lrn_backward_pixels<T, kForm>(d, x, dy, dx, p0, p1, scratch);
+}
+#endif
+
+template <typename T>
+using LrnBackwardFn = void (*)(const LrnDesc&, const T*, const T*, T*, int64_t, int64_t, float*);
+
+template <typename T, BetaForm kForm>
+LrnBackwardFn<T> pick_backward(CodecIsa isa) {
+#if TG_LRN_X86
+  if (isa == CodecIsa::kAvx512) return lrn_backward_avx512<T, kForm>;
+  if (isa == CodecIsa::kAvx2) return lrn_backward_avx2<T, kForm>;
+#endif
+  (void)isa;
+  return lrn_backward_generic<T, kForm>;
+}
+
+template <typename T>
+LrnBackwardFn<T> backward_loop(float beta) {
+  const CodecIsa isa = ternary_codec_isa();  // the path of the backend's own loops
+  switch (beta_form(beta)) {
+    case BetaForm::k075:
+      return pick_backward<T, BetaForm::k075>(isa);
+    case BetaForm::k05:
+      return pick_backward<T, BetaForm::k05>(isa);
+    case BetaForm::k1:
+      return pick_backward<T, BetaForm::k1>(isa);
+    default:
+      return pick_backward<T, BetaForm::kPow>(isa);
+  }
+}
+
+}  // namespace
 
 size_t CpuBackend::lrn_workspace_bytes_impl(const LrnDesc& d) {
   check_desc(d, "lrn_workspace_bytes");
-  size_t bytes = lrn_forward_entry(*this, d, /*training=*/true, DType::kF32).workspace_bytes;
-  if (supports_compute(DType::kBf16))
-    bytes = std::max(bytes, lrn_forward_entry(*this, d, /*training=*/true, DType::kBf16).workspace_bytes);
-  return bytes;
+  return 0;  // the backward recomputes what it needs from x
 }
 
-void CpuBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
+void CpuBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& /*workspace*/) {
   const char* op = "lrn_forward";
   check_desc(d, op);
   const DType t = x.dtype();
@@ -67,13 +184,20 @@ void CpuBackend::lrn_forward_impl(const LrnDesc& d, const Tensor& x, const Tenso
   const int64_t numel = d.n * d.h * d.w * d.c;
   check_act(x, numel, t, op, "x");
   check_act(y, numel, t, op, "y");
-  // A training forward is one whose caller keeps a workspace; with a 0-byte workspace both are the same.
-  CachedPrimitive& e = lrn_forward_entry(*this, d, /*training=*/workspace.raw() != nullptr, t);
-  e.bind_workspace(workspace, op, d);
+  auto& e = cached<CachedPrimitive>(lrn_key(CpuOp::kLrnFwdInfer, d, t), [&] {
+    auto e = std::make_unique<CachedPrimitive>();
+    dnnl::lrn_forward::primitive_desc pd;
+    TG_DNNL_CALL(pd = dnnl::lrn_forward::primitive_desc(
+                     dnnl::lrn_forward::desc(prop_kind::forward_inference, algorithm::lrn_across_channels,
+                                             data_desc(d, t), local_size(d), dnnl_alpha(d), d.beta, d.bias),
+                     user_scratchpad_attr(), engine_));
+    e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_DST}, engine_);
+    return e;
+  });
   e.run(stream_, {x.raw(), y.raw()});
 }
 
-void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& /*workspace*/,
                                    const Tensor& dx) {
   const char* op = "lrn_backward";
   check_desc(d, op);
@@ -83,19 +207,26 @@ void CpuBackend::lrn_backward_impl(const LrnDesc& d, const Tensor& x, const Tens
   check_act(x, numel, t, op, "x");
   check_act(dy, numel, t, op, "dy");
   check_act(dx, numel, t, op, "dx");
-  auto& e = cached<CachedPrimitive>(lrn_key(CpuOp::kLrnBwd, d, t), [&] {
-    auto e = std::make_unique<CachedPrimitive>();
-    dnnl::lrn_forward::primitive_desc hint;
-    dnnl::lrn_backward::primitive_desc pd;
-    TG_DNNL_CALL(hint = dnnl::lrn_forward::primitive_desc(forward_desc(d, prop_kind::forward_training, t), engine_));
-    dnnl::lrn_backward::desc bd(algorithm::lrn_across_channels, data_desc(d, t), data_desc(d, t), local_size(d),
-                                dnnl_alpha(d), d.beta, d.bias);
-    TG_DNNL_CALL(pd = dnnl::lrn_backward::primitive_desc(bd, user_scratchpad_attr(), engine_, hint));
-    e->init(pd, {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC}, engine_);
+  auto& scratch = cached<LrnScratch>(lrn_key(CpuOp::kLrnBwd, d, t), [&] {
+    auto e = std::make_unique<LrnScratch>();
+    e->slot = 2 * (d.c + 2 * d.depth_radius) + 4 * d.c;
+    e->data.assign(static_cast<size_t>(e->slot * threads_), 0.f);  // the padded arrays' ends stay 0
     return e;
   });
-  e.bind_workspace(workspace, op, d);
-  e.run(stream_, {x.raw(), dy.raw(), dx.raw()});
+  cpu::dispatch_compute(t, op, [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const LrnBackwardFn<T> loop = backward_loop<T>(d.beta);
+    const T* px = static_cast<const T*>(x.raw());
+    const T* pdy = static_cast<const T*>(dy.raw());
+    T* pdx = static_cast<T*>(dx.raw());
+    parallel_for(
+        d.n * d.h * d.w,
+        [&](int64_t p0, int64_t p1) {
+          float* slot = scratch.data.data() + scratch.slot * omp_get_thread_num();
+          loop(d, px, pdy, pdx, p0, p1, slot);
+        },
+        std::max<int64_t>(1, 16384 / d.c));
+  });
 }
 
 }  // namespace tg

@@ -20,9 +20,12 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/parallel.h"
@@ -47,6 +50,20 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lane tricks below 
 // ---- instruction-set choice ----------------------------------------------------------------------------------
 std::atomic<int> g_forced_isa{static_cast<int>(CodecIsa::kAuto)};
 
+}  // namespace
+
+CodecIsa onednn_isa_limit(const char* onednn_max_cpu_isa, const char* dnnl_max_cpu_isa) {
+  const char* value = onednn_max_cpu_isa != nullptr ? onednn_max_cpu_isa : dnnl_max_cpu_isa;
+  if (value == nullptr || *value == '\0') return CodecIsa::kAvx512;
+  std::string v(value);
+  for (char& ch : v) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (v == "ALL" || v.rfind("AVX512", 0) == 0 || v.rfind("AVX10", 0) == 0) return CodecIsa::kAvx512;
+  if (v.rfind("AVX2", 0) == 0) return CodecIsa::kAvx2;
+  return CodecIsa::kGeneric;
+}
+
+namespace {
+
 CodecIsa best_isa() {
 #if TG_CODEC_X86
   static const CodecIsa best = [] {
@@ -62,8 +79,11 @@ CodecIsa best_isa() {
 #else
     const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
 #endif
-    if (v4) return CodecIsa::kAvx512;
-    if (v3) return CodecIsa::kAvx2;
+    // Lowered as oneDNN's kernels are (onednn_isa_limit), so one variable restricts the whole CPU step to AVX2
+    // on an AVX-512 machine.
+    const CodecIsa limit = onednn_isa_limit(std::getenv("ONEDNN_MAX_CPU_ISA"), std::getenv("DNNL_MAX_CPU_ISA"));
+    if (v4 && limit >= CodecIsa::kAvx512) return CodecIsa::kAvx512;
+    if (v3 && limit >= CodecIsa::kAvx2) return CodecIsa::kAvx2;
     return CodecIsa::kGeneric;
   }();
   return best;
