@@ -196,6 +196,7 @@ TEST_F(TrainerTest, BadFlagsNameTheFlagBeforeAnyWork) {
       {[](TrainConfig& c) { c.bucket_mb = -3; }, "--bucket_mb"},
       {[](TrainConfig& c) { c.timeline = "/nonexistent/folder/trace.json"; }, "--timeline"},
       {[](TrainConfig& c) { c.timeline = "t.json", c.timeline_steps = "9-2"; }, "--timeline_steps"},
+      {[](TrainConfig& c) { c.timeline_layers = true; }, "--timeline_layers"},  // without --timeline
       {[](TrainConfig& c) { c.cpu_replicas = 0; }, "--cpu_replicas"},
       {[](TrainConfig& c) { c.cpu_replicas = 3; }, "--num_nodes"},  // 2 workers on 3 replicas
       {[](TrainConfig& c) { c.device = "cuda", c.cpu_replicas = 2; }, "--cpu_replicas"},
@@ -282,6 +283,38 @@ TEST_F(TrainerTest, PhaseTimesAndTimeline) {
             "True");
   EXPECT_EQ(python_json(metrics, "[len(l['worker_forward_backward']) for l in d if 'step' in l]"), "[2, 2, 2]");
   EXPECT_EQ(python_json(metrics, "d[-1]['summary'] and d[-1]['time']['forward_backward'] > 0"), "True");
+}
+
+// --timeline_layers: every layer's forward and backward is one span per step on its worker's track, in the
+// net's order (backward reversed), inside that worker's forward / backward phase of the same step.
+TEST_F(TrainerTest, TimelineLayers) {
+  if (run("command -v python3") != 0) GTEST_SKIP() << "python3 not found (needed to parse the JSON)";
+  TrainConfig c = config("layers");
+  c.max_steps = 4;
+  c.save_iter = 100;
+  c.timeline = (root_ / "trace.json").string();
+  c.timeline_steps = "2-3";
+  c.timeline_layers = true;
+  Trainer(c).run();
+  const std::string lenet =
+      "['conv1', 'conv1/relu', 'pool1', 'conv2', 'conv2/relu', 'pool2', 'flatten', 'fc3', "
+      "'fc3/relu', 'logits', 'loss']";
+  const std::string x = "[e for e in d['traceEvents'] if e['ph']=='X']";
+  for (const char* step : {"2", "3"})
+    for (const char* tid : {"0", "1"}) {
+      const std::string mine = "[e for e in " + x + " if e['args']['step']==" + step + " and e['tid']==" + tid + "]";
+      SCOPED_TRACE(std::string("step ") + step + ", track " + tid);
+      EXPECT_EQ(python_json(c.timeline, "[e['name'] for e in " + mine + " if e['cat']=='layer_forward']"), lenet);
+      EXPECT_EQ(python_json(c.timeline, "[e['name'] for e in " + mine + " if e['cat']=='layer_backward'][::-1]"),
+                lenet);
+      // Each layer span lies inside the phase of its kind (1 us of rounding either side).
+      EXPECT_EQ(python_json(c.timeline,
+                            "all(any(p['name']==e['cat'][6:] and p['ts']-1<=e['ts'] and "
+                            "e['ts']+e['dur']<=p['ts']+p['dur']+1 for p in " +
+                                mine + " if p['cat']=='step') for e in " + mine + " if e['cat'].startswith('layer_'))"),
+                "True");
+    }
+  EXPECT_EQ(python_json(c.timeline, "sorted(set(e['args']['step'] for e in " + x + "))"), "[2, 3]");
 }
 
 // --overlap (buckets exchanged by a communication thread while backward runs) gives the serial path's bits,

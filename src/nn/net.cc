@@ -303,11 +303,14 @@ void Net::run_forward(const Tensor& images, const Tensor& labels, bool training,
   }
   be.copy(in_labels, labels);
   for (const auto& [half, master] : casts_) be.cast(half, master);  // the per-step half copy of the weights
+  const bool timed = timing_layers();
   for (auto& node : nodes_) {
     node.io.training = training;
     node.io.step = step;
     node.io.key = key;
+    const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     node.layer->forward(node.io);
+    if (timed) record_layer(node, "layer_forward", begin);
   }
   // The step's losses on the device, then on their way to the host (read when asked: losses()).
   const Tensor l = losses_.view(0);
@@ -356,9 +359,11 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     be.fill(act_grads_.view(tensors_[n.output].grad), aux_losses_[k].weight * loss_scale);
     n.io.loss_grad = aux_losses_[k].weight * loss_scale;
   }
+  const bool timed = timing_layers();
   for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
+    const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (out.grad >= 0) {              // else nothing downstream needs this layer's gradient
       if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
         const Tensor g = act_grads_.view(out.grad);
@@ -374,8 +379,16 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now
     if (backward_decays_)
       for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
+    if (timed) record_layer(node, "layer_backward", begin);
     if (listener) listener->gradients_ready(node.first_param);
   }
+}
+
+void Net::record_layer(const Node& node, const char* category, std::chrono::steady_clock::time_point begin) {
+  if (!backend_->device().is_cpu()) backend_->synchronize();
+  // The layer's name outlives the timeline's write (the trainer writes it while its nets exist).
+  layer_timeline_->record(layer_track_, node.layer->name().c_str(), begin, std::chrono::steady_clock::now(), -1, "arg",
+                          category);
 }
 
 WeightDecayTerms Net::weight_decay_terms() const {

@@ -68,6 +68,7 @@ void TrainConfig::validate(int num_processes) const {
     TG_THROW(
         "--fine_tune restores every weight of a checkpoint but the logits: it needs "
         "--pretrained_model_checkpoint_path");
+  TG_CHECK(!timeline_layers || !timeline.empty(), "--timeline_layers records into the trace of --timeline: give both");
   if (!timeline.empty()) {
     Timeline::check_path(timeline);
     Timeline::parse_steps(timeline_steps);

@@ -139,6 +139,10 @@ std::vector<Flag<TrainConfig>> make_table() {
        "and per communication thread (collectives); one file for all processes, written by process 0 when the "
        "window ends"},
       {"timeline_steps", &C::timeline_steps, "`A-B` or `A`: the 1-based steps `--timeline` records"},
+      {"timeline_layers", &C::timeline_layers,
+       "with `--timeline`: every layer's forward and backward as a span on its worker's track (on a GPU the "
+       "recorded steps wait for the device after each layer, so they run slower)",
+       no_check(), kFlagSwitch},
       {"benchmark_mode", &C::benchmark_mode, "synthetic input (0.5 images, random labels), no data_dir needed",
        no_check(), kFlagSwitch},
       {"check_replicas_every", &C::check_replicas_every,

@@ -236,12 +236,15 @@ bool Trainer::Impl::probes(int64_t t) const {
   return cfg.quantization_error_every > 0 && (t + 1) % cfg.quantization_error_every == 0 && !in_warmup(t);
 }
 
-// --timeline: one track per worker.
+// --timeline: one track per worker (with --timeline_layers its net's layers too).
 void Trainer::Impl::build_timeline() {
   if (cfg.timeline.empty()) return;
   const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
   timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, rank);
-  for (Worker& wk : workers) wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
+  for (Worker& wk : workers) {
+    wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
+    if (cfg.timeline_layers) wk.net->set_layer_timeline(timeline.get(), wk.track);
+  }
 }
 
 void Trainer::Impl::build_schedule() {

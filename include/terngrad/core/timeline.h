@@ -9,9 +9,9 @@
 //   a barrier, say).
 // - The process is Chrome's pid (`process_index`, shown as "process N"); each track is a tid, named by its
 //   thread_name metadata and ordered as added.
-// - Event names, categories and argument names are `const char*` with static storage (string literals): they
-//   are stored as pointers, so recording copies nothing. Track names are copied at setup. Everything is JSON-
-//   escaped on output.
+// - Event names, categories and argument names are `const char*` that outlive the write (string literals, or the
+//   layer names of the nets a trainer keeps): they are stored as pointers, so recording copies nothing. Track names are
+//   copied at setup. Everything is JSON- escaped on output.
 // - record() is thread-safe and allocates nothing: events go into storage reserved at construction, behind a
 //   mutex. When it is full further events are counted, not stored, and the file says how many were dropped
 //   (a process label shown in the viewer).

@@ -22,12 +22,14 @@
 // value (LayerIO::loss_grad).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "terngrad/core/slab.h"
+#include "terngrad/core/timeline.h"
 #include "terngrad/core/weight_decay.h"
 #include "terngrad/nn/layer.h"
 
@@ -132,6 +134,16 @@ class Net {
   // reads it once (overflowed() then reads it too).
   void share_overflow_flag(const Tensor& flag);
 
+  // Per-layer times (--timeline_layers): while `timeline` records a step, each layer's forward and backward is a
+  // span on `track` (name: the layer's; category "layer_forward" or "layer_backward"; a backward span includes the
+  // layer's fan-out sum, gradient unscaling and weight decay). On a backend whose work is queued (CUDA) the net then
+  // waits for the device after each layer, so a span is that layer's device time and the recorded steps are
+  // slower; on the CPU every op has finished when it returns and nothing changes. nullptr turns it off.
+  void set_layer_timeline(Timeline* timeline, int track) {
+    layer_timeline_ = timeline;
+    layer_track_ = track;
+  }
+
   Slab& grads() { return grads_; }               // one tensor per parameter, same names and order as params
   Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
   const std::string& logits_name() const { return logits_; }
@@ -227,6 +239,11 @@ class Net {
   int loss_node_ = -1;  // the node producing loss_
   std::vector<int> aux_nodes_;
   bool forward_was_training_ = false;
+  Timeline* layer_timeline_ = nullptr;  // set_layer_timeline
+  int layer_track_ = 0;
+  // Whether this step's layers are timed; then records a span for `node` that began at `begin`.
+  bool timing_layers() const { return layer_timeline_ != nullptr && layer_timeline_->recording(); }
+  void record_layer(const Node& node, const char* category, std::chrono::steady_clock::time_point begin);
 };
 
 }  // namespace tg

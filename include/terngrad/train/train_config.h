@@ -78,6 +78,7 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   std::string metrics_jsonl;
   std::string timeline;                // Chrome trace of the steps in timeline_steps
   std::string timeline_steps = "5-9";  // "A-B" or "A": 1-based steps, inclusive
+  bool timeline_layers = false;        // each layer's forward and backward on the timeline
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
   int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
