@@ -425,6 +425,71 @@ def placement_table(header, rows):
     return out
 
 
+def profile_groups(rows):
+    """{(net, batch, isa): rows} in the file's order."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["net"], r["batch"], r["isa"]), []).append(r)
+    return groups
+
+
+def profile_ms(rs, system, kind, name=None, pass_=None):
+    """The median over repetitions of a row's ms per step (None when no repetition has it)."""
+    return med(num(r["ms_per_step"]) for r in rs if r["system"] == system and r["kind"] == kind
+               and r["status"] == "ok" and (name is None or r["name"] == name) and (pass_ is None or r["pass"] == pass_))
+
+
+def isa_label(isa, header):
+    return header.get("isa", "native").split(" (")[0] if isa == "native" else "AVX2 (restricted)"
+
+
+def profile_steps(header, rows):
+    need(rows, "rep", "isa", "net", "batch", "system", "kind", "name", "pass", "impl", "ms_per_step", "status")
+    out = ["| network | batch | ISA | ours s/step | PyTorch s/step | ours / PyTorch | ours outside oneDNN | "
+           "PyTorch outside oneDNN | runs (ok) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (net, batch, isa), rs in profile_groups(rows).items():
+        cells = []
+        for system in ("ours", "pytorch"):
+            step = profile_ms(rs, system, "step")
+            # the step minus the oneDNN primitives, per repetition, then the median
+            rest = med(num(r["ms_per_step"]) - sum(num(p["ms_per_step"]) for p in rs if p["rep"] == r["rep"] and
+                                                   p["system"] == system and p["kind"] == "primitive")
+                       for r in rs if r["system"] == system and r["kind"] == "step" and r["status"] == "ok")
+            cells.append((step, rest))
+        (a, ra), (b, rb) = cells
+        ok = lambda system: sum(1 for r in rs if r["system"] == system and r["kind"] == "step" and  # noqa: E731
+                                r["status"] == "ok")
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %d/%d |" % (
+            net, batch, isa_label(isa, header), fmt_s(a / 1e3) if a else no_ok(r for r in rs if r["system"] == "ours"),
+            fmt_s(b / 1e3) if b else no_ok(r for r in rs if r["system"] == "pytorch"),
+            "%.2fx" % (a / b) if a and b else "n/a", fmt_s(ra / 1e3) if ra is not None else "n/a",
+            fmt_s(rb / 1e3) if rb is not None else "n/a", ok("ours"), ok("pytorch")))
+    return out + fewer_reps_note(rows)
+
+
+def profile_passes(header, rows, top=4):
+    """Per network, batch and ISA: our heaviest layer passes and oneDNN primitives beside PyTorch's."""
+    need(rows, "rep", "isa", "net", "batch", "system", "kind", "name", "pass", "impl", "ms_per_step", "status")
+    out = ["| network, batch, ISA | ours: heaviest layer passes (ms/step) | ours: heaviest oneDNN primitives "
+           "(ms/step, implementation; PyTorch's same primitive) |", "|---|---|---|"]
+    for (net, batch, isa), rs in profile_groups(rows).items():
+        layers = {(r["name"], r["pass"]) for r in rs if r["system"] == "ours" and r["kind"] == "layer"}
+        layer_ms = sorted(((profile_ms(rs, "ours", "layer", n, p), n, p) for n, p in layers), reverse=True)[:top]
+        prims = {(r["name"], r["pass"], r["impl"]) for r in rs if r["system"] == "ours" and r["kind"] == "primitive"}
+        prim_ms = sorted(((profile_ms(rs, "ours", "primitive", n, p), n, p, i) for n, p, i in prims), reverse=True)[:top]
+        cells = []
+        for ms, n, p, i in prim_ms:
+            theirs = profile_ms(rs, "pytorch", "primitive", n, p)
+            impl = next((r["impl"] for r in rs if r["system"] == "pytorch" and r["kind"] == "primitive" and
+                         r["name"] == n and r["pass"] == p), "")
+            cells.append("%s %s: %.0f (%s; %s)" % (n.split(" ", 1)[1], p.replace("_training", ""), ms, i,
+                                                  "%.0f, %s" % (theirs, impl) if theirs is not None else "none"))
+        out.append("| %s, %s, %s | %s | %s |" % (
+            net, batch, isa_label(isa, header), "<br>".join("%s %s: %.0f" % (n, p, ms) for ms, n, p in layer_ms),
+            "<br>".join(cells)))
+    return out + fewer_reps_note(rows)
+
+
 def accuracy_renderers():
     """The accuracy benchmarks' tables: bench/lib/render_accuracy.py, the renderer their scripts print with."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "lib"))
@@ -447,8 +512,9 @@ RENDERERS = {
     "gbench": {"table": gbench_table},
     "scale": {"table": scale_table},
     "placement": {"table": placement_table},
+    "layer_profile": {"table": profile_steps, "passes": profile_passes},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement", "tta"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):
