@@ -35,6 +35,8 @@ usage: bench/link_bench.sh [options] RATE [RATE...]
                    READMEs needs at least 3)
   -d DELAY_MS      one-way delay added by netem on each direction (default 0: none)
   -x "FLAGS"       extra terngrad-train flags, passed through (e.g. "--exchange allreduce8")
+  -I ISA           native (default) or avx2: every run restricted to AVX2 (bench/lib/results.sh
+                   results_restrict_isa: ours and PyTorch's oneDNN, our own loops, PyTorch's ATen and MKL)
   -o FILE          the results file (default bench/results/link.tsv)
   --no-peer        leave out the PyTorch DDP runs (no rows for them)
   --no-pin         do not pin each process to its own core
@@ -77,6 +79,7 @@ PEER=1
 PIN=1
 COMM_BENCH=0
 REPEATS=3
+ISA=native
 RATES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -84,9 +87,10 @@ while [ $# -gt 0 ]; do
       usage
       exit 0
       ;;
-    -b | -n | -m | -P | -B | -s | -w | -r | -d | -x | -o)
+    -b | -n | -m | -P | -B | -s | -w | -r | -d | -x | -o | -I)
       [ $# -ge 2 ] || die "$1 needs a value (--help)"
       case "$1" in
+        -I) ISA=$2 ;;
         -b) BUILD_DIR=$2 ;;
         -n) NETS=$2 ;;
         -m) METHODS=$2 ;;
@@ -135,6 +139,7 @@ done
 [ "$WARMUP" -ge 1 ] || die "-w must be >= 1 (the first step is always a warm-up)"
 [ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
 [[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d takes milliseconds (a number)"
+results_restrict_isa "$ISA" || die "-I: unknown ISA '$ISA' (native, avx2)"
 TRAIN=$BUILD_DIR/terngrad-train
 [ -x "$TRAIN" ] || die "no $TRAIN (build it: cmake --build $BUILD_DIR --target terngrad-train; or pass -b)"
 TRAIN=$(cd "$(dirname "$TRAIN")" && pwd)/terngrad-train
@@ -230,7 +235,10 @@ chmod +x "$PINNER"
 # --bind-to none: both "hosts" are this machine (Open MPI would bind both ranks to core 0); pin_rank.sh pins.
 MPIRUN=(ip netns exec "$NS1" mpirun --allow-run-as-root -np 2 --host "$IP1,$IP2" --bind-to none
   --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self" --mca btl_tcp_if_include "$NETLINK_SUBNET"
-  --mca oob_tcp_if_include "$NETLINK_SUBNET" "$PINNER")
+  --mca oob_tcp_if_include "$NETLINK_SUBNET")
+# -I avx2: the restriction reaches rank 1 on the other "host" too.
+if [ -n "${ONEDNN_MAX_CPU_ISA:-}" ]; then MPIRUN+=(-x ONEDNN_MAX_CPU_ISA); fi
+MPIRUN+=("$PINNER")
 
 # Watches the chief's metrics file and reads the link's byte counters when the warm-up's last step and the
 # run's last step are logged (the exchange runs at the end of each step; a 10 ms poll is well inside the

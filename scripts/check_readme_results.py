@@ -518,9 +518,11 @@ SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement"
 
 
 def provenance_line(header, path):
+    isa = header["isa"].split(" (")[0]
+    if "restricted" in header:  # bench/lib/results.sh results_restrict_isa
+        isa = "%s restricted to %s" % (isa, header["restricted"])
     line = "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
-        header["commit"][:10], header["date"], header["cpu"], header["isa"].split(" (")[0], header["load"],
-        header["command"], path)
+        header["commit"][:10], header["date"], header["cpu"], isa, header["load"], header["command"], path)
     if "resumed" in header:  # a stopped run gone on with (tta_bench.sh --resume)
         line += " Resumed %s." % header["resumed"]
     return line

@@ -14,6 +14,7 @@
 #   isa      the widest vector ISA of the CPU (AVX-512, AVX2 or baseline x86-64), then its AVX flags
 #   flags    the build: CMake build type, compiler and its flags, from BUILD_DIR/CMakeCache.txt; OMP_* settings
 #   load     the 1/5/15-minute load average when the run started
+# and, when the run restricted the vector ISA (results_restrict_isa), `restricted`: to what and how.
 # shellcheck shell=bash
 
 TG_RESULTS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -82,6 +83,23 @@ results_resumed_line() {
     "load $(cut -d' ' -f1-3 /proc/loadavg), command $(results_command "$@")"
 }
 
+# results_restrict_isa avx2: exports what restricts this run, ours and PyTorch's, to AVX2 on a wider CPU
+# (ONEDNN_MAX_CPU_ISA, which also lowers our own vector loops; ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS for
+# PyTorch) and TG_RESTRICTED_ISA, which results_header records as `# restricted:`. `native` changes nothing.
+results_restrict_isa() {
+  case "$1" in
+    native) ;;
+    avx2)
+      export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+      export TG_RESTRICTED_ISA="AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 for both; ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2 for PyTorch)"
+      ;;
+    *)
+      echo "results_restrict_isa: unknown ISA '$1' (native, avx2)" >&2
+      return 1
+      ;;
+  esac
+}
+
 # results_header KIND BUILD_DIR SCRIPT ARGS...: the provenance lines, SCRIPT named from the repository root.
 results_header() {
   local kind=$1 build=$2 script=$3
@@ -94,6 +112,7 @@ results_header() {
   echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//'), $(nproc) cores"
   echo "# isa: $(results_isa)"
+  if [ -n "${TG_RESTRICTED_ISA:-}" ]; then echo "# restricted: $TG_RESTRICTED_ISA"; fi
   echo "# flags: $(results_flags "$build")"
   echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
