@@ -445,8 +445,8 @@ def isa_label(isa, header):
 
 def profile_steps(header, rows):
     need(rows, "rep", "isa", "net", "batch", "system", "kind", "name", "pass", "impl", "ms_per_step", "status")
-    out = ["| network | batch | ISA | ours s/step | PyTorch s/step | ours / PyTorch | ours outside oneDNN | "
-           "PyTorch outside oneDNN | runs (ok) |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| network | batch | ISA | ours s/step | PyTorch s/step | ours' time / PyTorch's | ours outside oneDNN, s | "
+           "PyTorch outside oneDNN, s | runs (ok) |", "|---|---|---|---|---|---|---|---|---|"]
     for (net, batch, isa), rs in profile_groups(rows).items():
         cells = []
         for system in ("ours", "pytorch"):
@@ -467,11 +467,34 @@ def profile_steps(header, rows):
     return out + fewer_reps_note(rows)
 
 
+def short_primitive(name):
+    """'convolution mb40_ic48oc128_ih27oh27kh5sh1...' -> 'conv 48->128 27x27 k5 s1'; other kinds alike."""
+    kind, _, problem = name.partition(" ")
+    m = re.match(r"mb\d+_(?:g\d+)?ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)", problem)
+    if kind == "convolution" and m:
+        return "conv %s->%s %sx%s k%s s%s" % (m.group(1), m.group(2), m.group(3), m.group(3), m.group(4), m.group(5))
+    m = re.match(r"mb\d+ic(\d+)(?:ih\d+iw\d+)?oc(\d+)", problem)
+    if kind == "inner_product" and m:
+        return "fc %s->%s" % (m.group(1), m.group(2))
+    m = re.match(r"mb\d+ic(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)", problem)
+    if kind.startswith("pooling") and m:
+        return "pool %s %sx%s k%s s%s" % (m.group(1), m.group(2), m.group(2), m.group(3), m.group(4))
+    m = re.match(r"mb\d+ic(\d+)ih(\d+)", problem)
+    if kind == "lrn" and m:
+        return "lrn %s %sx%s" % (m.group(1), m.group(2), m.group(2))
+    return name
+
+
+def short_pass(p):
+    return {"forward_training": "fwd", "forward_inference": "fwd", "backward_data": "bwd-data",
+            "backward_weights": "bwd-weights", "forward": "fwd", "backward": "bwd"}.get(p, p)
+
+
 def profile_passes(header, rows, top=4):
     """Per network, batch and ISA: our heaviest layer passes and oneDNN primitives beside PyTorch's."""
     need(rows, "rep", "isa", "net", "batch", "system", "kind", "name", "pass", "impl", "ms_per_step", "status")
-    out = ["| network, batch, ISA | ours: heaviest layer passes (ms/step) | ours: heaviest oneDNN primitives "
-           "(ms/step, implementation; PyTorch's same primitive) |", "|---|---|---|"]
+    out = ["| network, batch, ISA | ours: heaviest layer passes, ms/step | ours: heaviest oneDNN primitives, ms/step "
+           "and implementation (PyTorch's same primitive) |", "|---|---|---|"]
     for (net, batch, isa), rs in profile_groups(rows).items():
         layers = {(r["name"], r["pass"]) for r in rs if r["system"] == "ours" and r["kind"] == "layer"}
         layer_ms = sorted(((profile_ms(rs, "ours", "layer", n, p), n, p) for n, p in layers), reverse=True)[:top]
@@ -482,11 +505,12 @@ def profile_passes(header, rows, top=4):
             theirs = profile_ms(rs, "pytorch", "primitive", n, p)
             impl = next((r["impl"] for r in rs if r["system"] == "pytorch" and r["kind"] == "primitive" and
                          r["name"] == n and r["pass"] == p), "")
-            cells.append("%s %s: %.0f (%s; %s)" % (n.split(" ", 1)[1], p.replace("_training", ""), ms, i,
-                                                  "%.0f, %s" % (theirs, impl) if theirs is not None else "none"))
+            mine = "%s %s: %.0f %s" % (short_primitive(n), short_pass(p), ms, i)
+            cells.append("%s (PyTorch %s)" % (mine, "%.0f %s" % (theirs, impl) if theirs is not None
+                                              else "ran no such primitive"))
         out.append("| %s, %s, %s | %s | %s |" % (
-            net, batch, isa_label(isa, header), "<br>".join("%s %s: %.0f" % (n, p, ms) for ms, n, p in layer_ms),
-            "<br>".join(cells)))
+            net, batch, isa_label(isa, header),
+            "<br>".join("%s %s: %.0f" % (n, short_pass(p), ms) for ms, n, p in layer_ms), "<br>".join(cells)))
     return out + fewer_reps_note(rows)
 
 
