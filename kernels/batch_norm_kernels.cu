@@ -1,12 +1,13 @@
 // Batch normalization kernels of the CUDA backend, the CPU backend's loops (src/backend/cpu/cpu_batch_norm.cc)
 // on the GPU: x is (rows = N*H*W, C) with channels contiguous (NHWC). The rows are cut into the CPU's fixed
-// chunks of kChunkRows; one thread sums one (chunk, channel) in double over the chunk's rows in order, and a
-// second kernel adds each channel's chunk sums in chunk order, exactly as the CPU does. With -fmad=false
+// chunks (batch_norm_math.h); one thread sums one (chunk, channel) in double over the chunk's rows in order, a
+// second kernel one (group of chunks, channel) in chunk order, and a third adds each channel's group sums in group
+// order: batch_norm_math.h's order, exactly as the CPU adds. With -fmad=false
 // (no contraction, as the CPU build's -ffp-contract=off) the statistics, the per-channel coefficients and
 // every output are the CPU's bits for any shape, with plain int64 indexing (no 32-bit limits on rows).
 //
-// Scratch (from the caller's arena, batch_norm_scratch_bytes): partial (chunks, 2, C) doubles, then four
-// (C) float vectors: scale, shift, inv_std, mean_dy_xhat (the CPU's BnScratch, same names).
+// Scratch (from the caller's arena, batch_norm_scratch_bytes): partial (chunks, 2, C) doubles, groups (groups, 2,
+// C) doubles, then four (C) float vectors: scale, shift, inv_std, mean_dy_xhat (the CPU's BnScratch, same names).
 // x, y, dy, dx have the compute dtype T (f32, f16, bf16), read as f32 and rounded once when stored; the
 // statistics, gamma, beta and their gradients are f32 (the f32 instantiation is the CPU's bits).
 #include <cuda_runtime.h>
@@ -15,17 +16,19 @@
 
 #include "src/backend/cuda/cuda_kernels.h"
 #include "src/backend/cuda/cuda_launch.h"
+#include "terngrad/math/batch_norm_math.h"
 
 namespace tg::cuda_kernels {
 namespace {
 
-constexpr int64_t kChunkRows = 256;  // the CPU backend's chunk (cpu_batch_norm.cc)
-constexpr int kTileC = 32;           // channels per block (one warp across a row: coalesced)
-constexpr int kTileY = 8;            // chunks (pass 1) or rows (element-wise) per block
-constexpr int kTileChunks = 64;      // chunk sums staged in shared memory per step of the ordered sum
+constexpr int64_t kChunkRows = kBnChunkRows;
+constexpr int kTileC = 32;       // channels per block (one warp across a row: coalesced)
+constexpr int kTileY = 8;        // chunks (pass 1) or rows (element-wise) per block
+constexpr int kTileChunks = 64;  // chunk sums staged in shared memory per step of the ordered sum
 
 struct Scratch {
   double* partial;                                // (chunks, 2, C)
+  double* groups;                                 // (groups, 2, C): the chunks' sums added per group
   float *scale, *shift, *inv_std, *mean_dy_xhat;  // (C) each
 };
 
@@ -36,6 +39,8 @@ Scratch carve(void* base, int64_t chunks, int64_t c) {
   Scratch s;
   s.partial = reinterpret_cast<double*>(p);
   p += align256(static_cast<size_t>(chunks * 2 * c) * sizeof(double));
+  s.groups = reinterpret_cast<double*>(p);
+  p += align256(static_cast<size_t>(bn_num_groups(chunks) * 2 * c) * sizeof(double));
   float** vecs[] = {&s.scale, &s.shift, &s.inv_std, &s.mean_dy_xhat};
   for (float** v : vecs) {
     *v = reinterpret_cast<float*>(p);
@@ -44,7 +49,7 @@ Scratch carve(void* base, int64_t chunks, int64_t c) {
   return s;
 }
 
-__host__ __device__ inline int64_t num_chunks(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+__host__ __device__ inline int64_t num_chunks(int64_t rows) { return bn_num_chunks(rows); }
 __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 enum Pass1 { kSumX = 0, kSumSqDev = 1, kSumDy = 2 };
@@ -82,20 +87,35 @@ __global__ void chunk_sums_kernel(const T* __restrict__ x, const T* __restrict__
   if (kPass != kSumX) partial[(k * 2 + 1) * c + j] = a1;
 }
 
-// Adds slots [kFirst, kFirst + kSlots) of the chunk sums of channel j in chunk order (the CPU's order),
-// staging kTileChunks chunks at a time in shared memory; the block's row ty == 0 holds the results.
+// Block (kTileC, kTileY): thread (tx, ty) adds slots [kFirst, kFirst + kSlots) of the chunk sums of channel
+// blockIdx.y*32+tx over group blockIdx.x*8+ty, in chunk order from 0 (batch_norm_math.h), into groups.
 template <int kFirst, int kSlots>
-__device__ void ordered_sums(const double* __restrict__ partial, int64_t chunks, int64_t c, int64_t j,
+__global__ void group_sums_kernel(const double* __restrict__ partial, int64_t chunks, int64_t c,
+                                  double* __restrict__ groups) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * kTileC + threadIdx.x;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y;
+  if (j >= c || g >= bn_num_groups(chunks)) return;
+  double acc[kSlots];
+  for (int s = 0; s < kSlots; ++s) acc[s] = 0.0;
+  for (int64_t k = g * kBnGroupChunks, k1 = min64(chunks, k + kBnGroupChunks); k < k1; ++k)
+    for (int s = 0; s < kSlots; ++s) acc[s] += partial[(k * 2 + kFirst + s) * c + j];
+  for (int s = 0; s < kSlots; ++s) groups[(g * 2 + kFirst + s) * c + j] = acc[s];
+}
+
+// Adds slots [kFirst, kFirst + kSlots) of the group sums of channel j in group order (the CPU's order), staging
+// kTileChunks groups at a time in shared memory; the block's row ty == 0 holds the results.
+template <int kFirst, int kSlots>
+__device__ void ordered_sums(const double* __restrict__ sums, int64_t count, int64_t c, int64_t j,
                              double (&acc)[kSlots]) {
   __shared__ double tile[kSlots][kTileChunks][kTileC];
   for (int s = 0; s < kSlots; ++s) acc[s] = 0.0;
-  for (int64_t k0 = 0; k0 < chunks; k0 += kTileChunks) {
+  for (int64_t k0 = 0; k0 < count; k0 += kTileChunks) {
     for (int kk = threadIdx.y; kk < kTileChunks; kk += kTileY)
       for (int s = 0; s < kSlots; ++s)
-        tile[s][kk][threadIdx.x] = (k0 + kk < chunks && j < c) ? partial[((k0 + kk) * 2 + kFirst + s) * c + j] : 0.0;
+        tile[s][kk][threadIdx.x] = (k0 + kk < count && j < c) ? sums[((k0 + kk) * 2 + kFirst + s) * c + j] : 0.0;
     __syncthreads();
     if (threadIdx.y == 0) {
-      const int n = static_cast<int>(min64(kTileChunks, chunks - k0));
+      const int n = static_cast<int>(min64(kTileChunks, count - k0));
       for (int kk = 0; kk < n; ++kk)
         for (int s = 0; s < kSlots; ++s) acc[s] += tile[s][kk][threadIdx.x];
     }
@@ -104,20 +124,20 @@ __device__ void ordered_sums(const double* __restrict__ partial, int64_t chunks,
 }
 
 // mean[j] = sum x / rows
-__global__ void finish_mean_kernel(const double* __restrict__ partial, int64_t rows, int64_t c, float* mean) {
+__global__ void finish_mean_kernel(const double* __restrict__ groups, int64_t rows, int64_t c, float* mean) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[1];
-  ordered_sums<0, 1>(partial, num_chunks(rows), c, j, acc);
+  ordered_sums<0, 1>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
   if (threadIdx.y == 0 && j < c) mean[j] = static_cast<float>(acc[0] / static_cast<double>(rows));
 }
 
 // var[j] = sum (x - mean)^2 / rows; scale = gamma * inv_std, shift = beta - mean * scale.
-__global__ void finish_var_kernel(const double* __restrict__ partial, int64_t rows, int64_t c, float epsilon,
+__global__ void finish_var_kernel(const double* __restrict__ groups, int64_t rows, int64_t c, float epsilon,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
                                   const float* __restrict__ mean, float* var, Scratch s) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[1];
-  ordered_sums<1, 1>(partial, num_chunks(rows), c, j, acc);
+  ordered_sums<1, 1>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
   if (threadIdx.y != 0 || j >= c) return;
   const float v = static_cast<float>(acc[0] / static_cast<double>(rows));
   var[j] = v;
@@ -143,11 +163,11 @@ __global__ void inv_std_kernel(int64_t c, float epsilon, const float* __restrict
 
 // dbeta = sum dy, dgamma = sum dy * x^ (each optional); scale = gamma * inv_std, shift = mean dy,
 // mean_dy_xhat = sum dy * x^ / rows.
-__global__ void finish_backward_kernel(const double* __restrict__ partial, int64_t rows, int64_t c,
+__global__ void finish_backward_kernel(const double* __restrict__ groups, int64_t rows, int64_t c,
                                        const float* __restrict__ gamma, float* dgamma, float* dbeta, Scratch s) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[2];
-  ordered_sums<0, 2>(partial, num_chunks(rows), c, j, acc);
+  ordered_sums<0, 2>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
   if (threadIdx.y != 0 || j >= c) return;
   if (dbeta) dbeta[j] = static_cast<float>(acc[0]);
   if (dgamma) dgamma[j] = static_cast<float>(acc[1]);
@@ -208,10 +228,20 @@ dim3 chunk_grid(int64_t rows, int64_t c) {
 unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + kTileC - 1) / kTileC); }
 const dim3 kBlock(kTileC, kTileY);
 
+// The groups' sums of slots [kFirst, kFirst + kSlots) of the chunk sums (group_sums_kernel).
+template <int kFirst, int kSlots>
+void group_sums(const Scratch& s, int64_t rows, int64_t c, cudaStream_t stream, const char* op) {
+  const int64_t groups = bn_num_groups(num_chunks(rows));
+  const dim3 grid(static_cast<unsigned>((groups + kTileY - 1) / kTileY), channel_blocks(c));
+  group_sums_kernel<kFirst, kSlots><<<grid, kBlock, 0, stream>>>(s.partial, num_chunks(rows), c, s.groups);
+  TG_CUDA_CHECK_LAUNCH_OF(op);
+}
+
 }  // namespace
 
 size_t batch_norm_scratch_bytes(int64_t rows, int64_t c) {
   return align256(static_cast<size_t>(num_chunks(rows) * 2 * c) * sizeof(double)) +
+         align256(static_cast<size_t>(bn_num_groups(num_chunks(rows)) * 2 * c) * sizeof(double)) +
          4 * align256(static_cast<size_t>(c) * sizeof(float));
 }
 
@@ -227,12 +257,14 @@ void batch_norm_forward_training(DType t, const void* x, const float* gamma, con
     chunk_sums_kernel<kSumX, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, nullptr, nullptr, rows, c, s.partial);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
-    finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, mean);
+    group_sums<0, 1>(s, rows, c, stream, "batch_norm_forward_training");
+    finish_mean_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.groups, rows, c, mean);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     chunk_sums_kernel<kSumSqDev, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, nullptr, mean, nullptr, rows, c, s.partial);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
-    finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, epsilon, gamma, beta, mean, var, s);
+    group_sums<1, 1>(s, rows, c, stream, "batch_norm_forward_training");
+    finish_var_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.groups, rows, c, epsilon, gamma, beta, mean, var, s);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_forward_training");
     affine(xt, static_cast<T*>(y), rows, c, s, stream, "batch_norm_forward_training");
   });
@@ -263,7 +295,8 @@ void batch_norm_backward(DType t, const void* x, const float* gamma, const float
     chunk_sums_kernel<kSumDy, T>
         <<<chunk_grid(rows, c), kBlock, 0, stream>>>(xt, dyt, mean, s.inv_std, rows, c, s.partial);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
-    finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.partial, rows, c, gamma, dgamma, dbeta, s);
+    group_sums<0, 2>(s, rows, c, stream, "batch_norm_backward");
+    finish_backward_kernel<<<channel_blocks(c), kBlock, 0, stream>>>(s.groups, rows, c, gamma, dgamma, dbeta, s);
     TG_CUDA_CHECK_LAUNCH_OF("batch_norm_backward");
     if (!dx) return;
     constexpr int N = vec_width<T>();

@@ -3,11 +3,13 @@
 // not the thread count, fixes the summation order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "common/reference_ops.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "terngrad/math/batch_norm_math.h"
 
 namespace tg {
 namespace {
@@ -80,6 +82,41 @@ TEST(BatchNormLarge, MatchesReferenceAndIsThreadCountIndependent) {
       }
     }
   }
+}
+
+// The statistics follow batch_norm_math.h's order to the bit (the CUDA kernels' contract): chunk sums in double
+// in row order, then groups of kBnGroupChunks chunks from 0, then the groups from 0. The data make the order
+// visible: chunk 0 sums to 2^60, each chunk of group 1 to 4 (lost one by one against 2^60 in double, kept as
+// their group's 256), the first chunk of group 2 to -2^60: the groups' order gives a mean of 256 / rows where one
+// flat pass over the chunks would give 0.
+TEST(BatchNormLarge, StatisticsFollowTheDocumentedOrderBitForBit) {
+  const int64_t c = 2, rows = kBnChunkRows * (2 * kBnGroupChunks + 1) + 77;
+  std::vector<float> x(static_cast<size_t>(rows * c), 0.f), dy(x.size(), 0.f), gamma(c, 1.f), beta(c, 0.f);
+  for (int64_t j = 0; j < c; ++j) {
+    for (int64_t r = 0; r < kBnChunkRows; ++r) x[r * c + j] = 0x1p52f;  // chunk 0: 2^60
+    for (int64_t k = kBnGroupChunks; k < 2 * kBnGroupChunks; ++k) x[k * kBnChunkRows * c + j] = 4.f;
+    for (int64_t r = 2 * kBnGroupChunks * kBnChunkRows; r < (2 * kBnGroupChunks + 1) * kBnChunkRows; ++r)
+      x[r * c + j] = -0x1p52f;  // the first chunk of group 2: -2^60
+  }
+  BatchNormDesc d;
+  d.rows = rows, d.c = c, d.epsilon = 0.001f;
+  const BnOut o = run_bn(2, d, x, gamma, beta, dy);
+  double total = 0.0, flat = 0.0;
+  const int64_t chunks = bn_num_chunks(rows);
+  for (int64_t g0 = 0; g0 < chunks; g0 += kBnGroupChunks) {
+    double group = 0.0;
+    for (int64_t k = g0; k < std::min(chunks, g0 + kBnGroupChunks); ++k) {
+      double chunk = 0.0;
+      for (int64_t r = k * kBnChunkRows; r < std::min(rows, (k + 1) * kBnChunkRows); ++r) chunk += x[r * c];
+      group += chunk;
+      flat += chunk;
+    }
+    total += group;
+  }
+  ASSERT_EQ(total, 256.0);
+  ASSERT_EQ(flat, 0.0);  // the data do tell the orders apart
+  for (int64_t j = 0; j < c; ++j)
+    EXPECT_EQ(o.mean[j], static_cast<float>(total / static_cast<double>(rows))) << "channel " << j;
 }
 
 }  // namespace

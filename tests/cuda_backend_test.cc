@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/cuda_test_fixture.h"
+#include "terngrad/backend/calling_thread.h"
 
 namespace tg {
 namespace {
@@ -36,6 +37,30 @@ TEST(CudaBackendFactory, MissingDeviceIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("--device cuda: no CUDA device is available (cudaGetDeviceCount: "),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The device of a thread that is not a replica's (calling_thread.h): nothing for the CPU; a bad name, an index the
+// machine lacks and a machine without a GPU are errors naming them; on a GPU machine cuda:0 binds.
+TEST(CallingThreadDevice, BindsOnlyToADeviceThatExists) {
+  EXPECT_NO_THROW(bind_calling_thread_to("cpu"));
+  EXPECT_THROW(bind_calling_thread_to("tpu"), Error);
+  EXPECT_THROW(bind_calling_thread_to("cuda:x"), Error);
+  if (!cuda_backend_compiled() || !backends().cuda) {
+    try {
+      bind_calling_thread_to("cuda:0");
+      FAIL() << "bound to cuda:0 without a CUDA device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  EXPECT_NO_THROW(bind_calling_thread_to("cuda:0"));
+  try {
+    bind_calling_thread_to("cuda:999");
+    FAIL() << "cuda:999 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:999"), std::string::npos) << e.what();
   }
 }
 

@@ -8,18 +8,21 @@
 # Functions:
 #   gc_init SECONDS             the deadline, from now
 #   gc_left                     prints the seconds left before it
-#   gc_section NAME CAP         starts section NAME; GC_LIMIT = min(CAP, seconds left); records it SKIPPED and
-#                               returns 1 when under GC_MIN_SECONDS are left
+#   gc_section NAME CAP         starts section NAME; GC_LIMIT = min(CAP, seconds left) (GC_CAP = CAP); records it
+#                               SKIPPED and returns 1 when under GC_MIN_SECONDS are left
 #   gc_pass / gc_fail / gc_skip DETAIL   ends the current section (its time is recorded)
+#   gc_timed_out WHAT           ends a section whose command WHAT ran out of time: SKIPPED when the deadline had
+#                               cut its limit below its cap (the run was out of time, not the section), else FAIL
 #   gc_skip_section NAME REASON records a section that was not started
 #   gc_run LOG CMD...           runs CMD under timeout GC_LIMIT into LOG; GC_RC is its exit status (124: timed
 #                               out); when it failed otherwise and time is left, reruns it once with
-#                               TG_CUDA_SYNC=1 into LOG.sync: GC_RERUN_RC (empty when not rerun)
+#                               TG_CUDA_SYNC=1 into LOG.sync: GC_RERUN_RC (empty when not rerun). GC_NO_RERUN=1
+#                               (for a program TG_CUDA_SYNC means nothing to, the PyTorch peer) runs it once
 #   gc_summary FILE             prints the table and the last line, also into FILE; returns 0 (PASS), 3
 #                               (PARTIAL) or 1 (FAIL)
 GC_MIN_SECONDS=5
 GC_NAMES=() GC_STATUS=() GC_DETAIL=() GC_SECONDS=()
-GC_CUR="" GC_T0=0 GC_LIMIT=0 GC_RC=0 GC_RERUN_RC=""
+GC_CUR="" GC_T0=0 GC_LIMIT=0 GC_CAP=0 GC_RC=0 GC_RERUN_RC=""
 
 gc_init() {
   GC_START=$(date +%s)
@@ -36,6 +39,7 @@ gc_record() {  # NAME STATUS DETAIL SECONDS
 gc_section() {
   local name=$1 cap=$2 left
   left=$(gc_left)
+  GC_CAP=$cap
   GC_LIMIT=$((cap < left ? cap : left))
   if ((GC_LIMIT < GC_MIN_SECONDS)); then
     gc_record "$name" SKIPPED "the $((GC_DEADLINE - GC_START)) s deadline is reached" 0
@@ -56,6 +60,14 @@ gc_pass() { gc_end PASS "${1:-}"; }
 gc_fail() { gc_end FAIL "${1:-}"; }
 gc_skip() { gc_end SKIPPED "${1:-}"; }
 
+gc_timed_out() {
+  if ((GC_LIMIT < GC_CAP)); then
+    gc_skip "$1 cut by the $((GC_DEADLINE - GC_START)) s deadline after ${GC_LIMIT} s (section cap ${GC_CAP} s)"
+  else
+    gc_fail "$1 timed out after ${GC_LIMIT} s (the section's cap)"
+  fi
+}
+
 gc_skip_section() {
   gc_record "$1" SKIPPED "$2" 0
   echo "== $1: SKIPPED ($2)"
@@ -67,7 +79,7 @@ gc_run() {
   GC_RERUN_RC=""
   timeout "$GC_LIMIT" "$@" > "$log" 2>&1
   GC_RC=$?
-  if ((GC_RC != 0 && GC_RC != 124 && GC_RC != 77)); then
+  if ((GC_RC != 0 && GC_RC != 124 && GC_RC != 77)) && [[ ${GC_NO_RERUN:-0} != 1 ]]; then
     local left
     left=$(($(gc_left) < GC_LIMIT ? $(gc_left) : GC_LIMIT))
     if ((left >= GC_MIN_SECONDS)); then

@@ -3,7 +3,9 @@
 # a machine without a GPU.
 #   1. the bookkeeping (lib/gpu_check_sections.sh): PASS only when every section passed; PARTIAL naming the skipped
 #      ones; FAIL naming the failed ones; a section past the deadline is SKIPPED; a failing command is rerun once
-#      with TG_CUDA_SYNC=1 (and a timed-out one is not); the true median (mean of the middle two for an even count);
+#      with TG_CUDA_SYNC=1 (a timed-out one is not, nor one run with GC_NO_RERUN=1); a command past its section's cap
+#      FAILs, one the deadline cut short is SKIPPED; the default sections' caps fit the default deadline; the true
+#      median (mean of the middle two for an even count);
 #      the CUDA libraries' search (lib/cuda_libs.sh) in a python3 wheel tree of its own layout;
 #   2. a real device run here with the build tree's programs (BUILD_DIR, --bin-dir): without a GPU the environment
 #      section FAILs naming why, every GPU section is SKIPPED with the reason, the CPU's input-pipeline section runs,
@@ -65,6 +67,23 @@ gc_self_test() {
     echo "rc=$GC_RC rerun=[$GC_RERUN_RC]") )
   [[ $out == "rc=124 rerun=[]" ]]
   expect "a timed-out command is not rerun" $? "$out"
+
+  out=$( (gc_init 100 && gc_section r 20 > /dev/null && GC_NO_RERUN=1 gc_run "$work/norerun.log" false > /dev/null
+    echo "rc=$GC_RC rerun=[$GC_RERUN_RC]") )
+  [[ $out == "rc=1 rerun=[]" ]]
+  expect "GC_NO_RERUN=1 (the PyTorch peer): a failing command is not rerun" $? "$out"
+
+  out=$( (gc_init 100 && gc_section own 10 > /dev/null && gc_timed_out "prog" > /dev/null && gc_summary "$work/s6") )
+  [[ $(tail -1 <<< "$out") == "gpu_check: FAIL (1 section failed: own)" && $out == *"timed out after 10 s"* ]]
+  expect "a command past its section's own cap FAILs" $? "$out"
+  out=$( (gc_init 8 && gc_section cut 60 > /dev/null && gc_timed_out "prog" > /dev/null && gc_summary "$work/s7") )
+  [[ $(tail -1 <<< "$out") == "gpu_check: PARTIAL (1 section skipped: cut)" && $out == *"cut by the 8 s deadline"* ]]
+  expect "a command the deadline cut short is SKIPPED (PARTIAL), not FAIL" $? "$out"
+
+  local total=0 name
+  for name in "${!CAP[@]}"; do total=$((total + CAP[$name])); done
+  ((total <= GC_DEFAULT_SECONDS && ${#CAP[@]} >= 25))
+  expect "the default sections' caps sum to at most the ${GC_DEFAULT_SECONDS} s deadline" $? "caps sum to $total s"
 
   [[ $(printf '4\n1\n3\n2\n' | gc_median) == 2.5 && $(printf '5\n1\n3\n' | gc_median) == 3.0 ]]
   expect "the median of an even count is the mean of the middle two" $? "$(printf '4\n1\n3\n2\n' | gc_median)"

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "src/backend/cpu/cpu_backend.h"
+#include "terngrad/backend/calling_thread.h"
 #ifdef TG_HAVE_CUDA
 #include "src/backend/cuda/cuda_backend.h"
 #endif
@@ -18,25 +19,46 @@ bool cuda_backend_compiled() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
-  if (device == "cpu") return std::make_unique<CpuBackend>(options.threads);
+namespace {
+// The CUDA device index of "cuda" / "cuda:<k>", -1 for "cpu"; other names are errors naming the choices, and so is
+// a CUDA device in a build without CUDA.
+int cuda_index(const std::string& device) {
+  if (device == "cpu") return -1;
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
     int index = 0;
     if (device.size() > 5) {
       std::string idx = device.substr(5);
-      TG_CHECK(!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos,
+      TG_CHECK(!idx.empty() && idx.size() < 9 && idx.find_first_not_of("0123456789") == std::string::npos,
                "--device '{}': expected cuda:<index>, e.g. cuda:0", device);
       index = std::stoi(idx);
     }
-#ifdef TG_HAVE_CUDA
-    return make_cuda_backend(index, options);
-#else
-    (void)index;
+#ifndef TG_HAVE_CUDA
     TG_THROW("--device {}: this build has no CUDA backend (configure with -DTG_CUDA=ON on a machine with nvcc)",
              device);
 #endif
+    return index;
   }
   TG_THROW("--device '{}' is not one of cpu, cuda, cuda:<index>", device);
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
+  const int index = cuda_index(device);
+  if (index < 0) return std::make_unique<CpuBackend>(options.threads);
+#ifdef TG_HAVE_CUDA
+  return make_cuda_backend(index, options);
+#else
+  TG_THROW("--device {}: this build has no CUDA backend", device);  // cuda_index threw already
+#endif
+}
+
+void bind_calling_thread_to(const std::string& device) {
+  const int index = cuda_index(device);
+#ifdef TG_HAVE_CUDA
+  if (index >= 0) select_cuda_device(index);
+#else
+  (void)index;
+#endif
 }
 
 }  // namespace tg

@@ -1,5 +1,6 @@
 // Trainer: building the replicas, their workers, groups and exchanges; one training step.
 #include "src/train/trainer_impl.h"
+#include "terngrad/backend/calling_thread.h"
 
 namespace tg {
 
@@ -108,8 +109,10 @@ void Trainer::Impl::build_replicas() {
   // documented hazard); effective when this is the process's first CUDA call (as in terngrad-train).
   if (!cpu && n_replicas > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   // --device cuda: this process's GPUs follow its place among the processes of its host (several processes
-  // of one GPU each per host, as mpirun -H a:8,b:8 starts them).
+  // of one GPU each per host, as mpirun -H a:8,b:8 starts them). The main thread works on the first of them
+  // (calling_thread.h): no process makes a context on a GPU it does not use.
   const int first_gpu = cpu ? 0 : host_local_rank() * n_replicas;
+  if (!cpu) bind_calling_thread_to(cfg.device == "cuda" ? fmt::format("cuda:{}", first_gpu) : cfg.device);
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
     std::string dev = cfg.device;

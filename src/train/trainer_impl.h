@@ -156,6 +156,8 @@ struct Trainer::Impl {
   void open_run(RunReport& report);
   void log_configuration() const;
   void write_flags_file() const;
+  // Whether step t (0-based) ends a log window (--log_every, the last step).
+  bool ends_window(int64_t t) const { return (t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps; }
   bool timed_step(int64_t t, float lr, RunReport& report);
   void log_window(int64_t done, float lr, RunReport& report);
   void after_step(int64_t done);

@@ -72,7 +72,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
       spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
                    m.replicas[0].exchange->scheme().describe());
     if (m.probes(t)) report.quantization(m.replicas[0].probe->last());  // every replica holds the same averages
-    if ((t + 1) % cfg.log_every == 0 || t + 1 == cfg.max_steps) m.log_window(t + 1, lr, report);
+    if (m.ends_window(t)) m.log_window(t + 1, lr, report);
     m.after_step(t + 1);
   }
   m.finish_run(t, report, result);
@@ -151,6 +151,12 @@ void Trainer::Impl::log_configuration() const {
 
 // Step t, timed into the log window; false when the input was interrupted before any of the step's work (the
 // state is still that of step t).
+//
+// A GPU step only queues its work; the device runs behind. The step that ends a log window waits for every replica's
+// device before its timer stops (the log's reads would wait right after it anyway: the window still makes one host
+// synchronisation), so a window's time, and examples/sec, is the device's time for its steps, as a peer timing with
+// CUDA events reports it; steps inside a window are their host time, and their sum with the last one's wait is the
+// window's. On the CPU every op has finished when it returns: nothing to wait for.
 bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
   const Clock::time_point t0 = Clock::now();
   try {
@@ -158,6 +164,9 @@ bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
   } catch (const InputInterrupted&) {
     return false;
   }
+  if (ends_window(t))
+    for (Replica& r : replicas)
+      if (!r.backend->device().is_cpu()) r.backend->synchronize();
   report.add_step(seconds_between(t0, Clock::now()), step_times);
   for (size_t w = 0; w < workers.size(); ++w) report.add_forward_backward(w, workers[w].forward_backward);
   return true;

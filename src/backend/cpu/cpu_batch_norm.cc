@@ -8,8 +8,9 @@
 // synchronise only at the end of each OpenMP region (where waiting threads can sleep).
 //
 // Determinism: the rows are cut into fixed chunks (kChunkRows, independent of the thread count); each
-// chunk's per-channel sums are accumulated in double and the chunks are added in order, so the statistics,
-// and therefore every output, are the same bits for any thread count. The variance is the population
+// chunk's per-channel sums are accumulated in double and the chunks are added in batch_norm_math.h's fixed
+// order (groups of chunks, then the groups), so the statistics, and therefore every output, are the same bits for
+// any thread count, and the CUDA kernels' bits. The variance is the population
 // variance of the batch, from a second pass over x - mean (no cancellation of E[x^2] - E[x]^2).
 //
 // Compute dtypes: x, y, dy, dx are f32, f16 or bf16 (one per call), read into f32 and written rounded once;
@@ -27,18 +28,20 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_dtype.h"
 #include "src/backend/cpu/dnnl_util.h"
+#include "terngrad/math/batch_norm_math.h"
 
 namespace tg {
 namespace {
 
-constexpr int64_t kChunkRows = 256;
+constexpr int64_t kChunkRows = kBnChunkRows;
 
-int64_t num_chunks(const BatchNormDesc& d) { return (d.rows + kChunkRows - 1) / kChunkRows; }
+int64_t num_chunks(const BatchNormDesc& d) { return bn_num_chunks(d.rows); }
 
 // Per-chunk partial sums and per-channel coefficients, sized once per descriptor.
 struct BnScratch : CpuBackend::CachedOp {
   std::vector<double> partial;      // (chunks, 2, C): two per-channel sums per chunk
-  std::vector<double> sums;         // (2, C): the chunks' sums added in order
+  std::vector<double> group;        // (2, C): one group of chunks' sums (batch_norm_math.h's order)
+  std::vector<double> sums;         // (2, C): the groups' sums added in order
   std::vector<float> scale, shift;  // (C) each: y = x * scale + shift; backward: gamma * inv_std, mean dy
   std::vector<float> inv_std;       // (C) backward: 1 / sqrt(var + eps)
   std::vector<float> mean_dy_xhat;  // (C) backward: sum(dy * x^) / R
@@ -66,6 +69,7 @@ static BnScratch& bn_scratch(CpuBackend& be, CpuOp op, const BatchNormDesc& d) {
   return be.cached<BnScratch>(bn_key(op, d), [&] {
     auto e = std::make_unique<BnScratch>();
     e->partial.assign(static_cast<size_t>(num_chunks(d) * 2 * d.c), 0.0);
+    e->group.assign(static_cast<size_t>(2 * d.c), 0.0);
     e->sums.assign(static_cast<size_t>(2 * d.c), 0.0);
     e->scale.assign(static_cast<size_t>(d.c), 0.f);
     e->shift.assign(static_cast<size_t>(d.c), 0.f);
@@ -75,12 +79,17 @@ static BnScratch& bn_scratch(CpuBackend& be, CpuOp op, const BatchNormDesc& d) {
   });
 }
 
-// Adds the chunks' partial sums (chunks, 2, C) in order into sums (2, C).
+// Adds the chunks' partial sums (chunks, 2, C) into sums (2, C) in batch_norm_math.h's order: each group of
+// kBnGroupChunks chunks in chunk order, then the groups in group order (the CUDA kernels add the same way).
 static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
   std::fill(s.sums.begin(), s.sums.end(), 0.0);
-  for (int64_t k = 0; k < chunks; ++k) {
-    const double* p = s.partial.data() + k * 2 * c;
-    for (int64_t j = 0; j < 2 * c; ++j) s.sums[j] += p[j];
+  for (int64_t g0 = 0; g0 < chunks; g0 += kBnGroupChunks) {
+    std::fill(s.group.begin(), s.group.end(), 0.0);
+    for (int64_t k = g0, k1 = std::min(chunks, g0 + kBnGroupChunks); k < k1; ++k) {
+      const double* p = s.partial.data() + k * 2 * c;
+      for (int64_t j = 0; j < 2 * c; ++j) s.group[j] += p[j];
+    }
+    for (int64_t j = 0; j < 2 * c; ++j) s.sums[j] += s.group[j];
   }
 }
 

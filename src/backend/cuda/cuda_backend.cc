@@ -542,7 +542,8 @@ void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& em
 
 // ---- factory
 // ----------------------------------------------------------------------------------------------------------
-std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options) {
+namespace {
+void check_cuda_index(int index) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -553,7 +554,17 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& opti
   if (count == 0) TG_THROW("--device cuda: no CUDA device is available (cudaGetDeviceCount: 0 devices)");
   TG_CHECK(index >= 0 && index < count, "--device cuda:{}: this machine has {} CUDA device(s), cuda:0..cuda:{}", index,
            count, count - 1);
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options) {
+  check_cuda_index(index);
   return std::make_unique<CudaBackend>(index, options);
+}
+
+void select_cuda_device(int index) {
+  check_cuda_index(index);
+  TG_CUDA_CHECK(cudaSetDevice(index));
 }
 
 }  // namespace tg

@@ -64,6 +64,9 @@ DType compute_dtype(const char* op, const Tensor& x, std::initializer_list<const
 // out of range ("--device cuda: no CUDA device is available (cudaGetDeviceCount: ...)").
 std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options);
 
+// Makes CUDA device `index` the calling thread's current device (checked as make_cuda_backend checks it).
+void select_cuda_device(int index);
+
 // Makes device `index` current for the calling thread for the guard's lifetime, restoring the previous one.
 class CudaDeviceGuard {
  public:
