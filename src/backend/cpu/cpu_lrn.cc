@@ -16,9 +16,11 @@
 // and a division; any other beta pow.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <dnnl.hpp>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
@@ -56,7 +58,8 @@ void check_desc(const LrnDesc& d, const char* op) {
 
 // ---- backward loops ------------------------------------------------------------------------------------------
 
-// Per-thread scratch of the backward: one slot of kLrnRows arrays per compute thread.
+// Per-thread scratch of the backward: one slot of 2 (C + 2r) + 4 C floats per compute thread (omp_get_thread_num()
+// indexes it: parallel_for runs at most threads_ of them).
 struct LrnScratch : CpuBackend::CachedOp {
   int64_t slot = 0;  // floats per thread
   std::vector<float> data;
