@@ -184,6 +184,15 @@ if wanted env && gc_section env "${CAP[env]}"; then
         why="${why:+$why; }the bundle needs glibc $need, this machine has $have"
       fi
     fi
+    if [[ -f $WORK/bundle/MANIFEST ]] && command -v nvidia-smi > /dev/null; then
+      cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1 | tr -d ' ')
+      archs=$(sed -n 's/^cuda_architectures //p' "$WORK/bundle/MANIFEST")
+      if arch_note=$(gb_arch_check "$archs" "$cap"); then
+        [[ -n $arch_note ]] && echo "   $arch_note"
+      else
+        why="${why:+$why; }$arch_note"
+      fi
+    fi
     "$BIN/cuda_ops_check" --versions > "$LOGS/versions.log" 2>&1 || why="${why:+$why; }cuda_ops_check --versions failed"
     sed 's/^/   /' "$LOGS/versions.log"
     devices=$(sed -n 's/^CUDA devices: \([0-9]*\).*/\1/p' "$LOGS/versions.log")

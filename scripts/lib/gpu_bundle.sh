@@ -15,12 +15,36 @@
 #                                 tests --gtest_list_tests), cuda_ops_check --versions names the cuDNN, cuBLAS and
 #                                 NCCL it loaded, and terngrad-train runs CPU LeNet steps
 #   gb_unpack ARCHIVE DIR         unpacks ARCHIVE into DIR (its programs in DIR/bin, libraries in DIR/lib)
+#   gb_arch_check ARCHS CAP       whether a bundle built for CMAKE_CUDA_ARCHITECTURES ARCHS (e.g. "80;90") runs on a
+#                                 GPU of compute capability CAP (nvidia-smi's "9.0"): prints nothing when one of its
+#                                 architectures is the GPU's, a note when the GPU is newer (its kernels then come
+#                                 from the PTX, compiled by the driver at the first launches), and returns 1 with the
+#                                 reason when every architecture is newer than the GPU (no kernel could load)
 # Layout inside the archive: bin/ (terngrad-train, terngrad-eval, terngrad-data, cuda_ops_check, pipeline_check),
 # bin/tests/ (the GoogleTest programs of GB_TESTS), lib/, bench/ (the PyTorch peers), include/ (fmt and spdlog
 # headers, for the fallback build on the GPU machine), MANIFEST (commit, CUDA architectures, the newest glibc
 # symbol version the programs need).
 
 GB_MAX_MIB=40
+
+gb_arch_check() {
+  local archs=$1 cap=${2//./} a lowest=""
+  [[ $cap =~ ^[0-9]+$ ]] || { echo "cannot read the GPU's compute capability ('$2')" && return 1; }
+  for a in ${archs//;/ }; do
+    a=${a%%-*}
+    [[ $a =~ ^[0-9]+$ ]] || continue
+    [[ $a == "$cap" ]] && return 0
+    [[ -z $lowest || $a -lt $lowest ]] && lowest=$a
+  done
+  if [[ -z $lowest ]]; then echo "the bundle names no CUDA architecture ('$archs')" && return 1; fi
+  if ((cap < lowest)); then
+    echo "the bundle is built for sm_${archs//;/, sm_}; this GPU is sm_$cap, older than all of them (rebuild with" \
+      "CMAKE_CUDA_ARCHITECTURES=$cap)"
+    return 1
+  fi
+  echo "note: this GPU is sm_$cap, the bundle has sm_${archs//;/, sm_}: its kernels come from the PTX (JIT-compiled" \
+    "at the first launches)"
+}
 GB_PROGRAMS=(terngrad-train terngrad-eval terngrad-data cuda_ops_check pipeline_check)
 GB_TESTS=(cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test
   backend_ops_table_test coded_update_test padding_test nccl_communicator_test)

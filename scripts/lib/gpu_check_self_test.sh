@@ -85,6 +85,12 @@ gc_self_test() {
   ((total <= GC_DEFAULT_SECONDS && ${#CAP[@]} >= 25))
   expect "the default sections' caps sum to at most the ${GC_DEFAULT_SECONDS} s deadline" $? "caps sum to $total s"
 
+  out=$(gb_arch_check "80;90" "9.0") && [[ -z $out ]] && out=$(gb_arch_check "90" "10.0") && [[ $out == note:* ]] &&
+    ! out=$(gb_arch_check "90" "8.0") && [[ $out == *"older than all of them"*"CMAKE_CUDA_ARCHITECTURES=80"* ]] &&
+    ! gb_arch_check "" "9.0" > /dev/null && ! gb_arch_check "90" "" > /dev/null
+  expect "a bundle for another GPU: the same architecture runs, a newer GPU is a note, an older one FAILs naming why" \
+    $? "$out"
+
   [[ $(printf '4\n1\n3\n2\n' | gc_median) == 2.5 && $(printf '5\n1\n3\n' | gc_median) == 3.0 ]]
   expect "the median of an even count is the mean of the middle two" $? "$(printf '4\n1\n3\n2\n' | gc_median)"
 
