@@ -81,6 +81,10 @@ declare -A CAP=([env]=20 [ops:conv]=12 [ops:fc]=8 [ops:bn]=8 [ops:optim]=6 [ops:
   [gtest:nccl_communicator_test]=12 [lenet]=30 [terngrad_lenet]=30 [variants]=30 [sanitizer]=20 [terngrad]=30
   [net:resnet50]=50 [pipeline]=10)
 declare -A OPTIONAL_CAP=([net:inception_v3]=50)
+# The variants section's runs: a name, then its flags (--self-test runs each one step on the CPU: the flags parse).
+VARIANTS=("hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical"
+  "error_feedback --num_nodes 2 --grad_bits 1 --error_feedback" "tf32 --num_nodes 1 --allow_tf32=true"
+  "nondeterministic --num_nodes 1 --deterministic=false")
 
 usage() {  # [STATUS]
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -308,9 +312,7 @@ fi
 if gpu_section variants "${CAP[variants]}"; then
   quarter=$((GC_LIMIT / 4)) bad="" cut=""
   common=(--net lenet --dataset fashion_mnist --batch_size 64 --max_steps 10 --device cuda)
-  for v in "hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical" \
-    "error_feedback --num_nodes 2 --grad_bits 1 --error_feedback" "tf32 --num_nodes 1 --allow_tf32" \
-    "nondeterministic --num_nodes 1 --deterministic=false"; do
+  for v in "${VARIANTS[@]}"; do
     read -r -a args <<< "$v"
     if train "variant_${args[0]}" "$quarter" "${common[@]}" "${args[@]:1}"; then
       loss=$(json_values "variant_${args[0]}" entropy_loss | tail -1)

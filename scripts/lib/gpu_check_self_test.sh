@@ -130,6 +130,19 @@ gc_self_test() {
     expect "at most 6 files in \$OUT (summary, log, logs.tar.gz)" $? "$(ls "$work/out")"
   fi
 
+  # The variants section's flags parse and run (one CPU step each: the GPU is what the device run adds).
+  if [[ -x $build/terngrad-train ]]; then
+    local v args bad_variant=""
+    for v in "${VARIANTS[@]}"; do
+      read -r -a args <<< "$v"
+      "$build/terngrad-train" --benchmark_mode --net lenet --dataset fashion_mnist --batch_size 16 --max_steps 1 \
+        --threads 1 --save_iter 100000000 --train_dir "$work/variant_${args[0]}" "${args[@]:1}" \
+        > "$work/variant.log" 2>&1 || bad_variant+=" ${args[0]}: $(tail -1 "$work/variant.log")"
+    done
+    [[ -z $bad_variant ]]
+    expect "the variants section's flag sets run (one CPU step each)" $? "$bad_variant"
+  fi
+
   # ---- 3. no bundle ---------------------------------------------------------------------------------------------------
   out=$(OUT="$work/out3" GPU_BUNDLE="$work/none.tar.xz" TG_GPU_CHECK_SECTIONS=env bash "$root/scripts/gpu_check.sh" 2>&1)
   rc=$?
