@@ -10,9 +10,9 @@
 # torch.profiler (each operator's self time). Rows: bench/layer_profile.py. Repetitions are interleaved (ours,
 # PyTorch, then the next ISA, batch and net).
 #
-# The AVX2 restriction on an AVX-512 machine: ONEDNN_MAX_CPU_ISA=AVX2 for both (it also lowers our own vector
-# loops: the codec's and the LRN backward's), ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2 for
-# PyTorch. What it does not change: the caches, memory bandwidth and clock of the machine, and code that picks
+# The AVX2 restriction on an AVX-512 machine (results_restrict_isa, as link_bench.sh -I avx2): ONEDNN_MAX_CPU_ISA=AVX2
+# for both (it also lowers our own vector loops: the codec's and the LRN backward's), ATEN_CPU_CAPABILITY=avx2 and
+# MKL_ENABLE_INSTRUCTIONS=AVX2 for PyTorch. What it does not change: the caches, memory bandwidth and clock of the machine, and code that picks
 # its path from the CPU's features without asking these variables (none of ours).
 set -euo pipefail
 
@@ -108,29 +108,16 @@ echo "# options: nets $NETS, batches $BATCHES, ISAs $ISAS, steps $STEPS, warm-up
   "1 thread, pinned to core $CORE, one process at a time" >>"$HEADER"
 printf 'rep\tisa\tnet\tbatch\tsystem\tkind\tname\tpass\timpl\tms_per_step\tcalls_per_step\tstatus\n' >"$TABLE"
 
-# The environment of a run at ISA $1 for system $2.
-isa_env() {
-  local isa=$1 system=$2
-  echo ONEDNN_VERBOSE=1
-  [ "$isa" = avx2 ] || return 0
-  echo ONEDNN_MAX_CPU_ISA=AVX2
-  if [ "$system" = pytorch ]; then
-    echo ATEN_CPU_CAPABILITY=avx2
-    echo MKL_ENABLE_INSTRUCTIONS=AVX2
-  fi
-}
-
 # A failed run's row: prefix system status note.
 failed_row() {
   printf '%s\t%s\tstep\t-\t-\t-\t-\t-\t%s\n' "$1" "$2" "$3" >>"$TABLE"
 }
 
 run_ours() {
-  local isa=$1 net=$2 b=$3 prefix=$4 dir=$TMP/ours env dataset=imagenet
+  local net=$1 b=$2 prefix=$3 dir=$TMP/ours dataset=imagenet
   [ "$net" = lenet ] && dataset=fashion_mnist
   rm -rf "$dir" && mkdir -p "$dir"
-  mapfile -t env < <(isa_env "$isa" ours)
-  if run taskset -c "$CORE" env "${env[@]}" "$TRAIN" --benchmark_mode --net "$net" --dataset "$dataset" \
+  if run taskset -c "$CORE" "$TRAIN" --benchmark_mode --net "$net" --dataset "$dataset" \
     --threads 1 --batch_size "$b" --num_nodes 1 --grad_bits 32 --max_steps "$STEPS" --log_every 1 \
     --save_iter 100000000 --log_level warn --train_dir "$dir/train" --metrics_jsonl "$dir/metrics.jsonl" \
     --timeline "$dir/trace.json" --timeline_steps "$((WARMUP + 1))-$STEPS" --timeline_layers >"$dir/log" 2>&1; then
@@ -142,14 +129,13 @@ run_ours() {
 }
 
 run_peer() {
-  local isa=$1 net=$2 b=$3 prefix=$4 dir=$TMP/peer env
+  local net=$1 b=$2 prefix=$3 dir=$TMP/peer
   if [ -n "$PEER_MISSING" ]; then
     failed_row "$prefix" pytorch "missing: $PEER_MISSING"
     return
   fi
   rm -rf "$dir" && mkdir -p "$dir"
-  mapfile -t env < <(isa_env "$isa" pytorch)
-  if run taskset -c "$CORE" env "${env[@]}" timeout 3600 "$PYTHON" "$HERE/torch_layer_profile.py" --net "$net" \
+  if run taskset -c "$CORE" timeout 3600 "$PYTHON" "$HERE/torch_layer_profile.py" --net "$net" \
     --batch "$b" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" --json_out "$dir/out.json" >"$dir/log" 2>&1; then
     python3 "$HERE/layer_profile.py" pytorch "$dir/log" "$dir/out.json" "$WARMUP" "$prefix" >>"$TABLE"
   else
@@ -163,8 +149,12 @@ for rep in $(seq "$REPEATS"); do
       for isa in "${ISA_LIST[@]}"; do
         prefix=$(printf '%s\t%s\t%s\t%s' "$rep" "$isa" "$net" "$b")
         t0=$(now)
-        run_ours "$isa" "$net" "$b" "$prefix"
-        [ "$PEER" = 1 ] && run_peer "$isa" "$net" "$b" "$prefix"
+        (  # this ISA's restriction (bench/lib/results.sh) and oneDNN's per-primitive lines, for both systems
+          results_restrict_isa "$isa"
+          export ONEDNN_VERBOSE=1
+          run_ours "$net" "$b" "$prefix"
+          if [ "$PEER" = 1 ]; then run_peer "$net" "$b" "$prefix"; fi
+        )
         echo "layer_profile: rep $rep $net batch $b $isa: $(elapsed "$t0" "$(now)") s" >&2
       done
     done

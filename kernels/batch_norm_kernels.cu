@@ -21,7 +21,6 @@
 namespace tg::cuda_kernels {
 namespace {
 
-constexpr int64_t kChunkRows = kBnChunkRows;
 constexpr int kTileC = 32;       // channels per block (one warp across a row: coalesced)
 constexpr int kTileY = 8;        // chunks (pass 1) or rows (element-wise) per block
 constexpr int kTileChunks = 64;  // chunk sums staged in shared memory per step of the ordered sum
@@ -49,7 +48,6 @@ Scratch carve(void* base, int64_t chunks, int64_t c) {
   return s;
 }
 
-__host__ __device__ inline int64_t num_chunks(int64_t rows) { return bn_num_chunks(rows); }
 __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 enum Pass1 { kSumX = 0, kSumSqDev = 1, kSumDy = 2 };
@@ -64,8 +62,8 @@ __global__ void chunk_sums_kernel(const T* __restrict__ x, const T* __restrict__
                                   double* __restrict__ partial) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * kTileC + threadIdx.x;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y;
-  if (j >= c || k >= num_chunks(rows)) return;
-  const int64_t r0 = k * kChunkRows, r1 = min64(rows, r0 + kChunkRows);
+  if (j >= c || k >= bn_num_chunks(rows)) return;
+  const int64_t r0 = k * kBnChunkRows, r1 = min64(rows, r0 + kBnChunkRows);
   double a0 = 0.0, a1 = 0.0;
   const float m = kPass == kSumX ? 0.f : mean[j];
   const float is = kPass == kSumDy ? inv_std[j] : 0.f;
@@ -127,7 +125,7 @@ __device__ void ordered_sums(const double* __restrict__ sums, int64_t count, int
 __global__ void finish_mean_kernel(const double* __restrict__ groups, int64_t rows, int64_t c, float* mean) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[1];
-  ordered_sums<0, 1>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
+  ordered_sums<0, 1>(groups, bn_num_groups(bn_num_chunks(rows)), c, j, acc);
   if (threadIdx.y == 0 && j < c) mean[j] = static_cast<float>(acc[0] / static_cast<double>(rows));
 }
 
@@ -137,7 +135,7 @@ __global__ void finish_var_kernel(const double* __restrict__ groups, int64_t row
                                   const float* __restrict__ mean, float* var, Scratch s) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[1];
-  ordered_sums<1, 1>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
+  ordered_sums<1, 1>(groups, bn_num_groups(bn_num_chunks(rows)), c, j, acc);
   if (threadIdx.y != 0 || j >= c) return;
   const float v = static_cast<float>(acc[0] / static_cast<double>(rows));
   var[j] = v;
@@ -167,7 +165,7 @@ __global__ void finish_backward_kernel(const double* __restrict__ groups, int64_
                                        const float* __restrict__ gamma, float* dgamma, float* dbeta, Scratch s) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
   double acc[2];
-  ordered_sums<0, 2>(groups, bn_num_groups(num_chunks(rows)), c, j, acc);
+  ordered_sums<0, 2>(groups, bn_num_groups(bn_num_chunks(rows)), c, j, acc);
   if (threadIdx.y != 0 || j >= c) return;
   if (dbeta) dbeta[j] = static_cast<float>(acc[0]);
   if (dgamma) dgamma[j] = static_cast<float>(acc[1]);
@@ -222,7 +220,7 @@ void affine(const T* x, T* y, int64_t rows, int64_t c, const Scratch& s, cudaStr
 }
 
 dim3 chunk_grid(int64_t rows, int64_t c) {
-  return dim3(static_cast<unsigned>((num_chunks(rows) + kTileY - 1) / kTileY),
+  return dim3(static_cast<unsigned>((bn_num_chunks(rows) + kTileY - 1) / kTileY),
               static_cast<unsigned>((c + kTileC - 1) / kTileC));
 }
 unsigned channel_blocks(int64_t c) { return static_cast<unsigned>((c + kTileC - 1) / kTileC); }
@@ -231,17 +229,17 @@ const dim3 kBlock(kTileC, kTileY);
 // The groups' sums of slots [kFirst, kFirst + kSlots) of the chunk sums (group_sums_kernel).
 template <int kFirst, int kSlots>
 void group_sums(const Scratch& s, int64_t rows, int64_t c, cudaStream_t stream, const char* op) {
-  const int64_t groups = bn_num_groups(num_chunks(rows));
+  const int64_t groups = bn_num_groups(bn_num_chunks(rows));
   const dim3 grid(static_cast<unsigned>((groups + kTileY - 1) / kTileY), channel_blocks(c));
-  group_sums_kernel<kFirst, kSlots><<<grid, kBlock, 0, stream>>>(s.partial, num_chunks(rows), c, s.groups);
+  group_sums_kernel<kFirst, kSlots><<<grid, kBlock, 0, stream>>>(s.partial, bn_num_chunks(rows), c, s.groups);
   TG_CUDA_CHECK_LAUNCH_OF(op);
 }
 
 }  // namespace
 
 size_t batch_norm_scratch_bytes(int64_t rows, int64_t c) {
-  return align256(static_cast<size_t>(num_chunks(rows) * 2 * c) * sizeof(double)) +
-         align256(static_cast<size_t>(bn_num_groups(num_chunks(rows)) * 2 * c) * sizeof(double)) +
+  return align256(static_cast<size_t>(bn_num_chunks(rows) * 2 * c) * sizeof(double)) +
+         align256(static_cast<size_t>(bn_num_groups(bn_num_chunks(rows)) * 2 * c) * sizeof(double)) +
          4 * align256(static_cast<size_t>(c) * sizeof(float));
 }
 
@@ -249,7 +247,7 @@ void batch_norm_forward_training(DType t, const void* x, const float* gamma, con
                                  float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
                                  cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
-  const Scratch s = carve(scratch, num_chunks(rows), c);
+  const Scratch s = carve(scratch, bn_num_chunks(rows), c);
   TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
   dispatch_float(t, "batch_norm_forward_training", [&](auto tag) {
     using T = decltype(tag);
@@ -274,7 +272,7 @@ void batch_norm_forward_inference(DType t, const void* x, const float* gamma, co
                                   const float* var, void* y, int64_t rows, int64_t c, float epsilon, void* scratch,
                                   cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
-  const Scratch s = carve(scratch, num_chunks(rows), c);
+  const Scratch s = carve(scratch, bn_num_chunks(rows), c);
   linear_kernel("batch_norm_forward_inference", inference_coef_kernel, c, stream, epsilon, gamma, beta, mean, var, s);
   dispatch_float(t, "batch_norm_forward_inference", [&](auto tag) {
     using T = decltype(tag);
@@ -286,7 +284,7 @@ void batch_norm_backward(DType t, const void* x, const float* gamma, const float
                          const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c, float epsilon,
                          void* scratch, cudaStream_t stream) {
   if (rows == 0 || c == 0) return;
-  const Scratch s = carve(scratch, num_chunks(rows), c);
+  const Scratch s = carve(scratch, bn_num_chunks(rows), c);
   TG_CHECK(c <= int64_t{65535} * kTileC, "batch norm: {} channels exceed the launch grid", c);
   linear_kernel("batch_norm_backward", inv_std_kernel, c, stream, epsilon, var, s);
   dispatch_float(t, "batch_norm_backward", [&](auto tag) {

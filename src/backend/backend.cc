@@ -20,8 +20,7 @@ bool cuda_backend_compiled() {
 }
 
 namespace {
-// The CUDA device index of "cuda" / "cuda:<k>", -1 for "cpu"; other names are errors naming the choices, and so is
-// a CUDA device in a build without CUDA.
+// The CUDA device index of "cuda" / "cuda:<k>", -1 for "cpu"; other names are errors naming the choices.
 int cuda_index(const std::string& device) {
   if (device == "cpu") return -1;
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
@@ -32,14 +31,16 @@ int cuda_index(const std::string& device) {
                "--device '{}': expected cuda:<index>, e.g. cuda:0", device);
       index = std::stoi(idx);
     }
-#ifndef TG_HAVE_CUDA
-    TG_THROW("--device {}: this build has no CUDA backend (configure with -DTG_CUDA=ON on a machine with nvcc)",
-             device);
-#endif
     return index;
   }
   TG_THROW("--device '{}' is not one of cpu, cuda, cuda:<index>", device);
 }
+
+#ifndef TG_HAVE_CUDA
+[[noreturn]] void no_cuda_backend(const std::string& device) {
+  TG_THROW("--device {}: this build has no CUDA backend (configure with -DTG_CUDA=ON on a machine with nvcc)", device);
+}
+#endif
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
@@ -48,16 +49,17 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
 #ifdef TG_HAVE_CUDA
   return make_cuda_backend(index, options);
 #else
-  TG_THROW("--device {}: this build has no CUDA backend", device);  // cuda_index threw already
+  no_cuda_backend(device);
 #endif
 }
 
 void bind_calling_thread_to(const std::string& device) {
   const int index = cuda_index(device);
+  if (index < 0) return;
 #ifdef TG_HAVE_CUDA
-  if (index >= 0) select_cuda_device(index);
+  select_cuda_device(index);
 #else
-  (void)index;
+  no_cuda_backend(device);
 #endif
 }
 

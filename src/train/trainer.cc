@@ -112,12 +112,14 @@ void Trainer::Impl::build_replicas() {
   // of one GPU each per host, as mpirun -H a:8,b:8 starts them). The main thread works on the first of them
   // (calling_thread.h): no process makes a context on a GPU it does not use.
   const int first_gpu = cpu ? 0 : host_local_rank() * n_replicas;
-  if (!cpu) bind_calling_thread_to(cfg.device == "cuda" ? fmt::format("cuda:{}", first_gpu) : cfg.device);
+  auto device_of = [&](int d) {
+    return !cpu && cfg.device == "cuda" && first_gpu + n_replicas > 1 ? fmt::format("cuda:{}", first_gpu + d)
+                                                                      : cfg.device;
+  };
+  bind_calling_thread_to(device_of(0));
   threads = std::make_unique<ReplicaThreads>(n_replicas, [&](int d) {
     Replica& r = replicas[d];
-    std::string dev = cfg.device;
-    if (!cpu && cfg.device == "cuda" && first_gpu + n_replicas > 1) dev = fmt::format("cuda:{}", first_gpu + d);
-    r.backend = make_backend(dev, bo);
+    r.backend = make_backend(device_of(d), bo);
     r.backend->bind_thread();
     build_replica(r, mc);
   });

@@ -7,7 +7,7 @@
 // norms took 1.3 s a step instead of 77 ms, and the step ran 2x slower than on 1 thread. These loops
 // synchronise only at the end of each OpenMP region (where waiting threads can sleep).
 //
-// Determinism: the rows are cut into fixed chunks (kChunkRows, independent of the thread count); each
+// Determinism: the rows are cut into fixed chunks (kBnChunkRows, independent of the thread count); each
 // chunk's per-channel sums are accumulated in double and the chunks are added in batch_norm_math.h's fixed
 // order (groups of chunks, then the groups), so the statistics, and therefore every output, are the same bits for
 // any thread count, and the CUDA kernels' bits. The variance is the population
@@ -32,8 +32,6 @@
 
 namespace tg {
 namespace {
-
-constexpr int64_t kChunkRows = kBnChunkRows;
 
 int64_t num_chunks(const BatchNormDesc& d) { return bn_num_chunks(d.rows); }
 
@@ -111,7 +109,7 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
           for (int64_t k = k0; k < k1; ++k) {
             double* __restrict acc = partial + k * 2 * c;
             std::fill(acc, acc + c, 0.0);
-            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+            for (int64_t r = k * kBnChunkRows, r1 = std::min(rows, r + kBnChunkRows); r < r1; ++r) {
               const T* __restrict xr = px + r * c;
               for (int64_t j = 0; j < c; ++j) acc[j] += cpu::to_f32(xr[j]);
             }
@@ -129,7 +127,7 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
           for (int64_t k = k0; k < k1; ++k) {
             double* __restrict acc = partial + k * 2 * c + c;
             std::fill(acc, acc + c, 0.0);
-            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+            for (int64_t r = k * kBnChunkRows, r1 = std::min(rows, r + kBnChunkRows); r < r1; ++r) {
               const T* __restrict xr = px + r * c;
               for (int64_t j = 0; j < c; ++j) {
                 const double t = static_cast<double>(cpu::to_f32(xr[j]) - pmean[j]);
@@ -203,7 +201,7 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
             double* __restrict sum_dy = partial + k * 2 * c;
             double* __restrict sum_dy_xhat = sum_dy + c;
             std::fill(sum_dy, sum_dy + 2 * c, 0.0);
-            for (int64_t r = k * kChunkRows, r1 = std::min(rows, r + kChunkRows); r < r1; ++r) {
+            for (int64_t r = k * kBnChunkRows, r1 = std::min(rows, r + kBnChunkRows); r < r1; ++r) {
               const T* __restrict xr = px + r * c;
               const T* __restrict dyr = pdy + r * c;
               for (int64_t j = 0; j < c; ++j) {

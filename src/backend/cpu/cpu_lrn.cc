@@ -25,16 +25,9 @@
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_dtype.h"
+#include "src/backend/cpu/cpu_isa_targets.h"
 #include "src/backend/cpu/dnnl_util.h"
 #include "terngrad/backend/ternary_codec.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TG_LRN_X86 1
-#define TG_TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
-#define TG_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
-#else
-#define TG_LRN_X86 0
-#endif
 
 namespace tg {
 namespace {
@@ -75,7 +68,7 @@ BetaForm beta_form(float beta) {
 }
 
 template <BetaForm kForm>
-inline __attribute__((always_inline)) float pow_neg_beta(float s, float beta) {
+TG_ALWAYS_INLINE float pow_neg_beta(float s, float beta) {
   if constexpr (kForm == BetaForm::k075) {
     const float r = std::sqrt(s);
     return 1.f / (r * std::sqrt(r));
@@ -91,9 +84,8 @@ inline __attribute__((always_inline)) float pow_neg_beta(float s, float beta) {
 // Pixels [p0, p1) of an NHWC tensor with C channels. scratch: 2 (C + 2r) + 4 C floats, the padded arrays'
 // first and last r entries zero.
 template <typename T, BetaForm kForm>
-inline __attribute__((always_inline)) void lrn_backward_pixels(const LrnDesc& d, const T* __restrict x,
-                                                               const T* __restrict dy, T* __restrict dx, int64_t p0,
-                                                               int64_t p1, float* __restrict scratch) {
+TG_ALWAYS_INLINE void lrn_backward_pixels(const LrnDesc& d, const T* __restrict x, const T* __restrict dy,
+                                          T* __restrict dx, int64_t p0, int64_t p1, float* __restrict scratch) {
   const int64_t c = d.c, r = d.depth_radius, window = 2 * r + 1, padded = c + 2 * r;
   const float bias = d.bias, alpha = d.alpha, beta = d.beta, k2 = 2.f * d.alpha * d.beta;
   float* __restrict sq = scratch;     // (C + 2r): x^2, zero-padded
@@ -131,7 +123,7 @@ template <typename T, BetaForm kForm>
 void lrn_backward_generic(const LrnDesc& d, const T* x, const T* dy, T* dx, int64_t p0, int64_t p1, float* scratch) {
   lrn_backward_pixels<T, kForm>(d, x, dy, dx, p0, p1, scratch);
 }
-#if TG_LRN_X86
+#if TG_CPU_X86
 template <typename T, BetaForm kForm>
 TG_TARGET_AVX2 void lrn_backward_avx2(const LrnDesc& d, const T* x, const T* dy, T* dx, int64_t p0, int64_t p1,
                                       float* scratch) {
@@ -149,7 +141,7 @@ using LrnBackwardFn = void (*)(const LrnDesc&, const T*, const T*, T*, int64_t, 
 
 template <typename T, BetaForm kForm>
 LrnBackwardFn<T> pick_backward(CodecIsa isa) {
-#if TG_LRN_X86
+#if TG_CPU_X86
   if (isa == CodecIsa::kAvx512) return lrn_backward_avx512<T, kForm>;
   if (isa == CodecIsa::kAvx2) return lrn_backward_avx2<T, kForm>;
 #endif

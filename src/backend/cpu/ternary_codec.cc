@@ -27,19 +27,10 @@
 #include <limits>
 #include <string>
 
+#include "src/backend/cpu/cpu_isa_targets.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/parallel.h"
 #include "terngrad/math/ternary_math.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TG_CODEC_X86 1
-#define TG_TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
-#define TG_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
-#else
-#define TG_CODEC_X86 0
-#endif
-#define TG_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace tg {
 
@@ -65,7 +56,7 @@ CodecIsa onednn_isa_limit(const char* onednn_max_cpu_isa, const char* dnnl_max_c
 namespace {
 
 CodecIsa best_isa() {
-#if TG_CODEC_X86
+#if TG_CPU_X86
   static const CodecIsa best = [] {
     __builtin_cpu_init();
 #if defined(__clang__) && __clang_major__ < 15
@@ -209,7 +200,7 @@ template <bool kDecay, bool kResidual>
 StatsPartial stats_generic(float* g, StatsAdds a, int64_t n) {
   return stats_body<Vec16, kDecay, kResidual>(g, a, n);
 }
-#if TG_CODEC_X86
+#if TG_CPU_X86
 template <bool kDecay, bool kResidual>
 TG_TARGET_AVX2 StatsPartial stats_avx2(float* g, StatsAdds a, int64_t n) {
   return stats_body<Vec32, kDecay, kResidual>(g, a, n);
@@ -222,7 +213,7 @@ TG_TARGET_AVX512 StatsPartial stats_avx512(float* g, StatsAdds a, int64_t n) {
 
 template <bool kDecay, bool kResidual>
 StatsFn stats_fn(CodecIsa isa) {
-#if TG_CODEC_X86
+#if TG_CPU_X86
   if (isa == CodecIsa::kAvx512) return stats_avx512<kDecay, kResidual>;
   if (isa == CodecIsa::kAvx2) return stats_avx2<kDecay, kResidual>;
 #endif
@@ -253,7 +244,7 @@ TG_ALWAYS_INLINE int32_t max_abs_bits_loop(const float* g, int64_t n) {
 using MaxBitsFn = int32_t (*)(const float*, int64_t);
 constexpr int64_t kMaxBitsGrain = 1 << 16;  // elements per thread at least
 int32_t max_abs_bits_generic(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
-#if TG_CODEC_X86
+#if TG_CPU_X86
 TG_TARGET_AVX2 int32_t max_abs_bits_avx2(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
 TG_TARGET_AVX512 int32_t max_abs_bits_avx512(const float* g, int64_t n) { return max_abs_bits_loop(g, n); }
 #endif
@@ -332,7 +323,7 @@ int64_t encode_units_generic(const float* g, uint64_t block0, int64_t units, flo
   return kept;
 }
 
-#if TG_CODEC_X86
+#if TG_CPU_X86
 // GCC 12 reports the _mm512_undefined_* pass-through operands inside its own intrinsics as "may be used
 // uninitialized" (GCC bug 105593, fixed in 13): silenced for the intrinsic kernels only.
 #pragma GCC diagnostic push
@@ -494,11 +485,11 @@ TG_TARGET_AVX512 int64_t encode_units_avx512(const float* g, uint64_t block0, in
   return kept;
 }
 #pragma GCC diagnostic pop
-#endif  // TG_CODEC_X86
+#endif  // TG_CPU_X86
 
 template <int kResidual>
 EncodeFn encode_fn(CodecIsa isa, float s) {
-#if TG_CODEC_X86
+#if TG_CPU_X86
   if (s >= kMinFastScaler && (kResidual == kNoResidual || std::isfinite(s))) {
     if (isa == CodecIsa::kAvx512) return encode_units_avx512<kResidual>;
     if (isa == CodecIsa::kAvx2) return encode_units_avx2<kResidual>;
@@ -574,7 +565,7 @@ TG_ALWAYS_INLINE void decode_sums_loop(const int8_t* code_sums, int64_t n, float
 }
 void decode_sums_generic(const int8_t* c, int64_t n, float s, int w, float* g) { decode_sums_loop(c, n, s, w, g); }
 
-#if TG_CODEC_X86
+#if TG_CPU_X86
 // Streaming (non-temporal) stores for a decoded tensor larger than a last-level cache (32 MiB): its output
 // cannot stay cached anyway, and writing around the caches saves reading every output line first (memory
 // traffic 4 bytes an element instead of 8). Smaller tensors stay cached for the optimizer that reads them
@@ -705,7 +696,7 @@ TG_TARGET_AVX512 void decode_gathered_avx512(const uint8_t* gathered, int64_t st
   }
 }
 #pragma GCC diagnostic pop
-#endif  // TG_CODEC_X86
+#endif  // TG_CPU_X86
 
 template <typename Fn>
 Fn pick(CodecIsa isa, Fn generic, Fn avx2, Fn avx512) {
@@ -713,7 +704,7 @@ Fn pick(CodecIsa isa, Fn generic, Fn avx2, Fn avx512) {
   if (isa == CodecIsa::kAvx2) return avx2;
   return generic;
 }
-#if TG_CODEC_X86
+#if TG_CPU_X86
 #define TG_CODEC_PICK(isa, name) pick(isa, name##_generic, name##_avx2, name##_avx512)
 #else
 #define TG_CODEC_PICK(isa, name) name##_generic
@@ -840,7 +831,7 @@ int64_t ternary_encode_buckets_cpu(const float* g, int64_t n, const float* scale
   const int64_t per = elements_per_scaler(n, bucket, "ternary encode");
   const int64_t nbytes = ternary_packed_bytes(n);
   int mode = residual ? kStore : kNoResidual;
-#if TG_CODEC_X86
+#if TG_CPU_X86
   if (residual && stream_output(residual, n)) mode = kStream;  // not read again before the next step
 #endif
   const CodecIsa isa = active_isa();
@@ -953,7 +944,7 @@ void ternary_decode_gathered_buckets_cpu(const uint8_t* gathered, int64_t stride
     return;
   }
   const DecodeGatheredFn fn = TG_CODEC_PICK(active_isa(), decode_gathered);
-#if TG_CODEC_X86
+#if TG_CPU_X86
   const bool stream = stream_output(g, n);
 #else
   const bool stream = false;
