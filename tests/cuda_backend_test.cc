@@ -92,6 +92,50 @@ TEST_F(CudaBackendTest, CopyZeroFill) {
   EXPECT_EQ(b.g.read<float>()[17], -2.5f);
 }
 
+// The side stream (the gradient exchange beside backward, Backend::enter_side_stream): ops entered there see what the
+// main stream did before (the fork event), the main stream goes on beside them, and after join_side_stream the main
+// stream sees their results; each stream's own workspace (the ternary scaler's partial sums, on both streams at
+// once) gives the CPU's bits. Bad nesting is an error naming the device.
+TEST_F(CudaBackendTest, SideStreamOrdersItsOpsWithTheMainStream) {
+  const Shape s{1 << 22};  // 4 Mi elements: kernels long enough to run side by side
+  Pair a(s), b(s), c(s), e(s), out(s), g1(s), g2(s), sc1(Shape{1}), sc2(Shape{1});
+  a.set(random_floats(s.numel(), 41)), b.set(random_floats(s.numel(), 42)), e.set(random_floats(s.numel(), 45));
+  g1.set(random_floats(s.numel(), 43, -0.01f, 0.01f)), g2.set(random_floats(s.numel(), 44, -0.02f, 0.02f));
+  ASSERT_TRUE(gpu().has_side_stream());
+  void* main_stream = gpu().native_stream();
+  for (int k = 0; k < 8; ++k) cpu().scale(1.01f, a.c.t), gpu().scale(1.01f, a.g.t);  // main: before the fork
+  gpu().enter_side_stream();
+  EXPECT_NE(gpu().native_stream(), main_stream);
+  gpu().copy(c.g.t, a.g.t);  // side: must read the scaled a
+  gpu().axpy(2.f, b.g.t, c.g.t);
+  gpu().ternary_scaler(g1.g.t, 2.5f, sc1.g.t);
+  gpu().leave_side_stream();
+  EXPECT_EQ(gpu().native_stream(), main_stream);
+  gpu().ternary_scaler(g2.g.t, 2.5f, sc2.g.t);           // main, beside the side stream's scaler: its own workspace
+  for (int k = 0; k < 4; ++k) gpu().scale(0.5f, e.g.t);  // main: a tensor the side stream does not touch
+  gpu().join_side_stream();
+  gpu().add(c.g.t, a.g.t, out.g.t);  // main: after the join, sees c
+  cpu().copy(c.c.t, a.c.t);
+  cpu().axpy(2.f, b.c.t, c.c.t);
+  cpu().ternary_scaler(g1.c.t, 2.5f, sc1.c.t);
+  cpu().ternary_scaler(g2.c.t, 2.5f, sc2.c.t);
+  for (int k = 0; k < 4; ++k) cpu().scale(0.5f, e.c.t);
+  cpu().add(c.c.t, a.c.t, out.c.t);
+  expect_same_bits(e, "main beside the side stream");
+  expect_same_bits(out, "main after the join");
+  expect_same_bits(sc1, "the side stream's scaler");
+  expect_same_bits(sc2, "the main stream's scaler beside it");
+  try {
+    gpu().leave_side_stream();
+    FAIL() << "leave_side_stream() without enter accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("cuda:0"), std::string::npos) << err.what();
+  }
+  gpu().enter_side_stream();
+  EXPECT_THROW(gpu().enter_side_stream(), Error);
+  gpu().leave_side_stream();
+}
+
 // ---- element-wise -----------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
   const Shape s{100003};  // odd: partial blocks

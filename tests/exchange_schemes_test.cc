@@ -10,6 +10,8 @@
 //   - per-bucket scalers (--scaler_bucket): the same bits overlapped or not, for any bucketing and thread count, left
 //     coded or decoded, with error feedback; unbiased; one rank per node hierarchical = terngrad; the extra scalers
 //     counted in the byte model;
+//   - the GPU's overlap schedule (OverlapEngine::kStream, run inline on the CPU): the bits of --overlap=false and of
+//     the communication thread for every scheme with collectives, and a bucket exchanged as soon as it is complete;
 //   - the registry: names, the choice from --grad_bits / --exchange / the layout, errors naming the choices.
 #include <gtest/gtest.h>
 
@@ -417,6 +419,83 @@ TEST(HierarchicalScheme, AverageLeftCodedIsTheDecodedAverage) {
     expect_same_bits(late, decoded, what + ", decoded late");
     EXPECT_EQ(late.grads[0][1][2], decoded.out[0][1][2]) << what;
   }
+}
+
+// The GPU's overlap schedule (OverlapEngine::kStream: each complete bucket's stages enqueued at once, in bucket
+// order, with the groups moved to the side stream; on the CPU the stages run inline) gives the bits of
+// --overlap=false and of the communication thread, for every scheme with collectives, several buckets and steps,
+// one and two workers per rank, with error feedback.
+TEST(OverlapEngines, TheStreamScheduleGivesTheSameBits) {
+  struct Case {
+    const char* what;
+    int nodes, local, grad_bits, workers;
+    ExchangeMode mode;
+    bool flat, feedback;
+  };
+  for (const Case& c : {Case{"allgather2", 2, 1, 1, 2, ExchangeMode::kAllgather2, true, false},
+                        Case{"allgather2, error feedback", 3, 1, 1, 1, ExchangeMode::kAllgather2, true, true},
+                        Case{"allreduce8", 8, 1, 1, 1, ExchangeMode::kAllreduce8, true, false},
+                        Case{"hierarchical", 2, 2, 1, 2, ExchangeMode::kHierarchical, false, false},
+                        Case{"fp32", 2, 1, 32, 2, ExchangeMode::kAuto, true, false}}) {
+    RunOptions o;
+    o.grad_bits = c.grad_bits;
+    o.clip_factor = c.grad_bits == 32 ? 0.f : 2.5f;
+    o.flat = c.flat;
+    o.workers_per_rank = c.workers;
+    o.steps = 2;
+    o.exchange.mode = c.mode;
+    o.exchange.error_feedback = c.feedback;
+    o.exchange.bucket_mb = 2.0 / 1024;  // 2 KiB of fp32 gradient: several buckets
+    o.exchange.overlap = false;
+    Layout l0(c.nodes, c.local);
+    const RunResult ref = run_layout(l0, o);
+    for (OverlapEngine e : {OverlapEngine::kThread, OverlapEngine::kStream}) {
+      o.exchange.overlap = true;
+      o.exchange.overlap_engine = e;
+      Layout l(c.nodes, c.local);
+      expect_same_bits(run_layout(l, o), ref,
+                       fmt::format("{}, {}", c.what, e == OverlapEngine::kStream ? "stream" : "thread"));
+    }
+  }
+}
+
+// The stream schedule starts a bucket inside backward: once the last tensors are reported final, their average
+// is in the gradient (fp32, 2 ranks) while the first tensor still holds the rank's own gradient, until finish().
+TEST(OverlapEngines, TheStreamScheduleExchangesABucketAsSoonAsItIsComplete) {
+  CompressionFlags f;
+  f.grad_bits = 32;
+  const CompressionPolicy pol(f, kParams);
+  const int T = pol.num_tensors();
+  Layout lay(2, 1);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
+        RankGrads g(1);
+        g.fill(r);
+        ExchangeOptions xo;
+        xo.bucket_mb = 0.5 / 1024;  // 512 B: the logits' two tensors make the first bucket
+        xo.overlap_engine = OverlapEngine::kStream;
+        GradientExchange ex(*be, pol, g.views(), {0}, lay.comms(r, true), xo);
+        if (!ex.overlapped_on_stream()) throw Error("not overlapped on the stream schedule");
+        ex.begin(0);
+        ex.tensors_ready(ex.bucket(0).begin);
+        const float average = 0.5f * (grad_value(0, T - 1, 3) + grad_value(1, T - 1, 3));
+        if (g.data[0][T - 1][3] != average) throw Error(fmt::format("bucket 0 not exchanged: {}", g.data[0][T - 1][3]));
+        if (g.data[0][0][3] != grad_value(r, 0, 3)) throw Error("tensor 0 changed before it was reported final");
+        ex.finish();
+        const float first = 0.5f * (grad_value(0, 0, 3) + grad_value(1, 0, 3));
+        if (g.data[0][0][3] != first)
+          throw Error(fmt::format("tensor 0 not averaged by finish(): {}", g.data[0][0][3]));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        lay.world[r]->abort(e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // Weight decay applied by the TernGrad and hierarchical schemes in their scalers' pass (the ternary tensors fused,

@@ -192,6 +192,13 @@ TEST(NcclCommunicator, OneGpuGroup) {
   EXPECT_EQ(buf.download<uint8_t>(n), bytes);
   EXPECT_EQ(c.stats().calls, 8u + 3u);
   EXPECT_EQ(c.stats().moved_bytes, 0u);  // one rank moves nothing
+  // use_stream: later collectives (and synchronize) on another stream, then back.
+  Streams other({0});
+  EXPECT_EQ(c.use_stream(other.streams[0]), s.streams[0]);
+  EXPECT_EQ(c.stream(), other.streams[0]);
+  identity(float{}, DType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(c.use_stream(s.streams[0]), other.streams[0]);
+  EXPECT_EQ(c.stats().calls, 8u + 3u + 1u);
   // Refusals: the dtype/op, a host buffer (declared as such or not), another GPU's.
   EXPECT_NE(error_of([&] {
               c.allreduce(buf.ptr, n, DType::kF16, ReduceOp::kMax, Device::cuda(0));

@@ -61,6 +61,7 @@ using Grads = std::vector<std::vector<std::vector<float>>>;  // [worker][tensor]
 struct RunOptions {
   int ranks = 2, workers_per_rank = 2, steps = 3;
   bool overlap = false;
+  OverlapEngine engine = OverlapEngine::kAuto;  // kStream: the GPU's schedule, run inline on the CPU
   double bucket_mb = 25;
   int powersgd_rank = kRank;
   // Optional: a gradient of its own (worker, step, tensor, element) instead of grad_value.
@@ -109,6 +110,7 @@ RunResult run(const RunOptions& o) {
         ExchangeOptions xo;
         xo.mode = ExchangeMode::kPowerSgd;
         xo.overlap = o.overlap;
+        xo.overlap_engine = o.engine;
         xo.bucket_mb = o.bucket_mb;
         xo.powersgd_rank = o.powersgd_rank;
         xo.seed = 11;
@@ -300,6 +302,8 @@ TEST(PowerSgdScheme, SameBitsOverlappedOrNotAndForAnyBucketing) {
   expect_same_bits(plain, overlapped, "overlap, small buckets");
   o.bucket_mb = 0.004;
   expect_same_bits(plain, run(o), "overlap, other buckets");
+  o.engine = OverlapEngine::kStream;  // the GPU's schedule: each complete bucket's stages at once
+  expect_same_bits(plain, run(o), "overlap on the stream schedule");
 }
 
 TEST(PowerSgdScheme, PerRankStateResumesBitForBit) {

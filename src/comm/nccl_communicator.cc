@@ -151,6 +151,12 @@ NcclCommunicator::~NcclCommunicator() {
   if (previous >= 0 && previous != device_) cudaSetDevice(previous);
 }
 
+void* NcclCommunicator::use_stream(void* stream) {
+  void* previous = stream_;
+  stream_ = stream;
+  return previous;
+}
+
 std::string NcclCommunicator::name() const {
   return fmt::format("nccl (rank {} of {}, cuda:{})", rank_, size_, device_);
 }

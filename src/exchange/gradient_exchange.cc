@@ -76,16 +76,20 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
     if (stages_[s].kind == StageKind::kCollective) collective_stages_.push_back(static_cast<int>(s));
 
   const bool overlap = options.overlap && has_groups_ && !collective_stages_.empty();
+  const bool stream_engine = options.overlap_engine == OverlapEngine::kStream ||
+                             (options.overlap_engine == OverlapEngine::kAuto && be_.has_side_stream());
   plan_buckets(options.bucket_mb, !overlap);
   std::vector<TensorRange> ranges;
   for (const Bucket& b : buckets_) ranges.push_back(b.range);
   scheme_->plan(ranges);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int s : collective_stages_) post_order_.push_back(static_cast<int64_t>(b * stages_.size()) + s);
-  if (overlap) comm_thread_ = std::make_unique<CommunicationThread>(static_cast<int>(post_order_.size()));
+  on_side_stream_ = overlap && stream_engine;
+  if (overlap && !stream_engine)
+    comm_thread_ = std::make_unique<CommunicationThread>(static_cast<int>(post_order_.size()));
   if (timeline_) {
     exchange_track_ = timeline_->add_track(fmt::format("exchange (rank {})", rank));
-    if (overlap) comm_track_ = timeline_->add_track(fmt::format("communication (rank {})", rank));
+    if (comm_thread_) comm_track_ = timeline_->add_track(fmt::format("communication (rank {})", rank));
   }
 }
 
@@ -175,6 +179,42 @@ void GradientExchange::collect(Bucket& b) {
   ++b.stage;
 }
 
+namespace {
+// A bucket's time on the side stream: the backend's ops and the groups' collectives go there, and back to the main
+// stream when the scope ends (also when a stage throws).
+class SideStreamScope {
+ public:
+  SideStreamScope(Backend& be, const std::vector<Communicator*>& groups) : be_(be), groups_(groups) {
+    be_.enter_side_stream();
+    for (Communicator* g : groups_) previous_.push_back(g->use_stream(be_.native_stream()));
+  }
+  ~SideStreamScope() {
+    for (size_t k = 0; k < previous_.size(); ++k) groups_[k]->use_stream(previous_[k]);
+    be_.leave_side_stream();
+  }
+  SideStreamScope(const SideStreamScope&) = delete;
+  SideStreamScope& operator=(const SideStreamScope&) = delete;
+
+ private:
+  Backend& be_;
+  const std::vector<Communicator*>& groups_;
+  std::vector<void*> previous_;
+};
+}  // namespace
+
+// Every stage of a complete bucket in order, enqueued on the side stream from the calling thread: compute stages
+// as ops, collective stages as the groups' (stream-ordered) collectives. On the CPU each runs at once.
+void GradientExchange::run_on_side_stream(Bucket& b) {
+  const int S = static_cast<int>(stages_.size());
+  SideStreamScope scope(be_, groups_);
+  while (b.stage < S) {
+    if (stages_[b.stage].kind == StageKind::kCompute)
+      run_compute(b);
+    else
+      run_blocking(b);
+  }
+}
+
 // Moves one bucket as far as it can go without waiting: compute stages run, a finished collective is
 // collected, the next collective is posted when its turn has come.
 bool GradientExchange::advance_bucket(Bucket& b) {
@@ -257,6 +297,9 @@ void GradientExchange::tensors_ready(int first) {
   for (Bucket& b : buckets_)
     if (!b.ready && b.range.begin >= ready_from_) b.ready = true;
   if (comm_thread_) advance(false);
+  if (on_side_stream_)  // complete buckets form a prefix (bucket 0 holds the last tensors): enqueued in order
+    for (Bucket& b : buckets_)
+      if (b.ready && b.stage == 0) run_on_side_stream(b);
 }
 
 void GradientExchange::progress() {
@@ -268,6 +311,7 @@ ExchangeStats GradientExchange::finish() {
   TG_CHECK(in_step_, "gradient exchange: finish() outside a step");
   if (ready_from_ > 0) tensors_ready(0);  // whatever the caller did not report is final now
   while (!done()) TG_CHECK(advance(true), "gradient exchange: no bucket can move at step {} (internal error)", step_);
+  if (on_side_stream_) be_.join_side_stream();  // what follows on the main stream (the update) sees the average
   in_step_ = false;
   ExchangeStats st = scheme_->byte_model();
   Communicator* g[3] = {ctx_.comms.world, ctx_.comms.local, ctx_.comms.cross};

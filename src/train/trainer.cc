@@ -205,10 +205,9 @@ void Trainer::Impl::build_exchanges() {
       // The exchange flags (a scheme ignores the options it does not have), then what this replica allows.
       ExchangeOptions xo(cfg, cfg.seed);
       if (&pol == &fp32_policy) xo.mode = fp32_form(xo.mode);
-      // On a GPU the exchange is enqueued on the backend's stream after backward (NCCL on the same stream would
-      // queue the backward's next kernels behind the network; overlapping needs a communication stream).
+      // Overlap: a communication thread on the CPU, the backend's side stream on a GPU (gradient_exchange.h).
       // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
-      xo.overlap = cfg.overlap && r.backend->device().is_cpu() && !scaler->enabled();
+      xo.overlap = cfg.overlap && !scaler->enabled();
       const ExchangeComms comms{r.comms.world, r.comms.local, r.comms.cross};
       return std::make_unique<GradientExchange>(*r.backend, pol, std::move(views), std::vector<int>{0}, comms, xo,
                                                 timeline.get());

@@ -128,9 +128,22 @@ class Backend {
   // Makes the calling thread this backend's (its CUDA device current; its CPU thread count for the thread's
   // compute team): a replica thread calls it once before using the backend (train/replica_threads.h).
   virtual void bind_thread() {}
-  // The CUDA stream (a cudaStream_t) every op is enqueued on, for a device communicator that must order its
-  // collectives with the ops (NCCL); nullptr on the CPU.
+  // The CUDA stream (a cudaStream_t) ops are enqueued on now (the side stream between enter_side_stream() and
+  // leave_side_stream(), else the main stream), for a device communicator that must order its collectives with
+  // the ops (NCCL); nullptr on the CPU.
   virtual void* native_stream() { return nullptr; }
+
+  // ---- the side stream (a GPU's second stream: the gradient exchange beside backward) -------------------------
+  // Ops called between enter_side_stream() and leave_side_stream() are enqueued on the side stream, after
+  // everything enqueued on the main stream before enter (the side stream waits for an event); they may then run
+  // while later main-stream ops (the rest of backward) run. join_side_stream() makes the main stream wait for
+  // everything enqueued on the side stream so far (ops enqueued on the main stream after it see its results).
+  // The side stream has its own workspace and library handles. Not nested; called from the backend's thread.
+  // Without a second stream (the CPU: every op has run when its call returns) the three do nothing.
+  virtual bool has_side_stream() const { return false; }
+  virtual void enter_side_stream() {}
+  virtual void leave_side_stream() {}
+  virtual void join_side_stream() {}
 
   // Whether this backend runs compute dtype t (F32 always); why_not(t) is one line naming what is missing
   // ("bf16 needs AVX512_BF16 or AMX; this CPU has avx2", "fp16 compute needs a GPU (--device cuda)"), empty

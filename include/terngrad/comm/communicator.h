@@ -103,6 +103,14 @@ class Communicator {
   // relate to the parent (e.g. whether an abort reaches them).
   std::unique_ptr<Communicator> split(int color, int key);
 
+  // Device communicators (NCCL) enqueue their collectives on a CUDA stream: this makes `stream` (a cudaStream_t)
+  // the one later collectives go on and returns the previous one (the gradient exchange moves its groups to the
+  // backend's side stream for a step, then back). Host communicators have no stream: nullptr, nothing changes.
+  virtual void* use_stream(void* stream) {
+    (void)stream;
+    return nullptr;
+  }
+
   // Whether allreduce accepts dtype/op here. The default is reduce_supported() (the set above).
   virtual bool supports(DType dtype, ReduceOp op) const { return reduce_supported(dtype, op); }
   // "f32 sum, f32 max, ...": every combination supports() accepts, for error messages.

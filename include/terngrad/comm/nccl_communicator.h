@@ -13,11 +13,11 @@
 // bf16 sum (NCCL's reduction order, a ring or a tree: every rank gets the same bits, but the sum's order is not
 // a plain loop over ranks, and an fp16/bf16 sum is NCCL's); allgather and broadcast of bytes; barrier. In-place
 // forms are NCCL's (reduce-scatter recv = send + rank * count, all-gather send = recv + rank * bytes). Each is enqueued
-// on the CUDA stream given at construction (a cudaStream_t passed as void*, owned by the caller, e.g. the CUDA backend;
-// nullptr = the legacy default stream) and is *stream-ordered*: the call returns once the work is queued; later work on
-// that stream sees the result, and the host sees it after synchronize(). barrier() is the exception: it waits for the
-// stream (a one-element all-reduce), so every rank has reached it when it returns. The byte counters follow the
-// Communicator's model (the base class counts).
+// on the CUDA stream given at construction (or later by use_stream) (a cudaStream_t passed as void*, owned by the
+// caller, e.g. the CUDA backend; nullptr = the legacy default stream) and is *stream-ordered*: the call returns once
+// the work is queued; later work on that stream sees the result, and the host sees it after synchronize(). barrier() is
+// the exception: it waits for the stream (a one-element all-reduce), so every rank has reached it when it returns. The
+// byte counters follow the Communicator's model (the base class counts).
 //
 // Threads: a communicator is driven by one thread at a time, and the communicators of one process's GPUs by
 // different threads (one per GPU, as the trainer's device threads are): NCCL documents that one thread issuing
@@ -62,6 +62,7 @@ class NcclCommunicator final : public Communicator {
   bool supports(DType dtype, ReduceOp op) const override;  // reduce_supported() and bf16 sum
   Device device() const { return Device::cuda(device_); }
   void* stream() const { return stream_; }
+  void* use_stream(void* stream) override;  // the stream of later collectives (barrier's and synchronize()'s too)
 
   // Waits until every collective queued so far on the stream has finished (and everything else on it),
   // throwing on a CUDA error or an asynchronous NCCL error (a failed peer).

@@ -38,6 +38,13 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
 // traffic (N-1) n/4 against 2 (N-1)/N n bytes). Explicit allgather2/allreduce8 stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);
 
+// Where an overlapped exchange runs (ExchangeOptions::overlap_engine): kThread, the CPU's schedule (compute stages
+// on the calling thread, collectives on a communication thread); kStream, a GPU's (each bucket's stages, codec kernels
+// and collectives alike, enqueued on the backend's side stream as soon as the bucket is complete; on the CPU, where
+// there is no second stream, the same schedule runs each bucket's stages inline on the calling thread). kAuto:
+// kStream when the backend has a side stream, else kThread.
+enum class OverlapEngine : uint8_t { kAuto, kThread, kStream };
+
 // The exchange's flags as given (--exchange, --overlap, --bucket_mb, --error_feedback, --local_bits,
 // --decode_in_update, --fp32_warmup_steps, --powersgd_rank), owned here
 // with their flag sub-table (exchange_flags()); TrainConfig derives from this struct and embeds the table.
@@ -62,6 +69,8 @@ struct ExchangeOptions : ExchangeConfig {
   // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
   // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
   bool host_scaler_check = true;
+  // The trainer leaves kAuto; tests run the GPU's schedule on the CPU with kStream.
+  OverlapEngine overlap_engine = OverlapEngine::kAuto;
 
   ExchangeOptions() = default;
   // The flags' options (--exchange parsed) with the run's seed.

@@ -17,6 +17,15 @@
 // ...), as MPI requires. Without overlap (or with no group to talk to) the whole gradient is one bucket whose
 // stages all run in finish() on the calling thread. A scheme's stages are deterministic, so the results are the
 // same bits overlapped or not and for any bucketing.
+//
+// On a GPU (a backend with a side stream; OverlapEngine, exchange_options.h) there is no communication thread: when a
+// bucket is complete its stages, codec kernels and collectives alike, are enqueued at once on the backend's side
+// stream (after an event of the main stream, Backend::enter_side_stream), the groups' collectives moved to that
+// stream for the time (Communicator::use_stream); the rest of backward goes on on the main stream, and finish()
+// makes the main stream wait for the side stream (the optimizer's update sees the average). Buckets complete in
+// the same order on every rank and each is enqueued whole, so the collectives keep the fixed order. Without
+// overlap the stages are enqueued in finish() on the main stream, as before. The phase times of a stream-overlapped
+// step are the host's time to enqueue.
 #pragma once
 
 #include <chrono>
@@ -88,7 +97,9 @@ class GradientExchange {
   int num_workers() const { return ctx_.num_workers; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   TensorRange bucket(int b) const { return buckets_[b].range; }
-  bool overlapped() const { return comm_thread_ != nullptr; }
+  bool overlapped() const { return comm_thread_ != nullptr || on_side_stream_; }
+  // Overlapped on the backend's side stream (the GPU's schedule), not on a communication thread.
+  bool overlapped_on_stream() const { return on_side_stream_; }
   const CompressionPolicy& policy() const { return policy_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
@@ -113,6 +124,7 @@ class GradientExchange {
   void run_blocking(Bucket& b);  // a collective stage on this thread (no overlap)
   void post_next();              // posts the collectives whose turn it is in the fixed order
   void collect(Bucket& b);
+  void run_on_side_stream(Bucket& b);  // every stage of a complete bucket, enqueued on the side stream
   static void run_posted(void* self, int64_t job);
   bool done() const;
 
@@ -130,6 +142,7 @@ class GradientExchange {
   bool in_step_ = false;
   bool has_groups_ = false;
   std::unique_ptr<CommunicationThread> comm_thread_;
+  bool on_side_stream_ = false;  // overlapped on the backend's side stream (OverlapEngine::kStream)
   Timeline* timeline_;
   int exchange_track_ = -1, comm_track_ = -1;
   PhaseTimes times_;

@@ -110,19 +110,15 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
                       prop.totalGlobalMem >> 20, cudnnGetVersion());
   sm_ = prop.major * 10 + prop.minor;
   device_text_ = fmt::format("cuda:{} ({}) is sm_{}{}", index_, prop.name, prop.major, prop.minor);
-  TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TG_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   TG_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   for (cudaEvent_t& e : ticket_events_) TG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  TG_CUBLAS_CHECK(cublasCreate(&cublas_));
-  TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  // Plain fp32 GEMMs (no TF32 tensor-core rounding) unless allowed: results stay comparable with the CPU
-  // backend. cuBLAS's fp32 GEMMs give the same bits on every run (no atomics: the default atomics mode).
-  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  make_lane(main_);
+  make_lane(side_);
   TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
-  TG_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  reduce_partials_ = Buffer(allocator_, cuda_kernels::kReduceMaxBlocks * sizeof(double));
-  reduce_result_ = Buffer(allocator_, sizeof(double));
+  use_lane(main_);
   label_flag_ = Buffer(allocator_, sizeof(unsigned long long));
   TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));
   TG_CUDA_CHECK(cudaMallocHost(&host_pinned_, 64));
@@ -133,28 +129,78 @@ CudaBackend::~CudaBackend() {
   cudaGetDevice(&previous);
   cudaSetDevice(index_);
   if (copy_stream_) cudaStreamSynchronize(copy_stream_);
-  if (stream_) cudaStreamSynchronize(stream_);
+  for (Lane* lane : {&side_, &main_})
+    if (lane->stream) cudaStreamSynchronize(lane->stream);
   cache_.clear();  // cuDNN descriptors before the handle
-  workspace_ = Buffer();
-  reduce_partials_ = Buffer();
-  reduce_result_ = Buffer();
   label_flag_ = Buffer();
   if (host_pinned_) cudaFreeHost(host_pinned_);
   if (cudnn_) cudnnDestroy(cudnn_);
-  if (cublas_) cublasDestroy(cublas_);
+  destroy_lane(side_);
+  destroy_lane(main_);
   for (cudaEvent_t e : ticket_events_)
     if (e) cudaEventDestroy(e);
-  if (upload_done_) cudaEventDestroy(upload_done_);
+  for (cudaEvent_t e : {upload_done_, fork_event_, join_event_})
+    if (e) cudaEventDestroy(e);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
-  if (stream_) cudaStreamDestroy(stream_);
   if (previous >= 0) cudaSetDevice(previous);
+}
+
+// Plain fp32 GEMMs (no TF32 tensor-core rounding) unless allowed: results stay comparable with the CPU backend.
+// cuBLAS's fp32 GEMMs give the same bits on every run (no atomics: the default atomics mode).
+void CudaBackend::make_lane(Lane& lane) {
+  TG_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+  TG_CUBLAS_CHECK(cublasCreate(&lane.cublas));
+  TG_CUBLAS_CHECK(cublasSetStream(lane.cublas, lane.stream));
+  TG_CUBLAS_CHECK(
+      cublasSetMathMode(lane.cublas, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  lane.reduce_partials = Buffer(allocator_, cuda_kernels::kReduceMaxBlocks * sizeof(double));
+  lane.reduce_result = Buffer(allocator_, sizeof(double));
+}
+
+void CudaBackend::destroy_lane(Lane& lane) {
+  lane.workspace = Buffer();
+  lane.reduce_partials = Buffer();
+  lane.reduce_result = Buffer();
+  if (lane.cublas) cublasDestroy(lane.cublas);
+  if (lane.stream) cudaStreamDestroy(lane.stream);
+  lane.cublas = nullptr;
+  lane.stream = nullptr;
+}
+
+void CudaBackend::use_lane(Lane& lane) {
+  lane_ = &lane;
+  stream_ = lane.stream;
+  cublas_ = lane.cublas;
+  TG_CUDNN_CHECK(cudnnSetStream(cudnn_, lane.stream));
 }
 
 void CudaBackend::bind_thread() { TG_CUDA_CHECK(cudaSetDevice(index_)); }
 
+// Both streams: the side stream's work is part of "every op enqueued so far".
 void CudaBackend::synchronize_impl() {
   CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaStreamSynchronize(side_.stream));
   sync_and_check();
+}
+
+// ---- the side stream ------------------------------------------------------------------------------------------
+void CudaBackend::enter_side_stream() {
+  TG_CHECK(lane_ == &main_, "{}: enter_side_stream() while already on the side stream", device().str());
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaEventRecord(fork_event_, main_.stream));
+  TG_CUDA_CHECK(cudaStreamWaitEvent(side_.stream, fork_event_, 0));
+  use_lane(side_);
+}
+
+void CudaBackend::leave_side_stream() {
+  TG_CHECK(lane_ == &side_, "{}: leave_side_stream() without enter_side_stream()", device().str());
+  use_lane(main_);
+}
+
+void CudaBackend::join_side_stream() {
+  CudaDeviceGuard guard(index_);
+  TG_CUDA_CHECK(cudaEventRecord(join_event_, side_.stream));
+  TG_CUDA_CHECK(cudaStreamWaitEvent(main_.stream, join_event_, 0));
 }
 
 // ---- transfers ----------------------------------------------------------------------------------------------
@@ -178,7 +224,7 @@ cudaEvent_t CudaBackend::ticket_event(uint64_t ticket) const {
 
 void CudaBackend::record_fence_impl(uint64_t ticket) {
   CudaDeviceGuard guard(index_);
-  record_ticket(ticket, stream_);
+  record_ticket(ticket, main_.stream);
 }
 
 // The copy waits (on the copy stream) for the fence, the ops wait (on the compute stream) for the copy, and the
@@ -193,8 +239,8 @@ void CudaBackend::upload_async_impl(const Tensor& dst, const Tensor& src, uint64
   if (after > done_ticket()) TG_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, ticket_event(after), 0));
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyHostToDevice, copy_stream_));
   TG_CUDA_CHECK(cudaEventRecord(upload_done_, copy_stream_));
-  TG_CUDA_CHECK(cudaStreamWaitEvent(stream_, upload_done_, 0));
-  record_ticket(ticket, stream_);
+  TG_CUDA_CHECK(cudaStreamWaitEvent(main_.stream, upload_done_, 0));
+  record_ticket(ticket, main_.stream);
 }
 
 void CudaBackend::download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) {
@@ -204,8 +250,8 @@ void CudaBackend::download_async_impl(const Tensor& dst, const Tensor& src, uint
            "(staging_allocator()): the copy would stall the host",
            dst.str());
   CudaDeviceGuard guard(index_);
-  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyDeviceToHost, stream_));
-  record_ticket(ticket, stream_);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyDeviceToHost, main_.stream));
+  record_ticket(ticket, main_.stream);
 }
 
 void CudaBackend::wait_transfer_impl(uint64_t ticket) {
@@ -213,33 +259,36 @@ void CudaBackend::wait_transfer_impl(uint64_t ticket) {
   TG_CUDA_CHECK(cudaEventSynchronize(ticket_event(ticket)));
 }
 
-// host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag.
+// host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag. Waits for the current stream; the
+// label flag (the losses run on the main stream) is read on the main stream.
 void CudaBackend::sync_and_check() {
   const bool read_flag = label_check_pending_;
   auto* flag_host = static_cast<char*>(host_pinned_) + 8;
   if (read_flag)
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_));
+    TG_CUDA_CHECK(cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                  main_.stream));
   TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (read_flag && stream_ != main_.stream) TG_CUDA_CHECK(cudaStreamSynchronize(main_.stream));
   if (!read_flag) return;
   label_check_pending_ = false;
   unsigned long long flag;
   std::memcpy(&flag, flag_host, sizeof(flag));
   if (flag == cuda_kernels::kNoBadLabel) return;
-  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));  // reset
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), main_.stream));  // reset
   const auto row = static_cast<int64_t>(flag >> 32);
   const auto label = static_cast<int32_t>(static_cast<uint32_t>(flag & 0xFFFFFFFFull));
   TG_THROW("label {} of example {} is outside [0, {}) (found by a softmax cross-entropy kernel)", label, row, label_k_);
 }
 
 void* CudaBackend::workspace(size_t bytes) {
-  if (bytes <= workspace_.bytes()) return workspace_.data();
+  Buffer& arena = lane_->workspace;
+  if (bytes <= arena.bytes()) return arena.data();
   const size_t rounded = (bytes + kWorkspaceGranule - 1) / kWorkspaceGranule * kWorkspaceGranule;
   TG_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may read the old arena
-  workspace_ = Buffer();
-  workspace_ = Buffer(allocator_, rounded);
+  arena = Buffer();
+  arena = Buffer(allocator_, rounded);
   ++workspace_grows_;
-  return workspace_.data();
+  return arena.data();
 }
 
 void CudaBackend::check_on_device(const Tensor& t, const char* op, const char* what) const {
@@ -392,8 +441,8 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
   check_on_device(x, op, "x");
   if (x.numel() == 0) return 0.0;
   CudaDeviceGuard guard(index_);
-  auto* partials = static_cast<double*>(reduce_partials_.data());
-  auto* result = static_cast<double*>(reduce_result_.data());
+  auto* partials = static_cast<double*>(lane_->reduce_partials.data());
+  auto* result = static_cast<double*>(lane_->reduce_result.data());
   cuda_kernels::reduce_sum_f64(x.dtype(), x.raw(), x.numel(), squares, partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync_and_check();
@@ -405,15 +454,15 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
 double CudaBackend::sum_impl(const Tensor& x) { return reduce_to_host(x, false, "sum"); }
 double CudaBackend::sum_squares_impl(const Tensor& x) { return reduce_to_host(x, true, "sum_squares"); }
 
-// Tables of up to kReduceTable tensors; the running double between tables lives in reduce_result_. Empty tensors
-// add 0 and are left out (a null pointer would be read by nobody, but the table stays dense).
+// Tables of up to kReduceTable tensors; the running double between tables lives in the lane's reduce_result. Empty
+// tensors add 0 and are left out (a null pointer would be read by nobody, but the table stays dense).
 void CudaBackend::reduce_into_impl(Reduction r, const Tensor* xs, const float* weights, int count, const Tensor& out) {
   check_on_device(out, "reduce_into", "out");
   for (int k = 0; k < count; ++k)
     if (xs[k].numel() > 0) check_on_device(xs[k], "reduce_into", "input");
   CudaDeviceGuard guard(index_);
   void* scratch = workspace(cuda_kernels::reduce_table_scratch_bytes());
-  auto* running = static_cast<double*>(reduce_result_.data());
+  auto* running = static_cast<double*>(lane_->reduce_result.data());
   cuda_kernels::ReduceTable t;
   bool first = true;
   int k = 0;
@@ -435,8 +484,8 @@ float CudaBackend::max_abs_impl(const Tensor& x) {
   check_on_device(x, "max_abs", "x");
   if (x.numel() == 0) return 0.f;
   CudaDeviceGuard guard(index_);
-  auto* partials = static_cast<double*>(reduce_partials_.data());
-  auto* result = static_cast<double*>(reduce_result_.data());
+  auto* partials = static_cast<double*>(lane_->reduce_partials.data());
+  auto* result = static_cast<double*>(lane_->reduce_result.data());
   cuda_kernels::reduce_max_abs(x.dtype(), x.raw(), x.numel(), partials, result, stream_);
   TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync_and_check();

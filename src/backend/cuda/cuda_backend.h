@@ -1,11 +1,12 @@
 // CudaBackend: the Backend of one CUDA device ("cuda:<k>"). It owns everything device-specific, so layers
 // stay free of library state:
 //   - a cudaMalloc allocator (plain device memory, never managed) behind tg::Buffer;
-//   - one non-blocking stream, on which every op is enqueued in order;
-//   - one cuBLAS and one cuDNN handle, both bound to that stream;
-//   - a workspace arena: one growable device buffer shared by all ops (they run in stream order, so one
-//     op's scratch is free again when the next starts). It grows when an op descriptor is first seen
-//     (cache creation), never in steady state;
+//   - two non-blocking streams, main and side (Backend::enter_side_stream: the gradient exchange beside
+//     backward); an op is enqueued on the current one, in order;
+//   - per stream ("lane") a cuBLAS handle bound to it, a workspace arena (one growable device buffer shared
+//     by that stream's ops: they run in stream order, so one op's scratch is free again when the next starts;
+//     it grows when an op descriptor is first seen, never in steady state) and the reductions' scratch; one
+//     cuDNN handle, set to the current stream;
 //   - a cache of per-descriptor state (cuDNN descriptors and chosen algorithms) keyed by a CudaOpKey (the
 //     op, the descriptor's numbers and the compute dtype; src/backend/op_key.h, shared with the CPU backend).
 // Element-wise ops, reductions, losses and optimizer updates are kernels in kernels/*.cu that call the
@@ -113,6 +114,10 @@ class CudaBackend final : public Backend {
   Allocator& staging_allocator() override;  // page-locked host memory (cudaHostAlloc, portable to every device)
   void bind_thread() override;
   void* native_stream() override { return stream_; }
+  bool has_side_stream() const override { return true; }
+  void enter_side_stream() override;
+  void leave_side_stream() override;
+  void join_side_stream() override;
 
   // Compute dtypes: F32 everywhere; F16 on sm_70+, BF16 on sm_80+ (tensor-core generations with those types).
   bool supports_compute(DType t) const override;
@@ -130,12 +135,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
+  bool on_side_stream() const { return lane_ == &side_; }
 
-  // The arena, at least `bytes` long. Growing it synchronizes the stream first (pending ops may still
-  // read the old one); op caches reserve what they need when an entry is created, so steady-state calls
-  // never grow it.
+  // The current stream's arena, at least `bytes` long. Growing it synchronizes that stream first (pending ops
+  // may still read the old one); op caches reserve what they need when an entry is created, so steady-state
+  // calls never grow it.
   void* workspace(size_t bytes);
-  size_t workspace_bytes() const { return workspace_.bytes(); }
+  size_t workspace_bytes() const { return main_.workspace.bytes(); }  // the main stream's
   int workspace_grow_count() const { return workspace_grows_; }
 
   // Throws unless `t` is defined and lives on this device; `op` and `what` name it in the message.
@@ -184,17 +190,30 @@ class CudaBackend final : public Backend {
   BackendOptions options_;
   std::string name_;
   CudaAllocator allocator_;
-  cudaStream_t stream_ = nullptr;
+  // A stream and what its ops share: the cuBLAS handle bound to it, the workspace arena, the reductions' scratch.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    Buffer workspace;
+    Buffer reduce_partials;  // per-block partial sums of the reductions (double)
+    Buffer reduce_result;    // one double on the device
+  };
+  void make_lane(Lane& lane);
+  void destroy_lane(Lane& lane);
+  void use_lane(Lane& lane);  // makes `lane` current (stream_, cublas_, cuDNN's stream)
+
+  Lane main_, side_;
+  Lane* lane_ = &main_;                 // the current lane
+  cudaStream_t stream_ = nullptr;       // lane_->stream: where ops go now
+  cudaEvent_t fork_event_ = nullptr;    // main stream -> side stream (enter_side_stream)
+  cudaEvent_t join_event_ = nullptr;    // side stream -> main stream (join_side_stream)
   cudaStream_t copy_stream_ = nullptr;  // uploads (upload_async), beside the ops
   cudaEvent_t upload_done_ = nullptr;   // the last upload's end on copy_stream_ (stream_ waits for it)
   std::array<cudaEvent_t, kTicketRing> ticket_events_{};
   std::array<uint64_t, kTicketRing> ticket_in_slot_{};
-  cublasHandle_t cublas_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;  // lane_->cublas
   cudnnHandle_t cudnn_ = nullptr;
-  Buffer workspace_;
   int workspace_grows_ = 0;
-  Buffer reduce_partials_;            // per-block partial sums of the reductions (double)
-  Buffer reduce_result_;              // one double on the device
   Buffer label_flag_;                 // one u64: (first bad example's row << 32 | its label), or kNoBadLabel
   bool label_check_pending_ = false;  // a loss kernel ran since the flag was last read
   int64_t label_k_ = 0;               // K of the last loss (for the message)
