@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <string>
 
 #include "terngrad/core/error.h"
@@ -68,6 +69,42 @@ const char* last_error_text(ncclComm_t comm) {
   return text != nullptr && *text != '\0' ? text : "no further detail";
 }
 
+// Non-blocking communicators: no NCCL call blocks (one that cannot finish at once returns ncclInProgress and the
+// caller polls ncclCommGetAsyncError), so an abort from another thread always gets in between (AbortGate).
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Waits for a communicator being created or split to leave ncclInProgress (no abort can reach it yet: it has no
+// owner), sleeping between polls as AbortGate does; its final state.
+ncclResult_t settle(ncclComm_t comm) {
+  long sleep_ns = 0;
+  for (int polls = 0;; ++polls) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    if (polls < AbortGate::kSpinPolls) continue;
+    sleep_ns = sleep_ns == 0 ? AbortGate::kSleepMinNs : std::min(2 * sleep_ns, AbortGate::kSleepCapNs);
+    timespec ts{0, sleep_ns};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+// After a group of non-blocking inits or splits: `r` (the calls' and ncclGroupEnd's result; ncclInProgress is not a
+// failure) and then every new communicator's settled state.
+ncclResult_t settle_all(ncclResult_t r, const std::vector<ncclComm_t>& comms) {
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  for (ncclComm_t c : comms)
+    if (c != nullptr) {
+      const ncclResult_t state = settle(c);
+      if (state != ncclSuccess) return state;
+    }
+  return ncclSuccess;
+}
+
 // Checks a process's own list of GPUs: each exists, none twice, one stream each. One line naming the device.
 void check_local_devices(const std::vector<int>& devices, const std::vector<void*>& streams) {
   if (devices.empty()) TG_THROW("NCCL communicator: no GPU listed");
@@ -110,16 +147,10 @@ std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& com
   return out;
 }
 
-// Waiting for the stream: this many back-to-back queries (~1 us each), then sleeps from kSleepMinNs doubling
-// to kSleepCapNs between queries, so a thread waiting for a slow collective leaves the core to others.
-constexpr int kSpinQueries = 200;
-constexpr long kSleepMinNs = 10'000;
-constexpr long kSleepCapNs = 500'000;
-
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int device, void* stream)
-    : rank_(rank), size_(size), device_(device), stream_(stream) {
+    : rank_(rank), size_(size), device_(device), stream_(stream), gate_(name()) {
   TG_CHECK(comm != nullptr, "NCCL communicator: null ncclComm_t for rank {} on cuda:{}", rank, device);
   TG_CHECK(rank >= 0 && rank < size, "NCCL communicator: rank {} outside [0, {})", rank, size);
   DeviceScope scope(device_);
@@ -139,13 +170,16 @@ NcclCommunicator::~NcclCommunicator() {
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   if (previous != device_) cudaSetDevice(device_);
-  if (comm_ != nullptr && !aborted_) {
+  if (comm_ != nullptr && !gate_.aborted()) {  // an aborted communicator's resources are gone already
     ncclResult_t async = ncclSuccess;
-    if (!failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
-        (async == ncclSuccess || async == ncclInProgress))
-      ncclCommDestroy(comm_);  // waits for this rank's queued collectives
+    const bool healthy = !failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+                         (async == ncclSuccess || async == ncclInProgress);
+    // Finalize waits (non-blocking: by polling) for this rank's queued collectives, then destroy frees the rest;
+    // a failed communicator's collectives may never finish: abort stops them.
+    if (healthy && settle(comm_) == ncclSuccess && settle_all(ncclCommFinalize(comm_), {comm_}) == ncclSuccess)
+      ncclCommDestroy(comm_);
     else
-      ncclCommAbort(comm_);  // a failed communicator's collectives may never finish: stop them
+      ncclCommAbort(comm_);
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
   if (previous >= 0 && previous != device_) cudaSetDevice(previous);
@@ -179,8 +213,27 @@ void NcclCommunicator::check_cuda(int result, const char* what) {
   TG_THROW("{}: {} failed: {} ({})", name(), what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-void NcclCommunicator::check_usable() const {
-  if (aborted_) TG_THROW("{}: the communicator was aborted", name());
+void NcclCommunicator::check_usable() {
+  gate_.call([] {});  // throws naming the reason once aborted
+}
+
+// One NCCL call on this communicator, inside the gate; one left in progress is polled to its end with the gate free
+// between polls.
+void NcclCommunicator::enqueue(const char* what, const std::function<int()>& call) {
+  const int r = gate_.call([&] {
+    DeviceScope scope(device_);
+    return call();
+  });
+  if (r == ncclInProgress)
+    gate_.wait_until([&] {
+      ncclResult_t state = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (state == ncclInProgress) return false;
+      check_nccl(state, what);
+      return true;
+    });
+  else
+    check_nccl(r, what);
 }
 
 void NcclCommunicator::check_device(Device device) const {
@@ -211,10 +264,10 @@ void NcclCommunicator::allreduce_impl(void* buffer, int64_t count, DType dtype, 
   check_device(device);
   if (count == 0) return;
   check_pointer(*this, buffer, device_, "all-reduce");
-  DeviceScope scope(device_);
-  check_nccl(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), nccl_type(dtype),
-                           op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
-             "ncclAllReduce");
+  enqueue("ncclAllReduce", [&] {
+    return ncclAllReduce(buffer, buffer, static_cast<size_t>(count), nccl_type(dtype),
+                         op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_));
+  });
 }
 
 void NcclCommunicator::reduce_scatter_impl(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
@@ -224,11 +277,11 @@ void NcclCommunicator::reduce_scatter_impl(const void* send, void* recv, int64_t
   if (count == 0) return;
   check_pointer(*this, send, device_, "reduce-scatter send");
   check_pointer(*this, recv, device_, "reduce-scatter receive");
-  DeviceScope scope(device_);
   // In place when recv == send + rank * count elements (NCCL's rule; the base's contract is the same).
-  check_nccl(ncclReduceScatter(send, recv, static_cast<size_t>(count), nccl_type(dtype),
-                               op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
-             "ncclReduceScatter");
+  enqueue("ncclReduceScatter", [&] {
+    return ncclReduceScatter(send, recv, static_cast<size_t>(count), nccl_type(dtype),
+                             op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, static_cast<cudaStream_t>(stream_));
+  });
 }
 
 void NcclCommunicator::allgather_impl(const void* send, void* recv, size_t send_bytes, Device device) {
@@ -237,10 +290,9 @@ void NcclCommunicator::allgather_impl(const void* send, void* recv, size_t send_
   if (send_bytes == 0) return;
   check_pointer(*this, send, device_, "all-gather send");
   check_pointer(*this, recv, device_, "all-gather receive");
-  DeviceScope scope(device_);
   // In place when send == recv + rank * send_bytes (NCCL's rule; the base's contract is the same).
-  check_nccl(ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream_)),
-             "ncclAllGather");
+  enqueue("ncclAllGather",
+          [&] { return ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream_)); });
 }
 
 void NcclCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Device device) {
@@ -248,20 +300,17 @@ void NcclCommunicator::broadcast_impl(void* buffer, size_t bytes, int root, Devi
   check_device(device);
   if (bytes == 0) return;
   check_pointer(*this, buffer, device_, "broadcast");
-  DeviceScope scope(device_);
-  check_nccl(ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_)),
-             "ncclBroadcast");
+  enqueue("ncclBroadcast", [&] {
+    return ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, comm_, static_cast<cudaStream_t>(stream_));
+  });
 }
 
 void NcclCommunicator::barrier_impl() {
-  check_usable();
-  {
-    DeviceScope scope(device_);
-    // Max keeps the word at 0 however often it runs.
-    check_nccl(
-        ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_, static_cast<cudaStream_t>(stream_)),
-        "ncclAllReduce (barrier)");
-  }
+  // Max keeps the word at 0 however often it runs.
+  enqueue("ncclAllReduce (barrier)", [&] {
+    return ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclMax, comm_,
+                         static_cast<cudaStream_t>(stream_));
+  });
   synchronize();
 }
 
@@ -271,12 +320,10 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key) {
 }
 
 void NcclCommunicator::synchronize() {
-  check_usable();
-  DeviceScope scope(device_);
-  long sleep_ns = 0;
-  for (int polls = 0;; ++polls) {
+  gate_.wait_until([&] {
+    DeviceScope scope(device_);
     const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) check_cuda(e, "cudaStreamQuery (synchronize)");
     ncclResult_t async = ncclSuccess;
     check_nccl(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
@@ -285,31 +332,59 @@ void NcclCommunicator::synchronize() {
       TG_THROW("{}: a collective failed while waiting for the stream: {} ({})", name(), ncclGetErrorString(async),
                last_error_text(comm_));
     }
-    if (polls < kSpinQueries) continue;
-    sleep_ns = sleep_ns == 0 ? kSleepMinNs : std::min(2 * sleep_ns, kSleepCapNs);
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
-  }
+    return false;
+  });
 }
 
-void NcclCommunicator::abort() {
-  if (aborted_ || comm_ == nullptr) return;
-  DeviceScope scope(device_);
-  ncclCommAbort(comm_);
-  comm_ = nullptr;
-  aborted_ = true;
-  failed_ = true;
+void NcclCommunicator::abort(const std::string& why) {
+  if (comm_ == nullptr) return;
+  gate_.abort(
+      [&] {
+        DeviceScope scope(device_);
+        ncclCommAbort(comm_);
+      },
+      why);
 }
+
+namespace {
+// Ranks first_rank + k of a group of `size` on devices[k], in one NCCL group call, non-blocking, settled.
+ncclResult_t init_ranks(std::vector<ncclComm_t>& comms, const std::vector<int>& devices, int size,
+                        const ncclUniqueId& id, int first_rank) {
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) return r;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  for (size_t k = 0; k < devices.size(); ++k) {
+    cudaSetDevice(devices[k]);
+    ncclConfig_t config = nonblocking_config();
+    // Inside the group the result only says whether the call was queued; ncclGroupEnd reports the init.
+    const ncclResult_t rk = ncclCommInitRankConfig(&comms[k], size, id, first_rank + static_cast<int>(k), &config);
+    if (rk != ncclSuccess && rk != ncclInProgress && r == ncclSuccess) r = rk;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (previous >= 0) cudaSetDevice(previous);
+  return settle_all(r, comms);
+}
+}  // namespace
 
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices,
                                                                        const std::vector<void*>& streams) {
   check_local_devices(devices, streams);
+  // ncclCommInitAll's work (an id, then every rank in one group) with non-blocking communicators.
+  const int n = static_cast<int>(devices.size());
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  const ncclResult_t r = ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data());
-  if (r != ncclSuccess)
-    TG_THROW("NCCL communicator: ncclCommInitAll over {} failed: {} ({})", device_list(devices), ncclGetErrorString(r),
-             last_error_text(nullptr));
-  return wrap(comms, 0, static_cast<int>(devices.size()), devices, streams);
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r == ncclSuccess) r = init_ranks(comms, devices, n, id, 0);
+  if (r != ncclSuccess) {
+    const std::string detail = last_error_text(nullptr);
+    for (ncclComm_t c : comms)
+      if (c != nullptr) ncclCommAbort(c);
+    TG_THROW("NCCL communicator: initialising a group over {} failed: {} ({})", device_list(devices),
+             ncclGetErrorString(r), detail);
+  }
+  return wrap(comms, 0, n, devices, streams);
 }
 
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_processes(
@@ -356,20 +431,7 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_pr
              id_error.empty() ? std::string() : ": " + id_error);
   const int L = static_cast<int>(devices.size()), N = P * L;
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  ncclResult_t r = ncclGroupStart();
-  if (r == ncclSuccess) {
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    for (int k = 0; k < L; ++k) {
-      cudaSetDevice(devices[static_cast<size_t>(k)]);
-      // Inside the group the result only says whether the call was queued; ncclGroupEnd reports the init.
-      const ncclResult_t rk = ncclCommInitRank(&comms[static_cast<size_t>(k)], N, boot.id, p * L + k);
-      if (rk != ncclSuccess && r == ncclSuccess) r = rk;
-    }
-    const ncclResult_t end = ncclGroupEnd();
-    if (r == ncclSuccess) r = end;
-    if (previous >= 0) cudaSetDevice(previous);
-  }
+  const ncclResult_t r = init_ranks(comms, devices, N, boot.id, p * L);
   if (r != ncclSuccess) {
     const std::string detail = last_error_text(nullptr);
     for (ncclComm_t c : comms)
@@ -397,14 +459,19 @@ std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(const st
   if (r == ncclSuccess) {
     for (size_t k = 0; k < parents.size(); ++k) {
       cudaSetDevice(parents[k]->device_);
+      ncclConfig_t config = nonblocking_config();
       const ncclResult_t rk =
-          ncclCommSplit(parents[k]->comm_, colors[k] < 0 ? NCCL_SPLIT_NOCOLOR : colors[k], keys[k], &comms[k], nullptr);
-      if (rk != ncclSuccess && r == ncclSuccess) r = rk;
+          ncclCommSplit(parents[k]->comm_, colors[k] < 0 ? NCCL_SPLIT_NOCOLOR : colors[k], keys[k], &comms[k], &config);
+      if (rk != ncclSuccess && rk != ncclInProgress && r == ncclSuccess) r = rk;
     }
     const ncclResult_t end = ncclGroupEnd();
     if (r == ncclSuccess) r = end;
   }
   if (previous >= 0) cudaSetDevice(previous);
+  // The parents are non-blocking too: each settles with its split before it takes another call.
+  std::vector<ncclComm_t> settling = comms;
+  for (NcclCommunicator* p : parents) settling.push_back(p->comm_);
+  r = settle_all(r, settling);
   if (r != ncclSuccess) {
     const std::string detail = last_error_text(parents.empty() ? nullptr : parents[0]->comm_);
     for (ncclComm_t c : comms)

@@ -51,8 +51,10 @@ std::unique_ptr<ReplicaGroups> connect_gpu_replicas(const Topology& t, Communica
     c.local = g->own(std::move(local[static_cast<size_t>(r)]));
     c.cross = g->own(std::move(cross[static_cast<size_t>(r)]));
   }
-  g->add_abort([all](const std::string&) {
-    for (NcclCommunicator* c : all) c->abort();
+  // From the failing replica's thread while the others may be inside NCCL calls: each abort takes its
+  // communicator's gate (nccl_communicator.h), so none runs beside a call on the same communicator.
+  g->add_abort([all](const std::string& why) {
+    for (NcclCommunicator* c : all) c->abort(why);
   });
   g->set_replicas(std::move(reps));
   return g;

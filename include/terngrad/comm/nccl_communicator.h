@@ -36,12 +36,21 @@
 // error, a peer's ncclCommAbort) becomes an error instead of a hang. After any error the communicator is
 // aborted (ncclCommAbort) rather than destroyed when it goes away; abort() does that at once, e.g. on the
 // surviving ranks of a failed step.
+//
+// Abort from another thread: the communicators are non-blocking (ncclConfig_t blocking = 0, NCCL's documented way to
+// make ncclCommAbort possible at any point): no NCCL call blocks, one that cannot finish at once returns
+// ncclInProgress and is polled (ncclCommGetAsyncError) to its end. Every NCCL call and poll of the owner runs inside an
+// AbortGate (comm/abort_gate.h), and abort() takes the same gate, so no NCCL call runs on a communicator while it is
+// aborted or after (NCCL calls on one communicator are not thread-safe). Splits happen at setup, before an abort can
+// come (ReplicaGroups installs it after).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "terngrad/comm/abort_gate.h"
 #include "terngrad/comm/communicator.h"
 
 struct ncclComm;  // nccl.h's communicator (ncclComm_t = ncclComm*): nccl.h stays out of this header
@@ -67,9 +76,11 @@ class NcclCommunicator final : public Communicator {
   // Waits until every collective queued so far on the stream has finished (and everything else on it),
   // throwing on a CUDA error or an asynchronous NCCL error (a failed peer).
   void synchronize();
-  // Aborts the NCCL communicator now (ncclCommAbort): collectives of this rank still running stop, and peers
-  // see an error where NCCL can tell them; every later call on this communicator throws.
-  void abort();
+  // Aborts the NCCL communicator (ncclCommAbort), from any thread: collectives of this rank still running stop, and
+  // peers see an error where NCCL can tell them; every later call on this communicator throws naming `why`. The
+  // abort waits for the owner's NCCL call or poll running now (never for a collective: the communicator is
+  // non-blocking and its waits poll with the gate free between polls; AbortGate) and runs once.
+  void abort(const std::string& why = "abort() was called");
 
  protected:
 #define TG_DECLARE_COMM_IMPL(ret, name, params) ret name params override;
@@ -81,7 +92,9 @@ class NcclCommunicator final : public Communicator {
       const std::vector<NcclCommunicator*>& parents, const std::vector<int>& colors, const std::vector<int>& keys);
 
   void check_device(Device device) const;  // throws unless device is this communicator's GPU
-  void check_usable() const;               // throws after abort() or an error
+  void check_usable();                     // throws after abort()
+  // One NCCL call (returning an ncclResult_t) inside the gate; polled to its end when it returns ncclInProgress.
+  void enqueue(const char* what, const std::function<int()>& call);
   // Turns a failed NCCL result of `what` into a tg::Error (and marks the communicator failed).
   void check_nccl(int result, const char* what);
   void check_cuda(int result, const char* what);
@@ -92,8 +105,8 @@ class NcclCommunicator final : public Communicator {
   int device_ = 0;
   void* stream_ = nullptr;
   int* barrier_word_ = nullptr;  // one device int: the barrier's all-reduce
-  bool failed_ = false;          // an error was seen: abort, never destroy
-  bool aborted_ = false;
+  bool failed_ = false;          // an error was seen by the owner: abort, never destroy
+  AbortGate gate_;               // the owner's NCCL calls and polls against abort() from any thread
 };
 
 // One communicator per listed GPU of this process, rank k on devices[k], collectives on streams[k]

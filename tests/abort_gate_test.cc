@@ -1,0 +1,109 @@
+// Tests of AbortGate (comm/abort_gate.h), the CPU twin of the NCCL communicator's abort: real threads, a "library"
+// that counts who is inside it. An abort from another thread while the owner waits on a call in progress ends the
+// wait with an error naming the communicator and the reason, runs its action once and never beside a library call or
+// poll; an abort in the middle of a stream of calls stops the stream; a second abort does nothing.
+#include "terngrad/comm/abort_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace tg {
+namespace {
+
+// Who is inside the library now; an action that finds anyone there records the overlap.
+struct Library {
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> aborts{0};
+  std::atomic<long> calls{0};
+  void enter_and_leave() {
+    if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+    std::this_thread::yield();
+    inside.fetch_sub(1);
+    calls.fetch_add(1);
+  }
+  void abort_action() {
+    if (inside.load() != 0) overlaps.fetch_add(1);
+    aborts.fetch_add(1);
+  }
+};
+
+TEST(AbortGate, AnAbortEndsAWaitOnACallThatNeverFinishes) {
+  AbortGate gate("nccl (rank 1 of 2, cuda:1)");
+  Library lib;
+  std::string error;
+  std::atomic<bool> waiting{false};
+  std::thread owner([&] {
+    try {
+      gate.call([&] { lib.enter_and_leave(); });  // the collective is queued; it never completes
+      gate.wait_until([&] {
+        waiting = true;
+        lib.enter_and_leave();  // a poll of the library's state: still in progress
+        return false;
+      });
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the owner is in its back-off by now
+  EXPECT_TRUE(gate.abort([&] { lib.abort_action(); }, "a replica's step failed"));
+  owner.join();
+  EXPECT_EQ(error, "nccl (rank 1 of 2, cuda:1): the communicator was aborted (a replica's step failed)");
+  EXPECT_EQ(lib.aborts.load(), 1);
+  EXPECT_EQ(lib.overlaps.load(), 0);
+  EXPECT_TRUE(gate.aborted());
+  EXPECT_FALSE(gate.abort([&] { lib.abort_action(); }, "again"));  // once only
+  EXPECT_EQ(lib.aborts.load(), 1);
+  EXPECT_THROW(gate.call([] { return 0; }), Error);
+}
+
+// Calls and polls as fast as the owner can make them, an abort at some point: never beside one of them, and the
+// owner's next call or poll throws.
+TEST(AbortGate, AnAbortNeverRunsBesideACallOrAPoll) {
+  for (int round = 0; round < 20; ++round) {
+    AbortGate gate("g");
+    Library lib;
+    std::atomic<bool> stopped{false};
+    std::thread owner([&] {
+      try {
+        for (;;) {
+          gate.call([&] { lib.enter_and_leave(); });
+          int polls = 0;
+          gate.wait_until([&] {
+            lib.enter_and_leave();
+            return ++polls == 3;
+          });
+        }
+      } catch (const Error&) {
+        stopped = true;
+      }
+    });
+    while (lib.calls.load() < 50L * (round + 1)) std::this_thread::yield();
+    EXPECT_TRUE(gate.abort([&] { lib.abort_action(); }, "stop"));
+    owner.join();
+    EXPECT_TRUE(stopped.load());
+    EXPECT_EQ(lib.overlaps.load(), 0) << "round " << round;
+    EXPECT_EQ(lib.aborts.load(), 1);
+  }
+}
+
+// A poll's own error ends the wait with it (a failed collective), and the gate stays usable.
+TEST(AbortGate, APollsErrorEndsTheWait) {
+  AbortGate gate("g");
+  try {
+    gate.wait_until([]() -> bool { TG_THROW("g: a collective failed"); });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "g: a collective failed");
+  }
+  EXPECT_EQ(gate.call([] { return 7; }), 7);
+  EXPECT_FALSE(gate.aborted());
+}
+
+}  // namespace
+}  // namespace tg
