@@ -36,20 +36,22 @@
 #   gtest:NAME        103    70 s    the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one
 #                                    GPU): cuda_backend 25, cuda_mixed_precision 12, codec_ops 10, ternary_codec 10,
 #                                    scaler_bucket 8, backend_ops_table 10, coded_update 8, padding 8, nccl 12
-#   lenet              30    20 s    20 fp32 LeNet steps twice on the GPU (equal parameter digests) and once on the
+#   lenet              28    20 s    20 fp32 LeNet steps twice on the GPU (equal parameter digests) and once on the
 #                                    CPU; the first 3 cross-entropies agree within 1e-3 relative; host
 #                                    synchronisations per steady step (<= 1)
-#   terngrad_lenet     30    20 s    the same with TernGrad (--grad_bits 1), 2 workers on the one GPU: equal digests
+#   terngrad_lenet     28    20 s    the same with TernGrad (--grad_bits 1), 2 workers on the one GPU: equal digests
 #                                    twice, the first 3 cross-entropies within 1e-3 of the CPU's 2 workers
-#   variants           30    25 s    runs that must work on the GPU: the hierarchical exchange and error feedback (2
-#                                    workers, TernGrad), --allow_tf32, --deterministic=false (10 steps each)
+#   variants           34    30 s    runs that must work on the GPU: the hierarchical exchange and error feedback (2
+#                                    workers, TernGrad), --allow_tf32, --deterministic=false, --conv_search (10
+#                                    steps each)
 #   sanitizer          20    15 s    compute-sanitizer --tool memcheck over a small cuda_ops_check pass (codec, amp,
 #                                    pool, concat)
 #   terngrad           30    25 s    TernGrad against fp32 gradients, 2 workers on the one GPU (the exchange's cost;
 #                                    target <= 1.05); examples/sec is device time (the trainer's step timer)
 #   net:resnet50       50    40 s    ResNet-50 (batch 256): the PyTorch AMP peer (a 20 s cap, run once), then
-#                                    terngrad-train in fp16, bf16, fp32; both sides the true median of the same 10
-#                                    timed steps after 5; a precision without time left makes the section SKIPPED
+#                                    terngrad-train in fp16, bf16, fp32 (--conv_search: the peer has cudnn.benchmark);
+#                                    both sides the true median of the same 10 timed steps after 5; a precision
+#                                    without time left makes the section SKIPPED
 #   pipeline           10     8 s    images/s the input pipeline sustains on JPEG TFRecords made on the spot (ResNet-
 #                                    50 preprocessing, all cores): whether the card would starve
 #   net:inception_v3   (50)          Inception-v3 (batch 128) as ResNet-50: not in the default run (its cap is not in
@@ -78,13 +80,13 @@ declare -A CAP=([env]=20 [ops:conv]=12 [ops:fc]=8 [ops:bn]=8 [ops:optim]=6 [ops:
   [ops:pool]=8 [ops:lrn]=6 [ops:concat]=5 [gtest:cuda_backend_test]=25 [gtest:cuda_mixed_precision_test]=12
   [gtest:codec_ops_test]=10 [gtest:ternary_codec_test]=10 [gtest:scaler_bucket_test]=8
   [gtest:backend_ops_table_test]=10 [gtest:coded_update_test]=8 [gtest:padding_test]=8
-  [gtest:nccl_communicator_test]=12 [lenet]=30 [terngrad_lenet]=30 [variants]=30 [sanitizer]=20 [terngrad]=30
+  [gtest:nccl_communicator_test]=12 [lenet]=28 [terngrad_lenet]=28 [variants]=34 [sanitizer]=20 [terngrad]=30
   [net:resnet50]=50 [pipeline]=10)
 declare -A OPTIONAL_CAP=([net:inception_v3]=50)
 # The variants section's runs: a name, then its flags (--self-test runs each one step on the CPU: the flags parse).
 VARIANTS=("hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical"
   "error_feedback --num_nodes 2 --grad_bits 1 --error_feedback" "tf32 --num_nodes 1 --allow_tf32=true"
-  "nondeterministic --num_nodes 1 --deterministic=false")
+  "nondeterministic --num_nodes 1 --deterministic=false" "conv_search --num_nodes 1 --conv_search=true")
 
 usage() {  # [STATUS]
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -310,11 +312,11 @@ if gpu_section terngrad_lenet "${CAP[terngrad_lenet]}"; then
 fi
 
 if gpu_section variants "${CAP[variants]}"; then
-  quarter=$((GC_LIMIT / 4)) bad="" cut=""
+  share=$((GC_LIMIT / ${#VARIANTS[@]})) bad="" cut=""
   common=(--net lenet --dataset fashion_mnist --batch_size 64 --max_steps 10 --device cuda)
   for v in "${VARIANTS[@]}"; do
     read -r -a args <<< "$v"
-    if train "variant_${args[0]}" "$quarter" "${common[@]}" "${args[@]:1}"; then
+    if train "variant_${args[0]}" "$share" "${common[@]}" "${args[@]:1}"; then
       loss=$(json_values "variant_${args[0]}" entropy_loss | tail -1)
       echo "   ${args[0]}: last cross-entropy ${loss:-?}"
       awk -v l="${loss:-nan}" 'BEGIN {exit !(l + 0 == l && l > 0 && l < 10)}' || bad+=" ${args[0]}: loss ${loss:-none};"
@@ -323,7 +325,7 @@ if gpu_section variants "${CAP[variants]}"; then
   done
   if [[ -n $bad ]]; then gc_fail "${bad# }"
   elif [[ -n $cut ]]; then gc_timed_out "${cut# }"
-  else gc_pass "hierarchical, error feedback, --allow_tf32, --deterministic=false: 10 steps each, finite losses"; fi
+  else gc_pass "hierarchical, error feedback, --allow_tf32, --deterministic=false, --conv_search: 10 steps each, finite losses"; fi
 fi
 
 # ---- sanitizer ---------------------------------------------------------------------------------------------------------
@@ -382,7 +384,7 @@ for net in resnet50 inception_v3; do
     left=$((section_end - $(date +%s)))
     ((left >= GC_MIN_SECONDS)) || { missing+=" ours $p: no time left;"; continue; }
     if train "${net}_$p" "$left" --net "$net" --dataset imagenet --batch_size "$batch" --max_steps 15 \
-      --num_nodes 1 --device cuda --precision "$p"; then
+      --num_nodes 1 --device cuda --precision "$p" --conv_search=true; then
       ours=$(rate "${net}_$p" 6)
       line+=" $p ${ours} img/s"
       [[ -n ${peer[$p]} ]] && line+=" (torch ${peer[$p]}: x$(awk -v a="$ours" -v b="${peer[$p]}" 'BEGIN {printf "%.2f", a / b}'))"

@@ -437,6 +437,47 @@ TEST_F(CudaBackendTest, Conv2dForwardBackward) {
   }
 }
 
+// BackendOptions::conv_search: every direction's algorithm chosen by timing the acceptable ones (deterministic, FMA
+// math by default), results within the tolerance of the CPU's (another algorithm than the heuristics' may win), and
+// a second call (the kept algorithm) gives the first call's bits.
+TEST_F(CudaBackendTest, ConvAlgorithmSearchByMeasurement) {
+#ifdef TG_HAVE_CUDA
+  BackendOptions bo;
+  bo.conv_search = true;
+  std::unique_ptr<Backend> searched = make_backend("cuda:0", bo);
+  auto& cs = dynamic_cast<CudaBackend&>(*searched);
+  for (Padding pad : {Padding::kSame, Padding::kValid}) {
+    const ConvDesc d = make_conv_desc(4, 16, 15, 8, 3, 3, 16, 2, pad, 1, true);
+    const std::string what = d.key();
+    const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
+    Pair x(xs), w(ws), b(Shape{d.out_c}), y(ys), dy(ys), dx(xs), dw(ws), db(Shape{d.out_c});
+    x.set(random_floats(xs.numel(), 50)), w.set(random_floats(ws.numel(), 51)), b.set(random_floats(d.out_c, 52));
+    dy.set(random_floats(ys.numel(), 53));
+    cpu().conv2d_forward(d, x.c.t, w.c.t, b.c.t, y.c.t), searched->conv2d_forward(d, x.g.t, w.g.t, b.g.t, y.g.t);
+    cpu().conv2d_backward(d, x.c.t, w.c.t, dy.c.t, dx.c.t, dw.c.t, db.c.t);
+    searched->conv2d_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, db.g.t);
+    searched->synchronize();  // the tensors are read through the fixture's backend
+    expect_close(y, what + " forward", 1e-5);
+    expect_close(dx, what + " dx", 1e-5);
+    expect_close(dw, what + " dw", 1e-5);
+    const std::vector<float> y1 = y.g.read<float>(), dx1 = dx.g.read<float>(), dw1 = dw.g.read<float>();
+    searched->conv2d_forward(d, x.g.t, w.g.t, b.g.t, y.g.t);
+    searched->conv2d_backward(d, x.g.t, w.g.t, dy.g.t, dx.g.t, dw.g.t, db.g.t);
+    searched->synchronize();
+    EXPECT_EQ(y.g.read<float>(), y1) << what;
+    EXPECT_EQ(dx.g.read<float>(), dx1) << what;
+    EXPECT_EQ(dw.g.read<float>(), dw1) << what;
+    for (const ConvAlgorithm& a : cs.conv_algorithms(d)) {
+      EXPECT_TRUE(a.chosen && a.deterministic && !a.tensor_op) << what << " " << a.name;
+      EXPECT_GE(a.timed, 1) << what << " " << a.name;
+      EXPECT_GT(a.measured_ms, 0.f) << what << " " << a.name;
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // ---- pooling
 // ----------------------------------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, PoolForwardBackward) {

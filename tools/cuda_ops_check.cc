@@ -3,7 +3,7 @@
 // (oneDNN), so it builds wherever the CUDA backend does (scripts/gpu_check.sh builds it on a bare GPU machine).
 //
 //   cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|codec|pool|lrn|concat|all] [--small] [--allow_tf32]
-//                  [--nondeterministic]
+//                  [--nondeterministic] [--conv_search]
 //   cuda_ops_check --versions
 // Groups in other files: amp (cuda_ops_check_amp.cc), codec (cuda_ops_check_codec.cc), pool, lrn, concat
 // (cuda_ops_check_layers.cc); --versions (cuda_ops_check_versions.cc).
@@ -32,7 +32,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: cuda_ops_check [--group conv|fc|bn|optim|reduce|amp|codec|pool|lrn|concat|all] [--small] [--allow_tf32]\n"
-    "                      [--nondeterministic]\n"
+    "                      [--nondeterministic] [--conv_search]\n"
     "       cuda_ops_check --versions   (the CUDA runtime, driver, cuDNN, cuBLAS and NCCL loaded; no GPU needed)";
 
 // Tolerances of the sampled GEMM-like checks, relative to the element's sum |term|: fp32 FMA is ~1e-7 (TF32
@@ -116,7 +116,9 @@ struct ConvRef {
 
 std::string algo_text(const ConvAlgorithm& a) {
   if (!a.chosen) return "(not run)";
-  return "cuDNN " + a.name + (a.tensor_op ? " tensor-op" : " fma") + (a.deterministic ? " det" : " nondet");
+  std::string s = "cuDNN " + a.name + (a.tensor_op ? " tensor-op" : " fma") + (a.deterministic ? " det" : " nondet");
+  if (a.measured_ms >= 0) s += fmt::format(" (fastest of {} timed: {:.3f} ms)", a.timed, a.measured_ms);
+  return s;
 }
 
 void check_conv(CudaBackend& be, const Options& o, const ConvCase& cc, DType t) {
@@ -442,6 +444,8 @@ int run(int argc, char** argv) {
       o.backend.allow_tf32 = true;
     else if (a == "--nondeterministic")
       o.backend.deterministic = false;
+    else if (a == "--conv_search")
+      o.backend.conv_search = true;
     else {
       std::fprintf(stderr, "%s\n", kUsage);
       return 2;

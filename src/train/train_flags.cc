@@ -44,6 +44,10 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"deterministic", &C::deterministic,
        "`--device cuda`: only cuDNN algorithms that give the same bits on every run; false also allows the "
        "atomics-based ones (sometimes faster; runs then differ in the last bits)"},
+      {"conv_search", &C::conv_search,
+       "`--device cuda`: a convolution's first call times every acceptable cuDNN algorithm (deterministic ones "
+       "unless `--deterministic=false`, scratch up to 1 GiB) and keeps the fastest (PyTorch's cudnn.benchmark); "
+       "the choice can differ between runs, and with it the last bits; off: cuDNN's heuristics' first one"},
       {"precision",
        &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "

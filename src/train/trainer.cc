@@ -104,6 +104,7 @@ void Trainer::Impl::build_replicas() {
   bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
   bo.allow_tf32 = cfg.allow_tf32;
   bo.deterministic = cfg.deterministic;
+  bo.conv_search = cfg.conv_search;
   const ModelConfig mc = cfg.model_config();
   // Several GPUs in one process: every kernel loaded at CUDA's start, not lazily during a collective (NCCL's
   // documented hazard); effective when this is the process's first CUDA call (as in terngrad-train).

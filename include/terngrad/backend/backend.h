@@ -407,6 +407,10 @@ struct BackendOptions {
   bool allow_tf32 = false;
   // CUDA: only algorithms that give the same bits on every run (no atomics-based cuDNN algorithms).
   bool deterministic = true;
+  // CUDA: a convolution's first call in each direction times every acceptable cuDNN algorithm (the filters above, a
+  // scratch limit) and keeps the fastest (PyTorch's cudnn.benchmark); off: the heuristics' first one that runs. The
+  // measured choice can differ between runs, and with it the last bits of the results.
+  bool conv_search = false;
 };
 
 // "cpu" or "cuda" / "cuda:<k>". Unknown names and unavailable devices are errors naming the choices.

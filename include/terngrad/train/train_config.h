@@ -48,6 +48,7 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   int ranks_per_node = 0;     // ranks (replicas) per node; 0: the processes of one host form a node
   bool allow_tf32 = false;    // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
   bool deterministic = true;  // cuda: only cuDNN algorithms with the same bits on every run
+  bool conv_search = false;   // cuda: time each convolution's cuDNN algorithms on first use, keep the fastest
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
   std::string precision = "fp32";

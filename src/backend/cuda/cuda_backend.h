@@ -99,6 +99,8 @@ struct ConvAlgorithm {
   bool deterministic = false;  // cuDNN's CUDNN_DETERMINISTIC
   bool tensor_op = false;      // the descriptor allowed tensor-op math: TF32 for f32 data (allow_tf32), or f16/bf16
   bool chosen = false;
+  float measured_ms = -1.f;  // with BackendOptions::conv_search: its time per call in the search; -1 otherwise
+  int timed = 0;             // ... and how many candidates were timed
 };
 
 class CudaBackend final : public Backend {

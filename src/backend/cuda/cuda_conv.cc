@@ -18,7 +18,9 @@
 // the heuristics gave it. F16/BF16 data
 // run each candidate with the math type the heuristics gave it (tensor-op math: the point of half types). The first
 // call of a direction tries the candidates in order until one executes, and that one is kept (conv_algorithms() reports
-// it).
+// it). With BackendOptions::conv_search the first call instead times every candidate (one untimed call, then
+// kSearchRuns calls between two CUDA events on the stream; the calls overwrite their output, beta = 0) and keeps the
+// fastest: an algorithm search by measurement over the same filtered list, once per descriptor and direction.
 //
 // Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx][cuDNN scratch] (elements of the dtype).
 // The cache key holds the descriptor's numbers and the dtype.
@@ -35,6 +37,7 @@ namespace tg {
 namespace {
 
 constexpr size_t kMaxAlgoWorkspace = size_t{1} << 30;  // skip algorithms wanting more scratch than this
+constexpr int kSearchRuns = 3;                         // timed calls per candidate in the search
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -83,7 +86,9 @@ struct AlgoChoice {
   };
   std::vector<Candidate> candidates;
   int chosen = -1;
-  std::string rejected;  // why the heuristics' other results were left out (for the error message)
+  float chosen_ms = -1.f;  // the search's time of the chosen one
+  int timed = 0;           // candidates the search timed
+  std::string rejected;    // why the heuristics' other results were left out (for the error message)
 
   // Filters a *_v7 result list; ws_size(algo, &bytes) asks cuDNN for an algorithm's scratch under the
   // candidate's math type (set on `conv` first).
@@ -122,9 +127,16 @@ struct AlgoChoice {
     for (const Candidate& c : candidates) m = std::max(m, c.workspace);
     return m;
   }
-  // Runs the kept algorithm, or on first use the candidates in order until one executes.
+  // Runs the kept algorithm, or on first use the candidates in order until one executes (search: every candidate,
+  // timed on `stream`, the fastest kept).
   template <typename Run>
-  void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, Run r) {
+  void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, bool search, cudaStream_t stream,
+           Run r) {
+    if (chosen < 0 && search) {
+      TG_CHECK(!candidates.empty(), "conv {}: cuDNN offers no usable {} algorithm ({})", d.key(), what, rejected);
+      search_by_time(conv, what, d, stream, r);
+      return;
+    }
     if (chosen >= 0) {
       const cudnnStatus_t st = r(candidates[chosen]);
       TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
@@ -148,10 +160,52 @@ struct AlgoChoice {
     }
     TG_THROW("conv {}: no {} algorithm executed ({})", d.key(), what, failed);
   }
+  template <typename Run>
+  void search_by_time(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, cudaStream_t stream,
+                      Run r) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    TG_CUDA_CHECK(cudaEventCreate(&start));
+    const cudaError_t made = cudaEventCreate(&stop);
+    if (made != cudaSuccess) cudaEventDestroy(start);
+    TG_CUDA_CHECK(made);
+    std::string failed;
+    float best = 0.f;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[i].math));
+      cudnnStatus_t st = r(candidates[i]);  // untimed: first-call setup
+      for (int k = 0; k < kSearchRuns && st == CUDNN_STATUS_SUCCESS; ++k) {
+        if (k == 0) TG_CUDA_CHECK(cudaEventRecord(start, stream));
+        st = r(candidates[i]);
+      }
+      if (st != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError();
+        failed +=
+            fmt::format("{}{}: {}", failed.empty() ? "" : "; ", algo_name(candidates[i].algo), cudnnGetErrorString(st));
+        continue;
+      }
+      TG_CUDA_CHECK(cudaEventRecord(stop, stream));
+      TG_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      ms /= kSearchRuns;
+      ++timed;
+      if (chosen < 0 || ms < best) chosen = static_cast<int>(i), best = ms;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    TG_CHECK(chosen >= 0, "conv {}: no {} algorithm executed ({})", d.key(), what, failed);
+    chosen_ms = best;
+    // The last call left the output of the last candidate that ran: run the chosen one so the output is its own.
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[chosen].math));
+    const cudnnStatus_t st = r(candidates[chosen]);
+    TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
+             algo_name(candidates[chosen].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
+    debug_sync_after(what);
+  }
   ConvAlgorithm report() const {
     if (chosen < 0) return {};
     const Candidate& c = candidates[chosen];
-    return {algo_name(c.algo), c.deterministic, c.math != CUDNN_FMA_MATH, true};
+    return {algo_name(c.algo), c.deterministic, c.math != CUDNN_FMA_MATH, true, chosen_ms, timed};
   }
 };
 
@@ -303,7 +357,7 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
     xin = xp;
   }
   const float one = 1.f, beta0 = 0.f;
-  e.fwd_algo.run(e.fwd_conv, "forward", d, [&](const auto& c) {
+  e.fwd_algo.run(e.fwd_conv, "forward", d, options().conv_search, stream(), [&](const auto& c) {
     return cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, c.algo, at(ws, e.off_scratch),
                                    c.workspace, &beta0, e.y, y.raw());
   });
@@ -346,7 +400,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
       xin = xp;
     }
     void* dwk = at(ws, e.off_dw);
-    e.filter_algo.run(e.filter_conv, "backward-filter", d, [&](const auto& c) {
+    e.filter_algo.run(e.filter_conv, "backward-filter", d, options().conv_search, stream(), [&](const auto& c) {
       return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.raw(), e.filter_conv, c.algo,
                                             at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
     });
@@ -359,7 +413,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
     void* wk = at(ws, 0);
     cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
     void* dxin = e.explicit_pad ? xp : dx.raw();
-    e.data_algo.run(e.data_conv, "backward-data", d, [&](const auto& c) {
+    e.data_algo.run(e.data_conv, "backward-data", d, options().conv_search, stream(), [&](const auto& c) {
       return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.raw(), e.data_conv, c.algo,
                                           at(ws, e.off_scratch), c.workspace, &beta0, e.x, dxin);
     });
