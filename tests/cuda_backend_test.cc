@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -134,6 +135,19 @@ TEST_F(CudaBackendTest, SideStreamOrdersItsOpsWithTheMainStream) {
   gpu().enter_side_stream();
   EXPECT_THROW(gpu().enter_side_stream(), Error);
   gpu().leave_side_stream();
+  // Device marks (the timeline's side-stream spans): on the host's clock, in order, around the work between them.
+  const auto before = Backend::MarkClock::now();
+  const uint64_t m0 = gpu().record_mark();
+  for (int k = 0; k < 8; ++k) gpu().scale(1.01f, a.g.t);
+  const uint64_t m1 = gpu().record_mark();
+  gpu().synchronize();
+  const auto after = Backend::MarkClock::now();
+  const auto t0 = gpu().mark_time(m0), t1 = gpu().mark_time(m1);
+  ASSERT_TRUE(t0 && t1);
+  EXPECT_LT(*t0, *t1);
+  EXPECT_GT(*t0, before - std::chrono::milliseconds(1));  // the clocks' mapping: well within a millisecond
+  EXPECT_LT(*t1, after + std::chrono::milliseconds(1));
+  EXPECT_FALSE(gpu().mark_time(m1 + 1000));  // never recorded
 }
 
 // ---- element-wise -----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/half_convert.h"
 #include "terngrad/core/philox.h"
+#include "terngrad/core/timeline.h"
 #include "terngrad/exchange/gradient_exchange.h"
 #include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/math/ternary_math.h"
@@ -496,6 +497,60 @@ TEST(OverlapEngines, TheStreamScheduleExchangesABucketAsSoonAsItIsComplete) {
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// With a timeline, the stream schedule puts every stage of every bucket between two device marks on a track "side
+// stream (rank r)" (on the CPU a mark is the host's time), in stage order, resolved at the next begin() or by
+// flush_timeline().
+TEST(OverlapEngines, TheStreamScheduleDrawsItsStagesOnASideStreamTrack) {
+  CompressionFlags f;
+  f.grad_bits = 1;
+  const CompressionPolicy pol(f, kParams);
+  Layout lay(2, 1);
+  std::vector<std::string> errors(2), json(2);
+  std::vector<int> buckets(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Backend> be = make_backend("cpu", BackendOptions{});
+        Timeline tl("unused.json", 1, 2, r);
+        RankGrads g(1);
+        ExchangeOptions xo;
+        xo.mode = ExchangeMode::kAllgather2;
+        xo.bucket_mb = 2.0 / 1024;
+        xo.overlap_engine = OverlapEngine::kStream;
+        GradientExchange ex(*be, pol, g.views(), {0}, lay.comms(r, true), xo, &tl);
+        buckets[r] = ex.num_buckets();
+        for (int step = 1; step <= 2; ++step) {
+          tl.set_step(step);
+          g.fill(r);
+          ex.begin(static_cast<uint32_t>(step));
+          for (int first = pol.num_tensors(); first >= 0; --first) ex.tensors_ready(first);
+          ex.finish();
+        }
+        ex.flush_timeline();
+        json[r] = tl.events_json();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        lay.world[r]->abort(e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    ASSERT_GE(buckets[r], 2);
+    EXPECT_NE(json[r].find(fmt::format("\"side stream (rank {})\"", r)), std::string::npos) << json[r];
+    // 5 stages (scalers, share scalers, encode, exchange codes, decode) per bucket and step, category "device".
+    size_t spans = 0;
+    for (size_t at = json[r].find("\"cat\":\"device\""); at != std::string::npos;
+         at = json[r].find("\"cat\":\"device\"", at + 1))
+      ++spans;
+    EXPECT_EQ(spans, static_cast<size_t>(5 * 2 * buckets[r])) << json[r];
+    const size_t share = json[r].find("\"name\":\"share scalers\""),
+                 codes = json[r].find("\"name\":\"exchange codes\"");
+    EXPECT_TRUE(share != std::string::npos && codes != std::string::npos && share < codes);
+  }
 }
 
 // Weight decay applied by the TernGrad and hierarchical schemes in their scalers' pass (the ternary tensors fused,

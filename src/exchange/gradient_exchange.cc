@@ -90,6 +90,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   if (timeline_) {
     exchange_track_ = timeline_->add_track(fmt::format("exchange (rank {})", rank));
     if (comm_thread_) comm_track_ = timeline_->add_track(fmt::format("communication (rank {})", rank));
+    if (on_side_stream_) side_track_ = timeline_->add_track(fmt::format("side stream (rank {})", rank));
   }
 }
 
@@ -206,13 +207,45 @@ class SideStreamScope {
 // as ops, collective stages as the groups' (stream-ordered) collectives. On the CPU each runs at once.
 void GradientExchange::run_on_side_stream(Bucket& b) {
   const int S = static_cast<int>(stages_.size());
+  const int index = static_cast<int>(&b - buckets_.data());
+  const bool spans = timeline_ && timeline_->recording();
   SideStreamScope scope(be_, groups_);
+  uint64_t mark = spans ? be_.record_mark() : 0;
   while (b.stage < S) {
+    const char* name = stages_[b.stage].name;
     if (stages_[b.stage].kind == StageKind::kCompute)
       run_compute(b);
     else
       run_blocking(b);
+    if (!spans) continue;
+    const uint64_t next = be_.record_mark();
+    pending_spans_.push_back({timeline_->current_step(), index, name, mark, next});
+    mark = next;
   }
+}
+
+// Spans whose marks the device has passed go onto the timeline; the others wait (a bounded list: a mark the backend's
+// ring has reused never resolves, so the oldest are dropped past a limit).
+void GradientExchange::record_device_spans() {
+  constexpr size_t kMaxPending = 4096;
+  if (pending_spans_.size() > kMaxPending)
+    pending_spans_.erase(pending_spans_.begin(), pending_spans_.end() - static_cast<std::ptrdiff_t>(kMaxPending));
+  std::vector<DeviceSpan> left;
+  for (const DeviceSpan& s : pending_spans_) {
+    const auto t0 = be_.mark_time(s.begin), t1 = be_.mark_time(s.end);
+    if (t0 && t1)
+      timeline_->record_for_step(s.step, side_track_, s.name, *t0, *t1, s.bucket, "bucket", "device");
+    else
+      left.push_back(s);
+  }
+  pending_spans_.swap(left);
+}
+
+void GradientExchange::flush_timeline() {
+  if (pending_spans_.empty()) return;
+  be_.synchronize();
+  record_device_spans();
+  pending_spans_.clear();  // what the device passed is recorded; anything else can no longer be
 }
 
 // Moves one bucket as far as it can go without waiting: compute stages run, a finished collective is
@@ -286,6 +319,7 @@ void GradientExchange::begin(uint32_t step) {
   times_.clear();
   Communicator* g[3] = {ctx_.comms.world, ctx_.comms.local, ctx_.comms.cross};
   for (int k = 0; k < 3; ++k) wire_before_[k] = g[k] ? g[k]->stats().moved_bytes : 0;
+  if (!pending_spans_.empty()) record_device_spans();  // the last steps' side-stream spans the device has passed
   scheme_->begin_step(step);
 }
 

@@ -139,9 +139,9 @@ std::vector<Flag<TrainConfig>> make_table() {
        "final loss, parameter digest, mean `time`)"},
       {"timeline", &C::timeline,
        "write a Chrome trace (Perfetto / chrome://tracing JSON) of the steps in `--timeline_steps`: a track per "
-       "worker (forward, backward, input, optimizer), per replica's exchange (its scheme's stages, waits) "
-       "and per communication thread (collectives); one file for all processes, written by process 0 when the "
-       "window ends"},
+       "worker (forward, backward, input, optimizer), per replica's exchange (its scheme's stages, waits), "
+       "per communication thread (CPU: collectives) and per GPU side stream (the overlapped exchange's stages in "
+       "device time); one file for all processes, written by process 0 when the window ends"},
       {"timeline_steps", &C::timeline_steps, "`A-B` or `A`: the 1-based steps `--timeline` records"},
       {"timeline_layers", &C::timeline_layers,
        "with `--timeline`: every layer's forward and backward as a span on its worker's track (on a GPU the "

@@ -20,6 +20,9 @@ std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
 // --timeline: every process's events into one file, written by process 0 (all processes call this at the
 // same point: when the window ends, or at the end of a run that stopped inside it).
 void Trainer::Impl::write_timeline() {
+  for (Replica& r : replicas)  // a GPU's side-stream spans the device has not been asked about yet
+    for (GradientExchange* x : {r.exchange.get(), r.fp32.get()})
+      if (x) x->flush_timeline();
   std::string mine = timeline->events_json();
   std::vector<std::string> fragments;
   if (!process_comm) {

@@ -31,7 +31,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,6 +146,17 @@ class Backend {
   virtual void enter_side_stream() {}
   virtual void leave_side_stream() {}
   virtual void join_side_stream() {}
+
+  // ---- device time marks (the timeline's spans of a GPU's streams) ----------------------------------------------
+  // A mark after the ops enqueued so far on the current stream: on a GPU a timing event recorded there (a ring of
+  // the last marks), on the CPU the host's time now (its ops have run when their calls return). mark_time(m): when
+  // the device passed the mark, on the host's steady clock; nullopt while it has not (it never waits) or once the
+  // ring has reused it.
+  using MarkClock = std::chrono::steady_clock;
+  virtual uint64_t record_mark() { return static_cast<uint64_t>(MarkClock::now().time_since_epoch().count()); }
+  virtual std::optional<MarkClock::time_point> mark_time(uint64_t mark) {
+    return MarkClock::time_point(MarkClock::duration(static_cast<MarkClock::rep>(mark)));
+  }
 
   // Whether this backend runs compute dtype t (F32 always); why_not(t) is one line naming what is missing
   // ("bf16 needs AVX512_BF16 or AMX; this CPU has avx2", "fp16 compute needs a GPU (--device cuda)"), empty

@@ -25,7 +25,9 @@
 // makes the main stream wait for the side stream (the optimizer's update sees the average). Buckets complete in
 // the same order on every rank and each is enqueued whole, so the collectives keep the fixed order. Without
 // overlap the stages are enqueued in finish() on the main stream, as before. The phase times of a stream-overlapped
-// step are the host's time to enqueue.
+// step are the host's time to enqueue; the timeline gets the device's: each stage of each bucket between two device
+// marks (Backend::record_mark) on a track "side stream (rank r)", recorded once the device has passed them (looked
+// for at each begin(), and all of them by flush_timeline()).
 #pragma once
 
 #include <chrono>
@@ -103,6 +105,9 @@ class GradientExchange {
   const CompressionPolicy& policy() const { return policy_; }
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
+  // Stream overlap with a timeline: waits for the device and records every side-stream span still pending (before
+  // the timeline is written). Otherwise nothing.
+  void flush_timeline();
   // Of the last step: the scheme's per-tensor quantities (GradientScheme::summaries; on a GPU a synchronization).
   std::vector<TensorSummary> summaries() const;
   // Whether the scheme's health flag (GradientScheme::nonfinite_flag) was raised at any step since the last call
@@ -125,6 +130,7 @@ class GradientExchange {
   void post_next();              // posts the collectives whose turn it is in the fixed order
   void collect(Bucket& b);
   void run_on_side_stream(Bucket& b);  // every stage of a complete bucket, enqueued on the side stream
+  void record_device_spans();          // the pending side-stream spans the device has passed, onto the timeline
   static void run_posted(void* self, int64_t job);
   bool done() const;
 
@@ -143,6 +149,14 @@ class GradientExchange {
   bool has_groups_ = false;
   std::unique_ptr<CommunicationThread> comm_thread_;
   bool on_side_stream_ = false;  // overlapped on the backend's side stream (OverlapEngine::kStream)
+  struct DeviceSpan {            // a stage of a bucket on the side stream, between two device marks
+    int64_t step;
+    int bucket;
+    const char* name;
+    uint64_t begin, end;
+  };
+  std::vector<DeviceSpan> pending_spans_;
+  int side_track_ = -1;
   Timeline* timeline_;
   int exchange_track_ = -1, comm_track_ = -1;
   PhaseTimes times_;

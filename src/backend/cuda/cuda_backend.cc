@@ -139,7 +139,9 @@ CudaBackend::~CudaBackend() {
   destroy_lane(main_);
   for (cudaEvent_t e : ticket_events_)
     if (e) cudaEventDestroy(e);
-  for (cudaEvent_t e : {upload_done_, fork_event_, join_event_})
+  for (cudaEvent_t e : {upload_done_, fork_event_, join_event_, mark_origin_})
+    if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : mark_events_)
     if (e) cudaEventDestroy(e);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (previous >= 0) cudaSetDevice(previous);
@@ -195,6 +197,42 @@ void CudaBackend::enter_side_stream() {
 void CudaBackend::leave_side_stream() {
   TG_CHECK(lane_ == &side_, "{}: leave_side_stream() without enter_side_stream()", device().str());
   use_lane(main_);
+}
+
+// ---- device time marks ----------------------------------------------------------------------------------------
+// The origin: a timing event recorded on the main stream and waited for, the host's clock read right after; a mark's
+// time is the origin's plus the device's elapsed time between the two events (microsecond resolution; the drift of
+// the two clocks over a run is far below a step).
+uint64_t CudaBackend::record_mark() {
+  CudaDeviceGuard guard(index_);
+  if (mark_origin_ == nullptr) {
+    for (cudaEvent_t& e : mark_events_) TG_CUDA_CHECK(cudaEventCreate(&e));
+    TG_CUDA_CHECK(cudaEventCreate(&mark_origin_));
+    TG_CUDA_CHECK(cudaEventRecord(mark_origin_, main_.stream));
+    TG_CUDA_CHECK(cudaEventSynchronize(mark_origin_));
+    mark_origin_time_ = MarkClock::now();
+  }
+  const uint64_t mark = ++marks_;
+  const size_t slot = mark % kMarkRing;
+  TG_CUDA_CHECK(cudaEventRecord(mark_events_[slot], stream_));
+  mark_in_slot_[slot] = mark;
+  return mark;
+}
+
+std::optional<Backend::MarkClock::time_point> CudaBackend::mark_time(uint64_t mark) {
+  const size_t slot = mark % kMarkRing;
+  if (mark == 0 || mark_origin_ == nullptr || mark_in_slot_[slot] != mark) return std::nullopt;
+  CudaDeviceGuard guard(index_);
+  const cudaError_t q = cudaEventQuery(mark_events_[slot]);
+  if (q == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the device has not passed it yet
+    return std::nullopt;
+  }
+  TG_CUDA_CHECK(q);
+  float ms = 0.f;
+  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, mark_origin_, mark_events_[slot]));
+  return mark_origin_time_ +
+         std::chrono::duration_cast<MarkClock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
 void CudaBackend::join_side_stream() {

@@ -120,6 +120,8 @@ class CudaBackend final : public Backend {
   void enter_side_stream() override;
   void leave_side_stream() override;
   void join_side_stream() override;
+  uint64_t record_mark() override;
+  std::optional<MarkClock::time_point> mark_time(uint64_t mark) override;
 
   // Compute dtypes: F32 everywhere; F16 on sm_70+, BF16 on sm_80+ (tensor-core generations with those types).
   bool supports_compute(DType t) const override;
@@ -179,6 +181,7 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr int kTicketRing = 256;  // events of the tickets not yet known done
+  static constexpr int kMarkRing = 512;    // timing events of the last marks (record_mark)
   // Records ticket's event on `stream` (after waiting for the ticket that held its slot, when still pending).
   void record_ticket(uint64_t ticket, cudaStream_t stream);
   // The event of a pending ticket (one that a synchronisation has not covered yet).
@@ -205,10 +208,15 @@ class CudaBackend final : public Backend {
   void use_lane(Lane& lane);  // makes `lane` current (stream_, cublas_, cuDNN's stream)
 
   Lane main_, side_;
-  Lane* lane_ = &main_;                 // the current lane
-  cudaStream_t stream_ = nullptr;       // lane_->stream: where ops go now
-  cudaEvent_t fork_event_ = nullptr;    // main stream -> side stream (enter_side_stream)
-  cudaEvent_t join_event_ = nullptr;    // side stream -> main stream (join_side_stream)
+  Lane* lane_ = &main_;                               // the current lane
+  cudaStream_t stream_ = nullptr;                     // lane_->stream: where ops go now
+  cudaEvent_t fork_event_ = nullptr;                  // main stream -> side stream (enter_side_stream)
+  cudaEvent_t join_event_ = nullptr;                  // side stream -> main stream (join_side_stream)
+  std::array<cudaEvent_t, kMarkRing> mark_events_{};  // timing events, made on the first mark
+  std::array<uint64_t, kMarkRing> mark_in_slot_{};
+  uint64_t marks_ = 0;
+  cudaEvent_t mark_origin_ = nullptr;  // a timing event the device passed at mark_origin_time_ (host clock)
+  MarkClock::time_point mark_origin_time_;
   cudaStream_t copy_stream_ = nullptr;  // uploads (upload_async), beside the ops
   cudaEvent_t upload_done_ = nullptr;   // the last upload's end on copy_stream_ (stream_ waits for it)
   std::array<cudaEvent_t, kTicketRing> ticket_events_{};
