@@ -40,7 +40,9 @@
 #                                    CPU; the first 3 cross-entropies agree within 1e-3 relative; host
 #                                    synchronisations per steady step (<= 1)
 #   terngrad_lenet     28    20 s    the same with TernGrad (--grad_bits 1), 2 workers on the one GPU: equal digests
-#                                    twice, the first 3 cross-entropies within 1e-3 of the CPU's 2 workers
+#                                    twice, the first 3 cross-entropies within 1e-3 of the CPU's 2 workers, and step
+#                                    3's exchange redone on the CPU from the GPU's gradients (exchange_replay): the
+#                                    same codes bit for bit
 #   variants           34    30 s    runs that must work on the GPU: the hierarchical exchange and error feedback (2
 #                                    workers, TernGrad), --allow_tf32, --deterministic=false, --conv_search (10
 #                                    steps each)
@@ -282,11 +284,21 @@ first_losses_agree() {
 # twin_check NAME ARGS...: NAME_cuda1 and NAME_cuda2 (this one logging every 5 steps, so its windows count the host
 # synchronisations of 4 steady steps and a log step's) on the GPU, NAME_cpu on the CPU, each a third of the
 # section's limit (computed once); then the section's verdict: equal GPU digests, the CPU's first losses, <= 1 host
-# synchronisation per steady GPU step.
+# synchronisation per steady GPU step. With TWIN_REPLAY=1 the first GPU run also writes its step-3 exchange
+# (--exchange_dump) and exchange_replay redoes it on the CPU from the GPU's gradients: the same codes, bit for bit.
 twin_check() {
-  local name=$1 third=$((GC_LIMIT / 3)) ok=1 timed_out="" d1 d2 syncs
+  local name=$1 third=$((GC_LIMIT / 3)) ok=1 timed_out="" d1 d2 syncs replay="" dump=() dir
   shift
-  train "${name}_cuda1" "$third" "$@" --device cuda || { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda1"; }
+  if [[ ${TWIN_REPLAY:-0} == 1 ]]; then
+    dir=$WORK/dump_$name && mkdir -p "$dir" && dump=(--exchange_dump "$dir" --exchange_dump_step 3)
+  fi
+  train "${name}_cuda1" "$third" "$@" --device cuda "${dump[@]}" ||
+    { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda1"; }
+  if ((${#dump[@]} && ok)); then
+    GC_NO_RERUN=1 GC_LIMIT=10 gc_run "$LOGS/${name}_replay.log" "$BIN/exchange_replay" "$dir"
+    replay=$GC_RC
+    sed 's/^/   /' "$LOGS/${name}_replay.log"
+  fi
   LOG_EVERY=5 train "${name}_cuda2" "$third" "$@" --device cuda ||
     { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda2"; }
   train "${name}_cpu" "$third" "$@" --device cpu || { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cpu"; }
@@ -296,10 +308,15 @@ twin_check() {
   syncs=$(steady_syncs "${name}_cuda2")
   if [[ -n $timed_out ]]; then gc_timed_out "${timed_out# }"
   elif ((!ok)); then gc_fail "a run failed (logs.tar.gz: ${name}_*.log)$(gc_rerun_text)"
+  elif [[ -n $replay && $replay != 0 ]]; then
+    gc_fail "the CPU replay of the GPU exchange of step 3 differs or failed (exit $replay; logs: ${name}_replay.log)"
   elif [[ -z $d1 || $d1 != "$d2" ]]; then gc_fail "the GPU runs end with different digests ($d1 vs $d2)"
   elif ! first_losses_agree "${name}_cuda1" "${name}_cpu"; then gc_fail "first losses differ from the CPU's (1e-3 relative)"
   elif awk -v s="${syncs:-9}" 'BEGIN {exit !(s > 1)}'; then gc_fail "${syncs:-no} host syncs per steady step (<= 1)"
-  else gc_pass "digest $d1 twice; first losses within 1e-3 of the CPU's; ${syncs} host syncs per steady step"; fi
+  else
+    [[ -n $replay ]] && replay="; the exchange of step 3 replayed on the CPU bit for bit"
+    gc_pass "digest $d1 twice; first losses within 1e-3 of the CPU's; ${syncs} host syncs per steady step$replay"
+  fi
 }
 
 if gpu_section lenet "${CAP[lenet]}"; then
@@ -307,8 +324,8 @@ if gpu_section lenet "${CAP[lenet]}"; then
 fi
 
 if gpu_section terngrad_lenet "${CAP[terngrad_lenet]}"; then
-  twin_check terngrad_lenet --net lenet --dataset fashion_mnist --batch_size 64 --max_steps 20 --num_nodes 2 \
-    --grad_bits 1 --clip_factor 2.5
+  TWIN_REPLAY=1 twin_check terngrad_lenet --net lenet --dataset fashion_mnist --batch_size 64 --max_steps 20 \
+    --num_nodes 2 --grad_bits 1 --clip_factor 2.5
 fi
 
 if gpu_section variants "${CAP[variants]}"; then

@@ -135,10 +135,12 @@ TEST(TrainFlags, DefaultsPassAndTheCheckpointKeepsEveryFlag) {
   std::set<std::string> names;
   for (const auto& f : train_flags()) EXPECT_TRUE(names.insert(f.name).second) << "twice: " << f.name;
   const auto saved = defaults.to_flags();
-  // Nothing of the train table is left out of checkpoints but the two switches about resuming itself and what
-  // happens after the last step (--eval_at_end).
-  EXPECT_EQ(saved.size() + 3, names.size());
-  EXPECT_EQ(saved.count("allow_topology_change") + saved.count("reset_rank_state") + saved.count("eval_at_end"), 0u);
+  // Nothing of the train table is left out of checkpoints but the two switches about resuming itself, what
+  // happens after the last step (--eval_at_end) and the one-step debugging dump (--exchange_dump, its step).
+  EXPECT_EQ(saved.size() + 5, names.size());
+  EXPECT_EQ(saved.count("allow_topology_change") + saved.count("reset_rank_state") + saved.count("eval_at_end") +
+                saved.count("exchange_dump") + saved.count("exchange_dump_step"),
+            0u);
   EXPECT_EQ(saved.at("seed"), "1");
   EXPECT_EQ(saved.at("max_corrupt_fraction"), "0.01");
   EXPECT_EQ(saved.at("moving_average_decay"), "0.9999");

@@ -20,7 +20,8 @@
 #                                 architectures is the GPU's, a note when the GPU is newer (its kernels then come
 #                                 from the PTX, compiled by the driver at the first launches), and returns 1 with the
 #                                 reason when every architecture is newer than the GPU (no kernel could load)
-# Layout inside the archive: bin/ (terngrad-train, terngrad-eval, terngrad-data, cuda_ops_check, pipeline_check),
+# Layout inside the archive: bin/ (terngrad-train, terngrad-eval, terngrad-data, cuda_ops_check, pipeline_check,
+# exchange_replay),
 # bin/tests/ (the GoogleTest programs of GB_TESTS), lib/, bench/ (the PyTorch peers), include/ (fmt and spdlog
 # headers, for the fallback build on the GPU machine), MANIFEST (commit, CUDA architectures, the newest glibc
 # symbol version the programs need).
@@ -45,7 +46,7 @@ gb_arch_check() {
   echo "note: this GPU is sm_$cap, the bundle has sm_${archs//;/, sm_}: its kernels come from the PTX (JIT-compiled" \
     "at the first launches)"
 }
-GB_PROGRAMS=(terngrad-train terngrad-eval terngrad-data cuda_ops_check pipeline_check)
+GB_PROGRAMS=(terngrad-train terngrad-eval terngrad-data cuda_ops_check pipeline_check exchange_replay)
 GB_TESTS=(cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test
   backend_ops_table_test coded_update_test padding_test nccl_communicator_test)
 GB_PEERS=(bench/torch_amp_peer.py)

@@ -41,6 +41,16 @@ int64_t JsonValue::as_int64(std::string_view what) const {
   return std::strtoll(text_.c_str(), nullptr, 10);
 }
 
+double JsonValue::as_double(std::string_view what) const {
+  if (kind_ != Kind::kNumber) TG_THROW("{} must be a number, not {}", what, kind_name());
+  return number_;
+}
+
+bool JsonValue::as_bool(std::string_view what) const {
+  if (kind_ != Kind::kBool) TG_THROW("{} must be true or false, not {}", what, kind_name());
+  return boolean_;
+}
+
 const std::vector<JsonValue>& JsonValue::as_array(std::string_view what) const {
   if (kind_ != Kind::kArray) TG_THROW("{} must be an array, not {}", what, kind_name());
   return array_;

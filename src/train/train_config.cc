@@ -2,6 +2,8 @@
 // (each flag's own check is its entry in the flag table, train_flags.cc).
 #include "terngrad/train/train_config.h"
 
+#include <filesystem>
+
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/exchange/scheme_registry.h"
@@ -91,6 +93,21 @@ void TrainConfig::validate(int num_processes) const {
   if (quantization_error_every > 0 && compute_dtype() == DType::kF16)
     TG_THROW("--quantization_error_every {} is not available with --precision fp16 (loss-scaled gradients)",
              quantization_error_every);
+  if (!exchange_dump.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(exchange_dump, ec))
+      TG_THROW("--exchange_dump {}: not an existing folder", exchange_dump);
+    if (quantization_error_every > 0)
+      TG_THROW("--exchange_dump writes one plain exchange: not with --quantization_error_every {}",
+               quantization_error_every);
+    if (error_feedback && grad_bits == 1)
+      TG_THROW("--exchange_dump replays a stateless exchange: not with --error_feedback (its residuals carry over)");
+    if (exchange == "hierarchical" || exchange == "powersgd" || exchange == "none")
+      TG_THROW(
+          "--exchange_dump: --exchange {} cannot be replayed on one replica (allgather2, allreduce8, auto on a "
+          "flat job, or --grad_bits 16/32 can)",
+          exchange);
+  }
 }
 
 DType TrainConfig::compute_dtype() const {

@@ -159,6 +159,15 @@ std::vector<Flag<TrainConfig>> make_table() {
        "non-zero codes and the scaler (log line, TensorBoard `quantization/…`, a `--metrics_jsonl` line with "
        "`\"quantization\": true`); the run's bits do not change, the cost falls on those steps only",
        at_least(0).note("0: never")},
+      {"exchange_dump", &C::exchange_dump,
+       "(debug) write the exchange of step `--exchange_dump_step` into this existing folder: every rank's workers' "
+       "gradients as they enter it, the average it leaves (and the parameters when it adds the weight decay), and "
+       "`exchange_dump.json`; `exchange_replay DIR` redoes it on the CPU and compares (TernGrad's codes bit for "
+       "bit). That step exchanges after backward; not with `--error_feedback`, `--quantization_error_every` or "
+       "`--exchange hierarchical|powersgd|none`",
+       no_check(), kFlagNotSaved},
+      {"exchange_dump_step", &C::exchange_dump_step, "the 1-based step `--exchange_dump` writes", at_least(1),
+       kFlagNotSaved},
       {"eval_at_end", &C::eval_at_end,
        "after the last step, evaluate the final checkpoint (the moving averages, as terngrad-eval) on "
        "`<data_dir>/<subset>-*` of this subset (e.g. `test`) and end with its precision@1; empty: no evaluation",

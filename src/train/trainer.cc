@@ -1,6 +1,7 @@
 // Trainer: building the replicas, their workers, groups and exchanges; one training step.
 #include "src/train/trainer_impl.h"
 #include "terngrad/backend/calling_thread.h"
+#include "terngrad/train/exchange_dump.h"
 
 namespace tg {
 
@@ -241,6 +242,36 @@ bool Trainer::Impl::probes(int64_t t) const {
   return cfg.quantization_error_every > 0 && (t + 1) % cfg.quantization_error_every == 0 && !in_warmup(t);
 }
 
+bool Trainer::Impl::dumps(int64_t t) const { return !cfg.exchange_dump.empty() && t + 1 == cfg.exchange_dump_step; }
+
+// --exchange_dump: the step's exchange inputs of this replica (its workers' gradients, the parameters when the exchange
+// adds the weight decay) and, from replica 0 of process 0, the manifest of everything else the exchange depends on.
+void Trainer::Impl::dump_exchange_inputs(Replica& r, GradientExchange& x, uint32_t step32) {
+  check_exchange_dump_supported(x.scheme_name(), cfg.error_feedback);
+  std::vector<std::vector<Tensor>> grads;
+  for (int w : r.workers) grads.push_back(workers[w].grad_views);
+  write_exchange_dump_inputs(cfg.exchange_dump, r.rank, *r.backend, grads, x.weight_decay().params);
+  if (r.rank != 0) return;
+  ExchangeDumpManifest m;
+  m.step = step32;
+  m.seed = cfg.seed;
+  m.exchange = &x == r.fp32.get() ? enum_name(fp32_form(parse_enum<ExchangeMode>(cfg.exchange))) : cfg.exchange;
+  m.compression = x.policy().flags();
+  for (const TensorCodingPlan& t : x.policy().tensors()) m.tensors.push_back({t.name, t.numel});
+  m.ranks = x.num_workers() / static_cast<int>(r.workers.size());
+  m.workers_per_rank = static_cast<int>(r.workers.size());
+  m.weight_decay = x.weight_decay().coefficients;
+  write_exchange_dump_manifest(cfg.exchange_dump, m);
+}
+
+void Trainer::Impl::dump_exchange_average(Replica& r, GradientExchange& x) {
+  x.decode_deferred_now();  // the optimizer's decode, done here: the same bits
+  write_exchange_dump_average(cfg.exchange_dump, r.rank, *r.backend, workers[r.workers[0]].grad_views);
+  if (r.rank == 0)
+    spdlog::info("exchange of step {} written to {} (exchange_replay {} redoes it on the CPU)", cfg.exchange_dump_step,
+                 cfg.exchange_dump, cfg.exchange_dump);
+}
+
 // --timeline: one track per worker (with --timeline_layers its net's layers too).
 void Trainer::Impl::build_timeline() {
   if (cfg.timeline.empty()) return;
@@ -342,9 +373,9 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
   // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward. A
   // probe step (--quantization_error_every) exchanges after backward, in fp32 first (QuantizationProbe).
-  const bool warm = in_warmup(t), probe = probes(t);
+  const bool warm = in_warmup(t), probe = probes(t), dump = dumps(t);
   GradientExchange& x = warm ? *r.fp32 : *r.exchange;
-  const bool overlap = !probe && (warm ? r.fp32->overlapped() : r.overlap);
+  const bool overlap = !probe && !dump && (warm ? r.fp32->overlapped() : r.overlap);
   if (!probe) x.begin(step32);
   ExchangeFeeder feeder(x);
   for (size_t k = 0; k < r.workers.size(); ++k) {
@@ -376,8 +407,10 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     r.probe->reference(*r.fp32, step32);
     x.begin(step32);
   }
+  if (dump) dump_exchange_inputs(r, x, step32);
   r.stats = x.finish();
   if (probe) r.probe->measure(x, t + 1);
+  if (dump) dump_exchange_average(r, x);
   r.times += x.times();
   if (r.overflowed) return;
   ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");

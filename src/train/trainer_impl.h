@@ -127,6 +127,9 @@ struct Trainer::Impl {
   void build_exchanges();
   bool in_warmup(int64_t t) const;  // step t (0-based) exchanges fp32 (--fp32_warmup_steps)
   bool probes(int64_t t) const;     // step t (0-based) measures the quantization error (--quantization_error_every)
+  bool dumps(int64_t t) const;      // step t (0-based) writes its exchange (--exchange_dump)
+  void dump_exchange_inputs(Replica& r, GradientExchange& x, uint32_t step32);
+  void dump_exchange_average(Replica& r, GradientExchange& x);
   void build_schedule();
   void allocate_host_batch();
   void adopt_checkpoint_flags();

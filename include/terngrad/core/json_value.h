@@ -26,6 +26,8 @@ class JsonValue {
   // Accessors throw tg::Error naming `what` (the value's path, given by the caller) and the kind found.
   const std::string& as_string(std::string_view what) const;
   int64_t as_int64(std::string_view what) const;
+  double as_double(std::string_view what) const;  // any number
+  bool as_bool(std::string_view what) const;
   const std::vector<JsonValue>& as_array(std::string_view what) const;
   const std::map<std::string, JsonValue>& as_object(std::string_view what) const;
   const JsonValue* find(const std::string& key) const;  // an object's member, or nullptr

@@ -83,6 +83,8 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
   int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
+  std::string exchange_dump;             // write one step's exchange into this folder (train/exchange_dump.h)
+  int64_t exchange_dump_step = 1;        // ... of this 1-based step
   std::string eval_at_end;               // terngrad-train: evaluate the final checkpoint on this subset ("": no)
   // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
   // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
