@@ -297,8 +297,9 @@ void CudaBackend::wait_transfer_impl(uint64_t ticket) {
   TG_CUDA_CHECK(cudaEventSynchronize(ticket_event(ticket)));
 }
 
-// host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag. Waits for the current stream; the
-// label flag (the losses run on the main stream) is read on the main stream.
+// host_pinned_ layout: [0, 8) a reduction's result, [8, 16) the label flag. Waits for the current stream and the
+// main one (the front then counts every ticket done: they are main-stream events); the label flag (the losses run on
+// the main stream) is read on the main stream.
 void CudaBackend::sync_and_check() {
   const bool read_flag = label_check_pending_;
   auto* flag_host = static_cast<char*>(host_pinned_) + 8;
@@ -306,7 +307,7 @@ void CudaBackend::sync_and_check() {
     TG_CUDA_CHECK(cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                   main_.stream));
   TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (read_flag && stream_ != main_.stream) TG_CUDA_CHECK(cudaStreamSynchronize(main_.stream));
+  if (stream_ != main_.stream) TG_CUDA_CHECK(cudaStreamSynchronize(main_.stream));
   if (!read_flag) return;
   label_check_pending_ = false;
   unsigned long long flag;
