@@ -37,7 +37,7 @@ namespace tg {
 namespace {
 
 constexpr size_t kMaxAlgoWorkspace = size_t{1} << 30;  // skip algorithms wanting more scratch than this
-constexpr int kSearchRuns = 3;                         // timed calls per candidate in the search
+constexpr int kSearchRuns = 2;                         // timed calls per candidate in the search
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
