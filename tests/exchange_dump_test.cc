@@ -151,6 +151,10 @@ TEST_F(ExchangeDumpTest, FlagsRefuseWhatCannotBeReplayed) {
   EXPECT_NE(error_of([&] { c.resolve_defaults(), c.validate(1); }).find("--exchange hierarchical cannot be replayed"),
             std::string::npos);
   c = config();
+  c.grad_bits = 16;
+  EXPECT_NE(error_of([&] { c.resolve_defaults(), c.validate(1); }).find("cannot replay --grad_bits 16"),
+            std::string::npos);
+  c = config();
   c.quantization_error_every = 2;
   EXPECT_NE(error_of([&] { c.resolve_defaults(), c.validate(1); }).find("--quantization_error_every"),
             std::string::npos);

@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -77,15 +78,19 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
-// Waits for a communicator being created or split to leave ncclInProgress (no abort can reach it yet: it has no
-// owner), sleeping between polls as AbortGate does; its final state.
-ncclResult_t settle(ncclComm_t comm) {
+// Waits for a communicator being created, split or finalized to leave ncclInProgress, sleeping between polls as
+// AbortGate does; its final state, or ncclInProgress when `deadline` (seconds; 0: none) passed first.
+ncclResult_t settle(ncclComm_t comm, double deadline = 0) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(deadline > 0 ? deadline : 0));
   long sleep_ns = 0;
   for (int polls = 0;; ++polls) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
     if (r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
+    if (deadline > 0 && Clock::now() >= end) return ncclInProgress;
     if (polls < AbortGate::kSpinPolls) continue;
     sleep_ns = sleep_ns == 0 ? AbortGate::kSleepMinNs : std::min(2 * sleep_ns, AbortGate::kSleepCapNs);
     timespec ts{0, sleep_ns};
@@ -166,20 +171,34 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int devic
   comm_ = comm;  // owned from here on (a constructor that throws leaves it to the caller)
 }
 
+// A healthy communicator is finalized (its queued collectives flushed: polled, at most kTeardownSeconds) and
+// destroyed; a failed one, or one whose finalize does not settle in time, is aborted. Through the gate, so an abort
+// from another thread and this teardown never both run (whichever comes first does its work, the other nothing).
 NcclCommunicator::~NcclCommunicator() {
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   if (previous != device_) cudaSetDevice(device_);
-  if (comm_ != nullptr && !gate_.aborted()) {  // an aborted communicator's resources are gone already
-    ncclResult_t async = ncclSuccess;
-    const bool healthy = !failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
-                         (async == ncclSuccess || async == ncclInProgress);
-    // Finalize waits (non-blocking: by polling) for this rank's queued collectives, then destroy frees the rest;
-    // a failed communicator's collectives may never finish: abort stops them.
-    if (healthy && settle(comm_) == ncclSuccess && settle_all(ncclCommFinalize(comm_), {comm_}) == ncclSuccess)
-      ncclCommDestroy(comm_);
-    else
-      ncclCommAbort(comm_);
+  if (comm_ != nullptr) {
+    gate_.abort(
+        [&] {
+          if (finalized_) {  // finalize_nccl_communicators did the waiting
+            ncclCommDestroy(comm_);
+            return;
+          }
+          ncclResult_t async = ncclSuccess;
+          const bool healthy = !failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+                               (async == ncclSuccess || async == ncclInProgress);
+          bool finalized = healthy && settle(comm_, kTeardownSeconds) == ncclSuccess;
+          if (finalized) {
+            const ncclResult_t f = ncclCommFinalize(comm_);
+            finalized = (f == ncclSuccess || f == ncclInProgress) && settle(comm_, kTeardownSeconds) == ncclSuccess;
+          }
+          if (finalized)
+            ncclCommDestroy(comm_);
+          else
+            ncclCommAbort(comm_);
+        },
+        "destroyed");
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
   if (previous >= 0 && previous != device_) cudaSetDevice(previous);
@@ -336,14 +355,54 @@ void NcclCommunicator::synchronize() {
   });
 }
 
-void NcclCommunicator::abort(const std::string& why) {
+// Never throws (a failed replica aborts every communicator in turn): the device is set best-effort, and
+// ncclCommAbort runs whatever cudaSetDevice said.
+void NcclCommunicator::abort(const std::string& why) noexcept {
   if (comm_ == nullptr) return;
-  gate_.abort(
-      [&] {
-        DeviceScope scope(device_);
-        ncclCommAbort(comm_);
-      },
-      why);
+  try {
+    gate_.abort(
+        [&] {
+          int previous = -1;
+          if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+          if (previous != device_) cudaSetDevice(device_);
+          ncclCommAbort(comm_);
+          if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+        },
+        why);
+  } catch (...) {  // the gate's own bookkeeping (a string copy) failing: nothing left to do
+  }
+}
+
+void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, double seconds) {
+  // Finalize every healthy one first (non-blocking: returns at once), then wait for all: one communicator's finalize
+  // may wait for its peers' (NCCL: it synchronises with the ranks still using shared resources), and several of the
+  // ranks may be this thread's.
+  std::vector<NcclCommunicator*> started;
+  for (NcclCommunicator* c : comms) {
+    if (c == nullptr || c->comm_ == nullptr || c->failed_) continue;
+    try {
+      const int r = c->gate_.call([&] {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(c->comm_, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
+          return static_cast<int>(ncclInternalError);
+        if (settle(c->comm_, seconds) != ncclSuccess) return static_cast<int>(ncclInternalError);
+        int previous = -1;
+        if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+        if (previous != c->device_) cudaSetDevice(c->device_);
+        const int f = ncclCommFinalize(c->comm_);
+        if (previous >= 0 && previous != c->device_) cudaSetDevice(previous);
+        return f;
+      });
+      if (r == ncclSuccess || r == ncclInProgress) started.push_back(c);
+    } catch (const Error&) {  // aborted meanwhile: its teardown is done
+    }
+  }
+  for (NcclCommunicator* c : started) {
+    try {
+      c->gate_.call([&] { c->finalized_ = settle(c->comm_, seconds) == ncclSuccess; });
+    } catch (const Error&) {
+    }
+  }
 }
 
 namespace {

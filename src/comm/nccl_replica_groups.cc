@@ -56,6 +56,8 @@ std::unique_ptr<ReplicaGroups> connect_gpu_replicas(const Topology& t, Communica
   g->add_abort([all](const std::string& why) {
     for (NcclCommunicator* c : all) c->abort(why);
   });
+  // This thread's communicators finalized together before any is destroyed (a finalize may wait for a peer's).
+  g->add_teardown([all] { finalize_nccl_communicators(all); });
   g->set_replicas(std::move(reps));
   return g;
 }

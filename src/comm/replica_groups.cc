@@ -15,6 +15,10 @@ const ReplicaComms& ReplicaGroups::replica(int r) const {
   return replicas_[static_cast<size_t>(r)];
 }
 
+ReplicaGroups::~ReplicaGroups() {
+  for (auto& t : teardowns_) t();
+}
+
 void ReplicaGroups::abort(const std::string& why) {
   for (auto& a : aborts_) a(why);
 }

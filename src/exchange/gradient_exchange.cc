@@ -182,24 +182,34 @@ void GradientExchange::collect(Bucket& b) {
 
 namespace {
 // A bucket's time on the side stream: the backend's ops and the groups' collectives go there, and back to the main
-// stream when the scope ends (also when a stage throws).
+// stream at close() (which may throw) or, when a stage threw, in the destructor (which never does).
 class SideStreamScope {
  public:
   SideStreamScope(Backend& be, const std::vector<Communicator*>& groups) : be_(be), groups_(groups) {
     be_.enter_side_stream();
     for (Communicator* g : groups_) previous_.push_back(g->use_stream(be_.native_stream()));
   }
-  ~SideStreamScope() {
-    for (size_t k = 0; k < previous_.size(); ++k) groups_[k]->use_stream(previous_[k]);
+  void close() {
+    restore_groups();
+    closed_ = true;
     be_.leave_side_stream();
+  }
+  ~SideStreamScope() {
+    if (closed_) return;
+    restore_groups();
+    be_.leave_side_stream_after_error();
   }
   SideStreamScope(const SideStreamScope&) = delete;
   SideStreamScope& operator=(const SideStreamScope&) = delete;
 
  private:
+  void restore_groups() noexcept {
+    for (size_t k = 0; k < previous_.size(); ++k) groups_[k]->use_stream(previous_[k]);
+  }
   Backend& be_;
   const std::vector<Communicator*>& groups_;
   std::vector<void*> previous_;
+  bool closed_ = false;
 };
 }  // namespace
 
@@ -222,6 +232,7 @@ void GradientExchange::run_on_side_stream(Bucket& b) {
     pending_spans_.push_back({timeline_->current_step(), index, name, mark, next});
     mark = next;
   }
+  scope.close();
 }
 
 // Spans whose marks the device has passed go onto the timeline; the others wait (a bounded list: a mark the backend's

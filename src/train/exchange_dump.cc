@@ -137,10 +137,12 @@ ExchangeDumpManifest ExchangeDumpManifest::from_json(const std::string& text, co
 }
 
 void check_exchange_dump_supported(const std::string& scheme, bool error_feedback) {
-  if (scheme != "terngrad" && scheme != "fp16" && scheme != "fp32")
+  // fp16: the job rounds each rank's sum to fp16 and then the fp16 all-reduce rounds again, one replica rounds the
+  // whole sum once: up to an fp16 step apart, not a replay.
+  if (scheme != "terngrad" && scheme != "fp32")
     TG_THROW(
-        "--exchange_dump: the {} scheme cannot be replayed on one replica (terngrad's allgather2 or allreduce8, "
-        "fp16 and fp32 can; --exchange hierarchical, powersgd and none cannot)",
+        "--exchange_dump: the {} scheme cannot be replayed on one replica (terngrad's allgather2 or allreduce8 and "
+        "fp32 can; --grad_bits 16 and --exchange hierarchical, powersgd and none cannot)",
         scheme);
   if (error_feedback && scheme == "terngrad")
     TG_THROW("--exchange_dump replays a stateless exchange: not with --error_feedback (its residuals carry over)");

@@ -102,6 +102,10 @@ void TrainConfig::validate(int num_processes) const {
                quantization_error_every);
     if (error_feedback && grad_bits == 1)
       TG_THROW("--exchange_dump replays a stateless exchange: not with --error_feedback (its residuals carry over)");
+    if (grad_bits == 16)
+      TG_THROW(
+          "--exchange_dump cannot replay --grad_bits 16 (each rank's sum is rounded to fp16, then the fp16 "
+          "all-reduce rounds again: one replica cannot redo that)");
     if (exchange == "hierarchical" || exchange == "powersgd" || exchange == "none")
       TG_THROW(
           "--exchange_dump: --exchange {} cannot be replayed on one replica (allgather2, allreduce8, auto on a "

@@ -163,8 +163,8 @@ std::vector<Flag<TrainConfig>> make_table() {
        "(debug) write the exchange of step `--exchange_dump_step` into this existing folder: every rank's workers' "
        "gradients as they enter it, the average it leaves (and the parameters when it adds the weight decay), and "
        "`exchange_dump.json`; `exchange_replay DIR` redoes it on the CPU and compares (TernGrad's codes bit for "
-       "bit). That step exchanges after backward; not with `--error_feedback`, `--quantization_error_every` or "
-       "`--exchange hierarchical|powersgd|none`",
+       "bit). That step exchanges after backward; not with `--grad_bits 16`, `--error_feedback`, "
+       "`--quantization_error_every` or `--exchange hierarchical|powersgd|none`",
        no_check(), kFlagNotSaved},
       {"exchange_dump_step", &C::exchange_dump_step, "the 1-based step `--exchange_dump` writes", at_least(1),
        kFlagNotSaved},

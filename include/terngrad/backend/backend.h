@@ -145,6 +145,9 @@ class Backend {
   virtual bool has_side_stream() const { return false; }
   virtual void enter_side_stream() {}
   virtual void leave_side_stream() {}
+  // The same from a failing path (a destructor while an error propagates): never throws, does nothing when not on
+  // the side stream.
+  virtual void leave_side_stream_after_error() noexcept {}
   virtual void join_side_stream() {}
 
   // ---- device time marks (the timeline's spans of a GPU's streams) ----------------------------------------------

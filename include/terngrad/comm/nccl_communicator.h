@@ -80,7 +80,7 @@ class NcclCommunicator final : public Communicator {
   // peers see an error where NCCL can tell them; every later call on this communicator throws naming `why`. The
   // abort waits for the owner's NCCL call or poll running now (never for a collective: the communicator is
   // non-blocking and its waits poll with the gate free between polls; AbortGate) and runs once.
-  void abort(const std::string& why = "abort() was called");
+  void abort(const std::string& why = "abort() was called") noexcept;
 
  protected:
 #define TG_DECLARE_COMM_IMPL(ret, name, params) ret name params override;
@@ -90,6 +90,9 @@ class NcclCommunicator final : public Communicator {
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(
       const std::vector<NcclCommunicator*>& parents, const std::vector<int>& colors, const std::vector<int>& keys);
+  friend void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, double seconds);
+
+  static constexpr double kTeardownSeconds = 30;  // a finalize that takes longer is given up: abort
 
   void check_device(Device device) const;  // throws unless device is this communicator's GPU
   void check_usable();                     // throws after abort()
@@ -106,6 +109,7 @@ class NcclCommunicator final : public Communicator {
   void* stream_ = nullptr;
   int* barrier_word_ = nullptr;  // one device int: the barrier's all-reduce
   bool failed_ = false;          // an error was seen by the owner: abort, never destroy
+  bool finalized_ = false;       // finalize_nccl_communicators finished its finalize: only destroy is left
   AbortGate gate_;               // the owner's NCCL calls and polls against abort() from any thread
 };
 
@@ -120,6 +124,12 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std
 // id) throws on all of them rather than leaving the others waiting.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_processes(
     Communicator& host, const std::vector<int>& devices, const std::vector<void*>& streams);
+
+// Before several communicators of this thread go away (ReplicaGroups' teardown): ncclCommFinalize on every healthy
+// one first, then waits (polling, at most `seconds` each) for all, so that a finalize waiting for a peer of the same
+// process is not left waiting for a destructor that has not run yet; the destructors then only destroy. A
+// communicator that fails or does not settle in time is aborted by its destructor.
+void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, double seconds = 30);
 
 // Splits several communicators of one process (e.g. one per GPU, driven by this one thread) in one NCCL group
 // call: result k is parents[k]'s new communicator for colors[k]/keys[k] (nullptr for a color < 0). Collective

@@ -43,6 +43,7 @@ struct ReplicaComms {
 class ReplicaGroups {
  public:
   ReplicaGroups() = default;
+  ~ReplicaGroups();  // the teardowns (add_teardown), then the communicators
   ReplicaGroups(const ReplicaGroups&) = delete;
   ReplicaGroups& operator=(const ReplicaGroups&) = delete;
 
@@ -55,11 +56,15 @@ class ReplicaGroups {
   void set_replicas(std::vector<ReplicaComms> replicas) { replicas_ = std::move(replicas); }
   Communicator* own(std::unique_ptr<Communicator> c);  // returns c.get()
   void add_abort(std::function<void(const std::string&)> abort) { aborts_.push_back(std::move(abort)); }
+  // What must happen to all the communicators together before any is destroyed (NCCL: finalize them all, then wait;
+  // finalize_nccl_communicators). Must not throw.
+  void add_teardown(std::function<void()> teardown) { teardowns_.push_back(std::move(teardown)); }
 
  private:
   std::vector<ReplicaComms> replicas_;
   std::vector<std::unique_ptr<Communicator>> owned_;
   std::vector<std::function<void(const std::string&)>> aborts_;
+  std::vector<std::function<void()>> teardowns_;
 };
 
 // processes: the job's process communicator (nullptr: one process), as given to Topology::build.

@@ -10,9 +10,10 @@
 // replay_exchange_dump redoes the exchange on the CPU backend from the gradients of every rank (all workers of all
 // ranks as the local workers of one replica: the same global worker indices, so the same Philox keys and codes) and
 // compares its average with every rank's: ternary-coded tensors bit for bit (the same codes for the same gradients),
-// fp32/fp16 ones within a relative 1e-6 of the largest magnitude (a GPU group's sum order is NCCL's). Only
-// stateless flat schemes replay: TernGrad's allgather2 and allreduce8 without error feedback, fp16 and fp32;
-// hierarchical, powersgd and none, error feedback and the quantization probe are refused with the flag named.
+// fp32 ones within a relative 1e-6 of the largest magnitude (a GPU group's sum order is NCCL's). Only stateless flat
+// schemes replay: TernGrad's allgather2 and allreduce8 without error feedback, and fp32; fp16 (rounded per rank and
+// again in the all-reduce: one replica cannot redo that), hierarchical, powersgd and none, error feedback and the
+// quantization probe are refused with the flag named.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +42,8 @@ struct ExchangeDumpManifest {
   static ExchangeDumpManifest from_json(const std::string& text, const std::string& what);
 };
 
-// Refuses what cannot be replayed (one line naming the flag): a scheme other than terngrad (allgather2, allreduce8),
-// fp16 and fp32 (GradientExchange::scheme_name()); terngrad with error feedback.
+// Refuses what cannot be replayed (one line naming the flag): a scheme other than terngrad (allgather2, allreduce8)
+// and fp32 (GradientExchange::scheme_name()); terngrad with error feedback.
 void check_exchange_dump_supported(const std::string& scheme, bool error_feedback);
 
 // One replica's files; the tensors are on `be`'s device (copied to the host here: a synchronisation).

@@ -139,7 +139,7 @@ CudaBackend::~CudaBackend() {
   destroy_lane(main_);
   for (cudaEvent_t e : ticket_events_)
     if (e) cudaEventDestroy(e);
-  for (cudaEvent_t e : {upload_done_, fork_event_, join_event_, mark_origin_})
+  for (cudaEvent_t e : {upload_done_, fork_event_, join_event_, mark_origins_[0].event, mark_origins_[1].event})
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : mark_events_)
     if (e) cudaEventDestroy(e);
@@ -199,29 +199,50 @@ void CudaBackend::leave_side_stream() {
   use_lane(main_);
 }
 
+void CudaBackend::leave_side_stream_after_error() noexcept {
+  if (lane_ != &side_) return;
+  lane_ = &main_;
+  stream_ = main_.stream;
+  cublas_ = main_.cublas;
+  cudnnSetStream(cudnn_, main_.stream);  // best effort: the step is failing anyway
+}
+
 // ---- device time marks ----------------------------------------------------------------------------------------
-// The origin: a timing event recorded on the main stream and waited for, the host's clock read right after; a mark's
-// time is the origin's plus the device's elapsed time between the two events (microsecond resolution; the drift of
-// the two clocks over a run is far below a step).
+// An origin: a timing event recorded on the main stream and waited for, the host's clock read right after; a mark's
+// time is its origin's plus the device's elapsed time between the two events. cudaEventElapsedTime gives float ms, so
+// a new origin is made every kMarkOriginSeconds (one wait of the device, only while marks are being recorded: the
+// timeline's window), which keeps the resolution near a microsecond; a mark keeps the origin it was recorded under.
+void CudaBackend::new_mark_origin() {
+  MarkOrigin& o = mark_origins_[(origins_ + 1) % 2];
+  if (o.event == nullptr) TG_CUDA_CHECK(cudaEventCreate(&o.event));
+  TG_CUDA_CHECK(cudaEventRecord(o.event, main_.stream));
+  TG_CUDA_CHECK(cudaEventSynchronize(o.event));
+  o.time = MarkClock::now();
+  ++origins_;
+}
+
 uint64_t CudaBackend::record_mark() {
   CudaDeviceGuard guard(index_);
-  if (mark_origin_ == nullptr) {
+  if (mark_events_.empty()) {
+    mark_events_.resize(kMarkRing, nullptr);
     for (cudaEvent_t& e : mark_events_) TG_CUDA_CHECK(cudaEventCreate(&e));
-    TG_CUDA_CHECK(cudaEventCreate(&mark_origin_));
-    TG_CUDA_CHECK(cudaEventRecord(mark_origin_, main_.stream));
-    TG_CUDA_CHECK(cudaEventSynchronize(mark_origin_));
-    mark_origin_time_ = MarkClock::now();
   }
+  if (origins_ == 0 ||
+      MarkClock::now() - mark_origins_[origins_ % 2].time > std::chrono::duration<double>(kMarkOriginSeconds))
+    new_mark_origin();
   const uint64_t mark = ++marks_;
   const size_t slot = mark % kMarkRing;
   TG_CUDA_CHECK(cudaEventRecord(mark_events_[slot], stream_));
   mark_in_slot_[slot] = mark;
+  mark_origin_of_slot_[slot] = origins_;
   return mark;
 }
 
 std::optional<Backend::MarkClock::time_point> CudaBackend::mark_time(uint64_t mark) {
   const size_t slot = mark % kMarkRing;
-  if (mark == 0 || mark_origin_ == nullptr || mark_in_slot_[slot] != mark) return std::nullopt;
+  if (mark == 0 || mark_events_.empty() || mark_in_slot_[slot] != mark) return std::nullopt;
+  const uint64_t origin = mark_origin_of_slot_[slot];
+  if (origin + 1 < origins_) return std::nullopt;  // its origin was replaced twice since
   CudaDeviceGuard guard(index_);
   const cudaError_t q = cudaEventQuery(mark_events_[slot]);
   if (q == cudaErrorNotReady) {
@@ -229,10 +250,10 @@ std::optional<Backend::MarkClock::time_point> CudaBackend::mark_time(uint64_t ma
     return std::nullopt;
   }
   TG_CUDA_CHECK(q);
+  const MarkOrigin& o = mark_origins_[origin % 2];
   float ms = 0.f;
-  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, mark_origin_, mark_events_[slot]));
-  return mark_origin_time_ +
-         std::chrono::duration_cast<MarkClock::duration>(std::chrono::duration<double, std::milli>(ms));
+  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, o.event, mark_events_[slot]));
+  return o.time + std::chrono::duration_cast<MarkClock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
 void CudaBackend::join_side_stream() {
@@ -261,6 +282,7 @@ cudaEvent_t CudaBackend::ticket_event(uint64_t ticket) const {
 }
 
 void CudaBackend::record_fence_impl(uint64_t ticket) {
+  TG_CHECK(lane_ == &main_, "{}: record_fence on the side stream (tickets cover the main stream)", device().str());
   CudaDeviceGuard guard(index_);
   record_ticket(ticket, main_.stream);
 }
@@ -268,6 +290,7 @@ void CudaBackend::record_fence_impl(uint64_t ticket) {
 // The copy waits (on the copy stream) for the fence, the ops wait (on the compute stream) for the copy, and the
 // ticket's event follows that wait on the compute stream: a ticket is done when the ops before it and the copy are.
 void CudaBackend::upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) {
+  TG_CHECK(lane_ == &main_, "{}: upload_async on the side stream (tickets cover the main stream)", device().str());
   check_on_device(dst, "upload_async", "dst");
   TG_CHECK(!is_pageable(src.raw()),
            "upload_async: {} is pageable host memory, not staging memory "
@@ -282,6 +305,7 @@ void CudaBackend::upload_async_impl(const Tensor& dst, const Tensor& src, uint64
 }
 
 void CudaBackend::download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) {
+  TG_CHECK(lane_ == &main_, "{}: download_async on the side stream (tickets cover the main stream)", device().str());
   check_on_device(src, "download_async", "src");
   TG_CHECK(!is_pageable(dst.raw()),
            "download_async: {} is pageable host memory, not staging memory "

@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "src/backend/op_key.h"
 #include "terngrad/backend/backend.h"
@@ -119,6 +120,7 @@ class CudaBackend final : public Backend {
   bool has_side_stream() const override { return true; }
   void enter_side_stream() override;
   void leave_side_stream() override;
+  void leave_side_stream_after_error() noexcept override;
   void join_side_stream() override;
   uint64_t record_mark() override;
   std::optional<MarkClock::time_point> mark_time(uint64_t mark) override;
@@ -180,8 +182,9 @@ class CudaBackend final : public Backend {
   void wait_transfer_impl(uint64_t ticket) override;
 
  private:
-  static constexpr int kTicketRing = 256;  // events of the tickets not yet known done
-  static constexpr int kMarkRing = 512;    // timing events of the last marks (record_mark)
+  static constexpr int kTicketRing = 256;           // events of the tickets not yet known done
+  static constexpr int kMarkRing = 4096;            // timing events of the last marks (record_mark)
+  static constexpr double kMarkOriginSeconds = 30;  // a new origin after this long (float ms keep ~us resolution)
   // Records ticket's event on `stream` (after waiting for the ticket that held its slot, when still pending).
   void record_ticket(uint64_t ticket, cudaStream_t stream);
   // The event of a pending ticket (one that a synchronisation has not covered yet).
@@ -208,15 +211,23 @@ class CudaBackend final : public Backend {
   void use_lane(Lane& lane);  // makes `lane` current (stream_, cublas_, cuDNN's stream)
 
   Lane main_, side_;
-  Lane* lane_ = &main_;                               // the current lane
-  cudaStream_t stream_ = nullptr;                     // lane_->stream: where ops go now
-  cudaEvent_t fork_event_ = nullptr;                  // main stream -> side stream (enter_side_stream)
-  cudaEvent_t join_event_ = nullptr;                  // side stream -> main stream (join_side_stream)
-  std::array<cudaEvent_t, kMarkRing> mark_events_{};  // timing events, made on the first mark
+  Lane* lane_ = &main_;                   // the current lane
+  cudaStream_t stream_ = nullptr;         // lane_->stream: where ops go now
+  cudaEvent_t fork_event_ = nullptr;      // main stream -> side stream (enter_side_stream)
+  cudaEvent_t join_event_ = nullptr;      // side stream -> main stream (join_side_stream)
+  std::vector<cudaEvent_t> mark_events_;  // kMarkRing timing events, made on the first mark
   std::array<uint64_t, kMarkRing> mark_in_slot_{};
+  std::array<uint64_t, kMarkRing> mark_origin_of_slot_{};  // the origin (its number) a slot's mark is timed from
   uint64_t marks_ = 0;
-  cudaEvent_t mark_origin_ = nullptr;  // a timing event the device passed at mark_origin_time_ (host clock)
-  MarkClock::time_point mark_origin_time_;
+  // Origins: a timing event the device passed at a known host time; the current one (number origins_) and the one
+  // before (origins_ - 1): marks older than that are dropped (nullopt).
+  struct MarkOrigin {
+    cudaEvent_t event = nullptr;
+    MarkClock::time_point time;
+  };
+  std::array<MarkOrigin, 2> mark_origins_{};  // [number % 2]
+  uint64_t origins_ = 0;
+  void new_mark_origin();
   cudaStream_t copy_stream_ = nullptr;  // uploads (upload_async), beside the ops
   cudaEvent_t upload_done_ = nullptr;   // the last upload's end on copy_stream_ (stream_ waits for it)
   std::array<cudaEvent_t, kTicketRing> ticket_events_{};

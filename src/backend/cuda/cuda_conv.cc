@@ -163,18 +163,26 @@ struct AlgoChoice {
   template <typename Run>
   void search_by_time(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, cudaStream_t stream,
                       Run r) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    TG_CUDA_CHECK(cudaEventCreate(&start));
-    const cudaError_t made = cudaEventCreate(&stop);
-    if (made != cudaSuccess) cudaEventDestroy(start);
-    TG_CUDA_CHECK(made);
+    struct Events {  // freed on every path
+      cudaEvent_t start = nullptr, stop = nullptr;
+      ~Events() {
+        if (start) cudaEventDestroy(start);
+        if (stop) cudaEventDestroy(stop);
+      }
+    } ev;
+    TG_CUDA_CHECK(cudaEventCreate(&ev.start));
+    TG_CUDA_CHECK(cudaEventCreate(&ev.stop));
+    // Alone on the device: the side stream's exchange kernels (a backward search runs during backward) or a copy
+    // would slow whichever candidate they overlap.
+    TG_CUDA_CHECK(cudaDeviceSynchronize());
     std::string failed;
-    float best = 0.f;
+    int best = -1;
+    float best_ms = 0.f;
     for (size_t i = 0; i < candidates.size(); ++i) {
       TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[i].math));
       cudnnStatus_t st = r(candidates[i]);  // untimed: first-call setup
       for (int k = 0; k < kSearchRuns && st == CUDNN_STATUS_SUCCESS; ++k) {
-        if (k == 0) TG_CUDA_CHECK(cudaEventRecord(start, stream));
+        if (k == 0) TG_CUDA_CHECK(cudaEventRecord(ev.start, stream));
         st = r(candidates[i]);
       }
       if (st != CUDNN_STATUS_SUCCESS) {
@@ -183,24 +191,23 @@ struct AlgoChoice {
             fmt::format("{}{}: {}", failed.empty() ? "" : "; ", algo_name(candidates[i].algo), cudnnGetErrorString(st));
         continue;
       }
-      TG_CUDA_CHECK(cudaEventRecord(stop, stream));
-      TG_CUDA_CHECK(cudaEventSynchronize(stop));
+      TG_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+      TG_CUDA_CHECK(cudaEventSynchronize(ev.stop));
       float ms = 0.f;
-      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
       ms /= kSearchRuns;
       ++timed;
-      if (chosen < 0 || ms < best) chosen = static_cast<int>(i), best = ms;
+      if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    TG_CHECK(chosen >= 0, "conv {}: no {} algorithm executed ({})", d.key(), what, failed);
-    chosen_ms = best;
+    TG_CHECK(best >= 0, "conv {}: no {} algorithm executed ({})", d.key(), what, failed);
     // The last call left the output of the last candidate that ran: run the chosen one so the output is its own.
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[chosen].math));
-    const cudnnStatus_t st = r(candidates[chosen]);
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[best].math));
+    const cudnnStatus_t st = r(candidates[best]);
     TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
-             algo_name(candidates[chosen].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
+             algo_name(candidates[best].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
     debug_sync_after(what);
+    chosen = best;  // only now: a search that threw is redone by the next call
+    chosen_ms = best_ms;
   }
   ConvAlgorithm report() const {
     if (chosen < 0) return {};
