@@ -104,6 +104,22 @@ TEST(ReplicaGroups, AbortFreesAWaitingReplica) {
   EXPECT_THROW(groups->replica(0).world->barrier(), Error);
 }
 
+// The teardowns (NCCL's finalize-all-then-wait) run before any communicator goes, in the order added.
+TEST(ReplicaGroups, TeardownsRunBeforeTheCommunicatorsGo) {
+  const Topology t = Topology::build(nullptr, 2, {});
+  std::vector<std::string> seen;
+  {
+    std::unique_ptr<ReplicaGroups> groups = connect_cpu_replicas(t, nullptr);
+    Communicator* world = groups->replica(1).world;
+    groups->add_teardown([&seen, world] { seen.push_back(world->name()); });
+    groups->add_teardown([&seen] { seen.push_back("second"); });
+    EXPECT_TRUE(seen.empty());
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[0].find("rank 1 of 2"), std::string::npos) << seen[0];  // still alive when the teardown ran
+  EXPECT_EQ(seen[1], "second");
+}
+
 TEST(ReplicaGroupsMpi, ProcessesOfOneReplica) {
   TG_RUN_ON_N_MPI_RANKS(4);
   MpiCommunicator processes;
