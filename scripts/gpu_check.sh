@@ -89,6 +89,10 @@ declare -A OPTIONAL_CAP=([net:inception_v3]=50)
 VARIANTS=("hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical"
   "error_feedback --num_nodes 2 --grad_bits 1 --error_feedback" "tf32 --num_nodes 1 --allow_tf32=true"
   "nondeterministic --num_nodes 1 --deterministic=false" "conv_search --num_nodes 1 --conv_search=true")
+# The TernGrad LeNet runs (the section adds --batch_size and --max_steps) and the step whose exchange the first GPU
+# run writes for exchange_replay (--self-test replays a CPU run's with the same flags).
+TERNGRAD_LENET=(--net lenet --dataset fashion_mnist --num_nodes 2 --grad_bits 1 --clip_factor 2.5)
+REPLAY_STEP=3
 
 usage() {  # [STATUS]
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -290,7 +294,7 @@ twin_check() {
   local name=$1 third=$((GC_LIMIT / 3)) ok=1 timed_out="" d1 d2 syncs replay="" dump=() dir
   shift
   if [[ ${TWIN_REPLAY:-0} == 1 ]]; then
-    dir=$WORK/dump_$name && mkdir -p "$dir" && dump=(--exchange_dump "$dir" --exchange_dump_step 3)
+    dir=$WORK/dump_$name && mkdir -p "$dir" && dump=(--exchange_dump "$dir" --exchange_dump_step "$REPLAY_STEP")
   fi
   train "${name}_cuda1" "$third" "$@" --device cuda "${dump[@]}" ||
     { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda1"; }
@@ -324,8 +328,7 @@ if gpu_section lenet "${CAP[lenet]}"; then
 fi
 
 if gpu_section terngrad_lenet "${CAP[terngrad_lenet]}"; then
-  TWIN_REPLAY=1 twin_check terngrad_lenet --net lenet --dataset fashion_mnist --batch_size 64 --max_steps 20 \
-    --num_nodes 2 --grad_bits 1 --clip_factor 2.5
+  TWIN_REPLAY=1 twin_check terngrad_lenet "${TERNGRAD_LENET[@]}" --batch_size 64 --max_steps 20
 fi
 
 if gpu_section variants "${CAP[variants]}"; then

@@ -141,6 +141,15 @@ gc_self_test() {
     done
     [[ -z $bad_variant ]]
     expect "the variants section's flag sets run (one CPU step each)" $? "$bad_variant"
+    # The TernGrad LeNet section's dump and replay, on the CPU: the flags parse, the replay finds the same codes.
+    if [[ -x $build/exchange_replay ]]; then
+      mkdir -p "$work/dump"
+      "$build/terngrad-train" --benchmark_mode "${TERNGRAD_LENET[@]}" --batch_size 16 --max_steps "$REPLAY_STEP" \
+        --threads 1 --save_iter 100000000 --train_dir "$work/replay_run" --exchange_dump "$work/dump" \
+        --exchange_dump_step "$REPLAY_STEP" > "$work/replay.log" 2>&1 &&
+        "$build/exchange_replay" "$work/dump" >> "$work/replay.log" 2>&1
+      expect "the TernGrad LeNet flags' exchange dump replays on the CPU (exit 0)" $? "$(tail -1 "$work/replay.log")"
+    fi
   fi
 
   # ---- 3. no bundle ---------------------------------------------------------------------------------------------------
