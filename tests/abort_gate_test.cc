@@ -1,13 +1,16 @@
 // Tests of AbortGate (comm/abort_gate.h), the CPU twin of the NCCL communicator's abort: real threads, a "library"
 // that counts who is inside it. An abort from another thread while the owner waits on a call in progress ends the
 // wait with an error naming the communicator and the reason, runs its action once and never beside a library call or
-// poll; an abort in the middle of a stream of calls stops the stream; a second abort does nothing.
+// poll; an abort in the middle of a stream of calls stops the stream; a second abort does nothing; gates that share
+// a mutex (one GPU's communicators) exclude each other's calls but keep their own aborts.
 #include "terngrad/comm/abort_gate.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -90,6 +93,27 @@ TEST(AbortGate, AnAbortNeverRunsBesideACallOrAPoll) {
     EXPECT_EQ(lib.overlaps.load(), 0) << "round " << round;
     EXPECT_EQ(lib.aborts.load(), 1);
   }
+}
+
+// Gates sharing a mutex (the communicators of one GPU): aborting one never runs beside a call through the other, and
+// the other goes on working.
+TEST(AbortGate, GatesOfOneDeviceShareTheirMutexNotTheirAbort) {
+  auto device = std::make_shared<std::mutex>();
+  AbortGate world("world", device), local("local", device);
+  Library lib;
+  std::atomic<bool> stop{false};
+  std::thread owner([&] {
+    while (!stop) local.call([&] { lib.enter_and_leave(); });
+  });
+  while (lib.calls.load() < 200) std::this_thread::yield();
+  EXPECT_TRUE(world.abort([&] { lib.abort_action(); }, "a replica's step failed"));
+  const long at_abort = lib.calls.load();
+  while (lib.calls.load() < at_abort + 200) std::this_thread::yield();  // local still works
+  stop = true;
+  owner.join();
+  EXPECT_EQ(lib.overlaps.load(), 0);
+  EXPECT_FALSE(local.aborted());
+  EXPECT_THROW(world.call([] { return 0; }), Error);
 }
 
 // A poll's own error ends the wait with it (a failed collective), and the gate stays usable.

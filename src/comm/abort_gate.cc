@@ -14,7 +14,7 @@ void AbortGate::wait_until(const std::function<bool()>& poll) {
   long sleep_ns = 0;
   for (int polls = 0;; ++polls) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(*mu_);
       throw_if_aborted();
       if (poll()) return;
     }
@@ -26,7 +26,7 @@ void AbortGate::wait_until(const std::function<bool()>& poll) {
 }
 
 bool AbortGate::abort(const std::function<void()>& action, const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(*mu_);
   if (aborted_.load(std::memory_order_acquire)) return false;
   why_ = why.empty() ? "no reason given" : why;
   aborted_.store(true, std::memory_order_release);  // before the action: a throwing action still leaves it aborted

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "terngrad/core/error.h"
@@ -154,8 +157,22 @@ std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& com
 
 }  // namespace
 
+namespace {
+// One mutex per GPU of this process, shared by the gates of every communicator on it: NCCL calls on independent
+// communicators of one device must not run in parallel from several threads either (NCCL's thread-safety rules), and
+// an abort from another thread is such a call.
+std::shared_ptr<std::mutex> device_mutex(int device) {
+  static std::mutex registry_mutex;
+  static std::map<int, std::shared_ptr<std::mutex>> registry;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::shared_ptr<std::mutex>& m = registry[device];
+  if (!m) m = std::make_shared<std::mutex>();
+  return m;
+}
+}  // namespace
+
 NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int device, void* stream)
-    : rank_(rank), size_(size), device_(device), stream_(stream), gate_(name()) {
+    : rank_(rank), size_(size), device_(device), stream_(stream), gate_(name(), device_mutex(device)) {
   TG_CHECK(comm != nullptr, "NCCL communicator: null ncclComm_t for rank {} on cuda:{}", rank, device);
   TG_CHECK(rank >= 0 && rank < size, "NCCL communicator: rank {} outside [0, {})", rank, size);
   DeviceScope scope(device_);

@@ -8,10 +8,15 @@
 // kSleepCapNs). So abort(), from any thread, gets in between two polls: it never waits for a collective, never runs
 // beside a library call of the owner, runs its action once, and every later call() or wait_until() throws naming
 // the communicator and why it was aborted.
+//
+// Several gates may share one mutex: NCCL forbids calls on independent communicators of the same GPU from several
+// threads at once as well, so the communicators of one GPU share their device's (nccl_communicator.cc); each gate
+// keeps its own aborted state.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -25,15 +30,17 @@ class AbortGate {
   static constexpr long kSleepMinNs = 10'000;
   static constexpr long kSleepCapNs = 500'000;
 
-  // `name` names the communicator in the errors ("nccl (rank 3 of 16, cuda:3)").
-  explicit AbortGate(std::string name) : name_(std::move(name)) {}
+  // `name` names the communicator in the errors ("nccl (rank 3 of 16, cuda:3)"); `mutex`: the one it shares with
+  // other gates (a new one by default).
+  explicit AbortGate(std::string name, std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>())
+      : mu_(std::move(mutex)), name_(std::move(name)) {}
   AbortGate(const AbortGate&) = delete;
   AbortGate& operator=(const AbortGate&) = delete;
 
   // Runs f with the gate held and returns its result; throws instead once aborted.
   template <typename F>
   decltype(auto) call(F&& f) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(*mu_);
     throw_if_aborted();
     return f();
   }
@@ -48,7 +55,7 @@ class AbortGate {
  private:
   void throw_if_aborted() const;  // with mu_ held
 
-  std::mutex mu_;
+  std::shared_ptr<std::mutex> mu_;
   std::atomic<bool> aborted_{false};
   std::string name_;
   std::string why_;  // written once under mu_, before aborted_

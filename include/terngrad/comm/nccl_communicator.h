@@ -41,8 +41,9 @@
 // make ncclCommAbort possible at any point): no NCCL call blocks, one that cannot finish at once returns
 // ncclInProgress and is polled (ncclCommGetAsyncError) to its end. Every NCCL call and poll of the owner runs inside an
 // AbortGate (comm/abort_gate.h), and abort() takes the same gate, so no NCCL call runs on a communicator while it is
-// aborted or after (NCCL calls on one communicator are not thread-safe). Splits happen at setup, before an abort can
-// come (ReplicaGroups installs it after).
+// aborted or after. The gates of one GPU's communicators share that GPU's mutex: NCCL allows no parallel calls on
+// independent communicators of one device from several threads either (its thread-safety rules). Splits happen at
+// setup, before an abort can come (ReplicaGroups installs it after).
 #pragma once
 
 #include <functional>
