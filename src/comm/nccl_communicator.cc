@@ -21,17 +21,18 @@ namespace tg {
 
 namespace {
 
-// Makes `device` current for a scope and restores the previous one (best effort) at its end.
+// Makes `device` current for a scope and restores the previous one (best effort) at its end. A failed
+// cudaSetDevice throws, or with `best_effort` (teardown and abort, which must not throw) is let pass.
 class DeviceScope {
  public:
-  explicit DeviceScope(int device) {
+  explicit DeviceScope(int device, bool best_effort = false) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
     if (previous_ == device) return;
     const cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess && !best_effort)
       TG_THROW("NCCL communicator: cudaSetDevice({}) failed: {} ({})", device, cudaGetErrorName(e),
                cudaGetErrorString(e));
-    changed_ = true;
+    changed_ = e == cudaSuccess;
   }
   ~DeviceScope() {
     if (changed_ && previous_ >= 0) cudaSetDevice(previous_);
@@ -155,9 +156,6 @@ std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& com
   return out;
 }
 
-}  // namespace
-
-namespace {
 // One mutex per GPU of this process, shared by the gates of every communicator on it: NCCL calls on independent
 // communicators of one device must not run in parallel from several threads either (NCCL's thread-safety rules), and
 // an abort from another thread is such a call.
@@ -192,25 +190,13 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int devic
 // destroyed; a failed one, or one whose finalize does not settle in time, is aborted. Through the gate, so an abort
 // from another thread and this teardown never both run (whichever comes first does its work, the other nothing).
 NcclCommunicator::~NcclCommunicator() {
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-  if (previous != device_) cudaSetDevice(device_);
+  DeviceScope scope(device_, /*best_effort=*/true);
   if (comm_ != nullptr) {
     gate_.abort(
         [&] {
-          if (finalized_) {  // finalize_nccl_communicators did the waiting
-            ncclCommDestroy(comm_);
-            return;
-          }
-          ncclResult_t async = ncclSuccess;
-          const bool healthy = !failed_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
-                               (async == ncclSuccess || async == ncclInProgress);
-          bool finalized = healthy && settle(comm_, kTeardownSeconds) == ncclSuccess;
-          if (finalized) {
-            const ncclResult_t f = ncclCommFinalize(comm_);
-            finalized = (f == ncclSuccess || f == ncclInProgress) && settle(comm_, kTeardownSeconds) == ncclSuccess;
-          }
-          if (finalized)
+          if (!finalized_)  // else finalize_nccl_communicators did the waiting
+            finalized_ = start_finalize(kTeardownSeconds) && settle(comm_, kTeardownSeconds) == ncclSuccess;
+          if (finalized_)
             ncclCommDestroy(comm_);
           else
             ncclCommAbort(comm_);
@@ -218,7 +204,18 @@ NcclCommunicator::~NcclCommunicator() {
         "destroyed");
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
-  if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+}
+
+// With the gate held: whether the communicator is healthy, its queued work settled (at most `seconds`) and
+// ncclCommFinalize started; the caller then waits for it to settle.
+bool NcclCommunicator::start_finalize(double seconds) {
+  ncclResult_t async = ncclSuccess;
+  if (failed_ || ncclCommGetAsyncError(comm_, &async) != ncclSuccess ||
+      (async != ncclSuccess && async != ncclInProgress) || settle(comm_, seconds) != ncclSuccess)
+    return false;
+  DeviceScope scope(device_, /*best_effort=*/true);
+  const ncclResult_t f = ncclCommFinalize(comm_);
+  return f == ncclSuccess || f == ncclInProgress;
 }
 
 void* NcclCommunicator::use_stream(void* stream) {
@@ -379,11 +376,8 @@ void NcclCommunicator::abort(const std::string& why) noexcept {
   try {
     gate_.abort(
         [&] {
-          int previous = -1;
-          if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-          if (previous != device_) cudaSetDevice(device_);
+          DeviceScope scope(device_, /*best_effort=*/true);
           ncclCommAbort(comm_);
-          if (previous >= 0 && previous != device_) cudaSetDevice(previous);
         },
         why);
   } catch (...) {  // the gate's own bookkeeping (a string copy) failing: nothing left to do
@@ -396,21 +390,9 @@ void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, do
   // ranks may be this thread's.
   std::vector<NcclCommunicator*> started;
   for (NcclCommunicator* c : comms) {
-    if (c == nullptr || c->comm_ == nullptr || c->failed_) continue;
+    if (c == nullptr || c->comm_ == nullptr) continue;
     try {
-      const int r = c->gate_.call([&] {
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(c->comm_, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
-          return static_cast<int>(ncclInternalError);
-        if (settle(c->comm_, seconds) != ncclSuccess) return static_cast<int>(ncclInternalError);
-        int previous = -1;
-        if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-        if (previous != c->device_) cudaSetDevice(c->device_);
-        const int f = ncclCommFinalize(c->comm_);
-        if (previous >= 0 && previous != c->device_) cudaSetDevice(previous);
-        return f;
-      });
-      if (r == ncclSuccess || r == ncclInProgress) started.push_back(c);
+      if (c->gate_.call([&] { return c->start_finalize(seconds); })) started.push_back(c);
     } catch (const Error&) {  // aborted meanwhile: its teardown is done
     }
   }

@@ -5,11 +5,10 @@
 
 #include <cctype>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/read_file.h"
 
 namespace tg {
 
@@ -57,9 +56,7 @@ void write_npy(const std::string& path, const void* data, DType dtype, const std
 }
 
 NpyArray read_npy_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TG_THROW("{}: cannot open it", path);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_file(path);
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
     TG_THROW("{}: not a .npy file (no \\x93NUMPY magic)", path);
   const int major = static_cast<unsigned char>(bytes[6]);

@@ -6,14 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/json_value.h"
 #include "terngrad/core/json_writer.h"
 #include "terngrad/core/npy_file.h"
+#include "terngrad/core/read_file.h"
 #include "terngrad/exchange/gradient_exchange.h"
 
 namespace tg {
@@ -28,24 +27,19 @@ std::string rank_file(const std::string& dir, int rank, const char* what) {
   return file_in(dir, fmt::format("rank{}_{}.npy", rank, what));
 }
 
-// The tensors' elements, concatenated (host copies of `be`'s tensors).
-std::vector<float> gather(Backend& be, const std::vector<Tensor>& ts) {
-  int64_t total = 0;
-  for (const Tensor& t : ts) total += t.numel();
-  std::vector<float> out(static_cast<size_t>(total));
-  int64_t at = 0;
-  for (const Tensor& t : ts) {
-    TG_CHECK(t.dtype() == DType::kF32, "exchange dump: tensor {} is not f32", t.str());
-    if (t.numel() > 0) be.copy(Tensor(out.data() + at, Shape{t.numel()}, DType::kF32, Device::cpu()), t);
-    at += t.numel();
+// Appends the tensors' elements (host copies of `be`'s f32 tensors) to `out`; an undefined tensor stands for zeros of
+// like[i]'s size (a tensor without weight decay has no parameter tensor in the exchange's terms).
+void append_host(Backend& be, const std::vector<Tensor>& ts, const std::vector<Tensor>& like, std::vector<float>& out) {
+  TG_CHECK(ts.size() == like.size(), "exchange dump: {} tensors for {} gradients", ts.size(), like.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t n = like[i].numel();
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(n), 0.f);
+    if (!ts[i].defined() || n == 0) continue;
+    TG_CHECK(ts[i].dtype() == DType::kF32 && ts[i].numel() == n, "exchange dump: tensor {} is not f32 of {} elements",
+             ts[i].str(), n);
+    be.copy(Tensor(out.data() + at, Shape{n}, DType::kF32, Device::cpu()), ts[i]);
   }
-  return out;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TG_THROW("{}: cannot open it (is this an --exchange_dump folder?)", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 NpyArray read_shaped(const std::string& path, const std::vector<int64_t>& shape) {
@@ -152,36 +146,21 @@ void write_exchange_dump_inputs(const std::string& dir, int rank, Backend& be,
                                 const std::vector<std::vector<Tensor>>& worker_grads,
                                 const std::vector<Tensor>& params) {
   TG_CHECK(!worker_grads.empty(), "exchange dump: no workers");
+  const std::vector<Tensor>& like = worker_grads[0];
   std::vector<float> all;
-  int64_t per_worker = -1;
-  for (const std::vector<Tensor>& g : worker_grads) {
-    std::vector<float> w = gather(be, g);
-    TG_CHECK(per_worker < 0 || static_cast<int64_t>(w.size()) == per_worker, "exchange dump: workers of unequal size");
-    per_worker = static_cast<int64_t>(w.size());
-    all.insert(all.end(), w.begin(), w.end());
-  }
+  for (const std::vector<Tensor>& g : worker_grads) append_host(be, g, like, all);
+  const auto per_worker = static_cast<int64_t>(all.size() / worker_grads.size());
   write_npy(rank_file(dir, rank, "gradients"), all.data(), DType::kF32,
             {static_cast<int64_t>(worker_grads.size()), per_worker});
-  if (!params.empty()) {  // a tensor without decay has no parameter tensor here: zeros in its place
-    TG_CHECK(params.size() == worker_grads[0].size(), "exchange dump: {} parameter tensors for {} gradients",
-             params.size(), worker_grads[0].size());
-    std::vector<float> p(static_cast<size_t>(per_worker), 0.f);
-    int64_t at = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int64_t n = worker_grads[0][i].numel();
-      if (params[i].defined()) {
-        TG_CHECK(params[i].numel() == n && params[i].dtype() == DType::kF32,
-                 "exchange dump: parameter {} does not match its gradient", params[i].str());
-        if (n > 0) be.copy(Tensor(p.data() + at, Shape{n}, DType::kF32, Device::cpu()), params[i]);
-      }
-      at += n;
-    }
-    write_npy(rank_file(dir, rank, "params"), p.data(), DType::kF32, {per_worker});
-  }
+  if (params.empty()) return;
+  std::vector<float> p;
+  append_host(be, params, like, p);
+  write_npy(rank_file(dir, rank, "params"), p.data(), DType::kF32, {per_worker});
 }
 
 void write_exchange_dump_average(const std::string& dir, int rank, Backend& be, const std::vector<Tensor>& average) {
-  const std::vector<float> a = gather(be, average);
+  std::vector<float> a;
+  append_host(be, average, average, a);
   write_npy(rank_file(dir, rank, "average"), a.data(), DType::kF32, {static_cast<int64_t>(a.size())});
 }
 
@@ -202,7 +181,8 @@ std::string ExchangeReplayResult::summary() const {
 
 ExchangeReplayResult replay_exchange_dump(const std::string& dir) {
   const std::string manifest_path = file_in(dir, kManifest);
-  const ExchangeDumpManifest m = ExchangeDumpManifest::from_json(read_text(manifest_path), manifest_path);
+  const ExchangeDumpManifest m =
+      ExchangeDumpManifest::from_json(read_file(manifest_path, " (is this an --exchange_dump folder?)"), manifest_path);
   const CompressionPolicy policy(m.compression, m.tensors);
   const int L = m.workers_per_rank, N = m.ranks * L;
   const int64_t T = m.total_elements();

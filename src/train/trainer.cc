@@ -254,8 +254,8 @@ void Trainer::Impl::dump_exchange_inputs(Replica& r, GradientExchange& x, uint32
   if (r.rank != 0) return;
   ExchangeDumpManifest m;
   m.step = step32;
-  m.seed = cfg.seed;
-  m.exchange = &x == r.fp32.get() ? enum_name(fp32_form(parse_enum<ExchangeMode>(cfg.exchange))) : cfg.exchange;
+  m.seed = x.options().seed;
+  m.exchange = enum_name(x.options().mode);
   m.compression = x.policy().flags();
   for (const TensorCodingPlan& t : x.policy().tensors()) m.tensors.push_back({t.name, t.numel});
   m.ranks = x.num_workers() / static_cast<int>(r.workers.size());

@@ -101,6 +101,7 @@ class NcclCommunicator final : public Communicator {
   void enqueue(const char* what, const std::function<int()>& call);
   // Turns a failed NCCL result of `what` into a tg::Error (and marks the communicator failed).
   void check_nccl(int result, const char* what);
+  bool start_finalize(double seconds);  // with the gate held; see the .cc
   void check_cuda(int result, const char* what);
 
   ncclComm* comm_ = nullptr;

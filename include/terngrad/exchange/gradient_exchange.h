@@ -103,6 +103,7 @@ class GradientExchange {
   // Overlapped on the backend's side stream (the GPU's schedule), not on a communication thread.
   bool overlapped_on_stream() const { return on_side_stream_; }
   const CompressionPolicy& policy() const { return policy_; }
+  const ExchangeOptions& options() const { return ctx_.options; }  // as constructed (mode as given, seed)
   // Of the last step: scalers, encode, comm_blocked, comm_in_flight and decode times.
   const PhaseTimes& times() const { return times_; }
   // Stream overlap with a timeline: waits for the device and records every side-stream span still pending (before

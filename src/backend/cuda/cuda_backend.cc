@@ -169,12 +169,14 @@ void CudaBackend::destroy_lane(Lane& lane) {
   lane.stream = nullptr;
 }
 
-void CudaBackend::use_lane(Lane& lane) {
+cudnnStatus_t CudaBackend::switch_lane(Lane& lane) noexcept {
   lane_ = &lane;
   stream_ = lane.stream;
   cublas_ = lane.cublas;
-  TG_CUDNN_CHECK(cudnnSetStream(cudnn_, lane.stream));
+  return cudnnSetStream(cudnn_, lane.stream);
 }
+
+void CudaBackend::use_lane(Lane& lane) { TG_CUDNN_CHECK(switch_lane(lane)); }
 
 void CudaBackend::bind_thread() { TG_CUDA_CHECK(cudaSetDevice(index_)); }
 
@@ -200,11 +202,7 @@ void CudaBackend::leave_side_stream() {
 }
 
 void CudaBackend::leave_side_stream_after_error() noexcept {
-  if (lane_ != &side_) return;
-  lane_ = &main_;
-  stream_ = main_.stream;
-  cublas_ = main_.cublas;
-  cudnnSetStream(cudnn_, main_.stream);  // best effort: the step is failing anyway
+  if (lane_ == &side_) switch_lane(main_);  // cuDNN's status let pass: the step is failing anyway
 }
 
 // ---- device time marks ----------------------------------------------------------------------------------------

@@ -141,7 +141,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
-  bool on_side_stream() const { return lane_ == &side_; }
 
   // The current stream's arena, at least `bytes` long. Growing it synchronizes that stream first (pending ops
   // may still read the old one); op caches reserve what they need when an entry is created, so steady-state
@@ -208,7 +207,8 @@ class CudaBackend final : public Backend {
   };
   void make_lane(Lane& lane);
   void destroy_lane(Lane& lane);
-  void use_lane(Lane& lane);  // makes `lane` current (stream_, cublas_, cuDNN's stream)
+  void use_lane(Lane& lane);                       // makes `lane` current (stream_, cublas_, cuDNN's stream)
+  cudnnStatus_t switch_lane(Lane& lane) noexcept;  // the same, cuDNN's status returned instead of thrown
 
   Lane main_, side_;
   Lane* lane_ = &main_;                   // the current lane

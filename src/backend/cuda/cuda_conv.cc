@@ -132,19 +132,15 @@ struct AlgoChoice {
   template <typename Run>
   void run(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, bool search, cudaStream_t stream,
            Run r) {
-    if (chosen < 0 && search) {
-      TG_CHECK(!candidates.empty(), "conv {}: cuDNN offers no usable {} algorithm ({})", d.key(), what, rejected);
-      search_by_time(conv, what, d, stream, r);
-      return;
-    }
-    if (chosen >= 0) {
-      const cudnnStatus_t st = r(candidates[chosen]);
-      TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
-               algo_name(candidates[chosen].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
-      debug_sync_after(what);
-      return;
-    }
+    if (chosen >= 0) return run_kept(what, d, r);
     TG_CHECK(!candidates.empty(), "conv {}: cuDNN offers no usable {} algorithm ({})", d.key(), what, rejected);
+    if (search) {
+      const int best = fastest(conv, what, d, stream, r);
+      // The last call left the output of the last candidate that ran: run the chosen one so the output is its own.
+      TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[best].math));
+      chosen = best;  // only now: a search that threw is redone by the next call
+      return run_kept(what, d, r);
+    }
     std::string failed;
     for (size_t i = 0; i < candidates.size(); ++i) {
       TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[i].math));
@@ -160,9 +156,18 @@ struct AlgoChoice {
     }
     TG_THROW("conv {}: no {} algorithm executed ({})", d.key(), what, failed);
   }
+  // The kept algorithm (the descriptor's math type is already its own).
   template <typename Run>
-  void search_by_time(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, cudaStream_t stream,
-                      Run r) {
+  void run_kept(const char* what, const ConvDesc& d, Run r) {
+    const cudnnStatus_t st = r(candidates[chosen]);
+    TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
+             algo_name(candidates[chosen].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
+    debug_sync_after(what);
+  }
+  // The search: every candidate once untimed, then kSearchRuns calls between two events; the fastest's index (its
+  // time in chosen_ms, the number timed in timed).
+  template <typename Run>
+  int fastest(cudnnConvolutionDescriptor_t conv, const char* what, const ConvDesc& d, cudaStream_t stream, Run r) {
     struct Events {  // freed on every path
       cudaEvent_t start = nullptr, stop = nullptr;
       ~Events() {
@@ -200,14 +205,8 @@ struct AlgoChoice {
       if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
     }
     TG_CHECK(best >= 0, "conv {}: no {} algorithm executed ({})", d.key(), what, failed);
-    // The last call left the output of the last candidate that ran: run the chosen one so the output is its own.
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, candidates[best].math));
-    const cudnnStatus_t st = r(candidates[best]);
-    TG_CHECK(st == CUDNN_STATUS_SUCCESS, "conv {}: cuDNN {} {} failed: {} on {}", d.key(), what,
-             algo_name(candidates[best].algo), cudnnGetErrorString(st), detail::cuda_current_device_text());
-    debug_sync_after(what);
-    chosen = best;  // only now: a search that threw is redone by the next call
     chosen_ms = best_ms;
+    return best;
   }
   ConvAlgorithm report() const {
     if (chosen < 0) return {};
