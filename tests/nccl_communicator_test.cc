@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -100,6 +101,19 @@ struct Streams {
 };
 
 using testing::error_of;
+
+using NcclComms = std::vector<std::unique_ptr<NcclCommunicator>>;
+
+// Tears down every communicator of these sets as ReplicaGroups does: all finalized first, then destroyed (a
+// finalize may wait for its peers', which clearing one set after another would leave waiting for a destructor).
+void tear_down(std::initializer_list<NcclComms*> sets) {
+  std::vector<NcclCommunicator*> all;
+  for (NcclComms* set : sets)
+    for (auto& c : *set)
+      if (c) all.push_back(c.get());
+  finalize_nccl_communicators(all);
+  for (NcclComms* set : sets) set->clear();
+}
 
 // cuda:0, cuda:1, ... of this machine, at most 8 (one NCCL rank each).
 std::vector<int> gpus_up_to_8() {
@@ -312,7 +326,7 @@ TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
     EXPECT_EQ(comms[r]->stats().moved_bytes, moved) << "rank " << r;
     EXPECT_EQ(comms[r]->stats().calls, 6u + 2u + 1u + 1u) << "rank " << r;
   }
-  comms.clear();
+  tear_down({&comms});
 #endif
 }
 
@@ -347,7 +361,7 @@ TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
   auto groups = connect_gpu_replicas(t, nullptr, {0}, s.streams);
   EXPECT_EQ(groups->replica(0).world, nullptr);
   EXPECT_EQ(groups->replica(0).local, nullptr);
-  comms.clear();
+  tear_down({&comms});
 #endif
 }
 
@@ -415,8 +429,7 @@ TEST(NcclCommunicator, ThreadPerGpuReduceScatterAndSplit) {
     for (int w = r % 2; w < G; w += 2) want += w + 1;
     EXPECT_EQ(sums[r], want) << "rank " << r;
   }
-  subs.clear();
-  comms.clear();
+  tear_down({&subs, &comms});
 #endif
 }
 
@@ -480,7 +493,7 @@ TEST(NcclAcrossProcesses, TwoProcessesOneGpuEach) {
   std::vector<uint8_t> want(2 * n, 1);
   std::fill(want.begin() + n, want.end(), 2);
   EXPECT_EQ(g.download<uint8_t>(2 * n), want);
-  comms.clear();
+  tear_down({&comms});
 #endif
 }
 

@@ -194,8 +194,11 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) {
     gate_.abort(
         [&] {
-          if (!finalized_)  // else finalize_nccl_communicators did the waiting
-            finalized_ = start_finalize(kTeardownSeconds) && settle(comm_, kTeardownSeconds) == ncclSuccess;
+          // finalize_nccl_communicators may have started the finalize (and waited for it to settle, or given up):
+          // a second ncclCommFinalize would be refused and mark the communicator failed.
+          if (!finalized_)
+            finalized_ = (finalize_started_ || start_finalize(kTeardownSeconds)) &&
+                         settle(comm_, kTeardownSeconds) == ncclSuccess;
           if (finalized_)
             ncclCommDestroy(comm_);
           else
@@ -215,6 +218,7 @@ bool NcclCommunicator::start_finalize(double seconds) {
     return false;
   DeviceScope scope(device_, /*best_effort=*/true);
   const ncclResult_t f = ncclCommFinalize(comm_);
+  finalize_started_ = true;
   return f == ncclSuccess || f == ncclInProgress;
 }
 
@@ -384,6 +388,22 @@ void NcclCommunicator::abort(const std::string& why) noexcept {
   }
 }
 
+std::string NcclCommunicator::async_error() noexcept {
+  if (comm_ == nullptr || gate_.aborted()) return {};
+  try {
+    return gate_.call([&]() -> std::string {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return {};
+      const ncclResult_t bad = r != ncclSuccess ? r : state;
+      return fmt::format("{}: NCCL reports an error of its own: {} ({})", name(), ncclGetErrorString(bad),
+                         last_error_text(comm_));
+    });
+  } catch (...) {  // aborted meanwhile (the gate throws), or formatting failed: nothing to report
+    return {};
+  }
+}
+
 void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, double seconds) {
   // Finalize every healthy one first (non-blocking: returns at once), then wait for all: one communicator's finalize
   // may wait for its peers' (NCCL: it synchronises with the ranks still using shared resources), and several of the
@@ -526,10 +546,13 @@ std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(const st
     if (r == ncclSuccess) r = end;
   }
   if (previous >= 0) cudaSetDevice(previous);
-  // The parents are non-blocking too: each settles with its split before it takes another call.
-  std::vector<ncclComm_t> settling = comms;
-  for (NcclCommunicator* p : parents) settling.push_back(p->comm_);
-  r = settle_all(r, settling);
+  // The parents are non-blocking too: each settles with its split before it takes another call. NCCL writes the
+  // new handles when the split completes, so they are read only after the parents settled (a handle still null
+  // then is a color < 0).
+  std::vector<ncclComm_t> parent_comms;
+  for (NcclCommunicator* p : parents) parent_comms.push_back(p->comm_);
+  r = settle_all(r, parent_comms);
+  r = settle_all(r, comms);
   if (r != ncclSuccess) {
     const std::string detail = last_error_text(parents.empty() ? nullptr : parents[0]->comm_);
     for (ncclComm_t c : comms)

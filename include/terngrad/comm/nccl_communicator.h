@@ -82,6 +82,9 @@ class NcclCommunicator final : public Communicator {
   // abort waits for the owner's NCCL call or poll running now (never for a collective: the communicator is
   // non-blocking and its waits poll with the gate free between polls; AbortGate) and runs once.
   void abort(const std::string& why = "abort() was called") noexcept;
+  // From any thread (HealthWatch): "" while NCCL reports no error of its own on this communicator (or it is busy in
+  // an init, split or finalize, or aborted already), else one line naming it and NCCL's error.
+  std::string async_error() noexcept;
 
  protected:
 #define TG_DECLARE_COMM_IMPL(ret, name, params) ret name params override;
@@ -109,10 +112,11 @@ class NcclCommunicator final : public Communicator {
   int size_ = 1;
   int device_ = 0;
   void* stream_ = nullptr;
-  int* barrier_word_ = nullptr;  // one device int: the barrier's all-reduce
-  bool failed_ = false;          // an error was seen by the owner: abort, never destroy
-  bool finalized_ = false;       // finalize_nccl_communicators finished its finalize: only destroy is left
-  AbortGate gate_;               // the owner's NCCL calls and polls against abort() from any thread
+  int* barrier_word_ = nullptr;    // one device int: the barrier's all-reduce
+  bool failed_ = false;            // an error was seen by the owner: abort, never destroy
+  bool finalize_started_ = false;  // ncclCommFinalize was called (NCCL refuses a second one): only settle is left
+  bool finalized_ = false;         // the finalize settled: only destroy is left
+  AbortGate gate_;                 // the owner's NCCL calls and polls against abort() from any thread
 };
 
 // One communicator per listed GPU of this process, rank k on devices[k], collectives on streams[k]
