@@ -10,18 +10,18 @@ void AbortGate::throw_if_aborted() const {
   if (aborted_.load(std::memory_order_acquire)) TG_THROW("{}: the communicator was aborted ({})", name_, why_);
 }
 
+void PollBackoff::pause() {
+  if (polls_++ < kSpinPolls) return;
+  sleep_ns_ = sleep_ns_ == 0 ? kSleepMinNs : std::min(2 * sleep_ns_, kSleepCapNs);
+  timespec ts{0, sleep_ns_};
+  nanosleep(&ts, nullptr);
+}
+
 void AbortGate::wait_until(const std::function<bool()>& poll) {
-  long sleep_ns = 0;
-  for (int polls = 0;; ++polls) {
-    {
-      std::lock_guard<std::mutex> lock(*mu_);
-      throw_if_aborted();
-      if (poll()) return;
-    }
-    if (polls < kSpinPolls) continue;
-    sleep_ns = sleep_ns == 0 ? kSleepMinNs : std::min(2 * sleep_ns, kSleepCapNs);
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
+  for (PollBackoff backoff;; backoff.pause()) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    throw_if_aborted();
+    if (poll()) return;
   }
 }
 

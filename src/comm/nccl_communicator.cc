@@ -5,10 +5,8 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -82,24 +80,28 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
-// Waits for a communicator being created, split or finalized to leave ncclInProgress, sleeping between polls as
+// Waits for a communicator being created, split or finalized to leave ncclInProgress, pausing between polls as
 // AbortGate does; its final state, or ncclInProgress when `deadline` (seconds; 0: none) passed first.
 ncclResult_t settle(ncclComm_t comm, double deadline = 0) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(deadline > 0 ? deadline : 0));
-  long sleep_ns = 0;
-  for (int polls = 0;; ++polls) {
+  for (PollBackoff backoff;; backoff.pause()) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
     if (r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
     if (deadline > 0 && Clock::now() >= end) return ncclInProgress;
-    if (polls < AbortGate::kSpinPolls) continue;
-    sleep_ns = sleep_ns == 0 ? AbortGate::kSleepMinNs : std::min(2 * sleep_ns, AbortGate::kSleepCapNs);
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
   }
+}
+
+// NCCL's own error on a communicator: ncclSuccess while healthy (idle or with work in progress), else the failed
+// query's result or the error state.
+ncclResult_t own_error(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+  if (r != ncclSuccess) return r;
+  return state == ncclInProgress ? ncclSuccess : state;
 }
 
 // After a group of non-blocking inits or splits: `r` (the calls' and ncclGroupEnd's result; ncclInProgress is not a
@@ -212,10 +214,7 @@ NcclCommunicator::~NcclCommunicator() {
 // With the gate held: whether the communicator is healthy, its queued work settled (at most `seconds`) and
 // ncclCommFinalize started; the caller then waits for it to settle.
 bool NcclCommunicator::start_finalize(double seconds) {
-  ncclResult_t async = ncclSuccess;
-  if (failed_ || ncclCommGetAsyncError(comm_, &async) != ncclSuccess ||
-      (async != ncclSuccess && async != ncclInProgress) || settle(comm_, seconds) != ncclSuccess)
-    return false;
+  if (failed_ || own_error(comm_) != ncclSuccess || settle(comm_, seconds) != ncclSuccess) return false;
   DeviceScope scope(device_, /*best_effort=*/true);
   const ncclResult_t f = ncclCommFinalize(comm_);
   finalize_started_ = true;
@@ -392,10 +391,8 @@ std::string NcclCommunicator::async_error() noexcept {
   if (comm_ == nullptr || gate_.aborted()) return {};
   try {
     return gate_.call([&]() -> std::string {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-      if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return {};
-      const ncclResult_t bad = r != ncclSuccess ? r : state;
+      const ncclResult_t bad = own_error(comm_);
+      if (bad == ncclSuccess) return {};
       return fmt::format("{}: NCCL reports an error of its own: {} ({})", name(), ncclGetErrorString(bad),
                          last_error_text(comm_));
     });

@@ -13,6 +13,7 @@
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
+#include "terngrad/core/read_file.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/data/tfrecord.h"
@@ -163,9 +164,7 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
     std::string all;
     for (const auto& n : names) {
       fs::path p = dir / n;
-      std::ifstream in(p, std::ios::binary);
-      if (!in) TG_THROW("cannot open '{}' (--input_dir should hold the CIFAR-10 binary batches)", p.string());
-      std::string d((std::istreambuf_iterator<char>(in)), {});
+      std::string d = read_file(p.string(), " (--input_dir should hold the CIFAR-10 binary batches)");
       if (d.empty() || d.size() % kRecord != 0)
         TG_THROW("'{}': {} bytes is not a whole number of {}-byte CIFAR-10 records", p.string(), d.size(), kRecord);
       all += d;
@@ -233,14 +232,8 @@ std::vector<LabeledFile> list_class_folders(const std::string& root, const std::
   return out;
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TG_THROW("cannot open '{}'", path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions& opt) {
-  std::string bytes = read_file_bytes(f.path);
+  std::string bytes = read_file(f.path);
   ImageFormat fmt = sniff_image_format(bytes);
   if (fmt == ImageFormat::kUnknown) TG_THROW("'{}' is neither JPEG nor PNG", f.path);
   Image img = decode_image(bytes, "", 0, 0, 0, 0, f.path);

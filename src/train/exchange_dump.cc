@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"

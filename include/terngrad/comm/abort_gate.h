@@ -4,10 +4,9 @@
 //
 // The owner thread makes every library call inside call(); a call the library leaves in progress (NCCL's non-blocking
 // communicators return ncclInProgress instead of blocking) is waited for with wait_until(), which holds the gate only
-// for each poll and sleeps between polls (a spin of kSpinPolls, then a back-off from kSleepMinNs doubling to
-// kSleepCapNs). So abort(), from any thread, gets in between two polls: it never waits for a collective, never runs
-// beside a library call of the owner, runs its action once, and every later call() or wait_until() throws naming
-// the communicator and why it was aborted.
+// for each poll and pauses between polls (PollBackoff). So abort(), from any thread, gets in between two polls: it
+// never waits for a collective, never runs beside a library call of the owner, runs its action once, and every later
+// call() or wait_until() throws naming the communicator and why it was aborted.
 //
 // Several gates may share one mutex: NCCL forbids calls on independent communicators of the same GPU from several
 // threads at once as well, so the communicators of one GPU share their device's (nccl_communicator.cc); each gate
@@ -24,12 +23,22 @@
 
 namespace tg {
 
-class AbortGate {
+// The pause between two polls of a wait: kSpinPolls back to back, then sleeps from kSleepMinNs doubling to
+// kSleepCapNs, so a thread waiting for a slow collective leaves the core to others.
+class PollBackoff {
  public:
   static constexpr int kSpinPolls = 200;
   static constexpr long kSleepMinNs = 10'000;
   static constexpr long kSleepCapNs = 500'000;
+  void pause();
 
+ private:
+  int polls_ = 0;
+  long sleep_ns_ = 0;
+};
+
+class AbortGate {
+ public:
   // `name` names the communicator in the errors ("nccl (rank 3 of 16, cuda:3)"); `mutex`: the one it shares with
   // other gates (a new one by default).
   explicit AbortGate(std::string name, std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>())

@@ -120,7 +120,7 @@ CudaBackend::CudaBackend(int index, const BackendOptions& options)
   TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
   use_lane(main_);
   label_flag_ = Buffer(allocator_, sizeof(unsigned long long));
-  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream_));
+  TG_CUDA_CHECK(cudaMemsetAsync(label_flag_.data(), 0xFF, sizeof(unsigned long long), stream()));
   TG_CUDA_CHECK(cudaMallocHost(&host_pinned_, 64));
 }
 
@@ -171,8 +171,6 @@ void CudaBackend::destroy_lane(Lane& lane) {
 
 cudnnStatus_t CudaBackend::switch_lane(Lane& lane) noexcept {
   lane_ = &lane;
-  stream_ = lane.stream;
-  cublas_ = lane.cublas;
   return cudnnSetStream(cudnn_, lane.stream);
 }
 
@@ -230,7 +228,7 @@ uint64_t CudaBackend::record_mark() {
     new_mark_origin();
   const uint64_t mark = ++marks_;
   const size_t slot = mark % kMarkRing;
-  TG_CUDA_CHECK(cudaEventRecord(mark_events_[slot], stream_));
+  TG_CUDA_CHECK(cudaEventRecord(mark_events_[slot], stream()));
   mark_in_slot_[slot] = mark;
   mark_origin_of_slot_[slot] = origins_;
   return mark;
@@ -328,8 +326,8 @@ void CudaBackend::sync_and_check() {
   if (read_flag)
     TG_CUDA_CHECK(cudaMemcpyAsync(flag_host, label_flag_.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                   main_.stream));
-  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (stream_ != main_.stream) TG_CUDA_CHECK(cudaStreamSynchronize(main_.stream));
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (stream() != main_.stream) TG_CUDA_CHECK(cudaStreamSynchronize(main_.stream));
   if (!read_flag) return;
   label_check_pending_ = false;
   unsigned long long flag;
@@ -345,7 +343,7 @@ void* CudaBackend::workspace(size_t bytes) {
   Buffer& arena = lane_->workspace;
   if (bytes <= arena.bytes()) return arena.data();
   const size_t rounded = (bytes + kWorkspaceGranule - 1) / kWorkspaceGranule * kWorkspaceGranule;
-  TG_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may read the old arena
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream()));  // ops still queued may read the old arena
   arena = Buffer();
   arena = Buffer(allocator_, rounded);
   ++workspace_grows_;
@@ -368,7 +366,7 @@ void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
   cudaMemcpyKind kind = dst.device().is_cpu()
                             ? (src.device().is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                             : (src.device().is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
-  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream_));
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), kind, stream()));
   // A host destination is read by the caller right after, and a host source may be reused at once: wait for the
   // copy (the front counts it as the host synchronisation it is; a step uses upload_async / download_async).
   if (dst.device().is_cpu() || src.device().is_cpu()) sync_and_check();
@@ -378,13 +376,13 @@ void CudaBackend::zero_impl(const Tensor& dst) {
   if (dst.bytes() == 0) return;
   check_on_device(dst, "zero", "dst");
   CudaDeviceGuard guard(index_);
-  TG_CUDA_CHECK(cudaMemsetAsync(dst.raw(), 0, dst.bytes(), stream_));
+  TG_CUDA_CHECK(cudaMemsetAsync(dst.raw(), 0, dst.bytes(), stream()));
 }
 
 void CudaBackend::fill_impl(const Tensor& dst, float value) {
   check_on_device(dst, "fill", "dst");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::fill_f32(dst.data<float>(), dst.numel(), value, stream_);
+  cuda_kernels::fill_f32(dst.data<float>(), dst.numel(), value, stream());
 }
 
 // ---- element-wise --------------------------------------------------------------------------------------------
@@ -394,27 +392,27 @@ void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& out) 
   check_on_device(a, "add", "a"), check_on_device(b, "add", "b"), check_on_device(out, "add", "out");
   CudaDeviceGuard guard(index_);
   const DType t = compute_dtype("add", a, {&b, &out});
-  cuda_kernels::add(t, a.raw(), b.raw(), out.raw(), a.numel(), stream_);
+  cuda_kernels::add(t, a.raw(), b.raw(), out.raw(), a.numel(), stream());
 }
 
 void CudaBackend::axpy_impl(float alpha, const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "axpy");
   check_on_device(x, "axpy", "x"), check_on_device(y, "axpy", "y");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::axpy_f32(alpha, x.data<float>(), y.data<float>(), x.numel(), stream_);
+  cuda_kernels::axpy_f32(alpha, x.data<float>(), y.data<float>(), x.numel(), stream());
 }
 
 void CudaBackend::scale_impl(float alpha, const Tensor& x) {
   check_on_device(x, "scale", "x");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::scale_f32(alpha, x.data<float>(), x.numel(), stream_);
+  cuda_kernels::scale_f32(alpha, x.data<float>(), x.numel(), stream());
 }
 
 void CudaBackend::relu_forward_impl(const Tensor& x, const Tensor& y) {
   check_same_numel(x, y, "relu");
   check_on_device(x, "relu", "x"), check_on_device(y, "relu", "y");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::relu_forward(compute_dtype("relu", x, {&y}), x.raw(), y.raw(), x.numel(), stream_);
+  cuda_kernels::relu_forward(compute_dtype("relu", x, {&y}), x.raw(), y.raw(), x.numel(), stream());
 }
 
 void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Tensor& dx) {
@@ -424,7 +422,7 @@ void CudaBackend::relu_backward_impl(const Tensor& y, const Tensor& dy, const Te
   check_on_device(dx, "relu_backward", "dx");
   CudaDeviceGuard guard(index_);
   const DType t = compute_dtype("relu_backward", y, {&dy, &dx});
-  cuda_kernels::relu_backward(t, y.raw(), dy.raw(), dx.raw(), y.numel(), stream_);
+  cuda_kernels::relu_backward(t, y.raw(), dy.raw(), dx.raw(), y.numel(), stream());
 }
 
 void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const Tensor& mask, float keep_prob,
@@ -436,7 +434,7 @@ void CudaBackend::dropout_forward_impl(const Tensor& x, const Tensor& y, const T
   CudaDeviceGuard guard(index_);
   const DType t = compute_dtype("dropout", x, {&y});
   cuda_kernels::dropout_forward(t, x.raw(), y.raw(), mask.data<uint8_t>(), x.numel(), keep_prob, key, step, salt,
-                                stream_);
+                                stream());
 }
 
 void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float keep_prob, const Tensor& dx) {
@@ -446,7 +444,7 @@ void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, fl
   check_on_device(dx, "dropout_backward", "dx");
   CudaDeviceGuard guard(index_);
   const DType t = compute_dtype("dropout_backward", dy, {&dx});
-  cuda_kernels::dropout_backward(t, dy.raw(), mask.data<uint8_t>(), keep_prob, dx.raw(), dy.numel(), stream_);
+  cuda_kernels::dropout_backward(t, dy.raw(), mask.data<uint8_t>(), keep_prob, dx.raw(), dy.numel(), stream());
 }
 
 // Channel concat/split are strided 2-D copies: rows = N*H*W, a part's row is c elements (of the compute dtype,
@@ -467,7 +465,7 @@ void CudaBackend::concat_channels_impl(const std::vector<Tensor>& parts, const T
     compute_dtype("concat", out, {&p});
     if (rows * c > 0)
       TG_CUDA_CHECK(cudaMemcpy2DAsync(po + offset * es, c_out * es, p.raw(), c * es, c * es, rows,
-                                      cudaMemcpyDeviceToDevice, stream_));
+                                      cudaMemcpyDeviceToDevice, stream()));
     offset += c;
   }
   TG_CHECK(offset == c_out, "concat: parts have {} channels, output {}", offset, c_out);
@@ -490,7 +488,7 @@ void CudaBackend::split_channels_impl(const Tensor& dout, const std::vector<Tens
       compute_dtype("split", dout, {&p});
       if (rows * c > 0)
         TG_CUDA_CHECK(cudaMemcpy2DAsync(p.raw(), c * es, po + offset * es, c_out * es, c * es, rows,
-                                        cudaMemcpyDeviceToDevice, stream_));
+                                        cudaMemcpyDeviceToDevice, stream()));
     }
     offset += c;
   }
@@ -504,8 +502,8 @@ double CudaBackend::reduce_to_host(const Tensor& x, bool squares, const char* op
   CudaDeviceGuard guard(index_);
   auto* partials = static_cast<double*>(lane_->reduce_partials.data());
   auto* result = static_cast<double*>(lane_->reduce_result.data());
-  cuda_kernels::reduce_sum_f64(x.dtype(), x.raw(), x.numel(), squares, partials, result, stream_);
-  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  cuda_kernels::reduce_sum_f64(x.dtype(), x.raw(), x.numel(), squares, partials, result, stream());
+  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream()));
   sync_and_check();
   double v;
   std::memcpy(&v, host_pinned_, sizeof(double));
@@ -536,7 +534,7 @@ void CudaBackend::reduce_into_impl(Reduction r, const Tensor* xs, const float* w
     }
     const bool last = k >= count;
     cuda_kernels::reduce_table(t, r == Reduction::kSumSquares, first, last, running, out.data<float>(), scratch,
-                               stream_);
+                               stream());
     first = false;
   } while (k < count);
 }
@@ -547,8 +545,8 @@ float CudaBackend::max_abs_impl(const Tensor& x) {
   CudaDeviceGuard guard(index_);
   auto* partials = static_cast<double*>(lane_->reduce_partials.data());
   auto* result = static_cast<double*>(lane_->reduce_result.data());
-  cuda_kernels::reduce_max_abs(x.dtype(), x.raw(), x.numel(), partials, result, stream_);
-  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  cuda_kernels::reduce_max_abs(x.dtype(), x.raw(), x.numel(), partials, result, stream());
+  TG_CUDA_CHECK(cudaMemcpyAsync(host_pinned_, result, sizeof(double), cudaMemcpyDeviceToHost, stream()));
   sync_and_check();
   double v;
   std::memcpy(&v, host_pinned_, sizeof(double));
@@ -570,7 +568,7 @@ void CudaBackend::softmax_xent_forward_impl(const Tensor& logits, const Tensor& 
   CudaDeviceGuard guard(index_);
   cuda_kernels::softmax_xent_forward(logits.dtype(), logits.raw(), labels.data<int32_t>(), n, k, label_smoothing,
                                      probs.data<float>(), losses.data<float>(),
-                                     static_cast<unsigned long long*>(label_flag_.data()), stream_);
+                                     static_cast<unsigned long long*>(label_flag_.data()), stream());
   label_check_pending_ = true, label_k_ = k;  // read at the next host sync (no wait here)
 }
 
@@ -587,7 +585,7 @@ void CudaBackend::softmax_xent_backward_impl(const Tensor& probs, const Tensor& 
   CudaDeviceGuard guard(index_);
   cuda_kernels::softmax_xent_backward(dlogits.dtype(), probs.data<float>(), labels.data<int32_t>(), n, k,
                                       label_smoothing, scale, dlogits.raw(),
-                                      static_cast<unsigned long long*>(label_flag_.data()), stream_);
+                                      static_cast<unsigned long long*>(label_flag_.data()), stream());
   label_check_pending_ = true, label_k_ = k;
 }
 
@@ -608,7 +606,7 @@ void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor&
   CudaDeviceGuard guard(index_);
   cuda_kernels::optimizer_update_f32(step, w.data<float>(), g.data<float>(), needs1 ? s1.data<float>() : nullptr,
                                      needs2 ? s2.data<float>() : nullptr, with_ema ? ema.data<float>() : nullptr,
-                                     w.numel(), stream_);
+                                     w.numel(), stream());
 }
 
 void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
@@ -640,14 +638,14 @@ void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const T
   optimizer_update_coded_cuda(step, w.data<float>(), g.gathered ? g.gathered.data<uint8_t>() : nullptr, g.stride,
                               g.code_sums ? g.code_sums.data<int8_t>() : nullptr, g.num_workers, g.scaler.data<float>(),
                               needs1 ? s1.data<float>() : nullptr, needs2 ? s2.data<float>() : nullptr,
-                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream_, g.bucket);
+                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream(), g.bucket);
 }
 
 void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {
   check_same_numel(w, ema, "ema_update");
   check_on_device(w, "ema_update", "w"), check_on_device(ema, "ema_update", "ema");
   CudaDeviceGuard guard(index_);
-  cuda_kernels::ema_update_f32(decay, w.data<float>(), ema.data<float>(), w.numel(), stream_);
+  cuda_kernels::ema_update_f32(decay, w.data<float>(), ema.data<float>(), w.numel(), stream());
 }
 
 // ---- factory

@@ -116,7 +116,7 @@ class CudaBackend final : public Backend {
   Allocator& allocator() override { return allocator_; }
   Allocator& staging_allocator() override;  // page-locked host memory (cudaHostAlloc, portable to every device)
   void bind_thread() override;
-  void* native_stream() override { return stream_; }
+  void* native_stream() override { return lane_->stream; }
   bool has_side_stream() const override { return true; }
   void enter_side_stream() override;
   void leave_side_stream() override;
@@ -138,8 +138,8 @@ class CudaBackend final : public Backend {
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }
   const BackendOptions& options() const { return options_; }
-  cudaStream_t stream() const { return stream_; }
-  cublasHandle_t cublas() const { return cublas_; }
+  cudaStream_t stream() const { return lane_->stream; }  // the current lane's: where ops go now
+  cublasHandle_t cublas() const { return lane_->cublas; }
   cudnnHandle_t cudnn() const { return cudnn_; }
 
   // The current stream's arena, at least `bytes` long. Growing it synchronizes that stream first (pending ops
@@ -207,12 +207,11 @@ class CudaBackend final : public Backend {
   };
   void make_lane(Lane& lane);
   void destroy_lane(Lane& lane);
-  void use_lane(Lane& lane);                       // makes `lane` current (stream_, cublas_, cuDNN's stream)
+  void use_lane(Lane& lane);                       // makes `lane` current (and cuDNN's stream)
   cudnnStatus_t switch_lane(Lane& lane) noexcept;  // the same, cuDNN's status returned instead of thrown
 
   Lane main_, side_;
   Lane* lane_ = &main_;                   // the current lane
-  cudaStream_t stream_ = nullptr;         // lane_->stream: where ops go now
   cudaEvent_t fork_event_ = nullptr;      // main stream -> side stream (enter_side_stream)
   cudaEvent_t join_event_ = nullptr;      // side stream -> main stream (join_side_stream)
   std::vector<cudaEvent_t> mark_events_;  // kMarkRing timing events, made on the first mark
@@ -232,7 +231,6 @@ class CudaBackend final : public Backend {
   cudaEvent_t upload_done_ = nullptr;   // the last upload's end on copy_stream_ (stream_ waits for it)
   std::array<cudaEvent_t, kTicketRing> ticket_events_{};
   std::array<uint64_t, kTicketRing> ticket_in_slot_{};
-  cublasHandle_t cublas_ = nullptr;  // lane_->cublas
   cudnnHandle_t cudnn_ = nullptr;
   int workspace_grows_ = 0;
   Buffer label_flag_;                 // one u64: (first bad example's row << 32 | its label), or kNoBadLabel

@@ -26,9 +26,9 @@ void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const 
   if (decayed || residual) {
     ternary_scaler_with_adds_cuda(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
                                   residual ? residual.data<float>() : nullptr, g.numel(), clip_factor,
-                                  scaler.data<float>(), ws, stream_, bucket);
+                                  scaler.data<float>(), ws, stream(), bucket);
   } else {
-    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream_, bucket);
+    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream(), bucket);
   }
 }
 
@@ -51,7 +51,7 @@ void CudaBackend::ternary_encode_impl(const Tensor& g, const Tensor& scaler, Phi
                                       uint32_t tensor, const Tensor& packed, const Tensor& zero_count, int64_t bucket) {
   const TernaryEncodeCuda a = encode_args(g, scaler, tensor, packed, zero_count, Tensor(), bucket);
   CudaDeviceGuard guard(index_);
-  ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream_, bucket);
+  ternary_encode_cuda(a.g, a.n, a.scaler, key, step, a.tensor, a.packed, a.zero_count, stream(), bucket);
 }
 
 // Tables of up to kEncodeTableCuda tensors: one launch each (and one for the zero counts).
@@ -65,7 +65,7 @@ void CudaBackend::ternary_encode_many_impl(const TernaryEncodeItem* items, int c
       const TernaryEncodeItem& it = items[first + k];
       table[k] = encode_args(it.g, it.scaler, it.tensor, it.packed, it.zero_count, it.residual, it.bucket);
     }
-    ternary_encode_table_cuda(table, m, key, step, stream_);
+    ternary_encode_table_cuda(table, m, key, step, stream());
   }
 }
 
@@ -73,66 +73,66 @@ void CudaBackend::ternary_sum_codes_impl(const Tensor& packed, int64_t stride, i
                                          const Tensor& code_sums) {
   CudaDeviceGuard guard(index_);
   ternary_sum_codes_cuda(packed.data<uint8_t>(), stride, num_workers, code_sums.numel(), code_sums.data<int8_t>(),
-                         stream_);
+                         stream());
 }
 
 void CudaBackend::max_scalers_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, ptrs);
   CudaDeviceGuard guard(index_);
-  max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+  max_scalers_cuda(ptrs, count, out.numel(), out.data<float>(), stream());
 }
 
 void CudaBackend::ternary_decode_sums_impl(const Tensor& code_sums, const Tensor& scaler, int num_workers,
                                            const Tensor& g, int64_t bucket) {
   CudaDeviceGuard guard(index_);
   ternary_decode_sums_cuda(code_sums.data<int8_t>(), g.numel(), scaler.data<float>(), num_workers, g.data<float>(),
-                           stream_, bucket);
+                           stream(), bucket);
 }
 
 void CudaBackend::ternary_decode_gathered_impl(const Tensor& gathered, int64_t stride, int num_workers,
                                                const Tensor& scaler, const Tensor& g, int64_t bucket) {
   CudaDeviceGuard guard(index_);
   ternary_decode_gathered_cuda(gathered.data<uint8_t>(), stride, num_workers, g.numel(), scaler.data<float>(),
-                               g.data<float>(), stream_, bucket);
+                               g.data<float>(), stream(), bucket);
 }
 
 void CudaBackend::encode_f16_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, ptrs);
   CudaDeviceGuard guard(index_);
-  encode_f16_sum_cuda(ptrs, count, out.numel(), out.data<half_bits>(), stream_);
+  encode_f16_sum_cuda(ptrs, count, out.numel(), out.data<half_bits>(), stream());
 }
 
 void CudaBackend::encode_f32_sum_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, ptrs);
   CudaDeviceGuard guard(index_);
-  encode_f32_sum_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+  encode_f32_sum_cuda(ptrs, count, out.numel(), out.data<float>(), stream());
 }
 
 void CudaBackend::average_f16_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, ptrs);
   CudaDeviceGuard guard(index_);
-  average_f16_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+  average_f16_cuda(ptrs, count, out.numel(), out.data<float>(), stream());
 }
 
 void CudaBackend::average_f32_impl(const Tensor* xs, int count, const Tensor& out) {
   const float* ptrs[kMaxCodecInputs];
   input_pointers(xs, count, ptrs);
   CudaDeviceGuard guard(index_);
-  average_f32_cuda(ptrs, count, out.numel(), out.data<float>(), stream_);
+  average_f32_cuda(ptrs, count, out.numel(), out.data<float>(), stream());
 }
 
 void CudaBackend::decode_f16_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   CudaDeviceGuard guard(index_);
-  decode_f16_sum_cuda(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>(), stream_);
+  decode_f16_sum_cuda(sum.data<half_bits>(), g.numel(), num_workers, g.data<float>(), stream());
 }
 
 void CudaBackend::decode_f32_sum_impl(const Tensor& sum, int num_workers, const Tensor& g) {
   CudaDeviceGuard guard(index_);
-  decode_f32_sum_cuda(sum.data<float>(), g.numel(), num_workers, g.data<float>(), stream_);
+  decode_f32_sum_cuda(sum.data<float>(), g.numel(), num_workers, g.data<float>(), stream());
 }
 
 }  // namespace tg

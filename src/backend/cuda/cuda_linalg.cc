@@ -21,15 +21,15 @@ void CudaBackend::matmul_impl(const Tensor& a, bool transpose_a, const Tensor& b
   CudaDeviceGuard guard(index_);
   const float one = 1.f;
   // beta 0: cuBLAS does not read c then (NaN in c does not propagate).
-  TG_CUBLAS_CHECK(cublasSgemm(cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b.data<float>(),
-                              static_cast<int>(b.shape()[1]), a.data<float>(), static_cast<int>(a.shape()[1]), &beta,
-                              c.data<float>(), static_cast<int>(n)));
+  TG_CUBLAS_CHECK(cublasSgemm(
+      cublas(), transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &one, b.data<float>(), static_cast<int>(b.shape()[1]), a.data<float>(),
+      static_cast<int>(a.shape()[1]), &beta, c.data<float>(), static_cast<int>(n)));
 }
 
 void CudaBackend::orthogonalize_columns_impl(const Tensor& m, float epsilon) {
   CudaDeviceGuard guard(index_);
-  cuda_kernels::orthogonalize_columns(m.data<float>(), m.shape()[0], m.shape()[1], epsilon, stream_);
+  cuda_kernels::orthogonalize_columns(m.data<float>(), m.shape()[0], m.shape()[1], epsilon, stream());
 }
 
 }  // namespace tg

@@ -58,7 +58,7 @@ void CudaBackend::cast_impl(const Tensor& dst, const Tensor& src) {
   compute_dtype("cast", dst, {}), compute_dtype("cast", src, {});
   if (dst.raw() == src.raw() && dst.dtype() == src.dtype()) return;
   CudaDeviceGuard guard(index_);
-  cuda_kernels::cast(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(), stream_);
+  cuda_kernels::cast(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(), stream());
 }
 
 void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
@@ -71,7 +71,7 @@ void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const T
   compute_dtype("unscale_and_check", src, {});
   CudaDeviceGuard guard(index_);
   cuda_kernels::unscale_and_check(src.dtype(), src.raw(), scale, dst.data<float>(), found.data<int32_t>(), src.numel(),
-                                  stream_);
+                                  stream());
 }
 
 }  // namespace tg
