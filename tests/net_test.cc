@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/bound_net.h"
 #include "terngrad/backend/backend.h"
@@ -78,6 +82,82 @@ TEST(Net, FanOutGradientsAccumulateAndMatchCentralDifferences) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+// images (N, 1, 1, 6) -> flatten -> fc pre (6) = x -> { fc a, fc b, fc c } (6 each) -> add -> fc logits 4 -> loss:
+// x is read by three layers, so the order in which their gradient parts are summed shows in the last bits.
+void build_three_reader_net(Net& net) {
+  net.set_input_shape(1, 1, 6);
+  net.add(flatten("flatten"), {"images"});
+  FcOptions f;
+  f.out = 6;
+  uint32_t seed = 10;
+  for (const char* name : {"pre", "a", "b", "c"}) {
+    f.weight_init = Initializer::truncated_normal(0.7f, seed++);
+    f.bias = false;
+    net.add(fully_connected(name, f), {std::string(name) == "pre" ? "flatten" : "pre"});
+  }
+  net.add(add("sum"), {"a", "b", "c"});
+  f.out = 4;
+  f.weight_init = Initializer::truncated_normal(0.7f, seed);
+  net.set_logits(net.add(fully_connected("logits", f)));
+  net.set_loss(net.add(softmax_cross_entropy("loss"), {"logits", "labels"}));
+}
+
+// The gradient of a tensor read by several layers is the last reader's part plus each earlier reader's, in
+// backward order: ((p_c + p_b) + p_a). Redone here op by op with the backend's own calls; the forward reader
+// order ((p_a + p_b) + p_c) gives other bits on this data, so the test tells the two apart.
+TEST(Net, FanOutPartsAreSummedInBackwardOrder) {
+  auto be = make_backend("cpu", {1});
+  testing::BoundNet m(*be, build_three_reader_net, 8, 5);
+  std::vector<float> images(8 * 6);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = std::sin(1.3f * float(i) + 0.2f) * 3.f;
+  std::vector<int32_t> labels = {0, 1, 2, 3, 3, 2, 1, 0};
+  const Tensor x(images.data(), Shape{8, 1, 1, 6}, DType::kF32, Device::cpu());
+  const Tensor y(labels.data(), Shape{8}, DType::kI32, Device::cpu());
+  m.net.forward(x, y, true);
+  m.net.backward();
+
+  // The same backward by hand.
+  const int64_t n = 8;
+  auto host = [&](Shape s) { return std::make_shared<std::vector<float>>(static_cast<size_t>(s.numel())); };
+  auto view = [](std::vector<float>& v, Shape s) { return Tensor(v.data(), s, DType::kF32, Device::cpu()); };
+  auto w = [&](const char* name) { return m.store.params().view(std::string(name) + "/weights"); };
+  InnerProductDesc d6{n, 6, 6, false}, d4{n, 6, 4, false};
+  auto pre = host({n, 6}), a = host({n, 6}), b = host({n, 6}), c = host({n, 6}), sum = host({n, 6});
+  auto logits = host({n, 4}), probs = host({n, 4}), losses = host({n});
+  const Tensor flat(images.data(), Shape{n, 6}, DType::kF32, Device::cpu());
+  be->inner_product_forward(d6, flat, w("pre"), Tensor(), view(*pre, {n, 6}));
+  be->inner_product_forward(d6, view(*pre, {n, 6}), w("a"), Tensor(), view(*a, {n, 6}));
+  be->inner_product_forward(d6, view(*pre, {n, 6}), w("b"), Tensor(), view(*b, {n, 6}));
+  be->inner_product_forward(d6, view(*pre, {n, 6}), w("c"), Tensor(), view(*c, {n, 6}));
+  be->add(view(*a, {n, 6}), view(*b, {n, 6}), view(*sum, {n, 6}));
+  be->add(view(*sum, {n, 6}), view(*c, {n, 6}), view(*sum, {n, 6}));
+  be->inner_product_forward(d4, view(*sum, {n, 6}), w("logits"), Tensor(), view(*logits, {n, 4}));
+  be->softmax_xent_forward(view(*logits, {n, 4}), y, 0.f, view(*probs, {n, 4}), view(*losses, {n}));
+  auto dlogits = host({n, 4}), dsum = host({n, 6}), dw4 = host({6, 4}), dw6 = host({6, 6});
+  be->softmax_xent_backward(view(*probs, {n, 4}), y, 0.f, 1.f / float(n), view(*dlogits, {n, 4}));
+  be->inner_product_backward(d4, view(*sum, {n, 6}), w("logits"), view(*dlogits, {n, 4}), view(*dsum, {n, 6}),
+                             view(*dw4, {6, 4}), Tensor());
+  std::map<std::string, std::shared_ptr<std::vector<float>>> part;
+  for (const char* r : {"a", "b", "c"}) {
+    part[r] = host({n, 6});
+    be->inner_product_backward(d6, view(*pre, {n, 6}), w(r), view(*dsum, {n, 6}), view(*part[r], {n, 6}),
+                               view(*dw6, {6, 6}), Tensor());
+  }
+  auto pre_weight_gradient = [&](const std::vector<const char*>& order) {
+    auto g = host({n, 6});
+    be->add(view(*part[order[0]], {n, 6}), view(*part[order[1]], {n, 6}), view(*g, {n, 6}));
+    be->add(view(*g, {n, 6}), view(*part[order[2]], {n, 6}), view(*g, {n, 6}));
+    std::vector<float> dw(36);
+    be->inner_product_backward(d6, flat, w("pre"), view(*g, {n, 6}), Tensor(), view(dw, {6, 6}), Tensor());
+    return dw;
+  };
+  const std::vector<float> backward_order = pre_weight_gradient({"c", "b", "a"});
+  const std::vector<float> forward_order = pre_weight_gradient({"a", "b", "c"});
+  ASSERT_NE(backward_order, forward_order) << "the data do not tell the two orders apart";
+  const Tensor got = m.net.grads().view("pre/weights");
+  EXPECT_EQ(std::vector<float>(got.data<float>(), got.data<float>() + 36), backward_order);
 }
 
 TEST(Net, WeightDecayEntersLossAndGradient) {

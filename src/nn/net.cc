@@ -365,10 +365,14 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     const TensorInfo& out = tensors_[node.output];
     const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (out.grad >= 0) {              // else nothing downstream needs this layer's gradient
-      if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions
+      if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions in backward order
+        // The last reader's part first, each earlier reader's added to the running sum: the order in which a
+        // buffer accumulating during backward receives them.
         const Tensor g = act_grads_.view(out.grad);
-        be.add(act_grads_.view(out.grad_parts[0]), act_grads_.view(out.grad_parts[1]), g);
-        for (size_t p = 2; p < out.grad_parts.size(); ++p) be.add(g, act_grads_.view(out.grad_parts[p]), g);
+        const std::vector<int>& parts = out.grad_parts;  // forward reader order
+        const size_t k = parts.size();
+        be.add(act_grads_.view(parts[k - 1]), act_grads_.view(parts[k - 2]), g);
+        for (size_t p = k - 2; p-- > 0;) be.add(g, act_grads_.view(parts[p]), g);
       }
       node.layer->backward(node.io);
     }

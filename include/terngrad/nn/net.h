@@ -1,6 +1,7 @@
 // Net: a DAG of layers over named tensors, executed forward in insertion (topological) order and backward
 // in reverse. A tensor consumed by several layers gets one gradient buffer per consumer and the Net sums
-// them before its producer's backward (fan-out accumulates). After setup(backend, batch) every activation,
+// them before its producer's backward (fan-out accumulates) in backward order: the last reader's part, plus the
+// one before it, and so on ((p2 + p1) + p0 for three readers). After setup(backend, batch) every activation,
 // gradient and saved tensor lives in a slab allocated once: a training step allocates nothing.
 //
 // Parameters and state (BN moving statistics) live in a ParameterStore the Net is bound to, so several
