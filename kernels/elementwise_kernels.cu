@@ -3,8 +3,9 @@
 // forward/backward, inverted dropout with Philox masks (the CPU backend's bits: mask = philox_uniform(key, i,
 // step, salt, 0) < keep_prob, y = x * (1 / keep_prob)), and a row-broadcast bias add. Launchers in
 // src/backend/cuda/cuda_kernels.h; each is one launch (src/backend/cuda/cuda_launch.h). The element-wise kernels
-// move 16 bytes per load and store (vector_kernel: N elements of the narrowest type per thread, __restrict__
-// pointers; `out` may be an input of the same index, each element being read before it is written) when every
+// move 16 bytes per load and store (vector_kernel: N elements of the narrowest type per thread; the outputs of add,
+// ReLU and dropout may be their input (the memory plan runs them in place), so those pointers are not __restrict__,
+// each element being read before it is written) when every
 // pointer is 16-byte aligned, else one element at a time; both compute each element alike (the same bits).
 #include <cuda_runtime.h>
 
@@ -50,7 +51,7 @@ __global__ void scale_kernel(int64_t n, float alpha, float* __restrict__ x) {
 }
 
 template <typename T, int N>
-__global__ void add_kernel(int64_t n, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out) {
+__global__ void add_kernel(int64_t n, const T* a, const T* b, T* out) {  // out may be a or b (in place)
   TG_VECTOR_LOOP(i, n, N) {
     const auto va = load_vec<N>(a, i), vb = load_vec<N>(b, i);
     Vec<T, N> o;
@@ -62,7 +63,7 @@ __global__ void add_kernel(int64_t n, const T* __restrict__ a, const T* __restri
 }
 
 template <typename T, int N>
-__global__ void relu_forward_kernel(int64_t n, const T* __restrict__ x, T* __restrict__ y) {
+__global__ void relu_forward_kernel(int64_t n, const T* x, T* y) {  // y may be x (in place)
   TG_VECTOR_LOOP(i, n, N) {
     const auto vx = load_vec<N>(x, i);
     Vec<T, N> o;
@@ -94,7 +95,7 @@ __device__ __forceinline__ void dropout_one(int64_t i, T x, T* y, uint8_t* mask,
 }
 
 template <typename T, int N>
-__global__ void dropout_forward_kernel(int64_t n, const T* __restrict__ x, T* __restrict__ y,
+__global__ void dropout_forward_kernel(int64_t n, const T* x, T* y,  // y may be x (in place)
                                        uint8_t* __restrict__ mask, float keep_prob, float inv, PhiloxKey key,
                                        uint32_t step, uint32_t salt) {
   TG_VECTOR_LOOP(i, n, N) {

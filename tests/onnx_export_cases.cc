@@ -107,7 +107,7 @@ void write_case(const std::string& dir, const std::string& name, void (*build)(N
   testing::BoundNet m(*backend, build, kBatch, 11);
   std::mt19937 rng(5);
   randomize_state(m.store, rng);
-  const Shape in = m.net.tensor("images").shape();
+  const Shape in = m.net.shape("images");
   std::vector<float> images(static_cast<size_t>(in.numel()));
   std::normal_distribution<float> normal(0.f, 1.f);
   for (float& x : images) x = normal(rng);

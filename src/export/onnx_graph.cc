@@ -179,7 +179,7 @@ class OnnxGraphWriter {
 
   void outputs(const Net& net) {
     std::string logits = value(net.logits_name());
-    const Shape shape = net.tensor(net.logits_name()).shape();
+    const Shape shape = net.shape(net.logits_name());
     TG_CHECK(shape.rank() == 2 && !channels_first_.count(logits), "logits '{}' of shape {} are not (N, classes)",
              net.logits_name(), shape.str());
     if (logits != "logits") {

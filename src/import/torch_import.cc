@@ -48,7 +48,7 @@ std::map<std::string, Shape> flattened_maps(const Net& net) {
   for (const Net::GraphNode& n : graph) {
     if (std::string(n.layer->type()) != "fully_connected" || n.inputs.empty() || n.params.empty()) continue;
     if (producer_type[n.inputs[0]] != "flatten") continue;
-    const Shape map = net.tensor(producer_input[n.inputs[0]]).shape();  // (1, H, W, C)
+    const Shape map = net.shape(producer_input[n.inputs[0]]);  // (1, H, W, C)
     if (map.rank() == 4 && map[1] * map[2] > 1) out[n.params[0]] = Shape{map[1], map[2], map[3]};
   }
   return out;

@@ -8,6 +8,11 @@ class AddLayer final : public Layer {
   using Layer::Layer;
   const char* type() const override { return "add"; }
   int num_inputs() const override { return -1; }
+  bool backward_reads_input(int /*i*/) const override { return false; }  // each dx is dy
+  bool backward_reads_output() const override { return false; }
+  // The output over input 0 or 1 (the first add reads both before writing); not over a third input, which the
+  // first add would overwrite before it is read.
+  bool may_overwrite_input(int i) const override { return i < 2; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

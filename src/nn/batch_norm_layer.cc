@@ -15,6 +15,8 @@ class BatchNormLayer final : public Layer {
   }
   const char* type() const override { return "batch_norm"; }
   LayerOp op() const override { return desc_; }
+  bool backward_reads_output() const override { return false; }  // x^ from x and the batch statistics
+  bool recomputable() const override { return true; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -48,6 +50,13 @@ class BatchNormLayer final : public Layer {
       be.batch_norm_forward_inference(desc_, io.in[0], gamma, io.params[beta_], moving_mean, moving_var, io.out[0]);
     }
     trained_ = io.training;
+  }
+  // The training forward's output again from x and the batch statistics it saved (an inference forward with them:
+  // the same y = x * scale + shift per channel), the moving statistics untouched.
+  void recompute_impl(LayerIO& io) override {
+    TG_CHECK(trained_, "layer '{}' (batch_norm): recompute needs a training forward (batch statistics)", name());
+    io.backend->batch_norm_forward_inference(desc_, io.in[0], o_.gamma ? io.params[gamma_] : Tensor(), io.params[beta_],
+                                             io.saved[0], io.saved[1], io.out[0]);
   }
   void backward_impl(LayerIO& io) override {
     TG_CHECK(trained_, "layer '{}' (batch_norm): backward needs a training forward (batch statistics)", name());

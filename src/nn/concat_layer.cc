@@ -8,6 +8,8 @@ class ConcatLayer final : public Layer {
   using Layer::Layer;
   const char* type() const override { return "concat"; }
   int num_inputs() const override { return -1; }
+  bool backward_reads_input(int /*i*/) const override { return false; }  // a split of dy
+  bool backward_reads_output() const override { return false; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

@@ -15,6 +15,7 @@ class ConvLayer final : public Layer {
   const char* type() const override { return "conv2d"; }
   bool params_in_compute_dtype() const override { return true; }
   LayerOp op() const override { return desc_; }
+  bool backward_reads_output() const override { return false; }  // dx from w, dw from x
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

@@ -12,6 +12,9 @@ class DropoutLayer final : public Layer {
              keep_prob);
   }
   const char* type() const override { return "dropout"; }
+  bool backward_reads_input(int /*i*/) const override { return false; }  // dx = dy * mask / keep_prob
+  bool backward_reads_output() const override { return false; }
+  bool may_overwrite_input(int /*i*/) const override { return true; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -21,7 +24,7 @@ class DropoutLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     if (io.training && keep_prob_ < 1.f) {
       io.backend->dropout_forward(io.in[0], io.out[0], io.saved[0], keep_prob_, io.key, io.step, io.layer_id);
-    } else {
+    } else if (io.out[0].raw() != io.in[0].raw()) {  // else in place: nothing to do
       io.backend->copy(io.out[0], io.in[0]);
     }
     trained_ = io.training && keep_prob_ < 1.f;

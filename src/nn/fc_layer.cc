@@ -11,6 +11,7 @@ class FcLayer final : public Layer {
   const char* type() const override { return "fully_connected"; }
   bool params_in_compute_dtype() const override { return true; }
   LayerOp op() const override { return desc_; }
+  bool backward_reads_output() const override { return false; }  // dx from w, dw from x
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

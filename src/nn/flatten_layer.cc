@@ -8,6 +8,9 @@ class FlattenLayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "flatten"; }
+  bool backward_reads_input(int /*i*/) const override { return false; }
+  bool backward_reads_output() const override { return false; }
+  bool may_overwrite_input(int /*i*/) const override { return true; }  // the same bytes: in place is a no-op
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -15,7 +18,9 @@ class FlattenLayer final : public Layer {
     TG_CHECK(s.rank() >= 2, "layer '{}': cannot flatten {}", name(), s.str());
     return {Shape{s[0], s.numel() / s[0]}};
   }
-  void forward_impl(LayerIO& io) override { io.backend->copy(io.out[0], io.in[0]); }
+  void forward_impl(LayerIO& io) override {
+    if (io.out[0].raw() != io.in[0].raw()) io.backend->copy(io.out[0], io.in[0]);
+  }
   void backward_impl(LayerIO& io) override {
     if (io.din[0]) io.backend->copy(io.din[0], io.dout[0]);
   }

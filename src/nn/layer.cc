@@ -82,4 +82,12 @@ void Layer::backward(LayerIO& io) {
   backward_impl(io);
 }
 
+void Layer::recompute(LayerIO& io) {
+  TG_CHECK(recomputable(), "layer '{}' ({}) cannot recompute its output", name_, type());
+  check_io(io, false);
+  recompute_impl(io);
+}
+
+void Layer::recompute_impl(LayerIO& /*io*/) { TG_THROW("layer '{}' ({}) has no recompute", name_, type()); }
+
 }  // namespace tg

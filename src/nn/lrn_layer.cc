@@ -15,6 +15,7 @@ class LrnLayer final : public Layer {
   }
   const char* type() const override { return "lrn"; }
   LayerOp op() const override { return desc_; }
+  bool backward_reads_output() const override { return false; }  // recomputed from x (CPU and CUDA)
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

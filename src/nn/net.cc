@@ -43,8 +43,12 @@ void Net::set_input_shape(int64_t height, int64_t width, int64_t channels) {
   TG_CHECK(tensors_.empty(), "set_input_shape must come before any layer");
   TG_CHECK(height > 0 && width > 0 && channels > 0, "input shape {}x{}x{} must be positive", height, width, channels);
   input_shape_ = Shape{height, width, channels};
-  tensors_.push_back({"images", Shape{}, DType::kF32, -1, {}, -1, -1, {}});
-  tensors_.push_back({"labels", Shape{}, DType::kI32, -1, {}, -1, -1, {}});
+  TensorInfo images, labels;
+  images.name = "images";
+  labels.name = "labels";
+  labels.dtype = DType::kI32;
+  tensors_.push_back(images);
+  tensors_.push_back(labels);
   tensor_ids_["images"] = 0;
   tensor_ids_["labels"] = 1;
 }
@@ -91,8 +95,8 @@ void Net::set_compute_dtype(DType t) {
   compute_ = t;
 }
 
-void Net::setup(Backend& backend, int64_t batch) {
-  TG_CHECK(backend_ == nullptr, "Net::setup called twice");
+void Net::plan(Backend& backend, int64_t batch) {
+  TG_CHECK(backend_ == nullptr, "Net::plan/setup called twice");
   TG_CHECK(batch > 0, "batch size {} must be positive", batch);
   TG_CHECK(!nodes_.empty(), "the net has no layers");
   TG_CHECK(!loss_.empty(), "the net has no loss");
@@ -102,21 +106,33 @@ void Net::setup(Backend& backend, int64_t batch) {
   tensors_[0].shape = Shape{batch, input_shape_[0], input_shape_[1], input_shape_[2]};
   tensors_[1].shape = Shape{batch};
   infer_shapes(backend);
-  const std::vector<bool> needs = tensors_needing_gradients();
-  plan_activations(needs);
-  plan_gradient_slots(needs);
   for (const auto& node : nodes_)
     for (const auto& p : node.params) grads_.add(p.name, p.shape);
-  allocate(backend);
+  images_f32_ = compute_ != DType::kF32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
+  found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::kI32);
+  losses_.add("losses", Shape{3});
+  plan_memory(tensors_needing_gradients());
   backend_ = &backend;
   batch_ = batch;
-  build_views(backend);
   loss_node_ = tensors_[tensor_id(loss_)].producer;
   for (const auto& a : aux_losses_) {
     aux_nodes_.push_back(tensors_[tensor_id(a.tensor)].producer);
-    aux_tensors_.push_back(acts_.view(tensors_[tensor_id(a.tensor)].act));
     aux_weights_.push_back(a.weight);
   }
+  build_report();
+}
+
+void Net::setup(Backend& backend, int64_t batch) {
+  TG_CHECK(!set_up_, "Net::setup called twice");
+  if (backend_ == nullptr) plan(backend, batch);
+  TG_CHECK(backend_ == &backend && batch_ == batch, "Net::setup({}, batch {}) after plan({}, batch {})", backend.name(),
+           batch, backend_->name(), batch_);
+  allocate(backend);
+  if (!arena_) arena_ = std::make_shared<StepArena>(backend.allocator());
+  TG_CHECK(arena_->device() == backend.device(), "the shared arena is on {}, the net on {}", arena_->device().str(),
+           backend.device().str());
+  arena_->require(arena_bytes_);
+  set_up_ = true;
 }
 
 // Shapes, parameters, state and saved tensors, layer by layer.
@@ -136,7 +152,7 @@ void Net::infer_shapes(Backend& backend) {
         half_grads_.add(node.params[p].name, node.params[p].shape, compute_);
       }
     node.states = ctx.states();
-    for (const auto& s : ctx.saveds()) node.saved_ids.push_back(saved_.add(s.name, s.shape, s.dtype));
+    node.saved_specs = ctx.saveds();
   }
 }
 
@@ -155,103 +171,44 @@ std::vector<bool> Net::tensors_needing_gradients() const {
   return needs;
 }
 
-// Every tensor's activation entry, and a gradient entry for those that need one.
-void Net::plan_activations(const std::vector<bool>& needs) {
-  for (auto& t : tensors_) t.act = acts_.add(t.name, t.shape, t.dtype);
-  for (size_t t = 0; t < tensors_.size(); ++t)
-    if (needs[t]) tensors_[t].grad = act_grads_.add(tensors_[t].name, tensors_[t].shape, tensors_[t].dtype);
-}
-
-// How many nodes whose output needs a gradient read `tensor` differentiably.
-int Net::differentiable_readers(int tensor, const std::vector<bool>& needs) const {
-  int readers = 0;
-  for (const Node& node : nodes_) {
-    if (!needs[node.output]) continue;
-    for (size_t q = 0; q < node.inputs.size(); ++q)
-      if (node.inputs[q] == tensor && node.layer->input_differentiable(static_cast<int>(q))) ++readers;
-  }
-  return readers;
-}
-
-// Gradient slot per (node, input): direct when the tensor has one differentiable reader, else a part.
-void Net::plan_gradient_slots(const std::vector<bool>& needs) {
-  for (Node& node : nodes_) {
-    node.input_grad_slot.assign(node.inputs.size(), -1);
-    if (!needs[node.output]) continue;
-    for (size_t k = 0; k < node.inputs.size(); ++k) {
-      TensorInfo& t = tensors_[node.inputs[k]];
-      if (t.grad < 0 || !node.layer->input_differentiable(static_cast<int>(k))) continue;
-      if (differentiable_readers(node.inputs[k], needs) == 1) {
-        node.input_grad_slot[k] = t.grad;
-      } else {
-        int part = act_grads_.add(fmt::format("{}@{}#{}", t.name, node.layer->name(), k), t.shape, t.dtype);
-        t.grad_parts.push_back(part);
-        node.input_grad_slot[k] = part;
-      }
-    }
-  }
-}
-
-// One allocation per slab; gradients start at zero. Mixed precision adds the f32 staging of the images and
-// the gradients' Inf/NaN flag.
+// One allocation per slab the net owns; the arena is reserved (setup) and taken at bind(). Parameter gradients
+// start at zero.
 void Net::allocate(Backend& backend) {
-  images_f32_ = compute_ != DType::kF32 ? precision_.add("images/f32", tensors_[0].shape) : -1;
-  found_ = precision_.add("gradients/found_inf_or_nan", Shape{1}, DType::kI32);
-  losses_.add("losses", Shape{3});
   losses_.allocate(backend.allocator());
   backend.zero(losses_.flat_bytes());
   losses_host_ = Buffer(backend.staging_allocator(), 3 * sizeof(float));
-  acts_.allocate(backend.allocator());
-  act_grads_.allocate(backend.allocator());
-  saved_.allocate(backend.allocator());
   grads_.allocate(backend.allocator());
   half_params_.allocate(backend.allocator());
   half_grads_.allocate(backend.allocator());
   precision_.allocate(backend.allocator());
   backend.zero(grads_.flat_bytes());
-  backend.zero(act_grads_.flat_bytes());
   backend.zero(precision_.flat_bytes());
   backend.zero(half_params_.flat_bytes());
   backend.zero(half_grads_.flat_bytes());
 }
 
-// Pre-built views: a step only fills in the step, key and mode.
-void Net::build_views(Backend& backend) {
-  int param_index = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& node = nodes_[i];
-    LayerIO& io = node.io;
-    io.backend = &backend;
-    io.layer_id = static_cast<uint32_t>(i);
-    for (int t : node.inputs) io.in.push_back(acts_.view(tensors_[t].act));
-    io.out.push_back(acts_.view(tensors_[node.output].act));
-    for (int slot : node.input_grad_slot) io.din.push_back(slot >= 0 ? act_grads_.view(slot) : Tensor());
-    const TensorInfo& out = tensors_[node.output];
-    io.dout.push_back(out.grad >= 0 ? act_grads_.view(out.grad) : Tensor());
-    for (int s : node.saved_ids) io.saved.push_back(saved_.view(s));
-    node.first_param = param_index;
-    for (size_t p = 0; p < node.params.size(); ++p, ++param_index)
-      io.dparams.push_back(node.half_slot[p] >= 0 ? half_grads_.view(node.half_slot[p]) : grads_.view(param_index));
-  }
-}
-
 std::vector<ParamSpec> Net::param_specs() const {
-  TG_CHECK(backend_ != nullptr, "param_specs() needs setup() first");
+  TG_CHECK(backend_ != nullptr, "param_specs() needs plan() or setup() first");
   std::vector<ParamSpec> all;
   for (const auto& node : nodes_) all.insert(all.end(), node.params.begin(), node.params.end());
   return all;
 }
 
 std::vector<StateSpec> Net::state_specs() const {
-  TG_CHECK(backend_ != nullptr, "state_specs() needs setup() first");
+  TG_CHECK(backend_ != nullptr, "state_specs() needs plan() or setup() first");
   std::vector<StateSpec> all;
   for (const auto& node : nodes_) all.insert(all.end(), node.states.begin(), node.states.end());
   return all;
 }
 
 void Net::bind(ParameterStore& store) {
-  TG_CHECK(backend_ != nullptr, "bind() needs setup() first");
+  TG_CHECK(set_up_, "bind() needs setup() first");
   store_ = &store;
+  if (!bound_) {
+    arena_base_ = static_cast<char*>(arena_->data());
+    build_views();
+    bound_ = true;
+  }
   decayed_.clear();
   casts_.clear();
   decayed_params_.clear();
@@ -280,15 +237,24 @@ void Net::bind(ParameterStore& store) {
 }
 
 Tensor Net::tensor(const std::string& name) const {
-  TG_CHECK(backend_ != nullptr, "tensor('{}') needs setup() first", name);
-  return acts_.view(tensors_[tensor_id(name)].act);
+  TG_CHECK(bound_, "tensor('{}') needs bind() first", name);
+  const int t = tensor_id(name);
+  TG_CHECK(tensors_[t].kept, "tensor '{}' is not kept after a step: its memory is reused (Net::keep it before setup)",
+           name);
+  return value_view(t);
+}
+
+Shape Net::shape(const std::string& name) const {
+  TG_CHECK(backend_ != nullptr, "shape('{}') needs plan() or setup() first", name);
+  return tensors_[tensor_id(name)].shape;
 }
 
 // ---- running ----------------------------------------------------------------------------------------------------
 void Net::run_forward(const Tensor& images, const Tensor& labels, bool training, uint32_t step, PhiloxKey key) {
   TG_CHECK(store_ != nullptr, "Net::forward before bind()");
   Backend& be = *backend_;
-  const Tensor in_images = acts_.view(tensors_[0].act), in_labels = acts_.view(tensors_[1].act);
+  if (poison_) poison_arena();
+  const Tensor in_images = value_view(0), in_labels = value_view(1);
   TG_CHECK(images.shape() == in_images.shape(), "images have shape {}, the net expects {}", images.shape().str(),
            in_images.shape().str());
   TG_CHECK(labels.shape() == in_labels.shape() && labels.dtype() == DType::kI32, "labels are {}, the net expects i32{}",
@@ -311,10 +277,11 @@ void Net::run_forward(const Tensor& images, const Tensor& labels, bool training,
     const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     node.layer->forward(node.io);
     if (timed) record_layer(node, "layer_forward", begin);
+    poison_dead(forward_slot(static_cast<int>(&node - nodes_.data())));
   }
   // The step's losses on the device, then on their way to the host (read when asked: losses()).
   const Tensor l = losses_.view(0);
-  be.copy(l.slice0(0, 1), acts_.view(tensors_[nodes_[loss_node_].output].act));
+  be.copy(l.slice0(0, 1), value_view(nodes_[loss_node_].output));
   be.reduce_into(Reduction::kSum, aux_tensors_.data(), aux_weights_.data(), static_cast<int>(aux_tensors_.size()),
                  l.slice0(1, 2));
   be.reduce_into(Reduction::kSumSquares, decayed_params_.data(), decay_weights_.data(),
@@ -352,11 +319,12 @@ void Net::backward(GradientListener* listener, float loss_scale) {
   const Tensor found = shared_found_ ? shared_found_ : precision_.view(found_);
   if (checked_ && !shared_found_) be.zero(found);
   // dloss of each loss: on the device for whoever reads it, and as a host value for the loss layer.
-  be.fill(act_grads_.view(tensors_[nodes_[loss_node_].output].grad), loss_scale);
+  auto loss_grad = [&](const Node& n) { return buffer_view(tensors_[n.output].grad, Shape{1}, DType::kF32); };
+  be.fill(loss_grad(nodes_[loss_node_]), loss_scale);
   nodes_[loss_node_].io.loss_grad = loss_scale;
   for (size_t k = 0; k < aux_losses_.size(); ++k) {
     Node& n = nodes_[aux_nodes_[k]];
-    be.fill(act_grads_.view(tensors_[n.output].grad), aux_losses_[k].weight * loss_scale);
+    be.fill(loss_grad(n), aux_losses_[k].weight * loss_scale);
     n.io.loss_grad = aux_losses_[k].weight * loss_scale;
   }
   const bool timed = timing_layers();
@@ -364,17 +332,15 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     Node& node = nodes_[i];
     const TensorInfo& out = tensors_[node.output];
     const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    if (out.grad >= 0) {              // else nothing downstream needs this layer's gradient
-      if (!out.grad_parts.empty()) {  // fan-out: sum the readers' contributions in backward order
-        // The last reader's part first, each earlier reader's added to the running sum: the order in which a
-        // buffer accumulating during backward receives them.
-        const Tensor g = act_grads_.view(out.grad);
-        const std::vector<int>& parts = out.grad_parts;  // forward reader order
-        const size_t k = parts.size();
-        be.add(act_grads_.view(parts[k - 1]), act_grads_.view(parts[k - 2]), g);
-        for (size_t p = k - 2; p-- > 0;) be.add(g, act_grads_.view(parts[p]), g);
-      }
+    if (out.grad >= 0) {  // else nothing downstream needs this layer's gradient
+      for (int r : node.recompute_first) nodes_[r].layer->recompute(nodes_[r].io);
       node.layer->backward(node.io);
+      // Fan-out: the part this layer wrote added to the gradient an earlier-run (later) reader began.
+      for (const auto& [tensor, part] : node.accumulate) {
+        const TensorInfo& t = tensors_[tensor];
+        const Tensor sum = buffer_view(t.grad, t.shape, t.dtype);
+        be.add(sum, buffer_view(part, t.shape, t.dtype), sum);
+      }
     }
     if (checked_)
       for (size_t p = 0; p < node.params.size(); ++p)
@@ -384,6 +350,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     if (backward_decays_)
       for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
     if (timed) record_layer(node, "layer_backward", begin);
+    poison_dead(backward_slot(i));
     if (listener) listener->gradients_ready(node.first_param);
   }
 }

@@ -18,6 +18,9 @@ class PoolLayer final : public Layer {
     return kind_ == PoolKind::kAvg && padding_ == Padding::kSymmetric ? PoolKind::kAvgIncludePad : kind_;
   }
   LayerOp op() const override { return desc_; }
+  // Max: the CPU reads its arg-max workspace, CUDA finds the arg-max in x again; average: only the shape.
+  bool backward_reads_input(int /*i*/) const override { return kind_ == PoolKind::kMax; }
+  bool backward_reads_output() const override { return false; }
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {

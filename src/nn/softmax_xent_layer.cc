@@ -16,6 +16,8 @@ class SoftmaxXentLayer final : public Layer {
   const char* type() const override { return "softmax_cross_entropy"; }
   int num_inputs() const override { return 2; }
   bool input_differentiable(int i) const override { return i == 0; }
+  bool backward_reads_input(int i) const override { return i == 1; }  // the labels; the softmax is saved
+  bool backward_reads_output() const override { return false; }
   DType output_dtype(DType) const override { return DType::kF32; }  // the loss (probs, losses saved in f32)
 
  protected:

@@ -101,9 +101,22 @@ class Layer {
   // The op and its settings after setup() (see LayerOp).
   virtual LayerOp op() const { return {}; }
 
+  // What the memory plan needs to know (memory_plan.h). What the backward reads besides dout and the saved
+  // tensors: the values of input i, of the output. A layer answers false only where its backward reads nothing
+  // of them on every backend (the defaults are the safe answer).
+  virtual bool backward_reads_input(int /*i*/) const { return true; }
+  virtual bool backward_reads_output() const { return true; }
+  // Whether the forward may write its output over input i (the same element count and dtype) when nothing reads
+  // that input afterwards: element-wise layers. The layer then runs with io.out[0] the same memory as io.in[i].
+  virtual bool may_overwrite_input(int /*i*/) const { return false; }
+  // Whether recompute() computes the output again, in the backward, from the inputs, parameters and saved tensors
+  // the training forward left, with the forward's bits and without changing any state (--recompute).
+  virtual bool recomputable() const { return false; }
+
   std::vector<Shape> setup(SetupContext& ctx);
   void forward(LayerIO& io);
   void backward(LayerIO& io);
+  void recompute(LayerIO& io);
 
   const std::vector<Shape>& input_shapes() const { return in_shapes_; }
   const std::vector<Shape>& output_shapes() const { return out_shapes_; }
@@ -112,6 +125,7 @@ class Layer {
   virtual std::vector<Shape> setup_impl(SetupContext& ctx) = 0;
   virtual void forward_impl(LayerIO& io) = 0;
   virtual void backward_impl(LayerIO& io) = 0;
+  virtual void recompute_impl(LayerIO& io);  // the layers that are recomputable()
 
  private:
   void check_io(const LayerIO& io, bool backward) const;

@@ -1,12 +1,22 @@
 // Net: a DAG of layers over named tensors, executed forward in insertion (topological) order and backward
-// in reverse. A tensor consumed by several layers gets one gradient buffer per consumer and the Net sums
-// them before its producer's backward (fan-out accumulates) in backward order: the last reader's part, plus the
-// one before it, and so on ((p2 + p1) + p0 for three readers). After setup(backend, batch) every activation,
-// gradient and saved tensor lives in a slab allocated once: a training step allocates nothing.
+// in reverse. A tensor read by several layers gets the sum of their gradients, accumulated in backward order
+// into one buffer: the last reader (the first to run its backward) writes it, each earlier reader writes a part
+// that is added to it right after its backward (((p2 + p1) + p0) for three readers).
+//
+// Memory (memory_plan.h): every per-step buffer (activations, their gradients, the parts of a fan-out gradient,
+// the tensors a layer saves for its backward) lives in one arena at an offset the plan gives it; a training step
+// allocates nothing. With MemoryPlan::kLiveness (the default) a buffer's bytes are reused once its last reader
+// is done: an activation lives from its producer's forward to the last forward or backward that reads it (each
+// Layer says what its backward reads), a gradient from the first backward that writes it to its producer's
+// backward, a part for one backward; ReLU, dropout, flatten and add write their output over an input that
+// nothing reads later (in place, as PyTorch's inplace=True); with Recompute::kBnRelu batch-norm and ReLU
+// outputs are dropped after the forward and computed again just before the first backward that reads them.
+// MemoryPlan::kNone gives every buffer its own bytes (debugging); both give the same bits. Only the tensors
+// the net keeps (the logits, the losses, keep()) hold their values after a step: tensor() refuses the others.
+// Several nets that never run at once (a replica's workers) can share one arena (share_arena).
 //
 // Parameters and state (BN moving statistics) live in a ParameterStore the Net is bound to, so several
-// workers (virtual nodes) on one device can share one store while each keeps its own activations and its
-// own gradient slab.
+// workers (virtual nodes) on one device can share one store while each keeps its own gradient slab.
 //
 // Mixed precision (set_compute_dtype F16/BF16): activations and their gradients are in the compute dtype C
 // (losses f32); conv/FC layers read a half copy of their fp32 master weights, cast once per forward, and
@@ -33,6 +43,8 @@
 #include "terngrad/core/timeline.h"
 #include "terngrad/core/weight_decay.h"
 #include "terngrad/nn/layer.h"
+#include "terngrad/nn/memory_plan.h"
+#include "terngrad/nn/step_arena.h"
 
 namespace tg {
 
@@ -95,12 +107,46 @@ class Net {
   // The compute dtype (F32 default, F16, BF16); before setup. Whether the backend runs it is checked at setup.
   void set_compute_dtype(DType t);
   DType compute_dtype() const { return compute_; }
-  // Infers every shape for batch size `batch` and allocates activations, gradients and saved tensors.
-  // Errors name the layer and the shape (e.g. a spatial size reaching 0).
+  // Memory (see the top of this file); before plan/setup. kNone refuses a recompute other than kNone.
+  void set_memory_plan(MemoryPlan plan, Recompute recompute = Recompute::kNone);
+  MemoryPlan memory_plan() const { return plan_kind_; }
+  Recompute recompute() const { return recompute_; }
+  // A tensor whose values the caller reads after a step (tensor()); the logits and the losses always are.
+  void keep(const std::string& tensor);
+  // The arena this net's step buffers live in, shared with other nets that never run at the same time as it;
+  // before setup (otherwise the net makes its own).
+  void share_arena(std::shared_ptr<StepArena> arena);
+  // Testing: after every forward and backward slot, the bytes of each buffer whose live range just ended are
+  // overwritten with NaN (all bits set), and the whole arena before each forward; a layer that reads a value
+  // the plan thought dead then computes NaN.
+  void set_poison_dead_buffers(bool on) { poison_ = on; }
+
+  // Infers every shape for batch size `batch` and plans the step's memory, allocating nothing: the memory report
+  // is then ready. Errors name the layer and the shape (e.g. a spatial size reaching 0).
+  void plan(Backend& backend, int64_t batch);
+  // plan() if not done yet, then allocates the parameter gradients and the rest the net owns and reserves its
+  // arena (taken at bind()).
   void setup(Backend& backend, int64_t batch);
-  void bind(ParameterStore& store);  // parameters/state the net reads and updates
+  // Parameters/state the net reads and updates; takes the arena and builds every layer's views.
+  void bind(ParameterStore& store);
   std::vector<ParamSpec> param_specs() const;
   std::vector<StateSpec> state_specs() const;
+
+  // What the net's memory costs, in bytes (after plan()).
+  struct MemoryReport {
+    size_t arena = 0;      // the step arena as planned (activations, their gradients, saved tensors)
+    size_t unplanned = 0;  // the same buffers with no reuse and nothing in place (MemoryPlan::kNone)
+    size_t peak_live = 0;  // the most bytes live in one slot: no placement can use less than this
+    // Live in that slot, by kind, and where in the step it is ("backward of block3/unit_1/conv1").
+    size_t peak_activations = 0, peak_gradients = 0, peak_saved = 0;
+    std::string peak_at;
+    size_t parameter_gradients = 0;                 // the f32 gradient slab the exchange reads
+    size_t half_copies = 0;                         // mixed precision: half weights and their half gradients
+    size_t other = 0;                               // the f32 staging of the images, the losses, the overflow flag
+    int buffers = 0, in_place = 0, recomputed = 0;  // buffers planned, outputs written over an input, recomputed
+    size_t owned() const { return parameter_gradients + half_copies + other; }  // beside the arena
+  };
+  const MemoryReport& memory_report() const;
 
   // ---- running --------------------------------------------------------------------------------------
   // Copies images/labels (host or device; a step passes device tensors) into the input tensors and enqueues
@@ -145,8 +191,11 @@ class Net {
     layer_track_ = track;
   }
 
-  Slab& grads() { return grads_; }               // one tensor per parameter, same names and order as params
-  Tensor tensor(const std::string& name) const;  // an activation, e.g. the logits
+  Slab& grads() { return grads_; }  // one tensor per parameter, same names and order as params
+  // A kept tensor's values (the logits, the losses, keep(); every tensor under MemoryPlan::kNone), after bind();
+  // any other tensor is refused, naming keep(). shape() answers for every tensor after plan().
+  Tensor tensor(const std::string& name) const;
+  Shape shape(const std::string& name) const;
   const std::string& logits_name() const { return logits_; }
   float last_cross_entropy() const { return losses().cross_entropy; }
   float last_regularization() const { return losses().regularization; }
@@ -172,12 +221,16 @@ class Net {
  private:
   struct Node {
     LayerPtr layer;
-    std::vector<int> inputs;     // tensor ids
-    int output = -1;             // tensor id
-    std::vector<int> saved_ids;  // entries of the saved slab
+    std::vector<int> inputs;  // tensor ids
+    int output = -1;          // tensor id
+    std::vector<int> saved;   // per saved tensor: its buffer
+    std::vector<SavedSpec> saved_specs;
     std::vector<ParamSpec> params;
     std::vector<StateSpec> states;
-    std::vector<int> input_grad_slot;  // per input: index into grad-slab entries (-1 = no gradient)
+    std::vector<int> input_grad;  // per input: the buffer its backward writes that gradient into (-1: none)
+    // After its backward, in this order: (tensor, part buffer): the tensor's gradient += the part (fan-out).
+    std::vector<std::pair<int, int>> accumulate;
+    std::vector<int> recompute_first;  // nodes whose outputs are recomputed just before this node's backward
     int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
     std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
     std::vector<int> half_slot;        // per parameter: its slot in half_params_ / half_grads_, -1 if f32
@@ -189,31 +242,57 @@ class Net {
     DType dtype = DType::kF32;
     int producer = -1;  // node index, -1 for network inputs
     std::vector<int> consumers;
-    int act = -1;                 // entry in acts_
-    int grad = -1;                // entry in act_grads_: the summed gradient (-1: none needed)
-    std::vector<int> grad_parts;  // per consumer edge with fan-out > 1: its own gradient buffer
+    bool kept = false;  // valid after the step (logits, losses, keep())
+    int value = -1;     // its buffer (shared with the tensor it was written over, in place)
+    int grad = -1;      // its gradient's buffer (-1: none needed)
+  };
+  // A step buffer: the plan's placement and what the report says of it.
+  enum class BufferKind { kActivation, kGradient, kSaved };
+  struct StepBuffer {
+    std::string name;
+    BufferKind kind;
   };
   int tensor_id(const std::string& name) const;
-  // setup()'s phases, in order.
+  // plan()'s phases, in order (net_memory.cc).
   void infer_shapes(Backend& backend);
   std::vector<bool> tensors_needing_gradients() const;
-  void plan_activations(const std::vector<bool>& needs);
-  int differentiable_readers(int tensor, const std::vector<bool>& needs) const;
-  void plan_gradient_slots(const std::vector<bool>& needs);
+  void plan_memory(const std::vector<bool>& needs);
+  int add_buffer(std::string name, BufferKind kind, size_t bytes, std::vector<LiveRange> live);
+  void build_report();
+  // setup()'s and bind()'s.
   void allocate(Backend& backend);
-  void build_views(Backend& backend);
+  void build_views();
+  Tensor buffer_view(int buffer, const Shape& shape, DType dtype) const;
+  Tensor value_view(int tensor) const;
+  void poison_dead(int slot) const;
+  void poison_arena() const;
+  int forward_slot(int node) const { return node; }
+  int backward_slot(int node) const { return 2 * static_cast<int>(nodes_.size()) - 1 - node; }
 
   std::vector<Node> nodes_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, int> tensor_ids_;
   std::string logits_, loss_;
   std::vector<AuxLoss> aux_losses_;
+  std::vector<std::string> keep_;
   Shape input_shape_;
 
-  Backend* backend_ = nullptr;
+  Backend* backend_ = nullptr;  // set by plan()
+  bool set_up_ = false, bound_ = false;
   ParameterStore* store_ = nullptr;
   int64_t batch_ = 0;
-  Slab acts_, act_grads_, saved_, grads_;
+  // The step's buffers: the plan's placements, and their names and kinds (the same order), in the arena.
+  MemoryPlan plan_kind_ = MemoryPlan::kLiveness;
+  Recompute recompute_ = Recompute::kNone;
+  std::vector<PlannedBuffer> placed_;
+  std::vector<StepBuffer> buffers_;
+  std::vector<std::vector<int>> dies_after_;  // per slot: buffers whose live range ends there
+  size_t arena_bytes_ = 0;
+  std::shared_ptr<StepArena> arena_;
+  char* arena_base_ = nullptr;  // taken at bind()
+  bool poison_ = false;
+  MemoryReport report_;
+  Slab grads_;
   // Mixed precision: the compute dtype, the half copies of conv/FC parameters and their gradients (C), the
   // f32 staging of the images, and the Inf/NaN flag (i32 (1)) of the gradients' unscaling.
   DType compute_ = DType::kF32;
