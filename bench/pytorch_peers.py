@@ -19,10 +19,15 @@ Networks (NCHW, PyTorch's layout):
                 label smoothing 0.1 (as the reference)
 Loss: softmax cross-entropy (mean); optimizer: torch.optim.SGD(momentum=0.9, weight_decay=wd), whose cost
 matches our momentum update plus the weight-decay gradient. Inputs are fixed random tensors.
-Prints one line: "<net> threads=<t> batch=<b> images/s=<rate> steps=<k>" (or JSON with --json).
+--steps K times exactly K steps after the warm-up; --ema D also keeps a moving average of the weights and BN
+statistics (AveragedModel, decay D, updated every step) as terngrad-train does (bench/memory_bench.sh).
+Prints one line: "<net> threads=<t> batch=<b> images/s=<rate> steps=<k> step_s_median=<s> maxrss_mb=<MB>" (or JSON
+with --json).
 """
 import argparse
 import json
+import resource
+import statistics
 import time
 
 import torch
@@ -138,6 +143,10 @@ def main():
     ap.add_argument("--min_time", type=float, default=2.0, help="seconds of timed steps (at least 3 steps)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--steps", type=int, default=0, help="exactly this many timed steps (instead of --min_time)")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="also keep a moving average of the weights and BN statistics with this decay "
+                         "(torch.optim.swa_utils.AveragedModel, updated every step), as terngrad-train keeps one")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -147,6 +156,10 @@ def main():
     batch = args.batch or default_batch
     model = build().train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=wd)
+    ema = None
+    if args.ema > 0:
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema), use_buffers=True)
     x = torch.rand(batch, channels, size, size) * 2 - 1
     y = torch.randint(0, 1001 if size >= 224 else 10, (batch,))
 
@@ -162,24 +175,31 @@ def main():
             loss = F.cross_entropy(out, y, label_smoothing=smoothing)
         loss.backward()
         opt.step()
+        if ema is not None:
+            ema.update_parameters(model)
         return loss
 
     for _ in range(args.warmup):
         step()
-    steps, start = 0, time.perf_counter()
+    steps, start, times = 0, time.perf_counter(), []
     while True:
+        t0 = time.perf_counter()
         step()
+        times.append(time.perf_counter() - t0)
         steps += 1
         elapsed = time.perf_counter() - start
-        if steps >= 3 and elapsed >= args.min_time:
+        if (args.steps and steps >= args.steps) or (not args.steps and steps >= 3 and elapsed >= args.min_time):
             break
     rate = steps * batch / elapsed
+    step_s = statistics.median(times)
+    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps({"net": args.net, "threads": args.threads, "batch": batch, "images_per_sec": rate,
-                          "steps": steps, "precision": args.precision, "torch": torch.__version__}))
+                          "steps": steps, "step_s_median": step_s, "maxrss_mb": maxrss_mb,
+                          "precision": args.precision, "torch": torch.__version__}))
     else:
         print(f"{args.net} threads={args.threads} batch={batch} precision={args.precision} images/s={rate:.2f} "
-              f"steps={steps}")
+              f"steps={steps} step_s_median={step_s:.4f} maxrss_mb={maxrss_mb:.1f}")
 
 
 if __name__ == "__main__":

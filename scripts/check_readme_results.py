@@ -96,7 +96,8 @@ def reps_of(rows):
 
 
 # The rows a speed comparison compares, by kind (default: the whole file): precision compares within a net.
-INTERLEAVE_GROUPS = {"precision": lambda r: (r.get("net"), r.get("batch"))}
+INTERLEAVE_GROUPS = {"precision": lambda r: (r.get("net"), r.get("batch")),
+                     "memory": lambda r: (r.get("net"), r.get("batch"))}
 
 
 def not_interleaved(kind, rows):
@@ -304,6 +305,57 @@ def precision_table(header, rows):
             cell(("torch", "fp32")), cell(("torch", "bf16")), ratio(("torch", "bf16"), ("torch", "fp32")),
             ratio(("ours", "bf16"), ("torch", "bf16"))))
     return out + fewer_reps_note(rows)
+
+
+def memory_table(header, rows):
+    """bench/memory_bench.sh: peak resident memory at two batches, the per-image slope, the step time, against
+    PyTorch (medians over the repetitions)."""
+    need(rows, "rep", "net", "batch", "impl", "setting", "peak_rss_bytes", "step_s", "status")
+    out = ["| net | setting | peak at batch b1 | peak at batch b2 | per extra image | per image / PyTorch's "
+           "| peak / PyTorch's (b2) | step at b2 | step / PyTorch's (b2) |", "|---|---|---|---|---|---|---|---|---|"]
+    for net in dict.fromkeys(r["net"] for r in rows):
+        rs = [r for r in rows if r["net"] == net and r["status"] == "ok"]
+        batches = sorted({int(r["batch"]) for r in rows if r["net"] == net})
+        if len(batches) != 2:
+            raise Refused("net %s: %d batch sizes, the slope needs 2" % (net, len(batches)))
+        b1, b2 = batches
+        keys = list(dict.fromkeys((r["impl"], r["setting"]) for r in rows if r["net"] == net))
+
+        def m(key, b, field):
+            return med(num(r[field]) for r in rs if (r["impl"], r["setting"]) == key and int(r["batch"]) == b)
+        torch = next((k for k in keys if k[0] == "torch"), None)
+        slope = lambda k: (m(k, b2, "peak_rss_bytes") - m(k, b1, "peak_rss_bytes")) / (b2 - b1)  # noqa: E731
+        ok = lambda k: all(m(k, b, "peak_rss_bytes") is not None for b in (b1, b2))  # noqa: E731
+        version = re.search(r"torch: ([^;]+)", header.get("threads", ""))
+        names = {"torch": "PyTorch %s" % (version.group(1) if version else ""), "base": "before (base build)"}
+        for k in keys:
+            name = names.get(k[0], "ours, liveness + recompute bn_relu" if k[1] == "bn_relu" else "ours, %s" % k[1])
+            if not ok(k):
+                out.append("| %s (%d, %d) | %s | %s |  |  |  |  |  |  |" % (net, b1, b2, name,
+                                                                         no_ok(r for r in rows if r["net"] == net and (r["impl"], r["setting"]) == k)))
+                continue
+            t_ok = torch is not None and ok(torch)
+            step, tstep = m(k, b2, "step_s"), (m(torch, b2, "step_s") if t_ok else None)
+            out.append("| %s (%d, %d) | %s | %.2f GB | %.2f GB | %.1f MB | %s | %s | %s | %s |" % (
+                net, b1, b2, name, m(k, b1, "peak_rss_bytes") / 1e9, m(k, b2, "peak_rss_bytes") / 1e9,
+                slope(k) / 1e6, "%.2fx" % (slope(k) / slope(torch)) if t_ok and slope(torch) > 0 else "n/a",
+                "%.2fx" % (m(k, b2, "peak_rss_bytes") / m(torch, b2, "peak_rss_bytes")) if t_ok else "n/a",
+                "%.3f s" % step if step else "n/a", "%.2fx" % (step / tstep) if step and tstep else "n/a"))
+    return out + fewer_reps_note(rows)
+
+
+def memory_plan_table(header, rows):
+    """bench/memory_plan.sh: planned bytes per device (terngrad-train --plan_memory) and the largest batch that
+    fits in the budget."""
+    need(rows, "net", "device", "precision", "batch", "recompute", "planned_bytes", "activations_bytes",
+         "budget", "largest_batch")
+    out = ["| net | device | precision | batch | --recompute | planned per device | of which activations "
+           "| largest batch in %s |" % rows[0]["budget"], "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append("| %s | %s | %s | %s | %s | %.1f GiB | %.1f GiB | %s |" % (
+            r["net"], r["device"], r["precision"], r["batch"], r["recompute"], num(r["planned_bytes"]) / 2**30,
+            num(r["activations_bytes"]) / 2**30, r["largest_batch"]))
+    return out
 
 
 def demo_table(header, rows):
@@ -532,13 +584,15 @@ RENDERERS = {
     "inproc": {"table": inproc_table},
     "train_step": {"table": train_step_table},
     "precision": {"table": precision_table},
+    "memory": {"table": memory_table},
+    "memory_plan": {"table": memory_plan_table},
     "demo": {"table": demo_table},
     "gbench": {"table": gbench_table},
     "scale": {"table": scale_table},
     "placement": {"table": placement_table},
     "layer_profile": {"table": profile_steps, "passes": profile_passes},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"link", "inproc", "train_step", "precision", "memory", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):

@@ -147,6 +147,8 @@ TEST_P(NetworkPlans, PlannedRunsGiveTheUnplannedBits) {
   expect_same_bits(none, planned, std::string(c.net) + " liveness");
   const Outcome recomputed = train(*be, c, DType::kF32, MemoryPlan::kLiveness, Recompute::kBnRelu, true);
   expect_same_bits(none, recomputed, std::string(c.net) + " liveness + recompute bn_relu");
+  const Outcome blocks = train(*be, c, DType::kF32, MemoryPlan::kLiveness, Recompute::kBlocks, true);
+  expect_same_bits(none, blocks, std::string(c.net) + " liveness + recompute blocks");
 
   // The arena: no reuse at all without a plan; the plan within its lower bound, and smaller.
   EXPECT_EQ(none.report.arena, none.report.unplanned);
@@ -155,11 +157,13 @@ TEST_P(NetworkPlans, PlannedRunsGiveTheUnplannedBits) {
   EXPECT_LT(planned.report.arena, none.report.arena / 2) << c.net;
   EXPECT_LE(recomputed.report.arena, planned.report.arena) << c.net;
   EXPECT_GT(planned.report.in_place, 0) << c.net;
+  EXPECT_LE(blocks.report.arena, planned.report.arena) << c.net;
   std::printf(
       "%s batch %lld: unplanned %zu, liveness %zu (peak live %zu, at %s; %d outputs in place), bn_relu %zu "
-      "(%d recomputed)\n",
+      "(%d recomputed), blocks %zu (%d recomputed)\n",
       c.net, static_cast<long long>(c.batch), none.report.arena, planned.report.arena, planned.report.peak_live,
-      planned.report.peak_at.c_str(), planned.report.in_place, recomputed.report.arena, recomputed.report.recomputed);
+      planned.report.peak_at.c_str(), planned.report.in_place, recomputed.report.arena, recomputed.report.recomputed,
+      blocks.report.arena, blocks.report.recomputed);
 }
 
 INSTANTIATE_TEST_SUITE_P(FiveNetworks, NetworkPlans,

@@ -14,6 +14,7 @@
 
 #include "app_cli.h"
 #include "terngrad/backend/backend.h"
+#include "terngrad/backend/planning_backend.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/human_units.h"
 #include "terngrad/core/logging.h"
@@ -21,6 +22,7 @@
 #include "terngrad/models/registry.h"
 #include "terngrad/train/evaluator.h"
 #include "terngrad/train/event_writer.h"
+#include "terngrad/train/memory_budget.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/train_flags.h"
 #include "terngrad/train/trainer.h"
@@ -31,7 +33,17 @@ namespace {
 struct MainOptions {
   std::string log_level = "info";
   bool summary = false;
+  bool plan_memory = false;
+  std::string fit_memory;
 };
+
+tg::FlagCheck memory_size() {
+  tg::FlagCheck c;
+  c.parse = [](std::string_view text, std::string_view flag) {
+    if (!text.empty()) tg::parse_memory_size(std::string(text), "--" + std::string(flag));
+  };
+  return c;
+}
 
 const std::vector<tg::Flag<MainOptions>>& main_flags() {
   static const std::vector<tg::Flag<MainOptions>> table = {
@@ -39,6 +51,15 @@ const std::vector<tg::Flag<MainOptions>>& main_flags() {
       {"summary", &MainOptions::summary,
        "print the layer table (name, type, output shape, parameters) and the total, then exit", tg::no_check(),
        tg::kFlagSwitch},
+      {"plan_memory", &MainOptions::plan_memory,
+       "print what one device holds for these flags (net, batch, --precision, --device, workers, exchange, "
+       "--memory_plan, --recompute), area by area, planned without allocating anything (no GPU needed for "
+       "`--device cuda`), and what this machine has available; then exit",
+       tg::no_check(), tg::kFlagSwitch},
+      {"fit_memory", &MainOptions::fit_memory,
+       "with or without `--plan_memory`: also the largest `--batch_size` whose plan fits in this much memory per "
+       "device (`80GiB`, `80 GB`, `8e10`), then exit",
+       memory_size()},
   };
   return table;
 }
@@ -71,6 +92,46 @@ int print_summary(tg::TrainConfig c) {
   std::printf("total parameters: %lld (%s, %lldx%lldx%lld input, %lld classes)\n", static_cast<long long>(total),
               c.net.c_str(), static_cast<long long>(c.image_size), static_cast<long long>(c.image_size),
               static_cast<long long>(mc.channels), static_cast<long long>(c.num_classes));
+  return 0;
+}
+
+// --plan_memory / --fit_memory: one device's plan for these flags on one process (nothing allocated), what this
+// machine has, and the largest batch that fits in --fit_memory.
+int print_memory_plan(tg::TrainConfig c, const MainOptions& o) {
+  c.resolve_defaults();
+  TG_CHECK(c.batch_size % c.workers_per_process() == 0, "--batch_size {} is not divisible by the {} workers",
+           c.batch_size, c.workers_per_process());
+  const std::string device = c.device == "cuda" ? "cuda:0" : c.device;
+  auto be = tg::make_planning_backend(device);
+  const tg::TrainingLayout layout = tg::TrainingLayout::of(c, 1);
+  const tg::DeviceMemoryPlan plan = tg::plan_device_memory(c, *be, layout);
+  std::printf(
+      "memory plan of one %s: --net %s --image_size %lld --batch_size %lld (%d worker%s x %lld) "
+      "--precision %s --memory_plan %s --recompute %s --grad_bits %d\n%s",
+      be->device().is_cpu() ? "CPU replica" : "GPU", c.net.c_str(), static_cast<long long>(c.image_size),
+      static_cast<long long>(c.batch_size), layout.workers_per_replica, layout.workers_per_replica == 1 ? "" : "s",
+      static_cast<long long>(layout.worker_batch), c.precision.c_str(), c.memory_plan.c_str(), c.recompute.c_str(),
+      c.grad_bits, plan.table().c_str());
+  std::printf(
+      "not planned: the backend's scratch (oneDNN's per-primitive scratchpads; cuDNN's workspace, up to 1 GiB)\n");
+  if (be->device().is_cpu()) {
+    const size_t avail = tg::available_memory(*be, 1);
+    if (avail != SIZE_MAX)
+      std::printf("available on this machine: %s (MemAvailable, or the cgroup's limit less its use)\n",
+                  tg::human_bytes(double(avail)).c_str());
+  }
+  if (!o.fit_memory.empty()) {
+    const size_t budget = tg::parse_memory_size(o.fit_memory, "--fit_memory");
+    const int64_t w = layout.workers_per_replica;
+    const int64_t b = tg::largest_fitting_worker_batch(c, *be, layout, budget, int64_t{1} << 20);
+    if (b == 0)
+      std::printf("--fit_memory %s: not even --batch_size %lld (%lld x 1) fits\n", o.fit_memory.c_str(),
+                  static_cast<long long>(w), static_cast<long long>(w));
+    else
+      std::printf("--fit_memory %s: the largest --batch_size that fits is %lld (%lld worker%s x %lld)\n",
+                  o.fit_memory.c_str(), static_cast<long long>(b * w), static_cast<long long>(w), w == 1 ? "" : "s",
+                  static_cast<long long>(b));
+  }
   return 0;
 }
 
@@ -131,6 +192,7 @@ int main(int argc, char** argv) {
     tg::setup_logging(options.log_level);
     tg::check_flags(tg::train_flags(), config);  // a bad value is a usage error (exit 2), before MPI starts
     if (options.summary) return print_summary(config);
+    if (options.plan_memory || !options.fit_memory.empty()) return print_memory_plan(config, options);
     if (tg::launched_by_mpi()) {
       mpi = std::make_unique<tg::MpiEnvironment>();
       if (mpi->world_size() > 1) comm = std::make_unique<tg::MpiCommunicator>();

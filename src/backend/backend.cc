@@ -5,6 +5,7 @@
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "terngrad/backend/calling_thread.h"
+#include "terngrad/backend/planning_backend.h"
 #ifdef TG_HAVE_CUDA
 #include "src/backend/cuda/cuda_backend.h"
 #endif
@@ -51,6 +52,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
 #else
   no_cuda_backend(device);
 #endif
+}
+
+std::unique_ptr<Backend> make_planning_backend(const std::string& device) {
+  const int index = cuda_index(device);
+  return index < 0 ? std::make_unique<CpuBackend>(1) : make_cuda_planning_backend(index);
 }
 
 void bind_calling_thread_to(const std::string& device) {

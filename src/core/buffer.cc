@@ -31,6 +31,7 @@ Allocator& host_allocator() {
 
 Buffer::Buffer(Allocator& alloc, size_t bytes) : alloc_(&alloc), bytes_(bytes) {
   ptr_ = bytes ? alloc.allocate(bytes) : nullptr;
+  if (ptr_) alloc.in_use_.fetch_add(bytes_, std::memory_order_relaxed);
 }
 
 Buffer::~Buffer() { release(); }
@@ -53,7 +54,10 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 Device Buffer::device() const { return alloc_ ? alloc_->device() : Device::cpu(); }
 
 void Buffer::release() noexcept {
-  if (ptr_ && alloc_) alloc_->deallocate(ptr_);
+  if (ptr_ && alloc_) {
+    alloc_->in_use_.fetch_sub(bytes_, std::memory_order_relaxed);
+    alloc_->deallocate(ptr_);
+  }
   ptr_ = nullptr;
   bytes_ = 0;
 }

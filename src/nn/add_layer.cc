@@ -7,6 +7,7 @@ class AddLayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "add"; }
+  bool recomputable() const override { return true; }
   int num_inputs() const override { return -1; }
   bool backward_reads_input(int /*i*/) const override { return false; }  // each dx is dy
   bool backward_reads_output() const override { return false; }
@@ -28,6 +29,7 @@ class AddLayer final : public Layer {
     // out += 1 * in.
     for (size_t i = 2; i < io.in.size(); ++i) io.backend->add(io.out[0], io.in[i], io.out[0]);
   }
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     for (const Tensor& d : io.din)
       if (d) io.backend->copy(d, io.dout[0]);

@@ -7,6 +7,7 @@ class ConcatLayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "concat"; }
+  bool recomputable() const override { return true; }
   int num_inputs() const override { return -1; }
   bool backward_reads_input(int /*i*/) const override { return false; }  // a split of dy
   bool backward_reads_output() const override { return false; }
@@ -28,6 +29,7 @@ class ConcatLayer final : public Layer {
     return {out};
   }
   void forward_impl(LayerIO& io) override { io.backend->concat_channels(io.in, io.out[0]); }
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override { io.backend->split_channels(io.dout[0], io.din); }
 };
 }  // namespace

@@ -13,6 +13,7 @@ class ConvLayer final : public Layer {
              o.out_channels, o.kernel_h, o.kernel_w, o.stride, o.groups);
   }
   const char* type() const override { return "conv2d"; }
+  bool recomputable() const override { return true; }
   bool params_in_compute_dtype() const override { return true; }
   LayerOp op() const override { return desc_; }
   bool backward_reads_output() const override { return false; }  // dx from w, dw from x
@@ -38,6 +39,8 @@ class ConvLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     io.backend->conv2d_forward(desc_, io.in[0], io.params[0], o_.bias ? io.params[1] : Tensor(), io.out[0]);
   }
+  // The forward again: the same primitive on the same input, the same bits.
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     io.backend->conv2d_backward(desc_, io.in[0], io.params[0], io.dout[0], io.din[0], io.dparams[0],
                                 o_.bias ? io.dparams[1] : Tensor());

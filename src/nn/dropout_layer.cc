@@ -12,6 +12,7 @@ class DropoutLayer final : public Layer {
              keep_prob);
   }
   const char* type() const override { return "dropout"; }
+  bool recomputable() const override { return true; }
   bool backward_reads_input(int /*i*/) const override { return false; }  // dx = dy * mask / keep_prob
   bool backward_reads_output() const override { return false; }
   bool may_overwrite_input(int /*i*/) const override { return true; }
@@ -29,6 +30,8 @@ class DropoutLayer final : public Layer {
     }
     trained_ = io.training && keep_prob_ < 1.f;
   }
+  // The forward again: the same mask (Philox of the same key, step and layer), the same bits.
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     if (!io.din[0]) return;
     if (trained_) {

@@ -9,6 +9,7 @@ class FcLayer final : public Layer {
     TG_CHECK(o.out > 0, "layer '{}' (fully_connected): output size {} must be positive", name, o.out);
   }
   const char* type() const override { return "fully_connected"; }
+  bool recomputable() const override { return true; }
   bool params_in_compute_dtype() const override { return true; }
   LayerOp op() const override { return desc_; }
   bool backward_reads_output() const override { return false; }  // dx from w, dw from x
@@ -26,6 +27,7 @@ class FcLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     io.backend->inner_product_forward(desc_, io.in[0], io.params[0], o_.bias ? io.params[1] : Tensor(), io.out[0]);
   }
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     io.backend->inner_product_backward(desc_, io.in[0], io.params[0], io.dout[0], io.din[0], io.dparams[0],
                                        o_.bias ? io.dparams[1] : Tensor());

@@ -8,6 +8,7 @@ class FlattenLayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "flatten"; }
+  bool recomputable() const override { return true; }
   bool backward_reads_input(int /*i*/) const override { return false; }
   bool backward_reads_output() const override { return false; }
   bool may_overwrite_input(int /*i*/) const override { return true; }  // the same bytes: in place is a no-op
@@ -21,6 +22,7 @@ class FlattenLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     if (io.out[0].raw() != io.in[0].raw()) io.backend->copy(io.out[0], io.in[0]);
   }
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     if (io.din[0]) io.backend->copy(io.din[0], io.dout[0]);
   }

@@ -14,6 +14,7 @@ class LrnLayer final : public Layer {
     desc_.depth_radius = depth_radius, desc_.bias = bias, desc_.alpha = alpha, desc_.beta = beta;
   }
   const char* type() const override { return "lrn"; }
+  bool recomputable() const override { return true; }
   LayerOp op() const override { return desc_; }
   bool backward_reads_output() const override { return false; }  // recomputed from x (CPU and CUDA)
 
@@ -30,6 +31,7 @@ class LrnLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     io.backend->lrn_forward(desc_, io.in[0], io.out[0], has_workspace_ ? io.saved[0] : Tensor());
   }
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     if (!io.din[0]) return;
     io.backend->lrn_backward(desc_, io.in[0], io.dout[0], has_workspace_ ? io.saved[0] : Tensor(), io.din[0]);

@@ -102,6 +102,12 @@ void Net::plan_memory(const std::vector<bool>& needs) {
       const Node& node = nodes_[i];
       const TensorInfo& out = tensors_[node.output];
       if (out.kept || !node.layer->recomputable()) continue;
+      if (recompute_ == Recompute::kBlocks) {  // all but the tensors several layers read: the blocks' boundaries
+        std::vector<int> readers = out.consumers;
+        readers.erase(std::unique(readers.begin(), readers.end()), readers.end());
+        recomputed[node.output] = readers.size() == 1;
+        continue;
+      }
       const std::string type = node.layer->type();
       const bool bn = type == "batch_norm";
       const bool relu_over_recomputed = type == "relu" && recomputed[node.inputs[0]];
@@ -267,9 +273,10 @@ void Net::build_report() {
   const int n = static_cast<int>(nodes_.size());
   r.peak_at = slot < n ? "forward of " + nodes_[slot].layer->name()
                        : "backward of " + nodes_[static_cast<size_t>(2 * n - 1 - slot)].layer->name();
-  r.parameter_gradients = grads_.bytes();
-  r.half_copies = half_params_.bytes() + half_grads_.bytes();
-  r.other = precision_.bytes() + losses_.bytes();
+  // The slabs' sizes once allocated (Slab rounds its total up to the alignment).
+  r.parameter_gradients = align_up(grads_.bytes());
+  r.half_copies = align_up(half_params_.bytes()) + align_up(half_grads_.bytes());
+  r.other = align_up(precision_.bytes()) + align_up(losses_.bytes());
 }
 
 const Net::MemoryReport& Net::memory_report() const {

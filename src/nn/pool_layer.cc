@@ -14,6 +14,7 @@ class PoolLayer final : public Layer {
              kernel, stride);
   }
   const char* type() const override { return kind_ == PoolKind::kMax ? "max_pool" : "avg_pool"; }
+  bool recomputable() const override { return true; }
   PoolKind kind() const {
     return kind_ == PoolKind::kAvg && padding_ == Padding::kSymmetric ? PoolKind::kAvgIncludePad : kind_;
   }
@@ -39,6 +40,8 @@ class PoolLayer final : public Layer {
   void forward_impl(LayerIO& io) override {
     io.backend->pool_forward(desc_, io.in[0], io.out[0], has_workspace_ ? io.saved[0] : Tensor());
   }
+  // The forward again (max: the arg-max workspace rewritten with the same bits).
+  void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
     if (!io.din[0]) return;
     io.backend->pool_backward(desc_, io.in[0], io.out[0], io.dout[0], has_workspace_ ? io.saved[0] : Tensor(),

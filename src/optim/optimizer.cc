@@ -14,20 +14,6 @@ constexpr size_t kSlabAlign = 64;  // Slab's entry alignment (slab.cc)
 
 size_t align_up(size_t n) { return (n + kSlabAlign - 1) / kSlabAlign * kSlabAlign; }
 
-std::vector<std::string> suffixes_of(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kGd:
-      return {};
-    case OptimizerKind::kMomentum:
-      return {"Momentum"};
-    case OptimizerKind::kAdam:
-      return {"Adam", "Adam_1"};
-    case OptimizerKind::kRmsprop:
-      return {"RMSProp", "RMSProp_1"};
-  }
-  TG_THROW("unknown optimizer kind {}", static_cast<int>(kind));
-}
-
 void check_finite(float v, const char* option) { TG_CHECK(std::isfinite(v), "{} must be finite, got {}", option, v); }
 
 void check_options(const OptimizerOptions& o) {
@@ -56,6 +42,20 @@ void check_options(const OptimizerOptions& o) {
 
 }  // namespace
 
+std::vector<std::string> Optimizer::slot_suffixes_of(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kGd:
+      return {};
+    case OptimizerKind::kMomentum:
+      return {"Momentum"};
+    case OptimizerKind::kAdam:
+      return {"Adam", "Adam_1"};
+    case OptimizerKind::kRmsprop:
+      return {"RMSProp", "RMSProp_1"};
+  }
+  TG_THROW("unknown optimizer kind {}", static_cast<int>(kind));
+}
+
 const std::vector<Flag<OptimizerFlags>>& optimizer_flags() {
   using C = OptimizerFlags;
   static const std::vector<Flag<C>> table = {
@@ -68,7 +68,7 @@ const std::vector<Flag<OptimizerFlags>>& optimizer_flags() {
 }
 
 Optimizer::Optimizer(const OptimizerOptions& options, const Slab& params, Backend& backend)
-    : options_(options), kind_(options.kind()), slot_suffixes_(suffixes_of(kind_)) {
+    : options_(options), kind_(options.kind()), slot_suffixes_(slot_suffixes_of(kind_)) {
   check_options(options_);
   size_t end = 0;
   for (const Slab::Entry& e : params.entries()) {

@@ -45,6 +45,8 @@ void TrainConfig::validate(int num_processes) const {
           m.default_image_size > 0 ? m.default_image_size : 224, dataset, d.default_image_size, d.default_image_size);
   }
   TG_CHECK(num_classes >= 2, "--num_classes {} must be at least 2", num_classes);
+  TG_CHECK(recompute == "none" || memory_plan == "liveness",
+           "--recompute {} needs --memory_plan liveness (with none every tensor keeps its own buffer)", recompute);
   TG_CHECK(cpu_replicas == 1 || device == "cpu", "--cpu_replicas {} needs --device cpu (GPUs: --num_gpus)",
            cpu_replicas);
   const int replicas = device == "cpu" ? cpu_replicas : num_gpus;

@@ -2,6 +2,7 @@
 #include "terngrad/train/train_flags.h"
 
 #include "terngrad/exchange/exchange_options.h"
+#include "terngrad/nn/memory_plan.h"
 #include "terngrad/optim/lr_schedule.h"
 #include "terngrad/optim/optimizer.h"
 
@@ -55,6 +56,16 @@ std::vector<Flag<TrainConfig>> make_table() {
        one_of<Precision>(),
        kFlagRun,
        {{"fp16", "fp16"}}},
+      {"memory_plan", &C::memory_plan,
+       "liveness: a step's activations, their gradients and saved tensors share one arena, each buffer's bytes "
+       "reused once its last reader is done (ReLU, dropout, add and flatten in place; a replica's workers share the "
+       "arena); none: every tensor its own buffer for the whole step (debugging). The same bits either way",
+       one_of<MemoryPlan>(), kFlagContinue},
+      {"recompute", &C::recompute,
+       "bn_relu: batch-norm and ReLU outputs are dropped after the forward and computed again, from the kept "
+       "convolution output and the batch statistics, just before the first backward that reads them (less memory "
+       "for a few percent of time; the same bits); none: keep them",
+       one_of<Recompute>(), kFlagContinue},
       {"cpu_replicas", &C::cpu_replicas,
        "`--device cpu`: model replicas in this process, each on its own thread with `--threads` / replicas "
        "threads (e.g. one per socket); `--num_nodes` must be a multiple",

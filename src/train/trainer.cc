@@ -1,20 +1,12 @@
 // Trainer: building the replicas, their workers, groups and exchanges; one training step.
 #include "src/train/trainer_impl.h"
 #include "terngrad/backend/calling_thread.h"
+#include "terngrad/core/host_processes.h"
 #include "terngrad/train/exchange_dump.h"
 
 namespace tg {
 
 namespace {
-// This process's index among the processes of its host, from the MPI launcher's environment (Open MPI, MPICH /
-// Intel MPI, MVAPICH, Slurm); 0 when not launched by one.
-int host_local_rank() {
-  for (const char* var :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
-  return 0;
-}
-
 // --threads over --cpu_replicas: each CPU replica's team gets an equal share of the cores (at least one).
 int cpu_threads_per_replica(int threads, int replicas) {
   const int all = threads > 0 ? threads : available_cores();
@@ -61,6 +53,10 @@ int64_t Trainer::host_syncs() const {
   for (const Replica& r : impl_->replicas) most = std::max(most, r.backend->host_syncs());
   return most;
 }
+
+const DeviceMemoryPlan& Trainer::memory_plan() const { return impl_->replicas[0].memory; }
+
+size_t Trainer::device_bytes_in_use() const { return impl_->replicas[0].backend->allocator().bytes_in_use(); }
 
 void Trainer::Impl::build() {
   checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
@@ -134,11 +130,16 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
   const DType compute = cfg.compute_dtype();
   TG_CHECK(r.backend->supports_compute(compute), "--precision {} on --device {}: {}", cfg.precision,
            r.backend->device().str(), r.backend->why_not(compute));
+  check_memory_fits(r);
+  // The workers compute one after another on this thread and stream: their step buffers share one arena.
+  r.arena = std::make_shared<StepArena>(r.backend->allocator());
   for (int w : r.workers) {
     Worker& wk = workers[w];
     wk.net = std::make_unique<Net>();
     build_model(cfg.net, mc, *wk.net);
     wk.net->set_compute_dtype(compute);
+    wk.net->set_memory_plan(parse_enum<MemoryPlan>(cfg.memory_plan), parse_enum<Recompute>(cfg.recompute));
+    wk.net->share_arena(r.arena);
     wk.net->setup(*r.backend, worker_batch);
   }
   r.overflow_flag = Buffer(r.backend->allocator(), sizeof(int32_t));
@@ -156,6 +157,41 @@ void Trainer::Impl::build_replica(Replica& r, const ModelConfig& mc) {
     Slab& g = workers[w].net->grads();
     for (int i = 0; i < g.size(); ++i) workers[w].grad_views.push_back(g.view(i));
   }
+}
+
+TrainingLayout Trainer::Impl::layout() const {
+  TrainingLayout l = TrainingLayout::of(cfg, num_processes);
+  l.num_nodes = topology->num_nodes();
+  l.ranks_per_node = topology->ranks_per_node();
+  return l;
+}
+
+// Before the replica allocates anything: its plan against what its device has (CPU: this process's share of the
+// host's memory, split between its replicas); a run that cannot fit stops here, naming the largest batch that would.
+void Trainer::Impl::check_memory_fits(Replica& r) {
+  const TrainingLayout l = layout();
+  r.memory = plan_device_memory(cfg, *r.backend, l);
+  const bool cpu = r.backend->device().is_cpu();
+  size_t available = available_memory(*r.backend, host_local_size());
+  if (cpu && available != SIZE_MAX) available /= replicas.size();
+  if (r.memory.total() <= available) return;
+  const int64_t workers = static_cast<int64_t>(cfg.workers_per_process()) * num_processes;
+  auto largest = [&](const TrainConfig& c) {
+    const int64_t b = largest_fitting_worker_batch(c, *r.backend, l, available, l.worker_batch);
+    return b > 0 ? fmt::format("--batch_size {}", b * workers) : std::string("no batch");
+  };
+  std::string hint = fmt::format("the largest that fits is {}", largest(cfg));
+  if (cfg.memory_plan == "liveness" && cfg.recompute != "blocks") {
+    TrainConfig blocks = cfg;
+    blocks.recompute = "blocks";
+    hint += fmt::format(", with --recompute blocks {}", largest(blocks));
+  }
+  std::string where = cpu ? "this host's available memory" : "the device's free memory";
+  if (cpu && (host_local_size() > 1 || replicas.size() > 1))
+    where += fmt::format(" shared by {} process(es) of {} replica(s)", host_local_size(), replicas.size());
+  TG_THROW("--batch_size {} needs {} per {} ({}), {} is available ({}): {}", cfg.batch_size,
+           human_bytes(double(r.memory.total())), cpu ? "replica" : "GPU", r.memory.describe(),
+           human_bytes(double(available)), where, hint);
 }
 
 // Each replica's groups from the job's shape (Topology: nodes of local ranks, one cross-node group per local rank): CPU

@@ -37,6 +37,7 @@
 #include "terngrad/train/checkpoint_series.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/loss_scaler.h"
+#include "terngrad/train/memory_budget.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/quantization_probe.h"
 #include "terngrad/train/replica_threads.h"
@@ -56,6 +57,8 @@ struct Replica {
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExponentialMovingAverage> ema;
+  std::shared_ptr<StepArena> arena;            // its workers' step buffers (they run one after another)
+  DeviceMemoryPlan memory;                     // what it holds, planned before it allocated anything
   std::vector<int> workers;                    // indices into Impl::workers
   int rank = 0;                                // in the world group: process * replicas + replica
   ReplicaComms comms;                          // world / local / cross groups; nullptr where it is alone
@@ -122,6 +125,8 @@ struct Trainer::Impl {
   void place_workers(int n_replicas);
   void build_replicas();
   void build_replica(Replica& r, const ModelConfig& mc);
+  TrainingLayout layout() const;
+  void check_memory_fits(Replica& r);
   void connect_replicas();
   void build_timeline();
   void build_exchanges();

@@ -136,6 +136,15 @@ void Trainer::Impl::log_configuration() const {
                (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string());
   spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
                replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
+  const Replica& r0 = replicas[0];
+  const Net::MemoryReport& net = r0.memory.net;
+  spdlog::info(
+      "memory per replica: {} (planned; {} in this process's buffers on {}) | activations: one arena for {} "
+      "worker{}, --memory_plan {}{}: {} without a plan, at least {}; {} outputs in place, {} recomputed",
+      r0.memory.describe(), human_bytes(double(r0.backend->allocator().bytes_in_use())), r0.backend->device().str(),
+      r0.workers.size(), r0.workers.size() == 1 ? "" : "s", cfg.memory_plan,
+      cfg.recompute == "none" ? "" : " --recompute " + cfg.recompute, human_bytes(double(net.unplanned)),
+      human_bytes(double(net.peak_live)), net.in_place, net.recomputed);
   const GradientExchange& x = *replicas[0].exchange;
   const std::string warmup = cfg.fp32_warmup_steps > 0
                                  ? fmt::format(" after {} steps of fp32 (--fp32_warmup_steps)", cfg.fp32_warmup_steps)

@@ -164,6 +164,8 @@ class Backend {
   // Whether this backend runs compute dtype t (F32 always); why_not(t) is one line naming what is missing
   // ("bf16 needs AVX512_BF16 or AMX; this CPU has avx2", "fp16 compute needs a GPU (--device cuda)"), empty
   // when t is supported.
+  // The device memory still free (CUDA: cudaMemGetInfo); nothing for the CPU, whose memory is the host's.
+  virtual std::optional<size_t> free_memory() { return std::nullopt; }
   virtual bool supports_compute(DType t) const = 0;
   virtual std::string why_not(DType t) const = 0;
 

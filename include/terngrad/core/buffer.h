@@ -2,6 +2,7 @@
 // allocator; the CUDA backend supplies its own (cudaMalloc) without the core knowing CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 #include "terngrad/core/device.h"
@@ -14,6 +15,12 @@ class Allocator {
   virtual Device device() const = 0;
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) noexcept = 0;
+  // The bytes of the live Buffers this allocator gave (Buffer keeps the count): what a run holds, area by area.
+  size_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Buffer;
+  std::atomic<size_t> in_use_{0};
 };
 
 // Host memory aligned to 64 bytes (a cache line; what AVX-512 and oneDNN like).

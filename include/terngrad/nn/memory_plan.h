@@ -33,12 +33,17 @@ struct EnumNames<MemoryPlan> : EnumNamesBase {
 //   kNone    keep everything a backward reads;
 //   kBnRelu  batch norm outputs and the ReLUs over them: recomputed from the kept convolution output and the
 //            batch statistics the forward saved (one affine pass and one max per element: a few percent of a
-//            step), never the moving statistics.
-enum class Recompute { kNone, kBnRelu };
+//            step), never the moving statistics;
+//   kBlocks  every output read by one layer only: only the tensors several layers read are kept (a residual
+//            block's or an Inception block's input and output), and each block is computed again, from its
+//            input, when the backward reaches it (Chen et al.'s checkpoints at the network's own boundaries: about
+//            one more forward per step). A chain (LeNet) has no such tensor and gains nothing.
+enum class Recompute { kNone, kBnRelu, kBlocks };
 template <>
 struct EnumNames<Recompute> : EnumNamesBase {
   static constexpr const char* kFlag = "--recompute";
-  static constexpr EnumName<Recompute> kList[] = {{Recompute::kNone, "none"}, {Recompute::kBnRelu, "bn_relu"}};
+  static constexpr EnumName<Recompute> kList[] = {
+      {Recompute::kNone, "none"}, {Recompute::kBnRelu, "bn_relu"}, {Recompute::kBlocks, "blocks"}};
 };
 
 // Offsets inside the arena are aligned to this many bytes (a cache line; what oneDNN and vector loads like).

@@ -81,6 +81,7 @@ class Optimizer {
   int slots_per_param() const { return static_cast<int>(slot_suffixes_.size()); }
   // TF slot name suffixes of this kind: {}, {"Momentum"}, {"Adam", "Adam_1"}, {"RMSProp", "RMSProp_1"}.
   const std::vector<std::string>& slot_suffixes() const { return slot_suffixes_; }
+  static std::vector<std::string> slot_suffixes_of(OptimizerKind kind);
   static std::string slot_name(const std::string& param, const std::string& suffix) { return param + "/" + suffix; }
 
   // All optimizer state (name -> tensor), for checkpoints. Restoring means overwriting these tensors.

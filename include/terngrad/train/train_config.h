@@ -52,6 +52,9 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
   std::string precision = "fp32";
+  // Memory (nn/memory_plan.h): liveness | none; none | bn_relu. Neither changes the bits of a run.
+  std::string memory_plan = "liveness";
+  std::string recompute = "none";
   int num_processes = 1;  // MPI processes training together (set by the trainer, recorded in checkpoints)
   // model
   std::string net = "lenet";

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "terngrad/core/phase_times.h"
+#include "terngrad/train/memory_budget.h"
 #include "terngrad/train/train_config.h"
 
 namespace tg {
@@ -55,6 +56,10 @@ class Trainer {
   PhaseTimes run_steps(int64_t steps);
   // Host synchronisations so far (Backend::host_syncs) of the replica whose backend made the most.
   int64_t host_syncs() const;
+  // Replica 0's memory as planned before anything was allocated (memory_budget.h), and the bytes its backend's
+  // allocator holds now (on the CPU: every CPU replica's, one allocator).
+  const DeviceMemoryPlan& memory_plan() const;
+  size_t device_bytes_in_use() const;
 
  private:
   struct Impl;

@@ -100,6 +100,13 @@ void CudaAllocator::deallocate(void* ptr) noexcept {
   if (previous != index_ && previous >= 0) cudaSetDevice(previous);
 }
 
+std::optional<size_t> CudaBackend::free_memory() {
+  CudaDeviceGuard guard(index_);
+  size_t free_bytes = 0, total_bytes = 0;
+  TG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
 // ---- construction ----------------------------------------------------------------------------------------
 CudaBackend::CudaBackend(int index, const BackendOptions& options)
     : index_(index), options_(options), allocator_(index) {

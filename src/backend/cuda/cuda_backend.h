@@ -127,6 +127,7 @@ class CudaBackend final : public Backend {
 
   // Compute dtypes: F32 everywhere; F16 on sm_70+, BF16 on sm_80+ (tensor-core generations with those types).
   bool supports_compute(DType t) const override;
+  std::optional<size_t> free_memory() override;  // cudaMemGetInfo's free bytes
   std::string why_not(DType t) const override;
 
   // The Backend's *_impl hooks (include/terngrad/backend/backend_impls.h), defined in the files named at the
