@@ -4,14 +4,17 @@
 # and the median step time of the same runs, so a memory win that costs speed shows.
 #   ours    terngrad-train --benchmark_mode, one worker, --threads T, momentum SGD, the moving average of the weights
 #           and batch-norm statistics it always keeps; --memory_plan none (every tensor its own buffer),
-#           liveness (the default), liveness --recompute bn_relu (networks with batch norm);
+#           liveness (the default), liveness --recompute bn_relu and --recompute blocks (networks with batch norm);
 #   base    (-B BASE_BUILD) the same runs of another build of terngrad-train (the code before a change): its default;
 #   torch   bench/pytorch_peers.py --steps K --ema 0.9999: the same networks (torchvision's resnet50 and inception_v3
 #           with the aux head), batches, threads, momentum SGD with weight decay and an AveragedModel EMA of the
 #           weights and buffers, fixed random inputs.
 # Runs are interleaved: repetition after repetition, every setting of every batch of a network in turn.
 #   bench/memory_bench.sh [-b BUILD_DIR] [-B BASE_BUILD] [-n resnet50,inception_v3,alexnet,cifarnet,lenet]
-#                         [-r 3] [-t THREADS] [-s STEPS] [-o FILE]
+#                         [-p NET=B1,B2 ...] [-S none,liveness,bn_relu,blocks,base,torch] [-r 3] [-t THREADS] [-s STEPS]
+#                         [-o FILE]
+# -p sets a network's two batches (default: resnet50 16,32; inception_v3 8,16; alexnet 32,64; cifarnet 128,256;
+# lenet 256,1024); -S runs only these settings (e.g. "liveness,base" with -B: the step time against the build before).
 # Writes bench/results/memory.tsv (bench/lib/results.sh) and prints the table (check_readme_results.py --render).
 # Also prints ours' planned bytes (`--plan_memory`) per run. Run on a quiet machine.
 set -euo pipefail
@@ -26,17 +29,21 @@ reps=3
 threads=$(nproc)
 steps_override=""
 base=""
+settings=none,liveness,bn_relu,blocks,base,torch
+batches=()
 out=bench/results/memory.tsv
-while getopts "b:B:n:r:t:s:o:" o; do
+while getopts "b:B:n:p:S:r:t:s:o:" o; do
   case $o in
     b) export BUILD_DIR; BUILD_DIR=$(cd "$OPTARG" && pwd) ;;
     B) base=$(cd "$OPTARG" && pwd)/terngrad-train ;;
     n) nets=$OPTARG ;;
+    p) batches+=("$OPTARG") ;;
+    S) settings=$OPTARG ;;
     r) reps=$OPTARG ;;
     t) threads=$OPTARG ;;
     s) steps_override=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) tg_die "usage: bench/memory_bench.sh [-b BUILD_DIR] [-B BASE_BUILD] [-n nets] [-r repeats] [-t threads] [-s steps] [-o FILE]" ;;
+    *) tg_die "usage: bench/memory_bench.sh [-b BUILD_DIR] [-B BASE_BUILD] [-n nets] [-p NET=B1,B2] [-S settings] [-r repeats] [-t threads] [-s steps] [-o FILE]" ;;
   esac
 done
 [ -z "$base" ] || [ -x "$base" ] || tg_die "-B: no terngrad-train in $(dirname "$base")"
@@ -53,6 +60,13 @@ trap 'rm -rf "$work"' EXIT
 declare -A plan=([resnet50]="16 32 4" [inception_v3]="8 16 4" [alexnet]="32 64 4" [cifarnet]="128 256 8"
   [lenet]="256 1024 8")
 declare -A has_bn=([resnet50]=1 [inception_v3]=1 [alexnet]=1 [cifarnet]=0 [lenet]=0)
+for spec in "${batches[@]}"; do
+  net=${spec%%=*} pair=${spec#*=}
+  [[ -n "${plan[$net]:-}" && $pair =~ ^[0-9]+,[0-9]+$ ]] || tg_die "-p $spec: expected NET=B1,B2 of a known network"
+  read -r _ _ steps <<<"${plan[$net]}"
+  plan[$net]="${pair%,*} ${pair#*,} $steps"
+done
+wants() { [[ ",$settings," == *",$1,"* ]]; }
 dataset_of() { case $1 in lenet) echo mnist ;; cifarnet) echo cifar10 ;; *) echo imagenet ;; esac; }
 
 # ours BINARY NET BATCH STEPS [FLAGS...] -> "peak_kib step_s planned_bytes" (planned: the activations' arena; "-"
@@ -110,13 +124,16 @@ for ((i = 1; i <= reps; i++)); do
     read -r b1 b2 steps <<<"${plan[$net]}"
     [ -z "$steps_override" ] || steps=$steps_override
     for b in $b1 $b2; do
-      row "$i" "$net" "$b" ours none "$(ours "$train" "$net" "$b" "$steps" --memory_plan none)"
-      row "$i" "$net" "$b" ours liveness "$(ours "$train" "$net" "$b" "$steps")"
-      if [ "${has_bn[$net]}" = 1 ]; then
+      if wants none; then row "$i" "$net" "$b" ours none "$(ours "$train" "$net" "$b" "$steps" --memory_plan none)"; fi
+      if wants liveness; then row "$i" "$net" "$b" ours liveness "$(ours "$train" "$net" "$b" "$steps")"; fi
+      if wants bn_relu && [ "${has_bn[$net]}" = 1 ]; then
         row "$i" "$net" "$b" ours bn_relu "$(ours "$train" "$net" "$b" "$steps" --recompute bn_relu)"
       fi
-      [ -z "$base" ] || row "$i" "$net" "$b" base default "$(ours "$base" "$net" "$b" "$steps")"
-      row "$i" "$net" "$b" torch fp32 "$(torch_run "$net" "$b" "$steps")"
+      if wants blocks && [ "${has_bn[$net]}" = 1 ]; then
+        row "$i" "$net" "$b" ours blocks "$(ours "$train" "$net" "$b" "$steps" --recompute blocks)"
+      fi
+      if wants base && [ -n "$base" ]; then row "$i" "$net" "$b" base default "$(ours "$base" "$net" "$b" "$steps")"; fi
+      if wants torch; then row "$i" "$net" "$b" torch fp32 "$(torch_run "$net" "$b" "$steps")"; fi
     done
   done
 done

@@ -329,7 +329,8 @@ def memory_table(header, rows):
         version = re.search(r"torch: ([^;]+)", header.get("threads", ""))
         names = {"torch": "PyTorch %s" % (version.group(1) if version else ""), "base": "before (base build)"}
         for k in keys:
-            name = names.get(k[0], "ours, liveness + recompute bn_relu" if k[1] == "bn_relu" else "ours, %s" % k[1])
+            name = names.get(k[0], "ours, liveness + recompute %s" % k[1] if k[1] in ("bn_relu", "blocks")
+                             else "ours, %s" % k[1])
             if not ok(k):
                 out.append("| %s (%d, %d) | %s | %s |  |  |  |  |  |  |" % (net, b1, b2, name,
                                                                          no_ok(r for r in rows if r["net"] == net and (r["impl"], r["setting"]) == k)))
@@ -341,6 +342,25 @@ def memory_table(header, rows):
                 slope(k) / 1e6, "%.2fx" % (slope(k) / slope(torch)) if t_ok and slope(torch) > 0 else "n/a",
                 "%.2fx" % (m(k, b2, "peak_rss_bytes") / m(torch, b2, "peak_rss_bytes")) if t_ok else "n/a",
                 "%.3f s" % step if step else "n/a", "%.2fx" % (step / tstep) if step and tstep else "n/a"))
+    return out + fewer_reps_note(rows)
+
+
+def memory_steps(header, rows):
+    """bench/memory_bench.sh -S liveness,base: the step time of ours against the build before (-B), per network and
+    batch: medians, their ratio, and the range of the per-repetition ratios."""
+    need(rows, "rep", "net", "batch", "impl", "setting", "step_s", "status")
+    out = ["| net | batch | ours, liveness: step (median) | before: step (median) | ours / before | per-repetition "
+           "ratios (min-max) | repetitions |", "|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["net"], r["batch"]) for r in rows):
+        rs = [r for r in rows if (r["net"], r["batch"]) == key and r["status"] == "ok"]
+        a = {r["rep"]: num(r["step_s"]) for r in rs if (r["impl"], r["setting"]) == ("ours", "liveness")}
+        b = {r["rep"]: num(r["step_s"]) for r in rs if r["impl"] == "base"}
+        pairs = [a[k] / b[k] for k in a if k in b and a[k] and b[k]]
+        ma, mb_ = med(a.values()), med(b.values())
+        out.append("| %s | %s | %s | %s | %s | %s | %d |" % (
+            key[0], key[1], "%.3f s" % ma if ma else "n/a", "%.3f s" % mb_ if mb_ else "n/a",
+            "%.3f" % (ma / mb_) if ma and mb_ else "n/a",
+            "%.3f-%.3f" % (min(pairs), max(pairs)) if pairs else "n/a", len(pairs)))
     return out + fewer_reps_note(rows)
 
 
@@ -584,7 +604,7 @@ RENDERERS = {
     "inproc": {"table": inproc_table},
     "train_step": {"table": train_step_table},
     "precision": {"table": precision_table},
-    "memory": {"table": memory_table},
+    "memory": {"table": memory_table, "steps": memory_steps},
     "memory_plan": {"table": memory_plan_table},
     "demo": {"table": demo_table},
     "gbench": {"table": gbench_table},

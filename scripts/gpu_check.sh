@@ -53,7 +53,9 @@
 #   net:resnet50       50    40 s    ResNet-50 (batch 256): the PyTorch AMP peer (a 20 s cap, run once), then
 #                                    terngrad-train in fp16, bf16, fp32 (--conv_search: the peer has cudnn.benchmark);
 #                                    both sides the true median of the same 10 timed steps after 5; a precision
-#                                    without time left makes the section SKIPPED
+#                                    without time left makes the section SKIPPED; each run's device memory after its
+#                                    first step against its memory plan (FAIL beyond the plan + 1.5 GiB, or below
+#                                    0.8x it)
 #   pipeline           10     8 s    images/s the input pipeline sustains on JPEG TFRecords made on the spot (ResNet-
 #                                    50 preprocessing, all cores): whether the card would starve
 #   net:inception_v3   (50)          Inception-v3 (batch 128) as ResNet-50: not in the default run (its cap is not in
@@ -277,6 +279,11 @@ json_values() { grep '"step"' "$LOGS/$1.jsonl" 2> /dev/null | grep -oE "\"$2\": 
 # steady_syncs NAME: the most host synchronisations per step (the steps' own, the log step's reads excluded) of any
 # window after the first.
 steady_syncs() { json_values "$1" host_syncs | tail -n +2 | sort -g | tail -1; }
+# memory_check NAME: "used planned" bytes from NAME's log (the trainer's line after its first step: what the run took
+# of the device against its plan); nothing when the line is missing.
+memory_check() {
+  sed -n 's/.* took [^(]*(\([0-9]*\) bytes) of device memory .*; planned [^(]*(\([0-9]*\) bytes).*/\1 \2/p' "$LOGS/$1.log" | head -1
+}
 # rate NAME FROM: the true median examples/sec of steps FROM.. (one step per log line).
 rate() { json_values "$1" examples_per_sec | tail -n +"$2" | gc_median; }
 # first_losses_agree A B: whether the first 3 cross-entropies of runs A and B agree within 1e-3 relative.
@@ -408,6 +415,15 @@ for net in resnet50 inception_v3; do
       ours=$(rate "${net}_$p" 6)
       line+=" $p ${ours} img/s"
       [[ -n ${peer[$p]} ]] && line+=" (torch ${peer[$p]}: x$(awk -v a="$ours" -v b="${peer[$p]}" 'BEGIN {printf "%.2f", a / b}'))"
+      # The memory plan against the device: what the run took by its first step, beside what it planned; beyond
+      # the plan only cuDNN's workspace (at most 1 GiB) and the libraries' state may come (1.5 GiB in all).
+      read -r used planned <<< "$(memory_check "${net}_$p")"
+      if [[ -z ${used:-} ]]; then missing+=" ours $p: no memory line;"
+      else
+        line+=" memory $(awk -v u="$used" -v p="$planned" 'BEGIN {printf "%.2f of %.2f GiB planned", u / 2^30, p / 2^30}')"
+        awk -v u="$used" -v p="$planned" 'BEGIN {exit !(u <= p + 1.5 * 2^30 && u >= 0.8 * p)}' ||
+          bad+=" $p: took $used bytes of device memory, planned $planned;"
+      fi
       line+=";"
     elif ((GC_RC == 124)); then missing+=" ours $p: cut at the section's end;"
     else

@@ -151,6 +151,49 @@ TEST_F(CliMessages, AFailedStartCreatesNothing) {
   }
 }
 
+// ---- memory: the plan printed, its flags' bad values refused -----------------------------------------------------
+TEST_F(CliMessages, ThePlanIsPrintedForAnyDeviceAndBadMemoryFlagsGetOneLine) {
+  const std::string t = dir("t");
+  Result r =
+      run(bin("terngrad-train") + " --plan_memory --net resnet50 --dataset imagenet --batch_size 32 --train_dir " + t);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("memory plan of one CPU replica: --net resnet50 --image_size 224 --batch_size 32", 0), 0u)
+      << r.output;
+  for (const char* area : {"parameters", "optimizer state", "moving averages", "parameter gradients", "activations",
+                           "input batches", "total"})
+    EXPECT_EQ(lines_with(r.output, std::string("  ") + area + " ").size(), 1u) << area << "\n" << r.output;
+  r = run(bin("terngrad-train") +
+          " --plan_memory --device cuda --precision fp16 --net resnet50 --dataset imagenet --batch_size 256 "
+          "--fit_memory 80GiB --train_dir " +
+          t);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("memory plan of one GPU:", 0), 0u) << r.output;
+  EXPECT_EQ(lines_with(r.output, "--fit_memory 80GiB: the largest --batch_size that fits is ").size(), 1u) << r.output;
+  EXPECT_FALSE(fs::exists(t)) << "a plan writes nothing";
+
+  r = run(bin("terngrad-train") + " --fit_memory '80 gigs' --train_dir " + t);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(
+      r.output.rfind("terngrad-train: error: --fit_memory '80 gigs' has an unknown unit 'gigs': a number of bytes "
+                     "with an optional unit: 80GiB, 80 GB, 8e10",
+                     0),
+      0u)
+      << r.output;
+  EXPECT_EQ(lines_with(r.output, "error:").size(), 1u) << r.output;
+  r = run(train(t, "--recompute everything --max_steps 1"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "terngrad-train: error: --recompute 'everything' is not one of none, bn_relu, blocks\n");
+  r = run(bin("terngrad-train") + " --plan_memory --net resnet5 --train_dir " + t);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--net 'resnet5'"), std::string::npos) << r.output;
+  r = run(train(t, "--memory_plan none --recompute bn_relu --max_steps 1"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "terngrad-train: error: --recompute bn_relu needs --memory_plan liveness (with none every tensor "
+            "keeps its own buffer)\n");
+  EXPECT_FALSE(fs::exists(t));
+}
+
 // ---- resuming: the checkpoint's settings, never a silent switch -------------------------------------------------
 TEST_F(CliMessages, AResumeKeepsTheCheckpointsSettingsAndRefusesOthers) {
   const std::string t = dir("t");

@@ -40,7 +40,7 @@ struct MainOptions {
 tg::FlagCheck memory_size() {
   tg::FlagCheck c;
   c.parse = [](std::string_view text, std::string_view flag) {
-    if (!text.empty()) tg::parse_memory_size(std::string(text), "--" + std::string(flag));
+    if (!text.empty()) tg::parse_memory_size(std::string(text), std::string(flag));
   };
   return c;
 }
@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   try {
     tg::setup_logging(options.log_level);
     tg::check_flags(tg::train_flags(), config);  // a bad value is a usage error (exit 2), before MPI starts
+    tg::check_flags(main_flags(), options);
     if (options.summary) return print_summary(config);
     if (options.plan_memory || !options.fit_memory.empty()) return print_memory_plan(config, options);
     if (tg::launched_by_mpi()) {

@@ -205,7 +205,11 @@ void Net::bind(ParameterStore& store) {
   TG_CHECK(set_up_, "bind() needs setup() first");
   store_ = &store;
   if (!bound_) {
+    const bool first = !arena_->allocated();
     arena_base_ = static_cast<char*>(arena_->data());
+    // Touched at setup, not in the first step (the first net to take a shared arena zeroes all of it).
+    if (first && arena_->bytes() > 0)
+      backend_->zero(Tensor(arena_base_, Shape{static_cast<int64_t>(arena_->bytes())}, DType::kU8, arena_->device()));
     build_views();
     bound_ = true;
   }

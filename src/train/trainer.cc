@@ -173,6 +173,7 @@ void Trainer::Impl::check_memory_fits(Replica& r) {
   r.memory = plan_device_memory(cfg, *r.backend, l);
   const bool cpu = r.backend->device().is_cpu();
   size_t available = available_memory(*r.backend, host_local_size());
+  if (!cpu) r.free_before_build = available;
   if (cpu && available != SIZE_MAX) available /= replicas.size();
   if (r.memory.total() <= available) return;
   const int64_t workers = static_cast<int64_t>(cfg.workers_per_process()) * num_processes;

@@ -59,6 +59,7 @@ struct Replica {
   std::unique_ptr<ExponentialMovingAverage> ema;
   std::shared_ptr<StepArena> arena;            // its workers' step buffers (they run one after another)
   DeviceMemoryPlan memory;                     // what it holds, planned before it allocated anything
+  size_t free_before_build = SIZE_MAX;         // its device's free memory then (GPUs; SIZE_MAX: not known)
   std::vector<int> workers;                    // indices into Impl::workers
   int rank = 0;                                // in the world group: process * replicas + replica
   ReplicaComms comms;                          // world / local / cross groups; nullptr where it is alone
@@ -169,6 +170,7 @@ struct Trainer::Impl {
   bool timed_step(int64_t t, float lr, RunReport& report);
   void log_window(int64_t done, float lr, RunReport& report);
   void after_step(int64_t done);
+  void log_device_memory_used();
   void finish_run(int64_t t, RunReport& report, TrainResult& result);
 
   void write_timeline();

@@ -213,12 +213,28 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
 void Trainer::Impl::after_step(int64_t done) {
+  if (done == start_step + 1) log_device_memory_used();
   if (timeline && !timeline_written && done == timeline->last_step()) {
     write_timeline();
     timeline_written = true;
   }
   if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
   if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
+}
+
+// On a GPU, after the first step: what the run took of the device (its free memory before the replica was built less
+// after the step) beside the plan; the rest is cuDNN's workspace and the libraries' state (the GPU check compares).
+void Trainer::Impl::log_device_memory_used() {
+  const Replica& r = replicas[0];
+  if (r.backend->device().is_cpu() || r.free_before_build == SIZE_MAX || !is_chief()) return;
+  const std::optional<size_t> free = r.backend->free_memory();
+  if (!free) return;
+  const size_t used = r.free_before_build > *free ? r.free_before_build - *free : 0;
+  spdlog::info(
+      "{}: the run took {} ({} bytes) of device memory by the end of its first step; planned {} ({} bytes): "
+      "the rest is cuDNN's workspace and the libraries' state",
+      r.backend->device().str(), human_bytes(double(used)), used, human_bytes(double(r.memory.total())),
+      r.memory.total());
 }
 
 // The end of a run stopped after step t (done or interrupted): the last checkpoint and the result.
