@@ -76,6 +76,30 @@ class ReadmeResults(unittest.TestCase):
         self.assertTrue(first.startswith("README.md:3: bench/results/r.tsv: "), first)
         self.assertTrue(first.endswith("re-run: " + COMMAND), first)
 
+    def test_the_memory_tables_give_the_per_image_slope_and_the_ratios(self):
+        # Peaks of 1.0 and 2.6 GB at batches 16 and 32 (100 MB an image), PyTorch's 2.0 and 4.0 (125 MB); steps of
+        # ours 1.0, 1.1, 1.2 s against the build before's 1.0 s.
+        header = ["# format: terngrad-results 1", "# kind: memory", "# command: bench/memory_bench.sh", "# commit: x",
+                  "# tree: clean", "# date: d", "# cpu: c", "# isa: AVX2 (avx2)", "# flags: f", "# load: 0",
+                  "# threads: 2; torch: 2.15.0; base: /b"]
+        rows = ["rep\tnet\tbatch\timpl\tsetting\tpeak_rss_bytes\tstep_s\tplanned_activations_bytes\tstatus"]
+        for rep, step in ((1, 1.0), (2, 1.1), (3, 1.2)):
+            for b, ours, torch in ((16, 1.0e9, 2.0e9), (32, 2.6e9, 4.0e9)):
+                rows += ["%d\tresnet50\t%d\tours\tliveness\t%d\t%s\t-\tok" % (rep, b, ours, step),
+                         "%d\tresnet50\t%d\tbase\tdefault\t%d\t1.0\t-\tok" % (rep, b, 3 * ours),
+                         "%d\tresnet50\t%d\ttorch\tfp32\t%d\t2.0\t-\tok" % (rep, b, torch)]
+        sys.path.insert(0, os.path.dirname(CHECK))
+        import check_readme_results as c
+        path = os.path.join(self.repo, "m.tsv")
+        self.write("m.tsv", "\n".join(header + rows) + "\n")
+        h, r = c.read_results(path)
+        table = "\n".join(c.memory_table(h, r))
+        self.assertIn("| resnet50 (16, 32) | ours, liveness | 1.00 GB | 2.60 GB | 100.0 MB | 0.80x | 0.65x | 1.100 s "
+                      "| 0.55x |", table)
+        self.assertIn("| resnet50 (16, 32) | PyTorch 2.15.0 | 2.00 GB | 4.00 GB | 125.0 MB | 1.00x |", table)
+        steps = "\n".join(c.memory_steps(h, r))
+        self.assertIn("| resnet50 | 16 | 1.100 s | 1.000 s | 1.100 | 1.000-1.200 | 3 |", steps)
+
     def test_missing_results_file_needs_the_to_be_measured_line(self):
         self.readme()
         rc, out = self.run_check()

@@ -90,9 +90,9 @@ void Net::plan_memory(const std::vector<bool>& needs) {
     if (runs_backward && node.layer->backward_reads_output()) backward_reads[node.output].push_back(backward_slot(i));
   }
 
-  // Recomputation (--recompute bn_relu): a batch norm's output, and a ReLU's over a recomputed tensor, when a
-  // backward reads them. Decided from the last producer back, so that the reads of a recomputation are known before
-  // its inputs' own recomputation is placed: an input is recomputed no later than the tensors computed from it.
+  // Recomputation (memory_plan.h's Recompute: which outputs), when a backward reads them. Decided from the last
+  // producer back, so that the reads of a recomputation are known before its inputs' own recomputation is placed: an
+  // input is recomputed no later than the tensors computed from it.
   std::vector<bool> recomputed(nt, false);
   std::vector<int> recompute_slot(nt, -1);
   std::vector<std::vector<int>> recompute_reads(nt);  // slots at which a recomputation reads the tensor
@@ -135,7 +135,6 @@ void Net::plan_memory(const std::vector<bool>& needs) {
   auto ranges_of = [&](int t) {
     const TensorInfo& info = tensors_[t];
     const int born = std::max(0, info.producer);
-    std::vector<LiveRange> r;
     if (info.kept) return std::vector<LiveRange>{{born, last_slot}};
     std::vector<int> late = backward_reads[t];
     late.insert(late.end(), recompute_reads[t].begin(), recompute_reads[t].end());
@@ -149,7 +148,6 @@ void Net::plan_memory(const std::vector<bool>& needs) {
   // nobody; a recomputed input only read again by this node's own recomputation (so both are recomputed at once,
   // the input first, into the same bytes).
   report_.in_place = 0;
-  std::vector<std::vector<LiveRange>> value_ranges;  // per buffer made here
   for (size_t t = 0; t < nt; ++t) {
     TensorInfo& info = tensors_[t];
     int over = -1;

@@ -144,7 +144,6 @@ class Net {
     size_t half_copies = 0;                         // mixed precision: half weights and their half gradients
     size_t other = 0;                               // the f32 staging of the images, the losses, the overflow flag
     int buffers = 0, in_place = 0, recomputed = 0;  // buffers planned, outputs written over an input, recomputed
-    size_t owned() const { return parameter_gradients + half_copies + other; }  // beside the arena
   };
   const MemoryReport& memory_report() const;
 
