@@ -345,6 +345,42 @@ def memory_table(header, rows):
     return out + fewer_reps_note(rows)
 
 
+def memory_summary(header, rows):
+    """bench/memory_bench.sh, one row per network: the memory per extra image of each setting and its ratio to
+    PyTorch's, the peak at the larger batch and the step time, ours by liveness against PyTorch."""
+    need(rows, "rep", "net", "batch", "impl", "setting", "peak_rss_bytes", "step_s", "status")
+    cols = [("torch", "fp32"), ("base", "default"), ("ours", "liveness"), ("ours", "bn_relu"), ("ours", "blocks")]
+    out = ["| net (batches) | per extra image: PyTorch | before | liveness | + recompute bn_relu | + recompute blocks "
+           "| peak, liveness / PyTorch | step, liveness / PyTorch |", "|---|---|---|---|---|---|---|---|"]
+    for net in dict.fromkeys(r["net"] for r in rows):
+        rs = [r for r in rows if r["net"] == net and r["status"] == "ok"]
+        b1, b2 = sorted({int(r["batch"]) for r in rows if r["net"] == net})
+
+        def m(key, b, field):
+            return med(num(r[field]) for r in rs if (r["impl"], r["setting"]) == key and int(r["batch"]) == b)
+
+        def slope(key):
+            a, b = m(key, b1, "peak_rss_bytes"), m(key, b2, "peak_rss_bytes")
+            return (b - a) / (b2 - b1) if a is not None and b is not None else None
+        torch = slope(cols[0])
+        cells = []
+        for k in cols:
+            s = slope(k)
+            if s is None:
+                cells.append("")
+            elif k == cols[0] or not torch:
+                cells.append("%.1f MB" % (s / 1e6))
+            else:
+                cells.append("%.1f MB (%.2fx)" % (s / 1e6, s / torch))
+        ours, theirs = ("ours", "liveness"), cols[0]
+        peak = [m(k, b2, "peak_rss_bytes") for k in (ours, theirs)]
+        step = [m(k, b2, "step_s") for k in (ours, theirs)]
+        out.append("| %s (%d, %d) | %s | %s | %s |" % (
+            net, b1, b2, " | ".join(cells), "%.2fx" % (peak[0] / peak[1]) if all(peak) else "n/a",
+            "%.2fx" % (step[0] / step[1]) if all(step) else "n/a"))
+    return out + fewer_reps_note(rows)
+
+
 def memory_steps(header, rows):
     """bench/memory_bench.sh -S liveness,base: the step time of ours against the build before (-B), per network and
     batch: medians, their ratio, and the range of the per-repetition ratios."""
@@ -604,7 +640,7 @@ RENDERERS = {
     "inproc": {"table": inproc_table},
     "train_step": {"table": train_step_table},
     "precision": {"table": precision_table},
-    "memory": {"table": memory_table, "steps": memory_steps},
+    "memory": {"table": memory_table, "summary": memory_summary, "steps": memory_steps},
     "memory_plan": {"table": memory_plan_table},
     "demo": {"table": demo_table},
     "gbench": {"table": gbench_table},
