@@ -49,13 +49,16 @@ TEST_F(MemoryBudget, ThePlanIsWhatTheTrainerAllocates) {
     int replicas, workers, grad_bits;
     bool error_feedback;
     std::string exchange;
+    double tolerance;  // relative: the exchange buffers of hierarchical and powersgd are estimates
   };
-  for (const Variant& v : {Variant{"fp32, one replica of two workers", 1, 2, 32, false, "auto"},
-                           Variant{"terngrad allgather2 over two replicas", 2, 2, 1, false, "auto"},
-                           Variant{"terngrad allreduce8 with error feedback", 2, 4, 1, true, "allreduce8"},
-                           Variant{"fp16 over two replicas", 2, 2, 16, false, "auto"}}) {
-    TrainConfig c =
-        small_run(dir(std::string("t") + std::to_string(v.workers) + v.exchange), "cifarnet", 8 * v.workers);
+  const Variant variants[] = {Variant{"fp32, one replica of two workers", 1, 2, 32, false, "auto", 0.002},
+                              Variant{"terngrad allgather2 over two replicas", 2, 2, 1, false, "auto", 0.002},
+                              Variant{"terngrad allreduce8 with error feedback", 2, 4, 1, true, "allreduce8", 0.002},
+                              Variant{"fp16 over two replicas", 2, 2, 16, false, "auto", 0.002},
+                              Variant{"hierarchical, one node of two ranks", 2, 2, 1, false, "hierarchical", 0.02},
+                              Variant{"powersgd over two replicas", 2, 2, 32, false, "powersgd", 0.02}};
+  for (const Variant& v : variants) {
+    TrainConfig c = small_run(dir("t" + std::to_string(&v - variants)), "cifarnet", 8 * v.workers);
     c.cpu_replicas = v.replicas;
     c.num_nodes = v.workers;
     c.grad_bits = v.grad_bits;
@@ -68,7 +71,7 @@ TEST_F(MemoryBudget, ThePlanIsWhatTheTrainerAllocates) {
     const size_t host_batches = 2 * rows * (24 * 24 * 3 * sizeof(float) + sizeof(int32_t));  // staging memory
     const double planned = double(plan.total() - host_batches) * v.replicas;
     const double held = double(trainer.device_bytes_in_use());
-    EXPECT_NEAR(held, planned, 0.002 * planned + 64 * 1024) << v.what << ": " << plan.describe();
+    EXPECT_NEAR(held, planned, v.tolerance * planned + 64 * 1024) << v.what << ": " << plan.describe();
     EXPECT_GT(plan.area("activations"), 0u) << v.what;
     EXPECT_EQ(plan.workers, v.workers / v.replicas) << v.what;
   }

@@ -55,9 +55,17 @@ size_t exchange_bytes(const TrainConfig& cfg, const std::vector<ParamSpec>& para
     return bytes;
   }
   const size_t n = static_cast<size_t>(policy.total_elements());
-  if (scheme == "hierarchical") {  // the node's sum (fp32, fp16 too with --local_bits 16), codes, the node's blocks
-    const size_t nodes = static_cast<size_t>(std::max(1, l.num_nodes));
-    return scalers + 4 * n + (cfg.local_bits == 16 ? 2 * n : 0) + (nodes + 1) * packed + 4 * n / std::max(1, L);
+  if (scheme == "hierarchical") {
+    // The node's sum in the shard-major layout (fp32, and fp16 with --local_bits 16); between nodes, this rank's
+    // shard's codes and the node's blocks (every node's codes of a shard, all-gathered below 8 nodes, summed as int8
+    // from 8 on, and the dense shard in fp32).
+    size_t bytes = scalers + 4 * n + (cfg.local_bits == 16 ? 2 * n : 0);
+    if (l.num_nodes > 1) {
+      const size_t R = static_cast<size_t>(std::max(1, l.ranks_per_node)), M = static_cast<size_t>(l.num_nodes);
+      const size_t dense_elements = n - static_cast<size_t>(ternary);
+      bytes += packed / R + (M < 8 ? M * packed : 4 * packed) + 4 * dense_elements;
+    }
+    return bytes;
   }
   return 4 * static_cast<size_t>(L) * n + 4 * n / 64;  // powersgd: each worker's error, the factors (rank << rows)
 }

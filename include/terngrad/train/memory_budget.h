@@ -7,9 +7,9 @@
 // (make_planning_backend).
 //
 // Every area but two is exact: the sizes the trainer's slabs and buffers will have. Estimated: the exchange
-// buffers (the schemes' own layouts, rounded: within a few KiB for fp32, fp16 and terngrad, looser for hierarchical
-// and powersgd) and nothing for the backend's scratch (oneDNN's per-primitive scratchpads, cuDNN's workspace up to
-// 1 GiB), which a device needs on top.
+// buffers (the schemes' own layouts, rounded: within a few KiB for fp32, fp16 and terngrad, within 2% for
+// hierarchical and powersgd; tests/memory_budget_test.cc) and nothing for the backend's scratch (oneDNN's
+// per-primitive scratchpads, cuDNN's workspace up to 1 GiB), which a device needs on top.
 #pragma once
 
 #include <cstddef>
