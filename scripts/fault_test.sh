@@ -13,7 +13,9 @@
 #      that starts with no checkpoint (the first, or one after a kill before any checkpoint) starts from
 #      scratch: counted and reported, never a failure. No count depends on the machine's speed.
 #   2. kill -9 one rank of a 2-process mpirun job once the job has logged a step: the whole job ends within 10 s
-#      of the kill (README's claim) and names the lost rank.
+#      of the kill (README's claim) and names the lost rank. Then a rank that hangs without an error: one rank of
+#      a 4-process job stopped (SIGSTOP: no TCP reset ever comes): with --collective_timeout 3 the job ends within
+#      3 + 10 s with a line naming --collective_timeout, the step and what it waited for.
 #   3. a checkpoint that does not fit on the disk, without privileges (tests/disk_full: an LD_PRELOAD library
 #      that fails writes under a path with ENOSPC), the disk full at a write and at the fsync: one clear error
 #      line (No space left on device, naming the checkpoint), exit 1, the previous checkpoint and the index
@@ -224,6 +226,41 @@ else
     echo "lost rank: the job ended ${secs} s after kill -9 of rank 1; message: $line"
     awk -v s="$secs" 'BEGIN{exit !(s <= 10)}' || fail "lost rank: the job took ${secs} s to end (limit 10 s)"
     [ -n "$line" ] || fail "lost rank: no message names rank 1: $(tail -3 "$WORK/mpi.log")"
+  fi
+
+  # A stopped rank: nothing resets a connection, only the progress watchdog ends the wait.
+  mpirun --allow-run-as-root --oversubscribe -np 4 "$TRAIN" "${COMMON[@]}" --image_size 12 --num_nodes 1 \
+    --log_every 1 --max_steps 100000000 --save_iter 100000000 --collective_timeout 3 --train_dir "$WORK/stop" \
+    > "$WORK/stop.log" 2>&1 &
+  job=$!
+  stopped_stepped() { grep -q "step [0-9]*, entropy_loss" "$WORK/stop.log"; }
+  wait_for $job "$WORK/stop.log" stopped_stepped
+  rc=$?
+  rank2=""
+  for p in $(pgrep -f "$TRAIN.*$WORK/stop"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -q '^OMPI_COMM_WORLD_RANK=2$'; then rank2=$p; fi
+  done
+  if [ $rc -ne 0 ] || [ -z "$rank2" ]; then
+    fail "stopped rank: the job logged no step (wait status $rc) or rank 2 was not found: $(tail -2 "$WORK/stop.log")"
+    pkill -9 -P $job
+    kill -9 $job 2> /dev/null
+  else
+    t0=$(now_us)
+    kill -STOP "$rank2"
+    for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+    secs=$(seconds_of $(($(now_us) - t0)))
+    if kill -0 $job 2> /dev/null; then
+      fail "stopped rank: the job still runs 60 s after rank 2 was stopped (--collective_timeout 3)"
+      kill -CONT "$rank2" 2> /dev/null
+      pkill -9 -P $job
+      kill -9 $job
+    fi
+    wait $job 2> /dev/null
+    line=$(grep "error: .*--collective_timeout 3" "$WORK/stop.log" | head -1)
+    echo "stopped rank: the job ended ${secs} s after SIGSTOP of rank 2 (--collective_timeout 3); message: $line"
+    awk -v s="$secs" 'BEGIN{exit !(s <= 13)}' || fail "stopped rank: the job took ${secs} s to end (limit 3 + 10 s)"
+    [[ $line =~ step\ [0-9]+\ made\ no\ progress ]] ||
+      fail "stopped rank: no line names the step and --collective_timeout: $(grep error "$WORK/stop.log" | head -3)"
   fi
 fi
 

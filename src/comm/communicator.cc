@@ -1,6 +1,7 @@
 // Communicator base: argument checks and byte accounting around the implementations' collectives.
 #include "terngrad/comm/communicator.h"
 
+#include "terngrad/comm/progress_watchdog.h"
 #include "terngrad/core/error.h"
 
 namespace tg {
@@ -37,6 +38,22 @@ uint64_t Communicator::reduce_scatter_moved_bytes(uint64_t payload, int size) {
 namespace {
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (addresses compared as integers: device pointers
 // of one GPU too).
+// A collective's stay in the watchdog, if there is one.
+class Watched {
+ public:
+  Watched(ProgressWatchdog* w, const char* op, const Communicator* c, uint64_t bytes) : w_(w) {
+    if (w_) w_->enter(op, c, bytes);
+  }
+  ~Watched() {
+    if (w_) w_->leave();
+  }
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+
+ private:
+  ProgressWatchdog* w_;
+};
+
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
@@ -50,7 +67,10 @@ void Communicator::allreduce(void* buffer, int64_t count, DType dtype, ReduceOp 
     TG_THROW("{}: all-reduce {} over {} is not supported (supported: {})", name(), enum_name(op), dtype_name(dtype),
              supported_text());
   const uint64_t payload = static_cast<uint64_t>(count) * dtype_size(dtype);
-  allreduce_impl(buffer, count, dtype, op, device);
+  {
+    Watched w(watchdog_, "all-reduce", this, payload);
+    allreduce_impl(buffer, count, dtype, op, device);
+  }
   stats_.calls += 1;
   stats_.payload_bytes += payload;
   stats_.moved_bytes += allreduce_moved_bytes(payload, size());
@@ -70,7 +90,10 @@ void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, D
       overlap(send, payload, recv, block))
     TG_THROW("{}: reduce-scatter's receive buffer overlaps its send buffer but is not block {} of it (in place)",
              name(), rank());
-  reduce_scatter_impl(send, recv, count, dtype, op, device);
+  {
+    Watched w(watchdog_, "reduce-scatter", this, payload);
+    reduce_scatter_impl(send, recv, count, dtype, op, device);
+  }
   stats_.calls += 1;
   stats_.payload_bytes += payload;
   stats_.moved_bytes += reduce_scatter_moved_bytes(payload, size());
@@ -83,7 +106,10 @@ void Communicator::allgather(const void* send, void* recv, size_t send_bytes, De
       overlap(send, send_bytes, recv, static_cast<size_t>(size()) * send_bytes))
     TG_THROW("{}: all-gather's send buffer overlaps its receive buffer but is not block {} of it (in place)", name(),
              rank());
-  allgather_impl(send, recv, send_bytes, device);
+  {
+    Watched w(watchdog_, "all-gather", this, send_bytes);
+    allgather_impl(send, recv, send_bytes, device);
+  }
   stats_.calls += 1;
   stats_.payload_bytes += send_bytes;
   stats_.moved_bytes += allgather_moved_bytes(send_bytes, size());
@@ -92,14 +118,20 @@ void Communicator::allgather(const void* send, void* recv, size_t send_bytes, De
 void Communicator::broadcast(void* buffer, size_t bytes, int root, Device device) {
   TG_CHECK(root >= 0 && root < size(), "{}: broadcast root {} outside [0, {})", name(), root, size());
   TG_CHECK(bytes == 0 || buffer != nullptr, "{}: broadcast of {} bytes from a null buffer", name(), bytes);
-  broadcast_impl(buffer, bytes, root, device);
+  {
+    Watched w(watchdog_, "broadcast", this, bytes);
+    broadcast_impl(buffer, bytes, root, device);
+  }
   stats_.calls += 1;
   stats_.payload_bytes += bytes;
   stats_.moved_bytes += size() > 1 ? bytes : 0;
 }
 
 void Communicator::barrier() {
-  barrier_impl();
+  {
+    Watched w(watchdog_, "barrier", this, 0);
+    barrier_impl();
+  }
   stats_.calls += 1;
 }
 

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -211,6 +212,23 @@ int64_t sleep_cap_from_env() {
   return int64_t{us} * 1000;
 }
 
+// abort_waits(): every MPI wait of this process stops at its next test and throws (the progress watchdog's abort;
+// the process then ends the job). A process-wide switch: after it nothing of this process communicates again.
+std::atomic<bool> g_waits_aborted{false};
+std::mutex g_abort_mu;
+std::string g_abort_why;  // under g_abort_mu; set once
+
+// MPI_COMM_WORLD's rank of `rank` in `comm` (the process a person can find), or -1.
+int world_rank_of(MPI_Comm comm, int rank) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int out = -1;
+  if (MPI_Comm_group(comm, &group) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS)
+    MPI_Group_translate_ranks(group, 1, &rank, world, &out);
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  return out == MPI_UNDEFINED ? -1 : out;
+}
+
 // One wait's pacing: call pause() after every test that found nothing done.
 class Backoff {
  public:
@@ -242,6 +260,7 @@ struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Op half_sum = MPI_OP_NULL, f32_max = MPI_OP_NULL, i8_sum = MPI_OP_NULL;
   int rank = 0, size = 1;
+  int left_process = -1, right_process = -1;  // the ring's neighbours as MPI_COMM_WORLD ranks (-1: unknown)
   int64_t sleep_cap_ns = kDefaultSleepCapNs;
   // Ring state, reused by every call: requests 0..kWindow-1 are receives, kWindow..2*kWindow-1 sends.
   std::unique_ptr<uint8_t[]> scratch;  // kWindow received segments waiting to be reduced (allocated on first use)
@@ -272,7 +291,16 @@ struct MpiCommunicator::Impl {
     TG_MPI(MPI_Op_create(&f32_max_op, 1, &m->f32_max));
     TG_MPI(MPI_Op_create(&i8_sum_op, 1, &m->i8_sum));
     m->sleep_cap_ns = sleep_cap_from_env();
+    m->left_process = world_rank_of(c, (m->rank + m->size - 1) % m->size);
+    m->right_process = world_rank_of(c, (m->rank + 1) % m->size);
     return m;
+  }
+
+  // After abort_waits(): throws naming what this wait waited for and why it was aborted.
+  void throw_if_aborted(const std::string& waiting_for) const {
+    if (!g_waits_aborted.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(g_abort_mu);
+    TG_THROW("mpi (rank {} of {}) stopped waiting for {}: {}", rank, size, waiting_for, g_abort_why);
   }
 
   ~Impl() {
@@ -292,6 +320,8 @@ struct MpiCommunicator::Impl {
       int done = 0;
       TG_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
       if (done) return;
+      if (g_waits_aborted.load(std::memory_order_acquire))
+        throw_if_aborted(fmt::format("the other {} rank(s) of its collective", size - 1));
       backoff.pause();
     }
   }
@@ -344,7 +374,16 @@ struct MpiCommunicator::Impl {
         }
         ++recvs_done;
       }
-      if (num_done == 0) backoff.pause();
+      if (num_done == 0) {
+        if (g_waits_aborted.load(std::memory_order_acquire)) {
+          std::string peers;
+          if (recvs_done < num_recv) peers = fmt::format("process {} (its data)", left_process);
+          if (sends_done < num_send)
+            peers += fmt::format("{}process {} (to take ours)", peers.empty() ? "" : " and ", right_process);
+          throw_if_aborted(peers);
+        }
+        backoff.pause();
+      }
     }
   }
 
@@ -407,6 +446,13 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split_shared_memory() {
   MPI_Comm c = MPI_COMM_NULL;
   TG_MPI(MPI_Comm_split_type(impl_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c));
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(Impl::wrap(c)));
+}
+
+void MpiCommunicator::abort_waits(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_abort_mu);
+  if (g_waits_aborted.load(std::memory_order_acquire)) return;
+  g_abort_why = why;
+  g_waits_aborted.store(true, std::memory_order_release);
 }
 
 std::string MpiCommunicator::name() const { return fmt::format("mpi (rank {} of {})", rank_, size_); }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "terngrad/comm/composite_communicator.h"
+#include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/error.h"
 
@@ -64,6 +65,8 @@ std::unique_ptr<ReplicaGroups> connect_cpu_replicas(const Topology& t, Communica
            "replica groups: the topology has {} processes (this one {}), the process communicator {}", P, p,
            processes ? processes->name() : std::string("is none"));
   auto g = std::make_unique<ReplicaGroups>();
+  // Several processes: every MPI wait of this one stops on an abort (a stalled peer: progress_watchdog.h).
+  if (P > 1) g->add_abort([](const std::string& why) { MpiCommunicator::abort_waits(why); });
   std::vector<ReplicaComms> reps(static_cast<size_t>(R));
   const int node = t.node_of_process(p), index = t.index_in_node_of_process(p);
   const bool many_nodes = t.num_nodes() > 1, node_spans_processes = t.processes_per_node() > 1;

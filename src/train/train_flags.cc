@@ -160,6 +160,12 @@ std::vector<Flag<TrainConfig>> make_table() {
        no_check(), kFlagSwitch},
       {"benchmark_mode", &C::benchmark_mode, "synthetic input (0.5 images, random labels), no data_dir needed",
        no_check(), kFlagSwitch},
+      {"collective_timeout", &C::collective_timeout,
+       "seconds a run may go without progress (no collective finishing, no step or backward ending) before it ends "
+       "with one line naming the step, the collective in flight and the process(es) it waited for: a peer whose "
+       "machine, link or process stopped without an error (PyTorch's NCCL timeout is the same idea); more than the "
+       "slowest step",
+       at_least(0).max(1e6).note("0: never"), kFlagContinue},
       {"check_replicas_every", &C::check_replicas_every,
        "(debug) every N steps, compare the parameter checksums of all replicas and processes; a mismatch stops "
        "the run naming the step",

@@ -70,6 +70,7 @@ void Trainer::Impl::build() {
       Topology::build(process_comm, cfg.device == "cpu" ? cfg.cpu_replicas : cfg.num_gpus, to));
   build_replicas();
   connect_replicas();
+  watch_progress();
   build_timeline();
   build_exchanges();
   build_schedule();
@@ -220,6 +221,18 @@ void Trainer::Impl::connect_replicas() {
   for (int d = 0; d < n_replicas; ++d) replicas[d].comms = groups->replica(d);
   // A replica that fails must not leave the others waiting in a collective.
   threads->set_on_error([this] { groups->abort("a replica's step failed"); });
+}
+
+// --collective_timeout: a watchdog over every collective of this process (the replicas' groups and the process
+// communicator) and the steps; a stall aborts the groups (progress_watchdog.h). Armed while run() trains.
+void Trainer::Impl::watch_progress() {
+  if (cfg.collective_timeout <= 0 || (num_processes == 1 && replicas.size() == 1)) return;
+  watchdog = std::make_unique<ProgressWatchdog>(cfg.collective_timeout,
+                                                [this](const std::string& why) { groups->abort(why); });
+  for (Replica& r : replicas)
+    for (Communicator* c : {r.comms.world, r.comms.local, r.comms.cross})
+      if (c) c->set_watchdog(watchdog.get());
+  if (process_comm) process_comm->set_watchdog(watchdog.get());
 }
 
 // One exchange per replica: its workers' gradients in, the average over all workers of all replicas out to its
@@ -378,6 +391,7 @@ void Trainer::Impl::open_batch_source(uint64_t cursor) {
 
 void Trainer::Impl::step(int64_t t, float lr) {
   const Clock::time_point step_begin = Clock::now();
+  if (watchdog) watchdog->step(t + 1);
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
   {
@@ -427,6 +441,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
     const bool feeds = overlap && k + 1 == r.workers.size();
     const double fed_before = feeder.seconds;
     wk.net->backward(feeds ? &feeder : nullptr, scaler->scale());
+    if (watchdog) watchdog->progress();
     const Clock::time_point t2 = Clock::now();
     wk.forward_backward = seconds_between(t0, t2) - (feeder.seconds - fed_before);
     r.times.add(Phase::kForwardBackward, wk.forward_backward);

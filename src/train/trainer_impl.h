@@ -16,6 +16,7 @@
 
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
+#include "terngrad/comm/progress_watchdog.h"
 #include "terngrad/comm/replica_groups.h"
 #include "terngrad/comm/topology.h"
 #include "terngrad/core/atomic_file.h"
@@ -95,6 +96,9 @@ inline double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Trainer::Impl {
+  ~Impl() {
+    if (process_comm) process_comm->set_watchdog(nullptr);  // it outlives the trainer, the watchdog does not
+  }
   TrainConfig cfg;
   Communicator* process_comm = nullptr;
   int rank = 0, num_processes = 1;
@@ -102,6 +106,9 @@ struct Trainer::Impl {
   // The job's shape and the replicas' communicators (declared first: they outlive the exchanges using them).
   std::unique_ptr<Topology> topology;
   std::unique_ptr<ReplicaGroups> groups;
+  // --collective_timeout: ends a run that stops making progress (a peer gone without an error); null when off or
+  // alone. Destroyed after the replicas (their exchanges' threads) and before the groups it aborts.
+  std::unique_ptr<ProgressWatchdog> watchdog;
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
   std::unique_ptr<Timeline> timeline;       // --timeline
@@ -129,6 +136,7 @@ struct Trainer::Impl {
   TrainingLayout layout() const;
   void check_memory_fits(Replica& r);
   void connect_replicas();
+  void watch_progress();
   void build_timeline();
   void build_exchanges();
   bool in_warmup(int64_t t) const;  // step t (0-based) exchanges fp32 (--fp32_warmup_steps)

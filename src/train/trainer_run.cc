@@ -60,6 +60,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (m.num_processes == 1) m.source->set_stop_flag(stop);
   RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
   m.open_run(report);
+  if (m.watchdog) m.watchdog->arm();
   TrainResult result;
   result.start_step = m.start_step;
   int64_t t = m.start_step;
@@ -79,6 +80,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     m.after_step(t + 1);
   }
   m.finish_run(t, report, result);
+  if (m.watchdog) m.watchdog->disarm();
   return result;
 }
 

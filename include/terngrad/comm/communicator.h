@@ -34,6 +34,8 @@
 
 namespace tg {
 
+class ProgressWatchdog;
+
 enum class ReduceOp : uint8_t { kSum, kMax };
 template <>
 struct EnumNames<ReduceOp> : EnumNamesBase {
@@ -118,6 +120,10 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
 
+  // Every collective of this communicator enters and leaves `watchdog` (progress_watchdog.h); nullptr: none. Set
+  // before the collectives run; the watchdog outlives them.
+  void set_watchdog(ProgressWatchdog* watchdog) { watchdog_ = watchdog; }
+
   // The byte model of the file comment, exposed for reports and tests.
   static uint64_t allreduce_moved_bytes(uint64_t payload, int size);
   static uint64_t allgather_moved_bytes(uint64_t payload, int size);
@@ -132,6 +138,7 @@ class Communicator {
 
  private:
   CommStats stats_;
+  ProgressWatchdog* watchdog_ = nullptr;
 };
 
 }  // namespace tg

@@ -77,6 +77,10 @@ class MpiCommunicator final : public Communicator {
   // A communicator over MPI_COMM_WORLD (duplicated, so our traffic never mixes with other users').
   // MPI must be initialised (MpiEnvironment).
   MpiCommunicator();
+  // Every MPI wait of this process (any communicator, any thread) stops at its next test and throws one line naming
+  // the process(es) it waited for and `why` (the progress watchdog's abort: a peer that stopped answering). Once
+  // only; the process is then ending.
+  static void abort_waits(const std::string& why);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

@@ -19,9 +19,10 @@
 // make_nccl_communicators_across_processes when there are several processes); local and cross are ncclCommSplit
 // of it, all GPUs of this process in one NCCL group call.
 // Both are collective over `processes` (every process calls them, from one thread, in the same order).
-// abort(why): a failed replica thread fails every in-process group (thread groups, the composites' inner groups,
-// NCCL communicators), so no replica of this process waits forever; MPI communicators have no abort of their own
-// (a failing process ends the job: MpiEnvironment::abort_all).
+// abort(why): a failed replica thread, or the progress watchdog (a stalled peer), fails every in-process group (thread
+// groups, the composites' inner groups, NCCL communicators) and stops every MPI wait of the process
+// (MpiCommunicator::abort_waits), so no replica of this process waits forever; the failing process then ends the job
+// (MpiEnvironment::abort_all).
 #pragma once
 
 #include <functional>
