@@ -136,10 +136,12 @@ TEST(TrainFlags, DefaultsPassAndTheCheckpointKeepsEveryFlag) {
   for (const auto& f : train_flags()) EXPECT_TRUE(names.insert(f.name).second) << "twice: " << f.name;
   const auto saved = defaults.to_flags();
   // Nothing of the train table is left out of checkpoints but the two switches about resuming itself, what
-  // happens after the last step (--eval_at_end) and the one-step debugging dump (--exchange_dump, its step).
-  EXPECT_EQ(saved.size() + 5, names.size());
+  // happens after the last step (--eval_at_end), the one-step debugging dump (--exchange_dump, its step) and what an
+  // elastic launcher gives each generation (--generation, --stop_file).
+  EXPECT_EQ(saved.size() + 7, names.size());
   EXPECT_EQ(saved.count("allow_topology_change") + saved.count("reset_rank_state") + saved.count("eval_at_end") +
-                saved.count("exchange_dump") + saved.count("exchange_dump_step"),
+                saved.count("exchange_dump") + saved.count("exchange_dump_step") + saved.count("generation") +
+                saved.count("stop_file"),
             0u);
   EXPECT_EQ(saved.at("seed"), "1");
   EXPECT_EQ(saved.at("max_corrupt_fraction"), "0.01");

@@ -8,10 +8,61 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include "terngrad/core/error.h"
 
 namespace tg {
+
+namespace {
+// The live guards: (folder, its check), under a mutex (commits come from any thread).
+struct Guard {
+  const CommitGuard* owner;
+  std::string folder;  // weakly canonical, with a trailing separator
+  std::function<void()> check;
+};
+std::mutex& guards_mutex() {
+  static std::mutex* m = new std::mutex;  // never destroyed: a guard may be released after statics at exit
+  return *m;
+}
+std::vector<Guard>& guards() {
+  static std::vector<Guard>* g = new std::vector<Guard>;
+  return *g;
+}
+std::string canonical_folder(const std::string& path) {
+  std::string s = std::filesystem::weakly_canonical(std::filesystem::absolute(path)).string();
+  if (s.empty() || s.back() != '/') s += '/';
+  return s;
+}
+// Runs the checks of every guard whose folder holds `path` (outside the lock: a check reads files).
+void run_guards(const std::string& path) {
+  std::vector<std::function<void()>> checks;
+  {
+    std::lock_guard<std::mutex> lock(guards_mutex());
+    if (guards().empty()) return;
+    const std::string dir = canonical_folder(std::filesystem::path(path).parent_path().string());
+    for (const Guard& g : guards())
+      if (dir.compare(0, g.folder.size(), g.folder) == 0) checks.push_back(g.check);
+  }
+  for (const auto& c : checks) c();
+}
+}  // namespace
+
+CommitGuard::CommitGuard(const std::string& folder, std::function<void()> check) {
+  std::lock_guard<std::mutex> lock(guards_mutex());
+  guards().push_back({this, canonical_folder(folder), std::move(check)});
+}
+
+CommitGuard::~CommitGuard() {
+  std::lock_guard<std::mutex> lock(guards_mutex());
+  auto& g = guards();
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i].owner == this) {
+      g.erase(g.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+}
 
 namespace {
 std::string temp_name(const std::string& path, AtomicFile::TempName kind) {
@@ -54,6 +105,14 @@ void AtomicFile::commit() {
   if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) err = errno ? errno : EIO;
   if (std::fclose(file_) != 0 && err == 0) err = errno ? errno : EIO;
   file_ = nullptr;
+  if (err == 0) {
+    try {
+      run_guards(path_);  // a guard that refuses: the temporary file goes, the final name is untouched
+    } catch (...) {
+      std::remove(temp_.c_str());
+      throw;
+    }
+  }
   if (err == 0 && std::rename(temp_.c_str(), path_.c_str()) != 0) err = errno ? errno : EIO;
   if (err != 0) {
     std::remove(temp_.c_str());

@@ -166,6 +166,14 @@ std::vector<Flag<TrainConfig>> make_table() {
        "machine, link or process stopped without an error (PyTorch's NCCL timeout is the same idea); more than the "
        "slowest step",
        at_least(0).max(1e6).note("0: never"), kFlagContinue},
+      {"generation", &C::generation,
+       "(scripts/elastic_run.sh) this run's generation of an elastic job: it writes into `--train_dir` only while "
+       "`<train_dir>/generation` names it (checked at start and before every rename); 0: not elastic",
+       at_least(0), kFlagNotSaved},
+      {"stop_file", &C::stop_file,
+       "when this file exists at the end of a step, the run saves a checkpoint and stops as on SIGINT (exit 0); the "
+       "elastic launcher uses it to restart on more machines",
+       no_check(), kFlagNotSaved},
       {"check_replicas_every", &C::check_replicas_every,
        "(debug) every N steps, compare the parameter checksums of all replicas and processes; a mismatch stops "
        "the run naming the step",

@@ -59,6 +59,7 @@ const DeviceMemoryPlan& Trainer::memory_plan() const { return impl_->replicas[0]
 size_t Trainer::device_bytes_in_use() const { return impl_->replicas[0].backend->allocator().bytes_in_use(); }
 
 void Trainer::Impl::build() {
+  fence = std::make_unique<GenerationFence>(cfg.train_dir, cfg.generation);
   checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();

@@ -37,6 +37,7 @@
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/checkpoint_series.h"
 #include "terngrad/train/event_writer.h"
+#include "terngrad/train/generation_fence.h"
 #include "terngrad/train/loss_scaler.h"
 #include "terngrad/train/memory_budget.h"
 #include "terngrad/train/metrics.h"
@@ -109,6 +110,7 @@ struct Trainer::Impl {
   // --collective_timeout: ends a run that stops making progress (a peer gone without an error); null when off or
   // alone. Destroyed after the replicas (their exchanges' threads) and before the groups it aborts.
   std::unique_ptr<ProgressWatchdog> watchdog;
+  std::unique_ptr<GenerationFence> fence;  // --generation: no write into train_dir once a later generation owns it
   std::vector<Replica> replicas;
   std::vector<Worker> workers;
   std::unique_ptr<Timeline> timeline;       // --timeline

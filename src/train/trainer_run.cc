@@ -47,7 +47,7 @@ void Trainer::Impl::write_timeline() {
 // A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
 // each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
 bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
-  int32_t flag = stop && stop->load() ? 1 : 0;
+  int32_t flag = (stop && stop->load()) || (!cfg.stop_file.empty() && std::filesystem::exists(cfg.stop_file)) ? 1 : 0;
   if (process_comm) process_comm->allreduce(&flag, 1, DType::kI32, ReduceOp::kMax);
   return flag != 0;
 }

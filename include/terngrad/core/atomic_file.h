@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,17 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
   uint64_t written_ = 0;
   std::vector<char> buffer_;
+};
+
+// A check that every AtomicFile::commit() into `folder` (or below it) runs right before its rename, for as long as the
+// guard lives: it throws to refuse the write, which then leaves nothing under the final name (an elastic run's
+// generation fence, train/generation_fence.h, refuses a process of a generation that is over).
+class CommitGuard {
+ public:
+  CommitGuard(const std::string& folder, std::function<void()> check);
+  ~CommitGuard();
+  CommitGuard(const CommitGuard&) = delete;
+  CommitGuard& operator=(const CommitGuard&) = delete;
 };
 
 class AppendFile {

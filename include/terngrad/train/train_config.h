@@ -86,6 +86,8 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   bool benchmark_mode = false;
   int64_t check_replicas_every = 0;
   double collective_timeout = 600;       // s without progress (a collective or a step) before the run ends; 0: never
+  int64_t generation = 0;                // an elastic run's generation (train/generation_fence.h); 0: not elastic
+  std::string stop_file;                 // when it exists at a step's end, save and stop as on SIGINT
   int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
   std::string exchange_dump;             // write one step's exchange into this folder (train/exchange_dump.h)
   int64_t exchange_dump_step = 1;        // ... of this 1-based step
