@@ -64,10 +64,20 @@ TEST_F(Fence, AGenerationWritesOnlyWhileTheFileNamesIt) {
   const std::string dir = path("t");
   fs::create_directories(dir);
   EXPECT_EQ(GenerationFence::current(dir), 0);
+  // No file, or an earlier generation's: this machine does not see the launcher's train_dir (not a shared folder).
+  try {
+    GenerationFence g3(dir, 3);
+    FAIL() << "generation 3 started in a train_dir whose generation file is missing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("names no generation: this machine does not see"), std::string::npos)
+        << e.what();
+  }
+  write(path("t/generation"), "2\n");
+  EXPECT_THROW(GenerationFence(dir, 3), Error);
   {
-    GenerationFence g3(dir, 3);  // no file: nobody owns it yet
-    write(path("t/ckpt"), "by 3");
     write(path("t/generation"), "3\n");
+    GenerationFence g3(dir, 3);
+    write(path("t/ckpt"), "by 3");
     write(path("t/ckpt"), "by 3 again");
     write(path("t/generation"), "4\n");  // the launcher started generation 4
     try {
@@ -82,6 +92,7 @@ TEST_F(Fence, AGenerationWritesOnlyWhileTheFileNamesIt) {
   }
   EXPECT_THROW(GenerationFence(dir, 3), Error);  // a later one owns it: refused at the start
   GenerationFence g4(dir, 4), off(dir, 0);
+  EXPECT_NO_THROW(write(path("t/ckpt"), "by 4"));
   write(path("t/generation"), "four");
   EXPECT_THROW(GenerationFence::current(dir), Error);
   EXPECT_THROW(GenerationFence(dir, -1), Error);
@@ -102,6 +113,8 @@ TEST_F(Fence, ATrainerOfAGenerationThatIsOverNeitherStartsNorSaves) {
   TrainConfig c = lenet_run(dir);
   c.generation = 2;
   c.max_steps = 2;
+  fs::create_directories(dir);
+  write(dir + "/generation", "2\n");
   c.save_iter = 1;
   EXPECT_EQ(Trainer(c).run().steps_done, 2);
   ASSERT_TRUE(fs::exists(dir + "/model.ckpt-2"));

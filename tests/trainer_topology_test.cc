@@ -4,7 +4,9 @@
 //   - --error_feedback writes per-rank state files beside each checkpoint and resumes bit for bit (one process
 //     of two workers, and two processes);
 //   - a checkpoint of another number of workers is refused without --allow_topology_change, resumed with it
-//     (the data cursor re-derived, said in the log), its per-rank state refused unless --reset_rank_state;
+//     (the data cursor re-derived, said in the log), its per-rank state refused unless --reset_rank_state where the
+//     ranks' tensors differ, and kept by the scheme's policy where they match (--elastic_batch per_worker scaling
+//     the batch and the learning rate);
 //   - the quantization probe under the hierarchical exchange leaves the bits and counts the codes each rank drew;
 //   - --exchange powersgd: its per-rank state (Q's, residuals) resumes bit for bit (one process of two workers
 //     after an fp32 warm-up, and two processes); a resume with another exchange or rank is refused, naming the
@@ -184,6 +186,35 @@ TEST_F(TrainerTopology, ResumingOnAnotherNumberOfWorkers) {
                                                      "--error_feedback --num_nodes 2 --max_steps 4 "
                                                      "--allow_topology_change --reset_rank_state"));
   EXPECT_NE(reset.find("per-rank state of 2 ranks dropped"), std::string::npos) << reset;
+}
+
+// A change in the number of ranks that keeps each rank's tensors (one worker per rank, 2 ranks -> 1 -> 2): the
+// scheme's policy (TernGrad error feedback: survivors keep their residuals, new ranks start at zero) is applied and
+// said with its bias; the kept residual changes the training (against --reset_rank_state), the same way every time.
+// --elastic_batch per_worker keeps each worker's batch of the first layout and scales the learning rate.
+TEST_F(TrainerTopology, RankStateFollowsTheSchemesPolicyAndPerWorkerBatchScalesTheRate) {
+  const std::string ef = "--error_feedback --save_iter 2 --elastic_batch per_worker ";
+  for (const char* dir : {"keep", "keep_again", "reset"})
+    run(train_cmd() + common(dir, ef + "--num_nodes 2 --cpu_replicas 2 --max_steps 2"));
+  const std::string shrink = "--num_nodes 1 --max_steps 4 --allow_topology_change ";
+  const std::string kept = run(train_cmd() + common("keep", ef + shrink));
+  EXPECT_NE(kept.find("per-rank state of 2 ranks resumed on 1 ranks"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("the lost ranks' residuals"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("1 workers of 8 examples each (the first layout's 2 workers of 8): a total batch of 8, the "
+                      "learning rate scaled by 0.5"),
+            std::string::npos)
+      << kept;
+  run(train_cmd() + common("keep_again", ef + shrink));
+  const std::string reset = run(train_cmd() + common("reset", ef + shrink + "--reset_rank_state"));
+  EXPECT_NE(reset.find("per-rank state of 2 ranks dropped"), std::string::npos) << reset;
+  EXPECT_TRUE(final_params("keep") == final_params("keep_again"));
+  EXPECT_FALSE(final_params("keep") == final_params("reset")) << "the kept residual made no difference";
+  // Back to 2 ranks: rank 0 keeps its residual, rank 1 starts at zero; the total batch is the first layout's again.
+  const std::string grown =
+      run(train_cmd() + common("keep", ef + "--num_nodes 2 --cpu_replicas 2 --max_steps 6 --allow_topology_change"));
+  EXPECT_NE(grown.find("per-rank state of 1 ranks resumed on 2 ranks"), std::string::npos) << grown;
+  EXPECT_NE(grown.find("a total batch of 16, the learning rate scaled by 1"), std::string::npos) << grown;
+  EXPECT_TRUE(fs::exists(root_ / "keep" / "model.ckpt-6.rank-1"));
 }
 
 TEST_F(TrainerTopology, PowerSgdStateResumesBitForBit) {

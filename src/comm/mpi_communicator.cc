@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/comm/reduce_into.h"
@@ -453,6 +455,41 @@ void MpiCommunicator::abort_waits(const std::string& why) {
   if (g_waits_aborted.load(std::memory_order_acquire)) return;
   g_abort_why = why;
   g_waits_aborted.store(true, std::memory_order_release);
+}
+
+std::vector<int> MpiCommunicator::unanswered_processes(double seconds) {
+  int rank = 0, size = 1;
+  TG_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  TG_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (size == 1) return {};
+  constexpr int kTag = 0x7e1a;  // MPI_COMM_WORLD carries nothing else of ours (every communicator is a duplicate)
+  // Left to the process's end (a late word would land in freed memory otherwise).
+  auto* words = new int32_t[static_cast<size_t>(size)];
+  auto* recv = new MPI_Request[static_cast<size_t>(size)];
+  words[rank] = rank;
+  for (int p = 0; p < size; ++p) {
+    recv[p] = MPI_REQUEST_NULL;
+    if (p == rank) continue;
+    MPI_Request send = MPI_REQUEST_NULL;
+    TG_MPI(MPI_Irecv(&words[p], 1, MPI_INT32_T, p, kTag, MPI_COMM_WORLD, &recv[p]));
+    TG_MPI(MPI_Isend(&words[rank], 1, MPI_INT32_T, p, kTag, MPI_COMM_WORLD, &send));
+    TG_MPI(MPI_Request_free(&send));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int missing = size - 1;
+  while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int p = 0; p < size; ++p) {
+      if (recv[p] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      TG_MPI(MPI_Test(&recv[p], &done, MPI_STATUS_IGNORE));  // a done request becomes MPI_REQUEST_NULL
+      if (done) --missing;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::vector<int> silent;
+  for (int p = 0; p < size; ++p)
+    if (p != rank && recv[p] != MPI_REQUEST_NULL) silent.push_back(p);
+  return silent;
 }
 
 std::string MpiCommunicator::name() const { return fmt::format("mpi (rank {} of {})", rank_, size_); }

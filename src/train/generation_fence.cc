@@ -27,6 +27,13 @@ GenerationFence::GenerationFence(const std::string& train_dir, int64_t generatio
   TG_CHECK(generation >= 0, "--generation {} must not be negative", generation);
   if (generation == 0) return;
   check();
+  const int64_t owner = current(train_dir);
+  TG_CHECK(owner == generation,
+           "--generation {}: {} names {}: this machine does not see the elastic launcher's --train_dir {} (every "
+           "machine of an elastic run must see one shared folder: a restarted job resumes on any machine from the "
+           "checkpoints the others wrote)",
+           generation, (std::filesystem::path(train_dir) / kFileName).string(),
+           owner == 0 ? std::string("no generation") : "generation " + std::to_string(owner), train_dir);
   guard_ = std::make_unique<CommitGuard>(train_dir, [this] { check(); });
 }
 

@@ -79,7 +79,7 @@ TrainingLayout TrainingLayout::of(const TrainConfig& cfg, int processes) {
   l.processes = processes;
   l.replicas = cfg.device == "cpu" ? cfg.cpu_replicas : cfg.num_gpus;
   l.workers_per_replica = cfg.workers_per_process() / l.replicas;
-  l.worker_batch = cfg.batch_size / (static_cast<int64_t>(cfg.workers_per_process()) * processes);
+  l.worker_batch = cfg.total_batch() / (static_cast<int64_t>(cfg.workers_per_process()) * processes);
   l.ranks_per_node = cfg.ranks_per_node > 0 ? cfg.ranks_per_node : processes * l.replicas;
   l.num_nodes = std::max(1, processes * l.replicas / l.ranks_per_node);
   return l;

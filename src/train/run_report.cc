@@ -20,7 +20,7 @@ RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t
     : cfg_(cfg),
       chief_(chief),
       start_step_(start_step),
-      meter_(cfg.batch_size, cfg.log_every),
+      meter_(cfg.total_batch(), cfg.log_every),
       window_worker_fb_(workers, 0.0),
       window_host_syncs_(host_syncs) {
   if (!chief_) return;

@@ -21,6 +21,17 @@ void TrainConfig::resolve_defaults() {
                                                                                       : d.default_image_size;
   if (num_classes == 0) num_classes = d.num_classes;
   if (label_smoothing < 0.f) label_smoothing = m.label_smoothing;
+  if (base_workers == 0) base_workers = workers();
+}
+
+int64_t TrainConfig::total_batch() const {
+  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kTotal || base_workers <= 0) return batch_size;
+  return batch_size / base_workers * workers();
+}
+
+double TrainConfig::learning_rate_scale() const {
+  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kTotal || base_workers <= 0) return 1.0;
+  return static_cast<double>(workers()) / static_cast<double>(base_workers);
 }
 
 void TrainConfig::validate(int num_processes) const {
@@ -58,15 +69,26 @@ void TrainConfig::validate(int num_processes) const {
            "--reset_rank_state drops per-rank state when a run resumes on another topology: it needs "
            "--allow_topology_change");
   const int64_t workers = static_cast<int64_t>(workers_per_process()) * num_processes;
-  TG_CHECK(batch_size % workers == 0,
-           "--batch_size {} is not divisible by the {} workers (--num_nodes x processes): it is the total batch, "
-           "split evenly",
-           batch_size, workers);
+  const int64_t total = parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kPerWorker && base_workers > 0
+                            ? batch_size / base_workers * workers
+                            : batch_size;
+  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kPerWorker && base_workers != workers) {
+    TG_CHECK(batch_size % base_workers == 0,
+             "--batch_size {} is not divisible by the {} workers of the run's first layout (--elastic_batch "
+             "per_worker keeps each worker's batch of that layout)",
+             batch_size, base_workers);
+  } else {
+    TG_CHECK(batch_size % workers == 0,
+             "--batch_size {} is not divisible by the {} workers (--num_nodes x processes): it is the total batch, "
+             "split evenly{}",
+             batch_size, workers,
+             base_workers != workers ? " (--elastic_batch per_worker keeps each worker's batch instead)" : "");
+  }
   {
-    const double bytes = static_cast<double>(batch_size) * static_cast<double>(image_size) *
+    const double bytes = static_cast<double>(total) * static_cast<double>(image_size) *
                          static_cast<double>(image_size) * static_cast<double>(dataset_info(dataset).channels) * 4.0;
-    TG_CHECK(bytes <= 0x1p40, "--batch_size {} of {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
-             batch_size, image_size, image_size, bytes / 0x1p40);
+    TG_CHECK(bytes <= 0x1p40, "a total batch of {} {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
+             total, image_size, image_size, bytes / 0x1p40);
   }
   if (fine_tune && pretrained_model_checkpoint_path.empty())
     TG_THROW(

@@ -128,12 +128,22 @@ std::vector<Flag<TrainConfig>> make_table() {
        no_check(), kFlagSwitch},
       {"allow_topology_change", &C::allow_topology_change,
        "resume a checkpoint written by another number of workers or processes (a node lost or added): the "
-       "replicated state is restored, the data cursor re-derived; per-rank state is refused unless "
-       "`--reset_rank_state`",
+       "replicated state is restored, the data cursor re-derived; per-rank state (error-feedback residuals) follows "
+       "the scheme: TernGrad and PowerSGD keep the surviving ranks' where each rank's tensors are unchanged (the lost "
+       "ranks' are never applied), otherwise refused unless `--reset_rank_state`",
        no_check(), kFlagSwitch | kFlagNotSaved},
       {"reset_rank_state", &C::reset_rank_state,
-       "with `--allow_topology_change`: drop the checkpoint's per-rank state (error-feedback residuals start at 0)",
+       "with `--allow_topology_change`: drop the checkpoint's per-rank state whatever the scheme says (error-feedback "
+       "residuals start at 0)",
        no_check(), kFlagSwitch | kFlagNotSaved},
+      {"elastic_batch", &C::elastic_batch,
+       "on another number of workers (`--allow_topology_change`, the elastic launcher): total keeps `--batch_size` as "
+       "the total batch (each worker's share changes, the learning rate stays); per_worker keeps each worker's batch "
+       "of the run's first layout and scales the total batch and the learning rate with the workers (the linear "
+       "scaling rule; the schedule stays in steps)",
+       one_of<ElasticBatch>(), kFlagRun},
+      {"base_workers", &C::base_workers, "the workers of the run's first layout (kept in its checkpoints)", at_least(0),
+       kFlagInternal | kFlagRun},
       {"seed", &C::seed, "", no_check(), kFlagResume},
       {"save_iter", &C::save_iter, "checkpoint every N steps and at the end", at_least(1)},
       {"keep_checkpoints", &C::keep_checkpoints, "", at_least(1)},

@@ -1,6 +1,9 @@
 // Trainer: building the replicas, their workers, groups and exchanges; one training step.
+#include <fmt/ranges.h>
+
 #include "src/train/trainer_impl.h"
 #include "terngrad/backend/calling_thread.h"
+#include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/host_processes.h"
 #include "terngrad/train/exchange_dump.h"
 
@@ -63,7 +66,7 @@ void Trainer::Impl::build() {
   checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
   const int n_workers = cfg.workers_per_process();
-  worker_batch = cfg.batch_size / (static_cast<int64_t>(n_workers) * num_processes);
+  worker_batch = cfg.total_batch() / (static_cast<int64_t>(n_workers) * num_processes);
   process_batch = worker_batch * n_workers;
   TopologyOptions to;
   to.ranks_per_node = cfg.ranks_per_node;
@@ -192,7 +195,10 @@ void Trainer::Impl::check_memory_fits(Replica& r) {
   std::string where = cpu ? "this host's available memory" : "the device's free memory";
   if (cpu && (host_local_size() > 1 || replicas.size() > 1))
     where += fmt::format(" shared by {} process(es) of {} replica(s)", host_local_size(), replicas.size());
-  TG_THROW("--batch_size {} needs {} per {} ({}), {} is available ({}): {}", cfg.batch_size,
+  TG_THROW("{} needs {} per {} ({}), {} is available ({}): {}",
+           cfg.total_batch() == cfg.batch_size
+               ? fmt::format("--batch_size {}", cfg.batch_size)
+               : fmt::format("a total batch of {} (--elastic_batch per_worker)", cfg.total_batch()),
            human_bytes(double(r.memory.total())), cpu ? "replica" : "GPU", r.memory.describe(),
            human_bytes(double(available)), where, hint);
 }
@@ -228,8 +234,17 @@ void Trainer::Impl::connect_replicas() {
 // communicator) and the steps; a stall aborts the groups (progress_watchdog.h). Armed while run() trains.
 void Trainer::Impl::watch_progress() {
   if (cfg.collective_timeout <= 0 || (num_processes == 1 && replicas.size() == 1)) return;
-  watchdog = std::make_unique<ProgressWatchdog>(cfg.collective_timeout,
-                                                [this](const std::string& why) { groups->abort(why); });
+  // Several processes: before the abort, the survivors tell each other they are alive (every one's watchdog fires
+  // within its period of the others'), so the line names the process(es) that never answered: the launcher's (and a
+  // person's) lead to the machine that was lost.
+  const double window = std::clamp(cfg.collective_timeout / 2, 2.0, 5.0);
+  watchdog = std::make_unique<ProgressWatchdog>(cfg.collective_timeout, [this, window](const std::string& why) {
+    if (num_processes == 1) return groups->abort(why);
+    const std::vector<int> silent = MpiCommunicator::unanswered_processes(window);
+    groups->abort(silent.empty() ? fmt::format("{}; every process answered within {:.0f} s", why, window)
+                                 : fmt::format("{}; process(es) {} of {} did not answer within {:.0f} s", why,
+                                               fmt::join(silent, ","), num_processes, window));
+  });
   for (Replica& r : replicas)
     for (Communicator* c : {r.comms.world, r.comms.local, r.comms.cross})
       if (c) c->set_watchdog(watchdog.get());
@@ -489,7 +504,7 @@ PhaseTimes Trainer::run_steps(int64_t steps) {
   Impl& m = *impl_;
   PhaseTimes sum;
   for (int64_t k = 0; k < steps; ++k, ++m.start_step) {
-    m.step(m.start_step, (*m.schedule)(m.start_step));
+    m.step(m.start_step, m.learning_rate(m.start_step));
     sum += m.step_times;
   }
   return steps > 0 ? sum.scaled(1.0 / steps) : sum;

@@ -53,9 +53,9 @@ void Trainer::Impl::adopt_checkpoint_flags() {
     const auto was = m.flags.find(f.name);
     if (was == m.flags.end() || was->second == flag_value_text(f, cfg)) continue;
     if (was->second == flag_value_text(f, resolved)) continue;  // e.g. --image_size 0: the size it resolves to
-    if (!cfg.flag_given(f.name)) {
+    if (!cfg.flag_given(f.name) || f.has(kFlagInternal)) {      // the program's own (--base_workers): always the run's
       set_flag_from_text(f, cfg, was->second);
-      taken += fmt::format(" --{} {}", f.name, was->second);
+      if (!f.has(kFlagInternal)) taken += fmt::format(" --{} {}", f.name, was->second);
       continue;
     }
     if (run)
@@ -139,6 +139,12 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
     spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step,
                  m.parameter_digest);
   if (!moved) return m.data_cursor;
+  if (is_chief() && parse_enum<ElasticBatch>(cfg.elastic_batch) == ElasticBatch::kPerWorker)
+    spdlog::warn(
+        "--elastic_batch per_worker: {} workers of {} examples each (the first layout's {} workers of {}): a "
+        "total batch of {}, the learning rate scaled by {:.4g}",
+        cfg.workers(), worker_batch, cfg.base_workers, cfg.batch_size / cfg.base_workers, cfg.total_batch(),
+        cfg.learning_rate_scale());
   // Another layout reads other shares of the data: continue each process's share at the position it would
   // have reached had this layout run from the start (the batches differ from an uninterrupted run's).
   const uint64_t cursor = cfg.benchmark_mode ? static_cast<uint64_t>(m.step)
@@ -152,35 +158,76 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
 }
 
 // Per-rank state (the scheme's: error-feedback residuals): each replica reads its own file beside the
-// checkpoint. A checkpoint of another number of ranks has none this run can use: refused, or dropped with
-// --reset_rank_state.
+// checkpoint. A checkpoint of another number of ranks: the scheme says what becomes of it
+// (GradientScheme::rank_state_on_resize); kept only where a rank's state has the checkpoint's tensors, refused
+// otherwise unless --reset_rank_state, which drops it whatever the scheme says.
 void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
-  Slab* state = replicas[0].exchange->scheme().rank_state();
+  GradientScheme& scheme = replicas[0].exchange->scheme();
+  Slab* state = scheme.rank_state();
   if (!state) return;
   const int ranks = topology->num_ranks();
   if (m.rank_files == 0) {
     if (is_chief()) spdlog::info("the checkpoint holds no per-rank state: {} starts from zero", state_name(*state));
     return;
   }
-  if (m.rank_files != ranks) {
+  auto read_rank = [&](Replica& r, int from, const std::string& only_prefix) {
+    const std::string file = checkpoint_rank_path(cfg.train_dir, m.step, from);
+    CheckpointReader reader(file);
+    TG_CHECK(reader.meta().step == m.step && reader.meta().rank_files == from,
+             "{} is not rank {}'s state of step {} (it says rank {}, step {})", file, from, m.step,
+             reader.meta().rank_files, reader.meta().step);
+    Slab& s = *r.exchange->scheme().rank_state();
+    if (only_prefix.empty()) return read_slab(reader, *r.backend, s, [](const std::string& n) { return n; });
+    for (int i = 0; i < s.size(); ++i) {
+      if (s.entry(i).name.rfind(only_prefix, 0) != 0) continue;
+      Buffer host(host_allocator(), s.view(i).bytes());
+      const Tensor h(host.data(), s.entry(i).shape, s.entry(i).dtype, Device::cpu());
+      reader.read(s.entry(i).name, h);
+      r.backend->copy(s.view(i), h);
+    }
+  };
+  if (m.rank_files == ranks) {
+    for (Replica& r : replicas) read_rank(r, r.rank, "");
+    if (is_chief()) spdlog::info("per-rank state restored on {} ranks ({})", ranks, state_name(*state));
+    return;
+  }
+  const GradientScheme::ResizePolicy policy = scheme.rank_state_on_resize();
+  const bool same_tensors = rank_state_matches(checkpoint_rank_path(cfg.train_dir, m.step, 0), *state);
+  if (cfg.reset_rank_state || policy.kind == GradientScheme::ResizePolicy::kDrop) {
     TG_CHECK(cfg.reset_rank_state,
-             "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}), this run has {} ({}): it cannot "
-             "be split or merged; --reset_rank_state drops it (the residuals start from zero)",
-             cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe());
+             "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}), this run has {} ({}): {} cannot "
+             "follow a change in the number of ranks; --reset_rank_state drops it (it starts from zero)",
+             cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe(), scheme.describe());
     if (is_chief())
       spdlog::warn("--reset_rank_state: per-rank state of {} ranks dropped; {} starts from zero on {} ranks",
                    m.rank_files, state_name(*state), ranks);
     return;
   }
+  TG_CHECK(same_tensors,
+           "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}) whose tensors differ from this "
+           "run's {} ranks' ({}; another number of workers per rank): it cannot be split or merged; "
+           "--reset_rank_state drops it (it starts from zero)",
+           cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe());
   for (Replica& r : replicas) {
-    const std::string file = checkpoint_rank_path(cfg.train_dir, m.step, r.rank);
-    CheckpointReader reader(file);
-    TG_CHECK(reader.meta().step == m.step && reader.meta().rank_files == r.rank,
-             "{} is not rank {}'s state of step {} (it says rank {}, step {})", file, r.rank, m.step,
-             reader.meta().rank_files, reader.meta().step);
-    read_slab(reader, *r.backend, *r.exchange->scheme().rank_state(), [](const std::string& n) { return n; });
+    if (r.rank < m.rank_files)
+      read_rank(r, r.rank, "");
+    else if (!policy.replicated_prefix.empty())
+      read_rank(r, 0, policy.replicated_prefix);
   }
-  if (is_chief()) spdlog::info("per-rank state restored on {} ranks ({})", ranks, state_name(*state));
+  if (is_chief())
+    spdlog::warn("per-rank state of {} ranks resumed on {} ranks ({}): {}", m.rank_files, ranks, scheme.describe(),
+                 policy.bias);
+}
+
+// Whether the per-rank state file `file` holds exactly the tensors of `state` (names, shapes, dtypes).
+bool Trainer::Impl::rank_state_matches(const std::string& file, const Slab& state) {
+  const CheckpointReader reader(file);
+  const std::vector<std::string> names = reader.names();
+  if (names.size() != static_cast<size_t>(state.size())) return false;
+  for (const auto& e : state.entries())
+    if (std::find(names.begin(), names.end(), e.name) == names.end() || !(reader.shape(e.name) == e.shape))
+      return false;
+  return true;
 }
 
 // The checkpoint must be of this model and data, and of the same data layout: the data cursor counts this

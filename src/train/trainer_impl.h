@@ -119,6 +119,8 @@ struct Trainer::Impl {
   PhaseTimes step_times;                    // of the last step (replica 0's, plus the input wait and other)
   ExchangeStats last_stats;
   std::unique_ptr<LearningRateSchedule> schedule;
+  // The schedule's rate at step t, scaled with the workers under --elastic_batch per_worker.
+  float learning_rate(int64_t t) const { return static_cast<float>(cfg.learning_rate_scale() * (*schedule)(t)); }
   std::unique_ptr<BatchSource> source;
   CompressionPolicy policy;
   CompressionPolicy fp32_policy;         // Replica::fp32's: everything fp32
@@ -156,6 +158,7 @@ struct Trainer::Impl {
   uint64_t resume(const std::string& path);
   bool check_resumable(const CheckpointMeta& m) const;
   void restore_rank_state(const CheckpointMeta& m);
+  static bool rank_state_matches(const std::string& file, const Slab& state);
   CheckpointMeta checkpoint_meta(int64_t steps_done) const;  // the fields every file of a checkpoint shares
   void save_rank_state(Replica& r, int64_t steps_done);
   void check_finite_before_save(int64_t steps_done);

@@ -65,7 +65,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   result.start_step = m.start_step;
   int64_t t = m.start_step;
   for (; t < cfg.max_steps; ++t) {
-    const float lr = (*m.schedule)(t);
+    const float lr = m.learning_rate(t);
     if (m.stop_requested(stop) || !m.timed_step(t, lr, report)) {
       result.interrupted = true;
       break;

@@ -41,6 +41,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "terngrad/comm/communicator.h"
 #include "terngrad/core/launcher.h"  // launched_by_mpi()
@@ -81,6 +82,12 @@ class MpiCommunicator final : public Communicator {
   // the process(es) it waited for and `why` (the progress watchdog's abort: a peer that stopped answering). Once
   // only; the process is then ending.
   static void abort_waits(const std::string& why);
+  // Which processes of MPI_COMM_WORLD are alive: each process that calls this sends a word to every other and waits
+  // up to `seconds` for theirs; returns the world ranks whose word did not arrive (a stopped process, a machine or
+  // link gone), ascending. Every process that is alive must call it within `seconds` of the others (the progress
+  // watchdog's stall: each survivor's fires within its period of the others'). Once per process, on its way out:
+  // its buffers are left to the process's end, as a word may still arrive after the deadline.
+  static std::vector<int> unanswered_processes(double seconds);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

@@ -136,6 +136,20 @@ class GradientScheme {
   // Per-rank state the scheme carries from step to step (error-feedback residuals, low-rank factors):
   // checkpointed per rank, on the device; nullptr when it has none.
   virtual Slab* rank_state() { return nullptr; }
+  // What becomes of rank_state() when a run resumes on another number of ranks (--allow_topology_change: a machine
+  // lost or added): the scheme's answer, as only it knows what its state means. kDrop: every rank starts it afresh.
+  // kKeepSurvivors: rank r of the new layout takes rank r's state of the checkpoint (r < both counts), a rank beyond
+  // the checkpoint's count starts afresh, a rank beyond the new count is dropped; `bias` says what that costs. Kept
+  // only where a rank's state has the checkpoint's tensors (the same workers per rank); --reset_rank_state drops it
+  // whatever the answer.
+  struct ResizePolicy {
+    enum Kind { kDrop, kKeepSurvivors } kind = kDrop;
+    std::string bias;  // one sentence for the log and the docs
+    // kKeepSurvivors: tensors whose names start with this are the same on every rank (all-reduced); a new rank takes
+    // them from rank 0's state. Empty: none.
+    std::string replicated_prefix;
+  };
+  virtual ResizePolicy rank_state_on_resize() const { return {}; }
   // Per-tensor quantities of the last step, copied to the host (a synchronization on a GPU): TensorBoard's
   // "<quantity>/<tensor>" scalars, the quantization probe. Empty when the scheme reports none.
   virtual std::vector<TensorSummary> summaries() const { return {}; }

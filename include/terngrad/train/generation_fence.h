@@ -1,11 +1,13 @@
 // GenerationFence: the generations of an elastic run (scripts/elastic_run.sh) share one train_dir, and a process of a
 // generation that is over must never write into it: one that was stopped (SIGSTOP) or cut off while the launcher
 // restarted the job on the machines left could come back and overwrite the new generation's checkpoints. The launcher
-// writes the generation it starts into <train_dir>/generation (one number) before starting it; a trainer of generation
-// g
-// (--generation g) refuses to start when the file names a later one, and checks it right before every rename into the
-// train_dir (a CommitGuard on AtomicFile): a later one stops the write, and the run, with one line naming both. Only
-// the window between that check and the rename is not covered. Generation 0 (the default): no fence.
+// writes the generation it starts into <train_dir>/generation (one number) before starting it. A trainer of generation
+// g (--generation g) starts only when the file names g: a later one means g is over; an earlier one or none means this
+// machine does not see the launcher's train_dir (an elastic run needs one folder shared by every machine: a restarted
+// job resumes, on any machine, from the checkpoints every other one wrote). It checks the file again right before
+// every rename into the train_dir (a CommitGuard on AtomicFile): a later generation stops the write, and the run, with
+// one line naming both. Only the window between that check and the rename is not covered. Generation 0 (the
+// default): no fence.
 #pragma once
 
 #include <cstdint>

@@ -34,6 +34,19 @@ struct EnumNames<Precision> : EnumNamesBase {
       {Precision::kFp32, "fp32"}, {Precision::kFp16, "fp16"}, {Precision::kBf16, "bf16"}};
 };
 
+// --elastic_batch: what a resume on another number of workers (--allow_topology_change) keeps. kTotal: --batch_size
+// is the total batch on every layout (each worker's share changes; the learning rate stays). kPerWorker: each
+// worker's batch stays that of the run's first layout (--batch_size over its workers); the total grows and shrinks
+// with the workers and the learning rate is scaled by the same factor (the linear scaling rule, Goyal et al. 2017),
+// its schedule kept in steps.
+enum class ElasticBatch { kTotal, kPerWorker };
+template <>
+struct EnumNames<ElasticBatch> : EnumNamesBase {
+  static constexpr const char* kFlag = "--elastic_batch";
+  static constexpr EnumName<ElasticBatch> kList[] = {{ElasticBatch::kTotal, "total"},
+                                                     {ElasticBatch::kPerWorker, "per_worker"}};
+};
+
 struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, OptimizerFlags, LearningRateFlags {
   // where
   std::string train_dir = "/tmp/terngrad_train";
@@ -72,8 +85,10 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   std::string pretrained_model_checkpoint_path;  // a checkpoint of ours, or a train_dir (its latest)
   bool fine_tune = false;                        // ... all but the logits layers, which start afresh
   // resuming on another layout
-  bool allow_topology_change = false;  // resume on another number of ranks (workers, processes, replicas)
-  bool reset_rank_state = false;       // ... dropping the checkpoint's per-rank state (error feedback)
+  bool allow_topology_change = false;   // resume on another number of ranks (workers, processes, replicas)
+  bool reset_rank_state = false;        // ... dropping the checkpoint's per-rank state (error feedback)
+  std::string elastic_batch = "total";  // ElasticBatch
+  int64_t base_workers = 0;             // the workers of the run's first layout (0: this one's; kept in checkpoints)
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;
@@ -99,6 +114,10 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   bool flag_given(const std::string& name) const { return !given_flags || given_flags->count(name) > 0; }
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
+  int64_t workers() const { return static_cast<int64_t>(workers_per_process()) * num_processes; }
+  // The total batch of this layout and the learning rate's factor (--elastic_batch; base_workers resolved).
+  int64_t total_batch() const;
+  double learning_rate_scale() const;
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.
   DType compute_dtype() const;
   // Checks every value (the flag table's checks) and their consistency for `num_processes` processes; throws

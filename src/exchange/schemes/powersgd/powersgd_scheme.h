@@ -43,6 +43,14 @@ class PowerSgdScheme final : public GradientScheme {
   void run_stage(int stage, int bucket) override;
   ExchangeStats byte_model() const override;
   Slab* rank_state() override { return &state_; }
+  // Q is all-reduced (every rank holds the same), a residual is gradient not yet applied: survivors keep both; the
+  // lost ranks' residuals are never applied (once); a new rank starts with zero residuals and rank 0's Q.
+  ResizePolicy rank_state_on_resize() const override {
+    return {ResizePolicy::kKeepSurvivors,
+            "the lost ranks' residuals (gradient not yet applied) are never applied; the survivors keep theirs; "
+            "every rank keeps the all-reduced Q; new ranks start with zero residuals",
+            "powersgd/q/"};
+  }
   std::string describe() const override;
 
  private:

@@ -46,6 +46,15 @@ class TernGradScheme final : public GradientScheme, public CodedUpdate {
   bool decode_deferred(int bucket) override;
   void begin_step(uint32_t step) override;
   Slab* rank_state() override { return feedback_ ? &feedback_->state() : nullptr; }
+  // A residual is gradient its rank computed and has not sent yet (at most one step's quantization error of its
+  // workers); the average is the same whichever rank sends it. Survivors keep theirs: only the lost ranks' residuals
+  // are never applied (once); a new rank starts at zero, which costs nothing.
+  ResizePolicy rank_state_on_resize() const override {
+    return {ResizePolicy::kKeepSurvivors,
+            "the lost ranks' residuals (gradient not yet sent, at most one step's quantization error each) are "
+            "never applied; the survivors' are kept; new ranks start at zero",
+            ""};
+  }
   // Per ternary tensor its shared scaler and the zero fraction of local worker 0's codes.
   std::vector<TensorSummary> summaries() const override { return scalers_->summaries(zero_codes_); }
   Tensor nonfinite_flag() const override { return scalers_->flag(); }
