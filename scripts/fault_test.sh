@@ -21,24 +21,25 @@
 #      line (No space left on device, naming the checkpoint), exit 1, the previous checkpoint and the index
 #      intact and readable.
 # Usage: scripts/fault_test.sh [BUILD_DIR]   (default: $BUILD_DIR, else build). Exits 0 when every part passed.
+#        scripts/fault_test.sh elastic [BUILD_DIR]: the elastic launcher's cases instead (scripts/fault_elastic.sh).
 # The preload library: $TG_DISK_FULL_LIB (ctest sets it), else BUILD_DIR/tests/libtg_disk_full.so. Without
 # mpirun part 2 reports SKIPPED, except under CI=true where that is a failure. TG_FAULT_SEED seeds the kill
 # moments (default 7).
 set -u
 shopt -s nullglob
+if [ "${1:-}" = elastic ]; then
+  shift
+  exec "$(dirname "$0")/fault_elastic.sh" "$@"
+fi
 BUILD_DIR=${1:-${BUILD_DIR:-}}
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 TRAIN=$(tg_binary terngrad-train) || exit 1
 DISK_FULL_LIB=${TG_DISK_FULL_LIB:-$BUILD_DIR/tests/libtg_disk_full.so}
-STALL_S=${TG_FAULT_STALL_S:-120}
 WORK=$(cd "$(mktemp -d /tmp/tg_fault.XXXXXX)" && pwd -P)  # the real path: the preload compares it
 trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-fail() { echo "FAIL: $*"; FAILED=1; }
-digest_of() { grep -o 'parameter digest [0-9a-f]*' "$1" | tail -1 | awk '{print $3}'; }
-now_us() { echo "${EPOCHREALTIME/./}"; }  # microseconds (bash 5)
-seconds_of() { awk -v us="$1" 'BEGIN{printf "%.1f", us / 1e6}'; }
+# shellcheck source=lib/fault_common.sh
+source "$(dirname "$0")/lib/fault_common.sh"
 
 # The step the checkpoint index of DIR names, or "" (no index yet). The index is replaced by a rename, so a
 # read sees the old or the new one whole.
@@ -56,40 +57,6 @@ index_past() {  # DIR STEP: the index names a step after STEP ("" = any)
   local s
   s=$(index_step "$1")
   [ -n "$s" ] && { [ -z "$2" ] || [ "$s" -gt "$2" ]; }
-}
-
-# wait_for PID LOG COMMAND...: polls COMMAND until it succeeds (0). 2: PID ended first. 1: no progress (LOG
-# did not grow, the command did not succeed) for STALL_S seconds; the reason is printed.
-wait_for() {
-  local pid=$1 log=$2 size=-1 new last n=0
-  shift 2
-  last=$(now_us)
-  while ! "$@"; do
-    kill -0 "$pid" 2> /dev/null || { "$@" && return 0; return 2; }
-    if ((++n % 25 == 0)); then  # every ~0.5 s: has the run made progress?
-      new=$(wc -c < "$log" 2> /dev/null || echo 0)
-      if [ "$new" != "$size" ]; then
-        size=$new
-        last=$(now_us)
-      elif (($(now_us) - last > STALL_S * 1000000)); then
-        echo "no progress for $STALL_S s while waiting for: $*; last line: $(tail -1 "$log")"
-        return 1
-      fi
-    fi
-    sleep 0.02
-  done
-}
-# Waits for PID to end by itself, bounded by STALL_S seconds without LOG growing; its exit status, or 124.
-wait_end() {
-  local pid=$1 log=$2 why
-  why=$(wait_for "$pid" "$log" false)
-  if [ $? -eq 1 ]; then
-    echo "$why" >&2
-    kill -9 "$pid" 2> /dev/null
-    wait "$pid" 2> /dev/null
-    return 124
-  fi
-  wait "$pid"
 }
 
 # A small, fast run: LeNet on synthetic data (deterministic and resumable), one thread.

@@ -25,6 +25,7 @@ packages=(
   clang-format-14        # scripts/check_format.sh (ctest clang_format)
   shellcheck             # scripts/check_scripts.sh (ctest scripts)
   xz-utils               # scripts/gpu_check.sh --prepare: the GPU bundle (ctest gpu_bundle)
+  iproute2 iputils-ping  # scripts/fault_test.sh elastic: emulated machines (ip netns) and the launcher's probe
   python3-torch python3-torchvision  # PyTorch for /usr/bin/python3: terngrad-import's logit test (ctest torch_import)
 )
 

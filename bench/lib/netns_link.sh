@@ -13,8 +13,10 @@
 #   netlink_shape RATE [DELAY_MS]   RATE: a tc rate (100mbit, 1gbit, ...) or `none` (unshaped veths)
 #   netlink_ns K / netlink_ip K     node k's namespace / address
 #   netlink_wire K                  node k's "rx_bytes tx_bytes" on tglink0
-#   netlink_mpi_agent FILE          writes an rsh agent for mpirun (--mca plm_rsh_agent FILE) that runs a
-#                                   command in the namespace owning the host address it is given
+#   netlink_mpi_agent FILE [detach] writes an rsh agent for mpirun (--mca plm_rsh_agent FILE) that runs a
+#                                   command in the namespace owning the host address it is given; `detach`: in a
+#                                   session of its own, as on a machine reached by ssh (a signal to mpirun's
+#                                   process group does not reach it; mpirun's end does, through its connection)
 #   netlink_destroy                 ends every process inside the namespaces (by id), deletes them
 #   netlink_rate_bits RATE          RATE in bits/s, `none`, or status 1 for a malformed rate
 # shellcheck shell=bash
@@ -109,7 +111,8 @@ netlink_wire() {
 }
 
 netlink_mpi_agent() {
-  local file=$1 k cases=""
+  local file=$1 k cases="" detach=""
+  [ "${2:-}" = detach ] && detach="setsid "
   for k in $(seq "$NETLINK_NODES"); do cases+="  $(netlink_ip "$k")) ns=$(netlink_ns "$k") ;;"$'\n'; done
   cat >"$file" <<EOF
 #!/bin/sh
@@ -132,7 +135,7 @@ esac
 # with the same local rank on two machines would take the same file names; each machine gets its own folder.
 mkdir -p "/dev/shm/\$ns"
 export OMPI_MCA_btl_vader_backing_directory="/dev/shm/\$ns"
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
+exec ${detach}ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
   chmod +x "$file"
 }
