@@ -273,6 +273,28 @@ def inproc_table(header, rows):
     return out + fewer_reps_note(rows)
 
 
+ELASTIC_CASES = {
+    "killed": "3 machines, one's process killed (kill -9)",
+    "link": "3 machines, rank 0's link cut (`ip link set down`)",
+    "stopped": "3 machines, one's processes stopped (SIGSTOP), continued later",
+    "grow": "2 machines, a third appears (scale-up at a step boundary)",
+}
+
+
+def elastic_table(header, rows):
+    need(rows, "rep", "case", "loss_to_step_s", "from_step", "steps_lost", "equal_to_by_hand")
+    out = ["| case | loss to the first step on the new layout, s (median, range) | steps lost (median) "
+           "| final checkpoint = by-hand resume |", "|---|---|---|---|"]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        rs = [r for r in rows if r["case"] == case]
+        secs = [num(r["loss_to_step_s"]) for r in rs]
+        lost = [num(r["steps_lost"]) for r in rs if r["steps_lost"] not in ("", "-")]
+        out.append("| %s | %.1f (%.1f-%.1f) | %s | %d of %d |" % (
+            ELASTIC_CASES.get(case, case), med(secs), min(secs), max(secs),
+            "%.0f" % med(lost) if lost else "n/a", sum(r["equal_to_by_hand"] == "yes" for r in rs), len(rs)))
+    return out + fewer_reps_note(rows)
+
+
 def train_step_table(header, rows):
     need(rows, "rep", "net", "threads", "framework", "images_per_sec", "status")
     out = ["| network | threads | terngrad images/s | PyTorch images/s | terngrad / PyTorch | runs (ok) |",
@@ -647,8 +669,9 @@ RENDERERS = {
     "scale": {"table": scale_table},
     "placement": {"table": placement_table},
     "layer_profile": {"table": profile_steps, "passes": profile_passes},
+    "elastic": {"table": elastic_table},
 }
-SPEED_KINDS = {"link", "inproc", "train_step", "precision", "memory", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"elastic", "link", "inproc", "train_step", "precision", "memory", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):

@@ -101,18 +101,33 @@ same_final() {
   local dir=$1 name=$2 a b f n=0
   a=$(grep -h "saved .*/run/model.ckpt-$STEPS " "$dir"/run/elastic/generation-*.log | grep -o 'digest [0-9a-f]*' | tail -1)
   b=$(grep -h "saved .*/hand/model.ckpt-$STEPS " "$dir/hand.log" | grep -o 'digest [0-9a-f]*' | tail -1)
-  [ -n "$a" ] && [ "$a" = "$b" ] || { fail "$name: final parameter $a, resumed by hand $b"; return; }
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then
+    fail "$name: final parameter $a, resumed by hand $b"
+    return 1
+  fi
   for f in "$dir/run/model.ckpt-$STEPS".rank-*; do
-    cmp -s "$f" "$dir/hand/$(basename "$f")" || fail "$name: $(basename "$f") differs from the one resumed by hand"
+    cmp -s "$f" "$dir/hand/$(basename "$f")" || { fail "$name: $(basename "$f") differs from the by-hand one"; return 1; }
     n=$((n + 1))
   done
-  [ "$n" -gt 0 ] || fail "$name: no per-rank state file beside the final checkpoint"
+  [ "$n" -gt 0 ] || { fail "$name: no per-rank state file beside the final checkpoint"; return 1; }
   echo "$name: final checkpoint equals the by-hand resume ($a, $n rank file(s) identical)"
+}
+# TG_ELASTIC_RESULTS=FILE (bench/elastic_bench.sh): one row per case, "case seconds from_step steps_lost equal".
+result_row() {
+  [ -n "${TG_ELASTIC_RESULTS:-}" ] && printf '%s\t%s\t%s\t%s\t%s\n' "$@" >> "$TG_ELASTIC_RESULTS"
+  return 0
 }
 no_temporary() {
   local left
   left=$(find "$1" -name '*.tmp*' | head -3)
   [ -z "$left" ] || fail "$2: temporary files left: $left"
+}
+# Waits for case DIR's first generation to save step 20; status 1 (the case failed, its launcher stopped) if never.
+until_step20_saved() {
+  wait_for "$LAUNCHER" "$1/launcher.log" saved "$1/run/elastic/generation-1.log" 20 && return 0
+  fail "$2: generation 1 never saved step 20: $(tail -3 "$1/launcher.log")"
+  kill -- "$LAUNCHER" 2> /dev/null
+  return 1
 }
 # Case NAME: 3 machines; INJECT (a function) once step 20 is saved; AFTER (a function or true) once the second
 # generation has made its first step; LOST: the machine the second generation must leave out.
@@ -120,11 +135,7 @@ loss_case() {
   local name=$1 inject=$2 after=$3 lost=$4 dir="$WORK/$1" t0 t1 from hosts2 rc
   reset_machines
   launch "$dir" HOSTS="$M1:1,$M2:1,$M3:1"
-  if ! wait_for "$LAUNCHER" "$dir/launcher.log" saved "$dir/run/elastic/generation-1.log" 20; then
-    fail "$name: generation 1 never saved step 20: $(tail -3 "$dir/launcher.log")"
-    kill -- "$LAUNCHER" 2> /dev/null
-    return
-  fi
+  until_step20_saved "$dir" "$name" || return
   t0=$(now_us)
   "$inject"
   if ! wait_for "$LAUNCHER" "$dir/launcher.log" stepped "$dir/run/elastic/generation-2.log"; then
@@ -150,7 +161,10 @@ loss_case() {
   # By hand: the 3 machines to step $from, then generation 2's from there.
   by_hand "$M1,$M2,$M3" "$dir/hand.log" --max_steps "$from" --train_dir "$dir/hand"
   by_hand "$hosts2" "$dir/hand.log" --allow_topology_change --max_steps "$STEPS" --train_dir "$dir/hand"
-  same_final "$dir" "$name"
+  local equal=no lost_steps
+  same_final "$dir" "$name" && equal=yes
+  lost_steps=$(sed -n 's/^elastic_run: generation 1 failed .*: \([0-9]*\) step(s) lost$/\1/p' "$dir/launcher.log")
+  result_row "$name" "$(seconds_of $((t1 - t0)))" "$from" "${lost_steps:--}" "$equal"
 }
 
 kill_machine3() { kill -9 "$(trainers_on 3)"; }
@@ -174,11 +188,7 @@ grow() {
   printf '%s:1\n%s:1\n' "$M1" "$M2" > "$WORK/machines"
   FLAGS+=(--elastic_batch per_worker)
   launch "$dir" DISCOVERY="cat $WORK/machines"
-  if ! wait_for "$LAUNCHER" "$dir/launcher.log" saved "$dir/run/elastic/generation-1.log" 20; then
-    fail "grow: generation 1 never saved step 20: $(tail -3 "$dir/launcher.log")"
-    kill -- "$LAUNCHER" 2> /dev/null
-    return
-  fi
+  until_step20_saved "$dir" grow || return
   t0=$(now_us)
   echo "$M3:1" >> "$WORK/machines"
   wait_for "$LAUNCHER" "$dir/launcher.log" stepped "$dir/run/elastic/generation-2.log" || fail "grow: no generation 2"
@@ -195,7 +205,9 @@ grow() {
   no_temporary "$dir/run" grow
   by_hand "$M1,$M2" "$dir/hand.log" --max_steps "$from" --train_dir "$dir/hand"
   by_hand "$M1,$M2,$M3" "$dir/hand.log" --allow_topology_change --max_steps "$STEPS" --train_dir "$dir/hand"
-  same_final "$dir" grow
+  local equal=no
+  same_final "$dir" grow && equal=yes
+  result_row grow "$(seconds_of $((t1 - t0)))" "$from" 0 "$equal"
   unset 'FLAGS[-1]' 'FLAGS[-2]'
 }
 grow
