@@ -6,10 +6,10 @@
 # idea; each start is a generation of the job.
 #
 #   scripts/elastic_run.sh TERNGRAD_TRAIN_FLAGS...   --train_dir is required: one folder every machine sees (a shared
-#                                                   file system); --save_iter bounds what a loss costs: the steps
-#                                                   since the last checkpoint; give --collective_timeout well above
-#                                                   the slowest step (a stalled peer is found after it: 600 s by
-#                                                   default, tens of seconds suit most runs)
+#                                                   file system); --save_iter (steps) or --save_secs (time) bounds
+#                                                   what a loss costs: the work since the last checkpoint; give
+#                                                   --collective_timeout well above the slowest step (a stalled peer
+#                                                   is found after it: 600 s by default, tens of seconds suit most)
 # Machines (exactly one of, Horovod's conventions):
 #   HOSTS="a:2,b:2"       machine:slots (slots: processes on it; ranks fill the machines in this order)
 #   HOSTFILE=FILE         one machine a line, "host:slots" or "host slots=N" (# comments)

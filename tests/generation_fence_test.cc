@@ -2,7 +2,8 @@
 // (core/atomic_file.h): a guarded folder's commits run the check right before their rename, a refused one leaves
 // the final file as it was and no temporary file; a trainer of a generation that is over refuses to start, and one
 // that finds a later generation while it runs stops at its next checkpoint without writing it; --stop_file ends a
-// run as a stop request does, with a checkpoint.
+// run as a stop request does, with a checkpoint; --save_secs checkpoints by the clock (what bounds an elastic run's
+// loss per failure when steps vary).
 #include "terngrad/train/generation_fence.h"
 
 #include <gtest/gtest.h>
@@ -151,6 +152,24 @@ TEST_F(Fence, AStopFileEndsTheRunWithACheckpoint) {
   EXPECT_TRUE(r.interrupted);
   EXPECT_EQ(r.steps_done, 0);
   EXPECT_TRUE(fs::exists(dir + "/model.ckpt-0"));
+}
+
+// --save_secs: a checkpoint after the first step that ends that long after the last one; by steps otherwise.
+TEST_F(Fence, SaveSecsCheckpointsByTheClock) {
+  TrainConfig c = lenet_run(path("secs"));
+  c.max_steps = 3;
+  c.save_iter = 1000;
+  c.save_secs = 1e-9;  // always due: every step's end
+  EXPECT_EQ(Trainer(c).run().steps_done, 3);
+  for (int step = 1; step <= 3; ++step) EXPECT_TRUE(fs::exists(checkpoint_path(c.train_dir, step))) << step;
+  TrainConfig d = lenet_run(path("steps"));
+  d.max_steps = 3;
+  d.save_iter = 1000;
+  d.save_secs = 1e6;  // never due: the final checkpoint only
+  EXPECT_EQ(Trainer(d).run().steps_done, 3);
+  EXPECT_FALSE(fs::exists(checkpoint_path(d.train_dir, 1)));
+  EXPECT_FALSE(fs::exists(checkpoint_path(d.train_dir, 2)));
+  EXPECT_TRUE(fs::exists(checkpoint_path(d.train_dir, 3)));
 }
 
 }  // namespace

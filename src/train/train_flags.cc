@@ -146,6 +146,10 @@ std::vector<Flag<TrainConfig>> make_table() {
        kFlagInternal | kFlagRun},
       {"seed", &C::seed, "", no_check(), kFlagResume},
       {"save_iter", &C::save_iter, "checkpoint every N steps and at the end", at_least(1)},
+      {"save_secs", &C::save_secs,
+       "also checkpoint after the first step that ends this many seconds after the last checkpoint (or the start), "
+       "by process 0's clock: what bounds the work an elastic run loses per failure when steps vary in length",
+       at_least(0).max(1e7).note("0: by steps only"), kFlagContinue},
       {"keep_checkpoints", &C::keep_checkpoints, "", at_least(1)},
       {"log_every", &C::log_every,
        "log line: `step N, entropy_loss = …, reg_loss = …, total_loss = … (X examples/sec; Y sec/batch) lr = …, "

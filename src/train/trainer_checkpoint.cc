@@ -353,6 +353,8 @@ CheckpointMeta Trainer::Impl::checkpoint_meta(int64_t steps_done) const {
 // killed in between leaves rank files without their checkpoint (removed at the next start) and the previous
 // checkpoint intact. No checkpoint is written after a step whose shared scalers were not finite.
 std::string Trainer::Impl::save(int64_t steps_done) {
+  last_save = Clock::now();
+  last_saved_step = steps_done;
   for (const Worker& wk : workers) wk.net->losses();  // a non-finite loss stops the run before it is saved
   check_finite_before_save(steps_done);
   const bool per_rank = replicas[0].exchange->scheme().rank_state() != nullptr;

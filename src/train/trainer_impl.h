@@ -128,6 +128,8 @@ struct Trainer::Impl {
   int64_t start_step = 0;
   std::unique_ptr<CheckpointSeries> checkpoints;  // this run's in train_dir
   std::string last_digest;
+  Clock::time_point last_save = Clock::now();  // --save_secs counts from here (the run's start, then each save)
+  int64_t last_saved_step = -1;
   std::string resumed_path;            // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
@@ -193,7 +195,7 @@ struct Trainer::Impl {
   uint32_t parameter_crc(Replica& r);
   std::string parameter_digest(Replica& r);  // as a checkpoint's header states it (write_checkpoint)
   void verify_processes_agree();
-  bool stop_requested(const std::atomic<bool>* stop);
+  bool stop_requested(const std::atomic<bool>* stop, int64_t done);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };

@@ -44,12 +44,17 @@ void Trainer::Impl::write_timeline() {
   }
 }
 
-// A stop request (SIGINT/SIGTERM) reaches processes at slightly different times: they agree on it before
-// each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective.
-bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop) {
-  int32_t flag = (stop && stop->load()) || (!cfg.stop_file.empty() && std::filesystem::exists(cfg.stop_file)) ? 1 : 0;
-  if (process_comm) process_comm->allreduce(&flag, 1, DType::kI32, ReduceOp::kMax);
-  return flag != 0;
+// A stop request (SIGINT/SIGTERM, --stop_file) reaches processes at slightly different times: they agree on it
+// before each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective. The
+// same all-reduce carries process 0's verdict on --save_secs (its clock decides, so every process saves after the
+// same step): a checkpoint of the `done` steps when that long has passed since the last one.
+bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop, int64_t done) {
+  int32_t flags[2] = {
+      (stop && stop->load()) || (!cfg.stop_file.empty() && std::filesystem::exists(cfg.stop_file)) ? 1 : 0,
+      is_chief() && cfg.save_secs > 0 && seconds_between(last_save, Clock::now()) >= cfg.save_secs ? 1 : 0};
+  if (process_comm) process_comm->allreduce(flags, 2, DType::kI32, ReduceOp::kMax);
+  if (flags[1] != 0 && flags[0] == 0 && done > start_step && done != last_saved_step) last_digest = save(done);
+  return flags[0] != 0;
 }
 
 TrainResult Trainer::run(const std::atomic<bool>* stop) {
@@ -61,12 +66,13 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
   m.open_run(report);
   if (m.watchdog) m.watchdog->arm();
+  m.last_save = Clock::now();  // --save_secs: from the first step
   TrainResult result;
   result.start_step = m.start_step;
   int64_t t = m.start_step;
   for (; t < cfg.max_steps; ++t) {
     const float lr = m.learning_rate(t);
-    if (m.stop_requested(stop) || !m.timed_step(t, lr, report)) {
+    if (m.stop_requested(stop, t) || !m.timed_step(t, lr, report)) {
       result.interrupted = true;
       break;
     }

@@ -92,6 +92,7 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   // run
   uint64_t seed = 1;
   int64_t save_iter = 5000;
+  double save_secs = 0;  // also a checkpoint when this many seconds passed since the last one (0: by steps only)
   int keep_checkpoints = 5;
   int64_t log_every = 10;
   std::string metrics_jsonl;
