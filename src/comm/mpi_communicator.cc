@@ -463,9 +463,11 @@ std::vector<int> MpiCommunicator::unanswered_processes(double seconds) {
   TG_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   if (size == 1) return {};
   constexpr int kTag = 0x7e1a;  // MPI_COMM_WORLD carries nothing else of ours (every communicator is a duplicate)
-  // Left to the process's end (a late word would land in freed memory otherwise).
-  auto* words = new int32_t[static_cast<size_t>(size)];
-  auto* recv = new MPI_Request[static_cast<size_t>(size)];
+  // Left to the process's end (a late word would land in freed memory otherwise), reachable from here.
+  static int32_t* words = nullptr;
+  static MPI_Request* recv = nullptr;
+  words = new int32_t[static_cast<size_t>(size)];
+  recv = new MPI_Request[static_cast<size_t>(size)];
   words[rank] = rank;
   for (int p = 0; p < size; ++p) {
     recv[p] = MPI_REQUEST_NULL;
