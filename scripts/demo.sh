@@ -7,8 +7,10 @@
 # are those the MPI communicator counted crossing between them, not a model of them. Every run is one seed (the
 # recipe's, 1): one run's accuracy differs from the next seed's by a few tenths of a point (README "Accuracy" has
 # means over seeds). The TernGrad runs also measure how far their averaged gradient is from fp32's
-# (--quantization_error_every 375). Last, scripts/plot_runs.py draws the runs side by side into
-# WORK_DIR/terngrad_vs_fp32.png (loss, test accuracy, examples/sec, gradient bytes, against steps and wall time).
+# (--quantization_error_every 375). Each run evaluates its moving averages on the test set 15 times while it trains
+# (--eval_every STEPS/15: its learning curve, in its train_dir). Last, scripts/plot_runs.py draws the runs side by
+# side into WORK_DIR/terngrad_vs_fp32.png (cross-entropy, test accuracy, examples/sec, gradient bytes, against steps
+# and training time).
 # Usage: scripts/demo.sh [--results FILE] [WORK_DIR]      (default /tmp/terngrad_demo)
 #   --results FILE   also write the figures as a results file (bench/lib/results.sh; the README's demo table
 #                    is rendered from bench/results/demo.tsv)
@@ -36,6 +38,7 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 cd "$TG_ROOT"
 STEPS=${DEMO_STEPS:-1875}
+EVAL_EVERY=$((STEPS / 15 > 0 ? STEPS / 15 : 1))
 CORES=$(nproc)
 THREADS=$((CORES >= 2 ? CORES / 2 : 1))  # per process
 
@@ -58,11 +61,12 @@ train_and_eval() {  # name config [flags...]
   # --bind-to none: each process uses $THREADS cores, not the one core Open MPI would bind it to.
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
     "$TRAIN" --config "$config" --num_nodes 1 --data_dir "$WORK/data" --train_dir "$WORK/$name" \
-    --max_steps "$STEPS" --threads "$THREADS" --metrics_jsonl "$WORK/$name.jsonl" "$@" 2>&1 | tee "$WORK/$name.log"
+    --max_steps "$STEPS" --threads "$THREADS" --metrics_jsonl "$WORK/$name.jsonl" --eval_every "$EVAL_EVERY" "$@" 2>&1 |
+    tee "$WORK/$name.log"
   echo "== evaluating $name"
-  # --eval_dir: the accuracy also goes into the train_dir (eval.jsonl, TensorBoard), where plot_runs.py reads it.
+  # The final checkpoint again, by the evaluation program (the curve's last point is the same evaluation).
   "$EVAL" --checkpoint_dir "$WORK/$name" --data_dir "$WORK/data" --subset test --run_once \
-    --threads "$CORES" --eval_dir "$WORK/$name" | tee "$WORK/$name.eval"
+    --threads "$CORES" | tee "$WORK/$name.eval"
 }
 
 # A field of the metrics summary (the last line), or of the last logged step's line.

@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
-"""Plots terngrad-train runs side by side into one PNG: a grid of training loss, test accuracy, examples/sec and
-the cumulative gradient bytes exchanged per worker (with fp32's equivalent dashed), each against steps and
-against wall time.
+"""Plots terngrad-train runs side by side into one PNG: a grid of the training loss (cross-entropy), test accuracy,
+examples/sec and the cumulative gradient bytes exchanged per worker (with fp32's equivalent dashed), each against
+steps and against training time.
 
-usage: plot_runs.py [-o OUT.png] [--label NAME]... RUN [RUN...]
-  RUN        a train_dir (what every terngrad-train run writes: its TensorBoard event files are read), or a
-             metrics file (terngrad-train --metrics_jsonl FILE; parsed by bench/lib/tg_metrics.py)
-  -o         the PNG to write (default runs.png), written to a temporary name beside it and renamed
-  --label    the runs' names in the legend, in order (default: the folder's or the file's name)
-e.g.  scripts/plot_runs.py -o /tmp/cmp.png /tmp/terngrad_demo/terngrad /tmp/terngrad_demo/fp32
+usage: plot_runs.py [-o OUT.png] [--label NAME]... [--total_loss] RUN [RUN...]
+  RUN           a train_dir (what every terngrad-train run writes: its TensorBoard event files are read), or a
+                metrics file (terngrad-train --metrics_jsonl FILE; parsed by bench/lib/tg_metrics.py)
+  -o            the PNG to write (default runs.png), written to a temporary name beside it and renamed
+  --label       the runs' names in the legend, in order (default: the folder's or the file's name)
+  --total_loss  plot the total loss (cross-entropy + weight decay) instead of the cross-entropy
+e.g.  scripts/plot_runs.py -o /tmp/cmp.png --label TernGrad --label fp32 /tmp/tg_quick/terngrad /tmp/tg_quick/fp32
+A train_dir of a run with --eval_every N holds its learning curve (test accuracy every N steps).
 
 What is read:
   - a train_dir: its events.out.tfevents.* files, read here (TFRecord framing and the few Event/Summary
     protobuf fields of scalars: no TensorBoard or TensorFlow needed; records are not CRC-checked, a partly
-    written last record is ignored): losses/total_loss, examples_per_sec, exchange/bytes_per_step and
-    exchange/fp32_bytes_per_step of each logged step; wall time is seconds since the trainer's event file
-    began. Test accuracy: the "Accuracy @ 1" scalars and eval.jsonl lines that terngrad-eval --eval_dir wrote
-    into the same folder (scripts/demo.sh evaluates with --eval_dir = the train_dir).
+    written last record is ignored): losses/entropy_loss, losses/total_loss, examples_per_sec,
+    exchange/bytes_per_step and exchange/fp32_bytes_per_step of each logged step. Training time: run/train_seconds
+    (seconds of training since the run or its resume began, evaluations left out; each resume's file starts at 0
+    at its first step and is joined where the training had reached that step, so pauses are left out too); an
+    older run without it: wall time since its first event file began. Test accuracy: the "Accuracy @ 1" scalars
+    (terngrad-train --eval_every, --eval_at_end) and eval.jsonl lines (terngrad-eval --eval_dir) in the folder.
   - a metrics file: its step lines (total_loss, examples_per_sec, bytes_exchanged, fp32_bytes; the
     quantization probes and the summary are skipped); wall time is the line's `elapsed` (seconds since the
     first step began). Test accuracy: an eval.jsonl in the same folder, if there is one.
@@ -38,8 +42,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tg_metrics  # noqa: E402  (the --metrics_jsonl reader of the benchmarks)
 
 PROG = "plot_runs.py"
-TAGS = {"losses/total_loss": "loss", "examples_per_sec": "speed", "exchange/bytes_per_step": "bytes",
-        "exchange/fp32_bytes_per_step": "fp32", "Accuracy @ 1": "acc"}
+TAGS = {"losses/total_loss": "loss", "losses/entropy_loss": "xent", "examples_per_sec": "speed",
+        "exchange/bytes_per_step": "bytes", "exchange/fp32_bytes_per_step": "fp32", "Accuracy @ 1": "acc",
+        "run/train_seconds": "train_s"}
 
 
 class Bad(Exception):
@@ -138,19 +143,45 @@ def cumulative(steps, per_step):
     return out
 
 
+def interpolate(points, step):
+    """The value at `step` of sorted (step, value) points, linear between them (the last one's beyond them)."""
+    for (s0, v0), (s1, v1) in zip(points, points[1:]):
+        if step <= s1:
+            return v0 + (v1 - v0) * (step - s0) / max(1, s1 - s0)
+    return points[-1][1] if points else 0.0
+
+
+def training_time(files_train_s):
+    """{step: training seconds} of a run from each event file's run/train_seconds (oldest file first): a file's
+    times count from 0 at its run's first step; it is joined where the files before it had reached that step."""
+    joined = {}
+    for own in files_train_s:
+        if not own:
+            continue
+        first = min(own)
+        offset = interpolate(sorted(joined.items()), first) if joined else 0.0
+        joined = {s: t for s, t in joined.items() if s < first}
+        joined.update({s: offset + t for s, t in own.items()})
+    return joined
+
+
 def from_train_dir(path):
     files = glob.glob(os.path.join(path, "events.out.tfevents.*"))
     if not files:
         raise Bad("%s: no events.out.tfevents.* file (not a terngrad-train --train_dir?)" % path)
-    series, start = {}, None
+    series, start, per_file_train_s = {}, None, []
     # Oldest first (the name holds the start's seconds): a resumed run's later file wins on the same step.
     for f in sorted(files, key=lambda p: (p.split("tfevents.")[-1].split(".")[0].zfill(20), p)):
+        own = {}
         try:
-            first = read_events(f, series)
+            first = read_events(f, own)
         except OSError as e:
             raise Bad("%s: %s" % (f, e.strerror or e))
         except ValueError as e:
             raise Bad("%s: not a TensorBoard event file (%s)" % (f, e))
+        per_file_train_s.append({s: v for s, (_, v) in own.pop("train_s", {}).items()})
+        for name, points in own.items():
+            series.setdefault(name, {}).update(points)
         if start is None and "loss" in series:
             start = first  # the trainer's first event file: the run's start
     if "loss" not in series:
@@ -159,8 +190,16 @@ def from_train_dir(path):
     at = lambda name: [series.get(name, {}).get(s, (0, float("nan")))[1] for s in steps]  # noqa: E731
     acc = {s: v for s, (_, v) in series.get("acc", {}).items()}
     acc.update(eval_lines(os.path.join(path, "eval.jsonl")))
-    run = {"step": steps, "time": [series["loss"][s][0] - start for s in steps], "loss": at("loss"),
-           "speed": at("speed"), "bytes": cumulative(steps, at("bytes")), "acc": acc}
+    train_s = training_time(per_file_train_s)
+    if train_s:
+        points = sorted(train_s.items())
+        time = [train_s[s] if s in train_s else interpolate(points, s) for s in steps]
+    else:
+        time = [series["loss"][s][0] - start for s in steps]
+    run = {"step": steps, "time": time, "loss": at("loss"), "speed": at("speed"),
+           "bytes": cumulative(steps, at("bytes")), "acc": acc, "timed": bool(train_s)}
+    if "xent" in series:
+        run["xent"] = at("xent")
     if "fp32" in series:
         run["fp32"] = cumulative(steps, at("fp32"))
     return run
@@ -188,7 +227,9 @@ def from_metrics(path):
     try:
         s = [int(r["step"]) for r in steps]
         run = {"step": s, "time": col("elapsed"), "loss": col("total_loss"), "speed": col("examples_per_sec"),
-               "bytes": cumulative(s, col("bytes_exchanged"))}
+               "bytes": cumulative(s, col("bytes_exchanged")), "timed": True}
+        if all("entropy_loss" in r for r in steps):
+            run["xent"] = col("entropy_loss")
         if all("fp32_bytes" in r for r in steps):
             run["fp32"] = cumulative(s, col("fp32_bytes"))
     except (TypeError, ValueError) as e:
@@ -212,7 +253,7 @@ def load(path):
 
 # ---- the figure -----------------------------------------------------------------------------------------------
 def time_at(run, step):
-    """The wall time the training reached `step` (linear between logged steps, from (0, 0))."""
+    """The time (training or wall) the training reached `step` (linear between logged steps, from (0, 0))."""
     pts = [(0, 0.0)] + list(zip(run["step"], run["time"]))
     for (s0, t0), (s1, t1) in zip(pts, pts[1:]):
         if step <= s1:
@@ -220,14 +261,15 @@ def time_at(run, step):
     return pts[-1][1]
 
 
-def draw(plt, runs):
+def draw(plt, runs, total_loss=False):
     fig, axes = plt.subplots(4, 2, figsize=(13, 15), squeeze=False)
     dashed = False
     for i, run in enumerate(runs):
         color = "C%d" % (i % 10)
+        curve = run["loss"] if total_loss or "xent" not in run else run["xent"]
         for col, x in enumerate(("step", "time")):
             loss, acc, speed, nbytes = (axes[r][col] for r in range(4))
-            loss.plot(run[x], run["loss"], color=color, label=run["label"])
+            loss.plot(run[x], curve, color=color, label=run["label"])
             speed.plot(run[x], run["speed"], color=color)
             nbytes.plot(run[x], [b / 1e6 for b in run["bytes"]], color=color)
             if "fp32" in run and run["fp32"] != run["bytes"]:  # (an fp32 run's equivalent is itself)
@@ -236,10 +278,13 @@ def draw(plt, runs):
             evaluated = sorted(run["acc"].items())
             xs = [s if x == "step" else time_at(run, s) for s, _ in evaluated]
             acc.plot(xs, [a for _, a in evaluated], color=color, marker="o")
-    titles = ["training loss (total)", "test accuracy (precision @ 1)", "examples/sec",
-              "gradient bytes exchanged per worker,\ncumulative (MB)"]
+    xent = not total_loss and all("xent" in run for run in runs)
+    titles = ["training loss (%s)" % ("cross-entropy" if xent else "total: cross-entropy + weight decay"),
+              "test accuracy (precision @ 1)", "examples/sec", "gradient bytes exchanged per worker,\ncumulative (MB)"]
+    timed = all(run.get("timed") for run in runs)
+    time_label = "training time (s; evaluations and pauses left out)" if timed else "wall time (s since the run began)"
     for r, title in enumerate(titles):
-        for col, xlabel in enumerate(("step", "wall time (s since the run began)")):
+        for col, xlabel in enumerate(("step", time_label)):
             axes[r][col].set_ylabel(title)
             axes[r][col].set_xlabel(xlabel)
             axes[r][col].grid(True, alpha=0.3)
@@ -282,6 +327,7 @@ def main():
     p.add_argument("runs", nargs="+", metavar="RUN", help="a train_dir or a --metrics_jsonl file")
     p.add_argument("-o", "--output", default="runs.png", help="the PNG to write (default runs.png)")
     p.add_argument("--label", action="append", default=[], help="a run's name, in the order of the runs")
+    p.add_argument("--total_loss", action="store_true", help="the total loss instead of the cross-entropy")
     args = p.parse_args()
     if len(args.label) > len(args.runs):
         p.error("%d --label for %d runs" % (len(args.label), len(args.runs)))
@@ -299,7 +345,7 @@ def main():
             import matplotlib.pyplot as plt
         except ImportError:
             raise Bad("matplotlib is not installed for %s (scripts/setup.sh installs it)" % sys.executable)
-        write_png(draw(plt, runs), args.output)
+        write_png(draw(plt, runs, args.total_loss), args.output)
     except Bad as e:
         print("%s: error: %s" % (PROG, e), file=sys.stderr)
         return 1

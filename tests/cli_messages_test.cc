@@ -330,5 +330,43 @@ TEST_F(CliEvalAtEnd, TheRunEndsWithTheTestAccuracy) {
   fs::remove_all(root);
 }
 
+// --eval_every: a learning curve in the train_dir (eval.jsonl and the events), the training's bits unchanged (the
+// same final digest as the run without it), and a subset that is not there refused before the train_dir exists.
+TEST_F(CliEvalAtEnd, EvalEveryWritesTheCurveAndLeavesTheBits) {
+  if (data_.empty()) GTEST_SKIP() << "Fashion-MNIST not installed (scripts/setup.sh installs it)";
+  const fs::path root = testing::temp_dir("cli_eval_every");
+  const std::string common = " --data_dir " + data_ +
+                             " --batch_size 32 --max_steps 6 --threads 1 --num_readers 1 --num_preprocess_threads 1 "
+                             "--shuffle_buffer 64 --log_every 2 --save_iter 1000";
+  const Result plain = run(bin("terngrad-train") + common + " --train_dir " + (root / "plain").string());
+  const Result curve = run(bin("terngrad-train") + common + " --eval_every 4 --train_dir " + (root / "curve").string());
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(curve.status, 0) << curve.output;
+  const auto done = [](const std::string& out) { return out.substr(out.rfind("parameter digest ") + 17, 8); };
+  EXPECT_EQ(done(plain.output), done(curve.output)) << "the evaluations changed the training";
+  // Step 4 and the last step, each once.
+  const auto evals = lines_with(curve.output, ": test precision@1 ");
+  ASSERT_EQ(evals.size(), 2u) << curve.output;
+  EXPECT_NE(evals[0].find("step 4: test precision@1 "), std::string::npos) << evals[0];
+  EXPECT_NE(evals[1].find("step 6: test precision@1 "), std::string::npos) << evals[1];
+  EXPECT_NE(evals[0].find("on the 200 examples of 'test' (the moving averages; evaluated in "), std::string::npos);
+  const std::string jsonl = testing::slurp(root / "curve" / "eval.jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 2) << jsonl;
+  EXPECT_EQ(jsonl.rfind("{\"step\": 4, \"precision_at_1\": ", 0), 0u) << jsonl;
+  // A subset with no files: one line before anything is created.
+  const Result missing = run(bin("terngrad-train") + common + " --eval_every 2 --eval_subset validation --train_dir " +
+                             (root / "missing").string());
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("--eval_every/--eval_secs validation: no files 'validation-*'"), std::string::npos)
+      << missing.output;
+  EXPECT_FALSE(fs::exists(root / "missing"));
+  const Result synthetic = run(bin("terngrad-train") + " --benchmark_mode --max_steps 2 --eval_at_end test " +
+                               "--train_dir " + (root / "synthetic").string());
+  EXPECT_EQ(synthetic.status, 1) << synthetic.output;
+  EXPECT_NE(synthetic.output.find("--eval_at_end evaluates on real data: not with --benchmark_mode"), std::string::npos)
+      << synthetic.output;
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace tg

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """scripts/plot_runs.py on metrics files in terngrad-train's --metrics_jsonl line format and on a real train_dir
 (tests/data/plot_runs: a 30-step, 2-worker LeNet TernGrad run's event files, evaluated with terngrad-eval
---eval_dir into the same folder, and its --metrics_jsonl file): the PNG is written and valid, several runs go
+--eval_dir into the same folder, and its --metrics_jsonl file; tests/data/plot_runs/demo: the event files and
+eval.jsonl of `DEMO_STEPS=300 DEMO_LEVER=0 scripts/demo.sh`, TernGrad and fp32 with --eval_every 20): the PNG is
+written and valid, the demo's picture has two accuracy curves of at least 10 points over training time, several runs go
 into one figure, the event files read the same figures as the metrics file (and as TensorBoard's own reader,
 where it is installed), and every bad input is one "plot_runs.py: error:" line on stderr, exit 1, with no output
 written and an existing output left as it was (usage errors: exit 2). No build needed. Exit 77 (SKIPPED) when
@@ -150,6 +152,42 @@ class PlotRuns(unittest.TestCase):
         losses = [v.tensor.float_val[0] for e in EventFileLoader(original).Load() for v in e.summary.value
                   if v.tag == "losses/total_loss"]
         self.assertEqual(losses, events["loss"])
+
+    def test_the_demos_runs_have_learning_curves(self):
+        m = load_module()
+        runs = [m.load(os.path.join(FIXTURE, "demo", name)) for name in ("terngrad", "fp32")]
+        for run in runs:
+            self.assertGreaterEqual(len(run["acc"]), 10, run["label"])
+            self.assertTrue(run["timed"], run["label"])  # run/train_seconds: training time, evaluations left out
+            self.assertEqual(max(run["acc"]), 300)
+            self.assertTrue(all(0.5 < a < 1 for a in run["acc"].values()), run["acc"])
+            times = [m.time_at(run, s) for s in sorted(run["acc"])]
+            self.assertEqual(times, sorted(times))
+        out = self.path("demo.png")
+        r = self.plot("-o", out, "--label", "TernGrad", "--label", "fp32",
+                      *[os.path.join(FIXTURE, "demo", n) for n in ("terngrad", "fp32")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_png(out)
+
+    def test_training_time_joins_a_resumed_runs_files(self):
+        m = load_module()
+        # A run to step 20, resumed from its checkpoint of step 10 after a pause: the second file's times count from
+        # 0 at step 10 and are joined where the first had reached step 10; what the first logged after is replaced.
+        first = {0: 0.0, 10: 1.0, 20: 2.0}
+        second = {10: 0.0, 20: 1.5, 30: 2.5}
+        self.assertEqual(m.training_time([first, second]), {0: 0.0, 10: 1.0, 20: 2.5, 30: 3.5})
+        self.assertEqual(m.training_time([{}, first]), first)  # an evaluator's file holds no training time
+        self.assertEqual(m.training_time([]), {})
+        # The cross-entropy is read beside the total loss, from the event files and from the metrics file.
+        events = m.load(os.path.join(FIXTURE, "terngrad"))
+        metrics = m.load(os.path.join(FIXTURE, "terngrad.jsonl"))
+        for e, j in zip(events["xent"], metrics["xent"]):
+            self.assertAlmostEqual(e, j, delta=1e-6 * abs(j))
+        self.assertFalse(events["timed"])  # written before run/train_seconds: wall time
+        out = self.path("total.png")
+        r = self.plot("-o", out, "--total_loss", os.path.join(FIXTURE, "terngrad"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_png(out)
 
     def test_bad_inputs(self):
         metrics = self.write("ok.jsonl", metrics_text())

@@ -521,11 +521,17 @@ TEST_F(TrainerTest, WritesTensorBoardEventFiles) {
   a.max_steps = 6;
   Trainer(a).run();
   std::vector<tensorflow::Event> ev = read_events(a.train_dir);
-  ASSERT_EQ(ev.size(), 1u + 6 / 3);  // file_version, then one event per logged step
+  // file_version, the training time's origin (run/train_seconds 0 at the first step), one event per logged step.
+  ASSERT_EQ(ev.size(), 2u + 6 / 3);
   EXPECT_EQ(ev[0].file_version(), "brain.Event:2");
-  EXPECT_EQ(ev[2].step(), 6);
+  EXPECT_EQ(ev[1].step(), 0);
+  ASSERT_EQ(ev[1].summary().value_size(), 1);
+  EXPECT_EQ(ev[1].summary().value(0).tag(), "run/train_seconds");
+  EXPECT_EQ(ev[1].summary().value(0).simple_value(), 0.f);
+  EXPECT_EQ(ev[3].step(), 6);
   std::map<std::string, float> tags;
-  for (const auto& v : ev[2].summary().value()) tags[v.tag()] = v.simple_value();
+  for (const auto& v : ev[3].summary().value()) tags[v.tag()] = v.simple_value();
+  EXPECT_GT(tags.at("run/train_seconds"), 0.f);
   EXPECT_GT(tags.at("losses/total_loss"), 0.f);
   EXPECT_FLOAT_EQ(tags.at("learning_rate"), 0.01f);
   EXPECT_GT(tags.at("scaler/conv1/weights"), 0.f);

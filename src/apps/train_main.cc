@@ -149,12 +149,14 @@ std::set<std::string> given_flags(const CLI::App& app) {
 void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
   const double saved = r.fp32_bytes_moved ? 1.0 - double(r.bytes_moved) / double(r.fp32_bytes_moved) : 0.0;
   tg::log_result(fmt::format(
-      "done: {} steps{} in {}, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} vs {} in fp32 ({:.1f}% "
+      "done: {} steps{} in {}{}, final loss {:.4f}, median {:.1f} examples/sec, exchanged {} vs {} in fp32 ({:.1f}% "
       "saved), parameter digest {}",
       r.steps_done, r.start_step > 0 ? fmt::format(" (resumed at {})", r.start_step) : "",
-      tg::human_duration(r.wall_seconds), r.final_loss, r.median_examples_per_sec,
-      tg::human_bytes(static_cast<double>(r.bytes_moved)), tg::human_bytes(static_cast<double>(r.fp32_bytes_moved)),
-      100 * saved, r.parameter_digest));
+      tg::human_duration(r.wall_seconds),
+      r.evaluations > 0 ? fmt::format(" ({} of them {} evaluations)", tg::human_duration(r.eval_seconds), r.evaluations)
+                        : "",
+      r.final_loss, r.median_examples_per_sec, tg::human_bytes(static_cast<double>(r.bytes_moved)),
+      tg::human_bytes(static_cast<double>(r.fp32_bytes_moved)), 100 * saved, r.parameter_digest));
   spdlog::info("checkpoint {}; evaluate it with: terngrad-eval --checkpoint_dir {} --data_dir {} --run_once",
                r.last_checkpoint, config.train_dir, config.data_dir.empty() ? "DATA_DIR" : config.data_dir);
   if (config.eval_at_end.empty() || r.interrupted) return;

@@ -27,6 +27,8 @@ RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t
   std::filesystem::create_directories(cfg.train_dir);  // only now: the configuration and the data are checked
   if (!cfg.metrics_jsonl.empty()) metrics_ = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
   events_ = std::make_unique<EventWriter>(cfg.train_dir);
+  // The training time's origin for this run (or resume): scripts/plot_runs.py joins a resumed run's files here.
+  events_->scalars(start_step, {{"run/train_seconds", 0.f}});
 }
 
 void RunReport::add_step(double seconds, const PhaseTimes& times) {
@@ -47,7 +49,7 @@ PhaseTimes RunReport::close_window() {
 void RunReport::window(const WindowFacts& f) {
   const ThroughputMeter::Window& w = closed_;
   const PhaseTimes& mean = closed_mean_;
-  const double elapsed = seconds_since(start_);
+  const double elapsed = seconds_since(start_) - eval_seconds_;  // training time: the evaluations left out
   const double eta = elapsed / static_cast<double>(f.done - start_step_) * static_cast<double>(cfg_.max_steps - f.done);
   // The window's steps' host synchronisations (the log step's own reads are not a step's).
   const double syncs_per_step = static_cast<double>(f.host_syncs - window_host_syncs_) / w.steps;
@@ -108,6 +110,8 @@ void RunReport::write_summaries(const WindowFacts& f) {
       {"examples_per_sec", static_cast<float>(closed_.examples_per_sec)},
       {"exchange/bytes_per_step", static_cast<float>(f.stats.moved_bytes)},
       {"exchange/fp32_bytes_per_step", static_cast<float>(f.stats.fp32_moved_bytes)},
+      // Seconds of training since this run (or resume) began, evaluations left out: the time axis of a curve.
+      {"run/train_seconds", static_cast<float>(seconds_since(start_) - eval_seconds_)},
   };
   if (f.loss_scaling) {
     v.push_back({"loss_scale", f.loss_scale});
@@ -150,10 +154,24 @@ void RunReport::quantization(const QuantizationReport& q) {
   if (metrics_) metrics_->quantization(q);
 }
 
+void RunReport::evaluation(const EvalResult& e, double seconds) {
+  eval_seconds_ += seconds;
+  ++evaluations_;
+  if (!chief_) return;
+  record_eval_result(e, cfg_.train_dir, *events_, "--train_dir");
+  events_->scalars(e.step, {{"run/train_seconds", static_cast<float>(seconds_since(start_) - eval_seconds_)}});
+  spdlog::info(
+      "step {}: test precision@1 {:.4f}, recall@5 {:.4f} on the {} examples of '{}' (the moving averages; "
+      "evaluated in {}, not counted as training time)",
+      e.step, e.precision_at_1(), e.recall_at_5(), e.examples, e.subset, human_duration(seconds));
+}
+
 void RunReport::finish(TrainResult& result) {
   result.median_examples_per_sec = meter_.median_examples_per_sec();
   result.time_per_step = run_time_steps_ > 0 ? run_times_.scaled(1.0 / run_time_steps_) : window_times_;
   result.wall_seconds = seconds_since(start_);
+  result.evaluations = evaluations_;
+  result.eval_seconds = eval_seconds_;
   if (metrics_) metrics_->summary(result);
 }
 

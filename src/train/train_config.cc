@@ -6,6 +6,7 @@
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
+#include "terngrad/data/input_pipeline.h"
 #include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/train/train_flags.h"
 
@@ -89,6 +90,17 @@ void TrainConfig::validate(int num_processes) const {
                          static_cast<double>(image_size) * static_cast<double>(dataset_info(dataset).channels) * 4.0;
     TG_CHECK(bytes <= 0x1p40, "a total batch of {} {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
              total, image_size, image_size, bytes / 0x1p40);
+  }
+  // Evaluations are checked now, not after the training: their data must be there.
+  for (const auto& [flag, subset] : {std::pair<const char*, std::string>{"--eval_at_end", eval_at_end},
+                                     {"--eval_every/--eval_secs", evaluates_during_training() ? eval_subset : ""}}) {
+    if (subset.empty()) continue;
+    TG_CHECK(!benchmark_mode, "{} evaluates on real data: not with --benchmark_mode (synthetic input)", flag);
+    try {
+      list_data_files(data_dir, subset);
+    } catch (const Error& e) {
+      TG_THROW("{} {}: {}", flag, subset, e.what());
+    }
   }
   if (fine_tune && pretrained_model_checkpoint_path.empty())
     TG_THROW(

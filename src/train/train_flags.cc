@@ -211,6 +211,18 @@ std::vector<Flag<TrainConfig>> make_table() {
        "after the last step, evaluate the final checkpoint (the moving averages, as terngrad-eval) on "
        "`<data_dir>/<subset>-*` of this subset (e.g. `test`) and end with its precision@1; empty: no evaluation",
        no_check(), kFlagNotSaved},
+      {"eval_every", &C::eval_every,
+       "during training, every N steps and after the last: checkpoint and evaluate the moving averages on "
+       "`--eval_subset` (process 0, between steps: the training's bits do not change; its time is logged apart and "
+       "not counted in examples/sec), writing \"Accuracy @ 1\" and \"Accuracy @ 5\" into the train_dir's events "
+       "and eval.jsonl: the learning curve scripts/plot_runs.py draws",
+       at_least(0).note("0: never"), kFlagContinue},
+      {"eval_secs", &C::eval_secs,
+       "as `--eval_every`, when this many seconds passed since the last evaluation (or the start), by process 0's "
+       "clock",
+       at_least(0).max(1e7).note("0: never"), kFlagContinue},
+      {"eval_subset", &C::eval_subset, "the subset `--eval_every`/`--eval_secs` evaluate: `<data_dir>/<subset>-*`",
+       no_check(), kFlagContinue},
   });
   append(embed_flags<C>(data_flags()));
   return t;

@@ -130,6 +130,8 @@ struct Trainer::Impl {
   std::string last_digest;
   Clock::time_point last_save = Clock::now();  // --save_secs counts from here (the run's start, then each save)
   int64_t last_saved_step = -1;
+  Clock::time_point last_eval = Clock::now();  // --eval_secs counts from here
+  int64_t last_eval_step = -1;
   std::string resumed_path;            // the checkpoint this run resumed from
   std::unique_ptr<LossScaler> scaler;  // --precision fp16: dynamic loss scaling (disabled otherwise)
 
@@ -195,7 +197,8 @@ struct Trainer::Impl {
   uint32_t parameter_crc(Replica& r);
   std::string parameter_digest(Replica& r);  // as a checkpoint's header states it (write_checkpoint)
   void verify_processes_agree();
-  bool stop_requested(const std::atomic<bool>* stop, int64_t done);
+  bool between_steps(const std::atomic<bool>* stop, int64_t done, RunReport& report);
+  void evaluate(int64_t done, RunReport& report);
   std::vector<NamedTensor> host_snapshot(std::vector<Buffer>& storage);
   bool is_chief() const { return rank == 0; }
 };

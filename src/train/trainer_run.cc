@@ -44,17 +44,44 @@ void Trainer::Impl::write_timeline() {
   }
 }
 
-// A stop request (SIGINT/SIGTERM, --stop_file) reaches processes at slightly different times: they agree on it
-// before each step (all-reduce MAX), so all stop after the same step instead of some waiting in a collective. The
-// same all-reduce carries process 0's verdict on --save_secs (its clock decides, so every process saves after the
-// same step): a checkpoint of the `done` steps when that long has passed since the last one.
-bool Trainer::Impl::stop_requested(const std::atomic<bool>* stop, int64_t done) {
-  int32_t flags[2] = {
+// Between steps (`done` of them): a stop request (SIGINT/SIGTERM, --stop_file) reaches processes at slightly different
+// times, so they agree on it (all-reduce MAX) and all stop after the same step instead of some waiting in a
+// collective. The same all-reduce carries process 0's verdicts on --save_secs and --eval_secs (its clock decides, so
+// every process saves after the same step). Then the checkpoint and the evaluation that are due; returns whether to
+// stop.
+bool Trainer::Impl::between_steps(const std::atomic<bool>* stop, int64_t done, RunReport& report) {
+  const Clock::time_point now = Clock::now();
+  int32_t flags[3] = {
       (stop && stop->load()) || (!cfg.stop_file.empty() && std::filesystem::exists(cfg.stop_file)) ? 1 : 0,
-      is_chief() && cfg.save_secs > 0 && seconds_between(last_save, Clock::now()) >= cfg.save_secs ? 1 : 0};
-  if (process_comm) process_comm->allreduce(flags, 2, DType::kI32, ReduceOp::kMax);
-  if (flags[1] != 0 && flags[0] == 0 && done > start_step && done != last_saved_step) last_digest = save(done);
-  return flags[0] != 0;
+      is_chief() && cfg.save_secs > 0 && seconds_between(last_save, now) >= cfg.save_secs ? 1 : 0,
+      is_chief() && cfg.eval_secs > 0 && seconds_between(last_eval, now) >= cfg.eval_secs ? 1 : 0};
+  if (process_comm) process_comm->allreduce(flags, 3, DType::kI32, ReduceOp::kMax);
+  if (flags[0] != 0 || done <= start_step) return flags[0] != 0;
+  if (flags[1] != 0 && done != last_saved_step) last_digest = save(done);
+  if ((flags[2] != 0 || (cfg.eval_every > 0 && done % cfg.eval_every == 0)) && done != last_eval_step)
+    evaluate(done, report);
+  return false;
+}
+
+// --eval_every/--eval_secs: the checkpoint of `done` steps (saved now if it was not), evaluated by process 0 on
+// --eval_subset as terngrad-eval would (the moving averages), its result in the run's events and eval.jsonl. The
+// training's state is only read (a checkpoint), so its bits do not change; the other processes wait in the next
+// step's first collective.
+void Trainer::Impl::evaluate(int64_t done, RunReport& report) {
+  if (done != last_saved_step) last_digest = save(done);
+  last_eval_step = done;
+  if (is_chief()) {
+    const Clock::time_point t0 = Clock::now();
+    EvalOptions eo;
+    static_cast<DataConfig&>(eo) = cfg;
+    eo.data_dir = cfg.data_dir;
+    eo.subset = cfg.eval_subset;
+    eo.device = cfg.device == "cpu" ? "cpu" : "cuda:0";
+    eo.threads = cfg.threads;
+    const EvalResult e = Evaluator(eo).evaluate(checkpoint_path(cfg.train_dir, done));
+    report.evaluation(e, seconds_between(t0, Clock::now()));
+  }
+  last_eval = Clock::now();
 }
 
 TrainResult Trainer::run(const std::atomic<bool>* stop) {
@@ -66,13 +93,13 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
   m.open_run(report);
   if (m.watchdog) m.watchdog->arm();
-  m.last_save = Clock::now();  // --save_secs: from the first step
+  m.last_save = m.last_eval = Clock::now();  // --save_secs, --eval_secs: from the first step
   TrainResult result;
   result.start_step = m.start_step;
   int64_t t = m.start_step;
   for (; t < cfg.max_steps; ++t) {
     const float lr = m.learning_rate(t);
-    if (m.stop_requested(stop, t) || !m.timed_step(t, lr, report)) {
+    if (m.between_steps(stop, t, report) || !m.timed_step(t, lr, report)) {
       result.interrupted = true;
       break;
     }
@@ -251,6 +278,8 @@ void Trainer::Impl::finish_run(int64_t t, RunReport& report, TrainResult& result
   // A run that ended inside the window still leaves the steps it traced.
   if (timeline && !timeline_written && t >= timeline->first_step()) write_timeline();
   if (t > start_step || checkpoints->empty() || result.interrupted) last_digest = save(t);
+  if (cfg.evaluates_during_training() && !result.interrupted && t > start_step && t != last_eval_step)
+    evaluate(t, report);  // the curve's last point: the final checkpoint
   if (result.interrupted && is_chief())
     spdlog::warn("stopped at step {} on request; checkpoint saved in {}: the same command resumes from it", t,
                  cfg.train_dir);

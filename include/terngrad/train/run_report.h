@@ -13,6 +13,7 @@
 
 #include "terngrad/core/phase_times.h"
 #include "terngrad/exchange/gradient_scheme.h"
+#include "terngrad/train/evaluator.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/quantization_probe.h"
@@ -58,6 +59,9 @@ class RunReport {
   void start_window(int64_t host_syncs);
   // A --quantization_error_every probe's log line, TensorBoard scalars and metrics line (the chief).
   void quantization(const QuantizationReport& q);
+  // An evaluation during training (--eval_every) that took `seconds`: its log line, TensorBoard scalars ("Accuracy @
+  // 1", "Accuracy @ 5") and eval.jsonl line (the chief); its time is left out of the training time.
+  void evaluation(const EvalResult& e, double seconds);
   // The run's figures into `result` (median rate, time per step after the first window, wall time) and, on the
   // chief, the metrics file's summary line.
   void finish(TrainResult& result);
@@ -72,6 +76,8 @@ class RunReport {
   std::unique_ptr<EventWriter> events_;     // TensorBoard (chief)
   ThroughputMeter meter_;                   // its warm-up is the first log window
   Clock::time_point start_ = Clock::now();
+  double eval_seconds_ = 0;              // spent in evaluation() since start_
+  int evaluations_ = 0;                  // evaluation() calls since start_
   PhaseTimes window_times_, run_times_;  // sums over the log window; over the run after the warm-up
   int64_t run_time_steps_ = 0;
   std::vector<double> window_worker_fb_;  // per worker, forward + backward seconds summed over the window

@@ -108,6 +108,10 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   std::string exchange_dump;             // write one step's exchange into this folder (train/exchange_dump.h)
   int64_t exchange_dump_step = 1;        // ... of this 1-based step
   std::string eval_at_end;               // terngrad-train: evaluate the final checkpoint on this subset ("": no)
+  int64_t eval_every = 0;                // evaluate the moving averages every N steps during training (0: never)
+  double eval_secs = 0;                  // ... and when this many seconds of training passed since the last (0: never)
+  std::string eval_subset = "test";      // ... on <data_dir>/<eval_subset>-*
+  bool evaluates_during_training() const { return eval_every > 0 || eval_secs > 0; }
   // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
   // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
   std::optional<std::set<std::string>> given_flags;

@@ -38,6 +38,8 @@ struct TrainResult {
   std::string parameter_digest;   // of the final parameters
   PhaseTimes time_per_step;       // process 0's mean phase times per step after the first log window
   double wall_seconds = 0;        // run() from its first step to its last checkpoint
+  int evaluations = 0;            // --eval_every/--eval_secs evaluations of this run (process 0)
+  double eval_seconds = 0;        // ... and the seconds they took (of wall_seconds)
   std::string last_checkpoint;    // the checkpoint the run ended with
 };
 
