@@ -7,10 +7,10 @@
 #      configs/*.ini with --config, carries the overrides set in the environment and no other recipe flag,
 #      names its folders from the config's values (and the overrides), and that terngrad-train accepts
 #      (the printed command with --summary exits 0);
-#   3. a training that fails ends the evaluation polling beside it (no terngrad-eval is left running);
+#   3. a training that fails ends the evaluation polling beside it (EVAL_EVERY=0: no terngrad-eval left running);
 #   4. run_multi_gpus_lenet.sh really trains a few steps on a tiny idx dataset converted with terngrad-data,
-#      and its evaluation reports the last checkpoint and exits;
-#   5. TERM to a launcher stops its training (which saves a checkpoint) and its evaluation; exit 143.
+#      evaluating itself (--eval_every: the curve in its train_dir), and ends with the last checkpoint's accuracy;
+#   5. TERM to a launcher stops its training (which saves a checkpoint) and its evaluation (EVAL_EVERY=0); exit 143.
 # Usage: scripts/check_scripts.sh [BUILD_DIR]   (default: $BUILD_DIR, else build). Exit 0 when all passed.
 set -uo pipefail
 BUILD_DIR=${1:-${BUILD_DIR:-}}
@@ -136,7 +136,7 @@ out=$(env DRY_RUN=1 CONFIG=configs/none.ini "$TG_ROOT/scripts/run_multi_gpus_len
 # ---- 3. a failed training ends the evaluation -------------------------------------------------------------
 mkdir -p "$WORK/empty"  # no train-* shards: terngrad-train fails at once, terngrad-eval polls for checkpoints
 # The timeouts of this script only tell a hang from a slow run (sanitizer build, slow CPU).
-ROOT_WORKSPACE=$WORK/failed DATA_DIR=$WORK/empty EVAL_INTERVAL_SECS=1 timeout 300 \
+ROOT_WORKSPACE=$WORK/failed DATA_DIR=$WORK/empty EVAL_EVERY=0 EVAL_INTERVAL_SECS=1 timeout 300 \
   "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" > "$WORK/failed.log" 2>&1
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a failed training: the launcher exited $rc: $(tail -2 "$WORK/failed.log")"
@@ -166,17 +166,18 @@ idx_pair() {  # NAME COUNT: NAME-images.idx (COUNT 28x28 images) and NAME-labels
 idx_pair train 256 2
 idx_pair test 50 1
 t0=$(date +%s)
+# The default: the training evaluates itself (EVAL_EVERY: max_steps / 20 = every step here), its curve in its folder.
 ROOT_WORKSPACE=$WORK/run DATA_DIR=$WORK/mnist MAX_STEPS=6 SAVE_ITER=3 TRAIN_BATCH_SIZE=16 NUM_NODES=2 \
-  VAL_BATCH_SIZE=25 EVAL_INTERVAL_SECS=1 timeout 300 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" \
-  > "$WORK/run.log" 2>&1
+  timeout 300 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" > "$WORK/run.log" 2>&1
 rc=$?
 last=$(tail -1 "$WORK/run.log")
 echo "short run: exit $rc in $(($(date +%s) - t0)) s; last line: $last"
 [[ $rc -eq 0 ]] || fail "run_multi_gpus_lenet.sh exited $rc: $(tail -3 "$WORK/run.log")"
-[[ $last == *"precision @ 1 = "* ]] || fail "the evaluation's last line is no accuracy: $last"
-[[ $last == *"[50 examples]"* ]] || fail "the evaluation did not read the 50 test examples: $last"
-grep -q "at step=6 " "$WORK"/run/mnist_info/eval_*_info.txt ||
-  fail "the evaluation did not load the checkpoint of step 6: $(cat "$WORK"/run/mnist_info/eval_*_info.txt)"
+[[ $last == *"step 6: test precision@1 "*"on the 50 examples of 'test'"* ]] ||
+  fail "the last line is not the final checkpoint's accuracy on the 50 test examples: $last"
+curve=$(find "$WORK/run/mnist_training_data" -name eval.jsonl | head -1)
+[[ -n $curve && $(grep -c '"step"' "$curve") -eq 6 ]] ||
+  fail "the train_dir holds no learning curve of 6 evaluations: ${curve:-no eval.jsonl}"
 ckpt=$(find "$WORK/run/mnist_training_data" -name 'model.ckpt-6' | head -1)
 [[ -n $ckpt ]] || fail "no model.ckpt-6 in $WORK/run/mnist_training_data"
 find "$WORK/run/mnist_training_data" -maxdepth 1 -name 'mnist_lenet_28_momentum_1_0.01_2.5_0.0005_0.9_1_16_2_*' |
@@ -186,7 +187,7 @@ grep -q '"summary": true' "$WORK"/run/mnist_info/training_*_metrics.jsonl 2> /de
 
 # ---- 5. TERM to a launcher: the training saves a checkpoint and stops, the evaluation ends, exit 143 ---------
 ROOT_WORKSPACE=$WORK/term DATA_DIR=$WORK/mnist MAX_STEPS=1000000 SAVE_ITER=1000000 TRAIN_BATCH_SIZE=16 \
-  NUM_NODES=2 EVAL_INTERVAL_SECS=1 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" > "$WORK/term.log" 2>&1 &
+  NUM_NODES=2 EVAL_EVERY=0 EVAL_INTERVAL_SECS=1 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" > "$WORK/term.log" 2>&1 &
 launcher=$!
 stepped=0
 for _ in $(seq 3000); do  # until the training has logged its first step (an event, not a time; 300 s at most)

@@ -7,14 +7,17 @@
 #   - names the output folders from the resolved settings (the override, else the config's value):
 #     <dataset>_<net>_<size>_<optimizer>_<bits>_<lr>_<clip>_<wd>_<momentum>_<size_to_binarize>_<batch>_<nodes>[_<gpus>]_<date>
 #     in ROOT_WORKSPACE/<dataset>_training_data/ and _eval_data/, logs in ROOT_WORKSPACE/<dataset>_info/;
-#   - starts terngrad-eval in the background on the train_dir (it exits after the checkpoint of the trainer's
-#     max_steps), runs terngrad-train, and waits for both.
-# A failed training ends the evaluation too (trap EXIT); INT/TERM first ask the training to stop (it saves a
-# checkpoint and exits), then end both. DRY_RUN=1 prints the folders and the two commands and runs nothing. With
-# DEVICE=cuda both first say, in one line, that the GPU path has not yet been run on a GPU device.
+#   - evaluates while it trains: by default the training itself, every EVAL_EVERY steps (max_steps / 20) and after
+#     the last (terngrad-train --eval_every: the learning curve lands in the train_dir, where scripts/plot_runs.py
+#     and TensorBoard read it); with EVAL_EVERY=0, as the reference did, terngrad-eval in the background polling
+#     the train_dir every EVAL_INTERVAL_SECS into the eval_dir (it exits after the checkpoint of max_steps);
+#   - runs terngrad-train and waits for it (and the background evaluation).
+# A failed training ends the background evaluation too (trap EXIT); INT/TERM first ask the training to stop (it
+# saves a checkpoint and exits), then end both. DRY_RUN=1 prints the folders and the commands and runs nothing.
+# With DEVICE=cuda both first say, in one line, that the GPU path has not yet been run on a GPU device.
 # From the launcher: CONFIG DEVICE NUM_GPUS VAL_BATCH_SIZE EVAL_INTERVAL_SECS [NUM_NODES] [FOLDER_WITH_GPUS=1].
-# From the environment: BUILD_DIR ROOT_WORKSPACE DATA_DIR RESTORE_AVG_VAR(true) EVAL_SUBSET(the dataset's)
-# DRY_RUN, and the variables of TG_OVERRIDES.
+# From the environment: BUILD_DIR ROOT_WORKSPACE DATA_DIR EVAL_EVERY RESTORE_AVG_VAR(true) EVAL_SUBSET(the
+# dataset's) DRY_RUN, and the variables of TG_OVERRIDES.
 # Several machines (NVIDIA's scripts start them with one mpiexec the same way): HOSTS=a:8,b:8 (host:slots) or
 # HOSTFILE=FILE (Open MPI's hostfile) makes the training one `mpirun -np <slots> -H ...` of one process per slot,
 # each with GPUS_PER_PROCESS GPUs (1; a process takes the GPUs after those of the processes before it on its
@@ -162,6 +165,11 @@ launch_training() {
   local info_dir=$ROOT_WORKSPACE/${dataset}_info
   local train_log=$info_dir/training_${folder}_info.txt eval_log=$info_dir/eval_${folder}_info.txt
 
+  local max_steps every
+  max_steps=${MAX_STEPS:-$(config_value max_steps)}
+  max_steps=${max_steps:-1000}  # the trainer's default
+  every=${EVAL_EVERY:-$((max_steps / 20 > 0 ? max_steps / 20 : 1))}
+  [[ $every =~ ^[0-9]+$ ]] || tg_die "EVAL_EVERY=$every: a number of steps (0: terngrad-eval beside the training)"
   local eval_args=(--checkpoint_dir "$train_dir" --eval_dir "$eval_dir" --data_dir "$DATA_DIR"
     --batch_size "$VAL_BATCH_SIZE" --eval_interval_secs "$EVAL_INTERVAL_SECS"
     --restore_avg_var "${RESTORE_AVG_VAR:-true}" --device "${DEVICE/%cuda/cuda:0}")
@@ -173,6 +181,10 @@ launch_training() {
   done
   train_args+=(--train_dir "$train_dir" --data_dir "$DATA_DIR" --device "$DEVICE" --num_gpus "$NUM_GPUS"
     --metrics_jsonl "$info_dir/training_${folder}_metrics.jsonl" "${launch_args[@]}")
+  if [[ $every -gt 0 ]]; then
+    train_args+=(--eval_every "$every")
+    if [[ -n ${EVAL_SUBSET:-} ]]; then train_args+=(--eval_subset "$EVAL_SUBSET"); fi
+  fi
 
   # Said once, in the dry run as at a real start, by every launcher run on a GPU.
   if [[ $DEVICE == cuda* ]]; then
@@ -183,17 +195,21 @@ launch_training() {
     echo "train_dir: $train_dir"
     echo "eval_dir: $eval_dir"
     echo "logs: $train_log $eval_log"
-    echo "eval: $(printf '%q ' "$EVAL_BIN" "${eval_args[@]}")"
+    if [[ $every -eq 0 ]]; then echo "eval: $(printf '%q ' "$EVAL_BIN" "${eval_args[@]}")"; fi
     echo "train: $(printf '%q ' "${train_prefix[@]}" "$TRAIN_BIN" "${train_args[@]}")"
     return 0
   fi
 
-  mkdir -p "$train_dir" "$eval_dir" "$info_dir"
+  mkdir -p "$train_dir" "$info_dir"
   echo "training into $train_dir; logs in $info_dir"
-  "$EVAL_BIN" "${eval_args[@]}" > "$eval_log" 2>&1 &
-  EVAL_PID=$!
-  # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
-  trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
+  EVAL_PID=""
+  if [[ $every -eq 0 ]]; then
+    mkdir -p "$eval_dir"
+    "$EVAL_BIN" "${eval_args[@]}" > "$eval_log" 2>&1 &
+    EVAL_PID=$!
+    # Whatever ends this script (a failed training included) ends the evaluation polling beside it.
+    trap 'kill "$EVAL_PID" 2> /dev/null || true' EXIT
+  fi
   # Several GPUs in one process: CUDA loads every kernel at start (NCCL's documented hazard: a lazily loaded
   # kernel during a collective can hang the GPUs); the trainer also syncs a warm-up step before the first collective.
   if [[ $DEVICE == cuda* && ${NUM_GPUS:-1} -gt 1 ]]; then export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}; fi
@@ -204,8 +220,12 @@ launch_training() {
   local status=0
   wait "$TRAIN_PID" || status=$?
   if [[ $status -ne 0 ]]; then
-    echo "$(basename "$0"): the training failed (exit $status; log $train_log); evaluation stopped" >&2
+    echo "$(basename "$0"): the training failed (exit $status; log $train_log)${EVAL_PID:+; evaluation stopped}" >&2
     exit "$status"
+  fi
+  if [[ -z $EVAL_PID ]]; then  # the training's last evaluation: its final checkpoint's accuracy
+    grep "test precision@1" "$train_log" | tail -n 1
+    return 0
   fi
   wait "$EVAL_PID" || echo "$(basename "$0"): the evaluation ended with exit $? (log $eval_log)" >&2
   tail -n 1 "$eval_log"

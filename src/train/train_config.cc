@@ -23,6 +23,24 @@ void TrainConfig::resolve_defaults() {
   if (num_classes == 0) num_classes = d.num_classes;
   if (label_smoothing < 0.f) label_smoothing = m.label_smoothing;
   if (base_workers == 0) base_workers = workers();
+  if (eval_subset.empty()) eval_subset = d.eval_subset;
+}
+
+std::vector<std::pair<std::string, std::string>> TrainConfig::evaluation_subsets() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!eval_at_end.empty()) out.push_back({"--eval_at_end", eval_at_end});
+  if (evaluates_during_training()) out.push_back({"--eval_every/--eval_secs", eval_subset});
+  return out;
+}
+
+void TrainConfig::check_evaluation_data() const {
+  for (const auto& [flag, subset] : evaluation_subsets()) {
+    try {
+      list_data_files(data_dir, subset);
+    } catch (const Error& e) {
+      TG_THROW("{} {}: {}", flag, subset, e.what());
+    }
+  }
 }
 
 int64_t TrainConfig::total_batch() const {
@@ -91,17 +109,8 @@ void TrainConfig::validate(int num_processes) const {
     TG_CHECK(bytes <= 0x1p40, "a total batch of {} {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
              total, image_size, image_size, bytes / 0x1p40);
   }
-  // Evaluations are checked now, not after the training: their data must be there.
-  for (const auto& [flag, subset] : {std::pair<const char*, std::string>{"--eval_at_end", eval_at_end},
-                                     {"--eval_every/--eval_secs", evaluates_during_training() ? eval_subset : ""}}) {
-    if (subset.empty()) continue;
+  for (const auto& [flag, subset] : evaluation_subsets())
     TG_CHECK(!benchmark_mode, "{} evaluates on real data: not with --benchmark_mode (synthetic input)", flag);
-    try {
-      list_data_files(data_dir, subset);
-    } catch (const Error& e) {
-      TG_THROW("{} {}: {}", flag, subset, e.what());
-    }
-  }
   if (fine_tune && pretrained_model_checkpoint_path.empty())
     TG_THROW(
         "--fine_tune restores every weight of a checkpoint but the logits: it needs "

@@ -221,7 +221,9 @@ std::vector<Flag<TrainConfig>> make_table() {
        "as `--eval_every`, when this many seconds passed since the last evaluation (or the start), by process 0's "
        "clock",
        at_least(0).max(1e7).note("0: never"), kFlagContinue},
-      {"eval_subset", &C::eval_subset, "the subset `--eval_every`/`--eval_secs` evaluate: `<data_dir>/<subset>-*`",
+      {"eval_subset", &C::eval_subset,
+       "the subset `--eval_every`/`--eval_secs` evaluate: `<data_dir>/<subset>-*`; empty: the dataset's evaluation "
+       "subset (test, or validation for ImageNet)",
        no_check(), kFlagContinue},
   });
   append(embed_flags<C>(data_flags()));

@@ -11,6 +11,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/dtype.h"
@@ -110,8 +112,13 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   std::string eval_at_end;               // terngrad-train: evaluate the final checkpoint on this subset ("": no)
   int64_t eval_every = 0;                // evaluate the moving averages every N steps during training (0: never)
   double eval_secs = 0;                  // ... and when this many seconds of training passed since the last (0: never)
-  std::string eval_subset = "test";      // ... on <data_dir>/<eval_subset>-*
+  std::string eval_subset;               // ... on <data_dir>/<eval_subset>-* ("": the dataset's, test or validation)
   bool evaluates_during_training() const { return eval_every > 0 || eval_secs > 0; }
+  // The evaluations asked for: (flag, subset) of --eval_at_end and --eval_every/--eval_secs.
+  std::vector<std::pair<std::string, std::string>> evaluation_subsets() const;
+  // Throws, naming the flag and subset, when one of them has no files in --data_dir (checked by the trainer
+  // before anything is created, as the training data is).
+  void check_evaluation_data() const;
   // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
   // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
   std::optional<std::set<std::string>> given_flags;
