@@ -300,6 +300,28 @@ TEST_F(CliMessages, EveryProgramHasVersionAndAPlainHelp) {
   }
 }
 
+// A resume with another --max_steps under a schedule that spans --max_steps: one line with the rate at the resumed
+// step before and after and the flag that keeps the checkpoint's schedule; with it, no line and the old rates.
+TEST_F(CliMessages, AResumeThatMovesTheScheduleSaysSoAndSchedulesStepsKeepsIt) {
+  const std::string t = dir("t");
+  const std::string poly = " --learning_rate_decay_type polynomial --initial_learning_rate 0.01";
+  ASSERT_EQ(run(train(t, "--max_steps 4" + poly)).status, 0);
+  Result r = run(train(t, "--max_steps 8"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto moved = lines_with(r.output, "the polynomial schedule now spans 8 steps");
+  ASSERT_EQ(moved.size(), 1u) << r.output;
+  // 0.01 * (1 - 4/8)^0.5 now, 0.01 * (1 - 4/4)^0.5 = 0 before.
+  EXPECT_NE(
+      moved[0].find("--max_steps 8 (the checkpoint's run: 4): the polynomial schedule now spans 8 steps: the "
+                    "rate at step 4 is 0.00707107 (it was 0); --schedule_steps 4 keeps the checkpoint's schedule"),
+      std::string::npos)
+      << moved[0];
+  r = run(train(t, "--max_steps 12 --schedule_steps 8"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(lines_with(r.output, "schedule now spans").empty()) << r.output;
+  EXPECT_NE(r.output.find("lr = 0,"), std::string::npos) << "steps past --schedule_steps 8 have rate 0: " << r.output;
+}
+
 // ---- --eval_at_end on real Fashion-MNIST shards -------------------------------------------------------------------
 class CliEvalAtEnd : public ::testing::Test {
  protected:

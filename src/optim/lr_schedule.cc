@@ -24,6 +24,10 @@ const std::vector<Flag<LearningRateFlags>>& learning_rate_flags() {
        "exponential: decay_steps = examples_per_epoch / batch_size · this", no_check(), kFlagRun},
       {"learning_rate_decay_factor", &C::learning_rate_decay_factor, "exponential factor", no_check(), kFlagRun},
       {"warmup_steps", &C::warmup_steps, "cosine: linear warm-up", at_least(0), kFlagRun},
+      {"schedule_steps", &C::schedule_steps,
+       "polynomial, cosine: the steps the decay spans; 0: `--max_steps` (a resume with another `--max_steps` then "
+       "stretches or shortens the rest of the schedule; this flag with the old value keeps it)",
+       at_least(0).note("0: --max_steps"), kFlagContinue},
   };
   return table;
 }

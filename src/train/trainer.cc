@@ -355,7 +355,7 @@ void Trainer::Impl::build_schedule() {
   static_cast<LearningRateFlags&>(lo) = cfg;
   lo.examples_per_epoch = dataset_info(cfg.dataset).train_examples;
   lo.batch_size = cfg.batch_size;
-  lo.max_steps = cfg.max_steps;
+  lo.max_steps = cfg.schedule_steps > 0 ? cfg.schedule_steps : cfg.max_steps;
   lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
   schedule = std::make_unique<LearningRateSchedule>(lo);
 }

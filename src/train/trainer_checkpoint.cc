@@ -115,6 +115,7 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
   CheckpointReader reader(path);
   const CheckpointMeta& m = reader.meta();
   const bool moved = check_resumable(m);
+  say_schedule_change(m);
   for (auto& r : replicas) {
     create_ema(r);
     for (CheckpointLayout::Part part : CheckpointLayout::kParts)
@@ -155,6 +156,28 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
         "{}); the batches that follow are not those of an uninterrupted run",
         cursor, cfg.benchmark_mode ? "batches" : "records", m.data_cursor);
   return cursor;
+}
+
+// A resume with another --max_steps moves a schedule that spans --max_steps (polynomial, cosine) unless
+// --schedule_steps pins it: one line with the rate at the resumed step before and after, and how to keep it.
+void Trainer::Impl::say_schedule_change(const CheckpointMeta& m) const {
+  const auto was = m.flags.find("max_steps");
+  const auto span = m.flags.find("schedule_steps");
+  if (!is_chief() || was == m.flags.end() || cfg.schedule_steps > 0) return;
+  const int64_t old_steps = std::stoll(was->second);
+  const int64_t old_span = span == m.flags.end() || span->second == "0" ? old_steps : std::stoll(span->second);
+  const auto decay = parse_enum<LearningRateDecay>(cfg.learning_rate_decay_type);
+  if (old_span == cfg.max_steps || parse_enum<OptimizerKind>(cfg.optimizer) == OptimizerKind::kAdam ||
+      (decay != LearningRateDecay::kPolynomial && decay != LearningRateDecay::kCosine))
+    return;
+  LearningRateOptions lo = schedule->options();
+  lo.max_steps = old_span;
+  const LearningRateSchedule before(lo);
+  spdlog::warn(
+      "--max_steps {} (the checkpoint's run: {}): the {} schedule now spans {} steps: the rate at step {} is {:.6g} "
+      "(it was {:.6g}); --schedule_steps {} keeps the checkpoint's schedule",
+      cfg.max_steps, old_span, cfg.learning_rate_decay_type, cfg.max_steps, m.step, (*schedule)(m.step), before(m.step),
+      old_span);
 }
 
 // Per-rank state (the scheme's: error-feedback residuals): each replica reads its own file beside the

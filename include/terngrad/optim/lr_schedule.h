@@ -44,7 +44,8 @@ struct LearningRateFlags {
   std::string learning_rate_decay_type = "exponential";  // LearningRateDecay's names
   double num_epochs_per_decay = 20.0;
   double learning_rate_decay_factor = 0.1;
-  int64_t warmup_steps = 0;  // cosine only
+  int64_t warmup_steps = 0;    // cosine only
+  int64_t schedule_steps = 0;  // polynomial, cosine: the steps the decay spans (0: --max_steps)
 };
 const std::vector<Flag<LearningRateFlags>>& learning_rate_flags();
 
@@ -52,7 +53,7 @@ const std::vector<Flag<LearningRateFlags>>& learning_rate_flags();
 struct LearningRateOptions : LearningRateFlags {
   int64_t examples_per_epoch = 0;                      // of the training subset (dataset property)
   int64_t batch_size = 0;                              // --batch_size: the total batch over all workers
-  int64_t max_steps = 0;                               // --max_steps
+  int64_t max_steps = 0;                               // --max_steps (--schedule_steps when it is set)
   OptimizerKind optimizer = OptimizerKind::kMomentum;  // --optimizer (adam: constant rate)
 };
 
@@ -66,6 +67,7 @@ class LearningRateSchedule {
 
   // The schedule actually followed: FIXED for adam whatever was asked.
   LearningRateDecay effective_decay() const { return effective_; }
+  const LearningRateOptions& options() const { return options_; }
   int64_t decay_steps() const { return decay_steps_; }  // exponential only (0 otherwise)
   // One line for the start-up log, e.g. "exponential: 0.01 * 0.1^floor(t / 7812)".
   std::string describe() const;
