@@ -120,11 +120,13 @@ check_hosts() {  # launcher | environment words | what the train line must hold 
   for w in "${parts[@]}"; do [[ $train == *"$w"* ]] || fail "$launcher $env_words: the command lacks '$w': $train"; done
   echo "launcher $launcher $env_words: ${train:7:60}..."
 }
+ROOT=""  # as root the launchers add what Open MPI asks for to start
+[[ $(id -u) == 0 ]] && ROOT="--allow-run-as-root "
 check_hosts run_multi_gpus_resnet50.sh "HOSTS=a:2,b:2" \
-  "mpirun -np 4 -H a:2\\,b:2 --bind-to socket --map-by slot|-x CUDA_MODULE_LOADING=EAGER|--num_gpus 1|--num_nodes=1"
+  "mpirun -np 4 ${ROOT}-H a:2\\,b:2 --bind-to socket --map-by slot|-x CUDA_MODULE_LOADING=EAGER|--num_gpus 1|--num_nodes=1"
 check_hosts run_multi_gpus_lenet.sh "HOSTS=a:2,b:2 THREADS=3 RANKS_PER_NODE=2" \
-  "mpirun -np 4 -H a:2\\,b:2 --bind-to core --map-by slot:PE=3|-x OMP_PROC_BIND=close|--threads 3|--ranks_per_node 2"
-check_hosts run_multi_gpus_lenet.sh "HOSTS=a:1,b:1 PIN=0" "mpirun -np 2 -H a:1\\,b:1 $(tg_binary terngrad-train)"
+  "mpirun -np 4 ${ROOT}-H a:2\\,b:2 --bind-to core --map-by slot:PE=3|-x OMP_PROC_BIND=close|--threads 3|--ranks_per_node 2"
+check_hosts run_multi_gpus_lenet.sh "HOSTS=a:1,b:1 PIN=0" "mpirun -np 2 ${ROOT}-H a:1\\,b:1 $(tg_binary terngrad-train)"
 out=$(env DRY_RUN=1 HOSTS=a:2,b:3 "$TG_ROOT/scripts/run_multi_gpus_lenet.sh" 2>&1) &&
   fail "HOSTS with unequal slots is accepted: $out"
 [[ $out == *"every host must have the same number of slots"* ]] || fail "HOSTS=a:2,b:3: unclear error: $out"

@@ -107,6 +107,8 @@ multi_host_launcher() {
   per=${slots#* }
   [[ $gpus =~ ^[1-9][0-9]*$ ]] || tg_die "GPUS_PER_PROCESS=$gpus must be a positive integer"
   launch=("${MPIRUN:-mpirun}" -np "$total")
+  # Open MPI refuses to start as root unless told: a launcher run as root tells it (and the command shows it).
+  [[ $(id -u) == 0 ]] && launch+=(--allow-run-as-root)
   if [[ -n ${HOSTS:-} ]]; then launch+=(-H "$HOSTS"); else launch+=(--hostfile "$HOSTFILE"); fi
   if [[ $DEVICE == cpu ]]; then
     local threads=${THREADS:-$(($(nproc) / per))}
