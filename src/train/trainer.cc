@@ -5,6 +5,7 @@
 #include "terngrad/backend/calling_thread.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/host_processes.h"
+#include "terngrad/core/machine_load.h"
 #include "terngrad/train/exchange_dump.h"
 
 namespace tg {
@@ -73,6 +74,7 @@ void Trainer::Impl::build() {
   to.ranks_per_node = cfg.ranks_per_node;
   topology = std::make_unique<Topology>(
       Topology::build(process_comm, cfg.device == "cpu" ? cfg.cpu_replicas : cfg.num_gpus, to));
+  warn_if_machine_is_busy();
   build_replicas();
   connect_replicas();
   watch_progress();
@@ -80,6 +82,23 @@ void Trainer::Impl::build() {
   build_exchanges();
   build_schedule();
   allocate_host_batch();
+}
+
+// A CPU run on a machine where other work keeps cores busy: one line with the load and the --threads to try (a
+// compute team of more threads than the free cores runs several times slower: core/machine_load.h).
+void Trainer::Impl::warn_if_machine_is_busy() const {
+  if (cfg.device != "cpu" || !is_chief()) return;
+  const std::optional<MachineLoad> load = read_machine_load();
+  if (!load) return;
+  const int threads = cfg.threads > 0 ? cfg.threads : available_cores();
+  const int processes = host_local_size();
+  const int fit = threads_to_try(*load, threads, processes);
+  if (fit >= threads) return;
+  spdlog::warn(
+      "this machine is busy: other work kept {:.1f} of its {} cores busy as the run started (load average {:.2f}); "
+      "{} process(es) x {} threads of this run compete with it for the cores (a compute team waiting for a "
+      "descheduled thread can run several times slower): try --threads {}",
+      load->busy, load->cores, load->load1, processes, threads, fit);
 }
 
 // Workers are placed round-robin: worker w computes on replica w % R as its (w / R)-th worker.

@@ -162,6 +162,7 @@ struct Trainer::Impl {
   uint64_t resume(const std::string& path);
   bool check_resumable(const CheckpointMeta& m) const;
   void restore_rank_state(const CheckpointMeta& m);
+  void warn_if_machine_is_busy() const;
   void say_schedule_change(const CheckpointMeta& m) const;
   static bool rank_state_matches(const std::string& file, const Slab& state);
   CheckpointMeta checkpoint_meta(int64_t steps_done) const;  // the fields every file of a checkpoint shares
