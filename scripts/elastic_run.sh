@@ -159,7 +159,9 @@ checkpoint_step() { last_checkpoint | sed -n 's/.*model\.ckpt-\([0-9]*\)$/\1/p';
 # The machine that runs world rank $1 of a generation on "host slots" lines $2 (ranks fill the machines in order).
 host_of_rank() { echo "$2" | awk -v r="$1" '{ if (r < n + $2) { print $1; exit } n += $2 }'; }
 # Whether a failed generation's log names its end: a process's error line, or mpirun's report of one.
-ended_in_error() { grep -qE '^terngrad-train: error:|^MPI_ABORT was invoked|mpirun noticed that process' "$1"; }
+ended_in_error() {
+  grep -qE '^terngrad-train( \(process [0-9]+ of [0-9]+\))?: error:|^MPI_ABORT was invoked|mpirun noticed that process' "$1"
+}
 
 gen=$(cat "$TRAIN_DIR/generation" 2> /dev/null || echo 0)
 [[ $gen =~ ^[0-9]+$ ]] || { say "$TRAIN_DIR/generation holds '$gen', not a generation number"; exit 1; }

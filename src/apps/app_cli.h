@@ -222,11 +222,15 @@ inline int usage_error(const CLI::App& app, const CLI::ParseError& e, const char
 
 // The error line of a failure after the command line was read: "<program>: error: <message>"; exit 2 for a usage
 // error (a flag's value fails its check), 1 otherwise. A failed check's expression and place go to the debug log.
-inline int report_error(const std::exception& e, const char* program) {
+// `process`: "process R of N" under mpirun (every failing process says its line once, naming itself), else empty.
+inline int report_error(const std::exception& e, const char* program, const std::string& process = "") {
   std::fflush(stdout);
   if (const auto* te = dynamic_cast<const Error*>(&e); te && !te->location().empty())
     spdlog::debug("{}", te->location());
-  std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  if (process.empty())
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  else
+    std::fprintf(stderr, "%s (%s): error: %s\n", program, process.c_str(), e.what());
   std::fflush(stderr);
   return dynamic_cast<const UsageError*>(&e) ? 2 : 1;
 }

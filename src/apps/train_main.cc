@@ -206,8 +206,11 @@ int main(int argc, char** argv) {
     if ((!comm || comm->rank() == 0) && !r.already_finished) report_done(config, r);
     return 0;
   } catch (const std::exception& e) {
-    const int status = tg::apps::report_error(e, "terngrad-train");
-    if (mpi && mpi->world_size() > 1) tg::MpiEnvironment::abort_all(status);
+    const bool several = mpi && mpi->world_size() > 1;
+    const int status = tg::apps::report_error(
+        e, "terngrad-train",
+        several ? fmt::format("process {} of {}", mpi->world_rank(), mpi->world_size()) : std::string());
+    if (several) tg::MpiEnvironment::abort_all(status);
     return status;
   }
 }
