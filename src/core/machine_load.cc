@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -47,13 +48,24 @@ std::optional<MachineLoad> read_machine_load(double window_s) {
     text << f.rdbuf();
     return f ? text.str() : std::string();
   };
+  // This process's own threads (an input pipeline filling its queue) are not other work: their CPU time over the
+  // window is taken off.
+  auto own_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const double own0 = own_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
   const std::optional<CpuTimes> a = parse_cpu_times(slurp("/proc/stat"));
   std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
   const std::optional<CpuTimes> b = parse_cpu_times(slurp("/proc/stat"));
+  const double own = (own_seconds() - own0) /
+                     std::max(1e-3, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const std::optional<double> load1 = parse_load1(slurp("/proc/loadavg"));
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (!a || !b || !load1 || cores <= 0) return std::nullopt;
-  return MachineLoad{busy_between(*a, *b, cores), *load1, cores};
+  return MachineLoad{std::max(0.0, busy_between(*a, *b, cores) - own), *load1, cores};
 }
 
 double busy_cores(const MachineLoad& m) { return m.busy; }

@@ -74,7 +74,6 @@ void Trainer::Impl::build() {
   to.ranks_per_node = cfg.ranks_per_node;
   topology = std::make_unique<Topology>(
       Topology::build(process_comm, cfg.device == "cpu" ? cfg.cpu_replicas : cfg.num_gpus, to));
-  warn_if_machine_is_busy();
   build_replicas();
   connect_replicas();
   watch_progress();
@@ -85,12 +84,14 @@ void Trainer::Impl::build() {
 }
 
 // A CPU run on a machine where other work keeps cores busy: one line with the load and the --threads to try (a
-// compute team of more threads than the free cores runs several times slower: core/machine_load.h).
+// compute team of more threads than the free cores runs several times slower: core/machine_load.h). At the start of
+// training (after every check: a refused start prints its one line only), measured over 0.1 s.
 void Trainer::Impl::warn_if_machine_is_busy() const {
   if (cfg.device != "cpu" || !is_chief()) return;
-  const std::optional<MachineLoad> load = read_machine_load();
-  if (!load) return;
   const int threads = cfg.threads > 0 ? cfg.threads : available_cores();
+  if (threads <= 1) return;  // nothing fewer to try
+  const std::optional<MachineLoad> load = read_machine_load(0.1);
+  if (!load) return;
   const int processes = host_local_size();
   const int fit = threads_to_try(*load, threads, processes);
   if (fit >= threads) return;

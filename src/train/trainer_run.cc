@@ -90,6 +90,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (m.start_step >= cfg.max_steps) return m.already_finished();
   // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
   if (m.num_processes == 1) m.source->set_stop_flag(stop);
+  m.warn_if_machine_is_busy();
   RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
   m.open_run(report);
   if (m.watchdog) m.watchdog->arm();

@@ -13,13 +13,13 @@
 namespace tg {
 
 struct MachineLoad {
-  double busy = 0;   // cores busy (not idle nor waiting for I/O) over the window, other work's: the caller sleeps
+  double busy = 0;   // cores busy (not idle nor waiting for I/O) over the window, less this process's own CPU time
   double load1 = 0;  // the 1-minute load average (said, not used)
   int cores = 0;     // the machine's online CPUs
 };
 
 // From /proc/stat read twice `window_s` apart and /proc/loadavg; nullopt where they cannot be read (not Linux). The
-// calling thread sleeps through the window; the process should have no other busy thread then.
+// calling thread sleeps through the window; what the process's other threads used meanwhile is not counted.
 std::optional<MachineLoad> read_machine_load(double window_s = 0.2);
 // The parse of /proc/loadavg's text ("0.52 0.58 0.59 3/412 12345").
 std::optional<double> parse_load1(const std::string& loadavg);
