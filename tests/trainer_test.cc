@@ -612,8 +612,35 @@ TEST_F(TrainerTest, CorruptRecordStopsNamingFileAndOffsetOrIsSkippedAndCounted) 
   EXPECT_NE(out.find("train-00000-of-00002"), std::string::npos) << out;
   EXPECT_NE(out.find("offset 0"), std::string::npos) << out;
   EXPECT_FALSE(latest_checkpoint((root_ / "t1").string()).has_value()) << "no checkpoint of a failed start";
+  EXPECT_NE(out.find("--skip_corrupt_records skips and counts such records"), std::string::npos) << out;
   EXPECT_EQ(run(common + " --skip_corrupt_records --train_dir " + (root_ / "t2").string(), &out), 0) << out;
   EXPECT_NE(out.find("skipped 1 corrupt records"), std::string::npos) << out;
+  // A corrupt record met after some steps (the last one of a shard): the steps done are saved first.
+  fs::copy_file(data_dir_ + "/train-00000-of-00002", bad / "train-00000-of-00002",
+                fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(bad / "train-00000-of-00002", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const std::streamoff end = f.tellg();
+    f.seekp(end - 10);  // inside the last record's data
+    char c = 0;
+    f.seekg(end - 10);
+    f.read(&c, 1);
+    f.seekp(end - 10);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  const std::string late = bin("terngrad-train") + " --data_dir " + bad.string() +
+                           " --dataset fashion_mnist --net lenet --batch_size 32 --max_steps 1000 --threads 1"
+                           " --num_readers 1 --num_preprocess_threads 1 --shuffle_buffer 64 --train_dir " +
+                           (root_ / "t3").string();
+  EXPECT_EQ(run(late, &out), 1) << out;
+  const size_t at = out.find("; the checkpoint of step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int64_t step = std::stoll(out.substr(at + 25));
+  EXPECT_GT(step, 0) << out;
+  EXPECT_EQ(latest_checkpoint((root_ / "t3").string()).value_or(""), checkpoint_path((root_ / "t3").string(), step));
+  EXPECT_NE(out.find("was saved first: the same command resumes from it"), std::string::npos) << out;
 }
 
 TEST_F(TrainerTest, ResumeWithAnotherDataLayoutIsRefusedAndTheIndexNamesAKeptFile) {

@@ -154,7 +154,8 @@ struct InputPipeline::State {
   // is on, is counted (once per record, whatever the pass) and logged (the first few) and the pass audited.
   void corrupt(int64_t epoch, int file, uint64_t offset, const std::string& msg) {
     if (!opt.data.skip_corrupt_records) {
-      fail(msg);
+      fail(msg + " (--skip_corrupt_records skips and counts such records; `terngrad-data inspect FILE` checks a "
+                 "file's every record)");
       return;
     }
     bool first_time;
@@ -389,8 +390,7 @@ struct InputPipeline::State {
     } catch (const DatasetMismatchError&) {  // the wrong data (channel count), never skipped as corrupt
       throw;
     } catch (const Error& e) {
-      if (!opt.data.skip_corrupt_records) throw;
-      corrupt(rec.epoch, rec.file, rec.offset, e.what());
+      corrupt(rec.epoch, rec.file, rec.offset, e.what());  // stops the pipeline unless --skip_corrupt_records
       ex->skipped = true;
       ex->image.clear();
     }

@@ -434,7 +434,17 @@ void Trainer::Impl::step(int64_t t, float lr) {
   {
     ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers[0].track);
     const BatchUpload::Batch host = batches->host_batch(t);
-    source->next(host.images, host.labels);
+    try {
+      source->next(host.images, host.labels);
+    } catch (const InputInterrupted&) {
+      throw;
+    } catch (const Error& e) {
+      // The data failed (a corrupt record, an unreadable file): the t steps done are kept first. One process only:
+      // a checkpoint is collective, and the others wait in this step's exchange.
+      if (num_processes > 1 || t <= start_step || t == last_saved_step) throw;
+      last_digest = save(t);
+      TG_THROW("{}; the checkpoint of step {} was saved first: the same command resumes from it", e.what(), t);
+    }
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
   // Every replica at once, each on its thread: upload, forward, backward, exchange, optimizer.
