@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -286,6 +287,13 @@ TEST_F(CliMessages, EvalSaysWhatItWaitsForAndWhereItWroteItsDumps) {
   EXPECT_EQ(lines_with(r.output, "waiting for a checkpoint in " + dir("empty")).size(), 1u) << r.output;
 }
 
+// Columns a UTF-8 line takes (its code points: the help's few non-ASCII characters are one column each).
+size_t count_code_points(const std::string& line) {
+  size_t n = 0;
+  for (unsigned char c : line) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 TEST_F(CliMessages, EveryProgramHasVersionAndAPlainHelp) {
   for (const std::string p : {"terngrad-train", "terngrad-eval", "terngrad-export", "terngrad-data"}) {
     Result r = run(bin(p) + " --version");
@@ -297,7 +305,24 @@ TEST_F(CliMessages, EveryProgramHasVersionAndAPlainHelp) {
     EXPECT_EQ(r.status, 0) << p;
     EXPECT_EQ(r.output.find("**"), std::string::npos) << p;
     EXPECT_EQ(r.output.find('`'), std::string::npos) << p;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+      EXPECT_LE(count_code_points(line), 100u) << p << ": " << line;  // wrapped at 100 columns
   }
+  // terngrad-train's flags in groups, the common ones first, then examples naming configs/ and what a run without a
+  // config is.
+  const std::string help = run(bin("terngrad-train") + " --help").output;
+  size_t at = 0;
+  for (const char* group : {"\nStart:\n", "\nModel and data:\n", "\nTraining:\n", "\nTernGrad and the exchange:\n",
+                            "\nSeveral processes and machines:\n", "\nDevices, precision and memory:\n",
+                            "\nOutput and checks:\n", "\nExamples (configs/"}) {
+    const size_t next = help.find(group, at);
+    EXPECT_NE(next, std::string::npos) << group << " missing or out of order\n" << help;
+    at = next == std::string::npos ? at : next;
+  }
+  EXPECT_EQ(help.find("\nOther:\n"), std::string::npos) << "a flag of no group\n" << help;
+  EXPECT_LT(help.find("  --net "), help.find("  --num_gpus ")) << "the network comes before the GPU flags";
+  EXPECT_NE(help.find("Without --config a run trains LeNet on Fashion-MNIST with fp32 gradients"), std::string::npos);
 }
 
 // A resume with another --max_steps under a schedule that spans --max_steps: one line with the rate at the resumed

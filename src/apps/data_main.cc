@@ -10,8 +10,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
 #include "app_cli.h"
+#include "help_format.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/converters.h"
@@ -28,6 +30,7 @@ void print_written(const std::vector<std::string>& paths) {
 
 int main(int argc, char** argv) {
   CLI::App app{"terngrad-data: convert datasets to TFRecord shards of tf.Example and inspect them"};
+  app.formatter(std::make_shared<tg::apps::HelpFormat>());  // descriptions wrapped under the names
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log_level", log_level, "trace, debug, info, warn, error");

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "app_cli.h"
+#include "help_format.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/data/data_config.h"
@@ -98,6 +99,7 @@ const std::vector<tg::Flag<MainOptions>>& main_flags() {
 
 int main(int argc, char** argv) {
   CLI::App app{"terngrad-eval: precision@1 / recall@5 of terngrad checkpoints"};
+  app.formatter(std::make_shared<tg::apps::HelpFormat>());  // descriptions wrapped under the names
   EvalConfig ec;
   MainOptions options;
   app.set_config("--config", "", "read flags from an INI/TOML file");

@@ -6,8 +6,10 @@
 // exit 1; nothing is left at --output.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
 #include "app_cli.h"
+#include "help_format.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/export/onnx_export.h"
@@ -52,6 +54,7 @@ const std::vector<tg::Flag<ExportConfig>>& export_flags() {
 
 int main(int argc, char** argv) {
   CLI::App app{"terngrad-export: a terngrad checkpoint as an ONNX model"};
+  app.formatter(std::make_shared<tg::apps::HelpFormat>());  // descriptions wrapped under the names
   ExportConfig ec;
   app.set_config("--config", "", "read flags from an INI/TOML file");
   app.allow_config_extras(CLI::config_extras_mode::error);

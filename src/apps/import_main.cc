@@ -6,8 +6,10 @@
 // Errors are one line, exit 1 (2 for a bad flag); nothing is written unless every tensor converted.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
 #include "app_cli.h"
+#include "help_format.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/logging.h"
 #include "terngrad/import/torch_import.h"
@@ -50,6 +52,7 @@ const std::vector<tg::Flag<ImportConfig>>& import_flags() {
 
 int main(int argc, char** argv) {
   CLI::App app{"terngrad-import: PyTorch weights (safetensors, ONNX) as a terngrad checkpoint"};
+  app.formatter(std::make_shared<tg::apps::HelpFormat>());  // descriptions wrapped under the names
   ImportConfig ic;
   app.set_config("--config", "", "read flags from an INI/TOML file");
   app.allow_config_extras(CLI::config_extras_mode::error);

@@ -11,8 +11,11 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app_cli.h"
+#include "help_format.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/planning_backend.h"
 #include "terngrad/comm/mpi_communicator.h"
@@ -64,7 +67,52 @@ const std::vector<tg::Flag<MainOptions>>& main_flags() {
   return table;
 }
 
+// --help's groups, the common ones first (src/apps/help_format.h); a flag of no group is listed under "Other".
+std::vector<std::pair<std::string, std::vector<std::string>>> help_groups() {
+  return {
+      {"Start",
+       {"config", "train_dir", "data_dir", "net", "dataset", "max_steps", "batch_size", "num_nodes", "threads",
+        "eval_every", "device"}},
+      {"Model and data",
+       {"image_size", "num_classes", "subset", "weight_decay", "dropout_keep_prob", "label_smoothing", "aux_logits",
+        "padding_style", "zero_init_last_bn_gamma", "num_readers", "num_preprocess_threads", "shuffle_buffer",
+        "skip_corrupt_records", "max_corrupt_fraction", "tfrecord_compression", "jpeg_dct", "max_image_pixels",
+        "pretrained_model_checkpoint_path", "fine_tune"}},
+      {"Training",
+       {"optimizer", "momentum", "initial_learning_rate", "learning_rate_decay_type", "num_epochs_per_decay",
+        "learning_rate_decay_factor", "warmup_steps", "schedule_steps", "moving_average_decay", "seed", "save_iter",
+        "save_secs", "keep_checkpoints", "eval_secs", "eval_subset", "eval_at_end", "log_every", "benchmark_mode"}},
+      {"TernGrad and the exchange",
+       {"grad_bits", "clip_factor", "size_to_binarize", "quantize_logits", "scaler_bucket", "exchange",
+        "error_feedback", "local_bits", "overlap", "decode_in_update", "fp32_warmup_steps", "powersgd_rank",
+        "bucket_mb"}},
+      {"Several processes and machines",
+       {"ranks_per_node", "cpu_replicas", "collective_timeout", "allow_topology_change", "reset_rank_state",
+        "elastic_batch", "generation", "stop_file"}},
+      {"Devices, precision and memory",
+       {"num_gpus", "precision", "fp16", "allow_tf32", "deterministic", "conv_search", "memory_plan", "recompute",
+        "plan_memory", "fit_memory"}},
+      {"Output and checks",
+       {"metrics_jsonl", "log_level", "timeline", "timeline_steps", "timeline_layers", "check_replicas_every",
+        "quantization_error_every", "exchange_dump", "exchange_dump_step", "summary", "version", "help",
+        "help-markdown"}},
+  };
+}
+
+constexpr const char* kHelpFooter = R"(
+Examples (configs/ holds the recipes of the five networks, TernGrad and fp32):
+  terngrad-train --config configs/fashion_mnist_lenet_terngrad.ini --data_dir D --train_dir T
+      LeNet with TernGrad on 2 workers in this process (--eval_every 125: its learning curve in T)
+  mpirun -np 2 terngrad-train --config configs/fashion_mnist_lenet_fp32.ini --num_nodes 1 ...
+      fp32 on 2 processes of one worker each (as root: mpirun --allow-run-as-root ...)
+  terngrad-train --net resnet50 --dataset imagenet --device cuda --batch_size 256 --plan_memory
+      the memory such a run takes, by area, without running it
+Without --config a run trains LeNet on Fashion-MNIST with fp32 gradients (--grad_bits 32) on one
+worker. Rerunning the same command resumes from the last checkpoint in --train_dir.)";
+
 void add_flags(CLI::App& app, tg::TrainConfig& c, MainOptions& options) {
+  app.formatter(std::make_shared<tg::apps::HelpFormat>(help_groups()));
+  app.footer(kHelpFooter);
   app.set_config("--config", "", "read flags from an INI/TOML file (the command line overrides it)");
   app.allow_config_extras(CLI::config_extras_mode::error);  // an unknown key in a config file is an error
   tg::apps::add_flag_table(app, tg::train_flags(), c);

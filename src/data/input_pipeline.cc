@@ -154,8 +154,9 @@ struct InputPipeline::State {
   // is on, is counted (once per record, whatever the pass) and logged (the first few) and the pass audited.
   void corrupt(int64_t epoch, int file, uint64_t offset, const std::string& msg) {
     if (!opt.data.skip_corrupt_records) {
-      fail(msg + " (--skip_corrupt_records skips and counts such records; `terngrad-data inspect FILE` checks a "
-                 "file's every record)");
+      fail(msg +
+           " (--skip_corrupt_records skips and counts such records; `terngrad-data inspect FILE` checks a "
+           "file's every record)");
       return;
     }
     bool first_time;
