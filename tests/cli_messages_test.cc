@@ -287,6 +287,27 @@ TEST_F(CliMessages, EvalSaysWhatItWaitsForAndWhereItWroteItsDumps) {
   EXPECT_EQ(lines_with(r.output, "waiting for a checkpoint in " + dir("empty")).size(), 1u) << r.output;
 }
 
+// The README's exit-status table, one case of each row and program (128 + signal: StopSignalsTest in trainer_test.cc).
+TEST_F(CliMessages, ExitCodes) {
+  const std::string t = dir("t");
+  EXPECT_EQ(run(train(t, "--max_steps 2")).status, 0);
+  EXPECT_EQ(run(bin("terngrad-train") + " --help").status, 0);
+  EXPECT_EQ(run(train(dir("u"), "--max_steps 2 --num_nodes 3")).status, 1);  // a batch of 8 on 3 workers
+  EXPECT_EQ(run(bin("terngrad-train") + " --data_dir " + dir("no_such") + " --train_dir " + dir("v")).status, 1);
+  EXPECT_EQ(run(bin("terngrad-train") + " --max_step 5").status, 2);
+  EXPECT_EQ(run(train(dir("w"), "--device gpu")).status, 2);
+  const Result no_data = run(bin("terngrad-train") + " --train_dir " + dir("x"));
+  EXPECT_EQ(no_data.status, 2) << no_data.output;
+  EXPECT_EQ(no_data.output,
+            "terngrad-train: error: --data_dir is required (or --benchmark_mode for synthetic input)\n");
+  EXPECT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + t).status, 2);  // no --data_dir, as in train
+  EXPECT_EQ(run(bin("terngrad-eval") + " --checkpoint_dir " + dir("empty") + " --data_dir " + t + " --run_once").status,
+            1);
+  EXPECT_EQ(run(bin("terngrad-data") + " convert-everything").status, 2);
+  EXPECT_EQ(run(bin("terngrad-export") + " --checkpoint_dir " + dir("empty") + " --output " + dir("m.onnx")).status, 1);
+  for (const char* never : {"u", "v", "w", "x"}) EXPECT_FALSE(fs::exists(dir(never))) << never;
+}
+
 // Columns a UTF-8 line takes (its code points: the help's few non-ASCII characters are one column each).
 size_t count_code_points(const std::string& line) {
   size_t n = 0;

@@ -57,9 +57,11 @@ void TrainConfig::validate(int num_processes) const {
   check_flags(train_flags(), *this);
   CompressionFlags::validate();  // the checks between the compression flags
   TG_CHECK(!train_dir.empty(), "--train_dir must not be empty");
-  TG_CHECK(benchmark_mode || !data_dir.empty(), "--data_dir is required (or --benchmark_mode for synthetic input)");
-  TG_CHECK(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0,
-           "--device '{}' is not one of cpu, cuda, cuda:<index>", device);
+  // A flag that is missing or whose value names nothing: usage errors (exit 2), as terngrad-eval's.
+  if (!benchmark_mode && data_dir.empty())
+    TG_USAGE_ERROR("--data_dir is required (or --benchmark_mode for synthetic input)");
+  if (!(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0))
+    TG_USAGE_ERROR("--device '{}' is not one of cpu, cuda, cuda:<index>", device);
   TG_CHECK(num_nodes == -1 || num_nodes >= 1, "--num_nodes {} must be at least 1 (or -1: one per GPU)", num_nodes);
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);  // 0 is resolved by now
   {
