@@ -43,7 +43,7 @@ struct Fixtures {
   Fixtures() {
     root = fs::temp_directory_path() / ("tg_data_bench_" + std::to_string(getpid()));
     fs::remove_all(root);
-    write_sharded(4096, 4, (root / "png").string(), "train", 2, [](size_t i) {
+    write_sharded(4096, 4, "--train_shards", (root / "png").string(), "train", 2, [](size_t i) {
       ImageExample ex;
       ex.encoded = encode_png(synthetic(28, 28, 1, static_cast<int>(i)));
       ex.format = "png";
@@ -51,7 +51,7 @@ struct Fixtures {
       return build_image_example(ex);
     });
     jpeg256 = encode_jpeg(synthetic(256, 256, 3, 1), 90);
-    write_sharded(1024, 4, (root / "jpeg").string(), "train", 2, [](size_t i) {
+    write_sharded(1024, 4, "--train_shards", (root / "jpeg").string(), "train", 2, [](size_t i) {
       ImageExample ex;
       ex.encoded = encode_jpeg(synthetic(256, 256, 3, static_cast<int>(i)), 90);
       ex.format = "JPEG";

@@ -221,7 +221,7 @@ TEST(TfRecordCompression, ConvertersWriteCompressedShards) {
   for (TfRecordCompression c : {TfRecordCompression::kGzip, TfRecordCompression::kZlib}) {
     fs::path out = dir / enum_name(c);
     auto paths = write_sharded(
-        examples.size(), 2, out.string(), "train", 2, [&](size_t i) { return examples[i]; }, c);
+        examples.size(), 2, "--train_shards", out.string(), "train", 2, [&](size_t i) { return examples[i]; }, c);
     ASSERT_EQ(paths.size(), 2u);
     std::vector<std::string> back;
     for (auto& p : paths) {

@@ -288,7 +288,7 @@ TEST(Inspect, ReportsCorruptRecords) {
 
 TEST(WriteSharded, FailureLeavesNoShardUnderItsFinalName) {
   fs::path dir = temp_dir("atomic");
-  EXPECT_THROW(write_sharded(10, 2, dir.string(), "train", 2,
+  EXPECT_THROW(write_sharded(10, 2, "--train_shards", dir.string(), "train", 2,
                              [](size_t i) -> std::string {
                                if (i == 7) TG_THROW("example {} failed", i);
                                return "x";
@@ -299,6 +299,13 @@ TEST(WriteSharded, FailureLeavesNoShardUnderItsFinalName) {
   // No temporaries either.
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
-  EXPECT_THROW(write_sharded(1, 2, dir.string(), "train", 1, [](size_t) { return std::string(); }), Error);
+  try {
+    write_sharded(1, 2, "--train_shards", dir.string(), "train", 1, [](size_t) { return std::string(); });
+    FAIL() << "1 example filled 2 shards";
+  } catch (const Error& e) {  // the flag to change is named
+    EXPECT_STREQ(e.what(),
+                 "1 examples cannot fill 2 train shards: give --train_shards 1 or fewer (each shard holds at least one "
+                 "example)");
+  }
   fs::remove_all(dir);
 }

@@ -78,14 +78,15 @@ int run(const Options& o) {
   for (int i = 0; i < kDistinctImages; ++i) jpegs[i] = encode_jpeg(synthetic_photo(i), 90);
   double bytes = 0;
   for (const auto& j : jpegs) bytes += static_cast<double>(j.size());
-  write_sharded(static_cast<size_t>(o.images), 8, root.string(), "train", std::min(threads, 8), [&](size_t i) {
-    ImageExample ex;
-    ex.encoded = jpegs[i % kDistinctImages];
-    ex.format = "JPEG";
-    ex.label = static_cast<int64_t>(1 + i % 1000);
-    ex.height = kHeight, ex.width = kWidth, ex.channels = 3;
-    return build_image_example(ex);
-  });
+  write_sharded(static_cast<size_t>(o.images), 8, "--train_shards", root.string(), "train", std::min(threads, 8),
+                [&](size_t i) {
+                  ImageExample ex;
+                  ex.encoded = jpegs[i % kDistinctImages];
+                  ex.format = "JPEG";
+                  ex.label = static_cast<int64_t>(1 + i % 1000);
+                  ex.height = kHeight, ex.width = kWidth, ex.channels = 3;
+                  return build_image_example(ex);
+                });
 
   PipelineOptions p;
   p.data_dir = root.string();

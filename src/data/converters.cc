@@ -26,13 +26,14 @@ std::string shard_name(const std::string& prefix, int shard, int num_shards) {
   return fmt::format("{}-{:05d}-of-{:05d}", prefix, shard, num_shards);
 }
 
-std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& output_dir,
-                                       const std::string& prefix, int num_threads,
+std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& shards_flag,
+                                       const std::string& output_dir, const std::string& prefix, int num_threads,
                                        const std::function<std::string(size_t)>& make_example,
                                        TfRecordCompression compression) {
-  if (num_shards < 1) TG_THROW("number of shards {} must be at least 1", num_shards);
+  if (num_shards < 1) TG_THROW("{} {} must be at least 1", shards_flag, num_shards);
   if (num_examples < static_cast<size_t>(num_shards))
-    TG_THROW("{} examples cannot fill {} shards of '{}'", num_examples, num_shards, prefix);
+    TG_THROW("{} examples cannot fill {} {} shards: give {} {} or fewer (each shard holds at least one example)",
+             num_examples, num_shards, prefix, shards_flag, num_examples);
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   if (!fs::is_directory(output_dir)) TG_THROW("cannot create output directory '{}': {}", output_dir, ec.message());
@@ -132,7 +133,7 @@ std::vector<std::string> convert_idx(const ConvertIdxOptions& opt) {
   if (subset.empty()) subset = fs::path(opt.images).filename().string().rfind("t10k", 0) == 0 ? "test" : "train";
   const size_t pixels = static_cast<size_t>(im.rows) * im.cols;
   return write_sharded(
-      im.count, opt.num_shards, opt.output_dir, subset, opt.num_threads,
+      im.count, opt.num_shards, "--num_shards", opt.output_dir, subset, opt.num_threads,
       [&](size_t i) {
         Image img;
         img.height = im.rows;
@@ -193,10 +194,10 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
   std::string train =
       load({"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"});
   std::string test = load({"test_batch.bin"});
-  std::vector<std::string> out = write_sharded(train.size() / kRecord, opt.train_shards, opt.output_dir, "train",
-                                               opt.num_threads, make(train), opt.compression);
-  std::vector<std::string> t = write_sharded(test.size() / kRecord, opt.test_shards, opt.output_dir, "test",
-                                             opt.num_threads, make(test), opt.compression);
+  std::vector<std::string> out = write_sharded(train.size() / kRecord, opt.train_shards, "--train_shards",
+                                               opt.output_dir, "train", opt.num_threads, make(train), opt.compression);
+  std::vector<std::string> t = write_sharded(test.size() / kRecord, opt.test_shards, "--test_shards", opt.output_dir,
+                                             "test", opt.num_threads, make(test), opt.compression);
   out.insert(out.end(), t.begin(), t.end());
   return out;
 }
@@ -281,7 +282,7 @@ std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
     if (dir.empty()) return;
     std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
     auto paths = write_sharded(
-        files.size(), shards, opt.output_dir, prefix, opt.num_threads,
+        files.size(), shards, "--" + prefix + "_shards", opt.output_dir, prefix, opt.num_threads,
         [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
     out.insert(out.end(), paths.begin(), paths.end());
   };

@@ -20,9 +20,10 @@ namespace tg {
 std::string shard_name(const std::string& prefix, int shard, int num_shards);
 
 // Writes num_examples examples, make_example(i) giving the serialized Example i, into num_shards shards in
-// output_dir (created if missing), shards spread over num_threads threads. Returns the shard paths.
-std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& output_dir,
-                                       const std::string& prefix, int num_threads,
+// output_dir (created if missing), shards spread over num_threads threads. Returns the shard paths. shards_flag:
+// the converter's flag that set num_shards, named when there are fewer examples than shards.
+std::vector<std::string> write_sharded(size_t num_examples, int num_shards, const std::string& shards_flag,
+                                       const std::string& output_dir, const std::string& prefix, int num_threads,
                                        const std::function<std::string(size_t)>& make_example,
                                        TfRecordCompression compression = TfRecordCompression::kNone);
 
