@@ -46,6 +46,12 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# A run that was killed may have left its machines: gone before this one makes them.
+for ns in tgfe1 tgfe2 tgfe3 "$HUB"; do
+  [ -e "/var/run/netns/$ns" ] || continue
+  for p in $(ip netns pids "$ns" 2> /dev/null); do kill -9 "$p" 2> /dev/null; done
+  ip netns del "$ns"
+done
 netlink_create tgfe 3 || exit 1
 ip -n "$HUB" addr add 10.77.0.254/24 dev tgbr0
 netlink_mpi_agent "$WORK/agent" detach
