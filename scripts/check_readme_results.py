@@ -295,6 +295,25 @@ def elastic_table(header, rows):
     return out + fewer_reps_note(rows)
 
 
+BUSY_POLICIES = {
+    ("idle", "default"): "idle machine, OpenMP's default (what terngrad-train keeps there)",
+    ("idle", "passive"): "idle machine, OMP_WAIT_POLICY=passive forced",
+    ("busy", "default"): "one busy process beside, OpenMP's default (before)",
+    ("busy", "auto"): "one busy process beside, terngrad-train as it is (restarts itself passive)",
+}
+
+
+def busy_machine_table(header, rows):
+    need(rows, "rep", "machine", "policy", "examples_per_sec")
+    base = med(num(r["examples_per_sec"]) for r in rows if (r["machine"], r["policy"]) == ("idle", "default"))
+    out = ["| LeNet, --threads 2 | examples/sec, median (range) | vs idle, default |", "|---|---|---|"]
+    for key in dict.fromkeys((r["machine"], r["policy"]) for r in rows):
+        v = [num(r["examples_per_sec"]) for r in rows if (r["machine"], r["policy"]) == key]
+        out.append("| %s | %.0f (%.0f-%.0f) | %s |" % (BUSY_POLICIES.get(key, " ".join(key)), med(v), min(v), max(v),
+                                                      "%.2fx" % (med(v) / base) if base else "n/a"))
+    return out + fewer_reps_note(rows)
+
+
 def train_step_table(header, rows):
     need(rows, "rep", "net", "threads", "framework", "images_per_sec", "status")
     out = ["| network | threads | terngrad images/s | PyTorch images/s | terngrad / PyTorch | runs (ok) |",
@@ -670,8 +689,9 @@ RENDERERS = {
     "placement": {"table": placement_table},
     "layer_profile": {"table": profile_steps, "passes": profile_passes},
     "elastic": {"table": elastic_table},
+    "busy_machine": {"table": busy_machine_table},
 }
-SPEED_KINDS = {"elastic", "link", "inproc", "train_step", "precision", "memory", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
+SPEED_KINDS = {"busy_machine", "elastic", "link", "inproc", "train_step", "precision", "memory", "scale", "placement", "tta", "layer_profile"}  # comparisons of speed: at least MIN_REPS repetitions
 
 
 def provenance_line(header, path):

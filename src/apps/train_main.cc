@@ -4,11 +4,14 @@
 // SIGINT/SIGTERM: the step running finishes, a checkpoint is saved, exit 0 (app_cli.h: at most 10 s,
 // and a second signal exits at once with 128 + signal).
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -19,8 +22,11 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/planning_backend.h"
 #include "terngrad/comm/mpi_communicator.h"
+#include "terngrad/core/cpu_cores.h"
 #include "terngrad/core/human_units.h"
+#include "terngrad/core/launcher.h"
 #include "terngrad/core/logging.h"
+#include "terngrad/core/machine_load.h"
 #include "terngrad/data/image_codec.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/train/evaluator.h"
@@ -223,6 +229,29 @@ void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
                   e.precision_at_1(), e.recall_at_5(), e.examples, e.subset, e.step));
 }
 
+// A CPU run of several threads, started by hand (not mpirun: its processes start together and would count each
+// other's start as other work) on a machine other work keeps busy: the process starts again with
+// OMP_WAIT_POLICY=passive, so that a team's threads sleep at barriers rather than spin against that work (GCC's
+// OpenMP reads the variable when it loads, before main: setting it here changes nothing without the new start).
+// LeNet at --threads 2 beside one busy process on 2 cores ran about 4x faster passive; on an idle machine passive
+// was 13-17% slower, hence only when busy (bench/README.md, "A busy machine"). OMP_WAIT_POLICY set by the user is
+// left alone. Returns only when nothing is to be done.
+void wait_passively_on_a_busy_machine(const tg::TrainConfig& config, char** argv) {
+  if (config.device != "cpu" || std::getenv("OMP_WAIT_POLICY") != nullptr || tg::launched_by_mpi() ||
+      std::getenv("TG_KEEP_WAIT_POLICY") != nullptr)  // (the benchmark of the runtime's default)
+    return;
+  const int threads = config.threads > 0 ? config.threads : tg::available_cores();
+  if (threads <= 1) return;
+  const std::optional<tg::MachineLoad> load = tg::read_machine_load(0.1);
+  if (!load || tg::threads_to_try(*load, threads, 1) >= threads) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  setenv("TG_WAIT_POLICY_SET", "busy", 1);  // said by the trainer's busy-machine line
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv);  // on failure: go on as started
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("TG_WAIT_POLICY_SET");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +263,7 @@ int main(int argc, char** argv) {
   add_flags(app, config, options);
   if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-train"); status >= 0) return status;
   config.given_flags = given_flags(app);
+  wait_passively_on_a_busy_machine(config, argv);
   // Outside the try: when one process fails, its error is printed and the whole job aborted (MPI_Abort)
   // before MPI would be finalized, which would wait for the other processes forever.
   std::unique_ptr<tg::MpiEnvironment> mpi;

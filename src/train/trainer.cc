@@ -98,8 +98,12 @@ void Trainer::Impl::warn_if_machine_is_busy() const {
   spdlog::warn(
       "this machine is busy: other work kept {:.1f} of its {} cores busy as the run started (load average {:.2f}); "
       "{} process(es) x {} threads of this run compete with it for the cores (a compute team waiting for a "
-      "descheduled thread can run several times slower): try --threads {}",
-      load->busy, load->cores, load->load1, processes, threads, fit);
+      "descheduled thread can run several times slower): try --threads {}{}",
+      load->busy, load->cores, load->load1, processes, threads, fit,
+      std::getenv("TG_WAIT_POLICY_SET") != nullptr
+          ? " (this run's OpenMP threads wait passively: OMP_WAIT_POLICY=passive, set as it started on this busy "
+            "machine)"
+          : "");
 }
 
 // Workers are placed round-robin: worker w computes on replica w % R as its (w / R)-th worker.
