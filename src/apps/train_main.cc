@@ -233,9 +233,9 @@ void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
 // other's start as other work) on a machine other work keeps busy: the process starts again with
 // OMP_WAIT_POLICY=passive, so that a team's threads sleep at barriers rather than spin against that work (GCC's
 // OpenMP reads the variable when it loads, before main: setting it here changes nothing without the new start).
-// LeNet at --threads 2 beside one busy process on 2 cores ran about 4x faster passive; on an idle machine passive
-// was 13-17% slower, hence only when busy (bench/README.md, "A busy machine"). OMP_WAIT_POLICY set by the user is
-// left alone. Returns only when nothing is to be done.
+// LeNet at --threads 2 beside one busy process on 2 cores ran 2.7x faster passive; on an idle machine passive was
+// 0.88x, hence only when busy (bench/README.md, "A busy machine"). OMP_WAIT_POLICY set by the user is left alone.
+// Returns only when nothing is to be done.
 void wait_passively_on_a_busy_machine(const tg::TrainConfig& config, char** argv) {
   if (config.device != "cpu" || std::getenv("OMP_WAIT_POLICY") != nullptr || tg::launched_by_mpi() ||
       std::getenv("TG_KEEP_WAIT_POLICY") != nullptr)  // (the benchmark of the runtime's default)
