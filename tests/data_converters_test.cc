@@ -253,6 +253,33 @@ TEST(BuildImageData, ClassFoldersToShards) {
   InspectReport raw = inspect_files(list_data_files(o.output_dir, "train"), true);
   EXPECT_EQ(raw.formats.at("RAW"), 6);
   EXPECT_EQ(raw.image_sizes.at("16x16x3"), 6);
+  // Without --labels_file: the classes are the train folder's sub-folders, sorted, recorded in labels.txt beside the
+  // shards; shard counts fit the images (6 train, 6 validation: one each, not 1024 and 128).
+  BuildImageDataOptions auto_o;
+  auto_o.train_directory = (dir / "train").string();
+  auto_o.validation_directory = (dir / "validation").string();
+  auto_o.output_dir = (dir / "auto").string();
+  auto_o.num_threads = 2;
+  EXPECT_EQ(build_image_data(auto_o).size(), 12u);
+  EXPECT_EQ(tg::testing::slurp(dir / "auto" / "labels.txt"), "n01440764\nn01443537\n");
+  EXPECT_EQ(inspect_files(list_data_files(auto_o.output_dir, "train"), true).labels,
+            (std::map<int64_t, int64_t>{{1, 3}, {2, 3}}));
+  // An empty class folder and a folder with no class folders are named.
+  fs::create_directories(dir / "train" / "n00000000");
+  try {
+    build_image_data(auto_o);
+    FAIL() << "an empty class folder was converted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n00000000' holds no image"), std::string::npos) << e.what();
+  }
+  fs::remove(dir / "train" / "n00000000");
+  auto_o.train_directory = (dir / "train" / "n01440764").string();
+  try {
+    build_image_data(auto_o);
+    FAIL() << "a folder of images taken as a folder of classes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no class sub-folders"), std::string::npos) << e.what();
+  }
   // A missing class folder is named.
   std::ofstream(dir / "labels.txt", std::ios::app) << "n99999999\n";
   try {

@@ -68,10 +68,16 @@ int main(int argc, char** argv) {
   CLI::App* c_img = app.add_subcommand("build-image-data", "class folders of JPEG/PNG images -> TFRecord shards");
   c_img->add_option("--train_directory", img.train_directory, "folder with one sub-folder per class");
   c_img->add_option("--validation_directory", img.validation_directory, "folder with one sub-folder per class");
-  c_img->add_option("--labels_file", img.labels_file, "one class folder name per line (label = line + 1)")->required();
+  c_img->add_option("--labels_file", img.labels_file,
+                    "one class folder name per line (label = line + 1; 0 stays the background class, so K classes "
+                    "train with --num_classes K + 1); default: the train folder's sub-folders, sorted");
   c_img->add_option("--output_dir", img.output_dir, "output folder")->required();
-  c_img->add_option("--train_shards", img.train_shards, "train shards")->capture_default_str();
-  c_img->add_option("--validation_shards", img.validation_shards, "validation shards")->capture_default_str();
+  c_img->add_option("--train_shards", img.train_shards, "train shards (0: 1024, fewer when there are fewer images)")
+      ->capture_default_str();
+  c_img
+      ->add_option("--validation_shards", img.validation_shards,
+                   "validation shards (0: 128, fewer when there are fewer images)")
+      ->capture_default_str();
   c_img->add_option("--num_threads", img.num_threads, "threads")->capture_default_str();
   c_img->add_option("--resize", img.resize, "resize every image to RESIZE x RESIZE (0: keep)")->capture_default_str();
   c_img->add_option("--quality", img.quality, "JPEG quality of re-encoded images")->capture_default_str();

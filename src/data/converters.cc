@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
 #include "terngrad/core/philox.h"
 #include "terngrad/core/read_file.h"
@@ -216,10 +217,11 @@ std::vector<LabeledFile> list_class_folders(const std::string& root, const std::
   std::vector<LabeledFile> out;
   for (size_t k = 0; k < classes.size(); ++k) {
     fs::path d = fs::path(root) / classes[k];
-    if (!fs::is_directory(d)) TG_THROW("class folder '{}' (from --labels_file) does not exist", d.string());
+    if (!fs::is_directory(d)) TG_THROW("class folder '{}' (of the classes) does not exist", d.string());
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(d))
       if (e.is_regular_file()) names.push_back(e.path().string());
+    if (names.empty()) TG_THROW("class folder '{}' holds no image", d.string());
     std::sort(names.begin(), names.end());
     for (auto& n : names) out.push_back({n, classes[k], static_cast<int64_t>(k + 1)});
   }
@@ -262,32 +264,60 @@ std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions
 
 }  // namespace
 
-std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
-  if (opt.labels_file.empty()) TG_THROW("--labels_file is required");
-  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
-  if (opt.train_directory.empty() && opt.validation_directory.empty())
-    TG_THROW("give --train_directory and/or --validation_directory");
-  if (opt.quality < 1 || opt.quality > 100) TG_THROW("--quality {} outside 1..100", opt.quality);
-  std::ifstream in(opt.labels_file);
-  if (!in) TG_THROW("cannot open --labels_file '{}'", opt.labels_file);
+// The classes of a folder of class folders: its sub-folders' names, sorted.
+std::vector<std::string> class_folders_of(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) TG_THROW("'{}' is not a folder", root);
+  std::vector<std::string> classes;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  if (ec) TG_THROW("cannot list '{}': {}", root, ec.message());
+  std::sort(classes.begin(), classes.end());
+  if (classes.empty())
+    TG_THROW("'{}' has no class sub-folders (one folder of images per class), or give --labels_file", root);
+  return classes;
+}
+
+std::vector<std::string> read_labels_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) TG_THROW("cannot open --labels_file '{}'", path);
   std::vector<std::string> classes;
   for (std::string line; std::getline(in, line);) {
     line.erase(line.find_last_not_of(" \t\r") + 1);
     line.erase(0, line.find_first_not_of(" \t"));
     if (!line.empty()) classes.push_back(line);
   }
-  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", opt.labels_file);
+  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", path);
+  return classes;
+}
+
+std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
+  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
+  if (opt.train_directory.empty() && opt.validation_directory.empty())
+    TG_THROW("give --train_directory and/or --validation_directory");
+  if (opt.quality < 1 || opt.quality > 100) TG_THROW("--quality {} outside 1..100", opt.quality);
+  const std::vector<std::string> classes =
+      opt.labels_file.empty()
+          ? class_folders_of(opt.train_directory.empty() ? opt.validation_directory : opt.train_directory)
+          : read_labels_file(opt.labels_file);
   std::vector<std::string> out;
-  auto run = [&](const std::string& dir, const std::string& prefix, int shards) {
+  auto run = [&](const std::string& dir, const std::string& prefix, int shards, int reference_shards) {
     if (dir.empty()) return;
     std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
+    if (shards == 0) shards = static_cast<int>(std::min<size_t>(reference_shards, files.size()));
     auto paths = write_sharded(
         files.size(), shards, "--" + prefix + "_shards", opt.output_dir, prefix, opt.num_threads,
         [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
     out.insert(out.end(), paths.begin(), paths.end());
   };
-  run(opt.train_directory, "train", opt.train_shards);
-  run(opt.validation_directory, "validation", opt.validation_shards);
+  run(opt.train_directory, "train", opt.train_shards, 1024);
+  run(opt.validation_directory, "validation", opt.validation_shards, 128);
+  // The classes in label order (label = line + 1), beside the shards.
+  std::string text;
+  for (const std::string& c : classes) text += c + "\n";
+  AtomicFile labels((fs::path(opt.output_dir) / "labels.txt").string());
+  labels.write(text);
+  labels.commit();
   return out;
 }
 

@@ -58,9 +58,12 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt);
 // ---- a folder per class of JPEG/PNG images (ImageNet layout) ------------------------------------------
 struct BuildImageDataOptions {
   std::string train_directory, validation_directory;  // either may be empty to skip that subset
-  std::string labels_file;  // one class folder name per line; line k (0-based) gets label k + 1 (0 = background)
+  // One class folder name per line; line k (0-based) gets label k + 1 (0 stays the reference's background class, so
+  // a model of K classes has --num_classes K + 1). Empty: the sorted sub-folders of the train (else validation)
+  // directory. Either way <output_dir>/labels.txt records the classes in label order.
+  std::string labels_file;
   std::string output_dir;
-  int train_shards = 1024, validation_shards = 128;
+  int train_shards = 0, validation_shards = 0;  // 0: the reference's 1024 and 128, fewer when there are fewer images
   int num_threads = 8;
   int resize = 0;          // > 0: resize every image to resize x resize (bilinear, aspect not kept)
   int quality = 90;        // JPEG quality when an image must be (re-)encoded
