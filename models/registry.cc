@@ -22,15 +22,18 @@ void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing) {
 
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models = {
-      // name, description, min and default image size, label smoothing, ImageNet preprocessing, builder
-      {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, 0, 0.f, "inception", build_lenet},
-      {"cifarnet", "CifarNet (TF CIFAR-10 tutorial net with LRN), 24x24x3", 1, 0, 0.f, "inception", build_cifarnet},
-      {"cifar10_alexnet", "alias of cifarnet (the reference's name)", 1, 0, 0.f, "inception", build_cifarnet},
+      // name, description, min and default image size, label smoothing, ImageNet preprocessing, builder, the size it
+      // was designed for
+      {"lenet", "LeNet (reference variant: SAME padding, ReLU), MNIST 28x28x1", 4, 0, 0.f, "inception", build_lenet,
+       28},
+      {"cifarnet", "CifarNet (TF CIFAR-10 tutorial net with LRN), 24x24x3", 1, 0, 0.f, "inception", build_cifarnet, 24},
+      {"cifar10_alexnet", "alias of cifarnet (the reference's name)", 1, 0, 0.f, "inception", build_cifarnet, 24},
       {"alexnet", "AlexNet, the reference's two-branch variant with BN on every conv, 224x224x3", 57, 0, 0.f, "alexnet",
-       build_alexnet},
-      {"resnet50", "ResNet-50 v1.5 (stride 2 on the 3x3 conv), 224x224x3", 32, 0, 0.f, "inception", build_resnet50},
+       build_alexnet, 224},
+      {"resnet50", "ResNet-50 v1.5 (stride 2 on the 3x3 conv), 224x224x3", 32, 0, 0.f, "inception", build_resnet50,
+       224},
       {"inception_v3", "Inception-v3 with the auxiliary head, 299x299x3", 75, 299, 0.1f, "inception",
-       build_inception_v3},
+       build_inception_v3, 299},
   };
   return models;
 }

@@ -287,6 +287,20 @@ TEST_F(CliMessages, EvalSaysWhatItWaitsForAndWhereItWroteItsDumps) {
   EXPECT_EQ(lines_with(r.output, "waiting for a checkpoint in " + dir("empty")).size(), 1u) << r.output;
 }
 
+// A network run far above the input size it was designed for (CifarNet at 64 where it was made for 24) is a warning
+// naming its parameter count; at its own size, none.
+TEST_F(CliMessages, ANetworkFarFromItsDesignSizeIsAWarning) {
+  Result r = run(train(dir("big"), "--net cifarnet --dataset cifar10 --image_size 64 --max_steps 1"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto warned = lines_with(r.output,
+                                 "--net cifarnet at --image_size 64: it was designed for 24x24 inputs; at "
+                                 "this size it has ");
+  EXPECT_EQ(warned.size(), 1u) << r.output;
+  r = run(train(dir("own"), "--net cifarnet --dataset cifar10 --max_steps 1"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(lines_with(r.output, "it was designed for").empty()) << r.output;
+}
+
 // The README's exit-status table, one case of each row and program (128 + signal: StopSignalsTest in trainer_test.cc).
 TEST_F(CliMessages, ExitCodes) {
   const std::string t = dir("t");

@@ -194,6 +194,14 @@ void Trainer::Impl::log_configuration() const {
         "one worker: there is nothing to exchange, so --grad_bits {} saves nothing (0 B/step); train data-parallel "
         "with --num_nodes 2 or more, or several processes (mpirun -np 2)",
         cfg.grad_bits);
+  const ModelInfo& model = find_model(cfg.net);
+  if (model.design_image_size > 0 && cfg.image_size > 2 * model.design_image_size)
+    spdlog::warn(
+        "--net {} at --image_size {}: it was designed for {}x{} inputs; at this size it has {:.1f} M parameters "
+        "(its dense layers grow with the input): a network made for this size (alexnet, resnet50, inception_v3) "
+        "or --image_size {} may be what you want",
+        cfg.net, cfg.image_size, model.design_image_size, model.design_image_size,
+        static_cast<double>(replicas[0].store->num_parameters()) / 1e6, model.design_image_size);
   spdlog::info("step lines end with {}", PhaseTimes::legend());
 }
 

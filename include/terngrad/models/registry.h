@@ -56,6 +56,7 @@ struct ModelInfo {
   float label_smoothing;               // --label_smoothing < 0 means this
   const char* imagenet_preprocessing;  // on ImageNet: "alexnet" or "inception" (data/preprocess.h)
   ModelBuilder build;
+  int64_t design_image_size = 0;  // the input it was designed for; far larger: a warning (its dense layers grow)
 };
 
 const std::vector<ModelInfo>& model_registry();
