@@ -16,6 +16,7 @@
 
 #include "common/fashion_mnist_shards.h"
 #include "common/files.h"
+#include "terngrad/data/image_codec.h"
 #include "terngrad/train/checkpoint.h"
 
 namespace tg {
@@ -299,6 +300,38 @@ TEST_F(CliMessages, ANetworkFarFromItsDesignSizeIsAWarning) {
   r = run(train(dir("own"), "--net cifarnet --dataset cifar10 --max_steps 1"));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(lines_with(r.output, "it was designed for").empty()) << r.output;
+}
+
+// A folder of one's own images: class sub-folders of PNGs converted without a labels file, then trained on; a
+// --num_classes that does not match the data's classes is refused before the train_dir exists.
+TEST_F(CliMessages, OwnImagesConvertAndTrainAndAClassCountMismatchIsRefused) {
+  const fs::path photos = root_ / "photos";
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 4; ++i) {
+      Image img;
+      img.height = img.width = 32;
+      img.channels = 3;
+      img.pixels.assign(img.size(), static_cast<uint8_t>(40 * k + 3 * i));
+      fs::create_directories(photos / ("class" + std::to_string(k)));
+      testing::dump(photos / ("class" + std::to_string(k)) / (std::to_string(i) + ".png"), encode_png(img));
+    }
+  Result r = run(bin("terngrad-data") + " build-image-data --train_directory " + photos.string() +
+                 " --validation_directory " + photos.string() + " --output_dir " + dir("data"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(testing::slurp(root_ / "data" / "labels.txt"), "class0\nclass1\nclass2\n");
+  const std::string own = bin("terngrad-train") + " --data_dir " + dir("data") +
+                          " --dataset imagenet --net cifarnet --image_size 24 --batch_size 4 --max_steps 2 --threads 1 "
+                          "--num_readers 1 --num_preprocess_threads 1 --shuffle_buffer 8 --train_dir ";
+  r = run(own + dir("wrong") + " --num_classes 11");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("holds 3 classes (" + dir("data") +
+                          "/labels.txt; labels 1..3, 0 the background class): train with --num_classes 4, not 11"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir("wrong")));
+  r = run(own + dir("right") + " --num_classes 4 --eval_every 2 --eval_subset validation");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step 2: test precision@1 "), std::string::npos) << r.output;
 }
 
 // The README's exit-status table, one case of each row and program (128 + signal: StopSignalsTest in trainer_test.cc).

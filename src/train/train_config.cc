@@ -3,6 +3,7 @@
 #include "terngrad/train/train_config.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
@@ -41,6 +42,20 @@ void TrainConfig::check_evaluation_data() const {
       TG_THROW("{} {}: {}", flag, subset, e.what());
     }
   }
+}
+
+void TrainConfig::check_data_classes() const {
+  if (benchmark_mode || data_dir.empty()) return;
+  const std::string path = (std::filesystem::path(data_dir) / "labels.txt").string();
+  std::ifstream in(path);
+  if (!in) return;  // only terngrad-data build-image-data writes it
+  int64_t classes = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ++classes;
+  TG_CHECK(classes == 0 || num_classes == classes + 1,
+           "--data_dir {} holds {} classes ({}; labels 1..{}, 0 the background class): train with --num_classes {}, "
+           "not {}",
+           data_dir, classes, path, classes, classes + 1, num_classes);
 }
 
 int64_t TrainConfig::total_batch() const {

@@ -64,6 +64,7 @@ size_t Trainer::device_bytes_in_use() const { return impl_->replicas[0].backend-
 
 void Trainer::Impl::build() {
   cfg.check_evaluation_data();  // an evaluation's data, like the training's, before anything is created
+  cfg.check_data_classes();
   fence = std::make_unique<GenerationFence>(cfg.train_dir, cfg.generation);
   checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);

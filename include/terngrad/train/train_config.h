@@ -119,6 +119,9 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   // Throws, naming the flag and subset, when one of them has no files in --data_dir (checked by the trainer
   // before anything is created, as the training data is).
   void check_evaluation_data() const;
+  // A --data_dir written by terngrad-data build-image-data names its classes (labels.txt): --num_classes must be
+  // their count + 1 (label 0 is the background class). Throws naming both; nothing to check without the file.
+  void check_data_classes() const;
   // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
   // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
   std::optional<std::set<std::string>> given_flags;
