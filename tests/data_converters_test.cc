@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/fashion_mnist.h"
 #include "common/files.h"
@@ -247,6 +248,7 @@ TEST(BuildImageData, ClassFoldersToShards) {
   // Resize + RAW pixels.
   o.output_dir = (dir / "raw").string();
   o.validation_directory.clear();
+  o.validation_fraction = 0;  // no validation subset held out
   o.resize = 16;
   o.raw_pixel = true;
   build_image_data(o);
@@ -264,6 +266,46 @@ TEST(BuildImageData, ClassFoldersToShards) {
   EXPECT_EQ(tg::testing::slurp(dir / "auto" / "labels.txt"), "n01440764\nn01443537\n");
   EXPECT_EQ(inspect_files(list_data_files(auto_o.output_dir, "train"), true).labels,
             (std::map<int64_t, int64_t>{{1, 3}, {2, 3}}));
+  // No validation folder: --validation_fraction of each class is held out of the train images (seeded): 3 images a
+  // class at 0.5 -> 2 to validation, 1 to train; the same split every time; a class of one image is refused.
+  BuildImageDataOptions held = auto_o;
+  held.validation_directory.clear();
+  held.validation_fraction = 0.5;
+  held.output_dir = (dir / "held").string();
+  build_image_data(held);
+  EXPECT_EQ(inspect_files(list_data_files(held.output_dir, "train"), true).labels,
+            (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
+  EXPECT_EQ(inspect_files(list_data_files(held.output_dir, "validation"), true).labels,
+            (std::map<int64_t, int64_t>{{1, 2}, {2, 2}}));
+  auto validation_files = [&] {  // the held-out images, by class and file name
+    std::set<std::string> names;
+    for (const std::string& shard : list_data_files(held.output_dir, "validation"))
+      for (const auto& rec : read_all_tfrecords(shard)) {
+        const ImageExample ex = parse_image_example(rec, shard);
+        names.insert(ex.class_text + "/" + ex.filename);
+      }
+    return names;
+  };
+  const std::set<std::string> first = validation_files();
+  EXPECT_EQ(first.size(), 4u);
+  build_image_data(held);
+  EXPECT_EQ(validation_files(), first) << "the split is seeded";
+  fs::create_directories(dir / "train1" / "a");
+  fs::create_directories(dir / "train1" / "b");
+  fs::copy_file(dir / "train" / "n01440764" / "0.JPEG", dir / "train1" / "a" / "0.JPEG");
+  fs::copy_file(dir / "train" / "n01440764" / "1.JPEG", dir / "train1" / "b" / "1.JPEG");
+  fs::copy_file(dir / "train" / "n01440764" / "0.JPEG", dir / "train1" / "b" / "0.JPEG");
+  held.train_directory = (dir / "train1").string();
+  held.output_dir = (dir / "held1").string();
+  try {
+    build_image_data(held);
+    FAIL() << "a class of one image was split";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("class 'a' has 1 image(s): too few to hold out --validation_fraction 0.5"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "held1" / "labels.txt")) << "nothing written";
   // An empty class folder and a folder with no class folders are named.
   fs::create_directories(dir / "train" / "n00000000");
   try {

@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
       ->add_option("--validation_shards", img.validation_shards,
                    "validation shards (0: 128, fewer when there are fewer images)")
       ->capture_default_str();
+  c_img
+      ->add_option("--validation_fraction", img.validation_fraction,
+                   "without --validation_directory: this fraction of each class's images (seeded, at least one) "
+                   "becomes the validation subset; 0: none")
+      ->capture_default_str();
   c_img->add_option("--num_threads", img.num_threads, "threads")->capture_default_str();
   c_img->add_option("--resize", img.resize, "resize every image to RESIZE x RESIZE (0: keep)")->capture_default_str();
   c_img->add_option("--quality", img.quality, "JPEG quality of re-encoded images")->capture_default_str();

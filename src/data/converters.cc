@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
@@ -235,6 +238,30 @@ std::vector<LabeledFile> list_class_folders(const std::string& root, const std::
   return out;
 }
 
+// --validation_fraction without a validation folder: of each class, round(fraction x its images) (at least 1) go to
+// validation, the first ones of the seeded order `files` is in; a class of fewer than 2 images is refused.
+std::pair<std::vector<LabeledFile>, std::vector<LabeledFile>> hold_out(const std::vector<LabeledFile>& files,
+                                                                       const std::vector<std::string>& classes,
+                                                                       double fraction) {
+  std::vector<size_t> count(classes.size() + 1, 0), held(classes.size() + 1, 0), want(classes.size() + 1, 0);
+  for (const LabeledFile& f : files) ++count[static_cast<size_t>(f.label)];
+  for (size_t k = 1; k <= classes.size(); ++k) {
+    TG_CHECK(count[k] >= 2,
+             "class '{}' has {} image(s): too few to hold out --validation_fraction {} of them (at least 2: one to "
+             "train on, one to validate; or give --validation_directory, or --validation_fraction 0)",
+             classes[k - 1], count[k], fraction);
+    want[k] =
+        std::clamp<size_t>(static_cast<size_t>(std::lround(fraction * static_cast<double>(count[k]))), 1, count[k] - 1);
+  }
+  std::pair<std::vector<LabeledFile>, std::vector<LabeledFile>> split;
+  for (const LabeledFile& f : files) {
+    const size_t k = static_cast<size_t>(f.label);
+    (held[k] < want[k] ? split.second : split.first).push_back(f);
+    if (held[k] < want[k]) ++held[k];
+  }
+  return split;
+}
+
 std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions& opt) {
   std::string bytes = read_file(f.path);
   ImageFormat fmt = sniff_image_format(bytes);
@@ -300,18 +327,26 @@ std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
       opt.labels_file.empty()
           ? class_folders_of(opt.train_directory.empty() ? opt.validation_directory : opt.train_directory)
           : read_labels_file(opt.labels_file);
+  TG_CHECK(opt.validation_fraction >= 0 && opt.validation_fraction < 1, "--validation_fraction {} outside [0, 1)",
+           opt.validation_fraction);
   std::vector<std::string> out;
-  auto run = [&](const std::string& dir, const std::string& prefix, int shards, int reference_shards) {
-    if (dir.empty()) return;
-    std::vector<LabeledFile> files = list_class_folders(dir, classes, opt.seed);
+  auto run = [&](const std::vector<LabeledFile>& files, const std::string& prefix, int shards, int reference_shards) {
+    if (files.empty()) return;
     if (shards == 0) shards = static_cast<int>(std::min<size_t>(reference_shards, files.size()));
     auto paths = write_sharded(
         files.size(), shards, "--" + prefix + "_shards", opt.output_dir, prefix, opt.num_threads,
         [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
     out.insert(out.end(), paths.begin(), paths.end());
   };
-  run(opt.train_directory, "train", opt.train_shards, 1024);
-  run(opt.validation_directory, "validation", opt.validation_shards, 128);
+  std::vector<LabeledFile> train, validation;
+  if (!opt.train_directory.empty()) train = list_class_folders(opt.train_directory, classes, opt.seed);
+  if (!opt.validation_directory.empty()) {
+    validation = list_class_folders(opt.validation_directory, classes, opt.seed);
+  } else if (!train.empty() && opt.validation_fraction > 0) {
+    std::tie(train, validation) = hold_out(train, classes, opt.validation_fraction);
+  }
+  run(train, "train", opt.train_shards, 1024);
+  run(validation, "validation", opt.validation_shards, 128);
   // The classes in label order (label = line + 1), beside the shards.
   std::string text;
   for (const std::string& c : classes) text += c + "\n";

@@ -64,6 +64,9 @@ struct BuildImageDataOptions {
   std::string labels_file;
   std::string output_dir;
   int train_shards = 0, validation_shards = 0;  // 0: the reference's 1024 and 128, fewer when there are fewer images
+  // Without a validation_directory: this fraction of each class's train images (seeded; at least one) becomes the
+  // validation subset; 0: none.
+  double validation_fraction = 0.1;
   int num_threads = 8;
   int resize = 0;          // > 0: resize every image to resize x resize (bilinear, aspect not kept)
   int quality = 90;        // JPEG quality when an image must be (re-)encoded
