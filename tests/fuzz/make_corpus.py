@@ -117,7 +117,8 @@ def main(build):
         open(tmp + "/labels.txt", "w").write("shirt\ntruck\n")
         for extra, out in (([], "jpeg"), (["--raw_pixel"], "rawrgb")):
             run(data_bin, "build-image-data", "--train_directory", tmp + "/images", "--labels_file",
-                tmp + "/labels.txt", "--output_dir", tmp + "/" + out, "--train_shards", 1, *extra)
+                tmp + "/labels.txt", "--output_dir", tmp + "/" + out, "--train_shards", 1, "--validation_fraction", 0,
+                *extra)
         shards = {"mnist_png": tmp + "/idx_png/train-00000-of-00001", "mnist_raw": tmp + "/idx_raw/train-00000-of-00001",
                   "cifar_png": tmp + "/cifar/test-00000-of-00001", "jpeg": tmp + "/jpeg/train-00000-of-00001",
                   "raw_rgb": tmp + "/rawrgb/train-00000-of-00001"}
