@@ -157,6 +157,14 @@ echo "kill -9: $runs runs, $kills killed in $(seconds_of $(($(now_us) - t0))) s 
 [ -n "$REF" ] && [ "$GOT" = "$REF" ] || fail "digest after kills ($GOT) differs from the uninterrupted run's ($REF)"
 [ "$stale" -eq 0 ] || fail "temporary checkpoint files left: $(find "$DIR" -name '*.tmp-*')"
 
+# The process of MPI rank RANK of the job training into TRAIN_DIR ("" when there is none): its OMPI_COMM_WORLD_RANK.
+pid_of_rank() {  # TRAIN_DIR RANK
+  local p
+  for p in $(pgrep -f "$TRAIN.*$1"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$2\$"; then echo "$p"; fi
+  done
+}
+
 # ---- 2. kill -9 one rank of an MPI job ---------------------------------------------------------------------
 if ! command -v mpirun > /dev/null; then
   if [ "${CI:-}" = true ]; then fail "lost MPI rank: mpirun not found (CI=true)"; else
@@ -169,10 +177,7 @@ else
   stepped() { grep -q "step [0-9]*, entropy_loss" "$WORK/mpi.log"; }
   wait_for $job "$WORK/mpi.log" stepped
   rc=$?
-  rank1=""
-  for p in $(pgrep -f "$TRAIN.*$WORK/mpi"); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then rank1=$p; fi
-  done
+  rank1=$(pid_of_rank "$WORK/mpi" 1)
   if [ $rc -ne 0 ] || [ -z "$rank1" ]; then
     fail "lost rank: the job logged no step (wait status $rc) or rank 1 was not found: $(tail -2 "$WORK/mpi.log")"
     pkill -9 -P $job
@@ -203,10 +208,7 @@ else
   stopped_stepped() { grep -q "step [0-9]*, entropy_loss" "$WORK/stop.log"; }
   wait_for $job "$WORK/stop.log" stopped_stepped
   rc=$?
-  rank2=""
-  for p in $(pgrep -f "$TRAIN.*$WORK/stop"); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -q '^OMPI_COMM_WORLD_RANK=2$'; then rank2=$p; fi
-  done
+  rank2=$(pid_of_rank "$WORK/stop" 2)
   if [ $rc -ne 0 ] || [ -z "$rank2" ]; then
     fail "stopped rank: the job logged no step (wait status $rc) or rank 2 was not found: $(tail -2 "$WORK/stop.log")"
     pkill -9 -P $job

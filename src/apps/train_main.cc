@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,7 +21,6 @@
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/planning_backend.h"
 #include "terngrad/comm/mpi_communicator.h"
-#include "terngrad/core/cpu_cores.h"
 #include "terngrad/core/human_units.h"
 #include "terngrad/core/launcher.h"
 #include "terngrad/core/logging.h"
@@ -214,13 +212,7 @@ void report_done(const tg::TrainConfig& config, const tg::TrainResult& r) {
   spdlog::info("checkpoint {}; evaluate it with: terngrad-eval --checkpoint_dir {} --data_dir {} --run_once",
                r.last_checkpoint, config.train_dir, config.data_dir.empty() ? "DATA_DIR" : config.data_dir);
   if (config.eval_at_end.empty() || r.interrupted) return;
-  tg::EvalOptions eo;
-  static_cast<tg::DataConfig&>(eo) = config;
-  eo.data_dir = config.data_dir;
-  eo.subset = config.eval_at_end;
-  eo.device = config.device == "cpu" ? "cpu" : "cuda:0";
-  eo.threads = config.threads;
-  const tg::EvalResult e = tg::Evaluator(eo).evaluate(r.last_checkpoint);
+  const tg::EvalResult e = tg::Evaluator(tg::eval_options_of(config, config.eval_at_end)).evaluate(r.last_checkpoint);
   tg::EventWriter events(config.train_dir);  // beside the run's curves (TensorBoard, scripts/plot_runs.py)
   tg::record_eval_result(e, config.train_dir, events, "--train_dir");
   tg::log_result(
@@ -240,10 +232,7 @@ void wait_passively_on_a_busy_machine(const tg::TrainConfig& config, char** argv
   if (config.device != "cpu" || std::getenv("OMP_WAIT_POLICY") != nullptr || tg::launched_by_mpi() ||
       std::getenv("TG_KEEP_WAIT_POLICY") != nullptr)  // (the benchmark of the runtime's default)
     return;
-  const int threads = config.threads > 0 ? config.threads : tg::available_cores();
-  if (threads <= 1) return;
-  const std::optional<tg::MachineLoad> load = tg::read_machine_load(0.1);
-  if (!load || tg::threads_to_try(*load, threads, 1) >= threads) return;
+  if (!tg::crowding(config.threads, 1, 0.1)) return;
   setenv("OMP_WAIT_POLICY", "passive", 1);
   setenv("TG_WAIT_POLICY_SET", "busy", 1);  // said by the trainer's busy-machine line
   std::fflush(nullptr);

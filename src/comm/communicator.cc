@@ -36,8 +36,6 @@ uint64_t Communicator::reduce_scatter_moved_bytes(uint64_t payload, int size) {
 }
 
 namespace {
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (addresses compared as integers: device pointers
-// of one GPU too).
 // A collective's stay in the watchdog, if there is one.
 class Watched {
  public:
@@ -54,6 +52,8 @@ class Watched {
   ProgressWatchdog* w_;
 };
 
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (addresses compared as integers: device pointers
+// of one GPU too).
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include "terngrad/core/cpu_cores.h"
+
 namespace tg {
 
 std::optional<double> parse_load1(const std::string& loadavg) {
@@ -74,6 +76,16 @@ int threads_to_try(const MachineLoad& m, int threads, int processes) {
   const int free_cores = m.cores - static_cast<int>(std::lround(busy_cores(m)));
   if (threads * processes <= free_cores) return threads;
   return std::max(1, free_cores / std::max(1, processes));
+}
+
+std::optional<Crowding> crowding(int threads, int processes, double window_s) {
+  if (threads <= 0) threads = available_cores();
+  if (threads <= 1) return std::nullopt;  // nothing fewer to try
+  const std::optional<MachineLoad> load = read_machine_load(window_s);
+  if (!load) return std::nullopt;
+  const int fit = threads_to_try(*load, threads, processes);
+  if (fit >= threads) return std::nullopt;
+  return Crowding{*load, threads, fit};
 }
 
 }  // namespace tg

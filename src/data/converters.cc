@@ -289,8 +289,6 @@ std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions
   return build_image_example(ex);
 }
 
-}  // namespace
-
 // The classes of a folder of class folders: its sub-folders' names, sorted.
 std::vector<std::string> class_folders_of(const std::string& root) {
   std::error_code ec;
@@ -308,13 +306,20 @@ std::vector<std::string> class_folders_of(const std::string& root) {
 std::vector<std::string> read_labels_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) TG_THROW("cannot open --labels_file '{}'", path);
+  std::vector<std::string> classes = read_class_list(in);
+  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", path);
+  return classes;
+}
+
+}  // namespace
+
+std::vector<std::string> read_class_list(std::istream& in) {
   std::vector<std::string> classes;
   for (std::string line; std::getline(in, line);) {
     line.erase(line.find_last_not_of(" \t\r") + 1);
     line.erase(0, line.find_first_not_of(" \t"));
     if (!line.empty()) classes.push_back(line);
   }
-  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", path);
   return classes;
 }
 

@@ -23,6 +23,7 @@
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/checkpoint_model.h"
 #include "terngrad/train/event_writer.h"
+#include "terngrad/train/train_config.h"
 
 namespace tg {
 
@@ -174,6 +175,16 @@ void Evaluator::watch(const std::string& train_dir, const WatchOptions& watch,
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(watch.interval_secs));
   }
+}
+
+EvalOptions eval_options_of(const TrainConfig& run, const std::string& subset) {
+  EvalOptions eo;
+  static_cast<DataConfig&>(eo) = run;
+  eo.data_dir = run.data_dir;
+  eo.subset = subset;
+  eo.device = run.device == "cpu" ? "cpu" : "cuda:0";
+  eo.threads = run.threads;
+  return eo;
 }
 
 void record_eval_result(const EvalResult& r, const std::string& dir, EventWriter& events, const std::string& flag) {

@@ -26,8 +26,8 @@ GenerationFence::GenerationFence(const std::string& train_dir, int64_t generatio
     : train_dir_(train_dir), generation_(generation) {
   TG_CHECK(generation >= 0, "--generation {} must not be negative", generation);
   if (generation == 0) return;
-  check();
   const int64_t owner = current(train_dir);
+  refuse_if_over(owner);
   TG_CHECK(owner == generation,
            "--generation {}: {} names {}: this machine does not see the elastic launcher's --train_dir {} (every "
            "machine of an elastic run must see one shared folder: a restarted job resumes on any machine from the "
@@ -38,8 +38,10 @@ GenerationFence::GenerationFence(const std::string& train_dir, int64_t generatio
 }
 
 void GenerationFence::check() const {
-  if (generation_ == 0) return;
-  const int64_t owner = current(train_dir_);
+  if (generation_ != 0) refuse_if_over(current(train_dir_));
+}
+
+void GenerationFence::refuse_if_over(int64_t owner) const {
   TG_CHECK(owner <= generation_,
            "--generation {} is over: {} names generation {}, which owns --train_dir {} now (the elastic launcher "
            "restarted the job without this process); nothing written",

@@ -31,6 +31,8 @@ RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t
   events_->scalars(start_step, {{"run/train_seconds", 0.f}});
 }
 
+double RunReport::train_seconds() const { return seconds_since(start_) - eval_seconds_; }
+
 void RunReport::add_step(double seconds, const PhaseTimes& times) {
   meter_.add_step(seconds);
   window_times_ += times;
@@ -49,7 +51,7 @@ PhaseTimes RunReport::close_window() {
 void RunReport::window(const WindowFacts& f) {
   const ThroughputMeter::Window& w = closed_;
   const PhaseTimes& mean = closed_mean_;
-  const double elapsed = seconds_since(start_) - eval_seconds_;  // training time: the evaluations left out
+  const double elapsed = train_seconds();  // training time: the evaluations left out
   const double eta = elapsed / static_cast<double>(f.done - start_step_) * static_cast<double>(cfg_.max_steps - f.done);
   // The window's steps' host synchronisations (the log step's own reads are not a step's).
   const double syncs_per_step = static_cast<double>(f.host_syncs - window_host_syncs_) / w.steps;
@@ -111,7 +113,7 @@ void RunReport::write_summaries(const WindowFacts& f) {
       {"exchange/bytes_per_step", static_cast<float>(f.stats.moved_bytes)},
       {"exchange/fp32_bytes_per_step", static_cast<float>(f.stats.fp32_moved_bytes)},
       // Seconds of training since this run (or resume) began, evaluations left out: the time axis of a curve.
-      {"run/train_seconds", static_cast<float>(seconds_since(start_) - eval_seconds_)},
+      {"run/train_seconds", static_cast<float>(train_seconds())},
   };
   if (f.loss_scaling) {
     v.push_back({"loss_scale", f.loss_scale});
@@ -159,7 +161,7 @@ void RunReport::evaluation(const EvalResult& e, double seconds) {
   ++evaluations_;
   if (!chief_) return;
   record_eval_result(e, cfg_.train_dir, *events_, "--train_dir");
-  events_->scalars(e.step, {{"run/train_seconds", static_cast<float>(seconds_since(start_) - eval_seconds_)}});
+  events_->scalars(e.step, {{"run/train_seconds", static_cast<float>(train_seconds())}});
   spdlog::info(
       "step {}: test precision@1 {:.4f}, recall@5 {:.4f} on the {} examples of '{}' (the moving averages; "
       "evaluated in {}, not counted as training time)",

@@ -7,6 +7,7 @@
 
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
+#include "terngrad/data/converters.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/train/train_flags.h"
@@ -49,23 +50,25 @@ void TrainConfig::check_data_classes() const {
   const std::string path = (std::filesystem::path(data_dir) / "labels.txt").string();
   std::ifstream in(path);
   if (!in) return;  // only terngrad-data build-image-data writes it
-  int64_t classes = 0;
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) ++classes;
+  const int64_t classes = static_cast<int64_t>(read_class_list(in).size());
   TG_CHECK(classes == 0 || num_classes == classes + 1,
            "--data_dir {} holds {} classes ({}; labels 1..{}, 0 the background class): train with --num_classes {}, "
            "not {}",
            data_dir, classes, path, classes, classes + 1, num_classes);
 }
 
-int64_t TrainConfig::total_batch() const {
-  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kTotal || base_workers <= 0) return batch_size;
-  return batch_size / base_workers * workers();
+bool TrainConfig::keeps_worker_batch() const {
+  return parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kPerWorker && base_workers > 0;
 }
 
+int64_t TrainConfig::total_batch_of(int64_t workers) const {
+  return keeps_worker_batch() ? batch_size / base_workers * workers : batch_size;
+}
+
+int64_t TrainConfig::total_batch() const { return total_batch_of(workers()); }
+
 double TrainConfig::learning_rate_scale() const {
-  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kTotal || base_workers <= 0) return 1.0;
-  return static_cast<double>(workers()) / static_cast<double>(base_workers);
+  return keeps_worker_batch() ? static_cast<double>(workers()) / static_cast<double>(base_workers) : 1.0;
 }
 
 void TrainConfig::validate(int num_processes) const {
@@ -105,10 +108,8 @@ void TrainConfig::validate(int num_processes) const {
            "--reset_rank_state drops per-rank state when a run resumes on another topology: it needs "
            "--allow_topology_change");
   const int64_t workers = static_cast<int64_t>(workers_per_process()) * num_processes;
-  const int64_t total = parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kPerWorker && base_workers > 0
-                            ? batch_size / base_workers * workers
-                            : batch_size;
-  if (parse_enum<ElasticBatch>(elastic_batch) == ElasticBatch::kPerWorker && base_workers != workers) {
+  const int64_t total = total_batch_of(workers);
+  if (keeps_worker_batch() && base_workers != workers) {
     TG_CHECK(batch_size % base_workers == 0,
              "--batch_size {} is not divisible by the {} workers of the run's first layout (--elastic_batch "
              "per_worker keeps each worker's batch of that layout)",

@@ -89,18 +89,14 @@ void Trainer::Impl::build() {
 // training (after every check: a refused start prints its one line only), measured over 0.1 s.
 void Trainer::Impl::warn_if_machine_is_busy() const {
   if (cfg.device != "cpu" || !is_chief()) return;
-  const int threads = cfg.threads > 0 ? cfg.threads : available_cores();
-  if (threads <= 1) return;  // nothing fewer to try
-  const std::optional<MachineLoad> load = read_machine_load(0.1);
-  if (!load) return;
   const int processes = host_local_size();
-  const int fit = threads_to_try(*load, threads, processes);
-  if (fit >= threads) return;
+  const std::optional<Crowding> c = crowding(cfg.threads, processes, 0.1);
+  if (!c) return;
   spdlog::warn(
       "this machine is busy: other work kept {:.1f} of its {} cores busy as the run started (load average {:.2f}); "
       "{} process(es) x {} threads of this run compete with it for the cores (a compute team waiting for a "
       "descheduled thread can run several times slower): try --threads {}{}",
-      load->busy, load->cores, load->load1, processes, threads, fit,
+      c->load.busy, c->load.cores, c->load.load1, processes, c->threads, c->fit,
       std::getenv("TG_WAIT_POLICY_SET") != nullptr
           ? " (this run's OpenMP threads wait passively: OMP_WAIT_POLICY=passive, set as it started on this busy "
             "machine)"

@@ -140,7 +140,7 @@ uint64_t Trainer::Impl::resume(const std::string& path) {
     spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step,
                  m.parameter_digest);
   if (!moved) return m.data_cursor;
-  if (is_chief() && parse_enum<ElasticBatch>(cfg.elastic_batch) == ElasticBatch::kPerWorker)
+  if (is_chief() && cfg.keeps_worker_batch())
     spdlog::warn(
         "--elastic_batch per_worker: {} workers of {} examples each (the first layout's {} workers of {}): a "
         "total batch of {}, the learning rate scaled by {:.4g}",

@@ -72,13 +72,8 @@ void Trainer::Impl::evaluate(int64_t done, RunReport& report) {
   last_eval_step = done;
   if (is_chief()) {
     const Clock::time_point t0 = Clock::now();
-    EvalOptions eo;
-    static_cast<DataConfig&>(eo) = cfg;
-    eo.data_dir = cfg.data_dir;
-    eo.subset = cfg.eval_subset;
-    eo.device = cfg.device == "cpu" ? "cpu" : "cuda:0";
-    eo.threads = cfg.threads;
-    const EvalResult e = Evaluator(eo).evaluate(checkpoint_path(cfg.train_dir, done));
+    const EvalResult e =
+        Evaluator(eval_options_of(cfg, cfg.eval_subset)).evaluate(checkpoint_path(cfg.train_dir, done));
     report.evaluation(e, seconds_between(t0, Clock::now()));
   }
   last_eval = Clock::now();

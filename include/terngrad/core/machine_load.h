@@ -37,4 +37,14 @@ double busy_cores(const MachineLoad& m);
 // leaves free, divided among the processes, at least 1; `threads` itself when they fit.
 int threads_to_try(const MachineLoad& m, int threads, int processes);
 
+// A run of `threads` per process (0: all cores, as --threads) x `processes` starting now: the machine's load and the
+// threads that fit when they are fewer than the run's, measured over `window_s`; nullopt when they fit, when there
+// is nothing fewer to try (one thread) or /proc cannot be read.
+struct Crowding {
+  MachineLoad load;
+  int threads = 0;  // the run's, resolved
+  int fit = 0;      // threads_to_try
+};
+std::optional<Crowding> crowding(int threads, int processes, double window_s);
+
 }  // namespace tg

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <istream>
 #include <map>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ struct BuildImageDataOptions {
   uint64_t seed = 12345;   // order shuffle, as the reference's random.seed(12345)
   TfRecordCompression compression = TfRecordCompression::kNone;
 };
+// A labels file (a --labels_file, or the labels.txt build_image_data writes): its class names, one a line, blanks
+// around them and empty lines dropped; line k (0-based) is label k + 1.
+std::vector<std::string> read_class_list(std::istream& in);
 // JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK, which become RGB) and PNG files
 // are re-encoded as JPEG, both at `quality`; with raw_pixel every image is stored decoded (RGB).
 std::vector<std::string> build_image_data(const BuildImageDataOptions& opt);

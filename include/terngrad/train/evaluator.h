@@ -29,6 +29,11 @@ struct EvalOptions : DataConfig {
   std::string dump_inputs, dump_logits, dump_labels;
 };
 
+struct TrainConfig;
+// The evaluation a training run makes of its own checkpoints (--eval_at_end, --eval_every): its data settings and
+// threads, on `subset`, on the CPU or the first GPU as the run.
+EvalOptions eval_options_of(const TrainConfig& run, const std::string& subset);
+
 struct EvalResult {
   std::string checkpoint;  // its path
   int64_t step = 0;

@@ -28,6 +28,7 @@ class GenerationFence {
   void check() const;
 
  private:
+  void refuse_if_over(int64_t owner) const;  // throws when `owner` (the file's generation) is later than this one
   std::string train_dir_;
   int64_t generation_;
   std::unique_ptr<CommitGuard> guard_;

@@ -69,6 +69,8 @@ class RunReport {
  private:
   using Clock = std::chrono::steady_clock;
   void write_summaries(const WindowFacts& f);
+  // Seconds since start_ without the evaluations': the run's training time.
+  double train_seconds() const;
   const TrainConfig& cfg_;
   bool chief_;
   int64_t start_step_;

@@ -130,7 +130,10 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
 
   int workers_per_process() const { return num_nodes > 0 ? num_nodes : num_gpus; }
   int64_t workers() const { return static_cast<int64_t>(workers_per_process()) * num_processes; }
-  // The total batch of this layout and the learning rate's factor (--elastic_batch; base_workers resolved).
+  // The total batch of this layout (of `workers` workers) and the learning rate's factor (--elastic_batch;
+  // base_workers resolved); keeps_worker_batch: --elastic_batch per_worker.
+  bool keeps_worker_batch() const;
+  int64_t total_batch_of(int64_t workers) const;
   int64_t total_batch() const;
   double learning_rate_scale() const;
   // --precision as a compute dtype (F32, F16, BF16); an unknown value is an error naming the accepted ones.
