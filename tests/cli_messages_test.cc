@@ -302,36 +302,62 @@ TEST_F(CliMessages, ANetworkFarFromItsDesignSizeIsAWarning) {
   EXPECT_TRUE(lines_with(r.output, "it was designed for").empty()) << r.output;
 }
 
-// A folder of one's own images: class sub-folders of PNGs converted without a labels file, then trained on; a
-// --num_classes that does not match the data's classes is refused before the train_dir exists.
-TEST_F(CliMessages, OwnImagesConvertAndTrainAndAClassCountMismatchIsRefused) {
+// A folder of one's own images as the README trains it: class sub-folders of JPEGs and PNGs of several sizes (and a
+// notes file) converted with --input_dir, then trained on without --dataset or --num_classes (the folder's
+// dataset.json sets them: custom, 4 classes with the background, the network's size) with curves, and evaluated;
+// a --num_classes or --dataset that does not match the data is refused before the train_dir exists.
+TEST_F(CliMessages, OwnImagesConvertAndTrainAsTheReadmeSays) {
   const fs::path photos = root_ / "photos";
   for (int k = 0; k < 3; ++k)
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 5; ++i) {
       Image img;
-      img.height = img.width = 32;
+      img.height = 32 + 4 * i;
+      img.width = 36;
       img.channels = 3;
-      img.pixels.assign(img.size(), static_cast<uint8_t>(40 * k + 3 * i));
-      fs::create_directories(photos / ("class" + std::to_string(k)));
-      testing::dump(photos / ("class" + std::to_string(k)) / (std::to_string(i) + ".png"), encode_png(img));
+      img.pixels.assign(img.size(), static_cast<uint8_t>(60 * k + 3 * i));
+      const fs::path folder = photos / ("class" + std::to_string(k));
+      fs::create_directories(folder);
+      if (i % 2)
+        testing::dump(folder / (std::to_string(i) + ".png"), encode_png(img));
+      else
+        testing::dump(folder / (std::to_string(i) + ".jpg"), encode_jpeg(img, 95));
     }
-  Result r = run(bin("terngrad-data") + " build-image-data --train_directory " + photos.string() +
-                 " --validation_directory " + photos.string() + " --output_dir " + dir("data"));
+  testing::dump(photos / "class0" / "notes.txt", "where these were taken");
+  Result r = run(bin("terngrad-data") + " build-image-data --input_dir " + photos.string() + " --output_dir " +
+                 dir("data") + " --resize 32");
   ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(
+      lines_with(r.output, "skipped 1 file that is not JPEG or PNG: " + (photos / "class0" / "notes.txt").string())
+          .size(),
+      1u)
+      << r.output;
+  EXPECT_EQ(lines_with(r.output, "3 classes of 32x32 RGB images (train 12, validation 3)").size(), 1u) << r.output;
   EXPECT_EQ(testing::slurp(root_ / "data" / "labels.txt"), "class0\nclass1\nclass2\n");
   const std::string own = bin("terngrad-train") + " --data_dir " + dir("data") +
-                          " --dataset imagenet --net cifarnet --image_size 24 --batch_size 4 --max_steps 2 --threads 1 "
-                          "--num_readers 1 --num_preprocess_threads 1 --shuffle_buffer 8 --train_dir ";
+                          " --net cifarnet --batch_size 3 --max_steps 4 --threads 1 --num_readers 1 "
+                          "--num_preprocess_threads 1 --shuffle_buffer 8 --train_dir ";
   r = run(own + dir("wrong") + " --num_classes 11");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("holds 3 classes (" + dir("data") +
-                          "/labels.txt; labels 1..3, 0 the background class): train with --num_classes 4, not 11"),
+                          "/dataset.json; labels 1..3, 0 the background class): train with --num_classes 4, not 11"),
             std::string::npos)
       << r.output;
+  r = run(own + dir("wrong") + " --dataset fashion_mnist");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--dataset fashion_mnist reads 1-channel images; leave --dataset out"), std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir("wrong")));
-  r = run(own + dir("right") + " --num_classes 4 --eval_every 2 --eval_subset validation");
+  r = run(own + dir("run") + " --eval_every 2");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("step 2: test precision@1 "), std::string::npos) << r.output;
+  EXPECT_EQ(lines_with(r.output, "data: 3 classes of 32x32 RGB images (train 12, validation 3) (" + dir("data") +
+                                     "/dataset.json): --dataset custom, --num_classes 4, --image_size 24")
+                .size(),
+            1u)
+      << r.output;
+  EXPECT_EQ(lines_with(r.output, "on the 3 examples of 'validation'").size(), 2u) << r.output;
+  r = run(bin("terngrad-eval") + " --checkpoint_dir " + dir("run") + " --data_dir " + dir("data") + " --run_once");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(lines_with(r.output, "[3 examples]").size(), 1u) << r.output;
 }
 
 // The README's exit-status table, one case of each row and program (128 + signal: StopSignalsTest in trainer_test.cc).

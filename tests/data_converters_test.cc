@@ -1,13 +1,12 @@
 // Converters: idx -> shards -> InputPipeline gives back the exact pixels and labels (synthetic files and the
-// installed Fashion-MNIST test set), CIFAR-10 binary layout, class folders (labels 1..K, resize, RAW),
-// inspect, and atomic shard writing.
+// installed Fashion-MNIST test set), CIFAR-10 binary layout, inspect, and atomic shard writing (class folders:
+// build_image_data_test.cc).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include "common/fashion_mnist.h"
 #include "common/files.h"
@@ -181,155 +180,6 @@ TEST(ConvertCifar10, PlanesBecomeInterleavedPixels) {
   EXPECT_EQ(r.image_sizes.at("32x32x3"), 10);
   fs::remove(dir / "test_batch.bin");
   EXPECT_THROW(convert_cifar10(o), Error);
-  fs::remove_all(dir);
-}
-
-TEST(BuildImageData, ClassFoldersToShards) {
-  fs::path dir = temp_dir("folders");
-  const std::vector<std::string> classes = {"n01440764", "n01443537"};
-  {
-    std::ofstream lf(dir / "labels.txt");
-    for (auto& c : classes) lf << c << "\n";
-  }
-  int count = 0;
-  for (const char* subset : {"train", "validation"})
-    for (size_t k = 0; k < classes.size(); ++k) {
-      fs::create_directories(dir / subset / classes[k]);
-      for (int i = 0; i < 3; ++i, ++count) {
-        Image img;
-        img.height = 40 + i * 10;
-        img.width = 60;
-        img.channels = 3;
-        img.pixels.assign(img.size(), static_cast<uint8_t>(60 * k + 20));
-        std::string bytes = i == 2 ? encode_png(img) : encode_jpeg(img, 95);
-        std::ofstream f(dir / subset / classes[k] / (std::to_string(i) + (i == 2 ? ".png" : ".JPEG")),
-                        std::ios::binary);
-        f << bytes;
-      }
-    }
-  BuildImageDataOptions o;
-  o.train_directory = (dir / "train").string();
-  o.validation_directory = (dir / "validation").string();
-  o.labels_file = (dir / "labels.txt").string();
-  o.output_dir = (dir / "out").string();
-  o.train_shards = 2;
-  o.validation_shards = 1;
-  o.num_threads = 2;
-  std::vector<std::string> paths = build_image_data(o);
-  EXPECT_EQ(paths.size(), 3u);
-  InspectReport r = inspect_files(list_data_files(o.output_dir, "train"), true);
-  EXPECT_EQ(r.records, 6);
-  EXPECT_EQ(r.corrupt + r.undecodable, 0);
-  EXPECT_EQ(r.labels, (std::map<int64_t, int64_t>{{1, 3}, {2, 3}}));  // 1..K, 0 is background
-  EXPECT_EQ(r.formats.at("JPEG"), 6);
-  EXPECT_EQ(r.feature_keys.count("image/filename"), 1u);
-  // Labels match the folder colour, and the pipeline reads them with ImageNet preprocessing.
-  for (const auto& rec : read_all_tfrecords(paths[0])) {
-    ImageExample ex = parse_image_example(rec, "t");
-    Image img = decode_image(ex.encoded, ex.format, 0, 0, 0, 3, "t");
-    EXPECT_NEAR(img.pixels[0], 60 * (ex.label - 1) + 20, 3);
-    EXPECT_EQ(ex.class_text, classes[ex.label - 1]);
-  }
-  PipelineOptions po;
-  po.data_dir = o.output_dir;
-  po.subset = "validation";
-  po.dataset = "imagenet";
-  po.imagenet_preprocessing = PreprocessKind::kAlexnet;
-  po.image_size = 32;
-  po.batch_size = 4;
-  po.train = false;
-  {
-    InputPipeline p(po);
-    Batch b;
-    int seen = 0;
-    while (p.next(&b)) seen += b.count;
-    EXPECT_EQ(seen, 6);
-  }
-  // Resize + RAW pixels.
-  o.output_dir = (dir / "raw").string();
-  o.validation_directory.clear();
-  o.validation_fraction = 0;  // no validation subset held out
-  o.resize = 16;
-  o.raw_pixel = true;
-  build_image_data(o);
-  InspectReport raw = inspect_files(list_data_files(o.output_dir, "train"), true);
-  EXPECT_EQ(raw.formats.at("RAW"), 6);
-  EXPECT_EQ(raw.image_sizes.at("16x16x3"), 6);
-  // Without --labels_file: the classes are the train folder's sub-folders, sorted, recorded in labels.txt beside the
-  // shards; shard counts fit the images (6 train, 6 validation: one each, not 1024 and 128).
-  BuildImageDataOptions auto_o;
-  auto_o.train_directory = (dir / "train").string();
-  auto_o.validation_directory = (dir / "validation").string();
-  auto_o.output_dir = (dir / "auto").string();
-  auto_o.num_threads = 2;
-  EXPECT_EQ(build_image_data(auto_o).size(), 12u);
-  EXPECT_EQ(tg::testing::slurp(dir / "auto" / "labels.txt"), "n01440764\nn01443537\n");
-  EXPECT_EQ(inspect_files(list_data_files(auto_o.output_dir, "train"), true).labels,
-            (std::map<int64_t, int64_t>{{1, 3}, {2, 3}}));
-  // No validation folder: --validation_fraction of each class is held out of the train images (seeded): 3 images a
-  // class at 0.5 -> 2 to validation, 1 to train; the same split every time; a class of one image is refused.
-  BuildImageDataOptions held = auto_o;
-  held.validation_directory.clear();
-  held.validation_fraction = 0.5;
-  held.output_dir = (dir / "held").string();
-  build_image_data(held);
-  EXPECT_EQ(inspect_files(list_data_files(held.output_dir, "train"), true).labels,
-            (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
-  EXPECT_EQ(inspect_files(list_data_files(held.output_dir, "validation"), true).labels,
-            (std::map<int64_t, int64_t>{{1, 2}, {2, 2}}));
-  auto validation_files = [&] {  // the held-out images, by class and file name
-    std::set<std::string> names;
-    for (const std::string& shard : list_data_files(held.output_dir, "validation"))
-      for (const auto& rec : read_all_tfrecords(shard)) {
-        const ImageExample ex = parse_image_example(rec, shard);
-        names.insert(ex.class_text + "/" + ex.filename);
-      }
-    return names;
-  };
-  const std::set<std::string> first = validation_files();
-  EXPECT_EQ(first.size(), 4u);
-  build_image_data(held);
-  EXPECT_EQ(validation_files(), first) << "the split is seeded";
-  fs::create_directories(dir / "train1" / "a");
-  fs::create_directories(dir / "train1" / "b");
-  fs::copy_file(dir / "train" / "n01440764" / "0.JPEG", dir / "train1" / "a" / "0.JPEG");
-  fs::copy_file(dir / "train" / "n01440764" / "1.JPEG", dir / "train1" / "b" / "1.JPEG");
-  fs::copy_file(dir / "train" / "n01440764" / "0.JPEG", dir / "train1" / "b" / "0.JPEG");
-  held.train_directory = (dir / "train1").string();
-  held.output_dir = (dir / "held1").string();
-  try {
-    build_image_data(held);
-    FAIL() << "a class of one image was split";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("class 'a' has 1 image(s): too few to hold out --validation_fraction 0.5"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(fs::exists(dir / "held1" / "labels.txt")) << "nothing written";
-  // An empty class folder and a folder with no class folders are named.
-  fs::create_directories(dir / "train" / "n00000000");
-  try {
-    build_image_data(auto_o);
-    FAIL() << "an empty class folder was converted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("n00000000' holds no image"), std::string::npos) << e.what();
-  }
-  fs::remove(dir / "train" / "n00000000");
-  auto_o.train_directory = (dir / "train" / "n01440764").string();
-  try {
-    build_image_data(auto_o);
-    FAIL() << "a folder of images taken as a folder of classes";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has no class sub-folders"), std::string::npos) << e.what();
-  }
-  // A missing class folder is named.
-  std::ofstream(dir / "labels.txt", std::ios::app) << "n99999999\n";
-  try {
-    build_image_data(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("n99999999"), std::string::npos) << e.what();
-  }
   fs::remove_all(dir);
 }
 

@@ -65,18 +65,22 @@ int main(int argc, char** argv) {
   add_compression(c_cifar);
 
   tg::BuildImageDataOptions img;
-  CLI::App* c_img = app.add_subcommand("build-image-data", "class folders of JPEG/PNG images -> TFRecord shards");
-  c_img->add_option("--train_directory", img.train_directory, "folder with one sub-folder per class");
+  CLI::App* c_img =
+      app.add_subcommand("build-image-data", "class folders of JPEG/PNG images -> shards, labels.txt, dataset.json");
+  c_img->add_option("--input_dir,--train_directory", img.train_directory,
+                    "folder with one sub-folder of JPEG/PNG images per class (the training images)");
   c_img->add_option("--validation_directory", img.validation_directory, "folder with one sub-folder per class");
   c_img->add_option("--labels_file", img.labels_file,
                     "one class folder name per line (label = line + 1; 0 stays the background class, so K classes "
-                    "train with --num_classes K + 1); default: the train folder's sub-folders, sorted");
+                    "train with --num_classes K + 1); default: the input folder's sub-folders, sorted");
   c_img->add_option("--output_dir", img.output_dir, "output folder")->required();
-  c_img->add_option("--train_shards", img.train_shards, "train shards (0: 1024, fewer when there are fewer images)")
+  c_img
+      ->add_option("--train_shards", img.train_shards,
+                   "train shards (0: one per 256 images, at most the reference's 1024)")
       ->capture_default_str();
   c_img
       ->add_option("--validation_shards", img.validation_shards,
-                   "validation shards (0: 128, fewer when there are fewer images)")
+                   "validation shards (0: one per 256 images, at most the reference's 128)")
       ->capture_default_str();
   c_img
       ->add_option("--validation_fraction", img.validation_fraction,
@@ -84,9 +88,15 @@ int main(int argc, char** argv) {
                    "becomes the validation subset; 0: none")
       ->capture_default_str();
   c_img->add_option("--num_threads", img.num_threads, "threads")->capture_default_str();
-  c_img->add_option("--resize", img.resize, "resize every image to RESIZE x RESIZE (0: keep)")->capture_default_str();
+  c_img
+      ->add_option("--resize", img.resize,
+                   "every image becomes RESIZE x RESIZE; -1: images of one size up to 512 keep it, others become "
+                   "256x256; 0: each keeps its own size")
+      ->capture_default_str();
+  c_img->add_option("--channels", img.channels, "1 or 3 channels for every image; 0: 1 when all are grayscale, else 3")
+      ->capture_default_str();
   c_img->add_option("--quality", img.quality, "JPEG quality of re-encoded images")->capture_default_str();
-  c_img->add_flag("--raw_pixel", img.raw_pixel, "store decoded RGB pixels (image/format RAW)");
+  c_img->add_flag("--raw_pixel", img.raw_pixel, "store decoded pixels (image/format RAW)");
   c_img->add_option("--seed", img.seed, "seed of the image order shuffle")->capture_default_str();
   add_compression(c_img);
 

@@ -1,4 +1,5 @@
-// Dataset converters (idx, CIFAR-10 binary, class folders) and the shard inspector; see converters.h.
+// Dataset converters (idx, CIFAR-10 binary) and the shard inspector; see converters.h (class folders:
+// build_image_data.cc).
 #include "terngrad/data/converters.h"
 
 #include <zlib.h>
@@ -11,12 +12,9 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
-#include <tuple>
 #include <utility>
 
-#include "terngrad/core/atomic_file.h"
 #include "terngrad/core/error.h"
-#include "terngrad/core/philox.h"
 #include "terngrad/core/read_file.h"
 #include "terngrad/data/example.h"
 #include "terngrad/data/image_codec.h"
@@ -203,161 +201,6 @@ std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt) {
   std::vector<std::string> t = write_sharded(test.size() / kRecord, opt.test_shards, "--test_shards", opt.output_dir,
                                              "test", opt.num_threads, make(test), opt.compression);
   out.insert(out.end(), t.begin(), t.end());
-  return out;
-}
-
-// ---- class folders ----------------------------------------------------------------------------------------
-
-namespace {
-
-struct LabeledFile {
-  std::string path, class_name;
-  int64_t label;
-};
-
-std::vector<LabeledFile> list_class_folders(const std::string& root, const std::vector<std::string>& classes,
-                                            uint64_t seed) {
-  std::vector<LabeledFile> out;
-  for (size_t k = 0; k < classes.size(); ++k) {
-    fs::path d = fs::path(root) / classes[k];
-    if (!fs::is_directory(d)) TG_THROW("class folder '{}' (of the classes) does not exist", d.string());
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(d))
-      if (e.is_regular_file()) names.push_back(e.path().string());
-    if (names.empty()) TG_THROW("class folder '{}' holds no image", d.string());
-    std::sort(names.begin(), names.end());
-    for (auto& n : names) out.push_back({n, classes[k], static_cast<int64_t>(k + 1)});
-  }
-  if (out.empty()) TG_THROW("no images under '{}'", root);
-  // Fisher-Yates with Philox: the same order on every machine.
-  PhiloxKey key = philox_key(seed, 0x4f524452u /* "ORDR" */);
-  for (size_t i = out.size(); i > 1; --i) {
-    size_t j = std::min(i - 1, static_cast<size_t>(philox_uniform(key, i, 0, 0, 0) * static_cast<float>(i)));
-    std::swap(out[i - 1], out[j]);
-  }
-  return out;
-}
-
-// --validation_fraction without a validation folder: of each class, round(fraction x its images) (at least 1) go to
-// validation, the first ones of the seeded order `files` is in; a class of fewer than 2 images is refused.
-std::pair<std::vector<LabeledFile>, std::vector<LabeledFile>> hold_out(const std::vector<LabeledFile>& files,
-                                                                       const std::vector<std::string>& classes,
-                                                                       double fraction) {
-  std::vector<size_t> count(classes.size() + 1, 0), held(classes.size() + 1, 0), want(classes.size() + 1, 0);
-  for (const LabeledFile& f : files) ++count[static_cast<size_t>(f.label)];
-  for (size_t k = 1; k <= classes.size(); ++k) {
-    TG_CHECK(count[k] >= 2,
-             "class '{}' has {} image(s): too few to hold out --validation_fraction {} of them (at least 2: one to "
-             "train on, one to validate; or give --validation_directory, or --validation_fraction 0)",
-             classes[k - 1], count[k], fraction);
-    want[k] =
-        std::clamp<size_t>(static_cast<size_t>(std::lround(fraction * static_cast<double>(count[k]))), 1, count[k] - 1);
-  }
-  std::pair<std::vector<LabeledFile>, std::vector<LabeledFile>> split;
-  for (const LabeledFile& f : files) {
-    const size_t k = static_cast<size_t>(f.label);
-    (held[k] < want[k] ? split.second : split.first).push_back(f);
-    if (held[k] < want[k]) ++held[k];
-  }
-  return split;
-}
-
-std::string make_image_example(const LabeledFile& f, const BuildImageDataOptions& opt) {
-  std::string bytes = read_file(f.path);
-  ImageFormat fmt = sniff_image_format(bytes);
-  if (fmt == ImageFormat::kUnknown) TG_THROW("'{}' is neither JPEG nor PNG", f.path);
-  Image img = decode_image(bytes, "", 0, 0, 0, 0, f.path);
-  const bool colour = img.source_channels == 3;  // not grayscale, not CMYK/YCCK
-  img = convert_channels(std::move(img), 3);
-  if (opt.resize > 0) img = resize_bilinear_u8(img, opt.resize, opt.resize);
-  ImageExample ex;
-  ex.height = img.height;
-  ex.width = img.width;
-  ex.channels = 3;
-  ex.label = f.label;
-  ex.colorspace = "RGB";
-  ex.class_text = f.class_name;
-  ex.filename = fs::path(f.path).filename().string();
-  if (opt.raw_pixel) {
-    ex.format = "RAW";
-    ex.encoded.assign(img.pixels.begin(), img.pixels.end());
-  } else {
-    ex.format = "JPEG";
-    const bool keep = fmt == ImageFormat::kJpeg && colour && opt.resize <= 0;
-    ex.encoded = keep ? std::move(bytes) : encode_jpeg(img, opt.quality);
-  }
-  return build_image_example(ex);
-}
-
-// The classes of a folder of class folders: its sub-folders' names, sorted.
-std::vector<std::string> class_folders_of(const std::string& root) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) TG_THROW("'{}' is not a folder", root);
-  std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.is_directory()) classes.push_back(e.path().filename().string());
-  if (ec) TG_THROW("cannot list '{}': {}", root, ec.message());
-  std::sort(classes.begin(), classes.end());
-  if (classes.empty())
-    TG_THROW("'{}' has no class sub-folders (one folder of images per class), or give --labels_file", root);
-  return classes;
-}
-
-std::vector<std::string> read_labels_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) TG_THROW("cannot open --labels_file '{}'", path);
-  std::vector<std::string> classes = read_class_list(in);
-  if (classes.empty()) TG_THROW("--labels_file '{}' names no class", path);
-  return classes;
-}
-
-}  // namespace
-
-std::vector<std::string> read_class_list(std::istream& in) {
-  std::vector<std::string> classes;
-  for (std::string line; std::getline(in, line);) {
-    line.erase(line.find_last_not_of(" \t\r") + 1);
-    line.erase(0, line.find_first_not_of(" \t"));
-    if (!line.empty()) classes.push_back(line);
-  }
-  return classes;
-}
-
-std::vector<std::string> build_image_data(const BuildImageDataOptions& opt) {
-  if (opt.output_dir.empty()) TG_THROW("--output_dir is required");
-  if (opt.train_directory.empty() && opt.validation_directory.empty())
-    TG_THROW("give --train_directory and/or --validation_directory");
-  if (opt.quality < 1 || opt.quality > 100) TG_THROW("--quality {} outside 1..100", opt.quality);
-  const std::vector<std::string> classes =
-      opt.labels_file.empty()
-          ? class_folders_of(opt.train_directory.empty() ? opt.validation_directory : opt.train_directory)
-          : read_labels_file(opt.labels_file);
-  TG_CHECK(opt.validation_fraction >= 0 && opt.validation_fraction < 1, "--validation_fraction {} outside [0, 1)",
-           opt.validation_fraction);
-  std::vector<std::string> out;
-  auto run = [&](const std::vector<LabeledFile>& files, const std::string& prefix, int shards, int reference_shards) {
-    if (files.empty()) return;
-    if (shards == 0) shards = static_cast<int>(std::min<size_t>(reference_shards, files.size()));
-    auto paths = write_sharded(
-        files.size(), shards, "--" + prefix + "_shards", opt.output_dir, prefix, opt.num_threads,
-        [&](size_t i) { return make_image_example(files[i], opt); }, opt.compression);
-    out.insert(out.end(), paths.begin(), paths.end());
-  };
-  std::vector<LabeledFile> train, validation;
-  if (!opt.train_directory.empty()) train = list_class_folders(opt.train_directory, classes, opt.seed);
-  if (!opt.validation_directory.empty()) {
-    validation = list_class_folders(opt.validation_directory, classes, opt.seed);
-  } else if (!train.empty() && opt.validation_fraction > 0) {
-    std::tie(train, validation) = hold_out(train, classes, opt.validation_fraction);
-  }
-  run(train, "train", opt.train_shards, 1024);
-  run(validation, "validation", opt.validation_shards, 128);
-  // The classes in label order (label = line + 1), beside the shards.
-  std::string text;
-  for (const std::string& c : classes) text += c + "\n";
-  AtomicFile labels((fs::path(opt.output_dir) / "labels.txt").string());
-  labels.write(text);
-  labels.commit();
   return out;
 }
 

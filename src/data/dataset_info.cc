@@ -1,5 +1,10 @@
-// The dataset table.
+// The dataset table, and custom datasets' facts from their description.
 #include "terngrad/data/dataset_info.h"
+
+#include <algorithm>
+
+#include "terngrad/core/error.h"
+#include "terngrad/data/dataset_description.h"
 
 namespace tg {
 
@@ -10,7 +15,35 @@ const DatasetInfo& dataset_info(const std::string& name) {
       {Dataset::kCifar10, "cifar10", 10, 3, 50000, 10000, "test", 24, false},
       {Dataset::kImagenet, "imagenet", 1001, 3, 1281167, 50000, "validation", 224, true},
   };
-  return table[static_cast<int>(parse_enum<Dataset>(name))];
+  const Dataset id = parse_enum<Dataset>(name);
+  if (id == Dataset::kCustom)
+    TG_THROW("--dataset custom takes its classes, channels and image size from the data folder's {} (--data_dir)",
+             kDatasetDescriptionFile);
+  return table[static_cast<int>(id)];
+}
+
+DatasetInfo dataset_info(const std::string& name, const std::string& data_dir) {
+  if (parse_enum<Dataset>(name) != Dataset::kCustom) return dataset_info(name);
+  TG_CHECK(!data_dir.empty(),
+           "--dataset custom takes its classes, channels and image size from --data_dir's {}: give --data_dir",
+           kDatasetDescriptionFile);
+  const std::optional<DatasetDescription> d = find_dataset_description(data_dir);
+  if (!d)
+    TG_THROW(
+        "--dataset custom: {} does not exist; `terngrad-data build-image-data --input_dir <class folders> "
+        "--output_dir {}` writes it beside the shards (or name the data's --dataset: mnist, fashion_mnist, cifar10, "
+        "imagenet)",
+        dataset_description_path(data_dir), data_dir);
+  DatasetInfo info{Dataset::kCustom,
+                   "custom",
+                   d->num_classes(),
+                   d->channels,
+                   d->examples_of("train"),
+                   d->examples_of("validation"),
+                   "validation",
+                   std::min(d->height, d->width),
+                   true};
+  return info;
 }
 
 }  // namespace tg

@@ -142,6 +142,33 @@ ImageFormat sniff_image_format(const std::string& data) {
   return ImageFormat::kUnknown;
 }
 
+ImageHeader read_image_header(const std::string& data, const std::string& where) {
+  ImageHeader h;
+  h.format = sniff_image_format(data);
+  if (h.format == ImageFormat::kPng) {
+    png_image im;
+    std::memset(&im, 0, sizeof(im));
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, data.data(), data.size()))
+      TG_THROW("{}: undecodable PNG ({})", where, im.message);
+    h.height = static_cast<int>(std::min<png_uint_32>(im.height, INT_MAX));
+    h.width = static_cast<int>(std::min<png_uint_32>(im.width, INT_MAX));
+    h.source_channels = (im.format & PNG_FORMAT_FLAG_COLOR) != 0 ? 3 : 1;
+    png_image_free(&im);
+  } else if (h.format == ImageFormat::kJpeg) {
+    TjHandle tj(tjInitDecompress());
+    TG_CHECK(tj.h != nullptr, "tjInitDecompress failed");
+    int subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(tj.h, reinterpret_cast<const unsigned char*>(data.data()),
+                            static_cast<unsigned long>(data.size()), &h.width, &h.height, &subsamp, &colorspace) != 0)
+      TG_THROW("{}: undecodable JPEG ({})", where, tjGetErrorStr2(tj.h));
+    h.source_channels = colorspace == TJCS_GRAY ? 1 : (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) ? 4 : 3;
+  } else {
+    TG_THROW("{}: neither JPEG nor PNG", where);
+  }
+  return h;
+}
+
 ImageFormat labelled_image_format(const std::string& format) {
   const std::string f = lower(format);
   if (f == "png") return ImageFormat::kPng;

@@ -102,6 +102,7 @@ constexpr uint32_t kStreamShuffle = 0x53485546u;  // "SHUF"
 struct InputPipeline::State {
   PipelineOptions opt;
   PreprocessSpec spec;
+  bool has_gray_images = false;  // the dataset's (dataset_info.h)
   std::vector<std::string> files;
   ShardAssignment assignment;
   int num_readers = 1;
@@ -378,7 +379,7 @@ struct InputPipeline::State {
       // color is the wrong data (Fashion-MNIST read as CIFAR-10) unless the dataset has gray images among its
       // color ones (ImageNet's few grayscale JPEGs are converted); color images are converted to gray for MNIST.
       Image img = decode_image(parsed.encoded, parsed.format, parsed.height, parsed.width, parsed.channels, 0, where);
-      if (img.channels < spec.channels && !dataset_info(opt.dataset).has_gray_images)
+      if (img.channels < spec.channels && !has_gray_images)
         throw DatasetMismatchError(
             fmt::format("{}: a {}-channel image where {} has {}-channel images: --data_dir '{}' does not "
                         "hold {} data (check --dataset and --data_dir)",
@@ -461,7 +462,7 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
   State& s = *s_;
   s.opt = options;
   PipelineOptions& o = s.opt;
-  const DatasetInfo& data = dataset_info(o.dataset);  // validates --dataset
+  const DatasetInfo data = dataset_info(o.dataset, o.data_dir);  // validates --dataset
   PreprocessKind kind = preprocess_kind_for(o.dataset, o.imagenet_preprocessing);
   if (o.image_size == 0) o.image_size = static_cast<int>(data.default_image_size);
   if (o.num_classes == 0) o.num_classes = static_cast<int>(data.num_classes);
@@ -473,6 +474,7 @@ InputPipeline::InputPipeline(const PipelineOptions& options) : s_(std::make_uniq
     TG_THROW("worker index {} outside [0, {})", o.worker_index, o.num_workers);
   if (o.prefetch_batches < 1) o.prefetch_batches = 1;
   s.spec = PreprocessSpec{kind, o.image_size, static_cast<int>(data.channels), o.train};
+  s.has_gray_images = data.has_gray_images;
   s.example_floats = static_cast<size_t>(o.image_size) * o.image_size * s.spec.channels;
   s.files = list_data_files(o.data_dir, o.subset);
   {

@@ -10,13 +10,14 @@
 namespace tg {
 
 PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet) {
-  switch (dataset_info(dataset).id) {
+  switch (parse_enum<Dataset>(dataset)) {
     case Dataset::kMnist:
     case Dataset::kFashionMnist:
       return PreprocessKind::kMnist;
     case Dataset::kCifar10:
       return PreprocessKind::kCifar10;
     case Dataset::kImagenet:
+    case Dataset::kCustom:
       break;
   }
   TG_CHECK(imagenet == PreprocessKind::kAlexnet || imagenet == PreprocessKind::kInception,

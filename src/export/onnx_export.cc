@@ -72,7 +72,7 @@ void describe(const CheckpointReader& reader, const ModelInfo& info, const OnnxE
   const std::string layout =
       fmt::format("images: float32 ({}, {}, {}, {}) NHWC{}", o.batch_size > 0 ? std::to_string(o.batch_size) : "batch",
                   m.image_size, m.image_size, m.channels, m.channels == 3 ? ", RGB" : "");
-  const std::string labels = dataset_info(m.dataset).id == Dataset::kImagenet
+  const std::string labels = uses_imagenet_preprocessing(parse_enum<Dataset>(m.dataset))
                                  ? "class index = dataset label: 0 is background, 1.. the classes in the order of "
                                    "the labels file (terngrad-data build-image-data)"
                                  : "class index = dataset label (0-based)";
@@ -109,8 +109,8 @@ OnnxExportSummary export_onnx(const std::string& checkpoint_path, const std::str
   const CheckpointReader reader(checkpoint_path);
   const CheckpointMeta& m = reader.meta();
   const ModelInfo& info = checkpoint_net(reader);
-  dataset_info(m.dataset);  // a known dataset (checked before the work)
-  AtomicFile file(output);  // fails now, before the work, when the output cannot be created
+  parse_enum<Dataset>(m.dataset);  // a known dataset (checked before the work)
+  AtomicFile file(output);         // fails now, before the work, when the output cannot be created
 
   // The net at batch 1 on the CPU, with the checkpoint's weights (or their averages) in its store.
   auto backend = make_backend("cpu");

@@ -96,6 +96,10 @@ TorchImportSummary import_torch_weights(const TorchImportOptions& o) {
   if (const char* why = torch_import_refusal(info.name)) TG_USAGE_ERROR("--net {} cannot be imported: {}", o.net, why);
   TorchImportSummary s;
   s.dataset = o.dataset.empty() ? usual_dataset(info.name) : o.dataset;
+  if (parse_enum<Dataset>(s.dataset) == Dataset::kCustom)
+    TG_USAGE_ERROR(
+        "--dataset custom: import with the network's usual dataset (leave --dataset out), then train on your folder "
+        "from it: terngrad-train --pretrained_model_checkpoint_path <output_dir> --fine_tune --data_dir <folder>");
   const DatasetInfo& data = dataset_info(s.dataset);
   if (const std::optional<std::string> there = latest_checkpoint(o.output_dir))
     TG_THROW("--output_dir {} already holds a checkpoint ({}); import into a new folder", o.output_dir, *there);

@@ -110,7 +110,7 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   r.checkpoint = path;
   r.step = m.step;
   r.parameter_digest = m.parameter_digest;
-  r.subset = o.subset.empty() ? dataset_info(m.dataset).eval_subset : o.subset;
+  r.subset = o.subset.empty() ? dataset_info(m.dataset, o.data_dir).eval_subset : o.subset;
   PipelineOptions po;
   po.data_dir = o.data_dir;
   po.subset = r.subset;

@@ -8,6 +8,7 @@
 #include "terngrad/core/error.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/data/converters.h"
+#include "terngrad/data/dataset_description.h"
 #include "terngrad/data/input_pipeline.h"
 #include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/train/train_flags.h"
@@ -15,13 +16,23 @@
 namespace tg {
 
 void TrainConfig::resolve_defaults() {
-  const DatasetInfo& d = dataset_info(dataset);
+  // A folder that describes itself (build-image-data's dataset.json) is a custom dataset unless --dataset says
+  // otherwise: its classes, channels and size come from the folder.
+  if (!flag_given("dataset") && dataset == TrainConfig{}.dataset && !benchmark_mode &&
+      find_dataset_description(data_dir))
+    dataset = "custom";
+  const DatasetInfo d = data_info();
   const ModelInfo& m = find_model(net);
   // --image_size 0: the dataset's size, or the network's own (inception_v3's 299) where the dataset's images are
   // large enough for the network (ImageNet); small images are never upscaled unless asked (validate() says how).
-  if (image_size == 0)
+  // A custom folder: the network's design size, or the images' own where they are smaller.
+  if (image_size == 0 && d.id == Dataset::kCustom) {
+    const int64_t design = m.design_image_size > 0 ? m.design_image_size : 224;
+    image_size = d.default_image_size > 0 ? std::min(design, d.default_image_size) : design;
+  } else if (image_size == 0) {
     image_size = m.default_image_size > 0 && d.default_image_size >= m.min_image_size ? m.default_image_size
                                                                                       : d.default_image_size;
+  }
   if (num_classes == 0) num_classes = d.num_classes;
   if (label_smoothing < 0.f) label_smoothing = m.label_smoothing;
   if (base_workers == 0) base_workers = workers();
@@ -47,14 +58,29 @@ void TrainConfig::check_evaluation_data() const {
 
 void TrainConfig::check_data_classes() const {
   if (benchmark_mode || data_dir.empty()) return;
-  const std::string path = (std::filesystem::path(data_dir) / "labels.txt").string();
-  std::ifstream in(path);
-  if (!in) return;  // only terngrad-data build-image-data writes it
-  const int64_t classes = static_cast<int64_t>(read_class_list(in).size());
+  int64_t classes = 0;
+  std::string source;
+  if (const std::optional<DatasetDescription> d = find_dataset_description(data_dir)) {
+    const DatasetInfo info = data_info();
+    TG_CHECK(info.channels == d->channels,
+             "--data_dir {} holds {} ({}): --dataset {} reads {}-channel images; leave --dataset out (or give "
+             "--dataset custom) to train on the folder's own description",
+             data_dir, d->summary(), dataset_description_path(data_dir), dataset, info.channels);
+    classes = static_cast<int64_t>(d->classes.size());
+    source = dataset_description_path(data_dir);
+  } else {
+    source = (std::filesystem::path(data_dir) / "labels.txt").string();
+    std::ifstream in(source);
+    if (!in) return;  // only terngrad-data build-image-data writes it
+    classes = static_cast<int64_t>(read_class_list(in).size());
+  }
   TG_CHECK(classes == 0 || num_classes == classes + 1,
            "--data_dir {} holds {} classes ({}; labels 1..{}, 0 the background class): train with --num_classes {}, "
-           "not {}",
-           data_dir, classes, path, classes, classes + 1, num_classes);
+           "not {}{}",
+           data_dir, classes, source, classes, classes + 1, num_classes,
+           dataset != "custom" && !flag_given("num_classes")
+               ? fmt::format(" (the number of --dataset {}; leave --dataset out to take the folder's own)", dataset)
+               : "");
 }
 
 bool TrainConfig::keeps_worker_batch() const {
@@ -84,7 +110,7 @@ void TrainConfig::validate(int num_processes) const {
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);  // 0 is resolved by now
   {
     const ModelInfo& m = find_model(net);
-    const DatasetInfo& d = dataset_info(dataset);
+    const DatasetInfo d = data_info();
     if (image_size < m.min_image_size)
       TG_THROW(
           "--net {} needs images of at least {}x{}, this run's are {}x{} ({}): pass --image_size {} to upscale "
@@ -123,7 +149,7 @@ void TrainConfig::validate(int num_processes) const {
   }
   {
     const double bytes = static_cast<double>(total) * static_cast<double>(image_size) *
-                         static_cast<double>(image_size) * static_cast<double>(dataset_info(dataset).channels) * 4.0;
+                         static_cast<double>(image_size) * static_cast<double>(data_info().channels) * 4.0;
     TG_CHECK(bytes <= 0x1p40, "a total batch of {} {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
              total, image_size, image_size, bytes / 0x1p40);
   }
@@ -193,7 +219,7 @@ ModelConfig TrainConfig::model_config() const {
   ModelConfig mc;
   static_cast<ModelFlags&>(mc) = *this;
   mc.image_size = image_size;
-  mc.channels = dataset_info(dataset).channels;
+  mc.channels = data_info().channels;
   mc.num_classes = num_classes;
   mc.label_smoothing = label_smoothing;
   mc.padding_style = parse_enum<PaddingStyle>(padding_style);

@@ -31,7 +31,10 @@ std::vector<Flag<TrainConfig>> make_table() {
        "checkpoints and the `checkpoint` index; an existing one is **resumed** (a train_dir of another "
        "net/dataset is refused)"},
       {"data_dir", &C::data_dir, "folder of `<subset>-*` TFRecord shards (required unless `--benchmark_mode`)"},
-      {"dataset", &C::dataset, "sets classes, channels, examples per epoch", one_of<Dataset>(), kFlagRun},
+      {"dataset", &C::dataset,
+       "sets classes, channels, examples per epoch; custom: those of `<data_dir>/dataset.json` (what "
+       "`terngrad-data build-image-data` writes), the default for a folder that has one",
+       one_of<Dataset>(), kFlagRun},
       {"subset", &C::subset, "training files `<data_dir>/<subset>-*`", no_check(), kFlagResume},
       {"device", &C::device, "cpu, cuda, cuda:<k>"},
       {"num_gpus", &C::num_gpus, "GPUs of this process (`--device cuda`); workers are placed round-robin",
@@ -78,9 +81,11 @@ std::vector<Flag<TrainConfig>> make_table() {
        kFlagInternal | kFlagResume},
       {"net", &C::net, "the network (cifar10_alexnet: the reference's name of cifarnet)", known_network(), kFlagRun},
       {"image_size", &C::image_size,
-       "square input size; 0: the network's or the dataset's (28, 24, 224; 299 for inception_v3)",
+       "square input size; 0: the network's or the dataset's (28, 24, 224; 299 for inception_v3; custom: the "
+       "network's design size, or the images' own when smaller)",
        at_least(0).max(kMaxImageSize), kFlagRun},
-      {"num_classes", &C::num_classes, "0: the dataset's (10, or 1001 for ImageNet: label 0 is background)",
+      {"num_classes", &C::num_classes,
+       "0: the dataset's (10, or 1001 for ImageNet and classes + 1 for custom: label 0 is background)",
        at_least(0).max(kMaxClasses), kFlagRun},
   };
   // The areas' sub-tables where the reference lists their flags (the network's, the optimizer and its learning

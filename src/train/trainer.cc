@@ -374,7 +374,7 @@ void Trainer::Impl::build_timeline() {
 void Trainer::Impl::build_schedule() {
   LearningRateOptions lo;
   static_cast<LearningRateFlags&>(lo) = cfg;
-  lo.examples_per_epoch = dataset_info(cfg.dataset).train_examples;
+  lo.examples_per_epoch = cfg.data_info().train_examples;
   lo.batch_size = cfg.batch_size;
   lo.max_steps = cfg.schedule_steps > 0 ? cfg.schedule_steps : cfg.max_steps;
   lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
@@ -390,7 +390,7 @@ void Trainer::Impl::allocate_host_batch() {
     backends.push_back(r.backend.get());
     replica_workers.push_back(r.workers);
   }
-  const Shape image{cfg.image_size, cfg.image_size, dataset_info(cfg.dataset).channels};
+  const Shape image{cfg.image_size, cfg.image_size, cfg.data_info().channels};
   batches = std::make_unique<BatchUpload>(std::move(backends), std::move(replica_workers), worker_batch, image,
                                           cfg.benchmark_mode);
 }

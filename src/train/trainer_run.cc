@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "src/train/trainer_impl.h"
+#include "terngrad/data/dataset_description.h"
 
 namespace tg {
 
@@ -154,6 +155,7 @@ void Trainer::Impl::log_configuration() const {
   TrainConfig defaults;
   defaults.net = cfg.net;
   defaults.dataset = cfg.dataset;
+  defaults.data_dir = cfg.data_dir;  // a custom dataset's facts
   defaults.resolve_defaults();
   const std::map<std::string, std::string> base = defaults.to_flags();
   std::string flags;
@@ -165,6 +167,10 @@ void Trainer::Impl::log_configuration() const {
   }
   spdlog::info("flags other than the defaults:{} (all: {})", flags.empty() ? " none" : flags,
                (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string());
+  if (cfg.dataset == "custom")
+    if (const std::optional<DatasetDescription> d = find_dataset_description(cfg.data_dir))
+      spdlog::info("data: {} ({}): --dataset custom, --num_classes {}, --image_size {}", d->summary(),
+                   dataset_description_path(cfg.data_dir), cfg.num_classes, cfg.image_size);
   spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
                replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
   const Replica& r0 = replicas[0];

@@ -7,6 +7,7 @@
 // final name.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <istream>
@@ -56,30 +57,45 @@ struct ConvertCifar10Options {
 };
 std::vector<std::string> convert_cifar10(const ConvertCifar10Options& opt);
 
-// ---- a folder per class of JPEG/PNG images (ImageNet layout) ------------------------------------------
+// ---- a folder per class of JPEG/PNG images (ImageNet layout; build_image_data.cc) ----------------------------
 struct BuildImageDataOptions {
-  std::string train_directory, validation_directory;  // either may be empty to skip that subset
+  // Folders of one sub-folder of images per class (--input_dir is --train_directory's other name); either may be
+  // empty to skip that subset.
+  std::string train_directory, validation_directory;
   // One class folder name per line; line k (0-based) gets label k + 1 (0 stays the reference's background class, so
   // a model of K classes has --num_classes K + 1). Empty: the sorted sub-folders of the train (else validation)
   // directory. Either way <output_dir>/labels.txt records the classes in label order.
   std::string labels_file;
   std::string output_dir;
-  int train_shards = 0, validation_shards = 0;  // 0: the reference's 1024 and 128, fewer when there are fewer images
+  // 0: one shard per 256 images (kImagesPerAutomaticShard), at least 1, at most the reference's 1024 and 128.
+  int train_shards = 0, validation_shards = 0;
   // Without a validation_directory: this fraction of each class's train images (seeded; at least one) becomes the
   // validation subset; 0: none.
   double validation_fraction = 0.1;
   int num_threads = 8;
-  int resize = 0;          // > 0: resize every image to resize x resize (bilinear, aspect not kept)
+  // -1 (automatic): images that share one size up to 512x512 keep it, otherwise every image becomes 256x256;
+  // 0: every image keeps its own size; > 0: every image becomes resize x resize (bilinear, aspect not kept).
+  int resize = -1;
+  // 0 (automatic): 1 when every image is grayscale, else 3 (gray images replicated, CMYK converted); or 1, 3.
+  int channels = 0;
   int quality = 90;        // JPEG quality when an image must be (re-)encoded
-  bool raw_pixel = false;  // store decoded RGB bytes with image/format "RAW"
+  bool raw_pixel = false;  // store decoded pixels with image/format "RAW"
   uint64_t seed = 12345;   // order shuffle, as the reference's random.seed(12345)
   TfRecordCompression compression = TfRecordCompression::kNone;
 };
+inline constexpr size_t kImagesPerAutomaticShard = 256;
+// The shard count of `images` images when none is given: one per 256, in [1, reference].
+int automatic_shards(size_t images, int reference);
 // A labels file (a --labels_file, or the labels.txt build_image_data writes): its class names, one a line, blanks
 // around them and empty lines dropped; line k (0-based) is label k + 1.
 std::vector<std::string> read_class_list(std::istream& in);
-// JPEG files are stored byte for byte unless they must change (resize, grayscale/CMYK, which become RGB) and PNG files
-// are re-encoded as JPEG, both at `quality`; with raw_pixel every image is stored decoded (RGB).
+// Every file of every class folder is read first: a file that is neither JPEG nor PNG by its bytes is skipped
+// (named in a warning and in the description) unless its name ends in .jpg/.jpeg/.png, and such a file or an image
+// whose header cannot be read is refused naming it, before anything is written. JPEG files are stored byte for byte
+// unless they must change (resize, channel conversion) and PNG files are re-encoded as JPEG, both at `quality`; with
+// raw_pixel every image is stored decoded. Shards are written into a hidden folder in output_dir and moved into place
+// (replacing an earlier conversion's shards of the subset) only when every image converted; then labels.txt and
+// dataset.json (data/dataset_description.h) are written. Returns the shard paths.
 std::vector<std::string> build_image_data(const BuildImageDataOptions& opt);
 
 // ---- inspect ----------------------------------------------------------------------------------------------

@@ -75,6 +75,15 @@ void set_data_flag_defaults(const std::string& tfrecord_compression, const std::
 
 // The format the bytes carry (PNG signature, JPEG SOI marker), kUnknown otherwise.
 ImageFormat sniff_image_format(const std::string& data);
+
+// What a PNG or JPEG header says, without decoding the pixels: what the class-folder converter scans first.
+struct ImageHeader {
+  ImageFormat format = ImageFormat::kUnknown;
+  int height = 0, width = 0;
+  int source_channels = 0;  // as Image::source_channels: 1 grayscale, 3 colour, 4 CMYK/YCCK JPEG
+};
+// Throws tg::Error prefixed with `where` when the bytes are neither PNG nor JPEG or their header is unreadable.
+ImageHeader read_image_header(const std::string& data, const std::string& where);
 // The image/format string ("png", "jpeg"/"JPEG"/"jpg", "RAW"); kUnknown when empty or unrecognized.
 ImageFormat labelled_image_format(const std::string& format);
 // The decoder to use: RAW when labelled RAW and the size fits height*width*stored_channels, else the sniffed

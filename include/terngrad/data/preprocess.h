@@ -37,8 +37,8 @@ namespace tg {
 
 enum class PreprocessKind { kMnist, kCifar10, kAlexnet, kInception };
 
-// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" -> `imagenet` (the model's choice, its
-// registry entry: kAlexnet or kInception). An unknown dataset is an error listing the known ones.
+// "mnist"/"fashion_mnist" -> kMnist, "cifar10" -> kCifar10; "imagenet" and "custom" -> `imagenet` (the model's
+// choice, its registry entry: kAlexnet or kInception). An unknown dataset is an error listing the known ones.
 PreprocessKind preprocess_kind_for(const std::string& dataset, PreprocessKind imagenet);
 template <>
 struct EnumNames<PreprocessKind> : EnumNamesBase {

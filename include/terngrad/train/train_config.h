@@ -119,9 +119,13 @@ struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, O
   // Throws, naming the flag and subset, when one of them has no files in --data_dir (checked by the trainer
   // before anything is created, as the training data is).
   void check_evaluation_data() const;
-  // A --data_dir written by terngrad-data build-image-data names its classes (labels.txt): --num_classes must be
-  // their count + 1 (label 0 is the background class). Throws naming both; nothing to check without the file.
+  // A --data_dir written by terngrad-data build-image-data describes its data (dataset.json; older ones only name
+  // their classes, labels.txt): --num_classes must be their count + 1 (label 0 is the background class), and a
+  // built-in --dataset must read images of the data's channel count. Throws naming both; nothing to check without
+  // the files.
   void check_data_classes() const;
+  // The dataset's facts: the table's entry, or a custom folder's description (data/dataset_info.h).
+  DatasetInfo data_info() const { return dataset_info(dataset, data_dir); }
   // The flags the command line or --config gave, by name; unset: every flag counts as given (a program that
   // fills the config in code). A resumed run keeps the checkpoint's value of a flag not given (Trainer).
   std::optional<std::set<std::string>> given_flags;
