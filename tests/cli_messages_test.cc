@@ -304,7 +304,8 @@ TEST_F(CliMessages, ANetworkFarFromItsDesignSizeIsAWarning) {
 
 // A folder of one's own images as the README trains it: class sub-folders of JPEGs and PNGs of several sizes (and a
 // notes file) converted with --input_dir, then trained on without --dataset or --num_classes (the folder's
-// dataset.json sets them: custom, 4 classes with the background, the network's size) with curves, and evaluated;
+// dataset.json sets them: custom, 4 classes with the background, the network's size) with curves, evaluated and
+// exported (the README's plot of such a run: plot_runs_test.py);
 // a --num_classes or --dataset that does not match the data is refused before the train_dir exists.
 TEST_F(CliMessages, OwnImagesConvertAndTrainAsTheReadmeSays) {
   const fs::path photos = root_ / "photos";
@@ -358,6 +359,9 @@ TEST_F(CliMessages, OwnImagesConvertAndTrainAsTheReadmeSays) {
   r = run(bin("terngrad-eval") + " --checkpoint_dir " + dir("run") + " --data_dir " + dir("data") + " --run_once");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(lines_with(r.output, "[3 examples]").size(), 1u) << r.output;
+  r = run(bin("terngrad-export") + " --checkpoint_dir " + dir("run") + " --output " + dir("photos.onnx"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir("photos.onnx")));
 }
 
 // The README's exit-status table, one case of each row and program (128 + signal: StopSignalsTest in trainer_test.cc).

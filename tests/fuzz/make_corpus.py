@@ -118,6 +118,7 @@ def main(build):
         for extra, out in (([], "jpeg"), (["--raw_pixel"], "rawrgb")):
             run(data_bin, "build-image-data", "--train_directory", tmp + "/images", "--labels_file",
                 tmp + "/labels.txt", "--output_dir", tmp + "/" + out, "--train_shards", 1, "--validation_fraction", 0,
+                "--resize", 0,
                 *extra)
         shards = {"mnist_png": tmp + "/idx_png/train-00000-of-00001", "mnist_raw": tmp + "/idx_raw/train-00000-of-00001",
                   "cifar_png": tmp + "/cifar/test-00000-of-00001", "jpeg": tmp + "/jpeg/train-00000-of-00001",
