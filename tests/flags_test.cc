@@ -45,7 +45,7 @@ TEST(EnumNames, ParseNameAndAcceptedValuesComeFromOneList) {
   EXPECT_EQ(error_of([] { parse_enum<TfRecordCompression>("bz2", "--compression"); }),
             "--compression 'bz2' is not one of auto, none, gzip, zlib");  // the alias "" is not listed
   EXPECT_EQ(error_of([] { parse_enum<Dataset>("svhn"); }),
-            "--dataset 'svhn' is not one of mnist, fashion_mnist, cifar10, imagenet");
+            "--dataset 'svhn' is not one of mnist, fashion_mnist, cifar10, imagenet, custom");
   // Case: TF's names ("GZIP") are accepted where the list says so, elsewhere the case must match.
   EXPECT_EQ(parse_enum<TfRecordCompression>("GZIP"), TfRecordCompression::kGzip);
   EXPECT_EQ(parse_enum<JpegDct>("INTEGER_ACCURATE"), JpegDct::kAccurate);
