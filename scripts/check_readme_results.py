@@ -214,6 +214,14 @@ def link_table(header, rows):
     return out + fewer_reps_note(rows)
 
 
+def fewer_or_more(ours, theirs, whose, digits="%.2f"):
+    """ours against theirs (both > 0) as "Nx less than X" or "Nx more than X" with N >= 1: a ratio below 1 is never
+    written as "less" (0.69x less meant 1.46x more)."""
+    if ours <= theirs:
+        return (digits + "x less than %s") % (theirs / ours, whose)
+    return (digits + "x more than %s") % (ours / theirs, whose)
+
+
 def link_headline(header, rows):
     steps, compute = link_cells(rows)
     out = []
@@ -238,7 +246,7 @@ def link_headline(header, rows):
                     continue
                 parts.append("%s %s s" % (name, fmt_s(c[2])))
                 ends.append("%s %s s" % (name, fmt_s(c[0])))
-                less.append("%.2fx less than %s's" % (c[2] / tern[2], name) if tern[2] > 0 and c[2] > 0 else
+                less.append(fewer_or_more(tern[2], c[2], "%s's" % name) if tern[2] > 0 and c[2] > 0 else
                             "not comparable with %s's (an overhead <= 0)" % name)
                 faster.append("%.2fx %s" % (c[0] / tern[0], name))
             line = ("**%s at %s, 2 workers: link overhead (median over repetitions of step - the same repetition's "
@@ -463,7 +471,7 @@ def demo_table(header, rows):
            "|---|---|---|---|"]
     for r in rows:
         wire, fp32 = num(r["wire_bytes_per_worker"]), num(r["fp32_wire_bytes_per_worker"])
-        less = " (%.1fx less than fp32)" % (fp32 / wire) if wire and fp32 and r["run"] != "fp32" else ""
+        less = " (%s)" % fewer_or_more(wire, fp32, "fp32", "%.1f") if wire and fp32 and r["run"] != "fp32" else ""
         out.append("| %s | %s | %s%s | %s |" % (r["run"], r["test_accuracy"], mb(wire) if wire is not None else "n/a",
                                                less, r["examples_per_sec"]))
     return out
@@ -669,8 +677,10 @@ def accuracy_renderers():
     import render_accuracy  # noqa: E402
 
     return ({"table": lambda header, rows: render_accuracy.accuracy_table(rows),
-             "pivot": lambda header, rows: render_accuracy.accuracy_pivot(rows)},
-            {"table": lambda header, rows: render_accuracy.tta_table(header, rows)})
+             "pivot": lambda header, rows: render_accuracy.accuracy_pivot(rows),
+             "verdicts": lambda header, rows: render_accuracy.accuracy_verdicts(rows)},
+            {"table": lambda header, rows: render_accuracy.tta_table(header, rows),
+             "margins": lambda header, rows: render_accuracy.tta_margins(header, rows)})
 
 
 ACCURACY_VIEWS, TTA_VIEWS = accuracy_renderers()

@@ -98,12 +98,12 @@ check_launcher run_multi_gpus_lenet.sh fashion_mnist_lenet_fp32.ini \
   "--num_nodes=3 --quantize_logits=false"
 check_launcher run_multi_gpus_cifar10.sh cifar10_cifarnet_terngrad.ini "GRAD_BITS=32 CLIP_FACTOR=0" \
   "--grad_bits=32 --clip_factor=0 --device cpu"
-check_launcher run_multi_gpus_alexnet.sh imagenet_alexnet_terngrad.ini "NUM_GPUS=2 DROPOUT_KEEP_PROB=0.5" \
+check_launcher run_multi_gpus_alexnet.sh imagenet_alexnet_terngrad.ini "DEVICE=cuda NUM_GPUS=2 DROPOUT_KEEP_PROB=0.5" \
   "--num_gpus 2 --num_nodes=2 --dropout_keep_prob=0.5 --device cuda"
 check_launcher run_multi_gpus_resnet50.sh imagenet_resnet50_terngrad.ini "BASE_LR=0.2 WARMUP_STEPS=100" \
-  "--initial_learning_rate=0.2 --warmup_steps=100 --num_gpus 8 --num_nodes=8"
+  "--initial_learning_rate=0.2 --warmup_steps=100 --device cpu --num_gpus 1 --num_nodes=8"  # cpu until the GPU check
 check_launcher run_multi_gpus_inception_v3.sh imagenet_inception_v3_terngrad.ini "DEVICE=cpu NUM_GPUS=1" \
-  "--device cpu --num_gpus 1 --num_nodes=1"
+  "--device cpu --num_gpus 1 --num_nodes=8"
 check_launcher run_multi_gpus_inception_v3.sh imagenet_inception_v3_fp32.ini \
   "CONFIG=$TG_ROOT/configs/imagenet_inception_v3_fp32.ini" "--num_nodes=8"
 # Several machines: HOSTS becomes one mpirun of one process per slot, pinned, with the flags it implies.
@@ -122,7 +122,7 @@ check_hosts() {  # launcher | environment words | what the train line must hold 
 }
 ROOT=""  # as root the launchers add what Open MPI asks for to start
 [[ $(id -u) == 0 ]] && ROOT="--allow-run-as-root "
-check_hosts run_multi_gpus_resnet50.sh "HOSTS=a:2,b:2" \
+check_hosts run_multi_gpus_resnet50.sh "DEVICE=cuda HOSTS=a:2,b:2" \
   "mpirun -np 4 ${ROOT}-H a:2\\,b:2 --bind-to socket --map-by slot|-x CUDA_MODULE_LOADING=EAGER|--num_gpus 1|--num_nodes=1"
 check_hosts run_multi_gpus_lenet.sh "HOSTS=a:2,b:2 THREADS=3 RANKS_PER_NODE=2" \
   "mpirun -np 4 ${ROOT}-H a:2\\,b:2 --bind-to core --map-by slot:PE=3|-x OMP_PROC_BIND=close|--threads 3|--ranks_per_node 2"

@@ -3,7 +3,7 @@
 # (a checkpoint, its temporary file, a logged step), never a fixed time, so a slow CPU or the sanitizer build
 # only takes longer (about 1 minute on 2 AVX-512 cores, a few under ASan); a run that shows no progress for
 # TG_FAULT_STALL_S seconds (default 120) is a failure that says so.
-#   1. kill -9, 10 runs in a row, with a checkpoint every step: the first run as soon as its first temporary
+#   1. kill -9, rounds of 10 runs in a row, with a checkpoint every step: the first run as soon as its first temporary
 #      checkpoint file appears, each later one at a random moment within the observed interval between two
 #      checkpoints, counted either from its first temporary file or from its second checkpoint (so some kills
 #      land inside a save, some before any checkpoint exists). Asserted on what happened: every run that
@@ -11,7 +11,8 @@
 #      before the previous kill); every temporary file a kill left is removed by the next run; no run reports
 #      an error; the final parameter digest equals an uninterrupted run's; no temporary file is left. A run
 #      that starts with no checkpoint (the first, or one after a kill before any checkpoint) starts from
-#      scratch: counted and reported, never a failure. No count depends on the machine's speed.
+#      scratch: counted and reported, never a failure. Rounds (each a fresh train_dir, at most 5) go on until at
+#      least one kill, one resume and one kill inside a save happened: a round of none is never a pass.
 #   2. kill -9 one rank of a 2-process mpirun job once the job has logged a step: the whole job ends within 10 s
 #      of the kill (README's claim) and names the lost rank. Then a rank that hangs without an error: one rank of
 #      a 4-process job stopped (SIGSTOP: no TCP reset ever comes): with --collective_timeout 3 the job ends within
@@ -69,93 +70,106 @@ KILL=(--image_size 12 --log_every 50 --max_steps 400)
 "$TRAIN" "${COMMON[@]}" "${KILL[@]}" --save_iter 1000 --train_dir "$WORK/ref" > "$WORK/ref.log" 2>&1 &
 wait_end $! "$WORK/ref.log" || fail "the uninterrupted run failed: $(tail -1 "$WORK/ref.log")"
 REF=$(digest_of "$WORK/ref.log")
-DIR="$WORK/killed"
 RANDOM=${TG_FAULT_SEED:-7}
-window_us=""  # the last observed interval between two checkpoints of a run
-runs=0 kills=0 scratch=0 resumes=0 inside=0 finished_early=0 before_kill="" left=0
+kills=0 resumes=0 inside=0 scratch=0 runs=0  # over every round
 t0=$(now_us)
-for i in $(seq 10); do
-  log="$WORK/kill_$i.log"
-  start=$(index_step "$DIR")
-  [ -z "$before_kill" ] || [ "${start:-0}" -ge "$before_kill" ] ||
-    fail "run $i: the index names step ${start:-none}, before the kill it named $before_kill"
-  "$TRAIN" "${COMMON[@]}" "${KILL[@]}" --save_iter 1 --keep_checkpoints 2 --train_dir "$DIR" > "$log" 2>&1 &
-  pid=$!
-  runs=$((runs + 1))
-  # The first run is killed as soon as its first temporary file is seen (inside or just after the first save:
-  # often before any checkpoint exists). Later ones are killed after a random part of the window counted from
-  # their first temporary file (half of them, once a window was measured), else from their second checkpoint
-  # (which measures the window).
-  if [ $i -eq 1 ] || { [ -n "$window_us" ] && ((RANDOM % 2)); }; then
-    wait_for $pid "$log" has_temporary "$DIR" $pid
-    rc=$?
-  else
-    wait_for $pid "$log" index_past "$DIR" "$start"
-    rc=$?
-    if [ $rc -eq 0 ]; then
-      t1=$(now_us)
-      first=$(index_step "$DIR")
-      wait_for $pid "$log" index_past "$DIR" "$first"
+# One round: 10 runs in a row into a fresh train_dir (fewer when the training finishes first), then the final
+# resume and its digest. Updates the counters above.
+kill_round() {  # ROUND
+  local DIR="$WORK/killed_$1" window_us="" finished_early=0 before_kill="" left=0 i log start pid rc status t1 first
+  local offset_us errors stale
+  for i in $(seq 10); do
+    log="$WORK/kill_$i.log"
+    start=$(index_step "$DIR")
+    [ -z "$before_kill" ] || [ "${start:-0}" -ge "$before_kill" ] ||
+      fail "run $i: the index names step ${start:-none}, before the kill it named $before_kill"
+    "$TRAIN" "${COMMON[@]}" "${KILL[@]}" --save_iter 1 --keep_checkpoints 2 --train_dir "$DIR" > "$log" 2>&1 &
+    pid=$!
+    runs=$((runs + 1))
+    # The first run is killed as soon as its first temporary file is seen (inside or just after the first save:
+    # often before any checkpoint exists). Later ones are killed after a random part of the window counted from
+    # their first temporary file (half of them, once a window was measured), else from their second checkpoint
+    # (which measures the window).
+    if [ $i -eq 1 ] || { [ -n "$window_us" ] && ((RANDOM % 2)); }; then
+      wait_for $pid "$log" has_temporary "$DIR" $pid
       rc=$?
-      [ $rc -eq 0 ] && window_us=$(($(now_us) - t1))
-    fi
-  fi
-  if [ $rc -eq 1 ]; then
-    fail "run $i made no progress: $(tail -1 "$log")"
-    kill -9 $pid 2> /dev/null
-    wait $pid 2> /dev/null
-    break
-  fi
-  if [ $rc -eq 0 ]; then
-    offset_us=$((${window_us:-0} * (RANDOM % 1000) / 1000))
-    sleep "$(awk -v us="$offset_us" 'BEGIN{printf "%.6f", us / 1e6}')"
-    before_kill=$(index_step "$DIR")
-    kill -9 $pid 2> /dev/null && kills=$((kills + 1))
-  fi
-  wait $pid 2> /dev/null
-  status=$?
-  if [ $rc -eq 2 ] || [ $status -ne 137 ]; then  # it ended before the kill: only a finished training may
-    grep -q "done:\|training already finished" "$log" && [ $status -eq 0 ] ||
-      fail "run $i ended by itself with status $status: $(tail -1 "$log")"
-    finished_early=1
-  fi
-  # What happened, checked against what the run says.
-  if [ -n "$start" ]; then
-    if grep -q "resumed from $DIR/model.ckpt-$start at step $start " "$log"; then
-      resumes=$((resumes + 1))
     else
-      fail "run $i started with the index at step $start but did not resume from it: $(grep -m1 resumed "$log")"
+      wait_for $pid "$log" index_past "$DIR" "$start"
+      rc=$?
+      if [ $rc -eq 0 ]; then
+        t1=$(now_us)
+        first=$(index_step "$DIR")
+        wait_for $pid "$log" index_past "$DIR" "$first"
+        rc=$?
+        [ $rc -eq 0 ] && window_us=$(($(now_us) - t1))
+      fi
     fi
-  else
-    scratch=$((scratch + 1))
-    grep -q "resumed from" "$log" && fail "run $i resumed though no checkpoint existed: $(grep resumed "$log")"
-  fi
-  if [ "$left" -gt 0 ]; then
-    grep -q "removed $left temporary checkpoint file" "$log" ||
-      fail "run $i: the $left temporary file(s) of the killed run $((i - 1)) were not reported removed"
-  fi
-  left=$(find "$DIR" -maxdepth 1 -name "*.tmp-$pid" | wc -l)
-  [ "$left" -gt 0 ] && inside=$((inside + 1))
-  # An error line (the configuration line names --error_feedback and is not one).
-  errors=$(grep -v "effective configuration" "$log" | grep -i "error" || true)
-  if [ -n "$errors" ]; then fail "run $i: $(head -1 <<< "$errors")"; fi
-  [ $finished_early -eq 0 ] || break
+    if [ $rc -eq 1 ]; then
+      fail "run $i made no progress: $(tail -1 "$log")"
+      kill -9 $pid 2> /dev/null
+      wait $pid 2> /dev/null
+      break
+    fi
+    if [ $rc -eq 0 ]; then
+      offset_us=$((${window_us:-0} * (RANDOM % 1000) / 1000))
+      sleep "$(awk -v us="$offset_us" 'BEGIN{printf "%.6f", us / 1e6}')"
+      before_kill=$(index_step "$DIR")
+      kill -9 $pid 2> /dev/null && kills=$((kills + 1))
+    fi
+    wait $pid 2> /dev/null
+    status=$?
+    if [ $rc -eq 2 ] || [ $status -ne 137 ]; then  # it ended before the kill: only a finished training may
+      grep -q "done:\|training already finished" "$log" && [ $status -eq 0 ] ||
+        fail "run $i ended by itself with status $status: $(tail -1 "$log")"
+      finished_early=1
+    fi
+    # What happened, checked against what the run says.
+    if [ -n "$start" ]; then
+      if grep -q "resumed from $DIR/model.ckpt-$start at step $start " "$log"; then
+        resumes=$((resumes + 1))
+      else
+        fail "run $i started with the index at step $start but did not resume from it: $(grep -m1 resumed "$log")"
+      fi
+    else
+      scratch=$((scratch + 1))
+      grep -q "resumed from" "$log" && fail "run $i resumed though no checkpoint existed: $(grep resumed "$log")"
+    fi
+    if [ "$left" -gt 0 ]; then
+      grep -q "removed $left temporary checkpoint file" "$log" ||
+        fail "run $i: the $left temporary file(s) of the killed run $((i - 1)) were not reported removed"
+    fi
+    left=$(find "$DIR" -maxdepth 1 -name "*.tmp-$pid" | wc -l)
+    [ "$left" -gt 0 ] && inside=$((inside + 1))
+    # An error line (the configuration line names --error_feedback and is not one).
+    errors=$(grep -v "effective configuration" "$log" | grep -i "error" || true)
+    if [ -n "$errors" ]; then fail "run $i: $(head -1 <<< "$errors")"; fi
+    [ $finished_early -eq 0 ] || break
+  done
+  start=$(index_step "$DIR")
+  "$TRAIN" "${COMMON[@]}" "${KILL[@]}" --save_iter 1 --keep_checkpoints 2 --train_dir "$DIR" > "$WORK/final.log" 2>&1 &
+  wait_end $! "$WORK/final.log" || fail "the final resume failed: $(tail -1 "$WORK/final.log")"
+  [ -z "$start" ] || grep -q "resumed from $DIR/model.ckpt-$start at step $start \|finished at step $start " \
+    "$WORK/final.log" || fail "the final run did not resume from step $start: $(grep -m1 resumed "$WORK/final.log")"
+  [ "$left" -eq 0 ] || grep -q "removed $left temporary checkpoint file" "$WORK/final.log" ||
+    fail "the final run did not report the $left temporary file(s) of the last killed run removed"
+  GOT=$(digest_of "$WORK/final.log")
+  stale=$(find "$DIR" -name '*.tmp-*' | wc -l)
+  echo "kill -9, round $1: $runs runs so far, $kills killed in $(seconds_of $(($(now_us) - t0))) s (last checkpoint" \
+    "interval $((${window_us:-0} / 1000)) ms): $resumes resumed from the index's checkpoint, $scratch started from" \
+    "scratch, $inside killed inside a save (temporary file left, removed by the next run); digest $GOT," \
+    "uninterrupted $REF; temporary files left: $stale"
+  [ -n "$REF" ] && [ "$GOT" = "$REF" ] || fail "digest after kills ($GOT) differs from the uninterrupted run's ($REF)"
+  [ "$stale" -eq 0 ] || fail "temporary checkpoint files left: $(find "$DIR" -name '*.tmp-*')"
+}
+# Rounds until the three events a claim rests on have each happened at least once (a kill, a resume from the
+# index's checkpoint, a kill inside a save), at most 5: at any machine speed a round that finished early or whose
+# kills all landed between saves is followed by another, never counted as a pass.
+for round in 1 2 3 4 5; do
+  kill_round "$round"
+  [ "$kills" -ge 1 ] && [ "$resumes" -ge 1 ] && [ "$inside" -ge 1 ] && break
 done
-start=$(index_step "$DIR")
-"$TRAIN" "${COMMON[@]}" "${KILL[@]}" --save_iter 1 --keep_checkpoints 2 --train_dir "$DIR" > "$WORK/final.log" 2>&1 &
-wait_end $! "$WORK/final.log" || fail "the final resume failed: $(tail -1 "$WORK/final.log")"
-[ -z "$start" ] || grep -q "resumed from $DIR/model.ckpt-$start at step $start \|finished at step $start " \
-  "$WORK/final.log" || fail "the final run did not resume from step $start: $(grep -m1 resumed "$WORK/final.log")"
-[ "$left" -eq 0 ] || grep -q "removed $left temporary checkpoint file" "$WORK/final.log" ||
-  fail "the final run did not report the $left temporary file(s) of the last killed run removed"
-GOT=$(digest_of "$WORK/final.log")
-stale=$(find "$DIR" -name '*.tmp-*' | wc -l)
-echo "kill -9: $runs runs, $kills killed in $(seconds_of $(($(now_us) - t0))) s (last checkpoint interval" \
-  "$((${window_us:-0} / 1000)) ms): $resumes resumed from the index's checkpoint, $scratch started from scratch," \
-  "$inside killed inside a save (temporary file left, removed by the next run); digest $GOT, uninterrupted" \
-  "$REF; temporary files left: $stale"
-[ -n "$REF" ] && [ "$GOT" = "$REF" ] || fail "digest after kills ($GOT) differs from the uninterrupted run's ($REF)"
-[ "$stale" -eq 0 ] || fail "temporary checkpoint files left: $(find "$DIR" -name '*.tmp-*')"
+[ "$kills" -ge 1 ] && [ "$resumes" -ge 1 ] && [ "$inside" -ge 1 ] ||
+  fail "after $round rounds: $kills kills, $resumes resumes, $inside kills inside a save: each needs at least one"
 
 # The process of MPI rank RANK of the job training into TRAIN_DIR ("" when there is none): its OMPI_COMM_WORLD_RANK.
 pid_of_rank() {  # TRAIN_DIR RANK

@@ -4,8 +4,8 @@
 # 8-worker row), this script decides the GPUs (one worker per GPU), the folders (named from the settings) and
 # the evaluation launched in the background beside training.
 # Usage: scripts/run_multi_gpus_alexnet.sh
-#   Environment: CONFIG (configs/imagenet_alexnet_fp32.ini: the floating baseline), DEVICE (cuda | cpu; cpu
-#   needs NUM_GPUS=1 and NUM_NODES for the workers), NUM_GPUS (8), NUM_NODES (NUM_GPUS), CUDA_VISIBLE_DEVICES,
+#   Environment: CONFIG (configs/imagenet_alexnet_fp32.ini: the floating baseline), DEVICE (cpu until the GPU path has
+#   passed its device check, then cuda; cpu: NUM_GPUS=1, NUM_NODES (8) workers), NUM_GPUS (8), NUM_NODES (NUM_GPUS), CUDA_VISIBLE_DEVICES,
 #   DATA_DIR (made by scripts/prepare_imagenet.sh), ROOT_WORKSPACE, BUILD_DIR, DRY_RUN=1 (print the commands),
 #   and any setting of the reference's script (GRAD_BITS, BASE_LR, DROPOUT_KEEP_PROB, MAX_STEPS, ...: the list
 #   is TG_OVERRIDES in scripts/lib/launch_training.sh); one that is unset keeps the config's value.
@@ -14,14 +14,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib/launch_training.sh"
 
 CONFIG=${CONFIG:-$TG_ROOT/configs/imagenet_alexnet_terngrad.ini}
-DEVICE=${DEVICE:-cuda}
-NUM_GPUS=${NUM_GPUS:-8}
-NUM_NODES=${NUM_NODES:-$NUM_GPUS}
+imagenet_devices  # DEVICE, NUM_GPUS, NUM_NODES
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0,1,2,3,4,5,6,7}
 VAL_BATCH_SIZE=${VAL_BATCH_SIZE:-50}
 EVAL_INTERVAL_SECS=${EVAL_INTERVAL_SECS:-900}
 FOLDER_WITH_GPUS=1
-if [[ $DEVICE == cpu && $NUM_GPUS != 1 ]]; then
-  tg_die "DEVICE=cpu needs NUM_GPUS=1 (set NUM_NODES for the number of workers)"
-fi
 launch_training

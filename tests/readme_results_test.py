@@ -5,7 +5,10 @@ clean tree by the command the block names, has every provenance field and enough
 Google Benchmark file: at least 3), and the block's
 text is what the file renders to; every refusal is one line naming the command to re-run. A decimal figure in a
 paragraph that names a results file must be in that file. A block without its
-results file must hold the TODO line naming its command. (ctest readme_results_check, label unit.)"""
+results file must hold the TODO line naming its command. The renderers' words: a ratio below 1 is "more", never
+"less"; a difference to fp32 is "better"/"worse" only when its paired 95% interval excludes 0, "within 0.3 points"
+only when the interval lies inside +-0.3, else "not resolved"; time to accuracy at several margins from the same
+curves. (ctest readme_results_check, label unit.)"""
 import os
 import shutil
 import subprocess
@@ -15,6 +18,10 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK = os.path.join(ROOT, "scripts", "check_readme_results.py")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "lib"))
+import check_readme_results  # noqa: E402
+import render_accuracy  # noqa: E402
 COMMAND = "bench/inproc_bench.sh -r 3"
 
 
@@ -227,6 +234,57 @@ class ReadmeResults(unittest.TestCase):
         rc, out = self.run_check("--write")
         self.assertEqual(rc, 0, out)
         self.assertIn("| BM_x | 1.5 ms |", self.read("README.md"))
+
+
+def accuracy_rows(pairs):
+    """Rows of an accuracy file: (seed, fp32 accuracy, terngrad accuracy) per seed."""
+    rows = []
+    for seed, fp32, tern in pairs:
+        for variant, acc in (("fp32", fp32), ("terngrad", tern)):
+            rows.append({"net": "lenet", "dataset": "fashion_mnist", "workers": "2", "layout": "2x1", "steps": "1875",
+                         "variant": variant, "seed": str(seed), "precision_at_1": "%.4f" % acc, "status": "ok"})
+    return rows
+
+
+class RenderedWords(unittest.TestCase):
+    def test_a_ratio_below_one_is_more_not_less(self):
+        # The audit's example: TernGrad's link overhead 1.152 s against DDP fp32's 0.790 s.
+        self.assertEqual(check_readme_results.fewer_or_more(1.152, 0.790, "DDP fp32's"), "1.46x more than DDP fp32's")
+        self.assertEqual(check_readme_results.fewer_or_more(0.180, 0.790, "DDP fp32's"), "4.39x less than DDP fp32's")
+
+    def test_a_difference_is_claimed_only_with_an_interval_that_excludes_zero(self):
+        # 3 seeds of -0.26 points with the paired spread seen (t = -1.9, as the audit found): not resolved.
+        rows = accuracy_rows([(1, 0.8997, 0.8944), (2, 0.8960, 0.8955), (3, 0.8983, 0.8963)])
+        n, mean, half = render_accuracy.paired_difference([r for r in rows if r["variant"] == "terngrad"],
+                                                          [r for r in rows if r["variant"] == "fp32"])
+        self.assertEqual(n, 3)
+        self.assertAlmostEqual(mean, -0.26, places=6)
+        self.assertGreater(half, abs(mean))
+        self.assertTrue(render_accuracy.verdict(n, mean, half).startswith("not resolved at 3 seeds (95% CI -"))
+        # Every seed 0.5 points down, spread 0.05: worse, and not within 0.3.
+        self.assertEqual(render_accuracy.verdict(*render_accuracy.paired_difference(
+            [{"seed": str(i), "precision_at_1": "%.4f" % (0.895 - 0.0005 * (i % 2))} for i in range(8)],
+            [{"seed": str(i), "precision_at_1": "0.9000"} for i in range(8)]))[:5], "worse")
+        # A tight interval around 0: within 0.3 points (equivalence), no direction.
+        self.assertEqual(render_accuracy.verdict(8, 0.02, 0.1), "within 0.3 points of fp32 (95% CI -0.08..+0.12)")
+        self.assertEqual(render_accuracy.verdict(8, -0.2, 0.05), "worse (95% CI -0.25..-0.15), within 0.3 points")
+        self.assertEqual(render_accuracy.verdict(1, -0.2, None), "1 seed: no interval")
+        lines = render_accuracy.accuracy_verdicts(rows)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("terngrad against fp32: not resolved at 3 seeds", lines[0])
+
+    def test_time_to_accuracy_at_several_margins_from_the_same_curves(self):
+        meta = {"target": "0.895000 (fp32's mean 0.898000 over 3 seeds minus 0.3 points)"}
+
+        def row(system, rep, curve):
+            return {"rate": "1gbit", "machines": "2", "system": system, "rep": str(rep), "status": "ok",
+                    "curve": curve}
+        rows = [row("ours fp32", 1, "75:10:0.8950 150:20:0.8975"), row("ours fp32", 2, "75:10:0.8960 150:20:0.8990"),
+                row("ours TernGrad", 1, "75:2:0.8952 150:4:0.8960"), row("ours TernGrad", 2, "75:2:0.8930 150:4:0.8955")]
+        out = render_accuracy.tta_margins(meta, rows, margins=(0.1, 0.3))
+        self.assertIn("| 1gbit | 2 | ours fp32 | 20.0 s (2 of 2) | 10.0 s (2 of 2) |", out)
+        # TernGrad: -0.1 (0.8970) never reached; -0.3 (0.8950): 2 s and 4 s, median 3 s, 0.30x fp32's 10 s.
+        self.assertIn("| 1gbit | 2 | ours TernGrad | not reached (0 of 2; -) | 3.0 s (2 of 2; 0.30x) |", out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ markdown: a provenance line, then the table.
         prints the time-to-accuracy target: fp32's mean test accuracy over seeds minus 0.3 points, and its rows
 
 accuracy: one line per (net, dataset, workers, variant): the seeds of the ok rows, test precision@1 as mean
-+- sample standard deviation over the seeds, the gap of the mean to fp32's mean in points (100 x accuracy),
++- sample standard deviation over the seeds, the gap of the mean to fp32's mean in points (100 x accuracy), the
+paired difference to fp32 (seeds run by both: mean of the per-seed differences with its 95% confidence interval,
+Student's t with n-1 degrees of freedom) and its verdict (the wording rules of `verdict` below),
 the bytes moved per worker over the run as a fraction of fp32's (fp32's measured rows of the same net, dataset
 and workers, else the runs' own fp32 byte model), the steady bytes per step and worker, the mean over the seeds
 of each run's mean --quantization_error_every probe (|decoded average - fp32 average| / |fp32 average|, and the
@@ -23,6 +25,53 @@ import argparse
 import math
 import statistics
 import sys
+
+EQUIVALENCE_POINTS = 0.3  # "within 0.3 points of fp32" needs the whole 95% interval inside +-0.3
+# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom; above 30 the normal's 1.96 plus its
+# first correction (within 0.001 of the exact value).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+        29: 2.045, 30: 2.042}
+
+
+def t975(df):
+    return T975[df] if df in T975 else 1.96 + 2.4 / df
+
+
+def paired_difference(rows, ref_rows):
+    """(n, mean, half_width) in points of the per-seed differences rows - ref_rows over the seeds both ran; the
+    half width of the 95% interval is None with fewer than 2 pairs."""
+    ref = {r["seed"]: float(r["precision_at_1"]) for r in ref_rows}
+    diffs = [100 * (float(r["precision_at_1"]) - ref[r["seed"]]) for r in rows if r["seed"] in ref]
+    if not diffs:
+        return 0, None, None
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return 1, mean, None
+    return len(diffs), mean, t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def verdict(n, mean, half, margin=EQUIVALENCE_POINTS):
+    """The words a difference to fp32 may be given: "better"/"worse" only when the 95% interval excludes 0, "within
+    0.3 points of fp32" only when it lies inside +-0.3, both when both hold; otherwise "not resolved at n seeds".
+    Never a bare direction."""
+    if n == 0:
+        return "no seed run by both"
+    if half is None:
+        return "1 seed: no interval"
+    lo, hi = mean - half, mean + half
+    within = -margin <= lo and hi <= margin
+    ci = "95%% CI %+.2f..%+.2f" % (lo, hi)
+    if lo > 0 or hi < 0:
+        return "%s (%s)%s" % ("better" if lo > 0 else "worse", ci, ", within %.1f points" % margin if within else "")
+    if within:
+        return "within %.1f points of fp32 (%s)" % (margin, ci)
+    return "not resolved at %d seeds (%s)" % (n, ci)
+
+
+def ci_text(n, mean, half):
+    return "%+.2f ± %.2f" % (mean, half) if half is not None else ("%+.2f" % mean if n else "")
 
 
 def read(path):
@@ -64,6 +113,17 @@ def fp32_mean(rows, net, dataset, workers=None, steps=None):
     return (statistics.fmean(acc), len(acc)) if acc else (None, 0)
 
 
+def fp32_bytes_like(g, ref):
+    """fp32's bytes to set a variant's against, like for like: for the hierarchical exchange (its bytes are those
+    between the machines) fp32's bytes between the same machines (the fp32 runs' communicator bytes between the
+    processes, each process an emulated machine); for a flat exchange fp32's ring over all the workers. Returns
+    (bytes, a note for the table)."""
+    if g[0].get("exchange", "").startswith("hierarchical"):
+        return (statistics.fmean(float(r["wire_bytes_run"]) for r in ref),
+                " (against fp32's between the same machines)")
+    return statistics.fmean(float(r["bytes_run"]) for r in ref), ""
+
+
 def render_accuracy(path, meta, rows):
     return "\n".join([provenance(path, meta), ""] + accuracy_table(rows))
 
@@ -88,9 +148,9 @@ def accuracy_table(rows):
         variants.insert(0, "fp32")
     order.sort(key=lambda k: (k[0], k[1], k[2], k[5], variants.index(k[4])))
     out.append("| net | dataset | workers (processes x workers) | steps | variant | exchange | seeds | test accuracy (mean ± sd) "
-               "| gap to fp32 (points) | bytes per worker, run | vs fp32's | bytes per step and worker "
-               "| averaged-gradient error (non-zero codes) | train s (mean) |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| gap to fp32 (points) | paired by seed (points, 95% CI) | verdict | bytes per worker, run | vs fp32's "
+               "| bytes per step and worker | averaged-gradient error (non-zero codes) | train s (mean) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in order:
         net, dataset, workers, layout, variant, steps = k
         g = groups[k]
@@ -98,12 +158,14 @@ def accuracy_table(rows):
         mean = statistics.fmean(acc)
         sd = statistics.stdev(acc) if len(acc) > 1 else float("nan")
         ref = groups.get((net, dataset, workers, layout, "fp32", steps))
-        gap = ""
+        gap = paired = said = ""
         if ref and variant != "fp32":
             gap = "%+.2f" % (100 * (mean - statistics.fmean(float(r["precision_at_1"]) for r in ref)))
+            n, d, half = paired_difference(g, ref)
+            paired, said = ci_text(n, d, half), verdict(n, d, half)
         run_bytes = statistics.fmean(float(r["bytes_run"]) for r in g)
         if ref:
-            fp32_bytes, how = statistics.fmean(float(r["bytes_run"]) for r in ref), ""
+            fp32_bytes, how = fp32_bytes_like(g, ref)
         else:
             fp32_bytes, how = statistics.fmean(float(r["fp32_bytes_run"]) for r in g), " (fp32 by the byte model)"
         frac = run_bytes / fp32_bytes if fp32_bytes else float("nan")
@@ -113,9 +175,9 @@ def accuracy_table(rows):
         probed = [r for r in g if r.get("quant_error", "-") not in ("", "-")]
         probe = "%.3f (%.1f%%)" % (statistics.fmean(float(r["quant_error"]) for r in probed),
                                    100 * statistics.fmean(float(r["nonzero_codes"]) for r in probed)) if probed else ""
-        out.append("| %s | %s | %d (%s) | %s | %s | %s | %s | %.4f ± %s | %s | %s | %s | %s | %s | %.1f |" % (
+        out.append("| %s | %s | %d (%s) | %s | %s | %s | %s | %.4f ± %s | %s | %s | %s | %s | %s | %s | %s | %.1f |" % (
             net, dataset, workers, layout.replace("x", " x "), steps, variant, g[0]["exchange"], seeds, mean, sd_text, gap,
-            mb(run_bytes), ratio, mb(statistics.fmean(float(r["bytes_per_step"]) for r in g)), probe,
+            paired, said, mb(run_bytes), ratio, mb(statistics.fmean(float(r["bytes_per_step"]) for r in g)), probe,
             statistics.fmean(float(r["train_wall_s"]) for r in g)))
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
@@ -129,7 +191,8 @@ def accuracy_table(rows):
 
 def accuracy_pivot(rows):
     """One line per (net, dataset, workers, steps), one column per variant: the test accuracy's mean +- sd over the
-    seeds and its gap to fp32's mean in points; then the bytes per worker of each variant as a fraction of fp32's."""
+    seeds (n), its paired difference to fp32 in points with the 95% interval's half width and the verdict's word,
+    then the bytes per worker of each variant as a fraction of fp32's."""
     ok = [r for r in rows if r["status"] == "ok"]
     variants, keys, cell = [], [], {}
     for r in ok:
@@ -148,7 +211,6 @@ def accuracy_pivot(rows):
     for k in keys:
         ref = cell.get(k + ("fp32",))
         ref_mean = statistics.fmean(float(r["precision_at_1"]) for r in ref) if ref else None
-        ref_bytes = statistics.fmean(float(r["bytes_run"]) for r in ref) if ref else None
         cells = []
         for v in variants:
             g = cell.get(k + (v,))
@@ -157,12 +219,49 @@ def accuracy_pivot(rows):
                 continue
             acc = [float(r["precision_at_1"]) for r in g]
             mean = statistics.fmean(acc)
-            text = "%.4f ± %s" % (mean, "%.4f" % statistics.stdev(acc) if len(acc) > 1 else "(1 seed)")
+            text = "%.4f ± %s, n=%d" % (mean, "%.4f" % statistics.stdev(acc) if len(acc) > 1 else "-", len(acc))
             if v != "fp32" and ref_mean is not None:
-                frac = statistics.fmean(float(r["bytes_run"]) for r in g) / ref_bytes if ref_bytes else float("nan")
-                text += " (**%+.2f**; 1/%.1f of the bytes)" % (100 * (mean - ref_mean), 1 / frac)
+                like, _ = fp32_bytes_like(g, ref)
+                frac = statistics.fmean(float(r["bytes_run"]) for r in g) / like if like else float("nan")
+                n, d, half = paired_difference(g, ref)
+                text += " (**%s**: %s; 1/%.1f of the bytes)" % (ci_text(n, d, half), short_verdict(n, d, half),
+                                                                1 / frac)
             cells.append(text)
         out.append("| %s, %s | %d | %s | %s |" % (k[0], k[1], k[2], k[4], " | ".join(cells)))
+    return out
+
+
+def short_verdict(n, mean, half, margin=EQUIVALENCE_POINTS):
+    """verdict's word alone: better, worse, within 0.3, not resolved."""
+    if half is None:
+        return "no interval"
+    lo, hi = mean - half, mean + half
+    within = -margin <= lo and hi <= margin
+    if lo > 0 or hi < 0:
+        return ("better" if lo > 0 else "worse") + (", within %.1f" % margin if within else "")
+    return "within %.1f" % margin if within else "not resolved"
+
+
+def accuracy_verdicts(rows):
+    """One sentence per (net, dataset, workers, variant) against fp32: what the README's accuracy prose may say."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    cells, order = {}, []
+    for r in ok:
+        k = (r["net"], r["dataset"], int(r["workers"]), r["steps"], r["variant"])
+        if k not in cells:
+            cells[k] = []
+            order.append(k)
+        cells[k].append(r)
+    out = []
+    for k in sorted(order, key=lambda k: (k[0], k[1], k[2], k[3], order.index(k))):
+        net, dataset, workers, steps, variant = k
+        ref = cells.get((net, dataset, workers, steps, "fp32"))
+        if variant == "fp32" or not ref:
+            continue
+        n, d, half = paired_difference(cells[k], ref)
+        out.append("- %s, %s, %d workers, %s steps, %s against fp32: %s; mean paired difference %s points over %d "
+                   "seeds." % (net, dataset, workers, steps, variant, verdict(n, d, half), "%+.2f" % d if n else "-",
+                               n))
     return out
 
 
@@ -245,6 +344,70 @@ def tta_table(meta, rows):
         for r in failed:
             out.append("- %s %s machines %s rep %s: %s %s" % (r["rate"], r["machines"], r["system"], r["rep"],
                                                               r["status"], r["note"]))
+    return out
+
+
+def first_reaching(curve, target):
+    """(seconds, step) of the first evaluation of a row's curve ("step:seconds:accuracy ...") at or above target;
+    (inf, inf) when none is."""
+    for point in curve.split():
+        parts = point.split(":")
+        if len(parts) == 3 and float(parts[2]) >= target:
+            return float(parts[1]), float(parts[0])
+    return math.inf, math.inf
+
+
+def fp32_reference(meta):
+    """fp32's mean accuracy the file's target was taken from ("target: 0.895033 (fp32's mean 0.898033 over ...")."""
+    text = meta.get("target", "")
+    marker = "fp32's mean "
+    if marker not in text:
+        return None
+    return float(text.split(marker, 1)[1].split()[0])
+
+
+TTA_MARGINS = (0.1, 0.2, 0.3)
+
+
+def tta_margins(meta, rows, margins=TTA_MARGINS):
+    """Time to accuracy at several targets from the same curves: fp32's mean minus each margin (points); per (link,
+    machines, system) the median seconds over the repetitions (a repetition that never reached the target counts
+    as infinitely long), the repetitions that reached it, and the median against our fp32's."""
+    ref = fp32_reference(meta)
+    if ref is None:
+        return ["(this file's target names no fp32 mean: no other margin can be taken from its curves)"]
+    groups, order = {}, []
+    for r in rows:
+        if r["status"] != "ok" or not r.get("curve"):
+            continue
+        k = (r["rate"], int(r["machines"]), r["system"])
+        if k not in groups:
+            groups[k] = []
+            order.append(k)
+        groups[k].append(r)
+    out = ["fp32's mean: %.6f; a target is that minus the margin (points); a cell: median seconds to the target "
+           "(repetitions that reached it of all; against our fp32's median)." % ref, "",
+           "| link | machines | system | " + " | ".join("-%.1f points (%.4f)" % (m, ref - m / 100) for m in margins)
+           + " |", "|---|---|---|" + "---|" * len(margins)]
+
+    def median_seconds(g, target):
+        return median_inf([first_reaching(r["curve"], target)[0] for r in g])
+
+    for k in order:
+        rate, machines, system = k
+        g = groups[k]
+        cells = []
+        for m in margins:
+            target = ref - m / 100
+            t = median_seconds(g, target)
+            reached = sum(1 for r in g if not math.isinf(first_reaching(r["curve"], target)[0]))
+            fp32 = groups.get((rate, machines, "ours fp32"))
+            vs = ""
+            if fp32 and system != "ours fp32":
+                tf = median_seconds(fp32, target)
+                vs = "; -" if math.isinf(t) or math.isinf(tf) or tf <= 0 else "; %.2fx" % (t / tf)
+            cells.append("%s (%d of %d%s)" % ("not reached" if math.isinf(t) else "%.1f s" % t, reached, len(g), vs))
+        out.append("| %s | %d | %s | %s |" % (rate, machines, system, " | ".join(cells)))
     return out
 
 

@@ -8,6 +8,9 @@
 #                      environment's TERNGRAD_DATA / TERNGRAD_TRAIN / TERNGRAD_EVAL if set, else
 #                      $BUILD_DIR/NAME, else NAME on the PATH; or one error line on stderr and status 1
 #   tg_die MESSAGE     prints "<script>: MESSAGE" on stderr and exits 1
+#   tg_default_device  prints cuda when the built terngrad-train's --version says its GPU path has passed the
+#                      device check, else cpu: the launchers' default DEVICE follows the one switch
+#                      (include/terngrad/core/gpu_status.h) instead of a script's guess
 
 TG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$TG_ROOT/build}
@@ -33,5 +36,14 @@ tg_binary() {
     echo "$(basename "$0"): $name not found in $BUILD_DIR nor on the PATH: build first: scripts/test.sh or" \
       "cmake --build build" >&2
     return 1
+  fi
+}
+
+tg_default_device() {
+  local bin
+  if bin=$(tg_binary terngrad-train 2> /dev/null) && "$bin" --version 2> /dev/null | grep -q "has passed the device check"; then
+    echo cuda
+  else
+    echo cpu
   fi
 }

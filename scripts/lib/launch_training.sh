@@ -134,6 +134,20 @@ multi_host_launcher() {
   launch+=("${extra[@]}")
 }
 
+# The device and workers of the ImageNet launchers: DEVICE defaults to tg_default_device (cpu until the GPU path has
+# passed its device check); on cuda NUM_GPUS (8) GPUs of one worker each, on cpu NUM_GPUS=1 and NUM_NODES (8) workers.
+imagenet_devices() {
+  DEVICE=${DEVICE:-$(tg_default_device)}
+  if [[ $DEVICE == cuda* ]]; then
+    NUM_GPUS=${NUM_GPUS:-8}
+    NUM_NODES=${NUM_NODES:-$NUM_GPUS}
+  else
+    NUM_GPUS=${NUM_GPUS:-1}
+    NUM_NODES=${NUM_NODES:-8}
+    [[ $NUM_GPUS == 1 ]] || tg_die "DEVICE=cpu needs NUM_GPUS=1 (set NUM_NODES for the number of workers)"
+  fi
+}
+
 stop_training() {  # EXIT_STATUS: asks the training to stop (checkpoint, exit), waits for it, exits
   kill -TERM "$TRAIN_PID" 2> /dev/null || true
   wait "$TRAIN_PID" 2> /dev/null || true

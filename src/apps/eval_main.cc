@@ -75,7 +75,7 @@ const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
          "what an exported ONNX model takes); held in memory until the end, so for small subsets"},
         {"dump_labels", &C::dump_labels,
          "write the labels of the evaluated examples to this .npy file (int32, (examples))"},
-        {"device", &C::device, "cpu, cuda, cuda:<k>"},
+        {"device", &C::device, "cpu, cuda, cuda:<k>", tg::no_check(), tg::kFlagGpu},
         {"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")},
         {"threads", &C::threads, "CPU threads (0: all cores)", tg::in_range(0, 4096, "[]")},
     };

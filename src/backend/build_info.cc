@@ -5,6 +5,7 @@
 
 #include <dnnl.hpp>
 
+#include "terngrad/core/gpu_status.h"
 #include "tg_build_commit.h"  // TG_GIT_COMMIT, written at build time (cmake/build_commit.cmake)
 
 #ifdef TG_HAVE_CUDA
@@ -44,7 +45,9 @@ std::string build_libraries() {
 #ifdef NCCL_MAJOR
   s += fmt::format(", NCCL {}.{}.{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
 #endif
-  s += " (compiled against; the GPU path is unit-tested against the CPU but not yet run on a GPU)";
+  s += kGpuPathRunOnDevice
+           ? std::string(" (compiled against; the GPU path has passed the device check)")
+           : std::string(" (compiled against; the GPU path is unit-tested against the CPU but ") + kGpuNotYetRun + ")";
 #else
   s += "; the CUDA backend is not built";
 #endif

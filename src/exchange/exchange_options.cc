@@ -24,7 +24,8 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        one_of_numbers({16, 32}, "16 (fp16), 32 (fp32)"), kFlagRun},
       {"overlap", &C::overlap,
        "with a group to talk to: exchange buckets while backward runs (CPU: on a communication thread; GPU: on "
-       "the device's second stream); `--overlap=false` exchanges everything after backward (same bits)"},
+       "the device's second stream); `--overlap=false` exchanges everything after backward (same bits)",
+       no_check(), kFlagGpu},
       {"decode_in_update", &C::decode_in_update,
        "TernGrad (allgather2/allreduce8): the optimizer decodes the ternary tensors' average inside its update "
        "instead of the exchange writing it into the gradients first (same bits, one pass fewer); "

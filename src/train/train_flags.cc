@@ -36,28 +36,31 @@ std::vector<Flag<TrainConfig>> make_table() {
        "`terngrad-data build-image-data` writes), the default for a folder that has one",
        one_of<Dataset>(), kFlagRun},
       {"subset", &C::subset, "training files `<data_dir>/<subset>-*`", no_check(), kFlagResume},
-      {"device", &C::device, "cpu, cuda, cuda:<k>"},
+      {"device", &C::device, "cpu, cuda, cuda:<k>", no_check(), kFlagGpu},
       {"num_gpus", &C::num_gpus, "GPUs of this process (`--device cuda`); workers are placed round-robin",
-       at_least(1).max(kMaxWorkers)},
+       at_least(1).max(kMaxWorkers), kFlagGpu},
       {"num_nodes", &C::num_nodes, "workers (virtual nodes, towers) in this process; -1: one per GPU",
        at_most(kMaxWorkers), kFlagResume},
       {"threads", &C::threads, "CPU threads (0: all cores)", at_least(0).max(kMaxWorkers).note("0: all cores")},
       {"allow_tf32", &C::allow_tf32,
        "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
-       "relative error; written to keep runs deterministic, not yet run on a GPU)"},
+       "relative error; written to keep runs deterministic)",
+       no_check(), kFlagGpu},
       {"deterministic", &C::deterministic,
        "`--device cuda`: only cuDNN algorithms that give the same bits on every run; false also allows the "
-       "atomics-based ones (sometimes faster; runs then differ in the last bits)"},
+       "atomics-based ones (sometimes faster; runs then differ in the last bits)",
+       no_check(), kFlagGpu},
       {"conv_search", &C::conv_search,
        "`--device cuda`: a convolution's first call times every acceptable cuDNN algorithm (deterministic ones "
        "unless `--deterministic=false`, scratch up to 1 GiB) and keeps the fastest (PyTorch's cudnn.benchmark); "
-       "the choice can differ between runs, and with it the last bits; off: cuDNN's heuristics' first one"},
+       "the choice can differ between runs, and with it the last bits; off: cuDNN's heuristics' first one",
+       no_check(), kFlagGpu},
       {"precision",
        &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "
        "weights, optimizer state, BN statistics, the loss and exchanged gradients stay fp32 (see Mixed precision)",
        one_of<Precision>(),
-       kFlagRun,
+       kFlagRun | kFlagGpu,
        {{"fp16", "fp16"}}},
       {"memory_plan", &C::memory_plan,
        "liveness: a step's activations, their gradients and saved tensors share one arena, each buffer's bytes "

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "src/train/trainer_impl.h"
+#include "terngrad/core/gpu_status.h"
 #include "terngrad/data/dataset_description.h"
 
 namespace tg {
@@ -167,6 +168,11 @@ void Trainer::Impl::log_configuration() const {
   }
   spdlog::info("flags other than the defaults:{} (all: {})", flags.empty() ? " none" : flags,
                (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string());
+  if (!kGpuPathRunOnDevice && !replicas[0].backend->device().is_cpu())
+    spdlog::warn(
+        "--device {}: the GPU path is compiled and unit-tested against the CPU but {}; check this run's "
+        "results against a CPU run (scripts/gpu_check.sh runs the device check)",
+        cfg.device, kGpuNotYetRun);
   if (cfg.dataset == "custom")
     if (const std::optional<DatasetDescription> d = find_dataset_description(cfg.data_dir))
       spdlog::info("data: {} ({}): --dataset custom, --num_classes {}, --image_size {}", d->summary(),

@@ -27,6 +27,7 @@
 
 #include "terngrad/core/enum_names.h"
 #include "terngrad/core/error.h"
+#include "terngrad/core/gpu_status.h"
 
 namespace tg {
 
@@ -44,6 +45,7 @@ enum FlagTraits : unsigned {
   // (the gradient coding and exchange, the optimizer and its learning rate, regularisation, the compute precision).
   kFlagRun = 1u << 5,
   kFlagContinue = 1u << 6,  // taken from the checkpoint when not given; a given value wins (said in the log)
+  kFlagGpu = 1u << 7,       // says what the flag does on a GPU: its help carries the GPU path's status (gpu_status.h)
 };
 
 struct FlagCheck {
@@ -142,10 +144,12 @@ struct Flag {
   std::vector<FlagAlias> aliases;
 
   bool has(unsigned trait) const { return (traits & trait) != 0; }
-  // The help with the accepted values of a text choice in front: "gd, momentum, adam, rmsprop: ...".
+  // The help with the accepted values of a text choice in front: "gd, momentum, adam, rmsprop: ..."; a flag of
+  // kFlagGpu ends with the GPU path's status.
   std::string full_help() const {
-    if (!check.accepted) return help;
-    return *help ? check.accepted() + ": " + help : check.accepted();
+    const std::string gpu = has(kFlagGpu) ? gpu_caveat() : std::string();
+    if (!check.accepted) return help + gpu;
+    return (*help ? check.accepted() + ": " + help : check.accepted()) + gpu;
   }
 };
 
