@@ -25,14 +25,22 @@ Prose outside the blocks and the code: in a paragraph that names a results file 
 percentage), else it is refused naming the paragraph's line: a figure quoted from elsewhere belongs in a block or
 in another paragraph. Not figures: versions (after PyTorch, torch, torchvision, oneDNN, cuDNN, NCCL, Python,
 version, v) and sizes of things (before "million", "M ", "GB", "MB", "KB").
+In the files of FULLY_READ (docs/*.md; README.md and bench/README.md are not yet) every other paragraph is read
+too: a decimal figure in a paragraph that names no results file is refused unless it
+lies inside a phrase of the allow-list docs/figures-allowed.tsv (file, phrase, reason: a recipe's constant, a
+published paper's figure with its citation, arithmetic on a model's shapes), and an entry no paragraph uses is
+refused as stale. The flag tables between `<!-- flags:... begin -->` and `end -->` are the flag tables' defaults
+(checked by readme_flags) and are not read.
 A block whose results file does not exist yet must hold exactly the TODO line naming its command;
 the check passes and counts them. Without git (not a checkout) and with results files present, it exits 77
 (skipped: the commits cannot be checked).
 
-usage: check_readme_results.py [--repo DIR] [--write] [README...]   check (or rewrite) the blocks
+usage: check_readme_results.py [--repo DIR] [--write] [README...]   check (or rewrite) the blocks (default: README.md,
+                                                                     bench/README.md, docs/*.md)
        check_readme_results.py --render FILE [--view VIEW]          print what FILE renders to
 """
 import argparse
+import glob
 import os
 import re
 import statistics
@@ -710,6 +718,8 @@ def provenance_line(header, path):
         isa = "%s restricted to %s" % (isa, header["restricted"])
     line = "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
         header["commit"][:10], header["date"], header["cpu"], isa, header["load"], header["command"], path)
+    if "peer" in header:  # the PyTorch beside ours: interpreter, torch version and what it ran
+        line += " Peer: %s." % header["peer"]
     if "resumed" in header:  # a stopped run gone on with (tta_bench.sh --resume)
         line += " Resumed %s." % header["resumed"]
     return line
@@ -782,16 +792,46 @@ def blocks(lines):
     return out
 
 
-PROSE_NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\w.]|\.\d)")
-NOT_A_FIGURE_BEFORE = re.compile(r"(PyTorch|torch|torchvision|oneDNN|cuDNN|NCCL|Python|version|v)\s*$", re.I)
+# A decimal figure: 1.49, 0.32x (a ratio), 23.2%, at a sentence's end too; not a part of 1.2.3 or of a name.
+PROSE_NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+)(?=x(?!\w)|×|[^\w.]|\.(?!\d)|$)")
+NOT_A_FIGURE_BEFORE = re.compile(r"(PyTorch|torch|torchvision|oneDNN|cuDNN|NCCL|Python|version|v|nvcc|CUDA|ONNX Runtime|"
+                                 r"TensorRT|Debian|GCC|format)\s*[≥>=]*\s*$", re.I)
 NOT_A_FIGURE_AFTER = re.compile(r"^\s*(million|M\b|GB|MB|KB|GiB|MiB|KiB)")
 FILE_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
-def prose_figures(repo, readme, lines):
-    """One error per decimal figure of a paragraph naming results files that none of them holds."""
+ALLOWED_FIGURES = "docs/figures-allowed.tsv"
+# The files whose every paragraph is read (a figure in a paragraph naming no results file needs an allowed phrase);
+# in the others only the paragraphs that name results files are. README.md and bench/README.md are next.
+FULLY_READ = {"docs/design.md", "docs/gpu-check.md", "docs/status.md", "docs/testing.md"}
+FLAG_TABLE = re.compile(r"^<!-- flags:\S+ (begin|end) -->$")
+
+
+def read_allowed(repo):
+    """The allow-list: [file, phrase, reason, line] rows (# comments and empty lines skipped)."""
+    path = os.path.join(repo, ALLOWED_FIGURES)
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            cells = line.split("\t")
+            if len(cells) != 3 or not all(c.strip() for c in cells):
+                raise Refused("%s:%d: a row is file, phrase and reason, tab-separated: %r" % (ALLOWED_FIGURES, n, line))
+            rows.append(cells + [n])
+    return rows
+
+
+def prose_figures(repo, readme, lines, allowed=(), used=None):
+    """One error per decimal figure of prose that no results file of its paragraph holds and no allowed phrase
+    covers (a paragraph naming results files: the figure must be in one of them; any other: in an allowed
+    phrase). `used` collects the allow-list rows that covered a figure."""
     errors, in_block, paragraph, first = [], False, [], 0
     numbers = {}  # results file -> the numbers in it
+    phrases = [a for a in allowed if a[0] == readme]
 
     def numbers_of(path):
         if path not in numbers:
@@ -799,25 +839,49 @@ def prose_figures(repo, readme, lines):
                 numbers[path] = {float(m.group()) for m in FILE_NUMBER.finditer(f.read())}
         return numbers[path]
 
+    def covered(text, start, end):
+        for a in phrases:
+            at = text.find(a[1])
+            while at >= 0:
+                if at <= start and end <= at + len(a[1]):
+                    if used is not None:
+                        used.add(a[3])
+                    return True
+                at = text.find(a[1], at + 1)
+        return False
+
     def check_paragraph():
         text = " ".join(paragraph)
         files = [f.rstrip(".,;:)") for f in re.findall(r"bench/results/[\w.\-]+", text)]
         files = [f for f in dict.fromkeys(files) if os.path.isfile(os.path.join(repo, f))]
-        if not files:
-            return
-        values = set().union(*(numbers_of(f) for f in files))
+        values = set().union(*(numbers_of(f) for f in files)) if files else set()
         for m in PROSE_NUMBER.finditer(text):
             if NOT_A_FIGURE_BEFORE.search(text[:m.start()]) or NOT_A_FIGURE_AFTER.match(text[m.end():]):
                 continue
+            if covered(text, m.start(), m.end()):
+                continue
             figure = m.group(1)
             digits, value = len(figure.split(".")[1]), float(figure)
-            if any(round(v, digits) == value or round(100 * v, digits) == value for v in values):
-                continue
-            errors.append("%s:%d: the figure %s is in none of %s, which its paragraph names (quote it from the file, "
-                          "in a block, or drop it)" % (readme, first + 1, figure, ", ".join(files)))
+            if files:
+                if any(round(v, digits) == value or round(100 * v, digits) == value for v in values):
+                    continue
+                errors.append("%s:%d: the figure %s is in none of %s, which its paragraph names (quote it from the "
+                              "file, in a block, or drop it)" % (readme, first + 1, figure, ", ".join(files)))
+            elif readme in FULLY_READ:
+                errors.append("%s:%d: the figure %s (\"...%s...\") names no results file: name the file that holds it "
+                              "in its paragraph, quote it in a block, or add its phrase and reason to %s" % (
+                                  readme, first + 1, figure, text[max(0, m.start() - 30):m.end() + 10].strip(),
+                                  ALLOWED_FIGURES))
 
-    in_code = False
+    in_code = in_flags = False
     for i, line in enumerate(lines + [""]):
+        if FLAG_TABLE.match(line):
+            in_flags = line.endswith("begin -->")
+            check_paragraph()
+            paragraph = []
+            continue
+        if in_flags:
+            continue
         if BLOCK.match(line):
             in_block = True
         if in_block:
@@ -843,6 +907,12 @@ def prose_figures(repo, readme, lines):
 def check(repo, readmes, write):
     errors, pending, quoted = [], 0, 0
     is_git = git(repo, "rev-parse", "HEAD").returncode == 0
+    try:
+        allowed = read_allowed(repo)
+    except Refused as e:
+        allowed = []
+        errors.append(str(e))
+    used = set()
     for readme in readmes:
         full = os.path.join(repo, readme)
         with open(full, encoding="utf-8") as f:
@@ -877,11 +947,15 @@ def check(repo, readmes, write):
                 else:
                     errors.append("%s: the README's text differs from what the file renders to (a figure not equal to "
                                   "the file's); run: python3 scripts/check_readme_results.py --write" % where)
-        errors.extend(prose_figures(repo, readme, lines))
+        errors.extend(prose_figures(repo, readme, lines, allowed, used))
         if write:
             with open(full + ".tmp", "w", encoding="utf-8") as f:
                 f.write("\n".join(lines))
             os.replace(full + ".tmp", full)
+    for a in allowed:
+        if a[0] in readmes and a[3] not in used:
+            errors.append("%s:%d: the allowed phrase %r of %s covers no figure there any more: remove the row"
+                          % (ALLOWED_FIGURES, a[3], a[1], a[0]))
     for e in errors:
         print(e)
     print("readme results: %d block(s) quote results files, %d wait to be measured, %d refused"
@@ -895,8 +969,11 @@ def main():
     ap.add_argument("--write", action="store_true", help="re-render every block from its results file")
     ap.add_argument("--render", metavar="FILE", help="print what a results file renders to, and exit")
     ap.add_argument("--view", default="table")
-    ap.add_argument("readmes", nargs="*", default=["README.md", "bench/README.md"])
+    ap.add_argument("readmes", nargs="*")
     args = ap.parse_args()
+    if not args.readmes:
+        args.readmes = ["README.md", "bench/README.md"] + sorted(
+            os.path.relpath(p, args.repo) for p in glob.glob(os.path.join(args.repo, "docs", "*.md")))
     if args.render:
         try:
             header, rows = read_results(args.render)

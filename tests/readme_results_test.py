@@ -220,6 +220,34 @@ class ReadmeResults(unittest.TestCase):
         rc, out = self.run_check("--write")
         self.assertEqual(rc, 0, out)
 
+    def test_a_figure_in_a_paragraph_without_a_results_file_needs_an_allowed_phrase(self):
+        # The audit's example: a speed figure in a plain paragraph of a fully read file (docs/*.md).
+        os.makedirs(os.path.join(self.repo, "docs"))
+        self.write("docs/status.md", "# s\n\nOur step is 1.49x faster than PyTorch's.\n\nMomentum 0.9 as the paper.\n")
+        rc, out = self.run_check("docs/status.md")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("docs/status.md:3: the figure 1.49 (", out)
+        self.assertIn("names no results file", out)
+        self.assertIn("docs/status.md:5: the figure 0.9 (", out)
+        # An allowed phrase with its reason covers the constant; the speed figure stays refused.
+        self.write("docs/figures-allowed.tsv", "docs/status.md\tMomentum 0.9\tthe paper's recipe constant\n")
+        rc, out = self.run_check("docs/status.md")
+        self.assertEqual(rc, 1, out)
+        self.assertNotIn("the figure 0.9", out)
+        self.assertIn("the figure 1.49", out)
+        # Named beside its results file, the figure must be that file's.
+        git(self.repo, "add", ".")
+        git(self.repo, "commit", "-q", "-m", "docs")
+        self.write("bench/results/r.tsv", results_text(git(self.repo, "rev-parse", "HEAD"), s_fp32="1.49"))
+        self.write("docs/status.md", "# s\n\nOur step is 1.49 s (bench/results/r.tsv).\n\nMomentum 0.9 as the paper.\n")
+        rc, out = self.run_check("docs/status.md")
+        self.assertEqual(rc, 0, out)
+        # A row that covers nothing any more is stale.
+        self.write("docs/status.md", "# s\n\nOur step is 1.49 s (bench/results/r.tsv).\n")
+        rc, out = self.run_check("docs/status.md")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("the allowed phrase 'Momentum 0.9' of docs/status.md covers no figure there any more", out)
+
     def test_a_google_benchmark_file_needs_three_repetitions(self):
         self.write("README.md", "# x\n\n<!-- results: bench/results/r.tsv; command: %s -->\nold\n<!-- results end -->\n"
                    % COMMAND)

@@ -99,7 +99,8 @@ def provenance(path, meta):
     isa = meta.get("isa", "?").split(" ")[0]
     return ("Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." %
             (meta.get("commit", "?")[:10], meta.get("date", "?"), cpu, isa, meta.get("load", "?"),
-             meta.get("command", "?"), path)) + (" Resumed %s." % meta["resumed"] if "resumed" in meta else "")
+             meta.get("command", "?"), path)) + (" Resumed %s." % meta["resumed"] if "resumed" in meta else "") + (
+                 " Peer: %s." % meta["peer"] if "peer" in meta else "")
 
 
 def mb(b):
