@@ -66,7 +66,9 @@ def read_results(path):
             line = line.rstrip("\n")
             if line.startswith("# ") and not lines:
                 key, sep, value = line[2:].partition(": ")
-                if sep:
+                if sep and key == "resumed" and key in header:  # every resumption is said, in order
+                    header[key] += "; resumed again " + value
+                elif sep:
                     header.setdefault(key, value)
             elif line.strip():
                 lines.append(line.split("\t"))

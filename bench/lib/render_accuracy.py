@@ -82,7 +82,10 @@ def read(path):
             if line.startswith("#"):
                 if ": " in line:
                     k, v = line[2:].split(": ", 1)
-                    meta.setdefault(k, v)
+                    if k == "resumed" and k in meta:  # every resumption is said, in order
+                        meta[k] += "; resumed again " + v
+                    else:
+                        meta.setdefault(k, v)
                 continue
             if not line:
                 continue

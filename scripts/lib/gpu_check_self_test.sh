@@ -4,7 +4,9 @@
 #   1. the bookkeeping (lib/gpu_check_sections.sh): PASS only when every section passed; PARTIAL naming the skipped
 #      ones; FAIL naming the failed ones; a section past the deadline is SKIPPED; a failing command is rerun once
 #      with TG_CUDA_SYNC=1 (a timed-out one is not, nor one run with GC_NO_RERUN=1); a command past its section's cap
-#      FAILs, one the deadline cut short is SKIPPED; the default sections' caps fit the default deadline; the true
+#      FAILs, one the deadline cut short is SKIPPED, one past its share of the cap FAILs naming the share; a speed
+#      section that missed its target is SLOW (exit 4) and the correctness line leaves it out; the default sections'
+#      caps fit the default deadline; the true
 #      median (mean of the middle two for an even count);
 #      the CUDA libraries' search (lib/cuda_libs.sh) in a python3 wheel tree of its own layout;
 #   2. a real device run here with the build tree's programs (BUILD_DIR, --bin-dir): without a GPU the environment
@@ -79,6 +81,25 @@ gc_self_test() {
   out=$( (gc_init 8 && gc_section cut 60 > /dev/null && gc_timed_out "prog" > /dev/null && gc_summary "$work/s7") )
   [[ $(tail -1 <<< "$out") == "gpu_check: PARTIAL (1 section skipped: cut)" && $out == *"cut by the 8 s deadline"* ]]
   expect "a command the deadline cut short is SKIPPED (PARTIAL), not FAIL" $? "$out"
+
+  # shellcheck disable=SC2034 # GC_SPEED is read by gc_summary
+  out=$( (gc_init 100 && GC_SPEED="terngrad net" && gc_section lenet 10 > /dev/null && gc_pass > /dev/null &&
+    gc_section terngrad 10 > /dev/null && gc_slow "step x1.31 (target <= 1.05 missed)" > /dev/null &&
+    gc_summary "$work/s8") )
+  rc=$?
+  [[ $(tail -1 <<< "$out") == "gpu_check: SLOW (1 speed target missed: terngrad)" && $rc == 4 &&
+    $(tail -2 <<< "$out" | head -1) == "correctness: PASS (1 sections)" ]]
+  expect "a speed target missed: SLOW (exit 4), the correctness sections still PASS" $? "$out (exit $rc)"
+  # shellcheck disable=SC2034 # GC_SPEED is read by gc_summary
+  out=$( (gc_init 100 && GC_SPEED="terngrad net" && gc_section lenet 10 > /dev/null && gc_fail "digests differ" > /dev/null &&
+    gc_section net:resnet50 10 > /dev/null && gc_pass > /dev/null && gc_summary "$work/s9") )
+  [[ $(tail -2 <<< "$out" | head -1) == "correctness: FAIL (lenet)" ]]
+  expect "a failed correctness section: the correctness line FAILs naming it" $? "$out"
+  # shellcheck disable=SC2034 # gc_run's limit, for this run only
+  out=$( (gc_init 100 && gc_section share 20 > /dev/null && GC_LIMIT=1 gc_run "$work/share.log" sleep 5 > /dev/null;
+    gc_timed_out "the first of three runs" > /dev/null && gc_summary "$work/s10") )
+  [[ $out == *"the first of three runs timed out after 1 s (its share of the section's 20 s cap)"* ]]
+  expect "a run past its share of the section's cap FAILs naming the share, not the cap" $? "$out"
 
   local total=0 name
   for name in "${!CAP[@]}"; do total=$((total + CAP[$name])); done
