@@ -149,7 +149,7 @@ class ReadmeResults(unittest.TestCase):
         rc, out = self.run_check()
         self.assertEqual(rc, 0, out)
         # A figure the file does not hold (1.49) is refused naming the paragraph's line; without the reference the
-        # paragraph is not checked.
+        # paragraph needs an allowed phrase for it (README.md is read whole).
         bad = "\nThe step (`bench/results/r.tsv`) took\n1.49 s.\n"
         self.write("README.md", text + good + bad)
         rc, out = self.run_check()
@@ -157,6 +157,11 @@ class ReadmeResults(unittest.TestCase):
         line = (text + good).count("\n") + 2
         self.assertIn("README.md:%d: the figure 1.49 is in none of bench/results/r.tsv" % line, out)
         self.write("README.md", text + good + bad.replace("(`bench/results/r.tsv`) ", ""))
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("the figure 1.49 (", out)
+        os.makedirs(os.path.join(self.repo, "docs"))
+        self.write("docs/figures-allowed.tsv", "README.md\ttook 1.49 s\ta test's made-up figure\n")
         rc, out = self.run_check()
         self.assertEqual(rc, 0, out)
 
