@@ -720,6 +720,8 @@ def provenance_line(header, path):
         isa = "%s restricted to %s" % (isa, header["restricted"])
     line = "Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." % (
         header["commit"][:10], header["date"], header["cpu"], isa, header["load"], header["command"], path)
+    if "version" in header:  # the binary that ran (bench/lib/results.sh)
+        line += " Binary: %s." % header["version"]
     if "peer" in header:  # the PyTorch beside ours: interpreter, torch version and what it ran
         line += " Peer: %s." % header["peer"]
     if "resumed" in header:  # a stopped run gone on with (tta_bench.sh --resume)

@@ -103,6 +103,7 @@ def provenance(path, meta):
     return ("Measured at commit `%s` (%s) on %s, %s, load %s; command `%s`; raw data: `%s`." %
             (meta.get("commit", "?")[:10], meta.get("date", "?"), cpu, isa, meta.get("load", "?"),
              meta.get("command", "?"), path)) + (" Resumed %s." % meta["resumed"] if "resumed" in meta else "") + (
+                 " Binary: %s." % meta["version"] if "version" in meta else "") + (
                  " Peer: %s." % meta["peer"] if "peer" in meta else "")
 
 

@@ -14,7 +14,10 @@
 #   isa      the widest vector ISA of the CPU (AVX-512, AVX2 or baseline x86-64), then its AVX flags
 #   flags    the build: CMake build type, compiler and its flags, from BUILD_DIR/CMakeCache.txt; OMP_* settings
 #   load     the 1/5/15-minute load average when the run started
-# and, when the run restricted the vector ISA (results_restrict_isa), `restricted`: to what and how.
+# and, when the run restricted the vector ISA (results_restrict_isa), `restricted`: to what and how; `version`: the
+# first line of BUILD_DIR/terngrad-train --version (the binary that ran: version, commit, build type, compiler) when
+# that program is there; `peer`: the PyTorch beside ours (interpreter, torch version), written by the benches that
+# run one.
 # shellcheck shell=bash
 
 TG_RESULTS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -115,6 +118,7 @@ results_header() {
   if [ -n "${TG_RESTRICTED_ISA:-}" ]; then echo "# restricted: $TG_RESTRICTED_ISA"; fi
   echo "# flags: $(results_flags "$build")"
   echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -x "$build/terngrad-train" ]; then echo "# version: $("$build/terngrad-train" --version 2>/dev/null | head -1)"; fi
 }
 
 # results_commit HEADER_FILE TABLE_FILE OUT: writes OUT (header, then the table) under a temporary name in OUT's
