@@ -21,8 +21,9 @@ README line, the file and the command to re-run:
   - a block whose text differs from what the file renders to: the quoted figure must equal the value in the
     file (`--write` re-renders every block).
 Prose outside the blocks and the code: in a paragraph that names a results file (`bench/results/...`), every decimal figure
-(1.49, 0.32x, 23.2%) must be a rounding of a number of one of the files it names (or of a number times 100: a
-percentage), else it is refused naming the paragraph's line: a figure quoted from elsewhere belongs in a block or
+(1.49, 0.32x, 23.2%) must be a rounding of a number of one of the files it names or of what the file renders to in
+any view of its kind (a median, a ratio: computed from the file), or of such a number times 100 (a percentage),
+else it is refused naming the paragraph's line: a figure quoted from elsewhere belongs in a block or
 in another paragraph. Not figures: versions (after PyTorch, torch, torchvision, oneDNN, cuDNN, NCCL, Python,
 version, v) and sizes of things (before "million", "M ", "GB", "MB", "KB").
 In the files of FULLY_READ (README.md and docs/*.md; bench/README.md not yet) every other paragraph is read
@@ -838,9 +839,19 @@ def prose_figures(repo, readme, lines, allowed=(), used=None):
     phrases = [a for a in allowed if a[0] == readme]
 
     def numbers_of(path):
+        """The numbers of the file and of everything it renders to (every view of its kind): a median, a ratio or a
+        difference a renderer computes from the file is as verified as the file's own numbers."""
         if path not in numbers:
-            with open(os.path.join(repo, path), encoding="utf-8") as f:
-                numbers[path] = {float(m.group()) for m in FILE_NUMBER.finditer(f.read())}
+            full = os.path.join(repo, path)
+            with open(full, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                header, rows = read_results(full)
+                for view in RENDERERS.get(header.get("kind"), {}):
+                    text += "\n" + "\n".join(render(header, rows, path, view))
+            except (Refused, OSError, ValueError, KeyError, ZeroDivisionError):
+                pass  # the block check reports a file that does not render
+            numbers[path] = {float(m.group()) for m in FILE_NUMBER.finditer(text)}
         return numbers[path]
 
     def covered(text, start, end):
