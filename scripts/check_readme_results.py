@@ -26,7 +26,7 @@ any view of its kind (a median, a ratio: computed from the file), or of such a n
 else it is refused naming the paragraph's line: a figure quoted from elsewhere belongs in a block or
 in another paragraph. Not figures: versions (after PyTorch, torch, torchvision, oneDNN, cuDNN, NCCL, Python,
 version, v) and sizes of things (before "million", "M ", "GB", "MB", "KB").
-In the files of FULLY_READ (README.md and docs/*.md; bench/README.md not yet) every other paragraph is read
+In the files of FULLY_READ (README.md, bench/README.md and docs/*.md) every other paragraph is read
 too: a decimal figure in a paragraph that names no results file is refused unless it
 lies inside a phrase of the allow-list docs/figures-allowed.tsv (file, phrase, reason: a recipe's constant, a
 published paper's figure with its citation, arithmetic on a model's shapes), and an entry no paragraph uses is
@@ -807,8 +807,9 @@ FILE_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 ALLOWED_FIGURES = "docs/figures-allowed.tsv"
 # The files whose every paragraph is read (a figure in a paragraph naming no results file needs an allowed phrase);
-# in the others only the paragraphs that name results files are. bench/README.md is next.
-FULLY_READ = {"README.md", "docs/design.md", "docs/gpu-check.md", "docs/status.md", "docs/testing.md"}
+# in any other markdown file only the paragraphs that name results files are.
+FULLY_READ = {"README.md", "bench/README.md", "docs/design.md", "docs/gpu-check.md", "docs/status.md",
+              "docs/testing.md"}
 FLAG_TABLE = re.compile(r"^<!-- flags:\S+ (begin|end) -->$")
 
 
