@@ -725,9 +725,40 @@ def provenance_line(header, path):
         line += " Binary: %s." % header["version"]
     if "peer" in header:  # the PyTorch beside ours: interpreter, torch version and what it ran
         line += " Peer: %s." % header["peer"]
+    elif header.get("_torch_rows"):
+        line += " Peer: %s." % unrecorded_peer(header)
     if "resumed" in header:  # a stopped run gone on with (tta_bench.sh --resume)
         line += " Resumed %s." % header["resumed"]
     return line
+
+
+PYPI_PEER_COMMIT = "9551613"  # from this commit on the benches default to PyTorch from PyPI (bench/lib/peer_python.sh)
+
+
+def unrecorded_peer(header):
+    """What a results file with PyTorch rows but no `peer:` line says of its peer: a torch version another header
+    field recorded, else that it is not recorded (and, for a file measured before PYPI_PEER_COMMIT, that the
+    benches then defaulted to Debian's PyTorch 1.13)."""
+    for key, value in header.items():
+        m = re.search(r"torch: ?([\w.+]+)", value) if isinstance(value, str) else None
+        if m and not key.startswith("_"):
+            return "torch %s (the file's %s line)" % (m.group(1), key)
+    if header.get("_before_pypi_peer"):
+        return ("not recorded in the file; before commit %s the benches defaulted to Debian's PyTorch 1.13"
+                % PYPI_PEER_COMMIT)
+    return "not recorded in the file"
+
+
+def mark_peer(repo, header, rows):
+    """Sets the private header keys unrecorded_peer reads: PyTorch rows present, measured before PYPI_PEER_COMMIT."""
+    header["_torch_rows"] = has_torch_rows(rows)
+    if header["_torch_rows"] and "peer" not in header:
+        header["_before_pypi_peer"] = git(repo, "merge-base", "--is-ancestor", header["commit"],
+                                          PYPI_PEER_COMMIT).returncode == 0
+
+
+def has_torch_rows(rows):
+    return any(re.search(r"ddp|torch", v, re.I) for r in rows for v in r.values() if isinstance(v, str))
 
 
 def render(header, rows, path, view):
@@ -949,6 +980,7 @@ def check(repo, readmes, write):
                     sys.exit(77)
                 try:
                     header, rows = verify(repo, path, command)
+                    mark_peer(repo, header, rows)
                     want = render(header, rows, path, view)
                     quoted += 1
                 except Refused as e:

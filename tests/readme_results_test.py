@@ -306,6 +306,16 @@ class RenderedWords(unittest.TestCase):
         self.assertEqual(len(lines), 1)
         self.assertIn("terngrad against fp32: not resolved at 3 seeds", lines[0])
 
+    def test_a_pytorch_row_without_a_peer_line_says_so(self):
+        rows = [{"system": "ddp", "step_s": "1.0"}, {"system": "ours", "step_s": "0.5"}]
+        self.assertTrue(check_readme_results.has_torch_rows(rows))
+        self.assertFalse(check_readme_results.has_torch_rows([{"system": "ours"}]))
+        self.assertEqual(check_readme_results.unrecorded_peer({"threads": "2; torch: 2.15.0+cu132; base: x"}),
+                         "torch 2.15.0+cu132 (the file's threads line)")
+        self.assertIn("defaulted to Debian's PyTorch 1.13",
+                      check_readme_results.unrecorded_peer({"_before_pypi_peer": True}))
+        self.assertEqual(check_readme_results.unrecorded_peer({}), "not recorded in the file")
+
     def test_time_to_accuracy_at_several_margins_from_the_same_curves(self):
         meta = {"target": "0.895000 (fp32's mean 0.898000 over 3 seeds minus 0.3 points)"}
 
