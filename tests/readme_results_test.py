@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "lib"))
 import check_readme_results  # noqa: E402
 import render_accuracy  # noqa: E402
+import render_results  # noqa: E402
 COMMAND = "bench/inproc_bench.sh -r 3"
 
 
@@ -100,11 +101,11 @@ class ReadmeResults(unittest.TestCase):
         path = os.path.join(self.repo, "m.tsv")
         self.write("m.tsv", "\n".join(header + rows) + "\n")
         h, r = c.read_results(path)
-        table = "\n".join(c.memory_table(h, r))
+        table = "\n".join(render_results.memory_table(h, r))
         self.assertIn("| resnet50 (16, 32) | ours, liveness | 1.00 GB | 2.60 GB | 100.0 MB | 0.80x | 0.65x | 1.100 s "
                       "| 0.55x |", table)
         self.assertIn("| resnet50 (16, 32) | PyTorch 2.15.0 | 2.00 GB | 4.00 GB | 125.0 MB | 1.00x |", table)
-        steps = "\n".join(c.memory_steps(h, r))
+        steps = "\n".join(render_results.memory_steps(h, r))
         self.assertIn("| resnet50 | 16 | 1.100 s | 1.000 s | 1.100 | 1.000-1.200 | 3 |", steps)
 
     def test_missing_results_file_needs_the_to_be_measured_line(self):
@@ -282,8 +283,8 @@ def accuracy_rows(pairs):
 class RenderedWords(unittest.TestCase):
     def test_a_ratio_below_one_is_more_not_less(self):
         # The audit's example: TernGrad's link overhead 1.152 s against DDP fp32's 0.790 s.
-        self.assertEqual(check_readme_results.fewer_or_more(1.152, 0.790, "DDP fp32's"), "1.46x more than DDP fp32's")
-        self.assertEqual(check_readme_results.fewer_or_more(0.180, 0.790, "DDP fp32's"), "4.39x less than DDP fp32's")
+        self.assertEqual(render_results.fewer_or_more(1.152, 0.790, "DDP fp32's"), "1.46x more than DDP fp32's")
+        self.assertEqual(render_results.fewer_or_more(0.180, 0.790, "DDP fp32's"), "4.39x less than DDP fp32's")
 
     def test_a_difference_is_claimed_only_with_an_interval_that_excludes_zero(self):
         # 3 seeds of -0.26 points with the paired spread seen (t = -1.9, as the audit found): not resolved.
