@@ -32,7 +32,8 @@
 #   env                20     8 s    GPU, driver, nvcc, torch, the bundle's manifest, where cuDNN/cuBLAS/NCCL were
 #                                    found (toolkit, system or python3's wheels, lib/cuda_libs.sh) and the versions
 #                                    and files actually loaded (cuda_ops_check --versions); FAIL without a GPU, a
-#                                    library or a new enough glibc, and then every GPU section is SKIPPED
+#                                    library or a new enough glibc, or with a cuDNN built for another CUDA major
+#                                    version than the bundle's runtime, and then every GPU section is SKIPPED
 #   ops:GROUP          77    45 s    cuda_ops_check, one process per group: conv fc bn optim reduce amp codec pool
 #                                    lrn concat (caps 12 8 8 6 6 8 10 8 6 5)
 #   gtest:NAME        103    70 s    the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one
@@ -101,6 +102,18 @@ VARIANTS=("hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical"
 # run writes for exchange_replay (--self-test replays a CPU run's with the same flags).
 TERNGRAD_LENET=(--net lenet --dataset fashion_mnist --num_nodes 2 --grad_bits 1 --clip_factor 2.5)
 REPLAY_STEP=3
+
+# cuda_mismatch VERSIONS_LOG: one line when the cuDNN that cuda_ops_check --versions loaded was built for another CUDA
+# major version than the bundle's runtime (a cu12 wheel found first on a CUDA 13 machine), else nothing.
+cuda_mismatch() {
+  local runtime cudnn_rt
+  runtime=$(sed -n 's/^CUDA runtime \([0-9]*\)\..*/\1/p' "$1" | head -1)
+  cudnn_rt=$(sed -n 's/^cuDNN .*for CUDA runtime \([0-9]*\)).*/\1/p' "$1" | head -1)
+  [[ -n $runtime && -n $cudnn_rt ]] || return 0
+  if ((cudnn_rt / 1000 != runtime)); then
+    echo "the cuDNN loaded was built for CUDA $((cudnn_rt / 1000)), the bundle's runtime is CUDA $runtime ($(sed -n 's/^cuDNN .*: //p' "$1" | head -1))"
+  fi
+}
 
 usage() {  # [STATUS]
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -216,6 +229,8 @@ if wanted env && gc_section env "${CAP[env]}"; then
     fi
     "$BIN/cuda_ops_check" --versions > "$LOGS/versions.log" 2>&1 || why="${why:+$why; }cuda_ops_check --versions failed"
     sed 's/^/   /' "$LOGS/versions.log"
+    mismatch=$(cuda_mismatch "$LOGS/versions.log")
+    [[ -n $mismatch ]] && why="${why:+$why; }$mismatch"
     devices=$(sed -n 's/^CUDA devices: \([0-9]*\).*/\1/p' "$LOGS/versions.log")
     if [[ ${devices:-0} -lt 1 ]]; then
       why="${why:+$why; }no CUDA device ($(grep -m1 '^CUDA devices' "$LOGS/versions.log" || echo 'no answer'))"

@@ -115,6 +115,13 @@ gc_self_test() {
   [[ $(printf '4\n1\n3\n2\n' | gc_median) == 2.5 && $(printf '5\n1\n3\n' | gc_median) == 3.0 ]]
   expect "the median of an even count is the mean of the middle two" $? "$(printf '4\n1\n3\n2\n' | gc_median)"
 
+  printf 'CUDA runtime 13.0 (linked statically, built with 13.0)\ncuDNN 9.3.0 (built with 9.19.0, for CUDA runtime 12060): /w/nvidia/cudnn/lib/libcudnn.so.9\n' > "$work/v12.log"
+  printf 'CUDA runtime 13.0 (linked statically, built with 13.0)\ncuDNN 9.19.0 (built with 9.19.0, for CUDA runtime 13010): /usr/local/cuda/lib/libcudnn.so.9\n' > "$work/v13.log"
+  out=$(cuda_mismatch "$work/v12.log")
+  [[ $out == "the cuDNN loaded was built for CUDA 12, the bundle's runtime is CUDA 13 (/w/nvidia/cudnn/lib/libcudnn.so.9)" &&
+    -z $(cuda_mismatch "$work/v13.log") ]]
+  expect "a cuDNN built for another CUDA major version is named (env FAILs on it); the matching one passes" $? "$out"
+
   # The CUDA libraries' search finds a file in a python3 wheel tree of a layout of its own, says so, and names a
   # library it cannot find with the places it looked.
   mkdir -p "$work/site/nvidia/cu13/lib" && touch "$work/site/nvidia/cu13/lib/libtgwheeltest.so.9"
