@@ -174,12 +174,13 @@ std::vector<Flag<TrainConfig>> make_table() {
        "write a Chrome trace (Perfetto / chrome://tracing JSON) of the steps in `--timeline_steps`: a track per "
        "worker (forward, backward, input, optimizer), per replica's exchange (its scheme's stages, waits), "
        "per communication thread (CPU: collectives) and per GPU side stream (the overlapped exchange's stages in "
-       "device time); one file for all processes, written by process 0 when the window ends"},
+       "device time); one file for all processes, written by process 0 when the window ends",
+       no_check(), kFlagGpu},
       {"timeline_steps", &C::timeline_steps, "`A-B` or `A`: the 1-based steps `--timeline` records"},
       {"timeline_layers", &C::timeline_layers,
        "with `--timeline`: every layer's forward and backward as a span on its worker's track (on a GPU the "
        "recorded steps wait for the device after each layer, so they run slower)",
-       no_check(), kFlagSwitch},
+       no_check(), kFlagSwitch | kFlagGpu},
       {"benchmark_mode", &C::benchmark_mode, "synthetic input (0.5 images, random labels), no data_dir needed",
        no_check(), kFlagSwitch},
       {"collective_timeout", &C::collective_timeout,
