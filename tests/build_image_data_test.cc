@@ -331,6 +331,35 @@ TEST(BuildImageData, AnUnreadableImageIsNamedAndNothingIsWritten) {
   fs::remove_all(dir);
 }
 
+// The scan reads a file's first 256 KiB: a JPEG whose header comes after more metadata than that (five 60 KB APP15
+// segments) is read whole, converted, not refused.
+TEST(BuildImageData, AHeaderAfterLargeMetadataIsFound) {
+  const fs::path dir = temp_dir("metadata");
+  std::string jpeg = encode_jpeg(flat_image(24, 32, 3, 120), 95);
+  std::string segments;
+  for (int i = 0; i < 5; ++i) {
+    const int length = 60000;  // the segment's length field counts itself
+    segments += std::string("\xff\xef", 2) + static_cast<char>(length >> 8) + static_cast<char>(length & 0xff);
+    segments += std::string(length - 2, 'x');
+  }
+  jpeg.insert(2, segments);  // after SOI
+  ASSERT_GT(jpeg.size(), 256u * 1024);
+  for (const char* c : {"a", "b"}) {
+    fs::create_directories(dir / "photos" / c);
+    tg::testing::dump(dir / "photos" / c / "big.jpg", jpeg);
+    tg::testing::dump(dir / "photos" / c / "small.jpg", encode_jpeg(flat_image(24, 32, 3, 60), 95));
+  }
+  BuildImageDataOptions o;
+  o.train_directory = (dir / "photos").string();
+  o.output_dir = (dir / "out").string();
+  o.validation_fraction = 0;
+  build_image_data(o);
+  EXPECT_EQ(find_dataset_description(o.output_dir)->height, 24);
+  EXPECT_EQ(inspect_files(list_data_files(o.output_dir, "train"), true).image_sizes,
+            (std::map<std::string, int64_t>{{"24x32x3", 4}}));
+  fs::remove_all(dir);
+}
+
 TEST(BuildImageData, BadOptionsAreNamed) {
   BuildImageDataOptions o;
   o.output_dir = temp_dir("bad_options").string();

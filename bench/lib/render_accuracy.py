@@ -52,6 +52,15 @@ def paired_difference(rows, ref_rows):
     return len(diffs), mean, t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+def classify(mean, half, margin=EQUIVALENCE_POINTS):
+    """The one rule both wordings apply: (direction, within, lo, hi) of a difference with its 95% half width;
+    direction is "better" or "worse" only when the interval excludes 0 (else None), within only when the interval
+    lies inside +-margin."""
+    lo, hi = mean - half, mean + half
+    direction = "better" if lo > 0 else "worse" if hi < 0 else None
+    return direction, -margin <= lo and hi <= margin, lo, hi
+
+
 def verdict(n, mean, half, margin=EQUIVALENCE_POINTS):
     """The words a difference to fp32 may be given: "better"/"worse" only when the 95% interval excludes 0, "within
     0.3 points of fp32" only when it lies inside +-0.3, both when both hold; otherwise "not resolved at n seeds".
@@ -60,11 +69,10 @@ def verdict(n, mean, half, margin=EQUIVALENCE_POINTS):
         return "no seed run by both"
     if half is None:
         return "1 seed: no interval"
-    lo, hi = mean - half, mean + half
-    within = -margin <= lo and hi <= margin
+    direction, within, lo, hi = classify(mean, half, margin)
     ci = "95%% CI %+.2f..%+.2f" % (lo, hi)
-    if lo > 0 or hi < 0:
-        return "%s (%s)%s" % ("better" if lo > 0 else "worse", ci, ", within %.1f points" % margin if within else "")
+    if direction:
+        return "%s (%s)%s" % (direction, ci, ", within %.1f points" % margin if within else "")
     if within:
         return "within %.1f points of fp32 (%s)" % (margin, ci)
     return "not resolved at %d seeds (%s)" % (n, ci)
@@ -240,10 +248,9 @@ def short_verdict(n, mean, half, margin=EQUIVALENCE_POINTS):
     """verdict's word alone: better, worse, within 0.3, not resolved."""
     if half is None:
         return "no interval"
-    lo, hi = mean - half, mean + half
-    within = -margin <= lo and hi <= margin
-    if lo > 0 or hi < 0:
-        return ("better" if lo > 0 else "worse") + (", within %.1f" % margin if within else "")
+    direction, within, _, _ = classify(mean, half, margin)
+    if direction:
+        return direction + (", within %.1f" % margin if within else "")
     return "within %.1f" % margin if within else "not resolved"
 
 

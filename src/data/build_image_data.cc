@@ -54,8 +54,33 @@ std::string first_names(const std::vector<std::string>& names, size_t most = 5) 
   return s;
 }
 
-// Every file of every class folder, read and its header parsed: images in a seeded order (the same on every
-// machine), the other files by name.
+// The scan reads a file's first bytes only (the pixels are read once, when the image is converted): enough for the
+// format and, unless metadata segments come first, for the header.
+constexpr std::streamsize kScanBytes = 256 * 1024;
+
+std::string read_head(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TG_THROW("cannot open '{}'", path.string());
+  std::string head(static_cast<size_t>(kScanBytes), '\0');
+  in.read(head.data(), kScanBytes);
+  if (in.bad()) TG_THROW("cannot read '{}'", path.string());
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head;
+}
+
+// The header from the head; a head that ends before the header (large metadata first) is retried on the whole file,
+// whose failure is the refusal naming it.
+ImageHeader header_of(const fs::path& path, const std::string& head) {
+  if (head.size() < static_cast<size_t>(kScanBytes)) return read_image_header(head, path.string());
+  try {
+    return read_image_header(head, path.string());
+  } catch (const Error&) {
+    return read_image_header(read_file(path.string()), path.string());
+  }
+}
+
+// Every file of every class folder, its first bytes read and its header parsed: images in a seeded order (the same on
+// every machine), the other files by name.
 ScannedFolders scan_class_folders(const std::string& root, const std::vector<std::string>& classes, uint64_t seed) {
   ScannedFolders out;
   for (size_t k = 0; k < classes.size(); ++k) {
@@ -68,12 +93,12 @@ ScannedFolders scan_class_folders(const std::string& root, const std::vector<std
     size_t found = 0;
     std::vector<std::string> skipped_here;
     for (const fs::path& n : names) {
-      const std::string bytes = read_file(n.string());
-      if (sniff_image_format(bytes) == ImageFormat::kUnknown && !named_as_image(n)) {
+      const std::string head = read_head(n);
+      if (sniff_image_format(head) == ImageFormat::kUnknown && !named_as_image(n)) {
         skipped_here.push_back(n.string());
         continue;
       }
-      out.images.push_back({n.string(), classes[k], static_cast<int64_t>(k + 1), read_image_header(bytes, n.string())});
+      out.images.push_back({n.string(), classes[k], static_cast<int64_t>(k + 1), header_of(n, head)});
       ++found;
     }
     if (found == 0)

@@ -166,6 +166,8 @@ ImageHeader read_image_header(const std::string& data, const std::string& where)
   } else {
     TG_THROW("{}: neither JPEG nor PNG", where);
   }
+  // libjpeg ends data that stops before the frame header with a fake end marker: no size, not an error of its own.
+  if (h.height <= 0 || h.width <= 0) TG_THROW("{}: the header ends before the image's size", where);
   return h;
 }
 

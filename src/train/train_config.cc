@@ -61,11 +61,12 @@ void TrainConfig::check_data_classes() const {
   int64_t classes = 0;
   std::string source;
   if (const std::optional<DatasetDescription> d = find_dataset_description(data_dir)) {
-    const DatasetInfo info = data_info();
-    TG_CHECK(info.channels == d->channels,
+    // A built-in --dataset on a described folder: its channels against the folder's (custom's are the folder's).
+    const int64_t channels = dataset == "custom" ? d->channels : dataset_info(dataset).channels;
+    TG_CHECK(channels == d->channels,
              "--data_dir {} holds {} ({}): --dataset {} reads {}-channel images; leave --dataset out (or give "
              "--dataset custom) to train on the folder's own description",
-             data_dir, d->summary(), dataset_description_path(data_dir), dataset, info.channels);
+             data_dir, d->summary(), dataset_description_path(data_dir), dataset, channels);
     classes = static_cast<int64_t>(d->classes.size());
     source = dataset_description_path(data_dir);
   } else {
@@ -108,9 +109,9 @@ void TrainConfig::validate(int num_processes) const {
     TG_USAGE_ERROR("--device '{}' is not one of cpu, cuda, cuda:<index>", device);
   TG_CHECK(num_nodes == -1 || num_nodes >= 1, "--num_nodes {} must be at least 1 (or -1: one per GPU)", num_nodes);
   TG_CHECK(image_size > 0, "--image_size {} must be positive", image_size);  // 0 is resolved by now
+  const DatasetInfo d = data_info();
   {
     const ModelInfo& m = find_model(net);
-    const DatasetInfo d = data_info();
     if (image_size < m.min_image_size)
       TG_THROW(
           "--net {} needs images of at least {}x{}, this run's are {}x{} ({}): pass --image_size {} to upscale "
@@ -149,7 +150,7 @@ void TrainConfig::validate(int num_processes) const {
   }
   {
     const double bytes = static_cast<double>(total) * static_cast<double>(image_size) *
-                         static_cast<double>(image_size) * static_cast<double>(data_info().channels) * 4.0;
+                         static_cast<double>(image_size) * static_cast<double>(d.channels) * 4.0;
     TG_CHECK(bytes <= 0x1p40, "a total batch of {} {}x{} images needs {:.3g} TiB of input buffer (at most 1 TiB)",
              total, image_size, image_size, bytes / 0x1p40);
   }

@@ -65,6 +65,7 @@ size_t Trainer::device_bytes_in_use() const { return impl_->replicas[0].backend-
 void Trainer::Impl::build() {
   cfg.check_evaluation_data();  // an evaluation's data, like the training's, before anything is created
   cfg.check_data_classes();
+  data = cfg.data_info();
   fence = std::make_unique<GenerationFence>(cfg.train_dir, cfg.generation);
   checkpoints = std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints);
   scaler = std::make_unique<LossScaler>(cfg.compute_dtype() == DType::kF16);
@@ -374,7 +375,7 @@ void Trainer::Impl::build_timeline() {
 void Trainer::Impl::build_schedule() {
   LearningRateOptions lo;
   static_cast<LearningRateFlags&>(lo) = cfg;
-  lo.examples_per_epoch = cfg.data_info().train_examples;
+  lo.examples_per_epoch = data.train_examples;
   lo.batch_size = cfg.batch_size;
   lo.max_steps = cfg.schedule_steps > 0 ? cfg.schedule_steps : cfg.max_steps;
   lo.optimizer = parse_enum<OptimizerKind>(cfg.optimizer);
@@ -390,7 +391,7 @@ void Trainer::Impl::allocate_host_batch() {
     backends.push_back(r.backend.get());
     replica_workers.push_back(r.workers);
   }
-  const Shape image{cfg.image_size, cfg.image_size, cfg.data_info().channels};
+  const Shape image{cfg.image_size, cfg.image_size, data.channels};
   batches = std::make_unique<BatchUpload>(std::move(backends), std::move(replica_workers), worker_batch, image,
                                           cfg.benchmark_mode);
 }

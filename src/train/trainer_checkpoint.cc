@@ -364,7 +364,7 @@ CheckpointMeta Trainer::Impl::checkpoint_meta(int64_t steps_done) const {
   meta.model = cfg.net;
   meta.dataset = cfg.dataset;
   meta.image_size = cfg.image_size;
-  meta.channels = cfg.data_info().channels;
+  meta.channels = data.channels;
   meta.num_classes = cfg.num_classes;
   meta.step = steps_done;
   meta.topology = topology->describe();

@@ -101,6 +101,7 @@ struct Trainer::Impl {
     if (process_comm) process_comm->set_watchdog(nullptr);  // it outlives the trainer, the watchdog does not
   }
   TrainConfig cfg;
+  DatasetInfo data;  // cfg.data_info(), read once in build() (a custom folder's comes from its dataset.json)
   Communicator* process_comm = nullptr;
   int rank = 0, num_processes = 1;
   int64_t worker_batch = 0, process_batch = 0;

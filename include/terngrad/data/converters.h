@@ -89,7 +89,7 @@ int automatic_shards(size_t images, int reference);
 // A labels file (a --labels_file, or the labels.txt build_image_data writes): its class names, one a line, blanks
 // around them and empty lines dropped; line k (0-based) is label k + 1.
 std::vector<std::string> read_class_list(std::istream& in);
-// Every file of every class folder is read first: a file that is neither JPEG nor PNG by its bytes is skipped
+// Every file of every class folder is scanned first (its first bytes): one neither JPEG nor PNG by them is skipped
 // (named in a warning and in the description) unless its name ends in .jpg/.jpeg/.png, and such a file or an image
 // whose header cannot be read is refused naming it, before anything is written. JPEG files are stored byte for byte
 // unless they must change (resize, channel conversion) and PNG files are re-encoded as JPEG, both at `quality`; with
