@@ -131,10 +131,14 @@ shift
 case "\$host" in
 $cases  *) echo "netns_link agent: unknown host \$host" >&2; exit 2 ;;
 esac
-# The machines share this kernel's /dev/shm and host name: Open MPI's shared-memory segments (vader) of processes
-# with the same local rank on two machines would take the same file names; each machine gets its own folder.
-mkdir -p "/dev/shm/\$ns"
-export OMPI_MCA_btl_vader_backing_directory="/dev/shm/\$ns"
+# The machines share this kernel's /dev/shm, /tmp and host name: Open MPI's shared-memory segments (vader) of
+# processes with the same local rank on two machines would take the same file names, and so would the session
+# folders (/tmp/ompi.HOST.UID/pid.N) where each machine's daemon keeps PMIx's shared-memory store (a daemon of one
+# machine then failed with "PMIX ERROR ... dstore_base.c" and the job never started). Each machine gets its own
+# folders, as a real one has, and PMIx keeps its store in the daemon's memory (gds hash), where a killed job
+# leaves nothing behind.
+mkdir -p "/dev/shm/\$ns" "/tmp/\$ns"
+export OMPI_MCA_btl_vader_backing_directory="/dev/shm/\$ns" TMPDIR="/tmp/\$ns" PMIX_MCA_gds=hash
 exec ${detach}ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
   chmod +x "$file"
@@ -158,7 +162,7 @@ netlink_destroy() {
       [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
     fi
     ip netns del "$ns" 2>/dev/null || true
-    rm -rf "/dev/shm/$ns"
+    rm -rf "/dev/shm/$ns" "/tmp/$ns"
   done
   NETLINK_PREFIX=""
 }
