@@ -112,6 +112,7 @@ row() {  # row REP NET BATCH IMPL SETTING "peak_kib step_s planned"
 }
 
 results_header memory "$BUILD_DIR" "$0" "${ARGS[@]}" >"$work/header"
+peer_header_line "$PYTHON" >>"$work/header"
 echo "# threads: $threads; torch: $("$PYTHON" -c 'import torch; print(torch.__version__)'); base: ${base:-none}" >>"$work/header"
 printf 'rep\tnet\tbatch\timpl\tsetting\tpeak_rss_bytes\tstep_s\tplanned_activations_bytes\tstatus\n' >"$work/table"
 

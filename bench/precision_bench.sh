@@ -71,6 +71,7 @@ row() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "${6:--}" "$status" >>"$work/table"
 }
 results_header precision "$BUILD_DIR" "$0" "${ARGS[@]}" >"$work/header"
+peer_header_line "$PYTHON" >>"$work/header"
 echo "# threads: $threads; torch: $( ((have_torch)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo "missing ($PYTHON)")" >>"$work/header"
 printf 'rep\tnet\tbatch\timpl\tprecision\timages_per_sec\tstatus\n' >"$work/table"
 

@@ -50,6 +50,7 @@ have_torch=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results_header train_step "$BUILD" "$SCRIPT" "${ARGS[@]}" > "$work/header"
+peer_header_line "$PYTHON" >>"$work/header"
 echo "# min_time: $MIN s per run; torch: $( ((have_torch)) && "$PYTHON" -c 'import torch; print(torch.__version__)' || echo missing)" >> "$work/header"
 printf "rep\tnet\tthreads\tframework\timages_per_sec\tstatus\n" > "$work/table"
 row() {  # rep net threads framework rate
