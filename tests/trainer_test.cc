@@ -16,7 +16,7 @@
 #include <regex>
 #include <sstream>
 
-#include "../src/apps/app_cli.h"
+#include "../src/apps/stop_signals.h"
 #include "common/fashion_mnist_trainer_test.h"
 #include "common/files.h"
 #include "event.pb.h"

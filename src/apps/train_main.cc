@@ -1,7 +1,7 @@
 // terngrad-train: the command-line front-end of the Trainer. Flags follow the reference's trainers; any flag
 // can come from --config FILE (INI/TOML, CLI11), the command line overrides it. A usage error (unknown flag,
 // malformed value) prints one line and exits 2; a bad value or a failure prints one line and exits 1.
-// SIGINT/SIGTERM: the step running finishes, a checkpoint is saved, exit 0 (app_cli.h: at most 10 s,
+// SIGINT/SIGTERM: the step running finishes, a checkpoint is saved, exit 0 (stop_signals.h: at most 10 s,
 // and a second signal exits at once with 128 + signal).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -18,6 +18,7 @@
 
 #include "app_cli.h"
 #include "help_format.h"
+#include "stop_signals.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/planning_backend.h"
 #include "terngrad/comm/mpi_communicator.h"

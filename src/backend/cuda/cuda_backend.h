@@ -206,11 +206,14 @@ class CudaBackend final : public Backend {
     Buffer reduce_partials;  // per-block partial sums of the reductions (double)
     Buffer reduce_result;    // one double on the device
   };
-  void make_lane(Lane& lane);
+  void make_lane(Lane& lane, int priority);  // priority: CUDA's stream priority (lower is sooner)
   void destroy_lane(Lane& lane);
   void use_lane(Lane& lane);                       // makes `lane` current (and cuDNN's stream)
   cudnnStatus_t switch_lane(Lane& lane) noexcept;  // the same, cuDNN's status returned instead of thrown
 
+  // The side stream has the device's highest priority, the main stream the default: the exchange's codec kernels
+  // and NCCL's collectives on the side stream are scheduled ahead of queued backward kernels, so a bucket's
+  // exchange runs while backward goes on (as PyTorch's process group streams, created with high priority).
   Lane main_, side_;
   Lane* lane_ = &main_;                   // the current lane
   cudaEvent_t fork_event_ = nullptr;      // main stream -> side stream (enter_side_stream)
