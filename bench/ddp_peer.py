@@ -27,7 +27,6 @@ bytes (fp32), and the bytes per timed step that crossed --iface (rx and tx, from
 /sys/class/net/IFACE/statistics, read at step boundaries; `ip netns exec` mounts the namespace's sysfs).
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -39,15 +38,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_io import emit_result, wire_bytes  # noqa: E402
 from pytorch_peers import NETS  # noqa: E402  (the networks matching ours)
 
-
-def wire_bytes(iface):
-    if not iface:
-        return 0, 0
-    base = f"/sys/class/net/{iface}/statistics/"
-    with open(base + "rx_bytes") as rx, open(base + "tx_bytes") as tx:
-        return int(rx.read()), int(tx.read())
 
 
 def build(net, torchvision_alexnet):
@@ -125,11 +118,7 @@ def main():
                "median_s": statistics.median(secs), "mean_s": statistics.fmean(secs), "params": params,
                "grad_bytes": 4 * params, "wire_rx_per_step": (rx1 - rx0) / args.steps,
                "wire_tx_per_step": (tx1 - tx0) / args.steps, "torch": torch.__version__}
-        line = json.dumps(out)
-        print(line, flush=True)
-        if args.json_out:
-            with open(args.json_out, "w") as f:
-                f.write(line + "\n")
+        emit_result(out, args.json_out)
     if distributed:
         dist.destroy_process_group()
 

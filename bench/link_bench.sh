@@ -214,23 +214,10 @@ AGENT=$TMP/netns_agent.sh
 netlink_mpi_agent "$AGENT"
 
 # Process k (0-based: the MPI rank) on core k; with --no-pin, anywhere.
-pin() { # pin K COMMAND...
-  local k=$1
-  shift
-  if [ "$PIN" = 1 ]; then
-    taskset -c $((k % CORES)) "$@"
-  else
-    "$@"
-  fi
-}
+# shellcheck source=lib/rank_pinning.sh
+source "$HERE/lib/rank_pinning.sh"
 PINNER=$TMP/pin_rank.sh
-cat >"$PINNER" <<EOF
-#!/bin/sh
-# Pins an MPI rank to core (rank mod $CORES), then runs the command.
-[ "$PIN" = 1 ] || exec "\$@"
-exec taskset -c \$((OMPI_COMM_WORLD_RANK % $CORES)) "\$@"
-EOF
-chmod +x "$PINNER"
+write_rank_pinner "$PINNER"
 
 # --bind-to none: both "hosts" are this machine (Open MPI would bind both ranks to core 0); pin_rank.sh pins.
 MPIRUN=(ip netns exec "$NS1" mpirun --allow-run-as-root -np 2 --host "$IP1,$IP2" --bind-to none

@@ -242,19 +242,10 @@ netlink_create "tgtta$$" "$MAXM"
 IF=$NETLINK_IF
 AGENT=$TMP/netns_agent.sh
 netlink_mpi_agent "$AGENT"
+# shellcheck source=lib/rank_pinning.sh
+source "$HERE/lib/rank_pinning.sh"
 PINNER=$TMP/pin_rank.sh
-cat >"$PINNER" <<EOF
-#!/bin/sh
-# Pins an MPI rank to core (rank mod $CORES), then runs the command.
-[ "$PIN" = 1 ] || exec "\$@"
-exec taskset -c \$((OMPI_COMM_WORLD_RANK % $CORES)) "\$@"
-EOF
-chmod +x "$PINNER"
-pin() { # pin K COMMAND...: process K (0-based) on core K mod CORES
-  local k=$1
-  shift
-  if [ "$PIN" = 1 ]; then taskset -c $((k % CORES)) "$@"; else "$@"; fi
-}
+write_rank_pinner "$PINNER"
 hosts_of() { # M -> the first M machines' addresses, comma-separated
   local k h=()
   for k in $(seq "$1"); do h+=("$(netlink_ip "$k")"); done

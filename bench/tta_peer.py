@@ -41,7 +41,6 @@ eval_s, final accuracy, wire bytes in and out of --iface over the run, parameter
 """
 import argparse
 import gzip
-import json
 import math
 import os
 import sys
@@ -52,6 +51,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_io import emit_result, wire_bytes  # noqa: E402
 from pytorch_peers import LeNet  # noqa: E402  (models/lenet.cc in PyTorch)
 
 # models/lenet.cc's truncated-normal standard deviations per layer.
@@ -81,13 +81,6 @@ def load(folder, prefix):
     x = (images.to(torch.float32) / 255.0 - 0.5) * 2.0  # src/data/preprocess.cc, kMnist
     return x.unsqueeze(1).contiguous(), labels.to(torch.int64)
 
-
-def wire_bytes(iface):
-    if not iface:
-        return 0, 0
-    base = "/sys/class/net/%s/statistics/" % iface
-    with open(base + "rx_bytes") as rx, open(base + "tx_bytes") as tx:
-        return int(rx.read()), int(tx.read())
 
 
 def init_lenet(model):
@@ -226,11 +219,7 @@ def main():
                "params": sum(p.numel() for p in params), "torch": torch.__version__,
                "powersgd_rank": args.powersgd_rank if args.method == "powersgd" else None,
                "start_powersgd_iter": start_iter if args.method == "powersgd" else None}
-        line = json.dumps(out)
-        print(line, flush=True)
-        if args.json_out:
-            with open(args.json_out, "w") as f:
-                f.write(line + "\n")
+        emit_result(out, args.json_out)
     if distributed:
         dist.destroy_process_group()
 
