@@ -37,16 +37,9 @@ std::string conv_bn_relu(Net& net, const std::string& name, const std::string& i
   conv.kernel_h = conv.kernel_w = kernel;
   conv.stride = stride;
   conv.padding = c.same();
-  conv.bias = false;
   conv.weight_decay = c.weight_decay;
   conv.weight_init = Initializer::truncated_normal(0.01f, seed_offset);
-  net.add(conv2d(name, conv), {input});
-  BatchNormOptions bn;  // the reference's ops.batch_norm: beta only, decay 0.9997, eps 0.001
-  bn.gamma = false;
-  bn.decay = 0.9997f;
-  bn.epsilon = 0.001f;
-  net.add(batch_norm(name + "/BatchNorm", bn));
-  return net.add(relu(name + "/relu"));
+  return add_conv_bn(net, name, input, conv, BatchNormOptions{});  // the reference's ops.batch_norm: the defaults
 }
 
 LayerPtr alexnet_lrn(const std::string& name) { return lrn(name, 2, 2.f, 1e-4f, 0.75f); }

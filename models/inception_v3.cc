@@ -55,8 +55,6 @@
 namespace tg {
 namespace {
 
-constexpr float kBnEpsilon = 0.001f;
-constexpr float kBnDecay = 0.9997f;
 constexpr float kConvStddev = 0.1f;
 constexpr float kAuxLossWeight = 0.4f;
 
@@ -79,16 +77,11 @@ class InceptionBuilder {
     o.kernel_w = kw;
     o.stride = stride;
     o.padding = padding == Padding::kSame ? c_.same() : padding;  // SAME: the network's padding style
-    o.bias = false;
     o.weight_init = Initializer::truncated_normal(stddev, 0);
     o.weight_decay = c_.weight_decay;
-    net_.add(conv2d(name, o), {input});
-    BatchNormOptions bn;
-    bn.epsilon = kBnEpsilon;
-    bn.decay = kBnDecay;
+    BatchNormOptions bn;  // the reference's epsilon and moving-average decay (the defaults), with gamma
     bn.gamma = true;
-    net_.add(batch_norm(name + "/BatchNorm", bn));
-    return net_.add(relu(name + "/relu"));
+    return add_conv_bn(net_, name, input, o, bn);
   }
   std::string avg3x3(const std::string& name, const std::string& input) {
     return net_.add(avg_pool(name, 3, 1, c_.same()), {input});

@@ -20,6 +20,14 @@ void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing) {
   net.set_loss(net.add(softmax_cross_entropy("loss", label_smoothing), {logits, "labels"}));
 }
 
+std::string add_conv_bn(Net& net, const std::string& name, const std::string& input, ConvOptions conv,
+                        const BatchNormOptions& bn, bool relu_after) {
+  conv.bias = false;  // the batch norm's beta is the bias
+  net.add(conv2d(name, conv), {input});
+  const std::string out = net.add(batch_norm(name + "/BatchNorm", bn));
+  return relu_after ? net.add(relu(name + "/relu")) : out;
+}
+
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models = {
       // name, description, min and default image size, label smoothing, ImageNet preprocessing, builder, the size it

@@ -51,18 +51,14 @@ class ResNetBuilder {
     conv.kernel_h = conv.kernel_w = kernel;
     conv.stride = stride;
     conv.padding = c_.same();
-    conv.bias = false;
     conv.weight_init = Initializer::he(0);
     conv.weight_decay = c_.weight_decay;
-    net_.add(conv2d(name, conv), {input});
     BatchNormOptions bn;
     bn.epsilon = kBnEpsilon;
     bn.decay = kBnDecay;
     bn.gamma = true;
     bn.gamma_init = gamma_init;
-    std::string out = net_.add(batch_norm(name + "/BatchNorm", bn));
-    if (relu_after) out = net_.add(relu(name + "/relu"));
-    return out;
+    return add_conv_bn(net_, name, input, conv, bn, relu_after);
   }
 
   // Bottleneck v1.5: 1x1 width -> 3x3 width (stride) -> 1x1 4*width, plus the shortcut; ReLU after the sum.

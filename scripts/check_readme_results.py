@@ -141,10 +141,17 @@ def unrecorded_peer(header):
     return "not recorded in the file"
 
 
+PEER_LINE_COMMIT = "d3a2968"  # from this commit on every bench that runs a PyTorch peer writes `peer:`
+
+
 def mark_peer(repo, header, rows):
-    """Sets the private header keys unrecorded_peer reads: PyTorch rows present, measured before PYPI_PEER_COMMIT."""
+    """Sets the private header keys unrecorded_peer reads (PyTorch rows present, measured before PYPI_PEER_COMMIT);
+    refused: a file with PyTorch rows and no `peer:` line measured from PEER_LINE_COMMIT on (an older file's block
+    says what is known of its peer, and which machine it ran on, in its provenance line)."""
     header["_torch_rows"] = has_torch_rows(rows)
     if header["_torch_rows"] and "peer" not in header:
+        if git(repo, "merge-base", "--is-ancestor", header["commit"], PEER_LINE_COMMIT).returncode != 0:
+            raise Refused("has PyTorch rows but no `peer:` line (the interpreter and torch version beside ours)")
         header["_before_pypi_peer"] = git(repo, "merge-base", "--is-ancestor", header["commit"],
                                           PYPI_PEER_COMMIT).returncode == 0
 

@@ -108,6 +108,16 @@ class ReadmeResults(unittest.TestCase):
         steps = "\n".join(render_results.memory_steps(h, r))
         self.assertIn("| resnet50 | 16 | 1.100 s | 1.000 s | 1.100 | 1.000-1.200 | 3 |", steps)
 
+    def test_a_pytorch_row_measured_now_needs_its_peer_line(self):
+        rows = [{"framework": "pytorch", "images_per_sec": "10"}, {"framework": "terngrad", "images_per_sec": "20"}]
+        with self.assertRaises(check_readme_results.Refused) as e:
+            check_readme_results.mark_peer(self.repo, {"commit": self.first}, rows)
+        self.assertIn("has PyTorch rows but no `peer:` line", str(e.exception))
+        header = {"commit": self.first, "peer": "torch 2.15.0 (/venv/bin/python)"}
+        check_readme_results.mark_peer(self.repo, header, rows)
+        self.assertTrue(header["_torch_rows"])
+        check_readme_results.mark_peer(self.repo, {"commit": self.first}, rows[1:])  # no PyTorch row: no peer needed
+
     def test_missing_results_file_needs_the_to_be_measured_line(self):
         self.readme()
         rc, out = self.run_check()

@@ -57,7 +57,11 @@ void add_flag_table(CLI::App& app, const std::vector<Flag<C>>& table, C& config)
   }
 }
 
-// --log_level, in every program's table of its own settings.
+// --log_level, in every program's table of its own settings; the programs' settings derive from LogLevel (its
+// default written once).
+struct LogLevel {
+  std::string log_level = "info";
+};
 template <typename C>
 Flag<C> log_level_flag() {
   return {"log_level", &C::log_level, "trace, debug, info, warn, error"};

@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
   CLI::App app{"terngrad-data: convert datasets to TFRecord shards of tf.Example and inspect them"};
   app.formatter(std::make_shared<tg::apps::HelpFormat>());  // descriptions wrapped under the names
   app.require_subcommand(1);
-  std::string log_level = "info";
-  app.add_option("--log_level", log_level, "trace, debug, info, warn, error");
+  tg::apps::LogLevel log;
+  tg::apps::add_flag_table(app, {tg::apps::log_level_flag<tg::apps::LogLevel>()}, log);
   int64_t max_image_pixels = tg::kDefaultMaxImagePixels;
   app.add_option("--max_image_pixels", max_image_pixels, "refuse images with more pixels (from the header)")
       ->capture_default_str();
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
 
   if (const int status = tg::apps::parse_command_line(app, argc, argv, "terngrad-data"); status >= 0) return status;
   try {
-    tg::setup_logging(log_level);
+    tg::setup_logging(log.log_level);
     tg::DecodeOptions dopt = tg::default_decode_options();
     if (max_image_pixels <= 0) TG_THROW("--max_image_pixels {} must be positive", max_image_pixels);
     dopt.max_image_pixels = max_image_pixels;

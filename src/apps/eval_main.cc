@@ -17,13 +17,14 @@
 #include "terngrad/data/image_codec.h"
 #include "terngrad/train/evaluator.h"
 #include "terngrad/train/event_writer.h"
+#include "terngrad/train/train_config.h"
 
 namespace {
 
 // terngrad-eval's settings: the evaluator's options (and through them the input flags) and which checkpoints to
 // evaluate, how often, and where the results go.
 struct EvalConfig : tg::EvalOptions {
-  std::string checkpoint_dir = "/tmp/terngrad_train";
+  std::string checkpoint_dir = tg::kDefaultTrainDir;
   std::string checkpoint_path;
   bool run_once = false;
   double eval_interval_secs = 60;
@@ -75,10 +76,10 @@ const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
          "what an exported ONNX model takes); held in memory until the end, so for small subsets"},
         {"dump_labels", &C::dump_labels,
          "write the labels of the evaluated examples to this .npy file (int32, (examples))"},
-        {"device", &C::device, "cpu, cuda, cuda:<k>", tg::no_check(), tg::kFlagGpu},
-        {"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")},
-        {"threads", &C::threads, "CPU threads (0: all cores)", tg::in_range(0, 4096, "[]")},
     };
+    for (tg::Flag<C>& f : tg::embed_flags<C>(tg::backend_flags(), {"device"})) t.push_back(std::move(f));
+    t.push_back({"batch_size", &C::batch_size, "evaluation batch", tg::in_range(1, 1 << 20, "[]")});
+    for (tg::Flag<C>& f : tg::embed_flags<C>(tg::backend_flags(), {"threads"})) t.push_back(std::move(f));
     for (tg::Flag<C>& f : tg::embed_flags<C>(tg::data_flags(), tg::eval_data_flag_names())) t.push_back(std::move(f));
     return t;
   }();
@@ -86,9 +87,7 @@ const std::vector<tg::Flag<EvalConfig>>& eval_flags() {
 }
 
 // The program's own settings (beside EvalConfig's).
-struct MainOptions {
-  std::string log_level = "info";
-};
+struct MainOptions : tg::apps::LogLevel {};
 
 const std::vector<tg::Flag<MainOptions>>& main_flags() {
   static const std::vector<tg::Flag<MainOptions>> table = {tg::apps::log_level_flag<MainOptions>()};

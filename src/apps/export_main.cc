@@ -14,17 +14,17 @@
 #include "terngrad/core/logging.h"
 #include "terngrad/export/onnx_export.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/train_config.h"
 
 namespace {
 
-struct ExportConfig {
-  std::string checkpoint_dir = "/tmp/terngrad_train";
+struct ExportConfig : tg::apps::LogLevel {
+  std::string checkpoint_dir = tg::kDefaultTrainDir;
   std::string checkpoint_path;
   std::string output;
   std::string weights = "ema";
   int64_t batch_size = 0;  // 0: dynamic
   int opset = tg::kDefaultOnnxOpset;
-  std::string log_level = "info";
 };
 
 // The flag table of terngrad-export (core/flag_table.h).

@@ -17,14 +17,13 @@
 
 namespace {
 
-struct ImportConfig {
+struct ImportConfig : tg::apps::LogLevel {
   std::string net;
   std::string input;
   std::string output_dir;
   std::string format = "auto";
   std::string dataset;
   int64_t image_size = 0;
-  std::string log_level = "info";
 };
 
 // The flag table of terngrad-import (core/flag_table.h).

@@ -38,8 +38,7 @@
 namespace {
 
 // The program's own settings (beside TrainConfig's).
-struct MainOptions {
-  std::string log_level = "info";
+struct MainOptions : tg::apps::LogLevel {
   bool summary = false;
   bool plan_memory = false;
   std::string fit_memory;

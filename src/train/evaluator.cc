@@ -94,9 +94,7 @@ EvalResult Evaluator::evaluate(const std::string& path) const {
   const EvalOptions& o = options_;
   CheckpointReader reader(path);
   const CheckpointMeta& m = reader.meta();
-  BackendOptions bo;
-  bo.threads = o.threads;
-  auto be = make_backend(o.device, bo);
+  auto be = make_backend(o.device, o);
   Net net;
   build_model(m.model, checkpoint_model_config(m), net);
   net.setup(*be, o.batch_size);
@@ -183,7 +181,7 @@ EvalOptions eval_options_of(const TrainConfig& run, const std::string& subset) {
   eo.data_dir = run.data_dir;
   eo.subset = subset;
   eo.device = run.device == "cpu" ? "cpu" : "cuda:0";
-  eo.threads = run.threads;
+  eo.threads = run.threads;  // the run's other backend settings are not the evaluation's (their defaults)
   return eo;
 }
 

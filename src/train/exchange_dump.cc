@@ -15,6 +15,7 @@
 #include "terngrad/core/npy_file.h"
 #include "terngrad/core/read_file.h"
 #include "terngrad/exchange/gradient_exchange.h"
+#include "terngrad/exchange/scheme_registry.h"
 
 namespace tg {
 
@@ -131,18 +132,6 @@ ExchangeDumpManifest ExchangeDumpManifest::from_json(const std::string& text, co
   return m;
 }
 
-void check_exchange_dump_supported(const std::string& scheme, bool error_feedback) {
-  // fp16: the job rounds each rank's sum to fp16 and then the fp16 all-reduce rounds again, one replica rounds the
-  // whole sum once: up to an fp16 step apart, not a replay.
-  if (scheme != "terngrad" && scheme != "fp32")
-    TG_THROW(
-        "--exchange_dump: the {} scheme cannot be replayed on one replica (terngrad's allgather2 or allreduce8 and "
-        "fp32 can; --grad_bits 16 and --exchange hierarchical, powersgd and none cannot)",
-        scheme);
-  if (error_feedback && scheme == "terngrad")
-    TG_THROW("--exchange_dump replays a stateless exchange: not with --error_feedback (its residuals carry over)");
-}
-
 void write_exchange_dump_inputs(const std::string& dir, int rank, Backend& be,
                                 const std::vector<std::vector<Tensor>>& worker_grads,
                                 const std::vector<Tensor>& params) {
@@ -209,7 +198,7 @@ ExchangeReplayResult replay_exchange_dump(const std::string& dir) {
   xo.seed = m.seed;
   xo.overlap = false;
   GradientExchange ex(*be, policy, views, {0}, ExchangeComms{}, xo);
-  check_exchange_dump_supported(ex.scheme_name(), false);
+  check_replayable(ex.scheme_name(), false);
   NpyArray params;
   if (!m.weight_decay.empty()) {
     params = read_shaped(rank_file(dir, 0, "params"), {T});

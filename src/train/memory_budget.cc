@@ -26,48 +26,19 @@ size_t slab_bytes(const std::vector<std::pair<Shape, DType>>& tensors) {
   return align_up(end);
 }
 
-// The exchange's buffers (its schemes' arenas and state), from the policy: exact up to each bucket's alignment for
-// the dense schemes and terngrad (error feedback included), an estimate for hierarchical and powersgd.
+// The exchange's buffers (its scheme's arenas and state, SchemeInfo::buffer_bytes), from the policy: exact up to each
+// bucket's alignment for the dense schemes and terngrad (error feedback included), an estimate for the others.
 size_t exchange_bytes(const TrainConfig& cfg, const std::vector<ParamSpec>& params, const TrainingLayout& l) {
   std::vector<ParamInfo> infos;
   for (const ParamSpec& p : params) infos.push_back({p.name, p.shape.numel()});
   const CompressionPolicy policy(cfg, infos);
-  const int L = l.workers_per_replica, N = l.world_workers();
-  const bool group = l.processes * l.replicas > 1;  // a world group to exchange with (else: averaged in place)
-  const ExchangeOptions xo(cfg, cfg.seed);
-  const std::string scheme = scheme_name_for(cfg.grad_bits, xo.mode, {N, l.num_nodes, l.ranks_per_node});
-  int64_t ternary = 0;
-  for (const TensorCodingPlan& t : policy.tensors())
-    if (t.coding == GradCoding::kTernary) ternary += t.numel;
-  const size_t packed = static_cast<size_t>(policy.packed_bytes());
-  const size_t dense =
-      group ? 2 * static_cast<size_t>(policy.f16_elements()) + 4 * static_cast<size_t>(policy.f32_elements()) : 0;
-  const size_t scalers = 4 * (static_cast<size_t>(L) + 1) * static_cast<size_t>(policy.num_scalers()) + 4 +
-                         4 * static_cast<size_t>(policy.num_ternary());
-  if (scheme == "none") return 0;
-  if (scheme == "fp32" || scheme == "fp16") return dense;
-  if (scheme == "terngrad") {
-    const ExchangeMode mode = resolve_exchange_mode(xo.mode, N);
-    size_t bytes = scalers + dense + static_cast<size_t>(L) * packed;
-    if (mode == ExchangeMode::kAllgather2 && group) bytes += static_cast<size_t>(N) * packed;
-    if (mode == ExchangeMode::kAllreduce8) bytes += 4 * packed;
-    if (cfg.error_feedback) bytes += 4 * static_cast<size_t>(L) * static_cast<size_t>(ternary);
-    return bytes;
-  }
-  const size_t n = static_cast<size_t>(policy.total_elements());
-  if (scheme == "hierarchical") {
-    // The node's sum in the shard-major layout (fp32, and fp16 with --local_bits 16); between nodes, this rank's
-    // shard's codes and the node's blocks (every node's codes of a shard, all-gathered below 8 nodes, summed as int8
-    // from 8 on, and the dense shard in fp32).
-    size_t bytes = scalers + 4 * n + (cfg.local_bits == 16 ? 2 * n : 0);
-    if (l.num_nodes > 1) {
-      const size_t R = static_cast<size_t>(std::max(1, l.ranks_per_node)), M = static_cast<size_t>(l.num_nodes);
-      const size_t dense_elements = n - static_cast<size_t>(ternary);
-      bytes += packed / R + (M < 8 ? M * packed : 4 * packed) + 4 * dense_elements;
-    }
-    return bytes;
-  }
-  return 4 * static_cast<size_t>(L) * n + 4 * n / 64;  // powersgd: each worker's error, the factors (rank << rows)
+  SchemeMemoryQuery q;
+  q.policy = &policy;
+  q.options = ExchangeOptions(cfg, cfg.seed);
+  q.layout = {l.world_workers(), l.num_nodes, l.ranks_per_node};
+  q.local_workers = l.workers_per_replica;
+  q.group = l.processes * l.replicas > 1;  // a world group to exchange with (else: averaged in place)
+  return gradient_scheme(scheme_name_for(cfg.grad_bits, q.options.mode, q.layout)).buffer_bytes(q);
 }
 
 void add(DeviceMemoryPlan& p, const char* name, size_t bytes) { p.areas.push_back({name, bytes}); }

@@ -190,17 +190,9 @@ void TrainConfig::validate(int num_processes) const {
     if (quantization_error_every > 0)
       TG_THROW("--exchange_dump writes one plain exchange: not with --quantization_error_every {}",
                quantization_error_every);
-    if (error_feedback && grad_bits == 1)
-      TG_THROW("--exchange_dump replays a stateless exchange: not with --error_feedback (its residuals carry over)");
-    if (grad_bits == 16)
-      TG_THROW(
-          "--exchange_dump cannot replay --grad_bits 16 (each rank's sum is rounded to fp16, then the fp16 "
-          "all-reduce rounds again: one replica cannot redo that)");
-    if (exchange == "hierarchical" || exchange == "powersgd" || exchange == "none")
-      TG_THROW(
-          "--exchange_dump: --exchange {} cannot be replayed on one replica (allgather2, allreduce8, auto on a "
-          "flat job, or --grad_bits 16/32 can)",
-          exchange);
+    // The scheme of these flags on a flat job (auto on several nodes of several ranks may choose another: the
+    // trainer checks again when it writes the dump).
+    check_replayable(scheme_name_for(grad_bits, parse_enum<ExchangeMode>(exchange), ExchangeLayout{}), error_feedback);
   }
 }
 

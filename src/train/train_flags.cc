@@ -36,25 +36,21 @@ std::vector<Flag<TrainConfig>> make_table() {
        "`terngrad-data build-image-data` writes), the default for a folder that has one",
        one_of<Dataset>(), kFlagRun},
       {"subset", &C::subset, "training files `<data_dir>/<subset>-*`", no_check(), kFlagResume},
-      {"device", &C::device, "cpu, cuda, cuda:<k>", no_check(), kFlagGpu},
+  };
+  // The areas' sub-tables where the reference lists their flags (the device's, the network's, the optimizer and its
+  // learning rate, compression and exchange), the input last.
+  auto append = [&t](std::vector<Flag<C>> more) {
+    for (Flag<C>& f : more) t.push_back(std::move(f));
+  };
+  append(embed_flags<C>(backend_flags(), {"device"}));
+  append({
       {"num_gpus", &C::num_gpus, "GPUs of this process (`--device cuda`); workers are placed round-robin",
        at_least(1).max(kMaxWorkers), kFlagGpu},
       {"num_nodes", &C::num_nodes, "workers (virtual nodes, towers) in this process; -1: one per GPU",
        at_most(kMaxWorkers), kFlagResume},
-      {"threads", &C::threads, "CPU threads (0: all cores)", at_least(0).max(kMaxWorkers).note("0: all cores")},
-      {"allow_tf32", &C::allow_tf32,
-       "`--device cuda`: TF32 tensor-core math for fp32 convolutions and matrix products (faster; ~1e-3 "
-       "relative error; written to keep runs deterministic)",
-       no_check(), kFlagGpu},
-      {"deterministic", &C::deterministic,
-       "`--device cuda`: only cuDNN algorithms that give the same bits on every run; false also allows the "
-       "atomics-based ones (sometimes faster; runs then differ in the last bits)",
-       no_check(), kFlagGpu},
-      {"conv_search", &C::conv_search,
-       "`--device cuda`: a convolution's first call times every acceptable cuDNN algorithm (deterministic ones "
-       "unless `--deterministic=false`, scratch up to 1 GiB) and keeps the fastest (PyTorch's cudnn.benchmark); "
-       "the choice can differ between runs, and with it the last bits; off: cuDNN's heuristics' first one",
-       no_check(), kFlagGpu},
+  });
+  append(embed_flags<C>(backend_flags(), {"threads", "allow_tf32", "deterministic", "conv_search"}));
+  append({
       {"precision",
        &C::precision,
        "compute dtype: fp16 needs `--device cuda` (dynamic loss scaling), bf16 a GPU or a CPU with AVX512_BF16/AMX; "
@@ -90,12 +86,7 @@ std::vector<Flag<TrainConfig>> make_table() {
       {"num_classes", &C::num_classes,
        "0: the dataset's (10, or 1001 for ImageNet and classes + 1 for custom: label 0 is background)",
        at_least(0).max(kMaxClasses), kFlagRun},
-  };
-  // The areas' sub-tables where the reference lists their flags (the network's, the optimizer and its learning
-  // rate, compression and exchange), the input last.
-  auto append = [&t](std::vector<Flag<C>> more) {
-    for (Flag<C>& f : more) t.push_back(std::move(f));
-  };
+  });
   append(embed_flags<C>(model_flags(), {"weight_decay", "dropout_keep_prob"}));
   append({
       {"label_smoothing", &C::label_smoothing, "< 0: the network's default (0.1 for inception_v3, else 0)",

@@ -6,6 +6,7 @@
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/host_processes.h"
 #include "terngrad/core/machine_load.h"
+#include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/train/exchange_dump.h"
 
 namespace tg {
@@ -125,11 +126,8 @@ void Trainer::Impl::build_replicas() {
   const bool cpu = cfg.device == "cpu";
   const int n_replicas = cpu ? cfg.cpu_replicas : cfg.num_gpus;
   place_workers(n_replicas);
-  BackendOptions bo;
-  bo.threads = cpu ? cpu_threads_per_replica(cfg.threads, n_replicas) : cfg.threads;
-  bo.allow_tf32 = cfg.allow_tf32;
-  bo.deterministic = cfg.deterministic;
-  bo.conv_search = cfg.conv_search;
+  BackendOptions bo = cfg;
+  if (cpu) bo.threads = cpu_threads_per_replica(cfg.threads, n_replicas);
   const ModelConfig mc = cfg.model_config();
   // Several GPUs in one process: every kernel loaded at CUDA's start, not lazily during a collective (NCCL's
   // documented hazard); effective when this is the process's first CUDA call (as in terngrad-train).
@@ -336,7 +334,7 @@ bool Trainer::Impl::dumps(int64_t t) const { return !cfg.exchange_dump.empty() &
 // --exchange_dump: the step's exchange inputs of this replica (its workers' gradients, the parameters when the exchange
 // adds the weight decay) and, from replica 0 of process 0, the manifest of everything else the exchange depends on.
 void Trainer::Impl::dump_exchange_inputs(Replica& r, GradientExchange& x, uint32_t step32) {
-  check_exchange_dump_supported(x.scheme_name(), cfg.error_feedback);
+  check_replayable(x.scheme_name(), cfg.error_feedback);
   std::vector<std::vector<Tensor>> grads;
   for (int w : r.workers) grads.push_back(workers[w].grad_views);
   write_exchange_dump_inputs(cfg.exchange_dump, r.rank, *r.backend, grads, x.weight_decay().params);

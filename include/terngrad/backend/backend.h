@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/backend/backend_config.h"
 #include "terngrad/backend/backend_impls.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/buffer.h"
@@ -416,19 +417,6 @@ class Backend {
 #define TG_DECLARE_IMPL(ret, name, params) virtual ret name params = 0;
   TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
 #undef TG_DECLARE_IMPL
-};
-
-struct BackendOptions {
-  int threads = 0;  // CPU threads (0: all hardware threads)
-  // CUDA: let fp32 convolutions and GEMMs use TF32 tensor cores (10-bit mantissa products, errors ~1e-3);
-  // off: FMA math, comparable with the CPU backend.
-  bool allow_tf32 = false;
-  // CUDA: only algorithms that give the same bits on every run (no atomics-based cuDNN algorithms).
-  bool deterministic = true;
-  // CUDA: a convolution's first call in each direction times every acceptable cuDNN algorithm (the filters above, a
-  // scratch limit) and keeps the fastest (PyTorch's cudnn.benchmark); off: the heuristics' first one that runs. The
-  // measured choice can differ between runs, and with it the last bits of the results.
-  bool conv_search = false;
 };
 
 // "cpu" or "cuda" / "cuda:<k>". Unknown names and unavailable devices are errors naming the choices.

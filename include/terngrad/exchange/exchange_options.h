@@ -34,6 +34,13 @@ struct EnumNames<ExchangeMode> : EnumNamesBase {
                                                      {ExchangeMode::kNone, "none"}};
 };
 
+// The layout facts --exchange auto decides on.
+struct ExchangeLayout {
+  int num_workers = 1;     // N
+  int num_nodes = 1;       // nodes the job spans
+  int ranks_per_node = 1;  // replicas per node
+};
+
 // The flat ternary algorithm for `workers` participants: allgather2 below 8, allreduce8 from 8 on (per-worker
 // traffic (N-1) n/4 against 2 (N-1)/N n bytes). Explicit allgather2/allreduce8 stay.
 ExchangeMode resolve_exchange_mode(ExchangeMode m, int num_workers);

@@ -11,8 +11,8 @@
 // (bucket 0's, then bucket 1's, ...), as MPI requires. A stage with nothing to do for a bucket simply returns.
 // Every stage of a scheme must be deterministic: the same bits for any bucketing, overlap or thread count.
 //
-// A new scheme is one folder under src/exchange/schemes/ and one line in the registry
-// (exchange/scheme_registry.h).
+// A new scheme is one folder under src/exchange/schemes/ and its row in the registry (exchange/scheme_registry.h),
+// or a SchemeRegistration in its own file.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +79,20 @@ struct SchemeContext {
   const WeightDecayTerms* weight_decay = nullptr;
   // The average lands in the first target's gradients; the other targets get a copy of tensors [r.begin, r.end).
   void copy_to_other_targets(TensorRange r) const;
+};
+
+// What a run's memory plan asks of a scheme before it exists (SchemeInfo::buffer_bytes): the policy, the flags, the
+// job's layout, and the sizes several schemes' buffers are made of.
+struct SchemeMemoryQuery {
+  const CompressionPolicy* policy = nullptr;
+  ExchangeOptions options;  // --exchange (mode), --error_feedback, --local_bits
+  ExchangeLayout layout;
+  int local_workers = 1;             // L
+  bool group = false;                // a world group to exchange with (else the average is taken in place)
+  int64_t ternary_elements() const;  // of the tensors coded ternary
+  size_t packed_bytes() const;       // one worker's 2-bit codes
+  size_t dense_bytes() const;        // the fp16 and fp32 tensors' fused sums (with a group)
+  size_t scaler_bytes() const;       // every worker's scalers, the shared ones, the check word, the per-tensor flags
 };
 
 // One per-tensor quantity a scheme reports after a step (GradientScheme::summaries).

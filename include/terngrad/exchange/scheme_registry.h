@@ -1,11 +1,14 @@
-// The registry of gradient schemes: name -> factory, one line per scheme (src/exchange/scheme_registry.cc), as
-// Caffe's layer registry. Which scheme a run uses follows from the reference's flags (--grad_bits) and
-// --exchange, with the layout of the job (nodes, ranks per node) for --exchange auto:
+// The registry of gradient schemes: one row per scheme (src/exchange/scheme_registry.cc), as Caffe's layer registry,
+// holding its name, its factory and every rule about it: which flags choose it, the --grad_bits it takes, whether it
+// compresses (what an fp32 warm-up precedes), its fp32 form and whether --exchange_dump can replay it. What the
+// trainer and the tools ask of a scheme (scheme_name_for, exchange_compresses, fp32_form, check_replayable) is read
+// from the rows, so the train room names no scheme. Which scheme a run uses follows from the reference's flags
+// (--grad_bits) and --exchange, with the layout of the job (nodes, ranks per node) for --exchange auto:
 //   fp32          --grad_bits 32: fused fp32 sums, all-reduced
 //   fp16          --grad_bits 16: the compressed tensors as fp16 sums, the rest fp32
 //   terngrad      --grad_bits 1 with allgather2 or allreduce8: 2-bit codes of every worker (--error_feedback)
-//   hierarchical  --exchange hierarchical (--grad_bits 1 or 32): fp32 inside a node, ternary (or fp32) between
-//                 nodes on one ring per local index
+//   hierarchical  --exchange hierarchical (--grad_bits 1 or 32), or auto with --grad_bits 1 on several nodes of
+//                 several ranks: fp32 inside a node, ternary (or fp32) between nodes on one ring per local index
 //   powersgd      --exchange powersgd (--grad_bits 32): rank-R low-rank matrices with error feedback, all-reduced
 //   none          --exchange none: no exchange (benchmarks' compute-only step)
 #pragma once
@@ -22,19 +25,41 @@ struct SchemeInfo {
   const char* name;
   const char* description;
   std::unique_ptr<GradientScheme> (*make)(SchemeContext& ctx);
+  // How the flags choose it: an --exchange value that chooses it whatever --grad_bits; kAuto: chosen by --grad_bits
+  // equal to `grad_bits` with --exchange auto, allgather2 or allreduce8 (grad_bits 0: by its name only).
+  ExchangeMode mode;
+  int grad_bits;
+  // --exchange auto chooses it on this layout before the --grad_bits rows (null: never).
+  bool (*auto_on)(int grad_bits, const ExchangeLayout& layout);
+  // "" when it takes --grad_bits, else the refusal (one line naming the flags and the fix).
+  std::string (*refuses_bits)(int grad_bits);
+  // Whether it compresses the gradients at --grad_bits (what --fp32_warmup_steps precedes).
+  bool (*compresses)(int grad_bits);
+  // The --exchange of its uncompressed steps (an fp32 warm-up, the quantization probe's reference): the scheme
+  // itself where it has an fp32 form, else auto (with --grad_bits 32: the flat fp32 all-reduce).
+  ExchangeMode fp32_form;
+  // Why --exchange_dump cannot replay it on one replica (one line), or null when it can.
+  const char* (*replay_refusal)(bool error_feedback);
+  // The bytes of its buffers (arenas and state) on a replica, before it exists (train/memory_budget.h).
+  size_t (*buffer_bytes)(const SchemeMemoryQuery& q);
 };
 
-// Every registered scheme, in registry order.
+// A scheme beyond the built-in rows (a test's, or a program's that links its own): one SchemeRegistration at namespace
+// scope in the scheme's file, constructed before the registry's first use (static initialisation). grad_bits 0 and
+// mode kAuto: chosen by its name only (make_gradient_scheme), never by the flags.
+struct SchemeRegistration {
+  explicit SchemeRegistration(const SchemeInfo& info);
+};
+
+// Every scheme, the built-in rows first, then the registered ones in the order they were registered; a name given
+// twice is an error naming both (at the first use, so at the start of a run).
 const std::vector<SchemeInfo>& gradient_schemes();
+// Refuses a list with a name given twice (one line naming the scheme and both descriptions).
+void check_unique_scheme_names(const std::vector<SchemeInfo>& schemes);
 // The scheme called `name`; an unknown name is an error listing the known ones.
+const SchemeInfo& gradient_scheme(const std::string& name);
 std::unique_ptr<GradientScheme> make_gradient_scheme(const std::string& name, SchemeContext& ctx);
 
-// The layout facts --exchange auto decides on.
-struct ExchangeLayout {
-  int num_workers = 1;     // N
-  int num_nodes = 1;       // nodes the job spans
-  int ranks_per_node = 1;  // replicas per node
-};
 // The scheme name for --grad_bits / --exchange on this layout (explicit modes are kept; auto resolved as in
 // exchange_options.h); a combination no scheme serves is an error naming the flags and the fix.
 std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout);
@@ -43,5 +68,8 @@ bool exchange_compresses(int grad_bits, ExchangeMode mode);
 // The exchange mode of the uncompressed steps of a warm-up (with --grad_bits 32): the mode itself where it has an
 // fp32 form (hierarchical: fp32 inside and between nodes; none), else auto (the flat fp32 all-reduce).
 ExchangeMode fp32_form(ExchangeMode mode);
+// --exchange_dump: throws, naming why, when the scheme cannot be replayed on one replica (with --error_feedback:
+// whether its state carries over) and which exchanges can.
+void check_replayable(const std::string& scheme, bool error_feedback);
 
 }  // namespace tg

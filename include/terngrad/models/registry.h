@@ -70,6 +70,11 @@ void build_model(const std::string& name, const ModelConfig& config, Net& net);
 // the previous layer, marked as the net's logits, and the softmax cross-entropy loss on it and the labels.
 void add_logits_and_loss(Net& net, const FcOptions& fc, float label_smoothing);
 
+// The block of every batch-norm network here (AlexNet, ResNet-50, Inception-v3): the convolution `name` (without a
+// bias) of `input`, batch norm `name`/BatchNorm, then, with relu_after, ReLU `name`/relu. Returns the last tensor.
+std::string add_conv_bn(Net& net, const std::string& name, const std::string& input, ConvOptions conv,
+                        const BatchNormOptions& bn, bool relu_after = true);
+
 // Builders (one file each in models/).
 void build_lenet(Net& net, const ModelConfig& config);         // models/lenet.cc
 void build_cifarnet(Net& net, const ModelConfig& config);      // models/cifarnet.cc

@@ -30,7 +30,7 @@ LayerPtr avg_pool(const std::string& name, int64_t kernel, int64_t stride, Paddi
 // TF LRN across channels (alpha not divided by the window).
 LayerPtr lrn(const std::string& name, int64_t depth_radius, float bias, float alpha, float beta);
 
-struct BatchNormOptions {
+struct BatchNormOptions {  // the defaults: the reference's ops.batch_norm (AlexNet, Inception-v3)
   float epsilon = 0.001f;
   float decay = 0.9997f;  // moving averages: moving = decay * moving + (1 - decay) * batch
   bool gamma = false;     // beta-only as the reference's ops.batch_norm; true for ResNet/Inception

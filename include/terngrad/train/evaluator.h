@@ -10,19 +10,18 @@
 #include <string>
 #include <utility>
 
+#include "terngrad/backend/backend_config.h"
 #include "terngrad/data/data_config.h"
 
 namespace tg {
 
 // The input settings (decode threads, corrupt records, ...) are the programs' shared ones (DataConfig); the
 // subset is read with them exactly once, in order. terngrad-eval's config derives from this struct.
-struct EvalOptions : DataConfig {
+struct EvalOptions : DataConfig, BackendConfig {  // --device and --threads of BackendConfig's flags
   std::string data_dir;
   std::string subset;  // default: the eval subset of the checkpoint's dataset
-  std::string device = "cpu";
   int64_t batch_size = 100;
   bool restore_avg_var = true;  // evaluate the moving averages of the weights
-  int threads = 0;              // CPU threads (0: all)
   // When set, .npy files of every evaluated example (core/npy_file.h), written atomically after the pass
   // (kept in memory until then): the preprocessed images fed to the net (examples, S, S, C) f32 NHWC, the
   // logits (examples, classes) f32, the labels (examples) i32.

@@ -42,10 +42,6 @@ struct ExchangeDumpManifest {
   static ExchangeDumpManifest from_json(const std::string& text, const std::string& what);
 };
 
-// Refuses what cannot be replayed (one line naming the flag): a scheme other than terngrad (allgather2, allreduce8)
-// and fp32 (GradientExchange::scheme_name()); terngrad with error feedback.
-void check_exchange_dump_supported(const std::string& scheme, bool error_feedback);
-
 // One replica's files; the tensors are on `be`'s device (copied to the host here: a synchronisation).
 void write_exchange_dump_inputs(const std::string& dir, int rank, Backend& be,
                                 const std::vector<std::vector<Tensor>>& worker_grads,

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "terngrad/backend/backend_config.h"
 #include "terngrad/compress/compression_policy.h"
 #include "terngrad/core/dtype.h"
 #include "terngrad/core/enum_names.h"
@@ -49,21 +50,26 @@ struct EnumNames<ElasticBatch> : EnumNamesBase {
                                                      {ElasticBatch::kPerWorker, "per_worker"}};
 };
 
-struct TrainConfig : DataConfig, ModelFlags, CompressionFlags, ExchangeConfig, OptimizerFlags, LearningRateFlags {
+// Where a run writes, and where terngrad-eval and terngrad-export look, unless told.
+inline constexpr char kDefaultTrainDir[] = "/tmp/terngrad_train";
+
+struct TrainConfig : DataConfig,
+                     BackendConfig,
+                     ModelFlags,
+                     CompressionFlags,
+                     ExchangeConfig,
+                     OptimizerFlags,
+                     LearningRateFlags {
   // where
-  std::string train_dir = "/tmp/terngrad_train";
+  std::string train_dir = kDefaultTrainDir;
   std::string data_dir;
   std::string dataset = "fashion_mnist";
   std::string subset = "train";
-  std::string device = "cpu";  // cpu | cuda | cuda:<k>
+  // --device, --threads, --allow_tf32, --deterministic, --conv_search: BackendConfig
   int num_gpus = 1;
-  int num_nodes = -1;         // workers (towers) in this process; <= 0: num_gpus
-  int threads = 0;            // CPU threads (0: all)
-  int cpu_replicas = 1;       // --device cpu: replicas (each its own thread and share of --threads) in this process
-  int ranks_per_node = 0;     // ranks (replicas) per node; 0: the processes of one host form a node
-  bool allow_tf32 = false;    // cuda: TF32 tensor-core math for fp32 convolutions and GEMMs (~1e-3 relative error)
-  bool deterministic = true;  // cuda: only cuDNN algorithms with the same bits on every run
-  bool conv_search = false;   // cuda: time each convolution's cuDNN algorithms on first use, keep the fastest
+  int num_nodes = -1;      // workers (towers) in this process; <= 0: num_gpus
+  int cpu_replicas = 1;    // --device cpu: replicas (each its own thread and share of --threads) in this process
+  int ranks_per_node = 0;  // ranks (replicas) per node; 0: the processes of one host form a node
   // Compute dtype: fp32 | fp16 (dynamic loss scaling) | bf16. Master weights, optimizer state, batch-norm
   // statistics, the loss and the exchanged gradients stay fp32; checkpoints hold fp32 only.
   std::string precision = "fp32";

@@ -48,4 +48,6 @@ std::unique_ptr<GradientScheme> make_fp16_scheme(SchemeContext& ctx) {
   return std::make_unique<DenseScheme>(ctx, "fp16");
 }
 
+size_t dense_buffer_bytes(const SchemeMemoryQuery& q) { return q.dense_bytes(); }
+
 }  // namespace tg

@@ -27,5 +27,7 @@ class DenseScheme final : public GradientScheme {
 
 std::unique_ptr<GradientScheme> make_fp32_scheme(SchemeContext& ctx);
 std::unique_ptr<GradientScheme> make_fp16_scheme(SchemeContext& ctx);
+// Their buffers: the fused fp16 and fp32 sums (with a group to exchange with).
+size_t dense_buffer_bytes(const SchemeMemoryQuery& q);
 
 }  // namespace tg

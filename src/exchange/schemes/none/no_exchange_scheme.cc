@@ -34,4 +34,6 @@ std::unique_ptr<GradientScheme> make_no_exchange_scheme(SchemeContext& ctx) {
   return std::make_unique<NoExchangeScheme>(ctx);
 }
 
+size_t no_exchange_buffer_bytes(const SchemeMemoryQuery&) { return 0; }
+
 }  // namespace tg

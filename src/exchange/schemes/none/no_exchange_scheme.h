@@ -25,5 +25,6 @@ class NoExchangeScheme final : public GradientScheme {
 };
 
 std::unique_ptr<GradientScheme> make_no_exchange_scheme(SchemeContext& ctx);
+size_t no_exchange_buffer_bytes(const SchemeMemoryQuery& q);  // none
 
 }  // namespace tg

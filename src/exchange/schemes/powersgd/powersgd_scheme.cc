@@ -244,4 +244,9 @@ std::unique_ptr<GradientScheme> make_powersgd_scheme(SchemeContext& ctx) {
   return std::make_unique<PowerSgdScheme>(ctx);
 }
 
+size_t powersgd_buffer_bytes(const SchemeMemoryQuery& q) {
+  const size_t n = static_cast<size_t>(q.policy->total_elements());
+  return 4 * static_cast<size_t>(q.local_workers) * n + 4 * n / 64;
+}
+
 }  // namespace tg

@@ -453,4 +453,16 @@ std::unique_ptr<GradientScheme> make_hierarchical_scheme(SchemeContext& ctx) {
   return std::make_unique<HierarchicalScheme>(ctx);
 }
 
+size_t hierarchical_buffer_bytes(const SchemeMemoryQuery& q) {
+  const size_t n = static_cast<size_t>(q.policy->total_elements());
+  size_t bytes = q.scaler_bytes() + 4 * n + (q.options.local_bits == 16 ? 2 * n : 0);
+  if (q.layout.num_nodes > 1) {
+    const size_t R = static_cast<size_t>(std::max(1, q.layout.ranks_per_node));
+    const size_t M = static_cast<size_t>(q.layout.num_nodes), packed = q.packed_bytes();
+    const size_t dense_elements = n - static_cast<size_t>(q.ternary_elements());
+    bytes += packed / R + (M < 8 ? M * packed : 4 * packed) + 4 * dense_elements;
+  }
+  return bytes;
+}
+
 }  // namespace tg

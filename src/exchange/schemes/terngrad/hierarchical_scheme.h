@@ -131,5 +131,9 @@ class HierarchicalScheme final : public GradientScheme, public CodedUpdate {
 };
 
 std::unique_ptr<GradientScheme> make_hierarchical_scheme(SchemeContext& ctx);
+// Its buffers (an estimate): the node's sum in the shard-major layout (fp32, and fp16 with --local_bits 16);
+// between nodes, this rank's shard's codes and the node's blocks (every node's codes of a shard, all-gathered
+// below 8 nodes, summed as int8 from 8 on, and the dense shard in fp32).
+size_t hierarchical_buffer_bytes(const SchemeMemoryQuery& q);
 
 }  // namespace tg

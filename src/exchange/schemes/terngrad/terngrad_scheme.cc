@@ -203,4 +203,14 @@ std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx) {
   return std::make_unique<TernGradScheme>(ctx);
 }
 
+size_t terngrad_buffer_bytes(const SchemeMemoryQuery& q) {
+  const size_t L = static_cast<size_t>(q.local_workers), N = static_cast<size_t>(q.layout.num_workers);
+  const ExchangeMode mode = resolve_exchange_mode(q.options.mode, q.layout.num_workers);
+  size_t bytes = q.scaler_bytes() + q.dense_bytes() + L * q.packed_bytes();
+  if (mode == ExchangeMode::kAllgather2 && q.group) bytes += N * q.packed_bytes();
+  if (mode == ExchangeMode::kAllreduce8) bytes += 4 * q.packed_bytes();
+  if (q.options.error_feedback) bytes += 4 * L * static_cast<size_t>(q.ternary_elements());
+  return bytes;
+}
+
 }  // namespace tg

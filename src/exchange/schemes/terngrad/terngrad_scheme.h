@@ -87,5 +87,8 @@ class TernGradScheme final : public GradientScheme, public CodedUpdate {
 };
 
 std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx);
+// Its buffers: scalers, dense sums, every local worker's codes, the gathered codes (allgather2) or int8 sums
+// (allreduce8), the residuals (--error_feedback).
+size_t terngrad_buffer_bytes(const SchemeMemoryQuery& q);
 
 }  // namespace tg
