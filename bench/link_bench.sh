@@ -177,7 +177,7 @@ fi
 # Ours compute-only: the trainer's `--exchange none` keeps the 2-process layout with no collective.
 OURS_COMPUTE="exchange none"
 # (--summary exits before the flags are checked: ask the help text.)
-"$TRAIN" --help 2>&1 | grep -E -- '--exchange .*\bnone\b' >/dev/null || OURS_COMPUTE="stand-in: 2 independent processes"
+"$TRAIN" --help-markdown 2>/dev/null | grep -E -- '^\| `--exchange` .*\bnone\b' >/dev/null || OURS_COMPUTE="stand-in: 2 independent processes"
 
 batch_of() {
   local net=$1 kv
