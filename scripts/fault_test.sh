@@ -185,66 +185,46 @@ if ! command -v mpirun > /dev/null; then
     echo "SKIPPED: lost MPI rank (mpirun not found)"
   fi
 else
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$TRAIN" "${COMMON[@]}" --image_size 12 --num_nodes 1 \
-    --log_every 1 --max_steps 100000000 --save_iter 100000000 --train_dir "$WORK/mpi" > "$WORK/mpi.log" 2>&1 &
-  job=$!
-  stepped() { grep -q "step [0-9]*, entropy_loss" "$WORK/mpi.log"; }
-  wait_for $job "$WORK/mpi.log" stepped
-  rc=$?
-  rank1=$(pid_of_rank "$WORK/mpi" 1)
-  if [ $rc -ne 0 ] || [ -z "$rank1" ]; then
-    fail "lost rank: the job logged no step (wait status $rc) or rank 1 was not found: $(tail -2 "$WORK/mpi.log")"
-    pkill -9 -P $job
-    kill -9 $job 2> /dev/null
-  else
+  logged_step() { grep -q "step [0-9]*, entropy_loss" "$1"; }
+  # mpi_loss DIR LABEL NP RANK SIGNAL LIMIT_S MESSAGE_RE [FLAGS...]: a job of NP ranks (train_dir $WORK/DIR) steps,
+  # then rank RANK gets SIGNAL; the job must end within LIMIT_S s (the poll goes on to 60 s to tell slow from hung)
+  # with an error line matching MESSAGE_RE (grep -E).
+  mpi_loss() {
+    local dir=$1 label=$2 np=$3 rank=$4 sig=$5 limit=$6 want=$7 log="$WORK/$1.log" job rc pid t0 secs line
+    shift 7
+    mpirun --allow-run-as-root --oversubscribe -np "$np" "$TRAIN" "${COMMON[@]}" --image_size 12 --num_nodes 1 \
+      --log_every 1 --max_steps 100000000 --save_iter 100000000 "$@" --train_dir "$WORK/$dir" > "$log" 2>&1 &
+    job=$!
+    wait_for $job "$log" logged_step "$log"
+    rc=$?
+    pid=$(pid_of_rank "$WORK/$dir" "$rank")
+    if [ $rc -ne 0 ] || [ -z "$pid" ]; then
+      fail "$label: the job logged no step (wait status $rc) or rank $rank was not found: $(tail -2 "$log")"
+      pkill -9 -P $job
+      kill -9 $job 2> /dev/null
+      return
+    fi
     t0=$(now_us)
-    kill -9 "$rank1"
-    # README: a lost process ends the job within 10 s. The poll goes on to 60 s to tell slow from hung.
+    kill "-$sig" "$pid"
     for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
     secs=$(seconds_of $(($(now_us) - t0)))
     if kill -0 $job 2> /dev/null; then
-      fail "lost rank: the job still runs 60 s after rank 1 was killed"
+      fail "$label: the job still runs 60 s after SIG$sig of rank $rank"
+      kill -CONT "$pid" 2> /dev/null
       pkill -9 -P $job
       kill -9 $job
     fi
     wait $job 2> /dev/null
-    line=$(grep -i "rank 1" "$WORK/mpi.log" | head -1)
-    echo "lost rank: the job ended ${secs} s after kill -9 of rank 1; message: $line"
-    awk -v s="$secs" 'BEGIN{exit !(s <= 10)}' || fail "lost rank: the job took ${secs} s to end (limit 10 s)"
-    [ -n "$line" ] || fail "lost rank: no message names rank 1: $(tail -3 "$WORK/mpi.log")"
-  fi
-
-  # A stopped rank: nothing resets a connection, only the progress watchdog ends the wait.
-  mpirun --allow-run-as-root --oversubscribe -np 4 "$TRAIN" "${COMMON[@]}" --image_size 12 --num_nodes 1 \
-    --log_every 1 --max_steps 100000000 --save_iter 100000000 --collective_timeout 3 --train_dir "$WORK/stop" \
-    > "$WORK/stop.log" 2>&1 &
-  job=$!
-  stopped_stepped() { grep -q "step [0-9]*, entropy_loss" "$WORK/stop.log"; }
-  wait_for $job "$WORK/stop.log" stopped_stepped
-  rc=$?
-  rank2=$(pid_of_rank "$WORK/stop" 2)
-  if [ $rc -ne 0 ] || [ -z "$rank2" ]; then
-    fail "stopped rank: the job logged no step (wait status $rc) or rank 2 was not found: $(tail -2 "$WORK/stop.log")"
-    pkill -9 -P $job
-    kill -9 $job 2> /dev/null
-  else
-    t0=$(now_us)
-    kill -STOP "$rank2"
-    for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
-    secs=$(seconds_of $(($(now_us) - t0)))
-    if kill -0 $job 2> /dev/null; then
-      fail "stopped rank: the job still runs 60 s after rank 2 was stopped (--collective_timeout 3)"
-      kill -CONT "$rank2" 2> /dev/null
-      pkill -9 -P $job
-      kill -9 $job
-    fi
-    wait $job 2> /dev/null
-    line=$(grep "error: .*--collective_timeout 3" "$WORK/stop.log" | head -1)
-    echo "stopped rank: the job ended ${secs} s after SIGSTOP of rank 2 (--collective_timeout 3); message: $line"
-    awk -v s="$secs" 'BEGIN{exit !(s <= 13)}' || fail "stopped rank: the job took ${secs} s to end (limit 3 + 10 s)"
-    [[ $line =~ step\ [0-9]+\ made\ no\ progress ]] ||
-      fail "stopped rank: no line names the step and --collective_timeout: $(grep error "$WORK/stop.log" | head -3)"
-  fi
+    line=$(grep -E "$want" "$log" | head -1)
+    echo "$label: the job ended ${secs} s after SIG$sig of rank $rank${*:+ ($*)}; message: $line"
+    awk -v s="$secs" -v l="$limit" 'BEGIN{exit !(s <= l)}' || fail "$label: the job took ${secs} s to end (limit $limit s)"
+    [ -n "$line" ] || fail "$label: no line matches '$want': $(grep -i error "$log" | head -3)"
+  }
+  # README: a lost process ends the job within 10 s, naming the rank.
+  mpi_loss mpi "lost rank" 2 1 KILL 10 "[Rr]ank 1"
+  # A stopped rank: nothing resets a connection, only the progress watchdog ends the wait (3 + 10 s).
+  mpi_loss stop "stopped rank" 4 2 STOP 13 "error: .*step [0-9]+ made no progress .*\(--collective_timeout 3\)" \
+    --collective_timeout 3
 fi
 
 # ---- 3. a checkpoint that does not fit on the disk -------------------------------------------------------

@@ -103,16 +103,21 @@ VARIANTS=("hierarchical --num_nodes 2 --grad_bits 1 --exchange hierarchical"
 TERNGRAD_LENET=(--net lenet --dataset fashion_mnist --num_nodes 2 --grad_bits 1 --clip_factor 2.5)
 REPLAY_STEP=3
 
-# cuda_mismatch VERSIONS_LOG: one line when the cuDNN that cuda_ops_check --versions loaded was built for another CUDA
-# major version than the bundle's runtime (a cu12 wheel found first on a CUDA 13 machine), else nothing.
+# cuda_mismatch VERSIONS_LOG: one line when the cuDNN or the NCCL that cuda_ops_check --versions loaded was built for
+# another CUDA major version than the bundle's runtime (a cu12 wheel found first on a CUDA 13 machine), else nothing.
 cuda_mismatch() {
-  local runtime cudnn_rt
+  local runtime cudnn_rt nccl_cuda out=""
   runtime=$(sed -n 's/^CUDA runtime \([0-9]*\)\..*/\1/p' "$1" | head -1)
+  [[ -n $runtime ]] || return 0
   cudnn_rt=$(sed -n 's/^cuDNN .*for CUDA runtime \([0-9]*\)).*/\1/p' "$1" | head -1)
-  [[ -n $runtime && -n $cudnn_rt ]] || return 0
-  if ((cudnn_rt / 1000 != runtime)); then
-    echo "the cuDNN loaded was built for CUDA $((cudnn_rt / 1000)), the bundle's runtime is CUDA $runtime ($(sed -n 's/^cuDNN .*: //p' "$1" | head -1))"
+  if [[ -n $cudnn_rt ]] && ((cudnn_rt / 1000 != runtime)); then
+    out="the cuDNN loaded was built for CUDA $((cudnn_rt / 1000)), the bundle's runtime is CUDA $runtime ($(sed -n 's/^cuDNN .*: //p' "$1" | head -1))"
   fi
+  nccl_cuda=$(sed -n 's/^NCCL .*for CUDA \([0-9]*\)\.[0-9]*).*/\1/p' "$1" | head -1)
+  if [[ -n $nccl_cuda ]] && ((nccl_cuda != runtime)); then
+    out="${out:+$out; }the NCCL loaded was built for CUDA $nccl_cuda, the bundle's runtime is CUDA $runtime ($(sed -n 's/^NCCL .*: //p' "$1" | head -1))"
+  fi
+  [[ -z $out ]] || echo "$out"
 }
 
 usage() {  # [STATUS]

@@ -7,9 +7,11 @@
 //     columns each window covered; a split of (1, 0), as cuDNN or PyTorch would pad, gives other numbers;
 //   - PyTorch's symmetric padding (Padding::kSymmetric, --padding_style torch) on the same image: pads (1, 1),
 //     and average pooling that divides by the whole window (PoolKind::kAvgIncludePad, count_include_pad).
+// And the front's refusal of bad pooling and LRN arguments (one contract for every backend).
 // On every backend of the build: the CPU one, and the CUDA one where a device exists (else SKIPPED).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -196,6 +198,39 @@ TEST_P(PaddingOps, PoolingSymmetricStride2On6) {
   const std::vector<float> got = get(dx);
   for (int r = 0; r < 6; ++r)
     for (int c = 0; c < 6; ++c) EXPECT_NEAR(got[r * 6 + c], cover[r] * cover[c] / 9.f, 1e-6) << r << "," << c;
+}
+
+// The front checks pooling's and LRN's descriptors and sizes for every backend, before any implementation runs: the
+// same refusal, one line, on the CPU and on CUDA.
+TEST_P(PaddingOps, TheFrontRefusesBadPoolAndLrnArgumentsOnEveryBackend) {
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const Tensor x = put(Shape{1, 6, 6, 1}, image6()), y = put(Shape{1, 3, 3, 1}, {}), small = put(Shape{1, 2, 2, 1}, {});
+  PoolDesc wide = make_pool_desc(PoolKind::kMax, 1, 6, 6, 1, 3, 3, 2, Padding::kSame);
+  wide.pad_bottom = 3;  // a window with no image cell
+  std::string e = error_of([&] { be_->pool_forward(wide, x, y, Tensor()); });
+  EXPECT_NE(e.find("pool_forward: padding as large as the kernel"), std::string::npos) << e;
+  e = error_of([&] { be_->pool_workspace_bytes(wide); });
+  EXPECT_NE(e.find("pool_workspace_bytes: padding as large as the kernel"), std::string::npos) << e;
+  const PoolDesc d = make_pool_desc(PoolKind::kMax, 1, 6, 6, 1, 3, 3, 2, Padding::kSame);
+  e = error_of([&] { be_->pool_forward(d, x, small, Tensor()); });
+  EXPECT_NE(e.find("y " + small.str() + " must have 9 elements"), std::string::npos) << e;
+  e = error_of([&] { be_->pool_backward(d, x, y, small, Tensor(), x); });
+  EXPECT_NE(e.find("dy " + small.str() + " must have 9 elements"), std::string::npos) << e;
+  LrnDesc lrn;
+  lrn.n = 1, lrn.h = 6, lrn.w = 6, lrn.c = 1, lrn.depth_radius = 2;
+  e = error_of([&] { be_->lrn_forward(lrn, x, small, Tensor()); });
+  EXPECT_NE(e.find("y " + small.str() + " must have 36 elements"), std::string::npos) << e;
+  lrn.depth_radius = -1;
+  e = error_of([&] { be_->lrn_backward(lrn, x, x, Tensor(), x); });
+  EXPECT_NE(e.find("needs channels and a depth_radius >= 0"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PaddingOps, ::testing::Values("cpu", "cuda:0"),

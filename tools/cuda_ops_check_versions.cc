@@ -1,9 +1,9 @@
 // cuda_ops_check --versions: the CUDA stack this process actually loaded, for the first lines of a GPU run
 // (scripts/gpu_check.sh) and for the bundle's check on a machine without a GPU (gpu_check.sh --verify): the CUDA
 // runtime it was linked with (static), the driver (libcuda, loaded by the runtime when present), and cuDNN,
-// cuBLAS/cuBLASLt and NCCL with their versions and the files they were loaded from (the loader's map of this
-// process, /proc/self/maps: what LD_LIBRARY_PATH and the wheels' search really gave, not what a search expected).
-// Needs no GPU; a missing driver is reported, not an error.
+// cuBLAS/cuBLASLt and NCCL with their versions (and the CUDA each was built for, where it says) and the files they were
+// loaded from (the loader's map of this process, /proc/self/maps: what LD_LIBRARY_PATH and the wheels' search really
+// gave, not what a search expected). Needs no GPU; a missing driver is reported, not an error.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -11,6 +11,7 @@
 #include <nccl.h>
 #endif
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -35,6 +36,28 @@ std::string loaded_files(const std::string& prefix) {
     out += (out.empty() ? "" : ", ") + path;
   }
   return out.empty() ? "(not loaded)" : out;
+}
+
+// The CUDA version a libnccl file was built for, from the banner it carries ("NCCL version 2.28.9+cuda13.0"): NCCL's
+// API gives its own version only. "" when the file has no such banner (or cannot be read).
+std::string nccl_built_for_cuda(const std::string& files) {
+  const std::string path = files.substr(0, files.find(", "));
+  std::ifstream in(path, std::ios::binary);
+  const std::string mark = "NCCL version ";
+  std::string window, chunk(1 << 20, '\0');
+  while (in.read(&chunk[0], static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    window.append(chunk, 0, static_cast<size_t>(in.gcount()));
+    for (size_t at = window.find(mark); at != std::string::npos; at = window.find(mark, at + 1)) {
+      const size_t plus = window.find("+cuda", at);
+      if (plus == std::string::npos || plus - at > 40) continue;
+      size_t end = plus + 5;
+      while (end < window.size() && (std::isdigit(static_cast<unsigned char>(window[end])) || window[end] == '.'))
+        ++end;
+      if (end < window.size()) return window.substr(plus + 5, end - plus - 5);
+    }
+    window.erase(0, window.size() > 64 ? window.size() - 64 : 0);  // a banner cut by the chunk's end stays whole
+  }
+  return "";
 }
 
 std::string dotted(int v, int major_div, int minor_div, int minor_mod) {
@@ -71,8 +94,10 @@ int print_versions() {
 #ifdef TG_HAVE_NCCL
   int nccl = 0;
   ncclGetVersion(&nccl);
-  std::printf("NCCL %s (built with %d.%d.%d): %s\n", dotted(nccl, 10000, 100, 100).c_str(), NCCL_MAJOR, NCCL_MINOR,
-              NCCL_PATCH, loaded_files("libnccl").c_str());
+  const std::string nccl_files = loaded_files("libnccl");
+  const std::string nccl_cuda = nccl_built_for_cuda(nccl_files);
+  std::printf("NCCL %s (built with %d.%d.%d, for CUDA %s): %s\n", dotted(nccl, 10000, 100, 100).c_str(), NCCL_MAJOR,
+              NCCL_MINOR, NCCL_PATCH, nccl_cuda.empty() ? "unknown" : nccl_cuda.c_str(), nccl_files.c_str());
 #else
   std::printf("NCCL: not linked (this build found no NCCL)\n");
 #endif

@@ -141,21 +141,34 @@ def render_accuracy(path, meta, rows):
     return "\n".join([provenance(path, meta), ""] + accuracy_table(rows))
 
 
-def accuracy_table(rows):
-    """The accuracy table's lines (scripts/check_readme_results.py renders README blocks with it)."""
-    out = []
-    ok = [r for r in rows if r["status"] == "ok"]
+def grouped(rows, key):
+    """(groups, order): the rows by key(row), and the keys in the order first seen."""
     groups, order = {}, []
-    for r in ok:
-        k = (r["net"], r["dataset"], int(r["workers"]), r["layout"], r["variant"], r["steps"])
+    for r in rows:
+        k = key(r)
         if k not in groups:
             groups[k] = []
             order.append(k)
         groups[k].append(r)
-    variants = []
-    for k in order:
-        if k[4] not in variants:
-            variants.append(k[4])
+    return groups, order
+
+
+def unique(values):
+    """The values without repeats, in the order first seen."""
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def accuracy_table(rows):
+    """The accuracy table's lines (scripts/check_readme_results.py renders README blocks with it)."""
+    out = []
+    ok = [r for r in rows if r["status"] == "ok"]
+    groups, order = grouped(ok, lambda r: (r["net"], r["dataset"], int(r["workers"]), r["layout"], r["variant"],
+                                           r["steps"]))
+    variants = unique(k[4] for k in order)
     if "fp32" in variants:
         variants.remove("fp32")
         variants.insert(0, "fp32")
@@ -207,14 +220,10 @@ def accuracy_pivot(rows):
     seeds (n), its paired difference to fp32 in points with the 95% interval's half width and the verdict's word,
     then the bytes per worker of each variant as a fraction of fp32's."""
     ok = [r for r in rows if r["status"] == "ok"]
-    variants, keys, cell = [], [], {}
-    for r in ok:
-        if r["variant"] not in variants:
-            variants.append(r["variant"])
-        k = (r["net"], r["dataset"], int(r["workers"]), r["layout"], r["steps"])
-        if k not in keys:
-            keys.append(k)
-        cell.setdefault(k + (r["variant"],), []).append(r)
+    variants = unique(r["variant"] for r in ok)
+    cell, order = grouped(ok, lambda r: (r["net"], r["dataset"], int(r["workers"]), r["layout"], r["steps"],
+                                         r["variant"]))
+    keys = unique(k[:5] for k in order)
     if "fp32" in variants:
         variants.remove("fp32")
         variants.insert(0, "fp32")
@@ -299,21 +308,9 @@ def tta_table(meta, rows):
     if "target" in meta:
         out.append("Target: %s." % meta["target"])
     out.append("")
-    groups, order = {}, []
-    for r in rows:
-        k = (r["rate"], int(r["machines"]), r["system"])
-        if k not in groups:
-            groups[k] = []
-            order.append(k)
-        groups[k].append(r)
-    systems = []
-    for k in order:
-        if k[2] not in systems:
-            systems.append(k[2])
-    rates = []
-    for k in order:
-        if k[0] not in rates:
-            rates.append(k[0])
+    groups, order = grouped(rows, lambda r: (r["rate"], int(r["machines"]), r["system"]))
+    systems = unique(k[2] for k in order)
+    rates = unique(k[0] for k in order)
     order.sort(key=lambda k: (rates.index(k[0]), k[1], systems.index(k[2])))
 
     def ttt(g):
@@ -388,15 +385,8 @@ def tta_margins(meta, rows, margins=TTA_MARGINS):
     ref = fp32_reference(meta)
     if ref is None:
         return ["(this file's target names no fp32 mean: no other margin can be taken from its curves)"]
-    groups, order = {}, []
-    for r in rows:
-        if r["status"] != "ok" or not r.get("curve"):
-            continue
-        k = (r["rate"], int(r["machines"]), r["system"])
-        if k not in groups:
-            groups[k] = []
-            order.append(k)
-        groups[k].append(r)
+    groups, order = grouped([r for r in rows if r["status"] == "ok" and r.get("curve")],
+                            lambda r: (r["rate"], int(r["machines"]), r["system"]))
     out = ["fp32's mean: %.6f; a target is that minus the margin (points); a cell: median seconds to the target "
            "(repetitions that reached it of all; against our fp32's median)." % ref, "",
            "| link | machines | system | " + " | ".join("-%.1f points (%.4f)" % (m, ref - m / 100) for m in margins)

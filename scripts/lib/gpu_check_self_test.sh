@@ -115,12 +115,24 @@ gc_self_test() {
   [[ $(printf '4\n1\n3\n2\n' | gc_median) == 2.5 && $(printf '5\n1\n3\n' | gc_median) == 3.0 ]]
   expect "the median of an even count is the mean of the middle two" $? "$(printf '4\n1\n3\n2\n' | gc_median)"
 
-  printf 'CUDA runtime 13.0 (linked statically, built with 13.0)\ncuDNN 9.3.0 (built with 9.19.0, for CUDA runtime 12060): /w/nvidia/cudnn/lib/libcudnn.so.9\n' > "$work/v12.log"
-  printf 'CUDA runtime 13.0 (linked statically, built with 13.0)\ncuDNN 9.19.0 (built with 9.19.0, for CUDA runtime 13010): /usr/local/cuda/lib/libcudnn.so.9\n' > "$work/v13.log"
-  out=$(cuda_mismatch "$work/v12.log")
-  [[ $out == "the cuDNN loaded was built for CUDA 12, the bundle's runtime is CUDA 13 (/w/nvidia/cudnn/lib/libcudnn.so.9)" &&
-    -z $(cuda_mismatch "$work/v13.log") ]]
-  expect "a cuDNN built for another CUDA major version is named (env FAILs on it); the matching one passes" $? "$out"
+  # LIBRARY|its versions line built for CUDA 12|built for CUDA 13|its path in the first: the CUDA 12 one is named
+  # (env FAILs on it), the CUDA 13 one passes; both libraries of another CUDA at once are both named, in one line.
+  local runtime='CUDA runtime 13.0 (linked statically, built with 13.0)' lib line12 line13 path
+  while IFS='|' read -r lib line12 line13 path; do
+    printf '%s\n%s\n' "$runtime" "$line12" > "$work/$lib-12.log"
+    printf '%s\n%s\n' "$runtime" "$line13" > "$work/$lib-13.log"
+    out=$(cuda_mismatch "$work/$lib-12.log")
+    [[ $out == "the $lib loaded was built for CUDA 12, the bundle's runtime is CUDA 13 ($path)" &&
+      -z $(cuda_mismatch "$work/$lib-13.log") ]]
+    expect "$lib built for another CUDA major version: named (env FAILs on it); the matching one passes" $? "$out"
+  done << 'VERSIONS'
+cuDNN|cuDNN 9.3.0 (built with 9.19.0, for CUDA runtime 12060): /w/nvidia/cudnn/lib/libcudnn.so.9|cuDNN 9.19.0 (built with 9.19.0, for CUDA runtime 13010): /usr/local/cuda/lib/libcudnn.so.9|/w/nvidia/cudnn/lib/libcudnn.so.9
+NCCL|NCCL 2.21.5 (built with 2.28.9, for CUDA 12.4): /w/nvidia/nccl/lib/libnccl.so.2|NCCL 2.28.9 (built with 2.28.9, for CUDA 13.0): /usr/local/cuda/lib/libnccl.so.2|/w/nvidia/nccl/lib/libnccl.so.2
+VERSIONS
+  { cat "$work/cuDNN-12.log" && tail -1 "$work/NCCL-12.log"; } > "$work/both.log"
+  out=$(cuda_mismatch "$work/both.log")
+  [[ $out == *"the cuDNN loaded was built for CUDA 12"*"; the NCCL loaded was built for CUDA 12"* ]]
+  expect "a cuDNN and an NCCL of another CUDA are both named, in one line" $? "$out"
 
   # The CUDA libraries' search finds a file in a python3 wheel tree of a layout of its own, says so, and names a
   # library it cannot find with the places it looked.

@@ -1,13 +1,15 @@
 // The Backend's public operations: each checks its arguments once (every defined tensor on this backend's
 // device; dtypes and element counts of the element-wise, reduction and optimizer operations; the compute-dtype
 // rules of backend.h: activations, conv/inner-product weights and their gradients share one compute dtype per
-// call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; the layers check their shapes
-// in the implementations, batch norm's here; the codec and linear-algebra ops are checked whole here, with
-// codec_checks.h) and calls the backend's *_impl, so both backends share one contract (the pattern of Layer and
-// Communicator).
+// call, batch norm's per-channel tensors and softmax_xent's probs/losses are f32; pooling's, LRN's and batch norm's
+// descriptors and shapes here, the convolution's and inner product's in the implementations; the codec and
+// linear-algebra ops are checked whole here, with codec_checks.h) and calls the backend's *_impl, so both backends
+// share one contract (the pattern of Layer and Communicator).
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "src/backend/codec_checks.h"
@@ -56,6 +58,29 @@ void all_same_compute(const Tensor& ref, Named ts, const char* op) {
 }
 void all_f32(Named ts, const char* op) {
   for (auto [t, what] : ts) f32_only(*t, op, what);
+}
+
+// Pooling's and LRN's descriptors and shapes, for every backend (the implementations only compute): a descriptor
+// with an output, kernels and strides of at least 1 and padding smaller than the kernel (a window with no image
+// cell); each of `named` defined with its element count.
+void pool_desc(const PoolDesc& d, const char* op) {
+  TG_CHECK(
+      d.n >= 0 && d.c > 0 && d.out_h > 0 && d.out_w > 0 && d.kh >= 1 && d.kw >= 1 && d.stride_h >= 1 && d.stride_w >= 1,
+      "{}: empty output {}x{} or a kernel or stride below 1 in {}", op, d.out_h, d.out_w, d.key());
+  TG_CHECK(d.pad_top < d.kh && d.pad_bottom < d.kh && d.pad_left < d.kw && d.pad_right < d.kw,
+           "{}: padding as large as the kernel in {}", op, d.key());
+}
+void lrn_desc(const LrnDesc& d, const char* op) {
+  TG_CHECK(d.n >= 0 && d.h >= 0 && d.w >= 0 && d.c > 0 && d.depth_radius >= 0,
+           "{}: {} needs channels and a depth_radius >= 0", op, d.key());
+}
+// (The descriptor's key is formatted only when a check fails: a step calls these without allocating.)
+using Sized = std::initializer_list<std::tuple<const Tensor*, const char*, int64_t>>;
+template <typename Desc>
+void sizes(Sized named, const char* op, const Desc& d) {
+  for (auto [t, what, numel] : named)
+    TG_CHECK(t->raw() != nullptr && t->numel() == numel, "{} {}: {} {} must have {} elements", op, d.key(), what,
+             t->raw() ? t->str() : std::string("undefined"), numel);
 }
 
 // Batch norm's shapes, for every backend: a non-empty descriptor; x of rows x c elements; gamma of c exactly when
@@ -328,13 +353,18 @@ void Backend::conv2d_backward(const ConvDesc& d, const Tensor& x, const Tensor& 
   conv2d_backward_impl(d, x, w, dy, dx, dw, db);
 }
 
-size_t Backend::pool_workspace_bytes(const PoolDesc& d) { return pool_workspace_bytes_impl(d); }
+size_t Backend::pool_workspace_bytes(const PoolDesc& d) {
+  pool_desc(d, "pool_workspace_bytes");
+  return pool_workspace_bytes_impl(d);
+}
 
 void Backend::pool_forward(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   on_device(*this, x, "pool_forward", "x");
   on_device(*this, y, "pool_forward", "y");
   on_device(*this, workspace, "pool_forward", "workspace");
   same_compute(x, y, "pool_forward", "y");
+  pool_desc(d, "pool_forward");
+  sizes({{&x, "x", d.n * d.h * d.w * d.c}, {&y, "y", d.n * d.out_h * d.out_w * d.c}}, "pool_forward", d);
   pool_forward_impl(d, x, y, workspace);
 }
 
@@ -346,16 +376,26 @@ void Backend::pool_backward(const PoolDesc& d, const Tensor& x, const Tensor& y,
   on_device(*this, workspace, "pool_backward", "workspace");
   on_device(*this, dx, "pool_backward", "dx");
   all_same_compute(x, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}}, "pool_backward");
+  pool_desc(d, "pool_backward");
+  const int64_t in = d.n * d.h * d.w * d.c, out = d.n * d.out_h * d.out_w * d.c;
+  sizes({{&x, "x", in}, {&dy, "dy", out}, {&dx, "dx", in}}, "pool_backward", d);
+  if (y.defined()) sizes({{&y, "y", out}}, "pool_backward", d);  // no backend reads it
   pool_backward_impl(d, x, y, dy, workspace, dx);
 }
 
-size_t Backend::lrn_workspace_bytes(const LrnDesc& d) { return lrn_workspace_bytes_impl(d); }
+size_t Backend::lrn_workspace_bytes(const LrnDesc& d) {
+  lrn_desc(d, "lrn_workspace_bytes");
+  return lrn_workspace_bytes_impl(d);
+}
 
 void Backend::lrn_forward(const LrnDesc& d, const Tensor& x, const Tensor& y, const Tensor& workspace) {
   on_device(*this, x, "lrn_forward", "x");
   on_device(*this, y, "lrn_forward", "y");
   on_device(*this, workspace, "lrn_forward", "workspace");
   same_compute(x, y, "lrn_forward", "y");
+  lrn_desc(d, "lrn_forward");
+  const int64_t numel = d.n * d.h * d.w * d.c;
+  sizes({{&x, "x", numel}, {&y, "y", numel}}, "lrn_forward", d);
   lrn_forward_impl(d, x, y, workspace);
 }
 
@@ -367,6 +407,9 @@ void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, 
   on_device(*this, dx, "lrn_backward", "dx");
   same_compute(x, dy, "lrn_backward", "dy");
   same_compute(x, dx, "lrn_backward", "dx");
+  lrn_desc(d, "lrn_backward");
+  const int64_t numel = d.n * d.h * d.w * d.c;
+  sizes({{&x, "x", numel}, {&dy, "dy", numel}, {&dx, "dx", numel}}, "lrn_backward", d);
   lrn_backward_impl(d, x, dy, workspace, dx);
 }
 

@@ -7,7 +7,6 @@
 #include "terngrad/core/host_processes.h"
 #include "terngrad/core/machine_load.h"
 #include "terngrad/exchange/scheme_registry.h"
-#include "terngrad/train/exchange_dump.h"
 
 namespace tg {
 
@@ -287,10 +286,16 @@ void Trainer::Impl::build_exchanges() {
     wf.scaler_bucket = 0;
     fp32_policy = CompressionPolicy(wf, infos);
   }
+  StepExchange::Settings settings;
+  settings.fp32_warmup_steps = cfg.fp32_warmup_steps;
+  settings.probe_every = cfg.quantization_error_every;
+  settings.dump_dir = cfg.exchange_dump;
+  settings.dump_step = cfg.exchange_dump_step;
+  settings.error_feedback = cfg.error_feedback;
   for (Replica& r : replicas) {
+    std::vector<std::vector<Tensor>> views;
+    for (int w : r.workers) views.push_back(workers[w].grad_views);
     auto make = [&](const CompressionPolicy& pol) {
-      std::vector<std::vector<Tensor>> views;
-      for (int w : r.workers) views.push_back(workers[w].grad_views);
       // The exchange flags (a scheme ignores the options it does not have), then what this replica allows.
       ExchangeOptions xo(cfg, cfg.seed);
       if (&pol == &fp32_policy) xo.mode = fp32_form(xo.mode);
@@ -298,65 +303,29 @@ void Trainer::Impl::build_exchanges() {
       // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
       xo.overlap = cfg.overlap && !scaler->enabled();
       const ExchangeComms comms{r.comms.world, r.comms.local, r.comms.cross};
-      return std::make_unique<GradientExchange>(*r.backend, pol, std::move(views), std::vector<int>{0}, comms, xo,
-                                                timeline.get());
+      return std::make_unique<GradientExchange>(*r.backend, pol, views, std::vector<int>{0}, comms, xo, timeline.get());
     };
-    r.exchange = make(policy);
-    if (fp32_too) r.fp32 = make(fp32_policy);
-    r.overlap = r.exchange->overlapped();
+    std::unique_ptr<GradientExchange> exchange = make(policy), fp32;
+    if (fp32_too) fp32 = make(fp32_policy);
     Worker& first = workers[r.workers[0]];
     // A scheme that reads every gradient anyway (TernGrad's scalers' pass) adds the weight decay in that pass:
-    // backward's axpy and its pass go (during an fp32 warm-up backward adds it: replica_step). f32 steps only (a
+    // backward's axpy and its pass go (during an fp32 warm-up backward adds it: StepExchange). f32 steps only (a
     // loss-scaled step's gradients are checked for overflow before the exchange).
-    if (r.exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
-      r.exchange->apply_weight_decay(first.net->weight_decay_terms());
-      r.exchange_decays = true;
+    bool decays = false;
+    if (exchange->scheme().applies_weight_decay() && cfg.compute_dtype() == DType::kF32 && !scaler->enabled()) {
+      exchange->apply_weight_decay(first.net->weight_decay_terms());
+      decays = true;
     }
     // A scheme with a coded update: the optimizer decodes the average in its own pass (Optimizer::apply's coded
     // averages), so the averaged gradient is never written to memory and read back.
-    if (cfg.decode_in_update && r.exchange->scheme().coded_update()) r.exchange->defer_decode();
-    if (cfg.quantization_error_every > 0) {
-      const std::vector<Tensor>& target = first.grad_views;
-      r.probe = std::make_unique<QuantizationProbe>(*r.backend, policy, target, first.net->grads().flat_bytes(),
-                                                    r.exchange_decays ? &r.exchange->weight_decay() : nullptr);
-    }
+    if (cfg.decode_in_update && exchange->scheme().coded_update()) exchange->defer_decode();
+    std::unique_ptr<QuantizationProbe> probe;
+    if (cfg.quantization_error_every > 0)
+      probe = std::make_unique<QuantizationProbe>(*r.backend, policy, first.grad_views, first.net->grads().flat_bytes(),
+                                                  decays ? &exchange->weight_decay() : nullptr);
+    r.exchanges = std::make_unique<StepExchange>(settings, *r.backend, std::move(exchange), std::move(fp32),
+                                                 std::move(probe), decays, std::move(views), r.rank);
   }
-}
-
-bool Trainer::Impl::in_warmup(int64_t t) const { return t < cfg.fp32_warmup_steps && replicas[0].fp32; }
-
-bool Trainer::Impl::probes(int64_t t) const {
-  return cfg.quantization_error_every > 0 && (t + 1) % cfg.quantization_error_every == 0 && !in_warmup(t);
-}
-
-bool Trainer::Impl::dumps(int64_t t) const { return !cfg.exchange_dump.empty() && t + 1 == cfg.exchange_dump_step; }
-
-// --exchange_dump: the step's exchange inputs of this replica (its workers' gradients, the parameters when the exchange
-// adds the weight decay) and, from replica 0 of process 0, the manifest of everything else the exchange depends on.
-void Trainer::Impl::dump_exchange_inputs(Replica& r, GradientExchange& x, uint32_t step32) {
-  check_replayable(x.scheme_name(), cfg.error_feedback);
-  std::vector<std::vector<Tensor>> grads;
-  for (int w : r.workers) grads.push_back(workers[w].grad_views);
-  write_exchange_dump_inputs(cfg.exchange_dump, r.rank, *r.backend, grads, x.weight_decay().params);
-  if (r.rank != 0) return;
-  ExchangeDumpManifest m;
-  m.step = step32;
-  m.seed = x.options().seed;
-  m.exchange = enum_name(x.options().mode);
-  m.compression = x.policy().flags();
-  for (const TensorCodingPlan& t : x.policy().tensors()) m.tensors.push_back({t.name, t.numel});
-  m.ranks = x.num_workers() / static_cast<int>(r.workers.size());
-  m.workers_per_rank = static_cast<int>(r.workers.size());
-  m.weight_decay = x.weight_decay().coefficients;
-  write_exchange_dump_manifest(cfg.exchange_dump, m);
-}
-
-void Trainer::Impl::dump_exchange_average(Replica& r, GradientExchange& x) {
-  x.decode_deferred_now();  // the optimizer's decode, done here: the same bits
-  write_exchange_dump_average(cfg.exchange_dump, r.rank, *r.backend, workers[r.workers[0]].grad_views);
-  if (r.rank == 0)
-    spdlog::info("exchange of step {} written to {} (exchange_replay {} redoes it on the CPU)", cfg.exchange_dump_step,
-                 cfg.exchange_dump, cfg.exchange_dump);
 }
 
 // --timeline: one track per worker (with --timeline_layers its net's layers too).
@@ -469,16 +438,17 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   batches->upload(d, t);
   if (cfg.compute_dtype() != DType::kF32)  // the workers' shared Inf/NaN flag, once per step
     r.backend->zero(Tensor(r.overflow_flag.data(), Shape{1}, DType::kI32, r.backend->device()));
-  // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward. A
-  // probe step (--quantization_error_every) exchanges after backward, in fp32 first (QuantizationProbe).
-  const bool warm = in_warmup(t), probe = probes(t), dump = dumps(t);
-  GradientExchange& x = warm ? *r.fp32 : *r.exchange;
-  const bool overlap = !probe && !dump && (warm ? r.fp32->overlapped() : r.overlap);
-  if (!probe) x.begin(step32);
+  // The step's exchange: the fp32 one during --fp32_warmup_steps, which leaves the weight decay to backward; a probe
+  // or a dump step exchanges after backward (StepExchange).
+  StepExchange& xs = *r.exchanges;
+  const StepExchange::Step plan = xs.plan(t);
+  GradientExchange& x = xs.of(plan);
+  const bool overlap = xs.overlaps(plan);
+  xs.begin(plan, step32);
   ExchangeFeeder feeder(x);
   for (size_t k = 0; k < r.workers.size(); ++k) {
     Worker& wk = workers[r.workers[k]];
-    wk.net->set_backward_applies_weight_decay(warm || !r.exchange_decays);
+    wk.net->set_backward_applies_weight_decay(xs.backward_adds_weight_decay(plan));
     const BatchUpload::Batch in = batches->worker_batch(d, static_cast<int>(k), t);
     const Clock::time_point t0 = Clock::now();
     wk.net->run_forward(in.images, in.labels, true, step32,
@@ -502,14 +472,7 @@ void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t 
   r.overflowed = scaler->enabled() && agree_on_overflow(r);
   if (r.overflowed)
     for (int w : r.workers) r.backend->zero(workers[w].net->grads().flat_bytes());
-  if (probe) {
-    r.probe->reference(*r.fp32, step32);
-    x.begin(step32);
-  }
-  if (dump) dump_exchange_inputs(r, x, step32);
-  r.stats = x.finish();
-  if (probe) r.probe->measure(x, t + 1);
-  if (dump) dump_exchange_average(r, x);
+  r.stats = xs.finish(plan, step32, t);
   r.times += x.times();
   if (r.overflowed) return;
   ScopedPhase update(r.times, Phase::kOptimizerEma, tl, workers[r.workers[0]].track, "optimizer + EMA");

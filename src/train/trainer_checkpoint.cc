@@ -185,7 +185,7 @@ void Trainer::Impl::say_schedule_change(const CheckpointMeta& m) const {
 // (GradientScheme::rank_state_on_resize); kept only where a rank's state has the checkpoint's tensors, refused
 // otherwise unless --reset_rank_state, which drops it whatever the scheme says.
 void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
-  GradientScheme& scheme = replicas[0].exchange->scheme();
+  GradientScheme& scheme = replicas[0].exchanges->exchange().scheme();
   Slab* state = scheme.rank_state();
   if (!state) return;
   const int ranks = topology->num_ranks();
@@ -199,7 +199,7 @@ void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
     TG_CHECK(reader.meta().step == m.step && reader.meta().rank_files == from,
              "{} is not rank {}'s state of step {} (it says rank {}, step {})", file, from, m.step,
              reader.meta().rank_files, reader.meta().step);
-    Slab& s = *r.exchange->scheme().rank_state();
+    Slab& s = *r.exchanges->exchange().scheme().rank_state();
     if (only_prefix.empty()) return read_slab(reader, *r.backend, s, [](const std::string& n) { return n; });
     for (int i = 0; i < s.size(); ++i) {
       if (s.entry(i).name.rfind(only_prefix, 0) != 0) continue;
@@ -380,7 +380,7 @@ std::string Trainer::Impl::save(int64_t steps_done) {
   last_saved_step = steps_done;
   for (const Worker& wk : workers) wk.net->losses();  // a non-finite loss stops the run before it is saved
   check_finite_before_save(steps_done);
-  const bool per_rank = replicas[0].exchange->scheme().rank_state() != nullptr;
+  const bool per_rank = replicas[0].exchanges->exchange().scheme().rank_state() != nullptr;
   if (per_rank) {
     for (Replica& r : replicas) save_rank_state(r, steps_done);
     if (process_comm) process_comm->barrier();
@@ -398,7 +398,7 @@ std::string Trainer::Impl::save(int64_t steps_done) {
 // Replica r's per-rank state at step `steps_done`, in its own file (same format and atomic protocol as a
 // checkpoint; its header names its rank and step).
 void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
-  Slab& state = *r.exchange->scheme().rank_state();
+  Slab& state = *r.exchanges->exchange().scheme().rank_state();
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors;
   for (int i = 0; i < state.size(); ++i) {
@@ -418,9 +418,9 @@ void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
   int32_t bad = 0;
   std::string tensor;
   for (Replica& r : replicas) {
-    if (!r.exchange->take_nonfinite_flag()) continue;
+    if (!r.exchanges->exchange().take_nonfinite_flag()) continue;
     bad = 1;
-    for (const TensorSummary& q : r.exchange->summaries())
+    for (const TensorSummary& q : r.exchanges->exchange().summaries())
       if (tensor.empty() && !std::isfinite(q.value))
         tensor = fmt::format("{} of tensor {}", q.quantity, policy.tensors()[q.tensor].name);
   }

@@ -14,6 +14,7 @@
 #include <map>
 #include <thread>
 
+#include "src/train/step_exchange.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/progress_watchdog.h"
@@ -41,7 +42,6 @@
 #include "terngrad/train/loss_scaler.h"
 #include "terngrad/train/memory_budget.h"
 #include "terngrad/train/metrics.h"
-#include "terngrad/train/quantization_probe.h"
 #include "terngrad/train/replica_threads.h"
 #include "terngrad/train/run_report.h"
 #include "terngrad/train/stale_files.h"
@@ -59,21 +59,16 @@ struct Replica {
   std::unique_ptr<ParameterStore> store;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExponentialMovingAverage> ema;
-  std::shared_ptr<StepArena> arena;            // its workers' step buffers (they run one after another)
-  DeviceMemoryPlan memory;                     // what it holds, planned before it allocated anything
-  size_t free_before_build = SIZE_MAX;         // its device's free memory then (GPUs; SIZE_MAX: not known)
-  std::vector<int> workers;                    // indices into Impl::workers
-  int rank = 0;                                // in the world group: process * replicas + replica
-  ReplicaComms comms;                          // world / local / cross groups; nullptr where it is alone
-  std::unique_ptr<GradientExchange> exchange;  // of this replica's workers
-  bool overlap = false;                        // its exchange runs inside the last worker's backward
-  bool exchange_decays = false;                // it adds the weight decay (backward then leaves it out)
-  // An fp32 exchange of the same workers: the steps of --fp32_warmup_steps (then `exchange`) and the reference
-  // average of --quantization_error_every's probes; null without either.
-  std::unique_ptr<GradientExchange> fp32;
-  std::unique_ptr<QuantizationProbe> probe;  // --quantization_error_every, or null
-  PhaseTimes times;                          // of the last step
-  ExchangeStats stats;                       // of the last step
+  std::shared_ptr<StepArena> arena;     // its workers' step buffers (they run one after another)
+  DeviceMemoryPlan memory;              // what it holds, planned before it allocated anything
+  size_t free_before_build = SIZE_MAX;  // its device's free memory then (GPUs; SIZE_MAX: not known)
+  std::vector<int> workers;             // indices into Impl::workers
+  int rank = 0;                         // in the world group: process * replicas + replica
+  ReplicaComms comms;                   // world / local / cross groups; nullptr where it is alone
+  // Its workers' exchange of a step: the run's, the fp32 one of a warm-up, the probe and the dump around them.
+  std::unique_ptr<StepExchange> exchanges;
+  PhaseTimes times;         // of the last step
+  ExchangeStats stats;      // of the last step
   Buffer overflow_flag;     // i32 (1) on the device: fp16 gradients held Inf/NaN on some worker (all-reduced MAX)
   Buffer overflow_host;     // its staging copy (read once per fp16 step)
   bool overflowed = false;  // the last step's flag, the same on every replica of every process: skipped
@@ -148,11 +143,6 @@ struct Trainer::Impl {
   void watch_progress();
   void build_timeline();
   void build_exchanges();
-  bool in_warmup(int64_t t) const;  // step t (0-based) exchanges fp32 (--fp32_warmup_steps)
-  bool probes(int64_t t) const;     // step t (0-based) measures the quantization error (--quantization_error_every)
-  bool dumps(int64_t t) const;      // step t (0-based) writes its exchange (--exchange_dump)
-  void dump_exchange_inputs(Replica& r, GradientExchange& x, uint32_t step32);
-  void dump_exchange_average(Replica& r, GradientExchange& x);
   void build_schedule();
   void allocate_host_batch();
   void adopt_checkpoint_flags();

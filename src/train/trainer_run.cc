@@ -23,7 +23,7 @@ std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
 // same point: when the window ends, or at the end of a run that stopped inside it).
 void Trainer::Impl::write_timeline() {
   for (Replica& r : replicas)  // a GPU's side-stream spans the device has not been asked about yet
-    for (GradientExchange* x : {r.exchange.get(), r.fp32.get()})
+    for (GradientExchange* x : {&r.exchanges->exchange(), r.exchanges->fp32()})
       if (x) x->flush_timeline();
   std::string mine = timeline->events_json();
   std::vector<std::string> fragments;
@@ -105,8 +105,9 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
     if (t + 1 == cfg.fp32_warmup_steps && m.is_chief())
       spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
-                   m.replicas[0].exchange->scheme().describe());
-    if (m.probes(t)) report.quantization(m.replicas[0].probe->last());  // every replica holds the same averages
+                   m.replicas[0].exchanges->exchange().scheme().describe());
+    if (m.replicas[0].exchanges->plan(t).probe)
+      report.quantization(m.replicas[0].exchanges->probe()->last());  // every replica holds the same averages
     if (m.ends_window(t)) m.log_window(t + 1, lr, report);
     m.after_step(t + 1);
   }
@@ -188,13 +189,13 @@ void Trainer::Impl::log_configuration() const {
       r0.workers.size(), r0.workers.size() == 1 ? "" : "s", cfg.memory_plan,
       cfg.recompute == "none" ? "" : " --recompute " + cfg.recompute, human_bytes(double(net.unplanned)),
       human_bytes(double(net.peak_live)), net.in_place, net.recomputed);
-  const GradientExchange& x = *replicas[0].exchange;
+  const GradientExchange& x = replicas[0].exchanges->exchange();
   const std::string warmup = cfg.fp32_warmup_steps > 0
                                  ? fmt::format(" after {} steps of fp32 (--fp32_warmup_steps)", cfg.fp32_warmup_steps)
                                  : "";
   spdlog::info("{} | exchange {}{}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
                warmup, x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
-               replicas[0].overlap ? " overlapped with backward" : "", schedule->describe());
+               replicas[0].exchanges->overlapped() ? " overlapped with backward" : "", schedule->describe());
   const size_t all_workers = workers.size() * static_cast<size_t>(num_processes);
   if (cfg.grad_bits != 32 && all_workers == 1)
     spdlog::warn(
@@ -248,10 +249,10 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
     f.cross_entropy = last.last_cross_entropy();
     f.regularization = last.last_regularization();
     f.stats = last_stats;
-    f.fp32_warmup = in_warmup(done - 1);
-    f.exchange = replicas[0].exchange->scheme().name();
+    f.fp32_warmup = replicas[0].exchanges->plan(done - 1).warm;
+    f.exchange = replicas[0].exchanges->exchange().scheme().name();
     if (!f.fp32_warmup)  // the warm-up's fp32 exchange reports no quantities
-      for (const TensorSummary& q : replicas[0].exchange->summaries())
+      for (const TensorSummary& q : replicas[0].exchanges->exchange().summaries())
         f.exchange_summaries.push_back(
             {std::string(q.quantity) + "/" + policy.tensors()[q.tensor].name, static_cast<float>(q.value)});
     f.loss_scaling = scaler->enabled();

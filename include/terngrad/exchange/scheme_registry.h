@@ -45,8 +45,10 @@ struct SchemeInfo {
 };
 
 // A scheme beyond the built-in rows (a test's, or a program's that links its own): one SchemeRegistration at namespace
-// scope in the scheme's file, constructed before the registry's first use (static initialisation). grad_bits 0 and
-// mode kAuto: chosen by its name only (make_gradient_scheme), never by the flags.
+// scope in the scheme's file, constructed before the registry's first use (static initialisation). The file must be
+// linked as an object of the program: in a static library nothing references it and the linker drops it, so the
+// library's own schemes are rows above. grad_bits 0 and mode kAuto: chosen by its name only (make_gradient_scheme),
+// never by the flags.
 struct SchemeRegistration {
   explicit SchemeRegistration(const SchemeInfo& info);
 };
