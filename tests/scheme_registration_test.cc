@@ -47,6 +47,7 @@ const SchemeInfo kIdentity = {
     ExchangeMode::kAuto,
     [](bool) -> const char* { return nullptr; },
     [](const SchemeMemoryQuery&) -> size_t { return 0; },
+    nullptr,  // no options
 };
 const SchemeRegistration register_identity(kIdentity);
 
@@ -75,6 +76,19 @@ TEST(SchemeRegistration, ANameRegisteredTwiceIsOneLineNamingIt) {
   const std::string e = error_of([&] { check_unique_scheme_names(rows); });
   EXPECT_NE(e.find("gradient scheme 'identity' is registered twice"), std::string::npos) << e;
   EXPECT_NE(e.find("another identity"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(SchemeRegistration, AnOptionThatClashesWithAnotherFlagIsOneLineNamingIt) {
+  // The schemes' options (PowerSGD's --powersgd_rank, from its folder) are in the exchange's table, checked unique.
+  bool found = false;
+  for (const Flag<ExchangeConfig>& f : exchange_flags()) found = found || std::string(f.name) == "powersgd_rank";
+  EXPECT_TRUE(found);
+  std::vector<Flag<ExchangeConfig>> t = exchange_flags();
+  t.push_back({"bucket_mb", &ExchangeConfig::bucket_mb, "a scheme's bucket size"});
+  const std::string e = error_of([&] { check_unique_flag_names(t, "the exchange's flags"); });
+  EXPECT_NE(e.find("--bucket_mb is defined twice in the exchange's flags"), std::string::npos) << e;
+  EXPECT_NE(e.find("a scheme's bucket size"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 

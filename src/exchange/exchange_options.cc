@@ -1,11 +1,14 @@
 // The exchange's flag table and its options from the flags.
 #include "terngrad/exchange/exchange_options.h"
 
+#include "terngrad/exchange/scheme_registry.h"
+
 namespace tg {
 
-const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
+namespace {
+std::vector<Flag<ExchangeConfig>> own_flags() {
   using C = ExchangeConfig;
-  static const std::vector<Flag<C>> table = {
+  return {
       {"exchange", &C::exchange,
        "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 sums inside a node, "
        "2-bit codes between nodes (one ring per local rank) and then inside the node; auto: hierarchical with "
@@ -36,15 +39,22 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
        "(`exchange/fp32_warmup`) and "
        "`--metrics_jsonl` (`exchange`) say which exchange ran",
        at_least(0).note("0: no warm-up"), kFlagContinue},
-      {"powersgd_rank", &C::powersgd_rank,
-       "`--exchange powersgd`: the rank R of each weight matrix's approximation P Q^T (a matrix of n x m is "
-       "compressed when (n + m) x R x 2 < n x m, else summed as fp32; PyTorch's PowerSGD hook's "
-       "matrix_approximation_rank)",
-       at_least(1), kFlagRun},
       {"bucket_mb", &C::bucket_mb,
        "MiB of fp32 gradient per bucket at most (backward order; a larger tensor is a bucket of its own)",
        positive().saying("must be a positive number of MiB")},
   };
+}
+}  // namespace
+
+const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
+  static const std::vector<Flag<ExchangeConfig>> table = [] {
+    std::vector<Flag<ExchangeConfig>> t = own_flags();
+    for (const SchemeInfo& s : gradient_schemes())  // the schemes' options, from their folders
+      if (s.flags)
+        for (const Flag<ExchangeConfig>& f : s.flags()) t.push_back(f);
+    check_unique_flag_names(t, "the exchange's flags");
+    return t;
+  }();
   return table;
 }
 

@@ -25,14 +25,14 @@ std::vector<SchemeInfo> builtin_schemes() {
   using M = ExchangeMode;
   return {
       {"fp32", "fp32 sums, all-reduced", &make_fp32_scheme, M::kAuto, 32, nullptr, any_bits, never, M::kAuto,
-       replayable, dense_buffer_bytes},
+       replayable, dense_buffer_bytes, nullptr},
       {"fp16", "fp16 sums of the compressed tensors, fp32 for the rest", &make_fp16_scheme, M::kAuto, 16, nullptr,
        any_bits, never, M::kAuto,
        [](bool) -> const char* {
          return "--exchange_dump cannot replay --grad_bits 16 (each rank's sum is rounded to fp16, then the fp16 "
                 "all-reduce rounds again: one replica cannot redo that)";
        },
-       dense_buffer_bytes},
+       dense_buffer_bytes, nullptr},
       {"terngrad", "2-bit codes of every worker, allgather2 or allreduce8 (--error_feedback)", &make_terngrad_scheme,
        M::kAuto, 1, nullptr, any_bits, always, M::kAuto,
        [](bool error_feedback) -> const char* {
@@ -40,7 +40,7 @@ std::vector<SchemeInfo> builtin_schemes() {
                                  "residuals carry over)"
                                : nullptr;
        },
-       terngrad_buffer_bytes},
+       terngrad_buffer_bytes, nullptr},
       {"hierarchical", "fp32 inside a node, 2-bit codes between nodes", &make_hierarchical_scheme, M::kHierarchical, 0,
        [](int grad_bits, const ExchangeLayout& l) { return grad_bits == 1 && l.num_nodes > 1 && l.ranks_per_node > 1; },
        [](int grad_bits) {
@@ -56,7 +56,7 @@ std::vector<SchemeInfo> builtin_schemes() {
          return "--exchange_dump: --exchange hierarchical cannot be replayed on one replica (fp32 sums inside each "
                 "node, then codes between nodes: the job's layout, not one replica's)";
        },
-       hierarchical_buffer_bytes},
+       hierarchical_buffer_bytes, nullptr},
       {"powersgd", "rank-R low-rank gradients with error feedback, all-reduced (--powersgd_rank)",
        &make_powersgd_scheme, M::kPowerSgd, 0, nullptr,
        [](int grad_bits) {
@@ -69,11 +69,11 @@ std::vector<SchemeInfo> builtin_schemes() {
          return "--exchange_dump: --exchange powersgd cannot be replayed on one replica (its residuals and "
                 "warm-started Q carry over from step to step)";
        },
-       powersgd_buffer_bytes},
+       powersgd_buffer_bytes, powersgd_flags},
       {"none", "no exchange (benchmarks: the compute-only step)", &make_no_exchange_scheme, M::kNone, 0, nullptr,
        any_bits, never, M::kNone,
        [](bool) -> const char* { return "--exchange_dump: --exchange none exchanges nothing"; },
-       no_exchange_buffer_bytes},
+       no_exchange_buffer_bytes, nullptr},
   };
 }
 

@@ -227,6 +227,7 @@ std::vector<Flag<TrainConfig>> make_table() {
        no_check(), kFlagContinue},
   });
   append(embed_flags<C>(data_flags()));
+  check_unique_flag_names(t, "terngrad-train's flags");
   return t;
 }
 }  // namespace

@@ -153,6 +153,17 @@ struct Flag {
   }
 };
 
+// Refuses a table with a name given twice (a sub-table's or a scheme's option clashing with another flag): one line
+// naming the flag and `table`.
+template <typename C>
+void check_unique_flag_names(const std::vector<Flag<C>>& t, const char* table) {
+  for (size_t i = 0; i < t.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      TG_CHECK(std::string_view(t[i].name) != t[j].name,
+               "--{} is defined twice in {} (\"{}\" and \"{}\"): each flag needs a name of its own", t[i].name, table,
+               t[j].help, t[i].help);
+}
+
 // The entries of a sub-config's table (e.g. DataConfig's) as entries of a config that derives from it
 // (TrainConfig : DataConfig): a member pointer of the base is one of the derived struct, so the entry is the same.
 // `names`: only these entries, in table order (all when empty).

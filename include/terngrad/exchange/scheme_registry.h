@@ -42,6 +42,8 @@ struct SchemeInfo {
   const char* (*replay_refusal)(bool error_feedback);
   // The bytes of its buffers (arenas and state) on a replica, before it exists (train/memory_budget.h).
   size_t (*buffer_bytes)(const SchemeMemoryQuery& q);
+  // Its options' flag rows (null: none), defined in its folder; exchange_flags() lists them after the exchange's own.
+  const std::vector<Flag<ExchangeConfig>>& (*flags)();
 };
 
 // A scheme beyond the built-in rows (a test's, or a program's that links its own): one SchemeRegistration at namespace

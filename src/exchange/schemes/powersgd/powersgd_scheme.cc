@@ -249,4 +249,16 @@ size_t powersgd_buffer_bytes(const SchemeMemoryQuery& q) {
   return 4 * static_cast<size_t>(q.local_workers) * n + 4 * n / 64;
 }
 
+const std::vector<Flag<ExchangeConfig>>& powersgd_flags() {
+  using C = ExchangeConfig;
+  static const std::vector<Flag<C>> table = {
+      {"powersgd_rank", &C::powersgd_rank,
+       "`--exchange powersgd`: the rank R of each weight matrix's approximation P Q^T (a matrix of n x m is "
+       "compressed when (n + m) x R x 2 < n x m, else summed as fp32; PyTorch's PowerSGD hook's "
+       "matrix_approximation_rank)",
+       at_least(1), kFlagRun},
+  };
+  return table;
+}
+
 }  // namespace tg

@@ -87,5 +87,7 @@ class PowerSgdScheme final : public GradientScheme {
 std::unique_ptr<GradientScheme> make_powersgd_scheme(SchemeContext& ctx);
 // Its buffers (an estimate): each local worker's residual, the factors (rank << rows).
 size_t powersgd_buffer_bytes(const SchemeMemoryQuery& q);
+// Its option: --powersgd_rank (ExchangeConfig::powersgd_rank).
+const std::vector<Flag<ExchangeConfig>>& powersgd_flags();
 
 }  // namespace tg
