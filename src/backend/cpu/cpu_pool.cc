@@ -77,7 +77,7 @@ void CpuBackend::pool_forward_impl(const PoolDesc& d, const Tensor& x, const Ten
   e.run(stream_, {x.raw(), y.raw()});
 }
 
-void CpuBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& y, const Tensor& dy,
+void CpuBackend::pool_backward_impl(const PoolDesc& d, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
                                     const Tensor& workspace, const Tensor& dx) {
   const char* op = "pool_backward";
   const DType t = x.dtype();
