@@ -17,9 +17,7 @@ std::string any_bits(int) { return ""; }
 bool never(int) { return false; }
 bool always(int) { return true; }
 const char* replayable(bool) { return nullptr; }
-}  // namespace
 
-namespace {
 // The built-in schemes, one row each.
 std::vector<SchemeInfo> builtin_schemes() {
   using M = ExchangeMode;
@@ -118,14 +116,21 @@ std::unique_ptr<GradientScheme> make_gradient_scheme(const std::string& name, Sc
 }
 
 namespace {
+// The row an --exchange value chooses whatever --grad_bits (hierarchical, powersgd, none); null for auto, allgather2
+// and allreduce8.
+const SchemeInfo* chosen_by_mode(ExchangeMode mode) {
+  for (const SchemeInfo& s : gradient_schemes())
+    if (s.mode != ExchangeMode::kAuto && s.mode == mode) return &s;
+  return nullptr;
+}
+
 // The row the flags choose, before its --grad_bits check; null when none does.
 const SchemeInfo* choose(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout) {
   const std::vector<SchemeInfo>& rows = gradient_schemes();
   if (mode == ExchangeMode::kAuto)
     for (const SchemeInfo& s : rows)
       if (s.auto_on && s.auto_on(grad_bits, layout)) return &s;
-  for (const SchemeInfo& s : rows)
-    if (s.mode != ExchangeMode::kAuto && s.mode == mode) return &s;
+  if (const SchemeInfo* s = chosen_by_mode(mode)) return s;
   for (const SchemeInfo& s : rows)  // auto, allgather2, allreduce8: by --grad_bits
     if (s.mode == ExchangeMode::kAuto && s.grad_bits != 0 && s.grad_bits == grad_bits) return &s;
   return nullptr;
@@ -152,9 +157,8 @@ bool exchange_compresses(int grad_bits, ExchangeMode mode) {
 }
 
 ExchangeMode fp32_form(ExchangeMode mode) {
-  for (const SchemeInfo& s : gradient_schemes())
-    if (s.mode != ExchangeMode::kAuto && s.mode == mode) return s.fp32_form;
-  return ExchangeMode::kAuto;
+  const SchemeInfo* s = chosen_by_mode(mode);
+  return s ? s->fp32_form : ExchangeMode::kAuto;
 }
 
 void check_replayable(const std::string& scheme, bool error_feedback) {

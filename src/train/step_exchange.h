@@ -41,9 +41,9 @@ class StepExchange {
                std::vector<std::vector<Tensor>> worker_grads, int rank);
 
   Step plan(int64_t t) const;  // step t (0-based)
-  GradientExchange& of(const Step& s) { return s.warm ? *fp32_ : *exchange_; }
+  GradientExchange& of(const Step& s) const { return s.warm ? *fp32_ : *exchange_; }
   // Whether backward feeds the step's exchange bucket by bucket (a probe or a dump exchanges after backward).
-  bool overlaps(const Step& s) const { return !s.probe && !s.dump && of_const(s).overlapped(); }
+  bool overlaps(const Step& s) const { return !s.probe && !s.dump && of(s).overlapped(); }
   // Whether backward adds the weight decay (else the run's exchange does, in a pass of its own).
   bool backward_adds_weight_decay(const Step& s) const { return s.warm || !decays_; }
   // Before backward: the exchange's step begins (a probe's begins after backward, after the reference).
@@ -53,14 +53,11 @@ class StepExchange {
 
   GradientExchange& exchange() { return *exchange_; }
   const GradientExchange& exchange() const { return *exchange_; }
-  const GradientExchange* fp32() const { return fp32_.get(); }
   GradientExchange* fp32() { return fp32_.get(); }
   const QuantizationProbe* probe() const { return probe_.get(); }
   bool overlapped() const { return exchange_->overlapped(); }  // the run's exchange runs inside backward
-  bool exchange_decays() const { return decays_; }
 
  private:
-  const GradientExchange& of_const(const Step& s) const { return s.warm ? *fp32_ : *exchange_; }
   bool in_warmup(int64_t t) const { return t < settings_.fp32_warmup_steps && fp32_; }
   void dump_inputs(GradientExchange& x, uint32_t step32);
   void dump_average(GradientExchange& x);
