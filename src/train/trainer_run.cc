@@ -10,34 +10,34 @@ namespace tg {
 
 // Every process's phase times (one all-gather; processes call it at the same steps).
 std::vector<PhaseTimes> Trainer::Impl::gather_times(const PhaseTimes& mine) {
-  std::vector<PhaseTimes> all(static_cast<size_t>(num_processes));
-  if (!process_comm) {
+  std::vector<PhaseTimes> all(static_cast<size_t>(set->num_processes()));
+  if (!set->process_comm()) {
     all[0] = mine;
     return all;
   }
-  process_comm->allgather(mine.seconds, all.data(), sizeof(mine.seconds));
+  set->process_comm()->allgather(mine.seconds, all.data(), sizeof(mine.seconds));
   return all;
 }
 
 // --timeline: every process's events into one file, written by process 0 (all processes call this at the
 // same point: when the window ends, or at the end of a run that stopped inside it).
 void Trainer::Impl::write_timeline() {
-  for (Replica& r : replicas)  // a GPU's side-stream spans the device has not been asked about yet
+  for (Replica& r : set->replicas())  // a GPU's side-stream spans the device has not been asked about yet
     for (GradientExchange* x : {&r.exchanges->exchange(), r.exchanges->fp32()})
       if (x) x->flush_timeline();
   std::string mine = timeline->events_json();
   std::vector<std::string> fragments;
-  if (!process_comm) {
+  if (!set->process_comm()) {
     fragments.push_back(std::move(mine));
   } else {
     const uint64_t size = mine.size();
-    std::vector<uint64_t> sizes(static_cast<size_t>(num_processes));
-    process_comm->allgather(&size, sizes.data(), sizeof(size));
+    std::vector<uint64_t> sizes(static_cast<size_t>(set->num_processes()));
+    set->process_comm()->allgather(&size, sizes.data(), sizeof(size));
     const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
     mine.resize(longest, ' ');
-    std::string all(longest * static_cast<size_t>(num_processes), ' ');
-    process_comm->allgather(mine.data(), all.data(), longest);
-    for (int p = 0; p < num_processes; ++p) fragments.push_back(all.substr(p * longest, sizes[p]));
+    std::string all(longest * static_cast<size_t>(set->num_processes()), ' ');
+    set->process_comm()->allgather(mine.data(), all.data(), longest);
+    for (int p = 0; p < set->num_processes(); ++p) fragments.push_back(all.substr(p * longest, sizes[p]));
   }
   if (is_chief()) {
     Timeline::write_trace(cfg.timeline, fragments);
@@ -55,12 +55,12 @@ bool Trainer::Impl::between_steps(const std::atomic<bool>* stop, int64_t done, R
   const Clock::time_point now = Clock::now();
   int32_t flags[3] = {
       (stop && stop->load()) || (!cfg.stop_file.empty() && std::filesystem::exists(cfg.stop_file)) ? 1 : 0,
-      is_chief() && cfg.save_secs > 0 && seconds_between(last_save, now) >= cfg.save_secs ? 1 : 0,
-      is_chief() && cfg.eval_secs > 0 && seconds_between(last_eval, now) >= cfg.eval_secs ? 1 : 0};
-  if (process_comm) process_comm->allreduce(flags, 3, DType::kI32, ReduceOp::kMax);
-  if (flags[0] != 0 || done <= start_step) return flags[0] != 0;
-  if (flags[1] != 0 && done != last_saved_step) last_digest = save(done);
-  if ((flags[2] != 0 || (cfg.eval_every > 0 && done % cfg.eval_every == 0)) && done != last_eval_step)
+      is_chief() && cfg.save_secs > 0 && seconds_between(checkpoints->last_save(), now) >= cfg.save_secs ? 1 : 0,
+      is_chief() && cfg.eval_secs > 0 && seconds_between(last_eval.at, now) >= cfg.eval_secs ? 1 : 0};
+  if (set->process_comm()) set->process_comm()->allreduce(flags, 3, DType::kI32, ReduceOp::kMax);
+  if (flags[0] != 0 || done <= checkpoints->start_step()) return flags[0] != 0;
+  if (flags[1] != 0 && done != checkpoints->last_saved_step()) save(done);
+  if ((flags[2] != 0 || (cfg.eval_every > 0 && done % cfg.eval_every == 0)) && done != last_eval.step)
     evaluate(done, report);
   return false;
 }
@@ -70,31 +70,33 @@ bool Trainer::Impl::between_steps(const std::atomic<bool>* stop, int64_t done, R
 // training's state is only read (a checkpoint), so its bits do not change; the other processes wait in the next
 // step's first collective.
 void Trainer::Impl::evaluate(int64_t done, RunReport& report) {
-  if (done != last_saved_step) last_digest = save(done);
-  last_eval_step = done;
+  if (done != checkpoints->last_saved_step()) save(done);
+  last_eval.step = done;
   if (is_chief()) {
     const Clock::time_point t0 = Clock::now();
     const EvalResult e =
         Evaluator(eval_options_of(cfg, cfg.eval_subset)).evaluate(checkpoint_path(cfg.train_dir, done));
     report.evaluation(e, seconds_between(t0, Clock::now()));
   }
-  last_eval = Clock::now();
+  last_eval.at = Clock::now();
 }
 
 TrainResult Trainer::run(const std::atomic<bool>* stop) {
   Impl& m = *impl_;
   const TrainConfig& cfg = m.cfg;
-  if (m.start_step >= cfg.max_steps) return m.already_finished();
+  if (m.checkpoints->start_step() >= cfg.max_steps) return m.already_finished();
   // One process stops waiting for input at once; several agree on stopping between steps (stop_requested).
-  if (m.num_processes == 1) m.source->set_stop_flag(stop);
+  if (m.set->num_processes() == 1) m.source->set_stop_flag(stop);
   m.warn_if_machine_is_busy();
-  RunReport report(cfg, m.is_chief(), m.workers.size(), m.start_step, m.replicas[0].backend->host_syncs());
+  RunReport report(cfg, m.is_chief(), m.set->workers().size(), m.checkpoints->start_step(),
+                   m.set->first().backend->host_syncs());
   m.open_run(report);
-  if (m.watchdog) m.watchdog->arm();
-  m.last_save = m.last_eval = Clock::now();  // --save_secs, --eval_secs: from the first step
+  if (m.set->watchdog()) m.set->watchdog()->arm();
+  m.checkpoints->restart_save_clock();  // --save_secs, --eval_secs: from the first step
+  m.last_eval.at = Clock::now();
   TrainResult result;
-  result.start_step = m.start_step;
-  int64_t t = m.start_step;
+  result.start_step = m.checkpoints->start_step();
+  int64_t t = m.checkpoints->start_step();
   for (; t < cfg.max_steps; ++t) {
     const float lr = m.learning_rate(t);
     if (m.between_steps(stop, t, report) || !m.timed_step(t, lr, report)) {
@@ -105,27 +107,27 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
     result.fp32_bytes_moved += m.last_stats.fp32_moved_bytes;
     if (t + 1 == cfg.fp32_warmup_steps && m.is_chief())
       spdlog::info("step {}: the fp32 warm-up ends; the steps from {} on exchange {}", t + 1, t + 2,
-                   m.replicas[0].exchanges->exchange().scheme().describe());
-    if (m.replicas[0].exchanges->plan(t).probe)
-      report.quantization(m.replicas[0].exchanges->probe()->last());  // every replica holds the same averages
+                   m.set->first().exchanges->exchange().scheme().describe());
+    if (m.set->first().exchanges->plan(t).probe)
+      report.quantization(m.set->first().exchanges->probe()->last());  // every replica holds the same averages
     if (m.ends_window(t)) m.log_window(t + 1, lr, report);
     m.after_step(t + 1);
   }
   m.finish_run(t, report, result);
-  if (m.watchdog) m.watchdog->disarm();
+  if (m.set->watchdog()) m.set->watchdog()->disarm();
   return result;
 }
 
 // A re-run of a finished training: nothing to do, say what is there.
 TrainResult Trainer::Impl::already_finished() const {
   TrainResult result;
-  result.start_step = start_step;
+  result.start_step = checkpoints->start_step();
   result.already_finished = true;
-  result.steps_done = start_step;
-  result.parameter_digest = last_digest;
+  result.steps_done = checkpoints->start_step();
+  result.parameter_digest = checkpoints->last_digest();
   if (is_chief())
     spdlog::info("training already finished at step {} (checkpoint {}, parameter digest {}); --max_steps is {}",
-                 start_step, resumed_path, last_digest, cfg.max_steps);
+                 checkpoints->start_step(), checkpoints->resumed_path(), checkpoints->last_digest(), cfg.max_steps);
   return result;
 }
 
@@ -169,7 +171,7 @@ void Trainer::Impl::log_configuration() const {
   }
   spdlog::info("flags other than the defaults:{} (all: {})", flags.empty() ? " none" : flags,
                (std::filesystem::path(cfg.train_dir) / kFlagsFileName).string());
-  if (!kGpuPathRunOnDevice && !replicas[0].backend->device().is_cpu())
+  if (!kGpuPathRunOnDevice && !set->first().backend->device().is_cpu())
     spdlog::warn(
         "--device {}: the GPU path is compiled and unit-tested against the CPU but {}; check this run's "
         "results against a CPU run (scripts/gpu_check.sh runs the device check)",
@@ -178,9 +180,10 @@ void Trainer::Impl::log_configuration() const {
     if (const std::optional<DatasetDescription> d = find_dataset_description(cfg.data_dir))
       spdlog::info("data: {} ({}): --dataset custom, --num_classes {}, --image_size {}", d->summary(),
                    dataset_description_path(cfg.data_dir), cfg.num_classes, cfg.image_size);
-  spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", replicas[0].backend->name(), cfg.net,
-               replicas[0].store->num_parameters(), workers.size() * num_processes, worker_batch, policy.summary());
-  const Replica& r0 = replicas[0];
+  spdlog::info("{} | net {} ({} parameters), {} workers x {} examples, {}", set->first().backend->name(), cfg.net,
+               set->first().store->num_parameters(), set->workers().size() * set->num_processes(), set->worker_batch(),
+               set->policy().summary());
+  const Replica& r0 = set->first();
   const Net::MemoryReport& net = r0.memory.net;
   spdlog::info(
       "memory per replica: {} (planned; {} in this process's buffers on {}) | activations: one arena for {} "
@@ -189,14 +192,14 @@ void Trainer::Impl::log_configuration() const {
       r0.workers.size(), r0.workers.size() == 1 ? "" : "s", cfg.memory_plan,
       cfg.recompute == "none" ? "" : " --recompute " + cfg.recompute, human_bytes(double(net.unplanned)),
       human_bytes(double(net.peak_live)), net.in_place, net.recomputed);
-  const GradientExchange& x = replicas[0].exchanges->exchange();
+  const GradientExchange& x = set->first().exchanges->exchange();
   const std::string warmup = cfg.fp32_warmup_steps > 0
                                  ? fmt::format(" after {} steps of fp32 (--fp32_warmup_steps)", cfg.fp32_warmup_steps)
                                  : "";
-  spdlog::info("{} | exchange {}{}, {} bucket{}{} | learning rate {}", topology->describe(), x.scheme().describe(),
-               warmup, x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
-               replicas[0].exchanges->overlapped() ? " overlapped with backward" : "", schedule->describe());
-  const size_t all_workers = workers.size() * static_cast<size_t>(num_processes);
+  spdlog::info("{} | exchange {}{}, {} bucket{}{} | learning rate {}", set->topology().describe(),
+               x.scheme().describe(), warmup, x.num_buckets(), x.num_buckets() == 1 ? "" : "s",
+               set->first().exchanges->overlapped() ? " overlapped with backward" : "", schedule->describe());
+  const size_t all_workers = set->workers().size() * static_cast<size_t>(set->num_processes());
   if (cfg.grad_bits != 32 && all_workers == 1)
     spdlog::warn(
         "one worker: there is nothing to exchange, so --grad_bits {} saves nothing (0 B/step); train data-parallel "
@@ -209,7 +212,7 @@ void Trainer::Impl::log_configuration() const {
         "(its dense layers grow with the input): a network made for this size (alexnet, resnet50, inception_v3) "
         "or --image_size {} may be what you want",
         cfg.net, cfg.image_size, model.design_image_size, model.design_image_size,
-        static_cast<double>(replicas[0].store->num_parameters()) / 1e6, model.design_image_size);
+        static_cast<double>(set->first().store->num_parameters()) / 1e6, model.design_image_size);
   spdlog::info("step lines end with {}", PhaseTimes::legend());
 }
 
@@ -229,10 +232,10 @@ bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
     return false;
   }
   if (ends_window(t))
-    for (Replica& r : replicas)
+    for (Replica& r : set->replicas())
       if (!r.backend->device().is_cpu()) r.backend->synchronize();
   report.add_step(seconds_between(t0, Clock::now()), step_times);
-  for (size_t w = 0; w < workers.size(); ++w) report.add_forward_backward(w, workers[w].forward_backward);
+  for (size_t w = 0; w < set->workers().size(); ++w) report.add_forward_backward(w, set->workers()[w].forward_backward);
   return true;
 }
 
@@ -240,44 +243,44 @@ bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
 void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
   WindowFacts f;
   const PhaseTimes mean = report.close_window();
-  f.host_syncs = replicas[0].backend->host_syncs();  // before this log step's own reads
-  f.per_process = gather_times(mean);                // every process: same steps
+  f.host_syncs = set->first().backend->host_syncs();  // before this log step's own reads
+  f.per_process = gather_times(mean);                 // every process: same steps
   f.done = done;
   if (is_chief()) {
-    const Net& last = *workers.back().net;
+    const Net& last = *set->workers().back().net;
     f.lr = lr;
     f.cross_entropy = last.last_cross_entropy();
     f.regularization = last.last_regularization();
     f.stats = last_stats;
-    f.fp32_warmup = replicas[0].exchanges->plan(done - 1).warm;
-    f.exchange = replicas[0].exchanges->exchange().scheme().name();
+    f.fp32_warmup = set->first().exchanges->plan(done - 1).warm;
+    f.exchange = set->first().exchanges->exchange().scheme().name();
     if (!f.fp32_warmup)  // the warm-up's fp32 exchange reports no quantities
-      for (const TensorSummary& q : replicas[0].exchanges->exchange().summaries())
+      for (const TensorSummary& q : set->first().exchanges->exchange().summaries())
         f.exchange_summaries.push_back(
-            {std::string(q.quantity) + "/" + policy.tensors()[q.tensor].name, static_cast<float>(q.value)});
+            {std::string(q.quantity) + "/" + set->policy().tensors()[q.tensor].name, static_cast<float>(q.value)});
     f.loss_scaling = scaler->enabled();
     f.loss_scale = scaler->scale();
     f.skipped_steps = scaler->skipped_steps();
   }
   report.window(f);
-  report.start_window(replicas[0].backend->host_syncs());
+  report.start_window(set->first().backend->host_syncs());
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.
 void Trainer::Impl::after_step(int64_t done) {
-  if (done == start_step + 1) log_device_memory_used();
+  if (done == checkpoints->start_step() + 1) log_device_memory_used();
   if (timeline && !timeline_written && done == timeline->last_step()) {
     write_timeline();
     timeline_written = true;
   }
-  if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) check_replicas(done);
-  if (done % cfg.save_iter == 0 && done < cfg.max_steps) last_digest = save(done);
+  if (cfg.check_replicas_every > 0 && done % cfg.check_replicas_every == 0) set->check_replicas(done);
+  if (done % cfg.save_iter == 0 && done < cfg.max_steps) save(done);
 }
 
 // On a GPU, after the first step: what the run took of the device (its free memory before the replica was built less
 // after the step) beside the plan; the rest is cuDNN's workspace and the libraries' state (the GPU check compares).
 void Trainer::Impl::log_device_memory_used() {
-  const Replica& r = replicas[0];
+  const Replica& r = set->first();
   if (r.backend->device().is_cpu() || r.free_before_build == SIZE_MAX || !is_chief()) return;
   const std::optional<size_t> free = r.backend->free_memory();
   if (!free) return;
@@ -294,17 +297,18 @@ void Trainer::Impl::finish_run(int64_t t, RunReport& report, TrainResult& result
   result.steps_done = t;
   // A run that ended inside the window still leaves the steps it traced.
   if (timeline && !timeline_written && t >= timeline->first_step()) write_timeline();
-  if (t > start_step || checkpoints->empty() || result.interrupted) last_digest = save(t);
-  if (cfg.evaluates_during_training() && !result.interrupted && t > start_step && t != last_eval_step)
+  if (t > checkpoints->start_step() || checkpoints->none_written() || result.interrupted) save(t);
+  if (cfg.evaluates_during_training() && !result.interrupted && t > checkpoints->start_step() && t != last_eval.step)
     evaluate(t, report);  // the curve's last point: the final checkpoint
   if (result.interrupted && is_chief())
     spdlog::warn("stopped at step {} on request; checkpoint saved in {}: the same command resumes from it", t,
                  cfg.train_dir);
   if (source->skipped_records() > 0)  // the one report of the total
-    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(), rank);
-  const Net& last = *workers.back().net;
-  if (t > start_step) result.final_loss = last.last_cross_entropy() + last.last_regularization();
-  result.parameter_digest = last_digest;
+    spdlog::warn("--skip_corrupt_records: skipped {} corrupt records (process {})", source->skipped_records(),
+                 set->rank());
+  const Net& last = *set->workers().back().net;
+  if (t > checkpoints->start_step()) result.final_loss = last.last_cross_entropy() + last.last_regularization();
+  result.parameter_digest = checkpoints->last_digest();
   result.last_checkpoint = checkpoint_path(cfg.train_dir, t);
   report.finish(result);
 }

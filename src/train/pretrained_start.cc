@@ -1,10 +1,12 @@
-// Trainer: a new run from another run's weights (--pretrained_model_checkpoint_path, --fine_tune).
+// RunCheckpoints: a new run from another run's weights (--pretrained_model_checkpoint_path, --fine_tune).
 //
 // The run starts at step 0 with a fresh optimizer state, data cursor and learning-rate schedule; the checkpoint
 // gives the parameters, the batch-norm statistics and their moving averages. (The reference restored the whole
 // graph, its global step included, and went on at step + 1: the schedule then continued from where the other
 // run had decayed it, which is not what a run on new data wants.) With --fine_tune the logits layers (logits/,
 // and inception_v3's AuxLogits/logits/) start as a fresh run's, so the classes may differ.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -12,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "src/train/trainer_impl.h"
+#include "src/train/run_checkpoints.h"
 
 namespace tg {
 
@@ -33,7 +35,7 @@ std::string listed(const std::vector<std::string>& names) {
 }  // namespace
 
 // The checkpoint file of --pretrained_model_checkpoint_path: the file itself, or a train_dir's latest.
-std::string Trainer::Impl::pretrained_checkpoint() const {
+std::string RunCheckpoints::pretrained_checkpoint(const TrainConfig& cfg) {
   const std::string& p = cfg.pretrained_model_checkpoint_path;
   if (fs::is_directory(p)) {
     const std::optional<std::string> latest = latest_checkpoint(p);
@@ -45,26 +47,26 @@ std::string Trainer::Impl::pretrained_checkpoint() const {
   return p;
 }
 
-void Trainer::Impl::start_from_pretrained() {
-  const std::string path = pretrained_checkpoint();
+void RunCheckpoints::start_from_pretrained() {
+  const std::string path = pretrained_checkpoint(cfg_);
   const CheckpointReader reader(path);
   const CheckpointMeta& m = reader.meta();
-  if (m.model != cfg.net)
-    TG_THROW("--pretrained_model_checkpoint_path {} holds --net {}, this run is --net {}", path, m.model, cfg.net);
-  if (!cfg.fine_tune && m.num_classes != cfg.num_classes)
+  if (m.model != cfg_.net)
+    TG_THROW("--pretrained_model_checkpoint_path {} holds --net {}, this run is --net {}", path, m.model, cfg_.net);
+  if (!cfg_.fine_tune && m.num_classes != cfg_.num_classes)
     TG_THROW(
         "--pretrained_model_checkpoint_path {} has {} classes, this run {}: --fine_tune starts the logits layer "
         "afresh for the new classes",
-        path, m.num_classes, cfg.num_classes);
+        path, m.num_classes, cfg_.num_classes);
   const std::vector<std::string> in_file = reader.names();
   const std::set<std::string> available(in_file.begin(), in_file.end());
   std::set<std::string> used;
   std::vector<std::string> missing, initialised;
   int64_t restored = 0;
-  for (size_t k = 0; k < replicas.size(); ++k) {
-    Replica& r = replicas[k];
-    r.store->initialize(cfg.seed);
-    create_ema(r);  // the shadows of what the checkpoint does not give start at the fresh values
+  for (size_t k = 0; k < set_.replicas().size(); ++k) {
+    Replica& r = set_.replicas()[k];
+    r.store->initialize(cfg_.seed);
+    set_.create_ema(r);  // the shadows of what the checkpoint does not give start at the fresh values
     for (CheckpointLayout::Part part : {CheckpointLayout::kParams, CheckpointLayout::kState, CheckpointLayout::kEma}) {
       Slab& slab = checkpoint_slab(r, part);
       size_t largest = 0;  // one host buffer for the slab's tensors, as read_slab
@@ -74,7 +76,7 @@ void Trainer::Impl::start_from_pretrained() {
       for (int i = 0; i < slab.size(); ++i) {
         const Slab::Entry& e = slab.entry(i);
         const std::string name = CheckpointLayout::name(part, e.name);
-        if (cfg.fine_tune && of_logits(e.name)) {
+        if (cfg_.fine_tune && of_logits(e.name)) {
           if (k == 0) initialised.push_back(name);
           continue;
         }
@@ -93,13 +95,13 @@ void Trainer::Impl::start_from_pretrained() {
   }
   if (!missing.empty())
     TG_THROW("--pretrained_model_checkpoint_path {} lacks {} tensor{} of --net {}: {}", path, missing.size(),
-             missing.size() == 1 ? "" : "s", cfg.net, listed(missing));
+             missing.size() == 1 ? "" : "s", cfg_.net, listed(missing));
   std::vector<std::string> ignored;
   for (const std::string& n : in_file)
     if (!used.count(n) && !CheckpointLayout::is_in(CheckpointLayout::kSlots, n) &&
         std::find(initialised.begin(), initialised.end(), n) == initialised.end())
       ignored.push_back(n);
-  if (is_chief())
+  if (set_.is_chief())
     spdlog::info(
         "started from {} ({} on {}, step {}, parameter digest {}): restored {} tensors (weights, batch-norm "
         "statistics, their moving averages); initialised afresh (--fine_tune): {}; ignored: {}; the optimizer state, "

@@ -1,30 +1,32 @@
-// Trainer: resume or initialize, checkpoints (replicated parts by the chief, per-rank state by every rank),
-// and the checks that every process and replica agrees.
-#include "src/train/trainer_impl.h"
+// RunCheckpoints: the flags a train_dir's checkpoint fixes, the run's start (resume, fresh parameters; other weights
+// are pretrained_start.cc's), its checkpoints (the replicated parts by process 0, per-rank state by every rank),
+// and the check that every process starts alike.
+#include "src/train/run_checkpoints.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "terngrad/core/human_units.h"
+#include "terngrad/data/crc32c.h"
+#include "terngrad/train/train_flags.h"
 
 namespace tg {
 
-namespace fs = std::filesystem;
+RunCheckpoints::RunCheckpoints(const TrainConfig& cfg, ReplicaSet& set, LossScaler& scaler, int channels)
+    : cfg_(cfg),
+      set_(set),
+      scaler_(scaler),
+      channels_(channels),
+      series_(std::make_unique<CheckpointSeries>(cfg.train_dir, cfg.keep_checkpoints)) {}
 
-// The replica's slab that a checkpoint part holds.
-Slab& checkpoint_slab(Replica& r, CheckpointLayout::Part part) {
-  switch (part) {
-    case CheckpointLayout::kParams:
-      return r.store->params();
-    case CheckpointLayout::kState:
-      return r.store->state();
-    case CheckpointLayout::kEma:
-      return r.ema->shadow();
-    case CheckpointLayout::kSlots:
-      return r.optimizer->slots();
-  }
-  TG_THROW("unknown checkpoint part {}", static_cast<int>(part));
-}
-
-void Trainer::Impl::adopt_checkpoint_flags() {
+void RunCheckpoints::adopt_flags(TrainConfig& cfg, int rank) {
   const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir);
   if (!latest) {
-    adopt_pretrained_padding();
+    adopt_pretrained_padding(cfg, rank);
     return;
   }
   const CheckpointMeta m = CheckpointReader(*latest).meta();
@@ -70,9 +72,9 @@ void Trainer::Impl::adopt_checkpoint_flags() {
 
 // A new run from other weights computes what they were trained to compute only with their padding: it takes the
 // checkpoint's --padding_style when none is given (an imported PyTorch model's is torch) and warns when another is.
-void Trainer::Impl::adopt_pretrained_padding() {
+void RunCheckpoints::adopt_pretrained_padding(TrainConfig& cfg, int rank) {
   if (cfg.pretrained_model_checkpoint_path.empty()) return;
-  const std::string path = pretrained_checkpoint();
+  const std::string path = pretrained_checkpoint(cfg);
   const CheckpointMeta m = CheckpointReader(path).meta();
   const auto was = m.flags.find("padding_style");
   const std::string style = was == m.flags.end() ? "tf" : was->second;  // older checkpoints: tf
@@ -88,95 +90,94 @@ void Trainer::Impl::adopt_pretrained_padding() {
   }
 }
 
-void Trainer::Impl::resume_or_initialize() {
+uint64_t RunCheckpoints::start(const LearningRateSchedule& schedule) {
   // Only the chief writes checkpoints: at its start every temporary checkpoint file is a killed writer's. A new
   // train_dir is created when the run starts (RunReport), after the configuration and the data are checked.
-  if (is_chief()) checkpoints->clean();
+  if (set_.is_chief()) series_->clean();
   uint64_t cursor = 0;
-  if (const std::optional<std::string> latest = latest_checkpoint(cfg.train_dir)) {
-    cursor = resume(*latest);
-  } else if (!cfg.pretrained_model_checkpoint_path.empty()) {
+  if (const std::optional<std::string> latest = latest_checkpoint(cfg_.train_dir)) {
+    cursor = resume(*latest, schedule);
+  } else if (!cfg_.pretrained_model_checkpoint_path.empty()) {
     start_from_pretrained();
   } else {
-    for (auto& r : replicas) {
-      r.store->initialize(cfg.seed);
-      create_ema(r);
+    for (auto& r : set_.replicas()) {
+      r.store->initialize(cfg_.seed);
+      set_.create_ema(r);
     }
   }
   verify_processes_agree();
-  if (start_step >= cfg.max_steps) return;  // finished already: run() says so, no input needed
-  warm_up_gpus();
-  open_batch_source(cursor);
+  return cursor;
 }
 
 // Every replica takes the checkpoint's parameters, statistics, moving averages and optimizer slots; returns
 // the checkpoint's data cursor.
-uint64_t Trainer::Impl::resume(const std::string& path) {
+uint64_t RunCheckpoints::resume(const std::string& path, const LearningRateSchedule& schedule) {
   CheckpointReader reader(path);
   const CheckpointMeta& m = reader.meta();
   const bool moved = check_resumable(m);
-  say_schedule_change(m);
-  for (auto& r : replicas) {
-    create_ema(r);
+  say_schedule_change(m, schedule);
+  for (auto& r : set_.replicas()) {
+    set_.create_ema(r);
     for (CheckpointLayout::Part part : CheckpointLayout::kParts)
       read_slab(reader, *r.backend, checkpoint_slab(r, part),
                 [&](const std::string& name) { return CheckpointLayout::name(part, name); });
   }
   // What was read is what was written: every replica's parameters against the header's digest.
-  for (Replica& r : replicas) {
-    const std::string got = parameter_digest(r);
+  for (Replica& r : set_.replicas()) {
+    const std::string got = ReplicaSet::parameter_digest(r);
     TG_CHECK(got == m.parameter_digest,
              "the parameters read from {} have digest {}, its header says {}: the checkpoint is damaged", path, got,
              m.parameter_digest);
   }
   restore_rank_state(m);
-  if (scaler->enabled() && scaler->restore_from(reader) && is_chief())
-    spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler->scale(), scaler->good_steps());
-  start_step = m.step;
-  last_digest = m.parameter_digest;
-  resumed_path = path;
-  checkpoints->adopt_existing();
-  if (is_chief())
-    spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step,
+  if (scaler_.enabled() && scaler_.restore_from(reader) && set_.is_chief())
+    spdlog::info("fp16 loss scale {} restored ({} good steps in a row)", scaler_.scale(), scaler_.good_steps());
+  start_step_ = m.step;
+  last_digest_ = m.parameter_digest;
+  resumed_path_ = path;
+  series_->adopt_existing();
+  if (set_.is_chief())
+    spdlog::info("resumed from {} at step {} (parameter digest {}, the parameters read match it)", path, start_step_,
                  m.parameter_digest);
   if (!moved) return m.data_cursor;
-  if (is_chief() && cfg.keeps_worker_batch())
+  if (set_.is_chief() && cfg_.keeps_worker_batch())
     spdlog::warn(
         "--elastic_batch per_worker: {} workers of {} examples each (the first layout's {} workers of {}): a "
         "total batch of {}, the learning rate scaled by {:.4g}",
-        cfg.workers(), worker_batch, cfg.base_workers, cfg.batch_size / cfg.base_workers, cfg.total_batch(),
-        cfg.learning_rate_scale());
+        cfg_.workers(), set_.worker_batch(), cfg_.base_workers, cfg_.batch_size / cfg_.base_workers, cfg_.total_batch(),
+        cfg_.learning_rate_scale());
   // Another layout reads other shares of the data: continue each process's share at the position it would
   // have reached had this layout run from the start (the batches differ from an uninterrupted run's).
-  const uint64_t cursor = cfg.benchmark_mode ? static_cast<uint64_t>(m.step)
-                                             : static_cast<uint64_t>(m.step) * static_cast<uint64_t>(process_batch);
-  if (is_chief())
+  const uint64_t cursor = cfg_.benchmark_mode
+                              ? static_cast<uint64_t>(m.step)
+                              : static_cast<uint64_t>(m.step) * static_cast<uint64_t>(set_.process_batch());
+  if (set_.is_chief())
     spdlog::warn(
         "data cursor re-derived for the new layout: {} {} of each process's share (the checkpoint's was "
         "{}); the batches that follow are not those of an uninterrupted run",
-        cursor, cfg.benchmark_mode ? "batches" : "records", m.data_cursor);
+        cursor, cfg_.benchmark_mode ? "batches" : "records", m.data_cursor);
   return cursor;
 }
 
 // A resume with another --max_steps moves a schedule that spans --max_steps (polynomial, cosine) unless
 // --schedule_steps pins it: one line with the rate at the resumed step before and after, and how to keep it.
-void Trainer::Impl::say_schedule_change(const CheckpointMeta& m) const {
+void RunCheckpoints::say_schedule_change(const CheckpointMeta& m, const LearningRateSchedule& schedule) const {
   const auto was = m.flags.find("max_steps");
   const auto span = m.flags.find("schedule_steps");
-  if (!is_chief() || was == m.flags.end() || cfg.schedule_steps > 0) return;
+  if (!set_.is_chief() || was == m.flags.end() || cfg_.schedule_steps > 0) return;
   const int64_t old_steps = std::stoll(was->second);
   const int64_t old_span = span == m.flags.end() || span->second == "0" ? old_steps : std::stoll(span->second);
-  const auto decay = parse_enum<LearningRateDecay>(cfg.learning_rate_decay_type);
-  if (old_span == cfg.max_steps || parse_enum<OptimizerKind>(cfg.optimizer) == OptimizerKind::kAdam ||
+  const auto decay = parse_enum<LearningRateDecay>(cfg_.learning_rate_decay_type);
+  if (old_span == cfg_.max_steps || parse_enum<OptimizerKind>(cfg_.optimizer) == OptimizerKind::kAdam ||
       (decay != LearningRateDecay::kPolynomial && decay != LearningRateDecay::kCosine))
     return;
-  LearningRateOptions lo = schedule->options();
+  LearningRateOptions lo = schedule.options();
   lo.max_steps = old_span;
   const LearningRateSchedule before(lo);
   spdlog::warn(
       "--max_steps {} (the checkpoint's run: {}): the {} schedule now spans {} steps: the rate at step {} is {:.6g} "
       "(it was {:.6g}); --schedule_steps {} keeps the checkpoint's schedule",
-      cfg.max_steps, old_span, cfg.learning_rate_decay_type, cfg.max_steps, m.step, (*schedule)(m.step), before(m.step),
+      cfg_.max_steps, old_span, cfg_.learning_rate_decay_type, cfg_.max_steps, m.step, schedule(m.step), before(m.step),
       old_span);
 }
 
@@ -184,17 +185,18 @@ void Trainer::Impl::say_schedule_change(const CheckpointMeta& m) const {
 // checkpoint. A checkpoint of another number of ranks: the scheme says what becomes of it
 // (GradientScheme::rank_state_on_resize); kept only where a rank's state has the checkpoint's tensors, refused
 // otherwise unless --reset_rank_state, which drops it whatever the scheme says.
-void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
-  GradientScheme& scheme = replicas[0].exchanges->exchange().scheme();
+void RunCheckpoints::restore_rank_state(const CheckpointMeta& m) {
+  GradientScheme& scheme = set_.replicas()[0].exchanges->exchange().scheme();
   Slab* state = scheme.rank_state();
   if (!state) return;
-  const int ranks = topology->num_ranks();
+  const int ranks = set_.topology().num_ranks();
   if (m.rank_files == 0) {
-    if (is_chief()) spdlog::info("the checkpoint holds no per-rank state: {} starts from zero", state_name(*state));
+    if (set_.is_chief())
+      spdlog::info("the checkpoint holds no per-rank state: {} starts from zero", state_name(*state));
     return;
   }
   auto read_rank = [&](Replica& r, int from, const std::string& only_prefix) {
-    const std::string file = checkpoint_rank_path(cfg.train_dir, m.step, from);
+    const std::string file = checkpoint_rank_path(cfg_.train_dir, m.step, from);
     CheckpointReader reader(file);
     TG_CHECK(reader.meta().step == m.step && reader.meta().rank_files == from,
              "{} is not rank {}'s state of step {} (it says rank {}, step {})", file, from, m.step,
@@ -210,18 +212,18 @@ void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
     }
   };
   if (m.rank_files == ranks) {
-    for (Replica& r : replicas) read_rank(r, r.rank, "");
-    if (is_chief()) spdlog::info("per-rank state restored on {} ranks ({})", ranks, state_name(*state));
+    for (Replica& r : set_.replicas()) read_rank(r, r.rank, "");
+    if (set_.is_chief()) spdlog::info("per-rank state restored on {} ranks ({})", ranks, state_name(*state));
     return;
   }
   const GradientScheme::ResizePolicy policy = scheme.rank_state_on_resize();
-  const bool same_tensors = rank_state_matches(checkpoint_rank_path(cfg.train_dir, m.step, 0), *state);
-  if (cfg.reset_rank_state || policy.kind == GradientScheme::ResizePolicy::kDrop) {
-    TG_CHECK(cfg.reset_rank_state,
+  const bool same_tensors = rank_state_matches(checkpoint_rank_path(cfg_.train_dir, m.step, 0), *state);
+  if (cfg_.reset_rank_state || policy.kind == GradientScheme::ResizePolicy::kDrop) {
+    TG_CHECK(cfg_.reset_rank_state,
              "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}), this run has {} ({}): {} cannot "
              "follow a change in the number of ranks; --reset_rank_state drops it (it starts from zero)",
-             cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe(), scheme.describe());
-    if (is_chief())
+             cfg_.train_dir, m.rank_files, m.topology, ranks, set_.topology().describe(), scheme.describe());
+    if (set_.is_chief())
       spdlog::warn("--reset_rank_state: per-rank state of {} ranks dropped; {} starts from zero on {} ranks",
                    m.rank_files, state_name(*state), ranks);
     return;
@@ -230,20 +232,20 @@ void Trainer::Impl::restore_rank_state(const CheckpointMeta& m) {
            "the checkpoint in --train_dir {} holds per-rank state of {} ranks ({}) whose tensors differ from this "
            "run's {} ranks' ({}; another number of workers per rank): it cannot be split or merged; "
            "--reset_rank_state drops it (it starts from zero)",
-           cfg.train_dir, m.rank_files, m.topology, ranks, topology->describe());
-  for (Replica& r : replicas) {
+           cfg_.train_dir, m.rank_files, m.topology, ranks, set_.topology().describe());
+  for (Replica& r : set_.replicas()) {
     if (r.rank < m.rank_files)
       read_rank(r, r.rank, "");
     else if (!policy.replicated_prefix.empty())
       read_rank(r, 0, policy.replicated_prefix);
   }
-  if (is_chief())
+  if (set_.is_chief())
     spdlog::warn("per-rank state of {} ranks resumed on {} ranks ({}): {}", m.rank_files, ranks, scheme.describe(),
                  policy.bias);
 }
 
 // Whether the per-rank state file `file` holds exactly the tensors of `state` (names, shapes, dtypes).
-bool Trainer::Impl::rank_state_matches(const std::string& file, const Slab& state) {
+bool RunCheckpoints::rank_state_matches(const std::string& file, const Slab& state) {
   const CheckpointReader reader(file);
   const std::vector<std::string> names = reader.names();
   if (names.size() != static_cast<size_t>(state.size())) return false;
@@ -256,31 +258,31 @@ bool Trainer::Impl::rank_state_matches(const std::string& file, const Slab& stat
 // The checkpoint must be of this model and data, and of the same data layout: the data cursor counts this
 // process's batches, so resuming is exact only then. With --allow_topology_change the number of workers per
 // process and of processes may differ (each difference logged); returns whether they do.
-bool Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
-  TG_CHECK(m.model == cfg.net && m.dataset == cfg.dataset && m.image_size == cfg.image_size &&
-               m.num_classes == cfg.num_classes,
+bool RunCheckpoints::check_resumable(const CheckpointMeta& m) const {
+  TG_CHECK(m.model == cfg_.net && m.dataset == cfg_.dataset && m.image_size == cfg_.image_size &&
+               m.num_classes == cfg_.num_classes,
            "--train_dir {} holds checkpoints of --net {} on --dataset {} (image size {}, {} classes); this run is "
            "--net {} on --dataset {} (image size {}, {} classes): use another --train_dir",
-           cfg.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg.net, cfg.dataset, cfg.image_size,
-           cfg.num_classes);
-  const std::map<std::string, std::string> now = cfg.to_flags();
+           cfg_.train_dir, m.model, m.dataset, m.image_size, m.num_classes, cfg_.net, cfg_.dataset, cfg_.image_size,
+           cfg_.num_classes);
+  const std::map<std::string, std::string> now = cfg_.to_flags();
   bool moved = false;
   for (const std::string& key : resume_flag_names()) {
     auto was = m.flags.find(key);
     if (was == m.flags.end() || was->second == now.at(key)) continue;
     const bool layout = key == "num_nodes" || key == "num_processes";
-    if (key == "num_processes" && !cfg.allow_topology_change)
+    if (key == "num_processes" && !cfg_.allow_topology_change)
       TG_THROW(
           "this run has {} processes, the checkpoint in --train_dir {} was written by {}: start as many processes, "
           "pass --allow_topology_change to resume on the new layout, or train in another --train_dir",
-          now.at(key), cfg.train_dir, was->second);
-    if (!layout || !cfg.allow_topology_change)
+          now.at(key), cfg_.train_dir, was->second);
+    if (!layout || !cfg_.allow_topology_change)
       TG_THROW(
           "--{} {} differs from the checkpoint's {} in --train_dir {}: the resumed run would not see the data the "
           "uninterrupted run sees; leave --{} out (the run continues with {}), {}or train in another --train_dir",
-          key, now.at(key), was->second, cfg.train_dir, key, was->second,
+          key, now.at(key), was->second, cfg_.train_dir, key, was->second,
           layout ? "pass --allow_topology_change to resume on the new layout, " : "");
-    if (is_chief())
+    if (set_.is_chief())
       spdlog::warn("--allow_topology_change: {} {} (the checkpoint's: {}; written on {})",
                    key == "num_nodes" ? "workers per process" : "processes", now.at(key), was->second,
                    m.topology.empty() ? "an unrecorded layout" : m.topology);
@@ -291,59 +293,32 @@ bool Trainer::Impl::check_resumable(const CheckpointMeta& m) const {
   for (const char* key : {"scaler_bucket", "fp32_warmup_steps"}) {
     auto was = m.flags.find(key);
     const std::string before = was == m.flags.end() ? "0" : was->second;
-    if (before != now.at(key) && is_chief())
+    if (before != now.at(key) && set_.is_chief())
       spdlog::warn("resuming with --{} {}; the checkpoint was written with --{} {}", key, now.at(key), key, before);
   }
   return moved;
 }
 
-// The moving average of the replica's parameters and statistics, starting from their present values.
-void Trainer::Impl::create_ema(Replica& r) {
-  r.ema = std::make_unique<ExponentialMovingAverage>(
-      *r.backend, std::vector<const Slab*>{&r.store->params(), &r.store->state()}, cfg.moving_average_decay);
-}
-
 // Every process must start from the same step and parameters (a train_dir on a node-local disk, or a stale
 // network file system, would let one process resume and another start afresh).
-void Trainer::Impl::verify_processes_agree() {
-  if (!process_comm) return;
+void RunCheckpoints::verify_processes_agree() {
+  if (!set_.process_comm()) return;
   struct Start {
     int64_t step;
     uint32_t crc, pad;
-  } mine{start_step, parameter_crc(replicas[0]), 0};
-  std::vector<Start> all(static_cast<size_t>(num_processes));
-  process_comm->allgather(&mine, all.data(), sizeof(Start));
-  for (int p = 1; p < num_processes; ++p)
+  } mine{start_step_, ReplicaSet::parameter_crc(set_.replicas()[0]), 0};
+  std::vector<Start> all(static_cast<size_t>(set_.num_processes()));
+  set_.process_comm()->allgather(&mine, all.data(), sizeof(Start));
+  for (int p = 1; p < set_.num_processes(); ++p)
     TG_CHECK(all[p].step == all[0].step && all[p].crc == all[0].crc,
              "process {} starts at step {} with parameter digest {}, process 0 at step {} with {}: every process "
              "must see the same --train_dir {} (a shared folder)",
-             p, all[p].step, digest_hex(all[p].crc), all[0].step, digest_hex(all[0].crc), cfg.train_dir);
+             p, all[p].step, digest_hex(all[p].crc), all[0].step, digest_hex(all[0].crc), cfg_.train_dir);
 }
 
-uint32_t Trainer::Impl::parameter_crc(Replica& r) {
-  Slab& p = r.store->params();
-  Buffer host(host_allocator(), p.bytes());
-  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
-                  p.flat_bytes());
-  return crc32c(host.data(), p.bytes());
-}
-
-// The digest write_checkpoint gives the parameters: the CRC of the params part's tensors in order (no padding).
-std::string Trainer::Impl::parameter_digest(Replica& r) {
-  Slab& p = r.store->params();
-  Buffer host(host_allocator(), p.bytes());
-  r.backend->copy(Tensor(host.data(), Shape{static_cast<int64_t>(p.bytes())}, DType::kU8, Device::cpu()),
-                  p.flat_bytes());
-  uint32_t crc = 0;
-  for (const Slab::Entry& e : p.entries())
-    crc = crc32c_extend(crc, static_cast<const char*>(host.data()) + e.offset,
-                        static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
-  return digest_hex(crc);
-}
-
-std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& storage) {
+std::vector<NamedTensor> RunCheckpoints::host_snapshot(std::vector<Buffer>& storage) {
   std::vector<NamedTensor> out;
-  Replica& r = replicas[0];
+  Replica& r = set_.replicas()[0];
   for (CheckpointLayout::Part part : CheckpointLayout::kParts) {
     const Slab& slab = checkpoint_slab(r, part);
     for (int i = 0; i < slab.size(); ++i) {
@@ -354,20 +329,20 @@ std::vector<NamedTensor> Trainer::Impl::host_snapshot(std::vector<Buffer>& stora
       out.push_back({CheckpointLayout::name(part, e.name), h});
     }
   }
-  if (scaler->enabled()) scaler->append_checkpoint_tensors(out, storage);
+  if (scaler_.enabled()) scaler_.append_checkpoint_tensors(out, storage);
   return out;
 }
 
 // What every file of step `steps_done` says of the run: the model and its data, the step, the topology.
-CheckpointMeta Trainer::Impl::checkpoint_meta(int64_t steps_done) const {
+CheckpointMeta RunCheckpoints::checkpoint_meta(int64_t steps_done) const {
   CheckpointMeta meta;
-  meta.model = cfg.net;
-  meta.dataset = cfg.dataset;
-  meta.image_size = cfg.image_size;
-  meta.channels = data.channels;
-  meta.num_classes = cfg.num_classes;
+  meta.model = cfg_.net;
+  meta.dataset = cfg_.dataset;
+  meta.image_size = cfg_.image_size;
+  meta.channels = channels_;
+  meta.num_classes = cfg_.num_classes;
   meta.step = steps_done;
-  meta.topology = topology->describe();
+  meta.topology = set_.topology().describe();
   return meta;
 }
 
@@ -375,29 +350,32 @@ CheckpointMeta Trainer::Impl::checkpoint_meta(int64_t steps_done) const {
 // files), then, once every process has (a barrier), the chief writes the replicated parts and the index. A run
 // killed in between leaves rank files without their checkpoint (removed at the next start) and the previous
 // checkpoint intact. No checkpoint is written after a step whose shared scalers were not finite.
-std::string Trainer::Impl::save(int64_t steps_done) {
-  last_save = Clock::now();
-  last_saved_step = steps_done;
-  for (const Worker& wk : workers) wk.net->losses();  // a non-finite loss stops the run before it is saved
+void RunCheckpoints::save(int64_t steps_done, uint64_t data_cursor) {
+  last_save_ = Clock::now();
+  last_saved_step_ = steps_done;
+  for (const Worker& wk : set_.workers()) wk.net->losses();  // a non-finite loss stops the run before it is saved
   check_finite_before_save(steps_done);
-  const bool per_rank = replicas[0].exchanges->exchange().scheme().rank_state() != nullptr;
+  const bool per_rank = set_.replicas()[0].exchanges->exchange().scheme().rank_state() != nullptr;
   if (per_rank) {
-    for (Replica& r : replicas) save_rank_state(r, steps_done);
-    if (process_comm) process_comm->barrier();
+    for (Replica& r : set_.replicas()) save_rank_state(r, steps_done);
+    if (set_.process_comm()) set_.process_comm()->barrier();
   }
-  if (!is_chief()) return "";  // the replicated parts are identical everywhere: process 0 writes them
+  if (!set_.is_chief()) {  // the replicated parts are identical everywhere: process 0 writes them
+    last_digest_.clear();
+    return;
+  }
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors = host_snapshot(storage);
   CheckpointMeta meta = checkpoint_meta(steps_done);
-  meta.data_cursor = source->cursor();
-  meta.flags = cfg.to_flags();
-  meta.rank_files = per_rank ? topology->num_ranks() : 0;
-  return checkpoints->write(steps_done, meta, tensors);
+  meta.data_cursor = data_cursor;
+  meta.flags = cfg_.to_flags();
+  meta.rank_files = per_rank ? set_.topology().num_ranks() : 0;
+  last_digest_ = series_->write(steps_done, meta, tensors);
 }
 
 // Replica r's per-rank state at step `steps_done`, in its own file (same format and atomic protocol as a
 // checkpoint; its header names its rank and step).
-void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
+void RunCheckpoints::save_rank_state(Replica& r, int64_t steps_done) {
   Slab& state = *r.exchanges->exchange().scheme().rank_state();
   std::vector<Buffer> storage;
   std::vector<NamedTensor> tensors;
@@ -408,51 +386,34 @@ void Trainer::Impl::save_rank_state(Replica& r, int64_t steps_done) {
     r.backend->copy(h, state.view(i));
     tensors.push_back({e.name, h});
   }
-  checkpoints->write_rank_file(steps_done, r.rank, checkpoint_meta(steps_done), tensors);
+  series_->write_rank_file(steps_done, r.rank, checkpoint_meta(steps_done), tensors);
 }
 
 // The scheme's device flag of non-finite shared scalers, over every replica of every process (the same verdict
 // everywhere, so no process is left waiting in the barrier of the next save): a GPU does not check the scalers
 // on the host each step, so a NaN gradient reaches the weights; it must not reach a checkpoint.
-void Trainer::Impl::check_finite_before_save(int64_t steps_done) {
+void RunCheckpoints::check_finite_before_save(int64_t steps_done) {
   int32_t bad = 0;
   std::string tensor;
-  for (Replica& r : replicas) {
+  for (Replica& r : set_.replicas()) {
     if (!r.exchanges->exchange().take_nonfinite_flag()) continue;
     bad = 1;
     for (const TensorSummary& q : r.exchanges->exchange().summaries())
       if (tensor.empty() && !std::isfinite(q.value))
-        tensor = fmt::format("{} of tensor {}", q.quantity, policy.tensors()[q.tensor].name);
+        tensor = fmt::format("{} of tensor {}", q.quantity, set_.policy().tensors()[q.tensor].name);
   }
-  if (process_comm) process_comm->allreduce(&bad, 1, DType::kI32, ReduceOp::kMax);
+  if (set_.process_comm()) set_.process_comm()->allreduce(&bad, 1, DType::kI32, ReduceOp::kMax);
   TG_CHECK(bad == 0,
            "a shared gradient scaler was not finite at a step up to {} ({}): no checkpoint written at step {}; the "
            "last checkpoint ({}) stays intact",
-           steps_done, tensor.empty() ? "on another process" : tensor, steps_done, checkpoints->last());
+           steps_done, tensor.empty() ? "on another process" : tensor, steps_done, series_->last());
 }
 
 // "error_feedback (12 tensors, 4.8 MiB)": the state's name prefix, size and bytes.
-std::string Trainer::Impl::state_name(const Slab& state) const {
+std::string RunCheckpoints::state_name(const Slab& state) const {
   const std::string first = state.size() > 0 ? state.entry(0).name : std::string("per-rank state");
   return fmt::format("{} ({} tensors, {})", first.substr(0, first.find('/')), state.size(),
                      human_bytes(static_cast<double>(state.bytes())));
-}
-
-// --check_replicas_every: every replica of every process must hold the same parameter bits.
-void Trainer::Impl::check_replicas(int64_t steps_done) {
-  std::vector<uint32_t> local;
-  for (auto& r : replicas) local.push_back(parameter_crc(r));
-  for (size_t i = 1; i < local.size(); ++i)
-    TG_CHECK(local[i] == local[0], "replica check at step {}: replica {} has parameter digest {}, replica 0 {}",
-             steps_done, i, digest_hex(local[i]), digest_hex(local[0]));
-  if (process_comm) {
-    std::vector<uint32_t> all(static_cast<size_t>(num_processes));
-    process_comm->allgather(&local[0], all.data(), sizeof(uint32_t));
-    for (int p = 1; p < num_processes; ++p)
-      TG_CHECK(all[p] == all[0], "replica check at step {}: process {} has parameter digest {}, process 0 {}",
-               steps_done, p, digest_hex(all[p]), digest_hex(all[0]));
-  }
-  spdlog::debug("replica check at step {}: digest {} everywhere", steps_done, digest_hex(local[0]));
 }
 
 }  // namespace tg
