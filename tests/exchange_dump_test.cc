@@ -1,10 +1,10 @@
-// Tests of the exchange dumps (train/exchange_dump.h, --exchange_dump): a real CPU training (synthetic input, LeNet)
+// Tests of the exchange dumps (exchange/exchange_dump.h, --exchange_dump): a real CPU training (synthetic input, LeNet)
 // writes one step's exchange and replay_exchange_dump redoes it and agrees bit for bit, for TernGrad (allgather2 with
 // the weight decay added by the exchange, per-bucket scalers, allreduce8 over 2 replicas) and fp32; a dump with one
 // code changed is found (the rank, tensor and element named) and exchange_replay exits 1; bad input (no manifest,
 // a manifest of another format or without a member, a gradients file of the wrong shape, not a .npy file) is one
 // line naming the file and what; the flags refuse what cannot be replayed.
-#include "terngrad/train/exchange_dump.h"
+#include "terngrad/exchange/exchange_dump.h"
 
 #include <gtest/gtest.h>
 

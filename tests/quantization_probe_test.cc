@@ -6,7 +6,7 @@
 //   - through the Trainer: probes do not change the run's bits (one replica; two CPU replicas, whose exchanges
 //     overlap backward on other steps), they report every ternary tensor at the probed steps and none during an
 //     fp32 warm-up; per-bucket scalers lower the error the probe measures; bad flags are one line naming the flag.
-#include "terngrad/train/quantization_probe.h"
+#include "terngrad/exchange/quantization_probe.h"
 
 #include <gtest/gtest.h>
 

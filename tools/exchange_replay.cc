@@ -1,12 +1,12 @@
 // exchange_replay DIR: redoes the exchange a training run wrote with --exchange_dump DIR on the CPU backend and
-// compares its average with every rank's (train/exchange_dump.h): TernGrad's ternary-coded tensors bit for bit (the
+// compares its average with every rank's (exchange/exchange_dump.h): TernGrad's ternary-coded tensors bit for bit (the
 // same codes for the same gradients, e.g. a GPU's against the CPU's), the rest within a relative 1e-6.
 // Exit 0: the same; 1: a difference (the first one named); 2: bad input (one line naming the file and what).
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
-#include "terngrad/train/exchange_dump.h"
+#include "terngrad/exchange/exchange_dump.h"
 
 int main(int argc, char** argv) {
   if (argc != 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {

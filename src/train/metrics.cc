@@ -1,7 +1,7 @@
 // JSON lines for --metrics_jsonl.
 #include "terngrad/train/metrics.h"
 
-#include "terngrad/train/quantization_probe.h"
+#include "terngrad/exchange/quantization_probe.h"
 #include "terngrad/train/trainer.h"
 
 namespace tg {

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "src/train/step_exchange.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/comm/communicator.h"
 #include "terngrad/comm/progress_watchdog.h"
@@ -20,6 +19,7 @@
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
 #include "terngrad/exchange/gradient_exchange.h"
+#include "terngrad/exchange/step_exchange.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/moving_average.h"
 #include "terngrad/optim/optimizer.h"

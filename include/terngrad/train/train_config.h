@@ -113,7 +113,7 @@ struct TrainConfig : DataConfig,
   int64_t generation = 0;                // an elastic run's generation (train/generation_fence.h); 0: not elastic
   std::string stop_file;                 // when it exists at a step's end, save and stop as on SIGINT
   int64_t quantization_error_every = 0;  // TernGrad: every N steps, the decoded average against fp32's (0: never)
-  std::string exchange_dump;             // write one step's exchange into this folder (train/exchange_dump.h)
+  std::string exchange_dump;             // write one step's exchange into this folder (exchange/exchange_dump.h)
   int64_t exchange_dump_step = 1;        // ... of this 1-based step
   std::string eval_at_end;               // terngrad-train: evaluate the final checkpoint on this subset ("": no)
   int64_t eval_every = 0;                // evaluate the moving averages every N steps during training (0: never)

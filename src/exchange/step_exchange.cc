@@ -1,13 +1,13 @@
 // StepExchange (step_exchange.h): which exchange a step runs, the probe and the dump around it.
-#include "src/train/step_exchange.h"
+#include "terngrad/exchange/step_exchange.h"
 
 #include <spdlog/spdlog.h>
 
 #include <utility>
 
 #include "terngrad/core/enum_names.h"
+#include "terngrad/exchange/exchange_dump.h"
 #include "terngrad/exchange/scheme_registry.h"
-#include "terngrad/train/exchange_dump.h"
 
 namespace tg {
 

@@ -1,5 +1,5 @@
 // QuantizationProbe: the fp32 average beside the ternary one on a probe step, and their difference per tensor.
-#include "terngrad/train/quantization_probe.h"
+#include "terngrad/exchange/quantization_probe.h"
 
 #include <algorithm>
 #include <chrono>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "terngrad/exchange/gradient_exchange.h"
-#include "terngrad/train/quantization_probe.h"
+#include "terngrad/exchange/quantization_probe.h"
 
 namespace tg {
 

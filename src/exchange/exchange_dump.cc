@@ -1,5 +1,5 @@
 // Exchange dumps: one step's exchange written out by the trainer, and redone on the CPU from it (see the header).
-#include "terngrad/train/exchange_dump.h"
+#include "terngrad/exchange/exchange_dump.h"
 
 #include <fmt/format.h>
 
