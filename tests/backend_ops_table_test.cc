@@ -5,13 +5,16 @@
 // bit for bit where the row's tolerance is 0 (the shared element-wise math), else within the tolerance relative
 // to the largest magnitude. Outputs carry guard bytes that must survive. A new op is one row. (The layer ops with
 // descriptors, convolution, pooling, LRN, batch norm, inner product, are in cpu_ops_test.cc and
-// cuda_backend_test.cc; the codec ops bit for bit in codec_ops_test.cc.)
+// cuda_backend_test.cc; the codec ops bit for bit in codec_ops_test.cc.) Element-wise rows run on 1003 and 100003
+// elements, ReLU also on NaN and +-Inf; the reductions also at double precision on 1 to 1234567 elements, repeated.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,10 @@ struct OpCase {
   Run run;
   Reference reference;
   double tolerance = 0;  // 0: the same bits as the reference's float result (and CUDA as the CPU)
+  // Input 0 gets NaN and +-Inf at fixed places among its random values (an op must propagate them as the CPU does).
+  bool special_values = false;
+  bool repeatable = false;       // CUDA runs it twice: the same bits both times (a reduction's order is fixed)
+  float low = -1.f, high = 1.f;  // the inputs' random values' range
 };
 
 float to_half_and_back(float v) {
@@ -44,6 +51,31 @@ float to_half_and_back(float v) {
   float back;
   halves_to_floats(&h, &back, 1);
   return back;
+}
+
+// NaN and +-Inf among random values: every 5th element NaN, every 7th (from 1) -Inf, every 11th (from 2) +Inf.
+std::vector<float> with_special_values(std::vector<float> v) {
+  for (size_t i = 0; i < v.size(); i += 5) v[i] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t i = 1; i < v.size(); i += 7) v[i] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 2; i < v.size(); i += 11) v[i] = std::numeric_limits<float>::infinity();
+  return v;
+}
+
+// A double as two floats (its float rounding, then what that leaves): a reduction's double result compared at
+// double precision through the table's f32 outputs.
+void fill_double(Backend& be, double d, const Tensor& out) {
+  const float hi = static_cast<float>(d);
+  const float lo = static_cast<float>(d - static_cast<double>(hi));
+  float both[2] = {hi, lo};
+  be.copy(out, Tensor(both, Shape{2}, DType::kF32, Device::cpu()));
+}
+std::vector<double> as_double_pair(double d) {
+  // Each part stored and loaded as an f32: GCC 12.2's SLP vectorizer at -O2 drops the f32 rounding of a pair of
+  // double -> float -> double conversions written together (both parts came out as the unrounded doubles).
+  volatile float hi = static_cast<float>(d);
+  const double h = hi;
+  volatile float lo = static_cast<float>(d - h);
+  return {h, static_cast<double>(lo)};
 }
 
 // out[i] = f(i) over n elements.
@@ -64,6 +96,23 @@ std::vector<double> ref_matmul(const std::vector<float>& a, const Shape& as, boo
         c[i * n + j] +=
             static_cast<double>(ta ? a[q * as[1] + i] : a[i * as[1] + q]) * (tb ? b[j * bs[1] + q] : b[q * bs[1] + j]);
   return c;
+}
+
+double sum_of(const std::vector<float>& x) {
+  double s = 0;
+  for (float e : x) s += e;
+  return s;
+}
+double sum_of_squares(const std::vector<float>& x) {
+  double s = 0;
+  for (float e : x) s += static_cast<double>(e) * e;
+  return s;
+}
+void max_abs_run(Backend& be, const std::vector<Tensor>& in, const Tensor& out) { be.fill(out, be.max_abs(in[0])); }
+std::vector<double> max_abs_reference(const Inputs& x) {
+  float m = 0;
+  for (float e : x[0]) m = std::max(m, std::fabs(e));
+  return {m};
 }
 
 const std::vector<OpCase>& cases() {
@@ -175,11 +224,7 @@ const std::vector<OpCase>& cases() {
          Shape{1},
          -1,
          [](Backend& be, const auto& in, const Tensor& out) { be.fill(out, static_cast<float>(be.sum(in[0]))); },
-         [](const Inputs& x) {
-           double s = 0;
-           for (float e : x[0]) s += e;
-           return std::vector<double>{s};
-         },
+         [](const Inputs& x) { return std::vector<double>{sum_of(x[0])}; },
          1e-6});
     t.push_back({"sum_squares",
                  {v},
@@ -188,22 +233,9 @@ const std::vector<OpCase>& cases() {
                  [](Backend& be, const auto& in, const Tensor& out) {
                    be.fill(out, static_cast<float>(be.sum_squares(in[0])));
                  },
-                 [](const Inputs& x) {
-                   double s = 0;
-                   for (float e : x[0]) s += static_cast<double>(e) * e;
-                   return std::vector<double>{s};
-                 },
+                 [](const Inputs& x) { return std::vector<double>{sum_of_squares(x[0])}; },
                  1e-6});
-    t.push_back({"max_abs",
-                 {v},
-                 Shape{1},
-                 -1,
-                 [](Backend& be, const auto& in, const Tensor& out) { be.fill(out, be.max_abs(in[0])); },
-                 [](const Inputs& x) {
-                   float m = 0;
-                   for (float e : x[0]) m = std::max(m, std::fabs(e));
-                   return std::vector<double>{m};
-                 }});
+    t.push_back({"max_abs", {v}, Shape{1}, -1, max_abs_run, max_abs_reference});
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         const Shape as = ta ? Shape{513, 7} : Shape{7, 513}, bs = tb ? Shape{5, 513} : Shape{513, 5};
@@ -237,6 +269,60 @@ const std::vector<OpCase>& cases() {
                    return p;
                  },
                  1e-5});
+    // The element-wise rows again on 100003 elements (partial blocks of a GPU's grid), and ReLU on NaN and +-Inf.
+    const Shape big{100003};
+    const size_t elementwise = t.size();
+    for (size_t i = 0; i < elementwise; ++i) {
+      const OpCase& c = t[i];
+      if (c.name != "add" && c.name != "axpy" && c.name != "scale" && c.name != "relu_forward" &&
+          c.name != "relu_backward")
+        continue;
+      OpCase b = c;
+      b.name += "_100003";
+      for (Shape& in : b.inputs) in = big;
+      b.output = big;
+      t.push_back(b);
+      if (c.name != "relu_forward") continue;
+      for (const Shape& shape : {v, big}) {
+        OpCase special = c;
+        special.name = "relu_forward_nan_inf_" + std::to_string(shape.numel());
+        special.inputs = {shape};
+        special.output = shape;
+        special.special_values = true;
+        special.reference = [](const Inputs& x) {
+          return each(x[0].size(), [&](size_t i) {
+            return std::isnan(x[0][i]) ? std::numeric_limits<double>::quiet_NaN() : std::max(x[0][i], 0.f);
+          });
+        };
+        t.push_back(special);
+      }
+    }
+    // The reductions at double precision (hi, lo) on 1, 1000 and 1234567 elements of [-3, 2) (a sum far from 0: the
+    // tolerance is relative to it), each repeatable on CUDA.
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1234567}}) {
+      const std::string at = "_" + std::to_string(n);
+      OpCase sum{"sum_double" + at,
+                 {Shape{n}},
+                 Shape{2},
+                 -1,
+                 [](Backend& be, const auto& in, const Tensor& out) { fill_double(be, be.sum(in[0]), out); },
+                 [](const Inputs& x) { return as_double_pair(sum_of(x[0])); },
+                 1e-12};
+      OpCase squares{
+          "sum_squares_double" + at,
+          {Shape{n}},
+          Shape{2},
+          -1,
+          [](Backend& be, const auto& in, const Tensor& out) { fill_double(be, be.sum_squares(in[0]), out); },
+          [](const Inputs& x) { return as_double_pair(sum_of_squares(x[0])); },
+          1e-12};
+      OpCase max_abs{"max_abs" + at, {Shape{n}}, Shape{1}, -1, max_abs_run, max_abs_reference};
+      for (OpCase* c : {&sum, &squares, &max_abs}) {
+        c->repeatable = true;
+        c->low = -3.f, c->high = 2.f;
+        t.push_back(*c);
+      }
+    }
     return t;
   }();
   return table;
@@ -259,13 +345,31 @@ std::vector<float> run_on(Backend& be, const OpCase& c, const Inputs& inputs) {
   return out.read<float>();
 }
 
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// Against a reference: within the tolerance relative to the largest magnitude (0: the same float), a NaN where the
+// reference has one (and not the output's "not written" fill), +-Inf as +-Inf.
 void expect_matches(const std::vector<float>& got, const std::vector<double>& want, double tolerance,
                     const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = 1.0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (double w : want)
+    if (std::isfinite(w)) scale = std::max(scale, std::fabs(w));
   for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << ": element " << i << " is " << got[i] << ", want NaN";
+      ASSERT_NE(bits_of(got[i]), 0xFFFFFFFFu) << what << ": element " << i << " not written (the fill's NaN)";
+      continue;
+    }
     ASSERT_FALSE(std::isnan(got[i])) << what << ": element " << i << " not written (NaN)";
+    if (std::isinf(want[i])) {
+      ASSERT_EQ(got[i], static_cast<float>(want[i])) << what << ": element " << i;
+      continue;
+    }
     if (tolerance == 0) {
       ASSERT_EQ(got[i], static_cast<float>(want[i])) << what << ": element " << i;
     } else {
@@ -281,7 +385,8 @@ class BackendOps : public ::testing::TestWithParam<size_t> {
   Inputs inputs() const {
     Inputs in;
     for (size_t i = 0; i < op().inputs.size(); ++i)
-      in.push_back(random_floats(op().inputs[i].numel(), 100 + static_cast<uint32_t>(i)));
+      in.push_back(random_floats(op().inputs[i].numel(), 100 + static_cast<uint32_t>(i), op().low, op().high));
+    if (op().special_values) in[0] = with_special_values(in[0]);
     return in;
   }
 };
@@ -296,8 +401,21 @@ TEST_P(BackendOps, CudaMatchesTheCpu) {
   if (!backends().cuda) GTEST_SKIP() << backends().skip;
   const Inputs in = inputs();
   const std::vector<float> cpu = run_on(*backends().cpu, op(), in);
-  expect_matches(run_on(*backends().cuda, op(), in), std::vector<double>(cpu.begin(), cpu.end()), op().tolerance,
-                 op().name + " on CUDA against the CPU");
+  const std::vector<float> cuda = run_on(*backends().cuda, op(), in);
+  const std::string what = op().name + " on CUDA against the CPU";
+  if (op().tolerance == 0) {  // the same bits, NaN's included
+    ASSERT_EQ(cuda.size(), cpu.size()) << what;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_EQ(bits_of(cuda[i]), bits_of(cpu[i]))
+          << what << ": element " << i << " is " << cuda[i] << ", want " << cpu[i];
+  } else {
+    expect_matches(cuda, std::vector<double>(cpu.begin(), cpu.end()), op().tolerance, what);
+  }
+  if (op().repeatable) {
+    const std::vector<float> again = run_on(*backends().cuda, op(), in);
+    for (size_t i = 0; i < cuda.size(); ++i)
+      ASSERT_EQ(bits_of(again[i]), bits_of(cuda[i])) << op().name << " on CUDA twice: element " << i << " differs";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::Range<size_t>(0, cases().size()),

@@ -150,33 +150,7 @@ TEST_F(CudaBackendTest, SideStreamOrdersItsOpsWithTheMainStream) {
   EXPECT_FALSE(gpu().mark_time(m1 + 1000));  // never recorded
 }
 
-// ---- element-wise -----------------------------------------------------------------------------------------
-TEST_F(CudaBackendTest, ElementwiseOpsAreBitIdentical) {
-  const Shape s{100003};  // odd: partial blocks
-  Pair a(s), b(s), out(s);
-  a.set(random_floats(s.numel(), 2)), b.set(random_floats(s.numel(), 3));
-  cpu().add(a.c.t, b.c.t, out.c.t), gpu().add(a.g.t, b.g.t, out.g.t);
-  expect_same_bits(out, "add");
-  cpu().axpy(-0.37f, a.c.t, b.c.t), gpu().axpy(-0.37f, a.g.t, b.g.t);
-  expect_same_bits(b, "axpy");
-  cpu().scale(1.7f, a.c.t), gpu().scale(1.7f, a.g.t);
-  expect_same_bits(a, "scale");
-  Pair y(s), dx(s);
-  cpu().relu_forward(a.c.t, y.c.t), gpu().relu_forward(a.g.t, y.g.t);
-  expect_same_bits(y, "relu_forward");
-  cpu().relu_backward(y.c.t, b.c.t, dx.c.t), gpu().relu_backward(y.g.t, b.g.t, dx.g.t);
-  expect_same_bits(dx, "relu_backward");
-  // NaN and +-Inf: the GPU's ReLU propagates NaN as the CPU's does (cpu_ops_test: ReluPropagatesNaN), same bits.
-  std::vector<float> special = random_floats(s.numel(), 4);
-  for (size_t i = 0; i < special.size(); i += 5) special[i] = std::numeric_limits<float>::quiet_NaN();
-  for (size_t i = 1; i < special.size(); i += 7) special[i] = -std::numeric_limits<float>::infinity();
-  for (size_t i = 2; i < special.size(); i += 11) special[i] = std::numeric_limits<float>::infinity();
-  a.set(special);
-  cpu().relu_forward(a.c.t, y.c.t), gpu().relu_forward(a.g.t, y.g.t);
-  expect_same_bits(y, "relu_forward of NaN and Inf");
-  EXPECT_TRUE(std::isnan(y.g.read<float>()[0])) << "NaN propagates";
-}
-
+// ---- element-wise (add, axpy, scale, ReLU with NaN and Inf, reductions: tests/backend_ops_table_test.cc) ----
 // The element-wise and cast kernels move 16 bytes per thread when every pointer is 16-byte aligned and one element
 // otherwise, with a tail of n % width elements: every offset (0..8 elements into a buffer) and size (1..33, 1001),
 // in each compute dtype, gives the CPU's bits.
@@ -253,22 +227,6 @@ TEST_F(CudaBackendTest, ConcatAndSplitChannels) {
   expect_same_bits(d1, "split part 1");
   expect_same_bits(d3, "split part 3");
   EXPECT_EQ(d3.g.read<float>(), p3.c.read<float>());
-}
-
-// ---- reductions ----------------------------------------------------------------------------------------------
-TEST_F(CudaBackendTest, Reductions) {
-  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1234567}}) {
-    Pair x(Shape{n});
-    auto v = random_floats(n, 9, -3.f, 2.f);
-    x.set(v);
-    double abs_sum = 0;
-    for (float f : v) abs_sum += std::fabs(f);
-    EXPECT_NEAR(gpu().sum(x.g.t), cpu().sum(x.c.t), 1e-12 * abs_sum + 1e-300) << "n=" << n;
-    const double sq = cpu().sum_squares(x.c.t);
-    EXPECT_NEAR(gpu().sum_squares(x.g.t), sq, 1e-12 * sq) << "n=" << n;
-    EXPECT_EQ(gpu().max_abs(x.g.t), cpu().max_abs(x.c.t)) << "n=" << n;
-    EXPECT_EQ(gpu().sum(x.g.t), gpu().sum(x.g.t)) << "not deterministic, n=" << n;
-  }
 }
 
 // ---- loss ------------------------------------------------------------------------------------------------------

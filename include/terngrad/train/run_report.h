@@ -13,10 +13,10 @@
 
 #include "terngrad/core/phase_times.h"
 #include "terngrad/exchange/gradient_scheme.h"
+#include "terngrad/exchange/quantization_probe.h"
 #include "terngrad/train/evaluator.h"
 #include "terngrad/train/event_writer.h"
 #include "terngrad/train/metrics.h"
-#include "terngrad/exchange/quantization_probe.h"
 #include "terngrad/train/throughput_meter.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
