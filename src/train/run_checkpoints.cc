@@ -186,7 +186,7 @@ void RunCheckpoints::say_schedule_change(const CheckpointMeta& m, const Learning
 // (GradientScheme::rank_state_on_resize); kept only where a rank's state has the checkpoint's tensors, refused
 // otherwise unless --reset_rank_state, which drops it whatever the scheme says.
 void RunCheckpoints::restore_rank_state(const CheckpointMeta& m) {
-  GradientScheme& scheme = set_.replicas()[0].exchanges->exchange().scheme();
+  GradientScheme& scheme = set_.first().exchanges->exchange().scheme();
   Slab* state = scheme.rank_state();
   if (!state) return;
   const int ranks = set_.topology().num_ranks();
@@ -306,7 +306,7 @@ void RunCheckpoints::verify_processes_agree() {
   struct Start {
     int64_t step;
     uint32_t crc, pad;
-  } mine{start_step_, ReplicaSet::parameter_crc(set_.replicas()[0]), 0};
+  } mine{start_step_, ReplicaSet::parameter_crc(set_.first()), 0};
   std::vector<Start> all(static_cast<size_t>(set_.num_processes()));
   set_.process_comm()->allgather(&mine, all.data(), sizeof(Start));
   for (int p = 1; p < set_.num_processes(); ++p)
@@ -318,7 +318,7 @@ void RunCheckpoints::verify_processes_agree() {
 
 std::vector<NamedTensor> RunCheckpoints::host_snapshot(std::vector<Buffer>& storage) {
   std::vector<NamedTensor> out;
-  Replica& r = set_.replicas()[0];
+  Replica& r = set_.first();
   for (CheckpointLayout::Part part : CheckpointLayout::kParts) {
     const Slab& slab = checkpoint_slab(r, part);
     for (int i = 0; i < slab.size(); ++i) {
@@ -355,7 +355,7 @@ void RunCheckpoints::save(int64_t steps_done, uint64_t data_cursor) {
   last_saved_step_ = steps_done;
   for (const Worker& wk : set_.workers()) wk.net->losses();  // a non-finite loss stops the run before it is saved
   check_finite_before_save(steps_done);
-  const bool per_rank = set_.replicas()[0].exchanges->exchange().scheme().rank_state() != nullptr;
+  const bool per_rank = set_.first().exchanges->exchange().scheme().rank_state() != nullptr;
   if (per_rank) {
     for (Replica& r : set_.replicas()) save_rank_state(r, steps_done);
     if (set_.process_comm()) set_.process_comm()->barrier();

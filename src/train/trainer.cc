@@ -97,7 +97,7 @@ void Trainer::Impl::build_timeline() {
   if (cfg.timeline.empty()) return;
   const TimelineSteps steps = Timeline::parse_steps(cfg.timeline_steps);
   timeline = std::make_unique<Timeline>(cfg.timeline, steps.first, steps.last, set->rank());
-  for (Worker& wk : workers()) {
+  for (Worker& wk : set->workers()) {
     wk.track = timeline->add_track(fmt::format("worker {}", wk.global_index));
     if (cfg.timeline_layers) wk.net->set_layer_timeline(timeline.get(), wk.track);
   }
@@ -118,7 +118,7 @@ void Trainer::Impl::build_schedule() {
 void Trainer::Impl::allocate_host_batch() {
   std::vector<Backend*> backends;
   std::vector<std::vector<int>> replica_workers;
-  for (Replica& r : replicas()) {
+  for (Replica& r : set->replicas()) {
     backends.push_back(r.backend.get());
     replica_workers.push_back(r.workers);
   }
@@ -144,7 +144,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   step_times.clear();
   if (timeline) timeline->set_step(t + 1);
   {
-    ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), workers()[0].track);
+    ScopedPhase input(step_times, Phase::kInputWait, timeline.get(), set->workers()[0].track);
     const BatchUpload::Batch host = batches->host_batch(t);
     try {
       source->next(host.images, host.labels);
@@ -160,7 +160,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
   }
   const uint32_t step32 = static_cast<uint32_t>(t);
   // Every replica at once, each on its thread: upload, forward, backward, exchange, optimizer.
-  set->threads().run([&](int d) { replica_step(replicas()[d], step32, lr, t); });
+  set->threads().run([&](int d) { replica_step(set->replicas()[d], step32, lr, t); });
   // fp16: every replica saw the same flag; a skipped step halves the scale (or stops the run below 1).
   if (!scaler->update(set->first().overflowed, t + 1) && is_chief())
     spdlog::warn("step {}: fp16 gradients overflowed; update skipped, loss scale now {} ({} skipped so far)", t + 1,
@@ -177,7 +177,7 @@ void Trainer::Impl::step(int64_t t, float lr) {
 void Trainer::Impl::replica_step(Replica& r, uint32_t step32, float lr, int64_t t) {
   Timeline* tl = timeline.get();
   r.times.clear();
-  const int d = static_cast<int>(&r - replicas().data());
+  const int d = static_cast<int>(&r - set->replicas().data());
   std::vector<Worker>& workers = set->workers();
   ProgressWatchdog* watchdog = set->watchdog();
   batches->upload(d, t);

@@ -7,46 +7,23 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <map>
-#include <thread>
 
 #include "src/train/replica_set.h"
 #include "src/train/run_checkpoints.h"
-#include "terngrad/backend/backend.h"
-#include "terngrad/comm/communicator.h"
-#include "terngrad/comm/progress_watchdog.h"
-#include "terngrad/comm/replica_groups.h"
-#include "terngrad/comm/topology.h"
 #include "terngrad/core/atomic_file.h"
-#include "terngrad/core/cpu_cores.h"
 #include "terngrad/core/human_units.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/core/timeline.h"
-#include "terngrad/data/crc32c.h"
 #include "terngrad/data/input_pipeline.h"
-#include "terngrad/exchange/gradient_exchange.h"
-#include "terngrad/exchange/scheme_registry.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/optim/lr_schedule.h"
-#include "terngrad/optim/moving_average.h"
-#include "terngrad/optim/optimizer.h"
 #include "terngrad/train/batch_source.h"
 #include "terngrad/train/batch_upload.h"
-#include "terngrad/train/checkpoint.h"
-#include "terngrad/train/checkpoint_series.h"
-#include "terngrad/train/event_writer.h"
 #include "terngrad/train/generation_fence.h"
 #include "terngrad/train/loss_scaler.h"
-#include "terngrad/train/memory_budget.h"
-#include "terngrad/train/metrics.h"
-#include "terngrad/train/replica_threads.h"
 #include "terngrad/train/run_report.h"
-#include "terngrad/train/stale_files.h"
-#include "terngrad/train/throughput_meter.h"
 #include "terngrad/train/train_flags.h"
 #include "terngrad/train/trainer.h"
 
@@ -86,8 +63,6 @@ struct Trainer::Impl {
   // The schedule's rate at step t, scaled with the workers under --elastic_batch per_worker.
   float learning_rate(int64_t t) const { return static_cast<float>(cfg.learning_rate_scale() * (*schedule)(t)); }
   bool is_chief() const { return set->is_chief(); }
-  std::vector<Replica>& replicas() { return set->replicas(); }
-  std::vector<Worker>& workers() { return set->workers(); }
   void save(int64_t steps_done) { checkpoints->save(steps_done, source->cursor()); }
 
   // A step.
