@@ -104,16 +104,29 @@ ncclResult_t own_error(ncclComm_t comm) {
   return state == ncclInProgress ? ncclSuccess : state;
 }
 
+// How long an init or a split may take before it is given up (its communicators aborted, an error naming the
+// bound): a process that never joins (it failed before, or was never started) must not leave the others waiting.
+constexpr double kSetupSeconds = 300;
+
 // After a group of non-blocking inits or splits: `r` (the calls' and ncclGroupEnd's result; ncclInProgress is not a
-// failure) and then every new communicator's settled state.
+// failure) and then every new communicator's settled state; ncclInProgress when one did not settle within
+// kSetupSeconds.
 ncclResult_t settle_all(ncclResult_t r, const std::vector<ncclComm_t>& comms) {
   if (r != ncclSuccess && r != ncclInProgress) return r;
   for (ncclComm_t c : comms)
     if (c != nullptr) {
-      const ncclResult_t state = settle(c);
+      const ncclResult_t state = settle(c, kSetupSeconds);
       if (state != ncclSuccess) return state;
     }
   return ncclSuccess;
+}
+
+// Why an init or a split failed, for its error line: NCCL's error, or the setup bound passed.
+std::string setup_failure(ncclResult_t r, ncclComm_t comm) {
+  if (r == ncclInProgress)
+    return fmt::format("it did not finish within {} s (a process that never joined?); its communicators were aborted",
+                       kSetupSeconds);
+  return fmt::format("{} ({})", ncclGetErrorString(r), last_error_text(comm));
 }
 
 // Checks a process's own list of GPUs: each exists, none twice, one stream each. One line naming the device.
@@ -161,12 +174,12 @@ std::vector<std::unique_ptr<NcclCommunicator>> wrap(std::vector<ncclComm_t>& com
 // One mutex per GPU of this process, shared by the gates of every communicator on it: NCCL calls on independent
 // communicators of one device must not run in parallel from several threads either (NCCL's thread-safety rules), and
 // an abort from another thread is such a call.
-std::shared_ptr<std::mutex> device_mutex(int device) {
+std::shared_ptr<AbortGate::Mutex> device_mutex(int device) {
   static std::mutex registry_mutex;
-  static std::map<int, std::shared_ptr<std::mutex>> registry;
+  static std::map<int, std::shared_ptr<AbortGate::Mutex>> registry;
   std::lock_guard<std::mutex> lock(registry_mutex);
-  std::shared_ptr<std::mutex>& m = registry[device];
-  if (!m) m = std::make_shared<std::mutex>();
+  std::shared_ptr<AbortGate::Mutex>& m = registry[device];
+  if (!m) m = std::make_shared<AbortGate::Mutex>();
   return m;
 }
 }  // namespace
@@ -188,37 +201,56 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int size, int devic
   comm_ = comm;  // owned from here on (a constructor that throws leaves it to the caller)
 }
 
-// A healthy communicator is finalized (its queued collectives flushed: polled, at most kTeardownSeconds) and
-// destroyed; a failed one, or one whose finalize does not settle in time, is aborted. Through the gate, so an abort
-// from another thread and this teardown never both run (whichever comes first does its work, the other nothing).
+// A healthy communicator is finalized (its queued collectives flushed, then ncclCommFinalize; each waited for by polls
+// with the gate free between them, at most kTeardownSeconds each) and destroyed; a failed one, or one whose finalize
+// does not settle in time, is aborted. An abort from another thread may come at any point of the waits (it then does
+// the teardown: ncclCommAbort); the last step goes through the gate's abort, so the two never both run.
 NcclCommunicator::~NcclCommunicator() {
   DeviceScope scope(device_, /*best_effort=*/true);
   if (comm_ != nullptr) {
+    try {
+      // finalize_nccl_communicators may have started the finalize (and waited for it, or given up): a second
+      // ncclCommFinalize would be refused and mark the communicator failed.
+      if (!finalized_ && (finalize_started_ || start_finalize(kTeardownSeconds)))
+        finalized_ = settled_ok(kTeardownSeconds);
+    } catch (const Error&) {  // aborted meanwhile (its action is the teardown), or a failed poll: abort below
+    }
     gate_.abort(
         [&] {
-          // finalize_nccl_communicators may have started the finalize (and waited for it to settle, or given up):
-          // a second ncclCommFinalize would be refused and mark the communicator failed.
-          if (!finalized_)
-            finalized_ = (finalize_started_ || start_finalize(kTeardownSeconds)) &&
-                         settle(comm_, kTeardownSeconds) == ncclSuccess;
           if (finalized_)
             ncclCommDestroy(comm_);
           else
             ncclCommAbort(comm_);
         },
         "destroyed");
+    gate_.settle_abort();  // an abort left to the gate's thread has run before anything it uses goes
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
 }
 
-// With the gate held: whether the communicator is healthy, its queued work settled (at most `seconds`) and
-// ncclCommFinalize started; the caller then waits for it to settle.
+// Whether NCCL's state on this communicator left ncclInProgress within `seconds` as ncclSuccess, polled with the gate
+// free between polls; throws once aborted.
+bool NcclCommunicator::settled_ok(double seconds) {
+  ncclResult_t state = ncclInProgress;
+  const bool done = gate_.wait_until(
+      [&] {
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+        return state != ncclInProgress;
+      },
+      seconds);
+  return done && state == ncclSuccess;
+}
+
+// Whether the communicator is healthy, its queued work settled (at most `seconds`, the gate free between polls) and
+// ncclCommFinalize started (inside the gate); the caller then waits for it to settle.
 bool NcclCommunicator::start_finalize(double seconds) {
-  if (failed_ || own_error(comm_) != ncclSuccess || settle(comm_, seconds) != ncclSuccess) return false;
-  DeviceScope scope(device_, /*best_effort=*/true);
-  const ncclResult_t f = ncclCommFinalize(comm_);
-  finalize_started_ = true;
-  return f == ncclSuccess || f == ncclInProgress;
+  if (failed_ || !settled_ok(seconds)) return false;
+  return gate_.call([&] {
+    DeviceScope scope(device_, /*best_effort=*/true);
+    const ncclResult_t f = ncclCommFinalize(comm_);
+    finalize_started_ = true;
+    return f == ncclSuccess || f == ncclInProgress;
+  });
 }
 
 void* NcclCommunicator::use_stream(void* stream) {
@@ -404,18 +436,18 @@ std::string NcclCommunicator::async_error() noexcept {
 void finalize_nccl_communicators(const std::vector<NcclCommunicator*>& comms, double seconds) {
   // Finalize every healthy one first (non-blocking: returns at once), then wait for all: one communicator's finalize
   // may wait for its peers' (NCCL: it synchronises with the ranks still using shared resources), and several of the
-  // ranks may be this thread's.
+  // ranks may be this thread's. Every wait polls with the gate free between polls: an abort gets in.
   std::vector<NcclCommunicator*> started;
   for (NcclCommunicator* c : comms) {
-    if (c == nullptr || c->comm_ == nullptr) continue;
+    if (c == nullptr || c->comm_ == nullptr || c->finalize_started_) continue;
     try {
-      if (c->gate_.call([&] { return c->start_finalize(seconds); })) started.push_back(c);
+      if (c->start_finalize(seconds)) started.push_back(c);
     } catch (const Error&) {  // aborted meanwhile: its teardown is done
     }
   }
   for (NcclCommunicator* c : started) {
     try {
-      c->gate_.call([&] { c->finalized_ = settle(c->comm_, seconds) == ncclSuccess; });
+      c->finalized_ = c->settled_ok(seconds);
     } catch (const Error&) {
     }
   }
@@ -453,11 +485,10 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std
   ncclResult_t r = ncclGetUniqueId(&id);
   if (r == ncclSuccess) r = init_ranks(comms, devices, n, id, 0);
   if (r != ncclSuccess) {
-    const std::string detail = last_error_text(nullptr);
+    const std::string why = setup_failure(r, nullptr);
     for (ncclComm_t c : comms)
       if (c != nullptr) ncclCommAbort(c);
-    TG_THROW("NCCL communicator: initialising a group over {} failed: {} ({})", device_list(devices),
-             ncclGetErrorString(r), detail);
+    TG_THROW("NCCL communicator: initialising a group over {} failed: {}", device_list(devices), why);
   }
   return wrap(comms, 0, n, devices, streams);
 }
@@ -508,11 +539,11 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators_across_pr
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const ncclResult_t r = init_ranks(comms, devices, N, boot.id, p * L);
   if (r != ncclSuccess) {
-    const std::string detail = last_error_text(nullptr);
+    const std::string why = setup_failure(r, nullptr);
     for (ncclComm_t c : comms)
       if (c != nullptr) ncclCommAbort(c);
-    TG_THROW("NCCL communicator across processes: initialising ranks {}..{} of {} on {} failed: {} ({})", p * L,
-             p * L + L - 1, N, device_list(devices), ncclGetErrorString(r), detail);
+    TG_THROW("NCCL communicator across processes: initialising ranks {}..{} of {} on {} failed: {}", p * L,
+             p * L + L - 1, N, device_list(devices), why);
   }
   return wrap(comms, p * L, N, devices, streams);
 }
@@ -551,12 +582,12 @@ std::vector<std::unique_ptr<NcclCommunicator>> split_nccl_communicators(const st
   r = settle_all(r, parent_comms);
   r = settle_all(r, comms);
   if (r != ncclSuccess) {
-    const std::string detail = last_error_text(parents.empty() ? nullptr : parents[0]->comm_);
+    const std::string why = setup_failure(r, parents.empty() ? nullptr : parents[0]->comm_);
     for (ncclComm_t c : comms)
       if (c != nullptr) ncclCommAbort(c);
     for (NcclCommunicator* p : parents) p->failed_ = true;
-    TG_THROW("NCCL split of {}{}: ncclCommSplit failed: {} ({})", parents.empty() ? "" : parents[0]->name(),
-             parents.size() > 1 ? fmt::format(" and {} more", parents.size() - 1) : "", ncclGetErrorString(r), detail);
+    TG_THROW("NCCL split of {}{}: ncclCommSplit failed: {}", parents.empty() ? "" : parents[0]->name(),
+             parents.size() > 1 ? fmt::format(" and {} more", parents.size() - 1) : "", why);
   }
   std::vector<std::unique_ptr<NcclCommunicator>> out(parents.size());
   size_t k = 0;

@@ -42,7 +42,11 @@
 // ncclInProgress and is polled (ncclCommGetAsyncError) to its end. Every NCCL call and poll of the owner runs inside an
 // AbortGate (comm/abort_gate.h), and abort() takes the same gate, so no NCCL call runs on a communicator while it is
 // aborted or after. The gates of one GPU's communicators share that GPU's mutex: NCCL allows no parallel calls on
-// independent communicators of one device from several threads either (its thread-safety rules). Splits happen at
+// independent communicators of one device from several threads either (its thread-safety rules). An abort waits for
+// the gate at most AbortGate::kAbortWaitSeconds: should an enqueue block longer, the abort is decided at once and its
+// ncclCommAbort runs as soon as that call returns, so the caller goes on to the process's other communicators. Every
+// wait (a collective in progress, the teardown's flush and finalize) polls with the gate free between polls; an init or
+// a split that has not settled after kSetupSeconds (300 s) is aborted with an error naming the bound. Splits happen at
 // setup, before an abort can come (ReplicaGroups installs it after).
 #pragma once
 
@@ -78,9 +82,9 @@ class NcclCommunicator final : public Communicator {
   // throwing on a CUDA error or an asynchronous NCCL error (a failed peer).
   void synchronize();
   // Aborts the NCCL communicator (ncclCommAbort), from any thread: collectives of this rank still running stop, and
-  // peers see an error where NCCL can tell them; every later call on this communicator throws naming `why`. The
-  // abort waits for the owner's NCCL call or poll running now (never for a collective: the communicator is
-  // non-blocking and its waits poll with the gate free between polls; AbortGate) and runs once.
+  // peers see an error where NCCL can tell them; every later call on this communicator throws naming `why`. Returns
+  // within AbortGate::kAbortWaitSeconds (never waits for a collective: the communicator is non-blocking and its waits
+  // poll with the gate free between polls); ncclCommAbort runs once, never beside another NCCL call of the GPU.
   void abort(const std::string& why = "abort() was called") noexcept;
   // From any thread (HealthWatch): "" while NCCL reports no error of its own on this communicator (or it is busy in
   // an init, split or finalize, or aborted already), else one line naming it and NCCL's error.
@@ -104,7 +108,8 @@ class NcclCommunicator final : public Communicator {
   void enqueue(const char* what, const std::function<int()>& call);
   // Turns a failed NCCL result of `what` into a tg::Error (and marks the communicator failed).
   void check_nccl(int result, const char* what);
-  bool start_finalize(double seconds);  // with the gate held; see the .cc
+  bool start_finalize(double seconds);  // see the .cc
+  bool settled_ok(double seconds);      // see the .cc
   void check_cuda(int result, const char* what);
 
   ncclComm* comm_ = nullptr;
