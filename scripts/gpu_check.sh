@@ -22,7 +22,7 @@
 #
 # The device run, sections in order of value, each with a cap (the seconds it may take) and an estimate on an H200
 # (none has run on one yet: the estimates count process starts, library loading and the work), all inside one
-# deadline, TG_GPU_CHECK_SECONDS (default 430 s: the caps below sum to it, so every section runs when each keeps
+# deadline, TG_GPU_CHECK_SECONDS (default 435 s: the caps below sum to it, so every section runs when each keeps
 # to its cap; a command that ignores its TERM is killed 2 s later; the whole command, with the bundle's unpacking,
 # stays under 8 minutes). A section the deadline leaves under 5 s is SKIPPED, and so is one whose command the
 # deadline cut short (its limit was below its cap); a command that runs past its section's own cap, or past its
@@ -36,16 +36,18 @@
 #                                    version than the bundle's runtime, and then every GPU section is SKIPPED
 #   ops:GROUP          77    45 s    cuda_ops_check, one process per group: conv fc bn optim reduce amp codec pool
 #                                    lrn concat (caps 12 8 8 6 6 8 10 8 6 5)
-#   gtest:NAME        103    70 s    the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one
+#   gtest:NAME        108    70 s    the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one
 #                                    GPU): cuda_backend 25, cuda_mixed_precision 12, codec_ops 10, ternary_codec 10,
-#                                    scaler_bucket 8, backend_ops_table 10, coded_update 8, padding 8, nccl 12
+#                                    scaler_bucket 8, backend_ops_table 10, coded_update 8, padding 8, nccl 12,
+#                                    loopback_communicator 5 (2 ranks on two streams of the GPU: the host's bits)
 #   lenet              28    20 s    20 fp32 LeNet steps twice on the GPU (equal parameter digests) and once on the
 #                                    CPU; the first 3 cross-entropies agree within 1e-3 relative; host
 #                                    synchronisations per steady step (<= 1)
-#   terngrad_lenet     28    20 s    the same with TernGrad (--grad_bits 1), 2 workers on the one GPU: equal digests
-#                                    twice, the first 3 cross-entropies within 1e-3 of the CPU's 2 workers, and step
-#                                    3's exchange redone on the CPU from the GPU's gradients (exchange_replay): the
-#                                    same codes bit for bit
+#   terngrad_lenet     28    20 s    the same with TernGrad (--grad_bits 1), 2 replicas on the one GPU (--device
+#                                    cuda:0 --num_gpus 2: the loopback groups on the device, the side stream, the
+#                                    abort gate and the health watch): equal digests twice, the first 3
+#                                    cross-entropies within 1e-3 of the CPU's 2 replicas, and step 3's exchange redone
+#                                    on the CPU from the GPU's gradients (exchange_replay): the same codes bit for bit
 #   variants           34    30 s    runs that must work on the GPU: the hierarchical exchange and error feedback (2
 #                                    workers, TernGrad), --allow_tf32, --deterministic=false, --conv_search (10
 #                                    steps each)
@@ -86,12 +88,12 @@ source "$ROOT/scripts/lib/gpu_check_sections.sh"
 GPU_BUNDLE=${GPU_BUNDLE:-$ROOT/.gpu_bundle/terngrad-gpu-bundle.tar.xz}
 # Each section's cap in seconds (the table above); the default run's caps sum to at most the default deadline
 # (--self-test checks it). net:inception_v3 runs only when asked for.
-GC_DEFAULT_SECONDS=430
+GC_DEFAULT_SECONDS=435
 declare -A CAP=([env]=20 [ops:conv]=12 [ops:fc]=8 [ops:bn]=8 [ops:optim]=6 [ops:reduce]=6 [ops:amp]=8 [ops:codec]=10
   [ops:pool]=8 [ops:lrn]=6 [ops:concat]=5 [gtest:cuda_backend_test]=25 [gtest:cuda_mixed_precision_test]=12
   [gtest:codec_ops_test]=10 [gtest:ternary_codec_test]=10 [gtest:scaler_bucket_test]=8
   [gtest:backend_ops_table_test]=10 [gtest:coded_update_test]=8 [gtest:padding_test]=8
-  [gtest:nccl_communicator_test]=12 [lenet]=28 [terngrad_lenet]=28 [variants]=34 [sanitizer]=20 [terngrad]=30
+  [gtest:nccl_communicator_test]=12 [gtest:loopback_communicator_test]=5 [lenet]=28 [terngrad_lenet]=28 [variants]=34 [sanitizer]=20 [terngrad]=30
   [net:resnet50]=80 [pipeline]=10)
 declare -A OPTIONAL_CAP=([net:inception_v3]=50)
 # The variants section's runs: a name, then its flags (--self-test runs each one step on the CPU: the flags parse).
@@ -270,9 +272,9 @@ done
 # ---- GoogleTest ------------------------------------------------------------------------------------------------------
 declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*"
   [scaler_bucket_test]="*Cuda*" [backend_ops_table_test]="*Cuda*" [coded_update_test]="*Cuda*"
-  [padding_test]="*cuda*:*Cuda*")
+  [padding_test]="*cuda*:*Cuda*" [loopback_communicator_test]="*Cuda*")
 for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test \
-  backend_ops_table_test coded_update_test padding_test nccl_communicator_test; do
+  backend_ops_table_test coded_update_test padding_test nccl_communicator_test loopback_communicator_test; do
   gpu_section "gtest:$t" "${CAP[gtest:$t]}" || continue
   if [[ ! -x $TESTS/$t ]]; then
     gc_skip "$TESTS/$t is not there"
@@ -324,22 +326,27 @@ first_losses_agree() {
 # section's limit (computed once); then the section's verdict: equal GPU digests, the CPU's first losses, <= 1 host
 # synchronisation per steady GPU step. With TWIN_REPLAY=1 the first GPU run also writes its step-3 exchange
 # (--exchange_dump) and exchange_replay redoes it on the CPU from the GPU's gradients: the same codes, bit for bit.
+# With TWIN_REPLICAS=R the runs have R replicas: on the GPU all on cuda:0 (loopback groups), on the CPU --cpu_replicas.
 twin_check() {
   local name=$1 third=$((GC_LIMIT / 3)) ok=1 timed_out="" d1 d2 syncs replay="" dump=() dir
+  local gpu=(--device cuda) cpu=(--device cpu)
+  if [[ -n ${TWIN_REPLICAS:-} ]]; then
+    gpu=(--device cuda:0 --num_gpus "$TWIN_REPLICAS") cpu=(--device cpu --cpu_replicas "$TWIN_REPLICAS")
+  fi
   shift
   if [[ ${TWIN_REPLAY:-0} == 1 ]]; then
     dir=$WORK/dump_$name && mkdir -p "$dir" && dump=(--exchange_dump "$dir" --exchange_dump_step "$REPLAY_STEP")
   fi
-  train "${name}_cuda1" "$third" "$@" --device cuda "${dump[@]}" ||
+  train "${name}_cuda1" "$third" "$@" "${gpu[@]}" "${dump[@]}" ||
     { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda1"; }
   if ((${#dump[@]} && ok)); then
     GC_NO_RERUN=1 GC_LIMIT=10 gc_run "$LOGS/${name}_replay.log" "$BIN/exchange_replay" "$dir"
     replay=$GC_RC
     sed 's/^/   /' "$LOGS/${name}_replay.log"
   fi
-  LOG_EVERY=5 train "${name}_cuda2" "$third" "$@" --device cuda ||
+  LOG_EVERY=5 train "${name}_cuda2" "$third" "$@" "${gpu[@]}" ||
     { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cuda2"; }
-  train "${name}_cpu" "$third" "$@" --device cpu || { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cpu"; }
+  train "${name}_cpu" "$third" "$@" "${cpu[@]}" || { ok=0 && ((GC_RC == 124)) && timed_out+=" ${name}_cpu"; }
   d1=$(digest "${name}_cuda1") d2=$(digest "${name}_cuda2")
   echo "   digests ${d1:-?} ${d2:-?}; first losses cuda [$(json_values "${name}_cuda1" entropy_loss | head -3 |
     tr '\n' ' ')] cpu [$(json_values "${name}_cpu" entropy_loss | head -3 | tr '\n' ' ')]"
@@ -362,7 +369,7 @@ if gpu_section lenet "${CAP[lenet]}"; then
 fi
 
 if gpu_section terngrad_lenet "${CAP[terngrad_lenet]}"; then
-  TWIN_REPLAY=1 twin_check terngrad_lenet "${TERNGRAD_LENET[@]}" --batch_size 64 --max_steps 20
+  TWIN_REPLAY=1 TWIN_REPLICAS=2 twin_check terngrad_lenet "${TERNGRAD_LENET[@]}" --batch_size 64 --max_steps 20
 fi
 
 if gpu_section variants "${CAP[variants]}"; then

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cuda_devices.h"
 #include "common/error_of.h"
 #include "common/mpi_launch.h"
 #include "terngrad/comm/mpi_communicator.h"
@@ -38,14 +39,7 @@ namespace {
 
 #ifdef TG_HAVE_CUDA
 
-int gpu_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+int gpu_count() { return testing::cuda_device_count(); }
 
 #define TG_NEED_GPUS(n) \
   if (gpu_count() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << gpu_count()

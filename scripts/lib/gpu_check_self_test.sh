@@ -184,9 +184,9 @@ VERSIONS
     # The TernGrad LeNet section's dump and replay, on the CPU: the flags parse, the replay finds the same codes.
     if [[ -x $build/exchange_replay ]]; then
       mkdir -p "$work/dump"
-      "$build/terngrad-train" --benchmark_mode "${TERNGRAD_LENET[@]}" --batch_size 16 --max_steps "$REPLAY_STEP" \
-        --threads 1 --save_iter 100000000 --train_dir "$work/replay_run" --exchange_dump "$work/dump" \
-        --exchange_dump_step "$REPLAY_STEP" > "$work/replay.log" 2>&1 &&
+      "$build/terngrad-train" --benchmark_mode "${TERNGRAD_LENET[@]}" --cpu_replicas 2 --batch_size 16 \
+        --max_steps "$REPLAY_STEP" --threads 1 --save_iter 100000000 --train_dir "$work/replay_run" \
+        --exchange_dump "$work/dump" --exchange_dump_step "$REPLAY_STEP" > "$work/replay.log" 2>&1 &&
         "$build/exchange_replay" "$work/dump" >> "$work/replay.log" 2>&1
       expect "the TernGrad LeNet flags' exchange dump replays on the CPU (exit 0)" $? "$(tail -1 "$work/replay.log")"
     fi

@@ -13,35 +13,14 @@
 #include <mutex>
 #include <string>
 
+#include "src/comm/cuda_device_scope.h"
 #include "terngrad/core/error.h"
 
 namespace tg {
 
 namespace {
 
-// Makes `device` current for a scope and restores the previous one (best effort) at its end. A failed
-// cudaSetDevice throws, or with `best_effort` (teardown and abort, which must not throw) is let pass.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device, bool best_effort = false) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ == device) return;
-    const cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess && !best_effort)
-      TG_THROW("NCCL communicator: cudaSetDevice({}) failed: {} ({})", device, cudaGetErrorName(e),
-               cudaGetErrorString(e));
-    changed_ = e == cudaSuccess;
-  }
-  ~DeviceScope() {
-    if (changed_ && previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-  bool changed_ = false;
-};
+using DeviceScope = comm_detail::CudaDeviceScope;
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {

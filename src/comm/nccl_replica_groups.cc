@@ -1,11 +1,13 @@
 // connect_gpu_replicas: NCCL world over every GPU of every process, local and cross groups as ncclCommSplit of
-// it (see replica_groups.h). Compiled only in CUDA builds.
+// it (see replica_groups.h); replicas that all share one GPU: loopback groups on it (loopback_replica_groups.cc).
+// Compiled only in CUDA builds.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "terngrad/comm/health_watch.h"
+#include "terngrad/comm/loopback_device.h"
 #include "terngrad/comm/nccl_communicator.h"
 #include "terngrad/comm/replica_groups.h"
 #include "terngrad/core/error.h"
@@ -31,6 +33,21 @@ std::unique_ptr<ReplicaGroups> connect_gpu_replicas(const Topology& t, Communica
     g->set_replicas(std::move(reps));
     return g;
   }
+  // Several replicas on one GPU (NCCL allows one rank per device): they meet through loopback groups on the device.
+  if (R > 1 && std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices[0]; })) {
+    TG_CHECK(P == 1,
+             "{} replicas share cuda:{} in each of {} processes: replicas sharing a GPU exchange inside one process "
+             "only (run one process, or give each replica its own GPU)",
+             R, devices[0], P);
+    std::vector<std::unique_ptr<LoopbackDevice>> loopback;
+    for (int r = 0; r < R; ++r) loopback.push_back(make_cuda_loopback_device(devices[r], streams[r]));
+    return connect_loopback_replicas(t, std::move(loopback));
+  }
+  for (size_t a = 0; a < devices.size(); ++a)
+    for (size_t b = a + 1; b < devices.size(); ++b)
+      TG_CHECK(devices[a] != devices[b],
+               "replicas {} and {} are both on cuda:{}: replicas share a GPU only when all of them do", a, b,
+               devices[a]);
   std::vector<std::unique_ptr<NcclCommunicator>> world =
       processes ? make_nccl_communicators_across_processes(*processes, devices, streams)
                 : make_nccl_communicators(devices, streams);
@@ -63,28 +80,13 @@ std::unique_ptr<ReplicaGroups> connect_gpu_replicas(const Topology& t, Communica
     for (NcclCommunicator* c : all) c->abort(std::string("setting up the replica groups failed: ") + e.what());
     throw;
   }
-  for (int r = 0; r < R; ++r) {
-    ReplicaComms& c = reps[static_cast<size_t>(r)];
-    c.world = g->own(std::move(world[static_cast<size_t>(r)]));
-    c.local = g->own(std::move(local[static_cast<size_t>(r)]));
-    c.cross = g->own(std::move(cross[static_cast<size_t>(r)]));
-  }
-  // From the failing replica's thread while the others may be inside NCCL calls: each abort takes its
-  // communicator's gate (nccl_communicator.h), so none runs beside a call on the same communicator.
-  g->add_abort([all](const std::string& why) {
-    for (NcclCommunicator* c : all) c->abort(why);
-  });
-  // NCCL's own errors (a peer's connection lost) abort every communicator of the process: without it a replica could
-  // wait on its stream forever (health_watch.h). Stopped first at teardown, before anything it probes goes.
-  std::vector<HealthWatch::Probe> probes;
-  for (NcclCommunicator* c : all) probes.push_back([c] { return c->async_error(); });
-  ReplicaGroups* groups = g.get();
-  auto watch = std::make_shared<HealthWatch>(std::move(probes), kHealthWatchSeconds,
-                                             [groups](const std::string& why) { groups->abort(why); });
-  g->add_teardown([watch] { watch->stop(); });
+  // Aborts from the failing replica's thread while the others may be inside NCCL calls: each takes its communicator's
+  // gate (nccl_communicator.h), so none runs beside a call on the same GPU. NCCL's own errors (a peer's connection
+  // lost) abort every communicator of the process: without the watch a replica could wait on its stream forever.
+  g->abort_and_watch(all, kHealthWatchSeconds);
   // This thread's communicators finalized together before any is destroyed (a finalize may wait for a peer's).
   g->add_teardown([all] { finalize_nccl_communicators(all); });
-  g->set_replicas(std::move(reps));
+  g->set_owned_replicas(std::move(world), std::move(local), std::move(cross));
   return g;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "terngrad/comm/composite_communicator.h"
+#include "terngrad/comm/health_watch.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/comm/thread_communicator.h"
 #include "terngrad/core/error.h"
@@ -22,6 +23,12 @@ ReplicaGroups::~ReplicaGroups() {
 
 void ReplicaGroups::abort(const std::string& why) {
   for (auto& a : aborts_) a(why);
+}
+
+void ReplicaGroups::watch(std::vector<std::function<std::string()>> probes, double period_seconds) {
+  auto health =
+      std::make_shared<HealthWatch>(std::move(probes), period_seconds, [this](const std::string& why) { abort(why); });
+  add_teardown([health] { health->stop(); });  // before anything it probes goes
 }
 
 Communicator* ReplicaGroups::own(std::unique_ptr<Communicator> c) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 
+#include "src/comm/collective_call.h"
 #include "src/comm/reduce_into.h"
 #include "terngrad/core/error.h"
 
@@ -17,55 +18,9 @@ namespace tg {
 
 namespace {
 
-enum class Kind : uint8_t { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kBarrier, kSplit };
-
-// One rank's posted call: what it asked for and where its memory is.
-struct Call {
-  Kind kind = Kind::kBarrier;
-  const void* src = nullptr;  // allgather, reduce_scatter: the send buffer; allreduce, broadcast: the buffer
-  int64_t count = 0;          // allreduce: elements; reduce_scatter: elements per rank
-  DType dtype = DType::kU8;
-  ReduceOp op = ReduceOp::kSum;
-  size_t bytes = 0;  // allgather: the send block; broadcast: the buffer
-  int root = 0;      // broadcast
-  int color = 0;     // split
-  int key = 0;       // split
-};
-
-bool same_call(const Call& a, const Call& b) {
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case Kind::kAllreduce:
-    case Kind::kReduceScatter:
-      return a.count == b.count && a.dtype == b.dtype && a.op == b.op;
-    case Kind::kAllgather:
-      return a.bytes == b.bytes;
-    case Kind::kBroadcast:
-      return a.bytes == b.bytes && a.root == b.root;
-    case Kind::kBarrier:
-    case Kind::kSplit:  // colors and keys differ between ranks
-      return true;
-  }
-  return false;
-}
-
-std::string describe(const Call& c) {
-  switch (c.kind) {
-    case Kind::kAllreduce:
-      return fmt::format("all-reduce {} of {} {}", enum_name(c.op), c.count, dtype_name(c.dtype));
-    case Kind::kReduceScatter:
-      return fmt::format("reduce-scatter {} of {} {} per rank", enum_name(c.op), c.count, dtype_name(c.dtype));
-    case Kind::kAllgather:
-      return fmt::format("all-gather of {} bytes", c.bytes);
-    case Kind::kBroadcast:
-      return fmt::format("broadcast of {} bytes from rank {}", c.bytes, c.root);
-    case Kind::kSplit:
-      return fmt::format("split (color {}, key {})", c.color, c.key);
-    case Kind::kBarrier:
-      break;
-  }
-  return "barrier";
-}
+using comm_detail::CollectiveCall;
+using Kind = comm_detail::CollectiveKind;
+using Call = CollectiveCall;
 
 // Waiting first spins this many pause instructions (some microseconds: peers that are about to arrive cost no
 // sleep and wake-up), then blocks on the condition variable.
@@ -146,17 +101,14 @@ struct ThreadCommunicator::Group {
   }
 
   [[noreturn]] void throw_failed(const ThreadCommunicator& self, const Call& call) const {
-    TG_THROW("{}: {} failed: {}", self.name(), describe(call), failure);
+    TG_THROW("{}: {} failed: {}", self.name(), comm_detail::describe(call), failure);
   }
 
   // Run by the last rank to enter: every rank must have posted the same call; an all-reduce needs the scratch.
   void check_calls_locked() {
     for (int k = 1; k < size; ++k)
-      if (!same_call(calls[0], calls[k]))
-        return fail_locked(fmt::format("ranks disagree on the collective: rank 0 called {}, rank {} called {} (every "
-                                       "rank must post the same collectives in the same order)",
-                                       describe(calls[0]), k, describe(calls[k])),
-                           true);
+      if (!comm_detail::same_call(calls[0], calls[static_cast<size_t>(k)]))
+        return fail_locked(comm_detail::disagreement(calls, k), true);
     if (calls[0].kind == Kind::kSplit) return make_splits_locked();
     if (calls[0].kind != Kind::kAllreduce) return;
     const size_t need = static_cast<size_t>(calls[0].count) * dtype_size(calls[0].dtype);
@@ -173,24 +125,11 @@ struct ThreadCommunicator::Group {
 
   // Run by the last rank to enter a split: one new group per color >= 0, its ranks ordered by (key, rank).
   void make_splits_locked() {
-    std::vector<int> order(static_cast<size_t>(size));
-    for (int k = 0; k < size; ++k) order[static_cast<size_t>(k)] = k;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      const Call &x = calls[static_cast<size_t>(a)], &y = calls[static_cast<size_t>(b)];
-      return x.color != y.color ? x.color < y.color : x.key < y.key;
+    split_result = comm_detail::split_groups<Group>(calls, [this](int n) {
+      auto child = std::make_shared<Group>(n);
+      children.push_back(child);
+      return child;
     });
-    split_result.assign(static_cast<size_t>(size), {nullptr, 0});
-    for (size_t i = 0; i < order.size();) {
-      const int color = calls[static_cast<size_t>(order[i])].color;
-      size_t j = i;
-      while (j < order.size() && calls[static_cast<size_t>(order[j])].color == color) ++j;
-      if (color >= 0) {
-        auto child = std::make_shared<Group>(static_cast<int>(j - i));
-        children.push_back(child);
-        for (size_t k = i; k < j; ++k) split_result[static_cast<size_t>(order[k])] = {child, static_cast<int>(k - i)};
-      }
-      i = j;
-    }
     // Forget children that are gone, so that repeated splits do not grow the list without bound.
     children.erase(std::remove_if(children.begin(), children.end(), [](auto& w) { return w.expired(); }),
                    children.end());

@@ -142,7 +142,9 @@ void ReplicaSet::check_memory_fits(Replica& r) {
   const bool cpu = r.backend->device().is_cpu();
   size_t available = available_memory(*r.backend, host_local_size());
   if (!cpu) r.free_before_build = available;
-  if (cpu && available != SIZE_MAX) available /= replicas_.size();
+  // The host's memory, or one GPU's that --device cuda:<k> --num_gpus R replicas share: each replica its share.
+  const bool shared = cpu || cfg_.device != "cuda";
+  if (shared && available != SIZE_MAX) available /= replicas_.size();
   if (r.memory.total() <= available) return;
   const int64_t all_workers = static_cast<int64_t>(cfg_.workers_per_process()) * num_processes_;
   auto largest = [&](const TrainConfig& c) {
@@ -158,6 +160,8 @@ void ReplicaSet::check_memory_fits(Replica& r) {
   std::string where = cpu ? "this host's available memory" : "the device's free memory";
   if (cpu && (host_local_size() > 1 || replicas_.size() > 1))
     where += fmt::format(" shared by {} process(es) of {} replica(s)", host_local_size(), replicas_.size());
+  else if (shared && replicas_.size() > 1)
+    where += fmt::format(" shared by {} replicas", replicas_.size());
   TG_THROW("{} needs {} per {} ({}), {} is available ({}): {}",
            cfg_.total_batch() == cfg_.batch_size
                ? fmt::format("--batch_size {}", cfg_.batch_size)

@@ -166,9 +166,6 @@ void TrainConfig::validate(int num_processes) const {
     Timeline::parse_steps(timeline_steps);
   }
   TG_CHECK(device != "cpu" || num_gpus == 1, "--num_gpus {} needs --device cuda", num_gpus);
-  TG_CHECK(num_gpus == 1 || device == "cuda",
-           "--device {} names one GPU; with --num_gpus {} use --device cuda (GPUs 0..{})", device, num_gpus,
-           num_gpus - 1);
   if (fp32_warmup_steps > 0 && !exchange_compresses(grad_bits, parse_enum<ExchangeMode>(exchange)))
     TG_THROW(
         "--fp32_warmup_steps {} is an uncompressed start before a compressed exchange, but --grad_bits {} "

@@ -44,7 +44,9 @@ std::vector<Flag<TrainConfig>> make_table() {
   };
   append(embed_flags<C>(backend_flags(), {"device"}));
   append({
-      {"num_gpus", &C::num_gpus, "GPUs of this process (`--device cuda`); workers are placed round-robin",
+      {"num_gpus", &C::num_gpus,
+       "GPUs of this process (`--device cuda`), or with `--device cuda:<k>` replicas sharing GPU k (exchanged on the "
+       "device in-process, not through NCCL: one process only); workers are placed round-robin",
        at_least(1).max(kMaxWorkers), kFlagGpu},
       {"num_nodes", &C::num_nodes, "workers (virtual nodes, towers) in this process; -1: one per GPU",
        at_most(kMaxWorkers), kFlagResume},
