@@ -356,7 +356,8 @@ TEST_F(TrainerTest, OverlapIsBitIdenticalToSerialAcrossTwoMpiProcesses) {
 // Two CPU replicas, each on its own thread with its own backend and exchange, meeting through the in-process
 // communicator, give the bits of one replica running both workers: same Philox keys (the global worker index),
 // same shared scalers, and sums formed in worker order; for ternary, fp16 and fp32 gradients, with and without
-// overlap. LeNet has no batch norm, whose moving statistics are per replica.
+// overlap. LeNet has no batch norm, whose moving statistics are per replica. The same through the loopback groups
+// (TG_CPU_REPLICA_GROUPS=loopback: the code replicas sharing a GPU run, on host memory), with the same bytes counted.
 TEST_F(TrainerTest, CpuReplicasOnTheirOwnThreadsGiveTheBitsOfOneReplica) {
   for (int bits : {1, 16, 32}) {
     for (bool overlap : {false, true}) {
@@ -377,6 +378,14 @@ TEST_F(TrainerTest, CpuReplicasOnTheirOwnThreadsGiveTheBitsOfOneReplica) {
       EXPECT_EQ(r2.steps_done, 6);
       EXPECT_EQ(r1.parameter_digest, r2.parameter_digest);
       EXPECT_EQ(r1.bytes_moved, r2.bytes_moved);
+      TrainConfig loop = two;
+      loop.train_dir += "_loopback";
+      ASSERT_EQ(setenv("TG_CPU_REPLICA_GROUPS", "loopback", 1), 0);
+      const TrainResult r3 = Trainer(loop).run();
+      unsetenv("TG_CPU_REPLICA_GROUPS");
+      EXPECT_EQ(r3.steps_done, 6);
+      EXPECT_EQ(r3.parameter_digest, r1.parameter_digest);
+      EXPECT_EQ(r3.bytes_moved, r1.bytes_moved);
     }
   }
 }

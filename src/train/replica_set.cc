@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "terngrad/backend/calling_thread.h"
+#include "terngrad/comm/loopback_device.h"
 #include "terngrad/comm/mpi_communicator.h"
 #include "terngrad/core/cpu_cores.h"
 #include "terngrad/core/host_processes.h"
@@ -178,7 +180,19 @@ void ReplicaSet::connect_replicas() {
   const int n_replicas = static_cast<int>(replicas_.size());
   for (int d = 0; d < n_replicas; ++d) replicas_[d].rank = topology_->rank_of(rank_, d);
   if (replicas_[0].backend->device().is_cpu()) {
-    groups_ = connect_cpu_replicas(*topology_, process_comm_);
+    // TG_CPU_REPLICA_GROUPS=loopback: one process's CPU replicas meet through the loopback groups on host memory (the
+    // code replicas sharing a GPU run) instead of thread groups; the tests compare the two (docs/testing.md).
+    const char* groups = std::getenv("TG_CPU_REPLICA_GROUPS");
+    const bool loopback = groups != nullptr && std::string(groups) == "loopback";
+    TG_CHECK(groups == nullptr || loopback || std::string(groups) == "threads",
+             "TG_CPU_REPLICA_GROUPS='{}' is not one of threads, loopback", groups ? groups : "");
+    if (loopback && num_processes_ == 1) {
+      std::vector<std::unique_ptr<LoopbackDevice>> devices;
+      for (size_t r = 0; r < replicas_.size(); ++r) devices.push_back(make_host_loopback_device());
+      groups_ = connect_loopback_replicas(*topology_, std::move(devices));
+    } else {
+      groups_ = connect_cpu_replicas(*topology_, process_comm_);
+    }
   } else {
 #if TG_HAVE_CUDA
     std::vector<int> devices;
