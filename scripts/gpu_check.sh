@@ -61,7 +61,8 @@
 #                                    both sides the true median of the same 10 timed steps after 5; a precision
 #                                    without time left makes the section SKIPPED; each run's device memory after its
 #                                    first step against its memory plan (FAIL beyond the plan + 1.5 GiB, or below
-#                                    0.8x it); target: fp16 >= 1.0x the peer's img/s, else SLOW
+#                                    0.8x it); target: fp16 >= 1.0x the peer's img/s, else SLOW; device launches
+#                                    per steady step printed (the backend's counter: our kernels, cuDNN/cuBLAS calls)
 #   pipeline           10     8 s    images/s the input pipeline sustains on JPEG TFRecords made on the spot (ResNet-
 #                                    50 preprocessing, all cores): whether the card would starve (target: above
 #                                    ResNet-50's fp16 img/s when that ran, else SLOW)
@@ -462,7 +463,9 @@ for net in resnet50 inception_v3; do
       --num_nodes 1 --device cuda --precision "$p" --conv_search=true; then
       ours=$(rate "${net}_$p" 6)
       [[ $net == resnet50 && $p == fp16 ]] && RESNET_FP16_RATE=$ours
-      line+=" $p ${ours} img/s"
+      # Device launches per steady step (the backend's own counter: our kernels and cuDNN/cuBLAS compute calls).
+      launches=$(json_values "${net}_$p" device_launches | tail -n +6 | gc_median)
+      line+=" $p ${ours} img/s, ${launches:-?} launches/step"
       if [[ -n ${peer[$p]} ]]; then
         vs=$(awk -v a="$ours" -v b="${peer[$p]}" 'BEGIN {printf "%.2f", a / b}')
         line+=" (torch ${peer[$p]}: x$vs)"

@@ -5,12 +5,13 @@
 // LRN, average pooling, batch norm), the error is bounded relative to the CPU's largest magnitude by the
 // tolerances below. cast and unscale_and_check are checked bit for bit against dtype.h's host conversions.
 // Last, issue 12's accuracy target on the GPU: LeNet trained 200 steps in fp16 (fixed loss scale) and in bf16
-// follows the fp32 loss curve within 1%.
+// follows the fp32 loss curve within 1%. And the backend's launch counter over a ResNet-50 step (0 on the CPU).
 // Without a CUDA build or device, or on a device without the dtype (fp16 needs sm_70, bf16 sm_80), the tests
 // report SKIPPED with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -441,6 +442,55 @@ TEST_F(CudaMixedPrecisionTest, LeNetLossCurvesFollowFp32) {
     EXPECT_LE(testing::identical_losses(f32, h), steps / 20) << dtype_name(t) << ": losses with fp32's bits";
     EXPECT_EQ(skipped, 0) << dtype_name(t) << ": LeNet's gradients overflowed at loss scale 1024";
   }
+}
+
+// Device launches (Backend::device_launches) of each of 3 ResNet-50 training steps (forward and backward, batch 2 at
+// 64x64, compute dtype t) on `be`.
+std::vector<int64_t> resnet50_step_launches(Backend& be, DType t) {
+  ModelConfig c;
+  c.image_size = 64;
+  c.channels = 3;
+  c.num_classes = 1001;
+  testing::BoundNet m(
+      be,
+      [&](Net& net) {
+        build_model("resnet50", c, net);
+        net.set_compute_dtype(t);
+      },
+      2);
+  Mem x(be, Shape{2, 64, 64, 3}, DType::kF32), y(be, Shape{2}, DType::kI32);
+  std::vector<float> pixels(2 * 64 * 64 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 97) / 97.f - 0.5f;
+  x.write(pixels);
+  y.write(std::vector<int32_t>{3, 7});
+  std::vector<int64_t> per_step;
+  for (int step = 0; step < 3; ++step) {
+    const int64_t before = be.device_launches();
+    m.net.forward(x.t, y.t, true, static_cast<uint32_t>(step));
+    m.net.backward();
+    be.synchronize();
+    per_step.push_back(be.device_launches() - before);
+  }
+  return per_step;
+}
+
+// The backend's own launch counter (our kernels and cuDNN/cuBLAS compute calls) counts a ResNet-50 training step on
+// the GPU, the same number each step (the work of a step does not depend on its values), and prints it: the figure the
+// GPU step's launch batching is measured by.
+TEST_F(CudaMixedPrecisionTest, LaunchCounterCountsAResNet50Step) {
+  for (DType t : {DType::kF32, DType::kF16}) {
+    const std::vector<int64_t> per_step = resnet50_step_launches(gpu(), t);
+    std::printf("ResNet-50 b2 64x64 %s forward+backward: %lld device launches per step\n", dtype_name(t),
+                static_cast<long long>(per_step.back()));
+    EXPECT_GT(per_step.back(), 53 * 3) << "at least a convolution forward, backward-data and backward-filter each";
+    EXPECT_EQ(per_step[1], per_step[2]) << dtype_name(t);
+  }
+}
+
+// The CPU backend launches nothing on a device: its counter stays 0 through the same steps.
+TEST(LaunchCounter, TheCpuBackendCountsNone) {
+  const std::vector<int64_t> per_step = resnet50_step_launches(*backends().cpu, DType::kF32);
+  EXPECT_EQ(per_step, (std::vector<int64_t>{0, 0, 0}));
 }
 
 }  // namespace

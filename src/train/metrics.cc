@@ -36,6 +36,7 @@ void MetricsWriter::step(const StepMetrics& m) {
       .add("loss_scale", m.loss_scale)
       .add("skipped_steps", m.skipped_steps)
       .add("host_syncs", m.host_syncs)
+      .add("device_launches", m.device_launches)
       .add_json("time", phases_json(m.time))
       .add_json("process_time", json_array(processes))
       .add("worker_forward_backward", m.worker_forward_backward);

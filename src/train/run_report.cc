@@ -16,13 +16,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t start_step, int64_t host_syncs)
+RunReport::RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t start_step, DeviceCounters counters)
     : cfg_(cfg),
       chief_(chief),
       start_step_(start_step),
       meter_(cfg.total_batch(), cfg.log_every),
       window_worker_fb_(workers, 0.0),
-      window_host_syncs_(host_syncs) {
+      window_counters_(counters) {
   if (!chief_) return;
   std::filesystem::create_directories(cfg.train_dir);  // only now: the configuration and the data are checked
   if (!cfg.metrics_jsonl.empty()) metrics_ = std::make_unique<MetricsWriter>(cfg.metrics_jsonl);
@@ -53,8 +53,9 @@ void RunReport::window(const WindowFacts& f) {
   const PhaseTimes& mean = closed_mean_;
   const double elapsed = train_seconds();  // training time: the evaluations left out
   const double eta = elapsed / static_cast<double>(f.done - start_step_) * static_cast<double>(cfg_.max_steps - f.done);
-  // The window's steps' host synchronisations (the log step's own reads are not a step's).
-  const double syncs_per_step = static_cast<double>(f.host_syncs - window_host_syncs_) / w.steps;
+  // The window's steps' host synchronisations and device launches (the log step's own reads are not a step's).
+  const double syncs_per_step = static_cast<double>(f.counters.host_syncs - window_counters_.host_syncs) / w.steps;
+  const double launches_per_step = static_cast<double>(f.counters.launches - window_counters_.launches) / w.steps;
   if (chief_) {
     const float loss = f.cross_entropy + f.regularization;
     const ExchangeStats& xs = f.stats;
@@ -88,6 +89,7 @@ void RunReport::window(const WindowFacts& f) {
       sm.loss_scale = f.loss_scale;
       sm.skipped_steps = f.skipped_steps;
       sm.host_syncs = syncs_per_step;
+      sm.device_launches = launches_per_step;
       if (f.per_process.size() > 1) sm.process_time = f.per_process;
       for (double fb : window_worker_fb_) sm.worker_forward_backward.push_back(fb / w.steps);
       metrics_->step(sm);
@@ -95,10 +97,10 @@ void RunReport::window(const WindowFacts& f) {
   }
 }
 
-void RunReport::start_window(int64_t host_syncs) {
+void RunReport::start_window(DeviceCounters counters) {
   window_times_.clear();
   std::fill(window_worker_fb_.begin(), window_worker_fb_.end(), 0.0);
-  window_host_syncs_ = host_syncs;
+  window_counters_ = counters;
 }
 
 // TensorBoard scalars of a logged step: losses, learning rate, speed, bytes on the wire, and the exchange

@@ -89,7 +89,7 @@ TrainResult Trainer::run(const std::atomic<bool>* stop) {
   if (m.set->num_processes() == 1) m.source->set_stop_flag(stop);
   m.warn_if_machine_is_busy();
   RunReport report(cfg, m.is_chief(), m.set->workers().size(), m.checkpoints->start_step(),
-                   m.set->first().backend->host_syncs());
+                   m.set->first().backend->counters());
   m.open_run(report);
   if (m.set->watchdog()) m.set->watchdog()->arm();
   m.checkpoints->restart_save_clock();  // --save_secs, --eval_secs: from the first step
@@ -243,8 +243,8 @@ bool Trainer::Impl::timed_step(int64_t t, float lr, RunReport& report) {
 void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
   WindowFacts f;
   const PhaseTimes mean = report.close_window();
-  f.host_syncs = set->first().backend->host_syncs();  // before this log step's own reads
-  f.per_process = gather_times(mean);                 // every process: same steps
+  f.counters = set->first().backend->counters();  // before this log step's own reads
+  f.per_process = gather_times(mean);             // every process: same steps
   f.done = done;
   if (is_chief()) {
     const Net& last = *set->workers().back().net;
@@ -263,7 +263,7 @@ void Trainer::Impl::log_window(int64_t done, float lr, RunReport& report) {
     f.skipped_steps = scaler->skipped_steps();
   }
   report.window(f);
-  report.start_window(set->first().backend->host_syncs());
+  report.start_window(set->first().backend->counters());
 }
 
 // After step `done`: the timeline when its window ends, the replica check and the periodic checkpoint.

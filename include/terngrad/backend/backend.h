@@ -119,6 +119,12 @@ void for_each_coded_part(const CodedAverage& g, int64_t n, Fn&& fn) {
 // The dtypes a net can compute in (activations, layer weights' half copies): F32, F16, BF16.
 constexpr bool is_compute_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBf16; }
 
+// What a backend has cost the host so far (Backend::counters): host synchronisations and device launches.
+struct DeviceCounters {
+  int64_t host_syncs = 0;
+  int64_t launches = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -199,6 +205,10 @@ class Backend {
   void wait_transfer(uint64_t ticket);
   // Host synchronisations made so far (see the top of this file); any thread may read it.
   int64_t host_syncs() const { return host_syncs_.load(std::memory_order_relaxed); }
+  // Device launches so far (CUDA: every kernel of ours and cuDNN/cuBLAS compute call of this process, every GPU;
+  // cuda_check.h); 0 on the CPU. With host_syncs, what a step costs the host in launches and waits.
+  virtual int64_t device_launches() const { return 0; }
+  DeviceCounters counters() const { return {host_syncs(), device_launches()}; }
   void zero(const Tensor& dst);               // any dtype
   void fill(const Tensor& dst, float value);  // f32
 

@@ -14,6 +14,8 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -46,10 +48,20 @@ inline bool cuda_sync_after_launch() {
                               ::tg::detail::cuda_current_device_text()))
 
 namespace tg::detail {
+// Device launches made by this process so far, on every GPU: each of our kernel launches counts in check_launch, each
+// cuDNN/cuBLAS compute call (a convolution, a GEMM: one or more kernels of the library's) where it is made
+// (count_library_launch). Backend::device_launches reads it; the trainer logs it per step ("device_launches").
+inline std::atomic<int64_t>& cuda_launch_counter() {
+  static std::atomic<int64_t> launches{0};
+  return launches;
+}
+inline void count_library_launch() { cuda_launch_counter().fetch_add(1, std::memory_order_relaxed); }
+
 // A kernel launch reports bad configurations through cudaGetLastError: checks it, naming `launcher` (the
 // function that launched); with TG_CUDA_SYNC=1 also waits for the kernel(s) and names the launcher if one
 // faulted. Called right after each launch (TG_CUDA_CHECK_LAUNCH, cuda_kernels::linear_kernel).
 inline void check_launch(const char* launcher, const char* file, int line) {
+  cuda_launch_counter().fetch_add(1, std::memory_order_relaxed);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess)
     throw_call_failed("CUDA", "cudaGetLastError()",

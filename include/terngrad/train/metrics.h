@@ -23,10 +23,11 @@ struct StepMetrics {
   uint64_t wire_bytes = 0;                              // moved into process 0 by its collectives in the last step
   uint64_t intra_node_bytes = 0, inter_node_bytes = 0;  // ... of which inside its node / between nodes
   double loss_scale = 1;                                // fp16's dynamic loss scale (1 without fp16)
-  int64_t skipped_steps = 0;  // fp16 steps skipped for Inf/NaN gradients since the run started
-  double host_syncs = 0;      // host synchronisations per step of process 0's first device (Backend::host_syncs), mean
-                              // over the window's steps (the log step's own reads of losses and statistics excluded)
-  PhaseTimes time;            // process 0, seconds per step, mean over the window
+  int64_t skipped_steps = 0;   // fp16 steps skipped for Inf/NaN gradients since the run started
+  double host_syncs = 0;       // host synchronisations per step of process 0's first device (Backend::host_syncs), mean
+  double device_launches = 0;  // device launches per step of process 0 (Backend::device_launches; 0 on the CPU), mean
+                               // over the window's steps (the log step's own reads of losses and statistics excluded)
+  PhaseTimes time;             // process 0, seconds per step, mean over the window
   std::vector<PhaseTimes> process_time;         // every process (when several), mean over the window
   std::vector<double> worker_forward_backward;  // process 0's workers, seconds per step
 };

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "terngrad/backend/backend.h"
 #include "terngrad/core/phase_times.h"
 #include "terngrad/exchange/gradient_scheme.h"
 #include "terngrad/exchange/quantization_probe.h"
@@ -36,15 +37,15 @@ struct WindowFacts {
   bool loss_scaling = false;  // --precision fp16's dynamic loss scale, and the steps it skipped
   float loss_scale = 1;
   int64_t skipped_steps = 0;
-  int64_t host_syncs = 0;               // replica 0's Backend::host_syncs() before the log step's own reads
+  DeviceCounters counters;              // replica 0's Backend::counters() before the log step's own reads
   std::vector<PhaseTimes> per_process;  // every process's window_mean(), when several
 };
 
 class RunReport {
  public:
-  // The chief creates train_dir and opens the metrics file and the event writer; host_syncs: replica 0's
-  // Backend::host_syncs() as the first window begins.
-  RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t start_step, int64_t host_syncs);
+  // The chief creates train_dir and opens the metrics file and the event writer; counters: replica 0's
+  // Backend::counters() as the first window begins.
+  RunReport(const TrainConfig& cfg, bool chief, size_t workers, int64_t start_step, DeviceCounters counters);
   // The run's clock starts (again) now: after the configuration lines.
   void restart_clock() { start_ = Clock::now(); }
 
@@ -55,8 +56,8 @@ class RunReport {
   PhaseTimes close_window();
   // The closed window's log line, TensorBoard scalars and metrics line (the chief).
   void window(const WindowFacts& f);
-  // The next window starts: replica 0's Backend::host_syncs() now (after the log step's own reads).
-  void start_window(int64_t host_syncs);
+  // The next window starts: replica 0's Backend::counters() now (after the log step's own reads).
+  void start_window(DeviceCounters counters);
   // A --quantization_error_every probe's log line, TensorBoard scalars and metrics line (the chief).
   void quantization(const QuantizationReport& q);
   // An evaluation during training (--eval_every) that took `seconds`: its log line, TensorBoard scalars ("Accuracy @
@@ -83,7 +84,7 @@ class RunReport {
   PhaseTimes window_times_, run_times_;  // sums over the log window; over the run after the warm-up
   int64_t run_time_steps_ = 0;
   std::vector<double> window_worker_fb_;  // per worker, forward + backward seconds summed over the window
-  int64_t window_host_syncs_ = 0;         // replica 0's host syncs when the window's steps began
+  DeviceCounters window_counters_;        // replica 0's counters when the window's steps began
   ThroughputMeter::Window closed_;        // the window close_window() closed
   PhaseTimes closed_mean_;
 };

@@ -46,6 +46,7 @@
 #include "src/backend/op_key.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/backend_impls.h"
+#include "terngrad/backend/cuda_check.h"
 
 namespace tg {
 
@@ -118,6 +119,7 @@ class CudaBackend final : public Backend {
   void bind_thread() override;
   void* native_stream() override { return lane_->stream; }
   bool has_side_stream() const override { return true; }
+  int64_t device_launches() const override { return detail::cuda_launch_counter().load(std::memory_order_relaxed); }
   void enter_side_stream() override;
   void leave_side_stream() override;
   void leave_side_stream_after_error() noexcept override;

@@ -364,6 +364,7 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
   }
   const float one = 1.f, beta0 = 0.f;
   e.fwd_algo.run(e.fwd_conv, "forward", d, options().conv_search, stream(), [&](const auto& c) {
+    detail::count_library_launch();
     return cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, c.algo, at(ws, e.off_scratch),
                                    c.workspace, &beta0, e.y, y.raw());
   });
@@ -407,6 +408,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
     }
     void* dwk = at(ws, e.off_dw);
     e.filter_algo.run(e.filter_conv, "backward-filter", d, options().conv_search, stream(), [&](const auto& c) {
+      detail::count_library_launch();
       return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.raw(), e.filter_conv, c.algo,
                                             at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
     });
@@ -420,6 +422,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
     cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
     void* dxin = e.explicit_pad ? xp : dx.raw();
     e.data_algo.run(e.data_conv, "backward-data", d, options().conv_search, stream(), [&](const auto& c) {
+      detail::count_library_launch();
       return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.raw(), e.data_conv, c.algo,
                                           at(ws, e.off_scratch), c.workspace, &beta0, e.x, dxin);
     });

@@ -40,6 +40,7 @@ void gemm(cublasHandle_t h, DType t, cublasOperation_t ta, cublasOperation_t tb,
           int lda, const void* b, int ldb, void* c, int ldc) {
   const float one = 1.f, zero = 0.f;
   const cudaDataType_t ct = cuda_type(t);
+  detail::count_library_launch();
   TG_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &one, a, ct, lda, b, ct, ldb, &zero, c, ct, ldc, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
 }

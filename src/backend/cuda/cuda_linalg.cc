@@ -21,6 +21,7 @@ void CudaBackend::matmul_impl(const Tensor& a, bool transpose_a, const Tensor& b
   CudaDeviceGuard guard(index_);
   const float one = 1.f;
   // beta 0: cuBLAS does not read c then (NaN in c does not propagate).
+  detail::count_library_launch();
   TG_CUBLAS_CHECK(cublasSgemm(
       cublas(), transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
       static_cast<int>(m), static_cast<int>(k), &one, b.data<float>(), static_cast<int>(b.shape()[1]), a.data<float>(),
