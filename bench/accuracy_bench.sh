@@ -56,22 +56,15 @@ or taken from the ok rows of the results file; a TernGrad run is assumed to take
 EOF
 }
 
-die() {
-  echo "accuracy_bench.sh: $*" >&2
-  exit 1
-}
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/.." && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # TG_ROOT, tg_die, results_*, bench_options
 # shellcheck source=lib/scratch.sh
 source "$HERE/lib/scratch.sh"
 # shellcheck source=lib/variants.sh
 source "$HERE/lib/variants.sh"
 # shellcheck source=lib/datasets.sh
 source "$HERE/lib/datasets.sh"
-ARGS=("$@")
 
 # ---- arguments -------------------------------------------------------------------------------------------
 BUILD_DIR=build
@@ -92,100 +85,54 @@ ESTIMATE=1
 DRY_RUN=0
 FORCE=0
 KEEP=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    -b | -n | -d | -M | -w | -p | -v | -s | -S | -t | -x | -q | -o | -W)
-      [ $# -ge 2 ] || die "$1 needs a value (--help)"
-      case "$1" in
-        -b) BUILD_DIR=$2 ;;
-        -n) NETS=$2 ;;
-        -d) DATASETS=$2 ;;
-        -M) MNIST_DIR=$2 ;;
-        -w) WORKERS=$2 ;;
-        -p) PROCS=$2 ;;
-        -v) VARIANTS=$2 ;;
-        -s) SEEDS=$2 ;;
-        -S) STEPS=$2 ;;
-        -t) THREADS=$2 ;;
-        -x) EXTRA=$2 ;;
-        -q) PROBE_EVERY=$2 ;;
-        -o) OUT=$2 ;;
-        -W) WORK=$2 ;;
-      esac
-      shift 2
-      ;;
-    -E) ESTIMATE=0 && shift ;;
-    -N) DRY_RUN=1 && shift ;;
-    -f) FORCE=1 && shift ;;
-    -k) KEEP=1 && shift ;;
-    *) die "unknown argument $1 (--help)" ;;
-  esac
-done
+bench_options -b=BUILD_DIR -n=NETS -d=DATASETS -M=MNIST_DIR -w=WORKERS -p=PROCS -v=VARIANTS -s=SEEDS -S=STEPS \
+  -t=THREADS -x=EXTRA -q=PROBE_EVERY -o=OUT -W=WORK -E:ESTIMATE=0 -N:DRY_RUN=1 -f:FORCE=1 -k:KEEP=1 -- "$@"
 
 # Refusals first, before anything is created or trained.
-for tool in mpirun python3 timeout; do
-  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
-done
-TRAIN=$BUILD_DIR/terngrad-train
-EVAL=$BUILD_DIR/terngrad-eval
-DATA=$BUILD_DIR/terngrad-data
-for b in "$TRAIN" "$EVAL" "$DATA"; do
-  [ -x "$b" ] || die "no $b (build it: cmake --build $BUILD_DIR; or pass -b)"
-done
-TRAIN=$(realpath "$TRAIN")
-EVAL=$(realpath "$EVAL")
-DATA=$(realpath "$DATA")
+bench_need_tools mpirun python3 timeout
+bench_programs "$BUILD_DIR" "build it: cmake --build $BUILD_DIR; or pass -b" terngrad-train=TRAIN terngrad-eval=EVAL \
+  terngrad-data=DATA
 IFS=, read -r -a NET_LIST <<<"$NETS"
 IFS=, read -r -a DATASET_LIST <<<"$DATASETS"
 IFS=, read -r -a WORKER_LIST <<<"$WORKERS"
 IFS=, read -r -a VARIANT_LIST <<<"$VARIANTS"
 IFS=, read -r -a SEED_LIST <<<"$SEEDS"
 read -r -a EXTRA_FLAGS <<<"$EXTRA"
-[[ "$PROCS" =~ ^[1-9][0-9]*$ ]] || die "-p takes a positive integer"
+[[ "$PROCS" =~ ^[1-9][0-9]*$ ]] || tg_die "-p takes a positive integer"
 CORES=$(nproc)
 [ -n "$THREADS" ] || THREADS=$((CORES / PROCS > 0 ? CORES / PROCS : 1))
-[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "-t takes a positive integer"
-[ -z "$STEPS" ] || [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "-S takes a positive integer"
-[[ "$PROBE_EVERY" =~ ^[0-9]+$ ]] || die "-q takes a number of steps (0: off)"
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || tg_die "-t takes a positive integer"
+[ -z "$STEPS" ] || [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || tg_die "-S takes a positive integer"
+[[ "$PROBE_EVERY" =~ ^[0-9]+$ ]] || tg_die "-q takes a number of steps (0: off)"
 for n in "${NET_LIST[@]}"; do
-  case "$n" in lenet | cifarnet) ;; *) die "unknown net '$n' (lenet, cifarnet)" ;; esac
+  case "$n" in lenet | cifarnet) ;; *) tg_die "unknown net '$n' (lenet, cifarnet)" ;; esac
 done
 for d in "${DATASET_LIST[@]}"; do
   case "$d" in
     fashion_mnist) ;;
-    mnist) [ -n "$MNIST_DIR" ] || die "-d mnist needs -M IDX_DIR: no Debian package ships MNIST (only dataset-fashion-mnist)" ;;
-    *) die "unknown dataset '$d' (fashion_mnist, mnist)" ;;
+    mnist) [ -n "$MNIST_DIR" ] || tg_die "-d mnist needs -M IDX_DIR: no Debian package ships MNIST (only dataset-fashion-mnist)" ;;
+    *) tg_die "unknown dataset '$d' (fashion_mnist, mnist)" ;;
   esac
 done
 for w in "${WORKER_LIST[@]}"; do
-  { [[ "$w" =~ ^[1-9][0-9]*$ ]] && [ $((w % PROCS)) = 0 ]; } || die "-w $w: each worker count must be a multiple of $PROCS processes"
+  { [[ "$w" =~ ^[1-9][0-9]*$ ]] && [ $((w % PROCS)) = 0 ]; } || tg_die "-w $w: each worker count must be a multiple of $PROCS processes"
 done
-for s in "${SEED_LIST[@]}"; do [[ "$s" =~ ^[0-9]+$ ]] || die "-s $s: seeds are integers"; done
-for v in "${VARIANT_LIST[@]}"; do variant_flags "$v" >/dev/null || die "bad variant '$v'"; done
+for s in "${SEED_LIST[@]}"; do [[ "$s" =~ ^[0-9]+$ ]] || tg_die "-s $s: seeds are integers"; done
+for v in "${VARIANT_LIST[@]}"; do variant_flags "$v" >/dev/null || tg_die "bad variant '$v'"; done
 MISSING_FLAGS=$(variant_missing "$TRAIN" "${VARIANT_LIST[@]}")
-[ -z "$MISSING_FLAGS" ] || die "this build's terngrad-train has no $MISSING_FLAGS (needed by -v $VARIANTS): rebuild, or leave those variants out"
+[ -z "$MISSING_FLAGS" ] || tg_die "this build's terngrad-train has no $MISSING_FLAGS (needed by -v $VARIANTS): rebuild, or leave those variants out"
 # The recipe of each (dataset, net, kind), and its steps and total batch.
 recipe_of() { # dataset net variant
   local kind
   kind=$(variant_kind "$3")
   [ "$kind" = fp16 ] && kind=fp32
-  echo "$ROOT/configs/$1_$2_$kind.ini"
-}
-ini_value() { # file key: the last `key = value` of an INI file
-  awk -v key="$2" '/^[ \t]*[#;]/ { next } index($0, "=") {
-      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
-      gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v); if (k == key) value = v }
-    END { print value }' "$1"
+  echo "$TG_ROOT/configs/$1_$2_$kind.ini"
 }
 for d in "${DATASET_LIST[@]}"; do
   for n in "${NET_LIST[@]}"; do
     for v in "${VARIANT_LIST[@]}"; do
       r=$(recipe_of "$d" "$n" "$v")
-      [ -f "$r" ] || die "no recipe $r for $n on $d ($v)"
+      [ -f "$r" ] || tg_die "no recipe $r for $n on $d ($v)"
     done
   done
 done
@@ -196,7 +143,7 @@ for d in "${DATASET_LIST[@]}"; do
   for n in "${NET_LIST[@]}"; do
     b=$(ini_value "$(recipe_of "$d" "$n" fp32)" batch_size)
     for w in "${WORKER_LIST[@]}"; do
-      [ $((b % w)) = 0 ] || die "$n on $d: the recipe's total batch $b does not split evenly over $w workers"
+      [ $((b % w)) = 0 ] || tg_die "$n on $d: the recipe's total batch $b does not split evenly over $w workers"
     done
   done
 done
@@ -210,14 +157,14 @@ bench_scratch accuracy_bench
 HEADER=$TMP/header
 ROWS=$TMP/rows # the table's rows without its header line
 : >"$ROWS"
-HEAD_COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+HEAD_COMMIT=$(git -C "$TG_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 if [ -f "$OUT" ]; then
-  grep -q '^# kind: accuracy$' "$OUT" || die "$OUT exists and is not an accuracy results file"
+  grep -q '^# kind: accuracy$' "$OUT" || tg_die "$OUT exists and is not an accuracy results file"
   old_commit=$(sed -n 's/^# commit: //p' "$OUT")
   if [ "$old_commit" != "$HEAD_COMMIT" ] && [ "$FORCE" = 0 ]; then
-    die "$OUT was measured at commit $old_commit, this checkout is $HEAD_COMMIT: move it away, or -f to add to it"
+    tg_die "$OUT was measured at commit $old_commit, this checkout is $HEAD_COMMIT: move it away, or -f to add to it"
   fi
-  results_resume accuracy "$OUT" "$COLUMNS_LINE" "$HEADER" "$ROWS" || die "cannot resume $OUT"
+  results_resume accuracy "$OUT" "$COLUMNS_LINE" "$HEADER" "$ROWS" || tg_die "cannot resume $OUT"
   [ "$DRY_RUN" = 1 ] || results_resumed_line "$0" "${ARGS[@]}" >>"$HEADER"
   echo "accuracy_bench.sh: resuming $OUT: $(awk -F'\t' '$24 == "ok"' "$ROWS" | wc -l) ok rows" >&2
 else
@@ -252,7 +199,7 @@ for seed in "${SEED_LIST[@]}"; do
   done
 done
 total=$((${#SEED_LIST[@]} * ${#DATASET_LIST[@]} * ${#NET_LIST[@]} * ${#WORKER_LIST[@]} * ${#VARIANT_LIST[@]}))
-echo "# accuracy_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')," \
+echo "# accuracy_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$TG_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')," \
   "$CORES cores, ISA $(results_isa | cut -d' ' -f1), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "# $total runs selected, ${#PLAN[@]} to run ($((total - ${#PLAN[@]})) already in $OUT); $PROCS processes x W/$PROCS workers, $THREADS threads each" >&2
 
@@ -262,14 +209,11 @@ if [ "$DRY_RUN" = 0 ] || [ "$ESTIMATE" = 1 ]; then
   for d in "${DATASET_LIST[@]}"; do
     idx=""
     [ "$d" = mnist ] && idx=$MNIST_DIR
-    dataset_prepare "$d" "$(data_dir "$d")" 4 "$DATA" "$idx" || die "could not prepare $d"
+    dataset_prepare "$d" "$(data_dir "$d")" 4 "$DATA" "$idx" || tg_die "could not prepare $d"
   done
 fi
 
 # ---- one run ---------------------------------------------------------------------------------------------
-# The reason a run failed, for its row: the log's first error line, else its last line (no tabs).
-why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
-
 train_command() { # net dataset workers variant seed steps dir log_every save_iter -> the command, one word a line
   local n=$1 d=$2 w=$3 v=$4 seed=$5 steps=$6 dir=$7 log_every=$8 save_iter=$9 flags
   read -r -a flags <<<"$(variant_flags "$v")"

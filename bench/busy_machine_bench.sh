@@ -12,25 +12,13 @@
 # Defaults: -b build, -r 3, -d /tmp/tg_quick/data (scripts/prepare_fashion_mnist.sh DATA_DIR makes it).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_getopts
 B=build REPS=3 DATA=/tmp/tg_quick/data OUT=bench/results/busy_machine.tsv
-while getopts "b:r:d:o:h" opt; do
-  case $opt in
-    b) B=$OPTARG ;;
-    r) REPS=$OPTARG ;;
-    d) DATA=$OPTARG ;;
-    o) OUT=$OPTARG ;;
-    *)
-      sed -n '10,12p' "$0"
-      exit 2
-      ;;
-  esac
-done
+bench_getopts "b:r:d:o:h" 10,12 b=B r=REPS d=DATA o=OUT -- "$@"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "busy_machine_bench.sh: -r takes a positive integer" >&2; exit 2; }
-[ -x "$B/terngrad-train" ] || { echo "busy_machine_bench.sh: no $B/terngrad-train (build it, or pass -b)" >&2; exit 1; }
-[ -f "$DATA/test-00000-of-00001" ] || { echo "busy_machine_bench.sh: no shards in $DATA (scripts/prepare_fashion_mnist.sh $DATA)" >&2; exit 1; }
+bench_programs "$B" "build it, or pass -b" terngrad-train
+[ -f "$DATA/test-00000-of-00001" ] || tg_die "no shards in $DATA (scripts/prepare_fashion_mnist.sh $DATA)"
 work=$(mktemp -d)
 busy=""
 trap 'rm -rf "$work"; [ -n "$busy" ] && kill "$busy" 2> /dev/null' EXIT

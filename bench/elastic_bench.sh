@@ -13,25 +13,14 @@
 # Needs root, ip, ping and mpirun (as the test does).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_getopts
 B=build
 REPS=5
 OUT=bench/results/elastic.tsv
-while getopts "b:r:o:h" opt; do
-  case $opt in
-    b) B=$OPTARG ;;
-    r) REPS=$OPTARG ;;
-    o) OUT=$OPTARG ;;
-    *)
-      sed -n '11,11p' "$0"
-      exit 2
-      ;;
-  esac
-done
+bench_getopts "b:r:o:h" 11,11 b=B r=REPS o=OUT -- "$@"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "elastic_bench.sh: -r takes a positive integer" >&2; exit 2; }
-[ -x "$B/terngrad-train" ] || { echo "elastic_bench.sh: no $B/terngrad-train (build it, or pass -b)" >&2; exit 1; }
+bench_programs "$B" "build it, or pass -b" terngrad-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results_header elastic "$B" "$0" "${ARGS[@]}" > "$work/header"
@@ -41,7 +30,7 @@ for ((i = 1; i <= REPS; i++)); do
   if ! TG_ELASTIC_RESULTS="$work/rows" bash "$HERE/../scripts/fault_elastic.sh" "$B" > "$work/log.$i" 2>&1; then
     echo "elastic_bench.sh: repetition $i failed: $(grep -m3 FAIL "$work/log.$i")" >&2
   fi
-  grep -q "SKIPPED" "$work/log.$i" && { echo "elastic_bench.sh: $(cat "$work/log.$i")" >&2; exit 1; }
+  grep -q "SKIPPED" "$work/log.$i" && tg_die "$(cat "$work/log.$i")"
   sed "s/^/$i\t/" "$work/rows" >> "$work/table"
   echo "repetition $i: $(cut -f1,2 "$work/rows" | tr '\t\n' ' ,')" >&2
 done

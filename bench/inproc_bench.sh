@@ -11,32 +11,18 @@
 # window is then a quarter of them).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_getopts
 B=build
 T=2
 REPS=3
 NETS=lenet,alexnet
 STEPS=""
 OUT=bench/results/inproc.tsv
-while getopts "b:t:r:n:s:o:h" opt; do
-  case $opt in
-    b) B=$OPTARG ;;
-    t) T=$OPTARG ;;
-    r) REPS=$OPTARG ;;
-    n) NETS=$OPTARG ;;
-    s) STEPS=$OPTARG ;;
-    o) OUT=$OPTARG ;;
-    *)
-      sed -n '7,11p' "$0"
-      exit 2
-      ;;
-  esac
-done
+bench_getopts "b:t:r:n:s:o:h" 7,11 b=B t=T r=REPS n=NETS s=STEPS o=OUT -- "$@"
 [[ "$REPS" =~ ^[1-9][0-9]*$ && "$T" =~ ^[1-9][0-9]*$ ]] || { echo "inproc_bench.sh: -r and -t take positive integers" >&2; exit 2; }
 [[ -z "$STEPS" || "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "inproc_bench.sh: -s takes a positive integer" >&2; exit 2; }
-[ -x "$B/terngrad-train" ] || { echo "inproc_bench.sh: no $B/terngrad-train (build it, or pass -b)" >&2; exit 1; }
+bench_programs "$B" "build it, or pass -b" terngrad-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 IFS=, read -r -a net_list <<<"$NETS"

@@ -31,67 +31,35 @@ usage: bench/layer_profile.sh [options]
 EOF
 }
 
-die() {
-  echo "layer_profile.sh: $*" >&2
-  exit 1
-}
-
-BUILD_DIR=build NETS=alexnet,resnet50 BATCHES=8,40 ISAS=native,avx2 STEPS=6 WARMUP=2 REPEATS=3 CORE=1 OUT="" PEER=1
-ARGS=("$@")
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    --no-peer)
-      PEER=0
-      shift
-      ;;
-    -b | -n | -B | -i | -s | -w | -r | -c | -o)
-      [ $# -ge 2 ] || die "$1 needs a value"
-      case "$1" in
-        -b) BUILD_DIR=$2 ;;
-        -n) NETS=$2 ;;
-        -B) BATCHES=$2 ;;
-        -i) ISAS=$2 ;;
-        -s) STEPS=$2 ;;
-        -w) WARMUP=$2 ;;
-        -r) REPEATS=$2 ;;
-        -c) CORE=$2 ;;
-        -o) OUT=$2 ;;
-      esac
-      shift 2
-      ;;
-    *) die "unknown argument $1 (--help)" ;;
-  esac
-done
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_options
 # shellcheck source=lib/scratch.sh
 source "$HERE/lib/scratch.sh"
 # shellcheck source=lib/peer_python.sh
 source "$HERE/lib/peer_python.sh"
 
+BUILD_DIR=build NETS=alexnet,resnet50 BATCHES=8,40 ISAS=native,avx2 STEPS=6 WARMUP=2 REPEATS=3 CORE=1 OUT="" PEER=1
+BENCH_VALUE_HINT="" bench_options -b=BUILD_DIR -n=NETS -B=BATCHES -i=ISAS -s=STEPS -w=WARMUP -r=REPEATS -c=CORE \
+  -o=OUT --no-peer:PEER=0 -- "$@"
+
 IFS=, read -r -a NET_LIST <<<"$NETS"
 IFS=, read -r -a BATCH_LIST <<<"$BATCHES"
 IFS=, read -r -a ISA_LIST <<<"$ISAS"
 for n in "${NET_LIST[@]}"; do
-  case "$n" in lenet | alexnet | resnet50) ;; *) die "-n: unknown net '$n' (lenet, alexnet, resnet50)" ;; esac
+  case "$n" in lenet | alexnet | resnet50) ;; *) tg_die "-n: unknown net '$n' (lenet, alexnet, resnet50)" ;; esac
 done
-for b in "${BATCH_LIST[@]}"; do [[ "$b" =~ ^[1-9][0-9]*$ ]] || die "-B: '$b' is not a positive batch"; done
+for b in "${BATCH_LIST[@]}"; do [[ "$b" =~ ^[1-9][0-9]*$ ]] || tg_die "-B: '$b' is not a positive batch"; done
 for i in "${ISA_LIST[@]}"; do
-  case "$i" in native | avx2) ;; *) die "-i: unknown ISA '$i' (native, avx2)" ;; esac
+  case "$i" in native | avx2) ;; *) tg_die "-i: unknown ISA '$i' (native, avx2)" ;; esac
 done
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ && "$REPEATS" =~ ^[1-9][0-9]*$ && "$CORE" =~ ^[0-9]+$ ]] ||
-  die "-s, -w, -r and -c take non-negative integers (-w, -r at least 1)"
-[ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP"
-[ "$CORE" -lt "$(nproc --all)" ] || die "-c $CORE: this machine has cores 0..$(($(nproc --all) - 1))"
-command -v taskset >/dev/null || die "needs taskset (util-linux)"
+  tg_die "-s, -w, -r and -c take non-negative integers (-w, -r at least 1)"
+[ "$STEPS" -ge $((WARMUP + 2)) ] || tg_die "-s $STEPS: need at least 2 timed steps after -w $WARMUP"
+[ "$CORE" -lt "$(nproc --all)" ] || tg_die "-c $CORE: this machine has cores 0..$(($(nproc --all) - 1))"
+command -v taskset >/dev/null || tg_die "needs taskset (util-linux)"
 TRAIN=$BUILD_DIR/terngrad-train
-[ -x "$TRAIN" ] || die "no $TRAIN (build it, or pass -b)"
+[ -x "$TRAIN" ] || tg_die "no $TRAIN (build it, or pass -b)"
 [ -n "$OUT" ] || OUT=$HERE/results/layer-profile.tsv
 PYTHON=$(peer_python)
 PEER_MISSING=""

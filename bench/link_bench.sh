@@ -50,19 +50,15 @@ taskset, mpirun and python3 (PyTorch + torchvision for the peer: bench/setup_pee
 EOF
 }
 
-die() {
-  echo "link_bench.sh: $*" >&2
-  exit 1
-}
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_options
 # shellcheck source=lib/netns_link.sh
 source "$HERE/lib/netns_link.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
 # shellcheck source=lib/scratch.sh
 source "$HERE/lib/scratch.sh"
-ARGS=("$@")
+# shellcheck source=lib/rank_pinning.sh
+source "$HERE/lib/rank_pinning.sh"
 
 # ---- arguments -------------------------------------------------------------------------------------------
 BUILD_DIR=build
@@ -81,71 +77,23 @@ COMM_BENCH=0
 REPEATS=3
 ISA=native
 RATES=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    -b | -n | -m | -P | -B | -s | -w | -r | -d | -x | -o | -I)
-      [ $# -ge 2 ] || die "$1 needs a value (--help)"
-      case "$1" in
-        -I) ISA=$2 ;;
-        -b) BUILD_DIR=$2 ;;
-        -n) NETS=$2 ;;
-        -m) METHODS=$2 ;;
-        -P) PEER_METHODS=$2 ;;
-        -B) BATCHES=$2 ;;
-        -s) STEPS=$2 ;;
-        -w) WARMUP=$2 ;;
-        -r) REPEATS=$2 ;;
-        -d) DELAY_MS=$2 ;;
-        -x) EXTRA=$2 ;;
-        -o) OUT=$2 ;;
-      esac
-      shift 2
-      ;;
-    --no-peer)
-      PEER=0
-      shift
-      ;;
-    --no-pin)
-      PIN=0
-      shift
-      ;;
-    --comm-bench)
-      COMM_BENCH=1
-      shift
-      ;;
-    -*) die "unknown option $1 (--help)" ;;
-    *)
-      RATES+=("$1")
-      shift
-      ;;
-  esac
-done
+bench_options -b=BUILD_DIR -n=NETS -m=METHODS -P=PEER_METHODS -B=BATCHES -s=STEPS -w=WARMUP -r=REPEATS -d=DELAY_MS \
+  -x=EXTRA -o=OUT -I=ISA --no-peer:PEER=0 --no-pin:PIN=0 --comm-bench:COMM_BENCH=1 @RATES -- "$@"
 
 # Refusals first, before anything is created.
-[ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
-for tool in ip tc mpirun python3 taskset; do
-  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
-done
-[ ${#RATES[@]} -gt 0 ] || die "no RATE given (e.g. 1gbit or none; --help)"
-for r in "${RATES[@]}"; do
-  netlink_rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit (>= 8kbit), or none"
-done
-[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ ]] || die "-s and -w take integers"
-[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
-[ "$WARMUP" -ge 1 ] || die "-w must be >= 1 (the first step is always a warm-up)"
-[ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
-[[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d takes milliseconds (a number)"
-results_restrict_isa "$ISA" || die "-I: unknown ISA '$ISA' (native, avx2)"
+bench_link_refusals "ip tc mpirun python3 taskset" "1gbit or none" "100mbit, 1gbit, 10gbit (>= 8kbit)" "${RATES[@]}"
+[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ ]] || tg_die "-s and -w take integers"
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || tg_die "-r takes a positive integer"
+[ "$WARMUP" -ge 1 ] || tg_die "-w must be >= 1 (the first step is always a warm-up)"
+[ "$STEPS" -ge $((WARMUP + 2)) ] || tg_die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
+[[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || tg_die "-d takes milliseconds (a number)"
+results_restrict_isa "$ISA" || tg_die "-I: unknown ISA '$ISA' (native, avx2)"
 TRAIN=$BUILD_DIR/terngrad-train
-[ -x "$TRAIN" ] || die "no $TRAIN (build it: cmake --build $BUILD_DIR --target terngrad-train; or pass -b)"
+[ -x "$TRAIN" ] || tg_die "no $TRAIN (build it: cmake --build $BUILD_DIR --target terngrad-train; or pass -b)"
 TRAIN=$(cd "$(dirname "$TRAIN")" && pwd)/terngrad-train
 COMM=$(cd "$BUILD_DIR" && pwd)/bench/comm_bench
 if [ "$COMM_BENCH" = 1 ] && [ ! -x "$COMM" ]; then
-  die "--comm-bench: no $COMM (configure with -DTG_BUILD_BENCH=ON and build comm_bench)"
+  tg_die "--comm-bench: no $COMM (configure with -DTG_BUILD_BENCH=ON and build comm_bench)"
 fi
 # shellcheck source=lib/peer_python.sh
 source "$HERE/lib/peer_python.sh"
@@ -155,13 +103,13 @@ IFS=, read -r -a METHOD_LIST <<<"$METHODS"
 IFS=, read -r -a PEER_LIST <<<"$PEER_METHODS"
 read -r -a EXTRA_FLAGS <<<"$EXTRA"
 for n in "${NET_LIST[@]}"; do
-  case "$n" in lenet | alexnet | resnet50) ;; *) die "unknown net '$n' (lenet, alexnet, resnet50)" ;; esac
+  case "$n" in lenet | alexnet | resnet50) ;; *) tg_die "unknown net '$n' (lenet, alexnet, resnet50)" ;; esac
 done
 for m in "${METHOD_LIST[@]}"; do
-  case "$m" in fp32 | fp16 | terngrad | powersgd) ;; *) die "unknown method '$m' (fp32, fp16, terngrad, powersgd)" ;; esac
+  case "$m" in fp32 | fp16 | terngrad | powersgd) ;; *) tg_die "unknown method '$m' (fp32, fp16, terngrad, powersgd)" ;; esac
 done
 for m in "${PEER_LIST[@]}"; do
-  case "$m" in fp32 | fp16 | powersgd) ;; *) die "unknown peer method '$m' (fp32, fp16, powersgd)" ;; esac
+  case "$m" in fp32 | fp16 | powersgd) ;; *) tg_die "unknown peer method '$m' (fp32, fp16, powersgd)" ;; esac
 done
 # A missing peer is not a refusal: its rows say so.
 PEER_MISSING=""
@@ -179,21 +127,8 @@ OURS_COMPUTE="exchange none"
 # (--summary exits before the flags are checked: ask the help text.)
 "$TRAIN" --help-markdown 2>/dev/null | grep -E -- '^\| `--exchange` .*\bnone\b' >/dev/null || OURS_COMPUTE="stand-in: 2 independent processes"
 
-batch_of() {
-  local net=$1 kv
-  for kv in ${BATCHES//,/ }; do
-    if [ "${kv%%=*}" = "$net" ]; then
-      [[ "${kv#*=}" =~ ^[1-9][0-9]*$ ]] || die "-B $kv: the batch must be a positive integer"
-      echo "${kv#*=}"
-      return
-    fi
-  done
-  case "$net" in
-    lenet) echo 3584 ;;
-    alexnet) echo 40 ;;
-    resnet50) echo 6 ;;
-  esac
-}
+declare -A DEFAULT_BATCH=([lenet]=3584 [alexnet]=40 [resnet50]=6)
+batch_of() { bench_batch "$1" "${DEFAULT_BATCH[$1]:-}"; }
 dataset_of() {
   case "$1" in
     lenet) echo fashion_mnist ;;
@@ -204,25 +139,19 @@ dataset_of() {
 # ---- the emulated link ------------------------------------------------------------------------------------
 bench_scratch link_bench
 
-netlink_create "tglb$$" 2
+netlink_create "tglb$$" 2 "$TMP/netns_agent.sh"
 NS1=$(netlink_ns 1)
 NS2=$(netlink_ns 2)
 IP1=$(netlink_ip 1)
-IP2=$(netlink_ip 2)
 IF=$NETLINK_IF
-AGENT=$TMP/netns_agent.sh
-netlink_mpi_agent "$AGENT"
 
 # Process k (0-based: the MPI rank) on core k; with --no-pin, anywhere.
-# shellcheck source=lib/rank_pinning.sh
-source "$HERE/lib/rank_pinning.sh"
 PINNER=$TMP/pin_rank.sh
 write_rank_pinner "$PINNER"
 
 # --bind-to none: both "hosts" are this machine (Open MPI would bind both ranks to core 0); pin_rank.sh pins.
-MPIRUN=(ip netns exec "$NS1" mpirun --allow-run-as-root -np 2 --host "$IP1,$IP2" --bind-to none
-  --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self" --mca btl_tcp_if_include "$NETLINK_SUBNET"
-  --mca oob_tcp_if_include "$NETLINK_SUBNET")
+netlink_mpirun 2
+MPIRUN=("${NETLINK_MPIRUN[@]}")
 # -I avx2: the restriction reaches rank 1 on the other "host" too.
 if [ -n "${ONEDNN_MAX_CPU_ISA:-}" ]; then MPIRUN+=(-x ONEDNN_MAX_CPU_ISA); fi
 MPIRUN+=("$PINNER")
@@ -303,8 +232,6 @@ fail_log() {
   echo "link_bench.sh: $1 failed; last lines of its log:" >&2
   tail -n 15 "$2" >&2 || true
 }
-# The reason a run failed, for its row: the log's first error line, else its last line (no tabs).
-why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 
 trainer_flags() { # net batch_per_process bits -> the flags of one terngrad-train process
   local net=$1 b=$2 bits=$3
@@ -470,7 +397,7 @@ for REP in $(seq "$REPEATS"); do
     [ "$PEER" = 1 ] && run_ddp_compute "$net" "$b"
   done
   for rate in "${RATES[@]}"; do
-    netlink_shape "$rate" "$DELAY_MS" || die "could not shape the link at $rate"
+    netlink_shape "$rate" "$DELAY_MS" || tg_die "could not shape the link at $rate"
     if [ "$COMM_BENCH" = 1 ] && [ "$REP" = 1 ]; then
       echo "## comm_bench across the link: rate $rate, delay ${DELAY_MS} ms, load $(cut -d' ' -f1-3 /proc/loadavg)"
       run timeout 1800 "${MPIRUN[@]}" "$COMM" --reps 3 --sizes_mb 1,16,64,256 --late_ms 1000 2>&1 || echo "link_bench.sh: comm_bench failed" >&2

@@ -19,11 +19,8 @@
 # Also prints ours' planned bytes (`--plan_memory`) per run. Run on a quiet machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../scripts/lib/common.sh
-source "$HERE/../scripts/lib/common.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, tg_binary, bench_getopts
 nets=resnet50,inception_v3,alexnet,cifarnet,lenet
 reps=3
 threads=$(nproc)
@@ -32,20 +29,10 @@ base=""
 settings=none,liveness,bn_relu,blocks,base,torch
 batches=()
 out=bench/results/memory.tsv
-while getopts "b:B:n:p:S:r:t:s:o:" o; do
-  case $o in
-    b) export BUILD_DIR; BUILD_DIR=$(cd "$OPTARG" && pwd) ;;
-    B) base=$(cd "$OPTARG" && pwd)/terngrad-train ;;
-    n) nets=$OPTARG ;;
-    p) batches+=("$OPTARG") ;;
-    S) settings=$OPTARG ;;
-    r) reps=$OPTARG ;;
-    t) threads=$OPTARG ;;
-    s) steps_override=$OPTARG ;;
-    o) out=$OPTARG ;;
-    *) tg_die "usage: bench/memory_bench.sh [-b BUILD_DIR] [-B BASE_BUILD] [-n nets] [-p NET=B1,B2] [-S settings] [-r repeats] [-t threads] [-s steps] [-o FILE]" ;;
-  esac
-done
+build_dir() { export BUILD_DIR; BUILD_DIR=$(cd "$1" && pwd); }
+base_build() { base=$(cd "$1" && pwd)/terngrad-train; }
+bench_getopts "b:B:n:p:S:r:t:s:o:" "usage: bench/memory_bench.sh [-b BUILD_DIR] [-B BASE_BUILD] [-n nets] [-p NET=B1,B2] [-S settings] [-r repeats] [-t threads] [-s steps] [-o FILE]" \
+  "b=build_dir()" "B=base_build()" n=nets p+=batches S=settings r=reps t=threads s=steps_override o=out -- "$@"
 [ -z "$base" ] || [ -x "$base" ] || tg_die "-B: no terngrad-train in $(dirname "$base")"
 train=$(tg_binary terngrad-train)
 [ -x /usr/bin/time ] || tg_die "needs /usr/bin/time (apt-get install time)"

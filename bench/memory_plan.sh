@@ -6,25 +6,15 @@
 # Writes bench/results/memory_plan.tsv (bench/lib/results.sh) and prints the table.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../scripts/lib/common.sh
-source "$HERE/../scripts/lib/common.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, tg_binary, bench_getopts
 nets=resnet50,inception_v3
 batch=256
 budget=80GiB
 out=bench/results/memory_plan.tsv
-while getopts "b:n:B:m:o:" o; do
-  case $o in
-    b) export BUILD_DIR; BUILD_DIR=$(cd "$OPTARG" && pwd) ;;
-    n) nets=$OPTARG ;;
-    B) batch=$OPTARG ;;
-    m) budget=$OPTARG ;;
-    o) out=$OPTARG ;;
-    *) tg_die "usage: bench/memory_plan.sh [-b BUILD_DIR] [-n nets] [-B batch] [-m budget] [-o FILE]" ;;
-  esac
-done
+build_dir() { export BUILD_DIR; BUILD_DIR=$(cd "$1" && pwd); }
+bench_getopts "b:n:B:m:o:" "usage: bench/memory_plan.sh [-b BUILD_DIR] [-n nets] [-B batch] [-m budget] [-o FILE]" \
+  "b=build_dir()" n=nets B=batch m=budget o=out -- "$@"
 train=$(tg_binary terngrad-train)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

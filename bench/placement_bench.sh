@@ -19,48 +19,22 @@ usage: bench/placement_bench.sh [-b BUILD_DIR] [-n NET] [-B BATCH] [-s STEPS] [-
   -o FILE        results file (default bench/results/placement.tsv)
 EOF
 }
-die() {
-  echo "placement_bench.sh: $*" >&2
-  exit 1
-}
-BUILD_DIR=build NET=alexnet BATCH=8 STEPS=8 WARMUP=2 REPEATS=3 OUT=""
-ARGS=("$@")
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    -b | -n | -B | -s | -w | -r | -o)
-      [ $# -ge 2 ] || die "$1 needs a value"
-      case "$1" in
-        -b) BUILD_DIR=$2 ;;
-        -n) NET=$2 ;;
-        -B) BATCH=$2 ;;
-        -s) STEPS=$2 ;;
-        -w) WARMUP=$2 ;;
-        -r) REPEATS=$2 ;;
-        -o) OUT=$2 ;;
-      esac
-      shift 2
-      ;;
-    *) die "unknown argument $1 (--help)" ;;
-  esac
-done
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_options
 # shellcheck source=lib/scratch.sh
 source "$HERE/lib/scratch.sh"
-case "$NET" in lenet | alexnet) ;; *) die "unknown net '$NET' (lenet, alexnet)" ;; esac
+BUILD_DIR=build NET=alexnet BATCH=8 STEPS=8 WARMUP=2 REPEATS=3 OUT=""
+BENCH_VALUE_HINT="" bench_options -b=BUILD_DIR -n=NET -B=BATCH -s=STEPS -w=WARMUP -r=REPEATS -o=OUT -- "$@"
+case "$NET" in lenet | alexnet) ;; *) tg_die "unknown net '$NET' (lenet, alexnet)" ;; esac
 [[ "$BATCH" =~ ^[1-9][0-9]*$ && "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ && "$REPEATS" =~ ^[1-9][0-9]*$ ]] ||
-  die "-B, -s, -w and -r take positive integers"
-[ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP"
-command -v taskset >/dev/null || die "needs taskset (util-linux)"
+  tg_die "-B, -s, -w and -r take positive integers"
+[ "$STEPS" -ge $((WARMUP + 2)) ] || tg_die "-s $STEPS: need at least 2 timed steps after -w $WARMUP"
+command -v taskset >/dev/null || tg_die "needs taskset (util-linux)"
 TRAIN=$BUILD_DIR/terngrad-train
-[ -x "$TRAIN" ] || die "no $TRAIN (build it, or pass -b)"
+[ -x "$TRAIN" ] || tg_die "no $TRAIN (build it, or pass -b)"
 CORES=$(nproc --all)
-[ "$CORES" -ge 2 ] || die "needs at least 2 cores"
+[ "$CORES" -ge 2 ] || tg_die "needs at least 2 cores"
 [ -n "$OUT" ] || OUT=$HERE/results/placement.tsv
 DATASET=imagenet
 [ "$NET" = lenet ] && DATASET=fashion_mnist

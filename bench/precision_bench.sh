@@ -10,27 +10,16 @@
 # PyTorch the torch rows say so. -s overrides every net's steps (a smoke test). Run on a quiet machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../scripts/lib/common.sh
-source "$HERE/../scripts/lib/common.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-ARGS=("$@")
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, tg_binary, bench_getopts
 nets=lenet,cifarnet,resnet50
 reps=3
 threads=$(nproc)
 steps_override=""
 out=bench/results/precision.tsv
-while getopts "b:n:r:t:s:o:" o; do
-  case $o in
-    b) export BUILD_DIR; BUILD_DIR=$(cd "$OPTARG" && pwd) ;;
-    n) nets=$OPTARG ;;
-    r) reps=$OPTARG ;;
-    t) threads=$OPTARG ;;
-    s) steps_override=$OPTARG ;;
-    o) out=$OPTARG ;;
-    *) tg_die "usage: bench/precision_bench.sh [-b BUILD_DIR] [-n nets] [-r repeats] [-t threads] [-s steps] [-o FILE]" ;;
-  esac
-done
+build_dir() { export BUILD_DIR; BUILD_DIR=$(cd "$1" && pwd); }
+bench_getopts "b:n:r:t:s:o:" "usage: bench/precision_bench.sh [-b BUILD_DIR] [-n nets] [-r repeats] [-t threads] [-s steps] [-o FILE]" \
+  "b=build_dir()" n=nets r=reps t=threads s=steps_override o=out -- "$@"
 train=$(tg_binary terngrad-train)
 # shellcheck source=lib/peer_python.sh
 source "$HERE/lib/peer_python.sh"

@@ -43,10 +43,13 @@ Needs root, ip, tc, mpirun, python3 (PyTorch for the DDP rows: bench/setup_peers
 EOF
 }
 
-die() {
-  echo "scale_bench.sh: $*" >&2
-  exit 1
-}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # tg_die, results_*, bench_options
+# shellcheck source=lib/netns_link.sh
+source "$HERE/lib/netns_link.sh"
+# shellcheck source=lib/scratch.sh
+source "$HERE/lib/scratch.sh"
 
 BUILD_DIR=build
 NETS=alexnet
@@ -61,88 +64,40 @@ OUT=""
 PIN=1
 OUR_ENV=()
 RATES=()
-ARGS=("$@") # the command line as given, for the results header (the loop below consumes it)
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    -b | -n | -L | -e | -B | -s | -w | -r | -d | -o)
-      [ $# -ge 2 ] || die "$1 needs a value (--help)"
-      case "$1" in
-        -b) BUILD_DIR=$2 ;;
-        -n) NETS=$2 ;;
-        -L) LAYOUTS=$2 ;;
-        -e) EXCHANGES=$2 ;;
-        -B) BATCHES=$2 ;;
-        -s) STEPS=$2 ;;
-        -w) WARMUP=$2 ;;
-        -r) REPEATS=$2 ;;
-        -d) DELAY_MS=$2 ;;
-        -o) OUT=$2 ;;
-      esac
-      shift 2
-      ;;
-    -E)
-      [ $# -ge 2 ] || die "-E needs NAME=VALUE (--help)"
-      [[ "$2" =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || die "-E $2: expected NAME=VALUE"
-      OUR_ENV+=(-x "$2")
-      shift 2
-      ;;
-    --no-pin)
-      PIN=0
-      shift
-      ;;
-    -*) die "unknown option $1 (--help)" ;;
-    *)
-      RATES+=("$1")
-      shift
-      ;;
-  esac
-done
-
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib/netns_link.sh
-source "$HERE/lib/netns_link.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
-# shellcheck source=lib/scratch.sh
-source "$HERE/lib/scratch.sh"
+our_env() { # -E NAME=VALUE: mpirun -x NAME=VALUE for every process of ours
+  [ $# -ge 1 ] || tg_die "-E needs NAME=VALUE (--help)"
+  [[ "$1" =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || tg_die "-E $1: expected NAME=VALUE"
+  OUR_ENV+=(-x "$1")
+}
+bench_options -b=BUILD_DIR -n=NETS -L=LAYOUTS -e=EXCHANGES -B=BATCHES -s=STEPS -w=WARMUP -r=REPEATS -d=DELAY_MS \
+  -o=OUT "-E=our_env()" --no-pin:PIN=0 @RATES -- "$@"
 
 # ---- refusals, before anything is created --------------------------------------------------------------------
-[ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
-for tool in ip tc mpirun python3 taskset; do
-  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
-done
-[ ${#RATES[@]} -gt 0 ] || die "no RATE given (e.g. 1gbit; --help)"
-for r in "${RATES[@]}"; do
-  netlink_rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit, 10gbit, or none"
-done
-[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ ]] || die "-s and -w take integers (-w >= 1)"
-[ "$STEPS" -ge $((WARMUP + 2)) ] || die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
-[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
-[[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "-d takes milliseconds"
+bench_link_refusals "ip tc mpirun python3 taskset" 1gbit "100mbit, 1gbit, 10gbit" "${RATES[@]}"
+[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[1-9][0-9]*$ ]] || tg_die "-s and -w take integers (-w >= 1)"
+[ "$STEPS" -ge $((WARMUP + 2)) ] || tg_die "-s $STEPS: need at least 2 timed steps after -w $WARMUP warm-up steps"
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || tg_die "-r takes a positive integer"
+[[ "$DELAY_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || tg_die "-d takes milliseconds"
 TRAIN=$BUILD_DIR/terngrad-train
-[ -x "$TRAIN" ] || die "no $TRAIN (build it, or pass -b)"
+[ -x "$TRAIN" ] || tg_die "no $TRAIN (build it, or pass -b)"
 TRAIN=$(cd "$(dirname "$TRAIN")" && pwd)/terngrad-train
 IFS=, read -r -a NET_LIST <<<"$NETS"
 IFS=, read -r -a LAYOUT_LIST <<<"$LAYOUTS"
 IFS=, read -r -a EXCHANGE_LIST <<<"$EXCHANGES"
 MAX_NODES=1
 for l in "${LAYOUT_LIST[@]}"; do
-  [[ "$l" =~ ^([1-8])x([1-9][0-9]*)x([1-9][0-9]*)$ ]] || die "layout '$l' is not MxPxR with M in 1..8"
+  [[ "$l" =~ ^([1-8])x([1-9][0-9]*)x([1-9][0-9]*)$ ]] || tg_die "layout '$l' is not MxPxR with M in 1..8"
   [ "${BASH_REMATCH[1]}" -le "$MAX_NODES" ] || MAX_NODES=${BASH_REMATCH[1]}
 done
 for n in "${NET_LIST[@]}"; do
-  case "$n" in lenet | alexnet) ;; *) die "unknown net '$n' (lenet, alexnet)" ;; esac
+  case "$n" in lenet | alexnet) ;; *) tg_die "unknown net '$n' (lenet, alexnet)" ;; esac
 done
 # Ours (ours() below turns each into terngrad-train flags), then the peer.
 KNOWN_EXCHANGES=(fp32 fp16 allgather2 allgather2_ef allgather2_df allgather2_serial allreduce8 hierarchical
   hierarchical16 ddp)
 PEER=0
 for e in "${EXCHANGE_LIST[@]}"; do
-  [[ " ${KNOWN_EXCHANGES[*]} " == *" $e "* ]] || die "unknown exchange '$e' (${KNOWN_EXCHANGES[*]})"
+  [[ " ${KNOWN_EXCHANGES[*]} " == *" $e "* ]] || tg_die "unknown exchange '$e' (${KNOWN_EXCHANGES[*]})"
   if [ "$e" = ddp ]; then PEER=1; fi
 done
 # shellcheck source=lib/peer_python.sh
@@ -154,20 +109,8 @@ if [ "$PEER" = 1 ] && ! "$PYTHON" -c 'import torch, torch.distributed as d; asse
   echo "scale_bench.sh: PyTorch with gloo is missing in $PYTHON: the DDP rows say so (bench/setup_peers.sh)" >&2
 fi
 
-batch_of() {
-  local net=$1 kv
-  for kv in ${BATCHES//,/ }; do
-    if [ "${kv%%=*}" = "$net" ]; then
-      [[ "${kv#*=}" =~ ^[1-9][0-9]*$ ]] || die "-B $kv: the batch must be a positive integer"
-      echo "${kv#*=}"
-      return
-    fi
-  done
-  case "$net" in
-    lenet) echo 512 ;;
-    alexnet) echo 8 ;;
-  esac
-}
+declare -A DEFAULT_BATCH=([lenet]=512 [alexnet]=8)
+batch_of() { bench_batch "$1" "${DEFAULT_BATCH[$1]:-}"; }
 dataset_of() { if [ "$1" = lenet ]; then echo fashion_mnist; else echo imagenet; fi; }
 
 CORES=$(nproc --all)
@@ -310,7 +253,7 @@ row() { # fields...: appends a TSV row
 }
 for rep in $(seq "$REPEATS"); do
   for rate in "${RATES[@]}"; do
-    netlink_shape "$rate" "$DELAY_MS" || die "cannot shape the links at $rate"
+    netlink_shape "$rate" "$DELAY_MS" || tg_die "cannot shape the links at $rate"
     for net in "${NET_LIST[@]}"; do
       for layout in "${LAYOUT_LIST[@]}"; do
         IFS=x read -r m p r <<<"$layout"

@@ -66,24 +66,19 @@ fails writes a row saying so.
 EOF
 }
 
-die() {
-  echo "tta_bench.sh: $*" >&2
-  exit 1
-}
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/.." && pwd)
+# shellcheck source=lib/bench.sh
+source "$HERE/lib/bench.sh" # TG_ROOT, tg_die, results_*, bench_options
 # shellcheck source=lib/netns_link.sh
 source "$HERE/lib/netns_link.sh"
-# shellcheck source=lib/results.sh
-source "$HERE/lib/results.sh"
 # shellcheck source=lib/scratch.sh
 source "$HERE/lib/scratch.sh"
 # shellcheck source=lib/variants.sh
 source "$HERE/lib/variants.sh"
 # shellcheck source=lib/datasets.sh
 source "$HERE/lib/datasets.sh"
-ARGS=("$@")
+# shellcheck source=lib/rank_pinning.sh
+source "$HERE/lib/rank_pinning.sh"
 
 # ---- arguments -------------------------------------------------------------------------------------------
 BUILD_DIR=build
@@ -107,107 +102,56 @@ PIN=1
 KEEP=0
 RESUME=0
 RATES=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h | --help)
-      usage
-      exit 0
-      ;;
-    -b | -m | -S | -B | -t | -A | -K | -n | -r | -P | -I | -x | -o | -W | -p)
-      [ $# -ge 2 ] || die "$1 needs a value (--help)"
-      case "$1" in
-        -b) BUILD_DIR=$2 ;;
-        -m) MACHINES=$2 ;;
-        -S) SYSTEMS=$2 ;;
-        -B) BEST=$2 ;;
-        -t) TARGET=$2 ;;
-        -A) ACC_FILE=$2 ;;
-        -K) EVAL_EVERY=$2 ;;
-        -n) STEPS=$2 ;;
-        -r) REPEATS=$2 ;;
-        -P) PSGD_RANK=$2 ;;
-        -I) PSGD_START=$2 ;;
-        -x) EXTRA=$2 ;;
-        -o) OUT=$2 ;;
-        -W) WORK=$2 ;;
-        -p) PYTHON=$2 ;;
-      esac
-      shift 2
-      ;;
-    --debian-torch) PYTHON=$(TG_PEER=debian PYTHON="" peer_python) && shift ;;
-    --no-pin) PIN=0 && shift ;;
-    -k) KEEP=1 && shift ;;
-    --resume) RESUME=1 && shift ;;
-    -*) die "unknown option $1 (--help)" ;;
-    *) RATES+=("$1") && shift ;;
-  esac
-done
+bench_options -b=BUILD_DIR -m=MACHINES -S=SYSTEMS -B=BEST -t=TARGET -A=ACC_FILE -K=EVAL_EVERY -n=STEPS -r=REPEATS \
+  -P=PSGD_RANK -I=PSGD_START -x=EXTRA -o=OUT -W=WORK -p=PYTHON \
+  "--debian-torch:PYTHON=$(TG_PEER=debian PYTHON="" peer_python)" --no-pin:PIN=0 -k:KEEP=1 --resume:RESUME=1 @RATES \
+  -- "$@"
 
 # Refusals first, before anything is created.
-[ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
-for tool in ip tc mpirun python3 taskset timeout; do
-  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on PATH"
-done
-[ ${#RATES[@]} -gt 0 ] || die "no RATE given (e.g. 1gbit 100mbit; --help)"
-for r in "${RATES[@]}"; do
-  netlink_rate_bits "$r" >/dev/null || die "bad rate '$r': expected a tc rate such as 100mbit, 1gbit (>= 8kbit), or none"
-done
-TRAIN=$BUILD_DIR/terngrad-train
-EVAL=$BUILD_DIR/terngrad-eval
-DATA=$BUILD_DIR/terngrad-data
-for b in "$TRAIN" "$EVAL" "$DATA"; do
-  [ -x "$b" ] || die "no $b (build it: cmake --build $BUILD_DIR; or pass -b)"
-done
-TRAIN=$(realpath "$TRAIN")
-EVAL=$(realpath "$EVAL")
-DATA=$(realpath "$DATA")
+bench_link_refusals "ip tc mpirun python3 taskset timeout" "1gbit 100mbit" "100mbit, 1gbit (>= 8kbit)" "${RATES[@]}"
+bench_programs "$BUILD_DIR" "build it: cmake --build $BUILD_DIR; or pass -b" terngrad-train=TRAIN terngrad-eval=EVAL \
+  terngrad-data=DATA
 IFS=, read -r -a MACHINE_LIST <<<"$MACHINES"
 IFS=, read -r -a SYSTEM_LIST <<<"$SYSTEMS"
 read -r -a EXTRA_FLAGS <<<"$EXTRA"
-RECIPE_FP32=$ROOT/configs/fashion_mnist_lenet_fp32.ini
-RECIPE_TERN=$ROOT/configs/fashion_mnist_lenet_terngrad.ini
-ini_value() { # file key: the last `key = value` of an INI file
-  awk -v key="$2" '/^[ \t]*[#;]/ { next } index($0, "=") {
-      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
-      gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v); if (k == key) value = v }
-    END { print value }' "$1"
-}
+RECIPE_FP32=$TG_ROOT/configs/fashion_mnist_lenet_fp32.ini
+RECIPE_TERN=$TG_ROOT/configs/fashion_mnist_lenet_terngrad.ini
 [ -n "$STEPS" ] || STEPS=$(ini_value "$RECIPE_FP32" max_steps)
 BATCH=$(ini_value "$RECIPE_FP32" batch_size)
-[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die "-n takes a positive integer"
-[[ "$EVAL_EVERY" =~ ^[1-9][0-9]*$ ]] || die "-K takes a positive integer"
-[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "-r takes a positive integer"
-[[ "$PSGD_RANK" =~ ^[1-9][0-9]*$ ]] || die "-P takes a positive integer"
+[[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || tg_die "-n takes a positive integer"
+[[ "$EVAL_EVERY" =~ ^[1-9][0-9]*$ ]] || tg_die "-K takes a positive integer"
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || tg_die "-r takes a positive integer"
+[[ "$PSGD_RANK" =~ ^[1-9][0-9]*$ ]] || tg_die "-P takes a positive integer"
 [ -n "$PSGD_START" ] || PSGD_START=$((STEPS / 10 > 2 ? STEPS / 10 : 2))
-{ [[ "$PSGD_START" =~ ^[0-9]+$ ]] && [ "$PSGD_START" -ge 2 ]; } || die "-I takes an integer >= 2 (PyTorch's minimum with error feedback)"
+{ [[ "$PSGD_START" =~ ^[0-9]+$ ]] && [ "$PSGD_START" -ge 2 ]; } || tg_die "-I takes an integer >= 2 (PyTorch's minimum with error feedback)"
 MAXM=0
 for m in "${MACHINE_LIST[@]}"; do
-  { [[ "$m" =~ ^[1-9][0-9]*$ ]] && [ "$m" -ge 2 ]; } || die "-m $m: machine counts are integers >= 2"
-  [ $((BATCH % m)) = 0 ] || die "-m $m: the recipe's total batch $BATCH does not split over $m machines"
+  { [[ "$m" =~ ^[1-9][0-9]*$ ]] && [ "$m" -ge 2 ]; } || tg_die "-m $m: machine counts are integers >= 2"
+  [ $((BATCH % m)) = 0 ] || tg_die "-m $m: the recipe's total batch $BATCH does not split over $m machines"
   [ "$m" -le "$MAXM" ] || MAXM=$m
 done
 for s in "${SYSTEM_LIST[@]}"; do
-  case "$s" in fp32 | terngrad | best | ddp | powersgd) ;; *) die "unknown system '$s' (fp32, terngrad, best, ddp, powersgd)" ;; esac
+  case "$s" in fp32 | terngrad | best | ddp | powersgd) ;; *) tg_die "unknown system '$s' (fp32, terngrad, best, ddp, powersgd)" ;; esac
 done
-variant_flags "$BEST" >/dev/null || die "-B $BEST is not a variant"
+variant_flags "$BEST" >/dev/null || tg_die "-B $BEST is not a variant"
 OURS_VARIANTS=()
 for s in "${SYSTEM_LIST[@]}"; do
   case "$s" in fp32 | terngrad) OURS_VARIANTS+=("$s") ;; best) OURS_VARIANTS+=("$BEST") ;; esac
 done
 if [ ${#OURS_VARIANTS[@]} -gt 0 ]; then
   MISSING_FLAGS=$(variant_missing "$TRAIN" "${OURS_VARIANTS[@]}")
-  [ -z "$MISSING_FLAGS" ] || die "this build's terngrad-train has no $MISSING_FLAGS (needed by -B $BEST): rebuild, pass another -B, or leave best out of -S"
+  [ -z "$MISSING_FLAGS" ] || tg_die "this build's terngrad-train has no $MISSING_FLAGS (needed by -B $BEST): rebuild, pass another -B, or leave best out of -S"
 fi
 # The target.
 TARGET_NOTE="-t $TARGET"
 if [ -z "$TARGET" ]; then
-  [ -f "$ACC_FILE" ] || die "no $ACC_FILE for the target (run bench/accuracy_bench.sh first, or pass -t ACCURACY)"
+  [ -f "$ACC_FILE" ] || tg_die "no $ACC_FILE for the target (run bench/accuracy_bench.sh first, or pass -t ACCURACY)"
   t=$(python3 "$HERE/lib/render_accuracy.py" --target "$ACC_FILE" --net lenet --dataset fashion_mnist --workers 2 \
-    --steps "$STEPS") || die "no target in $ACC_FILE (pass -t ACCURACY)"
+    --steps "$STEPS") || tg_die "no target in $ACC_FILE (pass -t ACCURACY)"
   read -r TARGET fp32_mean fp32_n <<<"$t"
   TARGET_NOTE="fp32's mean $fp32_mean over $fp32_n seeds (LeNet, Fashion-MNIST, 2 workers, $STEPS steps, $ACC_FILE) minus 0.3 points"
 fi
-awk -v t="$TARGET" 'BEGIN { exit !(t > 0 && t <= 1) }' || die "the target $TARGET is not a fraction in (0, 1]"
+awk -v t="$TARGET" 'BEGIN { exit !(t > 0 && t <= 1) }' || tg_die "the target $TARGET is not a fraction in (0, 1]"
 case "$OUT" in /*) ;; *) OUT=$(pwd)/$OUT ;; esac
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
@@ -232,28 +176,15 @@ fi
 # ---- data, the link, the helpers -------------------------------------------------------------------------
 SHARDS=$((MAXM > 4 ? MAXM : 4)) # every process reads its own share of the shards
 DATA_DIR=$WORK/data/fashion_mnist-$SHARDS
-dataset_prepare fashion_mnist "$DATA_DIR" "$SHARDS" "$DATA" || die "could not prepare Fashion-MNIST"
+dataset_prepare fashion_mnist "$DATA_DIR" "$SHARDS" "$DATA" || tg_die "could not prepare Fashion-MNIST"
 IDX_DIR=$(dataset_idx_default fashion_mnist)
 
 bench_scratch tta_bench
-why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }
 
-netlink_create "tgtta$$" "$MAXM"
+netlink_create "tgtta$$" "$MAXM" "$TMP/netns_agent.sh"
 IF=$NETLINK_IF
-AGENT=$TMP/netns_agent.sh
-netlink_mpi_agent "$AGENT"
-# shellcheck source=lib/rank_pinning.sh
-source "$HERE/lib/rank_pinning.sh"
 PINNER=$TMP/pin_rank.sh
 write_rank_pinner "$PINNER"
-hosts_of() { # M -> the first M machines' addresses, comma-separated
-  local k h=()
-  for k in $(seq "$1"); do h+=("$(netlink_ip "$k")"); done
-  (
-    IFS=,
-    echo "${h[*]}"
-  )
-}
 
 # The first point of a curve ("step seconds accuracy" lines) at or above the target: "seconds steps", or
 # "not reached -"; then the final accuracy and step.
@@ -280,11 +211,11 @@ ROWS=$TMP/rows
 : >"$ROWS"
 if [ "$RESUME" = 1 ] && [ -f "$OUT" ]; then
   # The stopped run's header and rows; refused unless it ran this command (without --resume) to this target.
-  results_resume tta "$OUT" "$COLUMNS_LINE" "$HEADER" "$TMP/old_rows" || die "--resume: cannot resume $OUT"
+  results_resume tta "$OUT" "$COLUMNS_LINE" "$HEADER" "$TMP/old_rows" || tg_die "--resume: cannot resume $OUT"
   old_cmd=$(sed -n 's/^# command: //p' "$HEADER" | head -n 1)
   new_cmd=$(results_command "$0" "${ARGS[@]}" | sed 's/ --resume\b//g')
-  [ "$old_cmd" = "$new_cmd" ] || die "--resume: $OUT was written by '$old_cmd', not by '$new_cmd'"
-  grep -q "^# target: $TARGET " "$HEADER" || die "--resume: $OUT has another target than $TARGET"
+  [ "$old_cmd" = "$new_cmd" ] || tg_die "--resume: $OUT was written by '$old_cmd', not by '$new_cmd'"
+  grep -q "^# target: $TARGET " "$HEADER" || tg_die "--resume: $OUT has another target than $TARGET"
   awk -F'\t' '$18 == "ok"' "$TMP/old_rows" >"$ROWS" # a run that failed runs again
   kept_rows=$(wc -l <"$ROWS")
   results_resumed_line "$0" "${ARGS[@]}" >>"$HEADER"
@@ -316,13 +247,11 @@ run_ours() { # rate machines system variant
   rm -rf "$dir"
   mkdir -p "$dir"
   t0=$(now)
-  run timeout $((STEPS * 3 + 900)) ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np "$m" \
-    --host "$(hosts_of "$m")" --bind-to none --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self" \
-    --mca btl_tcp_if_include "$NETLINK_SUBNET" --mca oob_tcp_if_include "$NETLINK_SUBNET" "$PINNER" \
-    "$TRAIN" --config "$recipe" --num_nodes 1 --threads 1 --seed "$SEED" --max_steps "$STEPS" \
-    --data_dir "$DATA_DIR" --train_dir "$dir/train" --save_iter "$EVAL_EVERY" --keep_checkpoints 1000000 \
-    --log_every "$EVAL_EVERY" --metrics_jsonl "$dir/metrics.jsonl" "${flags[@]}" "${EXTRA_FLAGS[@]}" \
-    >"$dir/train.log" 2>&1 || rc=$?
+  netlink_mpirun "$m"
+  run timeout $((STEPS * 3 + 900)) "${NETLINK_MPIRUN[@]}" "$PINNER" "$TRAIN" --config "$recipe" --num_nodes 1 \
+    --threads 1 --seed "$SEED" --max_steps "$STEPS" --data_dir "$DATA_DIR" --train_dir "$dir/train" \
+    --save_iter "$EVAL_EVERY" --keep_checkpoints 1000000 --log_every "$EVAL_EVERY" --metrics_jsonl "$dir/metrics.jsonl" \
+    "${flags[@]}" "${EXTRA_FLAGS[@]}" >"$dir/train.log" 2>&1 || rc=$?
   t1=$(now)
   local shown="${flags[*]}${EXTRA:+ $EXTRA}"
   if [ "$rc" != 0 ]; then
@@ -431,14 +360,14 @@ system_name() {
 
 # ---- the runs --------------------------------------------------------------------------------------------
 total=$((REPEATS * ${#RATES[@]} * ${#MACHINE_LIST[@]} * ${#SYSTEM_LIST[@]}))
-echo "# tta_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')," \
+echo "# tta_bench: $(date -u '+%Y-%m-%d %H:%M UTC'), terngrad $(git -C "$TG_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')," \
   "$CORES cores, ISA $(results_isa | cut -d' ' -f1), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "# target $TARGET ($TARGET_NOTE); $total runs of $STEPS steps, evaluated every $EVAL_EVERY; peer torch $TORCH_VERSION" >&2
 i=0
 for REP in $(seq "$REPEATS"); do
   SEED=$REP
   for rate in "${RATES[@]}"; do
-    netlink_shape "$rate" || die "could not shape the link at $rate"
+    netlink_shape "$rate" || tg_die "could not shape the link at $rate"
     for m in "${MACHINE_LIST[@]}"; do
       for s in "${SYSTEM_LIST[@]}"; do
         i=$((i + 1))

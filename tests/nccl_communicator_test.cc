@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_devices.h"
@@ -116,6 +117,24 @@ std::vector<int> gpus_up_to_8() {
   return devices;
 }
 
+// One NCCL rank per GPU of the list (default: gpus_up_to_8()), each on a stream of its own (the streams outlive
+// the communicators; the test ends with tear_down).
+struct GpuRanks {
+  explicit GpuRanks(std::vector<int> list = gpus_up_to_8()) : devices(std::move(list)) {}
+  std::vector<int> devices;
+  int G = static_cast<int>(devices.size());
+  Streams s{devices};
+  NcclComms comms = make_nccl_communicators(devices, s.streams);
+};
+
+// fn(r) on one thread per rank r < G, all at once (a collective returns only when every rank has called it).
+template <typename F>
+void on_each_rank(int G, F fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < G; ++r) threads.emplace_back([&fn, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
 template <typename T>
 std::vector<T> random_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -164,10 +183,9 @@ TEST(NcclCommunicator, MissingDeviceIsAClearError) {
 TEST(NcclCommunicator, OneGpuGroup) {
   TG_NEED_GPUS(1);
 #ifdef TG_HAVE_CUDA
-  Streams s({0});
-  auto comms = make_nccl_communicators({0}, s.streams);
-  ASSERT_EQ(comms.size(), 1u);
-  NcclCommunicator& c = *comms[0];
+  GpuRanks g({0});
+  ASSERT_EQ(g.comms.size(), 1u);
+  NcclCommunicator& c = *g.comms[0];
   EXPECT_EQ(c.rank(), 0);
   EXPECT_EQ(c.size(), 1);
   EXPECT_EQ(c.name(), "nccl (rank 0 of 1, cuda:0)");
@@ -202,10 +220,10 @@ TEST(NcclCommunicator, OneGpuGroup) {
   EXPECT_EQ(c.stats().moved_bytes, 0u);  // one rank moves nothing
   // use_stream: later collectives (and synchronize) on another stream, then back.
   Streams other({0});
-  EXPECT_EQ(c.use_stream(other.streams[0]), s.streams[0]);
+  EXPECT_EQ(c.use_stream(other.streams[0]), g.s.streams[0]);
   EXPECT_EQ(c.stream(), other.streams[0]);
   identity(float{}, DType::kF32, ReduceOp::kSum);
-  EXPECT_EQ(c.use_stream(s.streams[0]), other.streams[0]);
+  EXPECT_EQ(c.use_stream(g.s.streams[0]), other.streams[0]);
   EXPECT_EQ(c.stats().calls, 8u + 3u + 1u);
   // Refusals: the dtype/op, a host buffer (declared as such or not), another GPU's.
   EXPECT_NE(error_of([&] {
@@ -227,13 +245,13 @@ TEST(NcclCommunicator, OneGpuGroup) {
             std::string::npos);
   // Bad device lists, one line each.
   EXPECT_NE(error_of([&] {
-              make_nccl_communicators({0, 0}, {s.streams[0], s.streams[0]});
+              make_nccl_communicators({0, 0}, {g.s.streams[0], g.s.streams[0]});
             }).find("listed twice"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_nccl_communicators({99}, {nullptr}); }).find("cuda:99: no such device"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_nccl_communicators({0}, {}); }).find("0 streams for 1 GPUs"), std::string::npos);
-  comms.clear();  // before the streams go
+  g.comms.clear();  // before the streams go
 #endif
 }
 
@@ -241,25 +259,21 @@ TEST(NcclCommunicator, OneGpuGroup) {
 TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
   TG_NEED_GPUS(2);
 #ifdef TG_HAVE_CUDA
-  const std::vector<int> devices = gpus_up_to_8();
-  const int G = static_cast<int>(devices.size());
-  Streams s(devices);
-  auto comms = make_nccl_communicators(devices, s.streams);
+  GpuRanks g;
+  const int G = g.G;
+  NcclComms& comms = g.comms;
   const size_t n = (size_t{3} << 20) + 7;  // 12 MB of f32: NCCL's large-message path
   auto check = [&](auto tag, DType dtype, ReduceOp op, double rel_tol) {
     using T = decltype(tag);
     std::vector<std::vector<T>> in(G), out(G);
     for (int r = 0; r < G; ++r) in[r] = random_values<T>(n, 100u + r);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < G; ++r)
-      threads.emplace_back([&, r] {
-        DeviceBuffer b(r, n * sizeof(T));
-        b.upload(in[r]);
-        comms[r]->allreduce(b.ptr, n, dtype, op, Device::cuda(r));
-        comms[r]->synchronize();
-        out[r] = b.download<T>(n);
-      });
-    for (auto& t : threads) t.join();
+    on_each_rank(G, [&](int r) {
+      DeviceBuffer b(r, n * sizeof(T));
+      b.upload(in[r]);
+      comms[r]->allreduce(b.ptr, n, dtype, op, Device::cuda(r));
+      comms[r]->synchronize();
+      out[r] = b.download<T>(n);
+    });
     const std::string what = fmt::format("{} {} over {} GPUs", dtype_name(dtype), enum_name(op), G);
     for (int r = 1; r < G; ++r)
       ASSERT_EQ(std::memcmp(out[r].data(), out[0].data(), n * sizeof(T)), 0) << what << ": rank " << r << " differs";
@@ -285,26 +299,23 @@ TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
   // All-gather (separate and in place), broadcast from rank 1, barrier.
   const size_t block = (size_t{1} << 20) + 3;
   std::vector<std::vector<uint8_t>> gathered(G), in_place(G), bcast(G);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < G; ++r)
-    threads.emplace_back([&, r] {
-      const std::vector<uint8_t> mine = random_values<uint8_t>(block, 7u + r);
-      DeviceBuffer send(r, block), recv(r, G * block), bc(r, block);
-      send.upload(mine);
-      comms[r]->allgather(send.ptr, recv.ptr, block, Device::cuda(r));
-      comms[r]->synchronize();
-      gathered[r] = recv.download<uint8_t>(G * block);
-      cudaSetDevice(r);
-      cuda_ok(cudaMemset(recv.ptr, 0, G * block));
-      cuda_ok(cudaMemcpy(static_cast<uint8_t*>(recv.ptr) + r * block, mine.data(), block, cudaMemcpyHostToDevice));
-      comms[r]->allgather(static_cast<uint8_t*>(recv.ptr) + r * block, recv.ptr, block, Device::cuda(r));
-      bc.upload(mine);
-      comms[r]->broadcast(bc.ptr, block, 1, Device::cuda(r));
-      comms[r]->barrier();
-      in_place[r] = recv.download<uint8_t>(G * block);
-      bcast[r] = bc.download<uint8_t>(block);
-    });
-  for (auto& t : threads) t.join();
+  on_each_rank(G, [&](int r) {
+    const std::vector<uint8_t> mine = random_values<uint8_t>(block, 7u + r);
+    DeviceBuffer send(r, block), recv(r, G * block), bc(r, block);
+    send.upload(mine);
+    comms[r]->allgather(send.ptr, recv.ptr, block, Device::cuda(r));
+    comms[r]->synchronize();
+    gathered[r] = recv.download<uint8_t>(G * block);
+    cudaSetDevice(r);
+    cuda_ok(cudaMemset(recv.ptr, 0, G * block));
+    cuda_ok(cudaMemcpy(static_cast<uint8_t*>(recv.ptr) + r * block, mine.data(), block, cudaMemcpyHostToDevice));
+    comms[r]->allgather(static_cast<uint8_t*>(recv.ptr) + r * block, recv.ptr, block, Device::cuda(r));
+    bc.upload(mine);
+    comms[r]->broadcast(bc.ptr, block, 1, Device::cuda(r));
+    comms[r]->barrier();
+    in_place[r] = recv.download<uint8_t>(G * block);
+    bcast[r] = bc.download<uint8_t>(block);
+  });
   std::vector<uint8_t> expected;
   for (int r = 0; r < G; ++r) {
     const std::vector<uint8_t> b = random_values<uint8_t>(block, 7u + r);
@@ -329,9 +340,8 @@ TEST(NcclCommunicator, ThreadPerGpuMatchesCpuReference) {
 TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
   TG_NEED_GPUS(1);
 #ifdef TG_HAVE_CUDA
-  Streams s({0});
-  auto comms = make_nccl_communicators({0}, s.streams);
-  NcclCommunicator& c = *comms[0];
+  GpuRanks g({0});
+  NcclCommunicator& c = *g.comms[0];
   const size_t n = 1001;
   const std::vector<float> v = random_values<float>(n, 5);
   DeviceBuffer in(0, n * 4), out(0, n * 4);
@@ -352,10 +362,10 @@ TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
   EXPECT_EQ(c.stats().calls, 2u);
   sub.reset();
   const Topology t = Topology::build(nullptr, 1, {});
-  auto groups = connect_gpu_replicas(t, nullptr, {0}, s.streams);
+  auto groups = connect_gpu_replicas(t, nullptr, {0}, g.s.streams);
   EXPECT_EQ(groups->replica(0).world, nullptr);
   EXPECT_EQ(groups->replica(0).local, nullptr);
-  tear_down({&comms});
+  tear_down({&g.comms});
 #endif
 }
 
@@ -364,27 +374,23 @@ TEST(NcclCommunicator, OneGpuReduceScatterAndSplit) {
 TEST(NcclCommunicator, ThreadPerGpuReduceScatterAndSplit) {
   TG_NEED_GPUS(2);
 #ifdef TG_HAVE_CUDA
-  const std::vector<int> devices = gpus_up_to_8();
-  const int G = static_cast<int>(devices.size());
-  Streams s(devices);
-  auto comms = make_nccl_communicators(devices, s.streams);
+  GpuRanks g;
+  const int G = g.G;
+  NcclComms& comms = g.comms;
   const size_t n = (size_t{1} << 18) + 3;  // per rank
   std::vector<std::vector<float>> in(G), out(G), placed(G);
   for (int r = 0; r < G; ++r) in[r] = random_values<float>(G * n, 300u + r);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < G; ++r)
-    threads.emplace_back([&, r] {
-      DeviceBuffer a(r, G * n * 4), b(r, n * 4);
-      a.upload(in[r]);
-      comms[r]->reduce_scatter(a.ptr, b.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(r));
-      comms[r]->reduce_scatter(a.ptr, static_cast<float*>(a.ptr) + r * n, n, DType::kF32, ReduceOp::kSum,
-                               Device::cuda(r));
-      comms[r]->synchronize();
-      out[r] = b.download<float>(n);
-      const std::vector<float> all = a.download<float>(G * n);
-      placed[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
-    });
-  for (auto& t : threads) t.join();
+  on_each_rank(G, [&](int r) {
+    DeviceBuffer a(r, G * n * 4), b(r, n * 4);
+    a.upload(in[r]);
+    comms[r]->reduce_scatter(a.ptr, b.ptr, n, DType::kF32, ReduceOp::kSum, Device::cuda(r));
+    comms[r]->reduce_scatter(a.ptr, static_cast<float*>(a.ptr) + r * n, n, DType::kF32, ReduceOp::kSum,
+                             Device::cuda(r));
+    comms[r]->synchronize();
+    out[r] = b.download<float>(n);
+    const std::vector<float> all = a.download<float>(G * n);
+    placed[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
+  });
   for (int r = 0; r < G; ++r) {
     EXPECT_EQ(out[r], placed[r]) << "rank " << r << ": in place differs";
     for (size_t i = 0; i < n; ++i) {
@@ -406,16 +412,13 @@ TEST(NcclCommunicator, ThreadPerGpuReduceScatterAndSplit) {
   }
   auto subs = split_nccl_communicators(parents, colors, keys);
   std::vector<int32_t> sums(G);
-  threads.clear();
-  for (int r = 0; r < G; ++r)
-    threads.emplace_back([&, r] {
-      DeviceBuffer x(r, 4);
-      x.upload(std::vector<int32_t>{r + 1});
-      subs[r]->allreduce(x.ptr, 1, DType::kI32, ReduceOp::kSum, Device::cuda(r));
-      subs[r]->synchronize();
-      sums[r] = x.download<int32_t>(1)[0];
-    });
-  for (auto& t : threads) t.join();
+  on_each_rank(G, [&](int r) {
+    DeviceBuffer x(r, 4);
+    x.upload(std::vector<int32_t>{r + 1});
+    subs[r]->allreduce(x.ptr, 1, DType::kI32, ReduceOp::kSum, Device::cuda(r));
+    subs[r]->synchronize();
+    sums[r] = x.download<int32_t>(1)[0];
+  });
   for (int r = 0; r < G; ++r) {
     EXPECT_EQ(subs[r]->rank(), r / 2);
     EXPECT_EQ(subs[r]->size(), (G - r % 2 + 1) / 2);

@@ -17,16 +17,10 @@ Usage: onnx_export_test.py BIN_DIR CASES_PROGRAM [unittest arguments]
   (BIN_DIR holds terngrad-train/-eval/-export/-data; CASES_PROGRAM is the onnx_export_cases program)
 """
 import os
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
-import unittest
 
-SKIP = 77
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 CASES = ""
 TOLERANCE = 1e-4
 
@@ -42,7 +36,7 @@ except ImportError as e:  # reported in main()
 # ---- the programs (tests/program_harness.py) ----------------------------------------------------------------------
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import program_harness  # noqa: E402
-from program_harness import evaluate, relative_error, run, write_raw_shard  # noqa: E402
+from program_harness import evaluate, fashion_mnist_shards, relative_error, run, write_raw_shard  # noqa: E402
 from make_fixtures import crc32c  # noqa: E402  (tests/data, on the path through program_harness)
 
 
@@ -78,31 +72,15 @@ def top1_hits(logits, labels):
     return int(np.sum(np.sum(logits > target[:, None], axis=1) == 0))
 
 
-class OnnxExportTest(unittest.TestCase):
-    tmp = None
+class OnnxExportTest(program_harness.ProgramTestCase):
+    tmp_prefix = "tg_onnx_"
     lenet = None  # (train_dir, data_dir) of the LeNet trained on Fashion-MNIST
     lenet_eval_result = None  # its evaluate() result
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="tg_onnx_")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     # ---- shared runs ------------------------------------------------------------------------------------------------
     def lenet_run(self):
         if OnnxExportTest.lenet is None:
-            if not os.path.exists(os.path.join(FASHION_MNIST, "t10k-labels-idx1-ubyte.gz")):
-                if os.environ.get("CI") == "true":
-                    self.fail(f"CI=true but Fashion-MNIST is missing from {FASHION_MNIST}")
-                self.skipTest(f"Fashion-MNIST is not installed in {FASHION_MNIST} (package dataset-fashion-mnist)")
-            data = os.path.join(self.tmp, "fashion_mnist")
-            for subset, idx in (("train", "train"), ("test", "t10k")):
-                run("terngrad-data", "convert-idx", "--images", f"{FASHION_MNIST}/{idx}-images-idx3-ubyte.gz",
-                    "--labels", f"{FASHION_MNIST}/{idx}-labels-idx1-ubyte.gz", "--subset", subset, "--num_shards", 1,
-                    "--format", "raw", "--output_dir", data)
+            data = fashion_mnist_shards(self, os.path.join(self.tmp, "fashion_mnist"))
             train_dir = os.path.join(self.tmp, "lenet")
             train(train_dir, "--dataset", "fashion_mnist", "--data_dir", data, "--net", "lenet", "--batch_size", 64,
                   "--max_steps", 300, "--optimizer", "momentum", "--initial_learning_rate", 0.01, "--grad_bits", 1)
@@ -305,23 +283,15 @@ class OnnxExportTest(unittest.TestCase):
                           os.path.join(self.tmp, "no", "such", "model.onnx"))
 
 
-def main():
+def setup(argv):
     global CASES
-    if len(sys.argv) < 3:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    program_harness.BIN = os.path.abspath(sys.argv[1])
-    CASES = os.path.abspath(sys.argv[2])
-    if MISSING:
-        why = f"{MISSING}: scripts/setup.sh installs numpy, onnx and onnxruntime into /opt/terngrad-venv"
-        if os.environ.get("CI") == "true":
-            print(f"onnx_export_test: FAILED: CI=true but {why}")
-            return 1
-        print(f"onnx_export_test: SKIPPED: {why}")
-        return SKIP
-    print(f"onnx {onnx.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}", flush=True)
-    program = unittest.main(argv=[sys.argv[0]] + sys.argv[3:], exit=False, verbosity=2)
-    return 0 if program.result.wasSuccessful() else 1
+    CASES = os.path.abspath(argv[2])
+    return f"onnx {onnx.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}"
+
+
+def main():
+    return program_harness.main("onnx_export_test", __doc__, 2, MISSING,
+                                "scripts/setup.sh installs numpy, onnx and onnxruntime into /opt/terngrad-venv", setup)
 
 
 if __name__ == "__main__":

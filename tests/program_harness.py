@@ -1,18 +1,25 @@
 """What the Python tests of the programs share (onnx_export_test.py, torch_import_test.py): running a terngrad
 program of the build folder, a TFRecord shard of raw images (tf.Example encoded by hand, tests/data/make_fixtures.py),
-terngrad-eval of a checkpoint with its dumps, and the relative error of two arrays. Set `BIN` (the folder that
-holds terngrad-train/-eval/-export/-import/-data) before running a program. numpy is imported by the callers'
-checks of their own dependencies first, so a missing numpy is reported as theirs (exit 77)."""
+Fashion-MNIST as raw shards, terngrad-eval of a checkpoint with its dumps, the relative error of two arrays, a
+TestCase with a temporary folder, and their main() (arguments, a missing dependency reported as SKIPPED, the
+unittest run). `BIN` (the folder that holds
+terngrad-train/-eval/-export/-import/-data) is set by main() from the first argument. numpy is imported by the
+callers' checks of their own dependencies first, so a missing numpy is reported as theirs (exit 77)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
 from make_fixtures import example, frame  # noqa: E402
 
 BIN = ""
+SKIP = 77  # ctest's SKIP_RETURN_CODE
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 
 
 def write_raw_shard(path, images, labels):
@@ -30,6 +37,57 @@ def run(program, *args, expect_ok=True):
     if expect_ok and p.returncode != 0:
         raise AssertionError(f"{program} {' '.join(map(str, args))} exited {p.returncode}:\n{p.stderr[-3000:]}")
     return p
+
+
+class ProgramTestCase(unittest.TestCase):
+    """A TestCase with a temporary folder for the whole class (`tmp`, named from `tmp_prefix`), removed after its
+    tests."""
+    tmp_prefix = "tg_"
+    tmp = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix=cls.tmp_prefix)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+
+def fashion_mnist_shards(test, data_dir):
+    """Fashion-MNIST's train and test sets converted to one raw shard each in data_dir; `test` (a TestCase) is
+    skipped when the package is not installed, and fails for it under CI=true."""
+    if not os.path.exists(os.path.join(FASHION_MNIST, "t10k-labels-idx1-ubyte.gz")):
+        if os.environ.get("CI") == "true":
+            test.fail(f"CI=true but Fashion-MNIST is missing from {FASHION_MNIST}")
+        test.skipTest(f"Fashion-MNIST is not installed in {FASHION_MNIST} (package dataset-fashion-mnist)")
+    for subset, idx in (("train", "train"), ("test", "t10k")):
+        run("terngrad-data", "convert-idx", "--images", f"{FASHION_MNIST}/{idx}-images-idx3-ubyte.gz",
+            "--labels", f"{FASHION_MNIST}/{idx}-labels-idx1-ubyte.gz", "--subset", subset, "--num_shards", 1,
+            "--format", "raw", "--output_dir", data_dir)
+    return data_dir
+
+
+def main(name, usage_doc, arguments, missing, install, setup):
+    """The main() of a test of the programs: `arguments` positional arguments (BIN_DIR first; fewer: the last line of
+    usage_doc on stderr, exit 2), then unittest's. A missing dependency (`missing`: the ImportError's text; `install`:
+    what installs it) is SKIPPED (exit 77), or FAILED under CI=true; else setup(argv) returns the line printed before
+    the tests (the versions). Returns the exit status."""
+    global BIN
+    if len(sys.argv) < 1 + arguments:
+        print(usage_doc.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    BIN = os.path.abspath(sys.argv[1])
+    if missing:
+        why = f"{missing}: {install}"
+        if os.environ.get("CI") == "true":
+            print(f"{name}: FAILED: CI=true but {why}")
+            return 1
+        print(f"{name}: SKIPPED: {why}")
+        return SKIP
+    print(setup(sys.argv), flush=True)
+    program = unittest.main(argv=[sys.argv[0]] + sys.argv[1 + arguments:], exit=False, verbosity=2)
+    return 0 if program.result.wasSuccessful() else 1
 
 
 def evaluate(checkpoint_dir, data_dir, out_dir, *args):

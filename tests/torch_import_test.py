@@ -18,15 +18,9 @@ Usage: torch_import_test.py BIN_DIR [unittest arguments]   (BIN_DIR holds terngr
 """
 import json
 import os
-import shutil
 import struct
 import sys
-import tempfile
-import unittest
 
-SKIP = 77
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 TOLERANCE = 1e-4
 
 try:
@@ -41,7 +35,7 @@ except ImportError as e:  # reported in main()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import program_harness  # noqa: E402
-from program_harness import relative_error, run, write_raw_shard  # noqa: E402
+from program_harness import fashion_mnist_shards, relative_error, run, write_raw_shard  # noqa: E402
 
 
 # ---- the PyTorch modules of our LeNet and CifarNet (README "Start from trained weights") -----------------------------
@@ -160,16 +154,8 @@ def torch_model(net):
     return m
 
 
-class TorchImportTest(unittest.TestCase):
-    tmp = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="tg_import_")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+class TorchImportTest(program_harness.ProgramTestCase):
+    tmp_prefix = "tg_import_"
 
     def data_dir(self, net):
         dataset, subset, size, channels, n = NETS[net]
@@ -332,15 +318,7 @@ class TorchImportTest(unittest.TestCase):
 
     def test_fine_tune_with_terngrad(self):
         """A LeNet imported from PyTorch trains on with TernGrad: the test cross-entropy falls."""
-        if not os.path.exists(os.path.join(FASHION_MNIST, "t10k-labels-idx1-ubyte.gz")):
-            if os.environ.get("CI") == "true":
-                self.fail(f"CI=true but Fashion-MNIST is missing from {FASHION_MNIST}")
-            self.skipTest(f"Fashion-MNIST is not installed in {FASHION_MNIST} (package dataset-fashion-mnist)")
-        data = os.path.join(self.tmp, "fashion_mnist")
-        for subset, idx in (("train", "train"), ("test", "t10k")):
-            run("terngrad-data", "convert-idx", "--images", f"{FASHION_MNIST}/{idx}-images-idx3-ubyte.gz",
-                "--labels", f"{FASHION_MNIST}/{idx}-labels-idx1-ubyte.gz", "--subset", subset, "--num_shards", 1,
-                "--format", "raw", "--output_dir", data)
+        data = fashion_mnist_shards(self, os.path.join(self.tmp, "fashion_mnist"))
         torch.manual_seed(3)
         weights = os.path.join(self.tmp, "lenet_torch.safetensors")
         write_safetensors(weights, state_arrays(LeNet()))
@@ -365,22 +343,15 @@ class TorchImportTest(unittest.TestCase):
             self.assertIn("padding_style = torch", f.read())
 
 
-def main():
-    if len(sys.argv) < 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    program_harness.BIN = os.path.abspath(sys.argv[1])
-    if MISSING:
-        why = f"{MISSING}: scripts/setup.sh installs python3-torch and python3-torchvision (for /usr/bin/python3)"
-        if os.environ.get("CI") == "true":
-            print(f"torch_import_test: FAILED: CI=true but {why}")
-            return 1
-        print(f"torch_import_test: SKIPPED: {why}")
-        return SKIP
+def setup(argv):
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, numpy {np.__version__}", flush=True)
-    program = unittest.main(argv=[sys.argv[0]] + sys.argv[2:], exit=False, verbosity=2)
-    return 0 if program.result.wasSuccessful() else 1
+    return f"torch {torch.__version__}, torchvision {torchvision.__version__}, numpy {np.__version__}"
+
+
+def main():
+    return program_harness.main("torch_import_test", __doc__, 1, MISSING,
+                                "scripts/setup.sh installs python3-torch and python3-torchvision (for /usr/bin/python3)",
+                                setup)
 
 
 if __name__ == "__main__":

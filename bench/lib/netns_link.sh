@@ -9,14 +9,19 @@
 # RATE, burst max(RATE x 1 ms, 128 KiB): the kernel timer and 64 KiB GSO packets; latency 5 ms: the queue a
 # switch port holds), behind a netem delay when one is asked for.
 #
-#   netlink_create PREFIX N         the namespaces, bridge and veths (call netlink_destroy on exit)
+#   netlink_create PREFIX N [AGENT] the namespaces, bridge and veths (call netlink_destroy on exit); with AGENT,
+#                                   netlink_mpi_agent AGENT too
 #   netlink_shape RATE [DELAY_MS]   RATE: a tc rate (100mbit, 1gbit, ...) or `none` (unshaped veths)
 #   netlink_ns K / netlink_ip K     node k's namespace / address
+#   netlink_hosts M                 the first M nodes' addresses, comma-separated (mpirun --host)
 #   netlink_wire K                  node k's "rx_bytes tx_bytes" on tglink0
 #   netlink_mpi_agent FILE [detach] writes an rsh agent for mpirun (--mca plm_rsh_agent FILE) that runs a
 #                                   command in the namespace owning the host address it is given; `detach`: in a
 #                                   session of its own, as on a machine reached by ssh (a signal to mpirun's
 #                                   process group does not reach it; mpirun's end does, through its connection)
+#   netlink_mpirun M                sets NETLINK_MPIRUN to the start of a command line: mpirun, from node 1, of one
+#                                   process on each of the first M nodes through the last agent written, unbound
+#                                   (--bind-to none: every "host" is this machine), its traffic on the emulated link
 #   netlink_destroy                 ends every process inside the namespaces (by id), deletes them
 #   netlink_rate_bits RATE          RATE in bits/s, `none`, or status 1 for a malformed rate
 # shellcheck shell=bash
@@ -24,11 +29,20 @@
 NETLINK_PREFIX=""
 NETLINK_NODES=0
 NETLINK_IF=tglink0
+NETLINK_AGENT=""
 export NETLINK_SUBNET=10.77.0.0/24  # for mpirun's btl/oob_tcp_if_include
 
 netlink_ns() { echo "${NETLINK_PREFIX}$1"; }
 netlink_ip() { echo "10.77.0.$1"; }
 netlink_hub() { echo "${NETLINK_PREFIX}h"; }
+netlink_hosts() {
+  local k h=()
+  for k in $(seq "$1"); do h+=("$(netlink_ip "$k")"); done
+  (
+    IFS=,
+    echo "${h[*]}"
+  )
+}
 
 netlink_rate_bits() {
   local r=$1 num unit mult
@@ -73,7 +87,8 @@ netlink_create() {
     ip -n "$ns" addr add "$(netlink_ip "$k")/24" dev "$NETLINK_IF"
     ip -n "$ns" link set lo up
     ip -n "$ns" link set "$NETLINK_IF" up
-  done
+  done || return
+  [ -z "${3:-}" ] || netlink_mpi_agent "$3"
 }
 
 # Shapes one device's egress ($1 namespace, $2 device) at $3 (bits/s or none) behind a delay of $4 ms.
@@ -112,6 +127,7 @@ netlink_wire() {
 
 netlink_mpi_agent() {
   local file=$1 k cases="" detach=""
+  NETLINK_AGENT=$file
   [ "${2:-}" = detach ] && detach="setsid "
   for k in $(seq "$NETLINK_NODES"); do cases+="  $(netlink_ip "$k")) ns=$(netlink_ns "$k") ;;"$'\n'; done
   cat >"$file" <<EOF
@@ -142,6 +158,13 @@ export OMPI_MCA_btl_vader_backing_directory="/dev/shm/\$ns" TMPDIR="/tmp/\$ns" P
 exec ${detach}ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
   chmod +x "$file"
+}
+
+netlink_mpirun() {
+  # shellcheck disable=SC2034 # read by the caller
+  NETLINK_MPIRUN=(ip netns exec "$(netlink_ns 1)" mpirun --allow-run-as-root -np "$1" --host "$(netlink_hosts "$1")"
+    --bind-to none --mca plm_rsh_agent "$NETLINK_AGENT" --mca btl "tcp,self" --mca btl_tcp_if_include "$NETLINK_SUBNET"
+    --mca oob_tcp_if_include "$NETLINK_SUBNET")
 }
 
 netlink_destroy() {

@@ -5,6 +5,7 @@
 #                        command has finished, but interrupts a `wait` at once, so Ctrl-C stops a long run now.
 #   now                  wall-clock seconds (with nanoseconds)
 #   elapsed A B          B - A in seconds, one decimal
+#   why LOG              the reason a run failed, for its row: LOG's first error line, else its last line (no tabs)
 # shellcheck shell=bash
 
 bench_scratch() {
@@ -29,3 +30,4 @@ run() {
 }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f\n", b - a }'; }
+why() { { grep -m1 -iE 'error' "$1" || tail -n 1 "$1"; } 2>/dev/null | tr '\t' ' ' | cut -c1-200; }

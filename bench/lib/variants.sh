@@ -20,6 +20,7 @@
 #   variant_missing TRAIN NAME...
 #                            the flags these variants need that TRAIN's --help does not list (one line, empty
 #                            when this build has them all)
+#   ini_value FILE KEY       the last `key = value` of an INI file (a recipe's max_steps, batch_size)
 # shellcheck shell=bash
 
 VARIANT_WARMUP_STEPS=200
@@ -143,4 +144,11 @@ variant_missing() {
     done
   done
   echo "${missing[*]}"
+}
+
+ini_value() {
+  awk -v key="$2" '/^[ \t]*[#;]/ { next } index($0, "=") {
+      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
+      gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v); if (k == key) value = v }
+    END { print value }' "$1"
 }
