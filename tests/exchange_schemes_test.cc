@@ -240,7 +240,7 @@ TEST(HierarchicalScheme, OneNodeIsFp32Averaging) {
   for (int L : {2, 3}) {
     Layout h(1, L), f(1, L);
     RunOptions o;
-    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.exchange.exchange = "hierarchical";
     o.exchange.bucket_mb = 4.0 / 1024;  // 4 KiB of fp32 gradient: several buckets
     o.workers_per_rank = 2;
     const RunResult hier = run_layout(h, o);
@@ -248,7 +248,7 @@ TEST(HierarchicalScheme, OneNodeIsFp32Averaging) {
     RunOptions of = o;
     of.grad_bits = 32;
     of.flat = true;
-    of.exchange.mode = ExchangeMode::kAuto;
+    of.exchange.exchange = "auto";
     const RunResult fp32 = run_layout(f, of);
     EXPECT_EQ(fp32.scheme, "fp32");
     expect_same_bits(hier, fp32, fmt::format("1 node x {} ranks", L));
@@ -259,13 +259,13 @@ TEST(HierarchicalScheme, OneRankPerNodeIsTernGrad) {
   for (int M : {3, 8}) {  // allgather2 between 3 nodes, allreduce8 between 8
     Layout h(M, 1), t(M, 1);
     RunOptions o;
-    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.exchange.exchange = "hierarchical";
     o.clip_factor = 2.5f;
     o.steps = 2;
     const RunResult hier = run_layout(h, o);
     RunOptions ot = o;
     ot.flat = true;
-    ot.exchange.mode = M < 8 ? ExchangeMode::kAllgather2 : ExchangeMode::kAllreduce8;
+    ot.exchange.exchange = M < 8 ? "allgather2" : "allreduce8";
     const RunResult tern = run_layout(t, ot);
     EXPECT_NE(tern.scheme.find("terngrad"), std::string::npos) << tern.scheme;
     expect_same_bits(hier, tern, fmt::format("{} nodes x 1 rank", M));
@@ -275,7 +275,7 @@ TEST(HierarchicalScheme, OneRankPerNodeIsTernGrad) {
 // Every rank ends with the same bits, whatever the overlap, the bucketing or the backend's thread count.
 TEST(HierarchicalScheme, DeterministicAcrossOverlapBucketsAndThreads) {
   RunOptions base;
-  base.exchange.mode = ExchangeMode::kHierarchical;
+  base.exchange.exchange = "hierarchical";
   base.clip_factor = 2.5f;
   base.steps = 2;
   base.exchange.overlap = false;
@@ -310,7 +310,7 @@ TEST(HierarchicalScheme, Unbiased) {
   const int M = 2, L = 2, K = 300;
   Layout lay(M, L);
   RunOptions o;
-  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.exchange.exchange = "hierarchical";
   o.steps = K;
   const RunResult res = run_layout(lay, o);
   const int N = M * L;
@@ -351,7 +351,7 @@ TEST(HierarchicalScheme, Unbiased) {
 TEST(HierarchicalScheme, Fp16InsideTheNodeAndByteCounters) {
   Layout lay(2, 2);
   RunOptions o;
-  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.exchange.exchange = "hierarchical";
   o.exchange.local_bits = 16;
   const RunResult half = run_layout(lay, o);
   Layout lay32(2, 2);
@@ -395,7 +395,7 @@ TEST(HierarchicalScheme, AverageLeftCodedIsTheDecodedAverage) {
     const std::string what = fmt::format("{} nodes x {} ranks x {} workers, overlap {}, bucket_mb {}, local_bits {}",
                                          v.nodes, v.local, v.workers, v.overlap, v.bucket_mb, v.local_bits);
     RunOptions o;
-    o.exchange.mode = ExchangeMode::kHierarchical;
+    o.exchange.exchange = "hierarchical";
     o.clip_factor = 2.5f;
     o.steps = 2;
     o.workers_per_rank = v.workers;
@@ -430,21 +430,21 @@ TEST(OverlapEngines, TheStreamScheduleGivesTheSameBits) {
   struct Case {
     const char* what;
     int nodes, local, grad_bits, workers;
-    ExchangeMode mode;
+    std::string mode;
     bool flat, feedback;
   };
-  for (const Case& c : {Case{"allgather2", 2, 1, 1, 2, ExchangeMode::kAllgather2, true, false},
-                        Case{"allgather2, error feedback", 3, 1, 1, 1, ExchangeMode::kAllgather2, true, true},
-                        Case{"allreduce8", 8, 1, 1, 1, ExchangeMode::kAllreduce8, true, false},
-                        Case{"hierarchical", 2, 2, 1, 2, ExchangeMode::kHierarchical, false, false},
-                        Case{"fp32", 2, 1, 32, 2, ExchangeMode::kAuto, true, false}}) {
+  for (const Case& c : {Case{"allgather2", 2, 1, 1, 2, "allgather2", true, false},
+                        Case{"allgather2, error feedback", 3, 1, 1, 1, "allgather2", true, true},
+                        Case{"allreduce8", 8, 1, 1, 1, "allreduce8", true, false},
+                        Case{"hierarchical", 2, 2, 1, 2, "hierarchical", false, false},
+                        Case{"fp32", 2, 1, 32, 2, "auto", true, false}}) {
     RunOptions o;
     o.grad_bits = c.grad_bits;
     o.clip_factor = c.grad_bits == 32 ? 0.f : 2.5f;
     o.flat = c.flat;
     o.workers_per_rank = c.workers;
     o.steps = 2;
-    o.exchange.mode = c.mode;
+    o.exchange.exchange = c.mode;
     o.exchange.error_feedback = c.feedback;
     o.exchange.bucket_mb = 2.0 / 1024;  // 2 KiB of fp32 gradient: several buckets
     o.exchange.overlap = false;
@@ -517,7 +517,7 @@ TEST(OverlapEngines, TheStreamScheduleDrawsItsStagesOnASideStreamTrack) {
         Timeline tl("unused.json", 1, 2, r);
         RankGrads g(1);
         ExchangeOptions xo;
-        xo.mode = ExchangeMode::kAllgather2;
+        xo.exchange = "allgather2";
         xo.bucket_mb = 2.0 / 1024;
         xo.overlap_engine = OverlapEngine::kStream;
         GradientExchange ex(*be, pol, g.views(), {0}, lay.comms(r, true), xo, &tl);
@@ -571,13 +571,13 @@ struct Fp32Exchange {
 };
 
 // The flat terngrad scheme over 3 steps with clipping and weight decay, in buckets of 2 KiB.
-RunOptions flat_terngrad(ExchangeMode mode, bool feedback, bool overlap, int workers_per_rank) {
+RunOptions flat_terngrad(const std::string& mode, bool feedback, bool overlap, int workers_per_rank) {
   RunOptions o;
   o.flat = true;
   o.clip_factor = 2.5f;
   o.workers_per_rank = workers_per_rank;
   o.steps = 3;
-  o.exchange.mode = mode;
+  o.exchange.exchange = mode;
   o.exchange.error_feedback = feedback;
   o.exchange.overlap = overlap;
   o.exchange.bucket_mb = 2.0 / 1024;
@@ -586,7 +586,7 @@ RunOptions flat_terngrad(ExchangeMode mode, bool feedback, bool overlap, int wor
 }
 
 TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
-  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+  for (const char* mode : {"allgather2", "allreduce8"})
     for (bool feedback : {false, true})
       for (bool overlap : {false, true}) {
         RunOptions o = flat_terngrad(mode, feedback, overlap, 2);
@@ -595,7 +595,7 @@ TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
         o.decay_in_exchange = true;
         Layout l1(2, 1);
         const RunResult fused = run_layout(l1, o);
-        expect_same_bits(fused, before, fmt::format("{}, feedback {}, overlap {}", enum_name(mode), feedback, overlap));
+        expect_same_bits(fused, before, fmt::format("{}, feedback {}, overlap {}", mode, feedback, overlap));
         o.weight_decay = 0.f;
         Layout l2(2, 1);
         const RunResult none = run_layout(l2, o);
@@ -605,7 +605,7 @@ TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
   for (int nodes : {2, 1})
     for (bool overlap : {false, true}) {
       RunOptions o;
-      o.exchange.mode = ExchangeMode::kHierarchical;
+      o.exchange.exchange = "hierarchical";
       o.clip_factor = 2.5f;
       o.steps = 2;
       o.exchange.overlap = overlap;
@@ -631,12 +631,11 @@ TEST(TernGradScheme, WeightDecayInTheScalersPassGivesTheSameBits) {
 // decodes some buckets while it waits), one and two workers per rank, and a rank alone; the gradients of the
 // tensors left coded are not written with the average; a bucket decoded late (decode_deferred) is, once.
 TEST(TernGradScheme, AverageLeftCodedIsTheDecodedAverage) {
-  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+  for (const char* mode : {"allgather2", "allreduce8"})
     for (bool feedback : {false, true})
       for (bool overlap : {false, true})
         for (int ranks : {2, 1}) {
-          const std::string what =
-              fmt::format("{}, feedback {}, overlap {}, {} ranks", enum_name(mode), feedback, overlap, ranks);
+          const std::string what = fmt::format("{}, feedback {}, overlap {}, {} ranks", mode, feedback, overlap, ranks);
           RunOptions o = flat_terngrad(mode, feedback, overlap, overlap ? 1 : 2);
           o.decay_in_exchange = true;
           Layout l0(ranks, 1);
@@ -726,17 +725,17 @@ TEST(ErrorFeedback, MatchesItsDefinition) {
 TEST(GradientSchemes, RegistryAndChoice) {
   std::vector<std::string> names;
   for (const SchemeInfo& s : gradient_schemes()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"fp32", "fp16", "terngrad", "hierarchical", "powersgd", "none"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fp32", "fp16", "none", "powersgd", "terngrad", "hierarchical"}));
   ExchangeLayout flat{8, 8, 1}, nodes{8, 2, 4}, one_node{4, 1, 4};
-  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, flat), "terngrad");
-  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, nodes), "hierarchical");
-  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kAuto, one_node), "terngrad");
-  EXPECT_EQ(scheme_name_for(32, ExchangeMode::kAuto, nodes), "fp32");
-  EXPECT_EQ(scheme_name_for(16, ExchangeMode::kAllgather2, nodes), "fp16");
-  EXPECT_EQ(scheme_name_for(32, ExchangeMode::kHierarchical, nodes), "hierarchical");
-  EXPECT_EQ(scheme_name_for(1, ExchangeMode::kNone, nodes), "none");
+  EXPECT_EQ(scheme_name_for(1, "auto", flat), "terngrad");
+  EXPECT_EQ(scheme_name_for(1, "auto", nodes), "hierarchical");
+  EXPECT_EQ(scheme_name_for(1, "auto", one_node), "terngrad");
+  EXPECT_EQ(scheme_name_for(32, "auto", nodes), "fp32");
+  EXPECT_EQ(scheme_name_for(16, "allgather2", nodes), "fp16");
+  EXPECT_EQ(scheme_name_for(32, "hierarchical", nodes), "hierarchical");
+  EXPECT_EQ(scheme_name_for(1, "none", nodes), "none");
   try {
-    scheme_name_for(16, ExchangeMode::kHierarchical, nodes);
+    scheme_name_for(16, "hierarchical", nodes);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--grad_bits 1"), std::string::npos) << e.what();
@@ -746,8 +745,8 @@ TEST(GradientSchemes, RegistryAndChoice) {
     make_gradient_scheme("topk", ctx);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown gradient scheme 'topk': the known ones are fp32, fp16, terngrad, "
-                                         "hierarchical, powersgd, none"),
+    EXPECT_NE(std::string(e.what()).find("unknown gradient scheme 'topk': the known ones are fp32, fp16, none, "
+                                         "powersgd, terngrad, hierarchical"),
               std::string::npos)
         << e.what();
   }
@@ -759,7 +758,7 @@ TEST(GradientSchemes, NoneAveragesLocallyAndMovesNothing) {
   RunOptions o;
   o.flat = true;
   o.workers_per_rank = 2;
-  o.exchange.mode = ExchangeMode::kNone;
+  o.exchange.exchange = "none";
   const RunResult res = run_layout(lay, o);
   EXPECT_EQ(res.scheme, "none");
   for (int r = 0; r < 2; ++r) {
@@ -862,14 +861,14 @@ TEST(ScalerBuckets, DeterministicAcrossOverlapBucketsThreadsAndDeferredDecode) {
     const RunResult per_tensor = run_layout(l1, one);
     EXPECT_NE(per_tensor.out[0][1][2], ref.out[0][1][2]) << what;
   };
-  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8})
+  for (const char* mode : {"allgather2", "allreduce8"})
     for (bool feedback : {false, true}) {
       RunOptions o = flat_terngrad(mode, feedback, false, 2);
       o.clip_factor = 2.5f;
-      check(o, 2, 1, fmt::format("{}, feedback {}", enum_name(mode), feedback));
+      check(o, 2, 1, fmt::format("{}, feedback {}", mode, feedback));
     }
   RunOptions h;
-  h.exchange.mode = ExchangeMode::kHierarchical;
+  h.exchange.exchange = "hierarchical";
   h.clip_factor = 2.5f;
   h.steps = 2;
   check(h, 2, 2, "hierarchical 2 x 2");
@@ -878,14 +877,14 @@ TEST(ScalerBuckets, DeterministicAcrossOverlapBucketsThreadsAndDeferredDecode) {
 // One rank per node: the hierarchical scheme is the terngrad scheme bit for bit, with buckets too.
 TEST(ScalerBuckets, OneRankPerNodeHierarchicalIsTernGrad) {
   RunOptions o;
-  o.exchange.mode = ExchangeMode::kHierarchical;
+  o.exchange.exchange = "hierarchical";
   o.clip_factor = 2.5f;
   o.steps = 2;
   o.scaler_bucket = kBucket;
   Layout h(3, 1), t(3, 1);
   const RunResult hier = run_layout(h, o);
   o.flat = true;
-  o.exchange.mode = ExchangeMode::kAllgather2;
+  o.exchange.exchange = "allgather2";
   expect_same_bits(hier, run_layout(t, o), "3 nodes x 1 rank, buckets of 256");
 }
 
@@ -895,7 +894,7 @@ TEST(ScalerBuckets, OneRankPerNodeHierarchicalIsTernGrad) {
 TEST(ScalerBuckets, Unbiased) {
   const int N = 4, K = 300;
   Layout lay(N, 1);
-  RunOptions o = flat_terngrad(ExchangeMode::kAllgather2, false, false, 1);
+  RunOptions o = flat_terngrad("allgather2", false, false, 1);
   o.weight_decay = 0.f;
   o.clip_factor = 0.f;
   o.steps = K;
@@ -940,7 +939,7 @@ TEST(ScalerBuckets, Unbiased) {
 
 // Every bucket's scaler travels: the byte model counts 4 bytes per scaler in the scalers' all-reduce.
 TEST(ScalerBuckets, ScalersAreCountedInTheByteModel) {
-  for (ExchangeMode mode : {ExchangeMode::kAllgather2, ExchangeMode::kAllreduce8}) {
+  for (const char* mode : {"allgather2", "allreduce8"}) {
     RunOptions o = flat_terngrad(mode, false, false, 1);
     o.steps = 1;
     Layout l0(2, 1), l1(2, 1);
@@ -948,7 +947,7 @@ TEST(ScalerBuckets, ScalersAreCountedInTheByteModel) {
     o.scaler_bucket = kBucket;
     const RunResult buckets = run_layout(l1, o);
     const uint64_t extra = 4 * ((1 + 5 + 4) - 3);  // scalers beyond one per ternary tensor
-    EXPECT_EQ(buckets.stats[0].payload_bytes - one.stats[0].payload_bytes, extra) << enum_name(mode);
+    EXPECT_EQ(buckets.stats[0].payload_bytes - one.stats[0].payload_bytes, extra) << mode;
     EXPECT_EQ(buckets.stats[0].moved_bytes - one.stats[0].moved_bytes,
               Communicator::allreduce_moved_bytes(4 * 10, 2) - Communicator::allreduce_moved_bytes(4 * 3, 2));
     EXPECT_GT(buckets.stats[0].process_wire_bytes, one.stats[0].process_wire_bytes);

@@ -136,7 +136,7 @@ void check_exchange(int N, ExchangeMode mode) {
   const uint32_t step = 17;
   const auto expected = reference_exchange(wl, pol, seed, step);
   ExchangeOptions o;
-  o.mode = mode;
+  o.exchange = enum_name(mode);
   o.seed = seed;
   GradientExchange ex(cpu_backend(), pol, wl.all_views(), {0}, nullptr, o);
   EXPECT_EQ(ex.num_workers(), N);

@@ -108,7 +108,7 @@ RunResult run(const RunOptions& o) {
             views[l].emplace_back(g[l].back().data(), p.shape, DType::kF32, Device::cpu());
           }
         ExchangeOptions xo;
-        xo.mode = ExchangeMode::kPowerSgd;
+        xo.exchange = "powersgd";
         xo.overlap = o.overlap;
         xo.overlap_engine = o.engine;
         xo.bucket_mb = o.bucket_mb;
@@ -352,7 +352,7 @@ TEST(PowerSgdScheme, BadRanksAndBitsNameTheFlagAndTheAcceptedValues) {
   }
   auto error_of = [&](int rank) {
     ExchangeOptions xo;
-    xo.mode = ExchangeMode::kPowerSgd;
+    xo.exchange = "powersgd";
     xo.powersgd_rank = rank;
     try {
       GradientExchange ex(*be, pol, views, {0}, nullptr, xo);
@@ -367,16 +367,16 @@ TEST(PowerSgdScheme, BadRanksAndBitsNameTheFlagAndTheAcceptedValues) {
   EXPECT_NE(error_of(9).find("--powersgd_rank 9 compresses no tensor"), std::string::npos) << error_of(9);
   EXPECT_NE(error_of(9).find("the accepted values are 1 to 8"), std::string::npos) << error_of(9);
   try {
-    scheme_name_for(1, ExchangeMode::kPowerSgd, ExchangeLayout{});
+    scheme_name_for(1, "powersgd", ExchangeLayout{});
     FAIL() << "--grad_bits 1 with powersgd accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("it takes --grad_bits 32, not 1"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(scheme_name_for(32, ExchangeMode::kPowerSgd, ExchangeLayout{}), "powersgd");
-  EXPECT_TRUE(exchange_compresses(32, ExchangeMode::kPowerSgd));
-  EXPECT_EQ(fp32_form(ExchangeMode::kPowerSgd), ExchangeMode::kAuto);
+  EXPECT_EQ(scheme_name_for(32, "powersgd", ExchangeLayout{}), "powersgd");
+  EXPECT_TRUE(exchange_compresses(32, "powersgd"));
+  EXPECT_EQ(fp32_form("powersgd"), "auto");
   try {
-    parse_enum<ExchangeMode>("powersdg");
+    check_exchange_value("powersdg");
     FAIL() << "a misspelt --exchange accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("powersgd"), std::string::npos) << "the accepted values listed: " << e.what();

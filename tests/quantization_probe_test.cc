@@ -339,7 +339,9 @@ TEST_F(QuantizationProbeTrainer, BadFlagsAreOneLineNamingTheFlag) {
   TrainConfig none = config("none");
   none.exchange = "none";
   none.quantization_error_every = 5;
-  EXPECT_EQ(message(none), "--quantization_error_every 5 compares two exchanges: not with --exchange none");
+  EXPECT_EQ(message(none),
+            "--quantization_error_every 5 compares the compressed exchange with its fp32 form: --exchange none "
+            "compresses nothing");
   TrainConfig negative = config("negative");
   negative.quantization_error_every = -1;
   EXPECT_NE(message(negative).find("--quantization_error_every"), std::string::npos) << message(negative);

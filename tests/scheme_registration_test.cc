@@ -1,12 +1,15 @@
-// A scheme of its own file registers itself (SchemeRegistration) and is then a scheme like the built-in ones: listed,
-// made by name, asked its buffers; the flags never choose a scheme registered to be chosen by name only; a name
-// registered twice is refused in one line naming it; the rows answer what the trainer asks (replay, compression).
+// A scheme of its own file registers itself (SchemeRegistration) and is then a scheme like the folders' ones: listed,
+// made by name, asked its buffers, its --exchange value checked, listed in the flag's help and choosing it; a name or
+// an
+// --exchange value registered twice, or a scheme claiming a flat value, is refused in one line naming it; the rows
+// answer what the trainer asks (replay, compression); the real terngrad-train --help lists every folder's scheme.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "common/error_of.h"
+#include "common/files.h"
 #include "terngrad/core/error.h"
 #include "terngrad/exchange/scheme_registry.h"
 
@@ -39,12 +42,12 @@ const SchemeInfo kIdentity = {
     "identity",
     "the gradients as they are (a test's scheme)",
     make_identity,
-    ExchangeMode::kAuto,
-    0,  // chosen by its name only
+    "identity",  // --exchange identity chooses it
+    0,
     nullptr,
     [](int) { return std::string(); },
     [](int) { return false; },
-    ExchangeMode::kAuto,
+    "auto",
     [](bool) -> const char* { return nullptr; },
     [](const SchemeMemoryQuery&) -> size_t { return 0; },
     nullptr,  // no options
@@ -54,17 +57,48 @@ const SchemeRegistration register_identity(kIdentity);
 TEST(SchemeRegistration, AToySchemeRegistersItselfFromItsOwnFile) {
   std::vector<std::string> names;
   for (const SchemeInfo& s : gradient_schemes()) names.push_back(s.name);
+  // The folders' rows in folder order (dense, none, powersgd, terngrad), then the registered ones.
   EXPECT_EQ(names,
-            (std::vector<std::string>{"fp32", "fp16", "terngrad", "hierarchical", "powersgd", "none", "identity"}));
+            (std::vector<std::string>{"fp32", "fp16", "none", "powersgd", "terngrad", "hierarchical", "identity"}));
   SchemeContext ctx;
   EXPECT_STREQ(make_gradient_scheme("identity", ctx)->name(), "identity");
   EXPECT_EQ(gradient_scheme("identity").buffer_bytes(SchemeMemoryQuery{}), 0u);
-  // The flags never choose it: --grad_bits 0 is no scheme's.
-  EXPECT_NE(error_of([] {
-              scheme_name_for(0, ExchangeMode::kAuto, ExchangeLayout{});
-            }).find("--grad_bits 0 is not one of 1, 16, 32"),
-            std::string::npos);
+  // Its row's --exchange value is a value of the flag (checked, listed in the help) and chooses it whatever
+  // --grad_bits.
+  const std::vector<std::string> values = exchange_values();
+  EXPECT_EQ(values, (std::vector<std::string>{"auto", "allgather2", "allreduce8", "none", "powersgd", "hierarchical",
+                                              "identity"}));
+  check_exchange_value("identity");
+  EXPECT_EQ(scheme_name_for(1, "identity", ExchangeLayout{}), "identity");
+  EXPECT_EQ(scheme_name_for(32, "identity", ExchangeLayout{}), "identity");
+  std::string help;
+  for (const Flag<ExchangeConfig>& f : exchange_flags())
+    if (std::string(f.name) == "exchange") help = f.full_help();
+  EXPECT_NE(help.find("identity: the gradients as they are (a test's scheme)"), std::string::npos) << help;
+  EXPECT_EQ(help.rfind("auto, allgather2, allreduce8, none, powersgd, hierarchical, identity: ", 0), 0u) << help;
+  // --grad_bits alone never chooses it: --grad_bits 0 is no scheme's.
+  EXPECT_NE(
+      error_of([] { scheme_name_for(0, "auto", ExchangeLayout{}); }).find("--grad_bits 0 is not one of 1, 16, 32"),
+      std::string::npos);
   check_replayable("identity", true);  // its row says it can be replayed
+}
+
+TEST(SchemeRegistration, AnExchangeValueTakenTwiceOrAFlatOneIsOneLineNamingIt) {
+  std::vector<SchemeInfo> rows = gradient_schemes();
+  SchemeInfo other = kIdentity;
+  other.name = "identity2";
+  rows.push_back(other);
+  const std::string e = error_of([&] { check_unique_scheme_names(rows); });
+  EXPECT_NE(e.find("--exchange identity would choose two gradient schemes ('identity' and 'identity2')"),
+            std::string::npos)
+      << e;
+  rows.pop_back();
+  other.exchange = "allgather2";
+  rows.push_back(other);
+  const std::string flat = error_of([&] { check_unique_scheme_names(rows); });
+  EXPECT_NE(flat.find("gradient scheme 'identity2' claims --exchange allgather2, one of the exchange's own values"),
+            std::string::npos)
+      << flat;
 }
 
 TEST(SchemeRegistration, ANameRegisteredTwiceIsOneLineNamingIt) {
@@ -93,14 +127,14 @@ TEST(SchemeRegistration, AnOptionThatClashesWithAnotherFlagIsOneLineNamingIt) {
 }
 
 TEST(SchemeRegistration, TheRowsAnswerWhatTheTrainerAsks) {
-  EXPECT_TRUE(exchange_compresses(1, ExchangeMode::kAuto));
-  EXPECT_TRUE(exchange_compresses(1, ExchangeMode::kHierarchical));
-  EXPECT_FALSE(exchange_compresses(32, ExchangeMode::kHierarchical));
-  EXPECT_FALSE(exchange_compresses(16, ExchangeMode::kAllgather2));
-  EXPECT_FALSE(exchange_compresses(1, ExchangeMode::kNone));
-  EXPECT_EQ(fp32_form(ExchangeMode::kHierarchical), ExchangeMode::kHierarchical);
-  EXPECT_EQ(fp32_form(ExchangeMode::kNone), ExchangeMode::kNone);
-  EXPECT_EQ(fp32_form(ExchangeMode::kAllreduce8), ExchangeMode::kAuto);
+  EXPECT_TRUE(exchange_compresses(1, "auto"));
+  EXPECT_TRUE(exchange_compresses(1, "hierarchical"));
+  EXPECT_FALSE(exchange_compresses(32, "hierarchical"));
+  EXPECT_FALSE(exchange_compresses(16, "allgather2"));
+  EXPECT_FALSE(exchange_compresses(1, "none"));
+  EXPECT_EQ(fp32_form("hierarchical"), "hierarchical");
+  EXPECT_EQ(fp32_form("none"), "none");
+  EXPECT_EQ(fp32_form("allreduce8"), "auto");
   check_replayable("fp32", false);
   check_replayable("terngrad", false);
   const std::string ef = error_of([] { check_replayable("terngrad", true); });
@@ -111,6 +145,22 @@ TEST(SchemeRegistration, TheRowsAnswerWhatTheTrainerAsks) {
   for (const char* s : {"hierarchical", "powersgd", "none"})
     EXPECT_NE(error_of([s] { check_replayable(s, false); }).find("--exchange " + std::string(s)), std::string::npos)
         << s;
+}
+
+// The program's --help (built from the folders' rows, without this test's identity scheme) names every --exchange value
+// with its scheme's description, and the --grad_bits schemes' bits.
+TEST(SchemeRegistration, TheProgramsHelpListsEveryFoldersScheme) {
+  std::string help;
+  ASSERT_EQ(testing::run_command(std::string(TG_BINARY_DIR) + "/terngrad-train --help-markdown 2>&1", &help), 0)
+      << help;
+  for (const SchemeInfo& s : gradient_schemes()) {
+    if (std::string(s.name) == "identity") continue;  // this test's own
+    if (s.exchange != nullptr)
+      EXPECT_NE(help.find(std::string(s.exchange) + ": " + s.description), std::string::npos)
+          << s.name << " not in --help-markdown:\n"
+          << help;
+  }
+  EXPECT_NE(help.find("auto, allgather2, allreduce8, none, powersgd, hierarchical: "), std::string::npos) << help;
 }
 
 }  // namespace

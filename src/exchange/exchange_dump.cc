@@ -194,7 +194,8 @@ ExchangeReplayResult replay_exchange_dump(const std::string& dir) {
   }
   std::unique_ptr<Backend> be = make_backend("cpu");
   ExchangeOptions xo;
-  xo.mode = parse_enum<ExchangeMode>(m.exchange);
+  check_exchange_value(m.exchange, "the manifest's exchange");
+  xo.exchange = m.exchange;
   xo.seed = m.seed;
   xo.overlap = false;
   GradientExchange ex(*be, policy, views, {0}, ExchangeComms{}, xo);

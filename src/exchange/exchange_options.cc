@@ -1,22 +1,70 @@
 // The exchange's flag table and its options from the flags.
 #include "terngrad/exchange/exchange_options.h"
 
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "terngrad/core/error.h"
 #include "terngrad/exchange/scheme_registry.h"
 
 namespace tg {
 
+std::vector<std::string> exchange_values() {
+  std::vector<std::string> values;
+  for (const auto& e : EnumNames<ExchangeMode>::kList) values.push_back(e.name);
+  for (const SchemeInfo& s : gradient_schemes())
+    if (s.exchange != nullptr) values.push_back(s.exchange);
+  return values;
+}
+
 namespace {
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+}  // namespace
+
+void check_exchange_value(std::string_view value, std::string_view flag) {
+  for (const std::string& v : exchange_values())
+    if (value == v) return;
+  TG_USAGE_ERROR("{} '{}' is not one of {}", flag, value, joined(exchange_values()));
+}
+
+ExchangeMode flat_mode(const std::string& exchange) {
+  for (const auto& e : EnumNames<ExchangeMode>::kList)
+    if (exchange == e.name) return e.value;
+  return ExchangeMode::kAuto;
+}
+
+namespace {
+// --exchange's help: the flat values, then each scheme row's own value with its description.
+const char* exchange_help() {
+  static const std::string help = [] {
+    std::string h =
+        "auto: a scheme that claims the layout (hierarchical with --grad_bits 1 on several nodes of several ranks), "
+        "else allgather2 below 8 workers, allreduce8 from 8; allgather2: 2-bit codes gathered; allreduce8: int8 sums, "
+        "≤127 workers";
+    for (const SchemeInfo& s : gradient_schemes())
+      if (s.exchange != nullptr) h += fmt::format("; {}: {}", s.exchange, s.description);
+    return h;
+  }();
+  return help.c_str();
+}
+
+FlagCheck exchange_check() {
+  FlagCheck c;
+  c.parse = [](std::string_view text, std::string_view flag) { check_exchange_value(text, flag); };
+  c.accepted = [] { return joined(exchange_values()); };
+  return c;
+}
+
 std::vector<Flag<ExchangeConfig>> own_flags() {
   using C = ExchangeConfig;
   return {
-      {"exchange", &C::exchange,
-       "allgather2: 2-bit codes gathered; allreduce8: int8 sums, ≤127 workers; hierarchical: fp32 sums inside a node, "
-       "2-bit codes between nodes (one ring per local rank) and then inside the node; auto: hierarchical with "
-       "--grad_bits 1 on several "
-       "nodes of several ranks, else allgather2 below 8 workers, allreduce8 from 8; powersgd: rank-R low-rank "
-       "gradients with error feedback, all-reduced (`--grad_bits 32`, `--powersgd_rank`); none: no exchange "
-       "(benchmarks' compute-only step; replicas drift apart)",
-       one_of<ExchangeMode>(), kFlagRun},
+      {"exchange", &C::exchange, exchange_help(), exchange_check(), kFlagRun},
       {"error_feedback", &C::error_feedback,
        "TernGrad (allgather2/allreduce8): add each worker's rounding error g − s·code to its next gradient "
        "(per element, per rank; checkpointed per rank)",
@@ -58,7 +106,8 @@ const std::vector<Flag<ExchangeConfig>>& exchange_flags() {
   return table;
 }
 
-ExchangeOptions::ExchangeOptions(const ExchangeConfig& c, uint64_t seed_)
-    : ExchangeConfig(c), mode(parse_enum<ExchangeMode>(c.exchange)), seed(seed_) {}
+ExchangeOptions::ExchangeOptions(const ExchangeConfig& c, uint64_t seed_) : ExchangeConfig(c), seed(seed_) {
+  check_exchange_value(exchange);
+}
 
 }  // namespace tg

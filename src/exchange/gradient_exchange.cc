@@ -70,7 +70,7 @@ GradientExchange::GradientExchange(Backend& backend, const CompressionPolicy& po
   layout.num_workers = ctx_.num_workers;
   layout.num_nodes = ctx_.comms.cross ? ctx_.comms.cross->size() : 1;
   layout.ranks_per_node = ctx_.comms.local ? ctx_.comms.local->size() : 1;
-  scheme_ = make_gradient_scheme(scheme_name_for(policy.flags().grad_bits, options.mode, layout), ctx_);
+  scheme_ = make_gradient_scheme(scheme_name_for(policy.flags().grad_bits, options.exchange, layout), ctx_);
   stages_ = scheme_->stages();
   for (size_t s = 0; s < stages_.size(); ++s)
     if (stages_[s].kind == StageKind::kCollective) collective_stages_.push_back(static_cast<int>(s));

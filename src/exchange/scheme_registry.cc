@@ -3,76 +3,23 @@
 // replayed.
 #include "terngrad/exchange/scheme_registry.h"
 
-#include "src/exchange/schemes/dense/dense_scheme.h"
-#include "src/exchange/schemes/none/no_exchange_scheme.h"
-#include "src/exchange/schemes/powersgd/powersgd_scheme.h"
-#include "src/exchange/schemes/terngrad/hierarchical_scheme.h"
-#include "src/exchange/schemes/terngrad/terngrad_scheme.h"
 #include "terngrad/core/error.h"
 
+// Every scheme folder's rows: std::vector<SchemeInfo> <folder>_schemes(), listed by the build (one
+// TG_SCHEME_FOLDER(<folder>) line per folder of src/exchange/schemes/, in name order).
 namespace tg {
+#define TG_SCHEME_FOLDER(folder) std::vector<SchemeInfo> folder##_schemes();
+#include "tg_scheme_folders.inc"
+#undef TG_SCHEME_FOLDER
 
 namespace {
-std::string any_bits(int) { return ""; }
-bool never(int) { return false; }
-bool always(int) { return true; }
-const char* replayable(bool) { return nullptr; }
-
-// The built-in schemes, one row each.
 std::vector<SchemeInfo> builtin_schemes() {
-  using M = ExchangeMode;
-  return {
-      {"fp32", "fp32 sums, all-reduced", &make_fp32_scheme, M::kAuto, 32, nullptr, any_bits, never, M::kAuto,
-       replayable, dense_buffer_bytes, nullptr},
-      {"fp16", "fp16 sums of the compressed tensors, fp32 for the rest", &make_fp16_scheme, M::kAuto, 16, nullptr,
-       any_bits, never, M::kAuto,
-       [](bool) -> const char* {
-         return "--exchange_dump cannot replay --grad_bits 16 (each rank's sum is rounded to fp16, then the fp16 "
-                "all-reduce rounds again: one replica cannot redo that)";
-       },
-       dense_buffer_bytes, nullptr},
-      {"terngrad", "2-bit codes of every worker, allgather2 or allreduce8 (--error_feedback)", &make_terngrad_scheme,
-       M::kAuto, 1, nullptr, any_bits, always, M::kAuto,
-       [](bool error_feedback) -> const char* {
-         return error_feedback ? "--exchange_dump replays a stateless exchange: not with --error_feedback (its "
-                                 "residuals carry over)"
-                               : nullptr;
-       },
-       terngrad_buffer_bytes, nullptr},
-      {"hierarchical", "fp32 inside a node, 2-bit codes between nodes", &make_hierarchical_scheme, M::kHierarchical, 0,
-       [](int grad_bits, const ExchangeLayout& l) { return grad_bits == 1 && l.num_nodes > 1 && l.ranks_per_node > 1; },
-       [](int grad_bits) {
-         return grad_bits == 1 || grad_bits == 32
-                    ? std::string()
-                    : fmt::format(
-                          "--exchange hierarchical takes --grad_bits 1 (ternary between nodes) or 32 (fp32), "
-                          "not {}",
-                          grad_bits);
-       },
-       [](int grad_bits) { return grad_bits == 1; }, M::kHierarchical,
-       [](bool) -> const char* {
-         return "--exchange_dump: --exchange hierarchical cannot be replayed on one replica (fp32 sums inside each "
-                "node, then codes between nodes: the job's layout, not one replica's)";
-       },
-       hierarchical_buffer_bytes, nullptr},
-      {"powersgd", "rank-R low-rank gradients with error feedback, all-reduced (--powersgd_rank)",
-       &make_powersgd_scheme, M::kPowerSgd, 0, nullptr,
-       [](int grad_bits) {
-         return grad_bits == 32
-                    ? std::string()
-                    : fmt::format("--exchange powersgd sends fp32 factors: it takes --grad_bits 32, not {}", grad_bits);
-       },
-       always, M::kAuto,
-       [](bool) -> const char* {
-         return "--exchange_dump: --exchange powersgd cannot be replayed on one replica (its residuals and "
-                "warm-started Q carry over from step to step)";
-       },
-       powersgd_buffer_bytes, powersgd_flags},
-      {"none", "no exchange (benchmarks: the compute-only step)", &make_no_exchange_scheme, M::kNone, 0, nullptr,
-       any_bits, never, M::kNone,
-       [](bool) -> const char* { return "--exchange_dump: --exchange none exchanges nothing"; },
-       no_exchange_buffer_bytes, nullptr},
-  };
+  std::vector<SchemeInfo> all;
+  auto add = [&all](const std::vector<SchemeInfo>& rows) { all.insert(all.end(), rows.begin(), rows.end()); };
+#define TG_SCHEME_FOLDER(folder) add(folder##_schemes());
+#include "tg_scheme_folders.inc"
+#undef TG_SCHEME_FOLDER
+  return all;
 }
 
 // The schemes of SchemeRegistration objects, in the order they were constructed.
@@ -85,11 +32,23 @@ std::vector<SchemeInfo>& registered_schemes() {
 SchemeRegistration::SchemeRegistration(const SchemeInfo& info) { registered_schemes().push_back(info); }
 
 void check_unique_scheme_names(const std::vector<SchemeInfo>& schemes) {
-  for (size_t i = 0; i < schemes.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
+  for (size_t i = 0; i < schemes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
       TG_CHECK(std::string(schemes[i].name) != schemes[j].name,
                "gradient scheme '{}' is registered twice (\"{}\" and \"{}\"): each scheme needs a name of its own",
                schemes[i].name, schemes[j].description, schemes[i].description);
+      TG_CHECK(schemes[i].exchange == nullptr || schemes[j].exchange == nullptr ||
+                   std::string(schemes[i].exchange) != schemes[j].exchange,
+               "--exchange {} would choose two gradient schemes ('{}' and '{}'): each needs a value of its own",
+               schemes[i].exchange, schemes[j].name, schemes[i].name);
+    }
+    if (schemes[i].exchange != nullptr)
+      for (const auto& flat : EnumNames<ExchangeMode>::kList)
+        TG_CHECK(std::string(schemes[i].exchange) != flat.name,
+                 "gradient scheme '{}' claims --exchange {}, one of the exchange's own values (auto, allgather2, "
+                 "allreduce8)",
+                 schemes[i].name, flat.name);
+  }
 }
 
 const std::vector<SchemeInfo>& gradient_schemes() {
@@ -116,33 +75,33 @@ std::unique_ptr<GradientScheme> make_gradient_scheme(const std::string& name, Sc
 }
 
 namespace {
-// The row an --exchange value chooses whatever --grad_bits (hierarchical, powersgd, none); null for auto, allgather2
-// and allreduce8.
-const SchemeInfo* chosen_by_mode(ExchangeMode mode) {
+// The row whose own --exchange value this is (hierarchical, powersgd, none, ...); null for a flat value.
+const SchemeInfo* chosen_by_value(const std::string& exchange) {
   for (const SchemeInfo& s : gradient_schemes())
-    if (s.mode != ExchangeMode::kAuto && s.mode == mode) return &s;
+    if (s.exchange != nullptr && exchange == s.exchange) return &s;
   return nullptr;
 }
 
 // The row the flags choose, before its --grad_bits check; null when none does.
-const SchemeInfo* choose(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout) {
+const SchemeInfo* choose(int grad_bits, const std::string& exchange, const ExchangeLayout& layout) {
+  check_exchange_value(exchange);
   const std::vector<SchemeInfo>& rows = gradient_schemes();
-  if (mode == ExchangeMode::kAuto)
+  if (exchange == "auto")
     for (const SchemeInfo& s : rows)
       if (s.auto_on && s.auto_on(grad_bits, layout)) return &s;
-  if (const SchemeInfo* s = chosen_by_mode(mode)) return s;
+  if (const SchemeInfo* s = chosen_by_value(exchange)) return s;
   for (const SchemeInfo& s : rows)  // auto, allgather2, allreduce8: by --grad_bits
-    if (s.mode == ExchangeMode::kAuto && s.grad_bits != 0 && s.grad_bits == grad_bits) return &s;
+    if (s.exchange == nullptr && s.grad_bits != 0 && s.grad_bits == grad_bits) return &s;
   return nullptr;
 }
 }  // namespace
 
-std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayout& layout) {
-  const SchemeInfo* s = choose(grad_bits, mode, layout);
+std::string scheme_name_for(int grad_bits, const std::string& exchange, const ExchangeLayout& layout) {
+  const SchemeInfo* s = choose(grad_bits, exchange, layout);
   if (s == nullptr) {
     std::string bits;
     for (const SchemeInfo& r : gradient_schemes())
-      if (r.mode == ExchangeMode::kAuto && r.grad_bits != 0)
+      if (r.exchange == nullptr && r.grad_bits != 0)
         bits = fmt::format("{}{}{}", r.grad_bits, bits.empty() ? "" : ", ", bits);
     TG_THROW("--grad_bits {} is not one of {}", grad_bits, bits);
   }
@@ -151,14 +110,14 @@ std::string scheme_name_for(int grad_bits, ExchangeMode mode, const ExchangeLayo
   return s->name;
 }
 
-bool exchange_compresses(int grad_bits, ExchangeMode mode) {
-  const SchemeInfo* s = choose(grad_bits, mode, ExchangeLayout{});
+bool exchange_compresses(int grad_bits, const std::string& exchange) {
+  const SchemeInfo* s = choose(grad_bits, exchange, ExchangeLayout{});
   return s != nullptr && s->compresses(grad_bits);
 }
 
-ExchangeMode fp32_form(ExchangeMode mode) {
-  const SchemeInfo* s = chosen_by_mode(mode);
-  return s ? s->fp32_form : ExchangeMode::kAuto;
+std::string fp32_form(const std::string& exchange) {
+  const SchemeInfo* s = chosen_by_value(exchange);
+  return s ? s->fp32_form : "auto";
 }
 
 void check_replayable(const std::string& scheme, bool error_feedback) {

@@ -60,7 +60,7 @@ void StepExchange::dump_inputs(GradientExchange& x, uint32_t step32) {
   ExchangeDumpManifest m;
   m.step = step32;
   m.seed = x.options().seed;
-  m.exchange = enum_name(x.options().mode);
+  m.exchange = x.options().exchange;
   m.compression = x.policy().flags();
   for (const TensorCodingPlan& t : x.policy().tensors()) m.tensors.push_back({t.name, t.numel});
   const int local = static_cast<int>(worker_grads_.size());

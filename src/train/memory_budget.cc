@@ -38,7 +38,7 @@ size_t exchange_bytes(const TrainConfig& cfg, const std::vector<ParamSpec>& para
   q.layout = {l.world_workers(), l.num_nodes, l.ranks_per_node};
   q.local_workers = l.workers_per_replica;
   q.group = l.processes * l.replicas > 1;  // a world group to exchange with (else: averaged in place)
-  return gradient_scheme(scheme_name_for(cfg.grad_bits, q.options.mode, q.layout)).buffer_bytes(q);
+  return gradient_scheme(scheme_name_for(cfg.grad_bits, q.options.exchange, q.layout)).buffer_bytes(q);
 }
 
 void add(DeviceMemoryPlan& p, const char* name, size_t bytes) { p.areas.push_back({name, bytes}); }

@@ -259,7 +259,7 @@ void ReplicaSet::build_exchanges(Timeline* timeline, bool loss_scaled) {
     auto make = [&](const CompressionPolicy& pol) {
       // The exchange flags (a scheme ignores the options it does not have), then what this replica allows.
       ExchangeOptions xo(cfg_, cfg_.seed);
-      if (&pol == &fp32_policy_) xo.mode = fp32_form(xo.mode);
+      if (&pol == &fp32_policy_) xo.exchange = fp32_form(xo.exchange);
       // Overlap: a communication thread on the CPU, the backend's side stream on a GPU (gradient_exchange.h).
       // fp16: the step's Inf/NaN flag is agreed on after backward, before any gradient is encoded.
       xo.overlap = cfg_.overlap && !loss_scaled;

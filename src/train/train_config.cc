@@ -166,7 +166,7 @@ void TrainConfig::validate(int num_processes) const {
     Timeline::parse_steps(timeline_steps);
   }
   TG_CHECK(device != "cpu" || num_gpus == 1, "--num_gpus {} needs --device cuda", num_gpus);
-  if (fp32_warmup_steps > 0 && !exchange_compresses(grad_bits, parse_enum<ExchangeMode>(exchange)))
+  if (fp32_warmup_steps > 0 && !exchange_compresses(grad_bits, exchange))
     TG_THROW(
         "--fp32_warmup_steps {} is an uncompressed start before a compressed exchange, but --grad_bits {} "
         "--exchange {} exchanges uncompressed gradients",
@@ -174,9 +174,11 @@ void TrainConfig::validate(int num_processes) const {
   if (quantization_error_every > 0 && grad_bits != 1)
     TG_THROW("--quantization_error_every {} measures ternary gradients (--grad_bits 1), not --grad_bits {}",
              quantization_error_every, grad_bits);
-  if (quantization_error_every > 0 && exchange == "none")
-    TG_THROW("--quantization_error_every {} compares two exchanges: not with --exchange none",
-             quantization_error_every);
+  if (quantization_error_every > 0 && !exchange_compresses(grad_bits, exchange))
+    TG_THROW(
+        "--quantization_error_every {} compares the compressed exchange with its fp32 form: --exchange {} "
+        "compresses nothing",
+        quantization_error_every, exchange);
   if (quantization_error_every > 0 && compute_dtype() == DType::kF16)
     TG_THROW("--quantization_error_every {} is not available with --precision fp16 (loss-scaled gradients)",
              quantization_error_every);
@@ -189,7 +191,7 @@ void TrainConfig::validate(int num_processes) const {
                quantization_error_every);
     // The scheme of these flags on a flat job (auto on several nodes of several ranks may choose another: the
     // trainer checks again when it writes the dump).
-    check_replayable(scheme_name_for(grad_bits, parse_enum<ExchangeMode>(exchange), ExchangeLayout{}), error_feedback);
+    check_replayable(scheme_name_for(grad_bits, exchange, ExchangeLayout{}), error_feedback);
   }
 }
 

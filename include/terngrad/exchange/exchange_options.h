@@ -1,20 +1,17 @@
 // ExchangeOptions: how a replica's gradients are exchanged: --exchange (the algorithm), --bucket_mb and
 // --overlap (the scheduler), --error_feedback and --local_bits (scheme options), the seed of the ternary
-// rounding. The values of --exchange:
-//   auto          hierarchical when the job spans more than one node and a node has more than one rank and
-//                 gradients are ternary; otherwise allgather2 below 8 workers, allreduce8 from 8 on
+// rounding. The values of --exchange are the flat ones (ExchangeMode: the scheme --grad_bits chooses, TernGrad's
+// codes gathered or summed) and every scheme row's own value (scheme_registry.h: hierarchical, powersgd, none, and a
+// scheme registered from its folder), which chooses that scheme whatever --grad_bits:
+//   auto          a scheme whose row claims the layout (hierarchical: ternary gradients on more than one node of
+//                 more than one rank); otherwise allgather2 below 8 workers, allreduce8 from 8 on
 //   allgather2    every worker's 2-bit codes gathered by every worker ((N-1) n/4 bytes in per worker)
 //   allreduce8    codes summed as int8 by a ring all-reduce (2 (N-1)/N n bytes; exact up to 127 workers)
-//   hierarchical  reduce-scatter inside the node (fp32, or fp16 with --local_bits 16), each local rank
-//                 ternarizes its shard and exchanges it with the same shard of every other node (one ring per
-//                 local index), then an all-gather inside the node
-//   powersgd      rank-R low-rank matrices (--powersgd_rank R) with error feedback, all-reduced (--grad_bits 32)
-//   none          (benchmarks) no exchange at all: each replica steps with its own workers' gradients; the
-//                 compute-only step that link overheads are measured against
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "terngrad/core/enum_names.h"
@@ -22,17 +19,22 @@
 
 namespace tg {
 
-enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8, kHierarchical, kPowerSgd, kNone };
+// The flat values of --exchange (the exchange's own; the schemes' values come from their rows).
+enum class ExchangeMode : uint8_t { kAuto, kAllgather2, kAllreduce8 };
 template <>
 struct EnumNames<ExchangeMode> : EnumNamesBase {
   static constexpr const char* kFlag = "--exchange";
   static constexpr EnumName<ExchangeMode> kList[] = {{ExchangeMode::kAuto, "auto"},
                                                      {ExchangeMode::kAllgather2, "allgather2"},
-                                                     {ExchangeMode::kAllreduce8, "allreduce8"},
-                                                     {ExchangeMode::kHierarchical, "hierarchical"},
-                                                     {ExchangeMode::kPowerSgd, "powersgd"},
-                                                     {ExchangeMode::kNone, "none"}};
+                                                     {ExchangeMode::kAllreduce8, "allreduce8"}};
 };
+// Every value --exchange takes, the flat ones first ("auto, allgather2, allreduce8, hierarchical, ...").
+std::vector<std::string> exchange_values();
+// Throws a usage error naming `flag` and listing exchange_values() when `value` is not one of them.
+void check_exchange_value(std::string_view value, std::string_view flag = "--exchange");
+// The flat mode of an --exchange value: the value itself for auto, allgather2, allreduce8; kAuto for a scheme's own
+// value (its scheme does not read the flat mode).
+ExchangeMode flat_mode(const std::string& exchange);
 
 // The layout facts --exchange auto decides on.
 struct ExchangeLayout {
@@ -68,10 +70,9 @@ struct ExchangeConfig {
 const std::vector<Flag<ExchangeConfig>>& exchange_flags();
 
 // What a GradientExchange and its scheme are built with: the flags (their defaults declared once, above; a scheme
-// ignores the options it does not have, and the trainer's own ones: decode_in_update, fp32_warmup_steps), `mode`
-// parsed from `exchange` (the exchange reads mode), the run's seed, and a switch for tests.
+// ignores the options it does not have, and the trainer's own ones: decode_in_update, fp32_warmup_steps), the run's
+// seed, and switches for tests. `exchange` (the flag's value) chooses the scheme; mode() is its flat mode.
 struct ExchangeOptions : ExchangeConfig {
-  ExchangeMode mode = ExchangeMode::kAuto;
   uint64_t seed = 1;
   // CPU: check the shared scalers on the host as soon as they are shared (a non-finite one stops the step with
   // an error naming tensor and step). Off, only the device flag catches them (as on a GPU): tests of that flag.
@@ -80,8 +81,9 @@ struct ExchangeOptions : ExchangeConfig {
   OverlapEngine overlap_engine = OverlapEngine::kAuto;
 
   ExchangeOptions() = default;
-  // The flags' options (--exchange parsed) with the run's seed.
+  // The flags' options (--exchange checked) with the run's seed.
   ExchangeOptions(const ExchangeConfig& c, uint64_t seed);
+  ExchangeMode mode() const { return flat_mode(exchange); }
 };
 
 }  // namespace tg

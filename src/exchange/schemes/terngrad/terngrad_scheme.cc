@@ -11,7 +11,7 @@ enum Stage { kScalers, kShareScalers, kEncode, kExchange, kDecode };
 
 TernGradScheme::TernGradScheme(SchemeContext& ctx)
     : GradientScheme(ctx),
-      mode_(resolve_exchange_mode(ctx.options.mode, ctx.num_workers)),
+      mode_(resolve_exchange_mode(ctx.options.mode(), ctx.num_workers)),
       coding_(*ctx.policy, ctx.options.seed) {
   TG_CHECK(mode_ == ExchangeMode::kAllgather2 || mode_ == ExchangeMode::kAllreduce8,
            "the terngrad scheme exchanges codes by allgather2 or allreduce8, not --exchange {}", enum_name(mode_));
@@ -205,7 +205,7 @@ std::unique_ptr<GradientScheme> make_terngrad_scheme(SchemeContext& ctx) {
 
 size_t terngrad_buffer_bytes(const SchemeMemoryQuery& q) {
   const size_t L = static_cast<size_t>(q.local_workers), N = static_cast<size_t>(q.layout.num_workers);
-  const ExchangeMode mode = resolve_exchange_mode(q.options.mode, q.layout.num_workers);
+  const ExchangeMode mode = resolve_exchange_mode(q.options.mode(), q.layout.num_workers);
   size_t bytes = q.scaler_bytes() + q.dense_bytes() + L * q.packed_bytes();
   if (mode == ExchangeMode::kAllgather2 && q.group) bytes += N * q.packed_bytes();
   if (mode == ExchangeMode::kAllreduce8) bytes += 4 * q.packed_bytes();
