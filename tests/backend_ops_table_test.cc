@@ -3,10 +3,13 @@
 // the in-place ops), how to run it on a backend, and a plain reference written from the op's contract in
 // backend.h. Every row runs on the CPU against its reference and, with a CUDA device, on CUDA against the CPU:
 // bit for bit where the row's tolerance is 0 (the shared element-wise math), else within the tolerance relative
-// to the largest magnitude. Outputs carry guard bytes that must survive. A new op is one row. (The layer ops with
-// descriptors, convolution, pooling, LRN, batch norm, inner product, are in cpu_ops_test.cc and
-// cuda_backend_test.cc; the codec ops bit for bit in codec_ops_test.cc.) Element-wise rows run on 1003 and 100003
-// elements, ReLU also on NaN and +-Inf; the reductions also at double precision on 1 to 1234567 elements, repeated.
+// to the largest magnitude (or bit for bit on CUDA where the row says so). Outputs carry guard bytes that must
+// survive. A new op is one row (common/op_case.h). The layer ops with descriptors (convolution, inner product,
+// pooling, LRN, batch norm; an op of several outputs as a row per output) are rows from common/layer_op_rows.cc,
+// held to the double-precision loops of common/reference_ops.h; cpu_ops_test.cc keeps the CPU's own checks of them
+// (its primitive caches, partial requests, more shapes), cuda_backend_test.cc the CUDA backend's. The codec ops bit
+// for bit in codec_ops_test.cc. Element-wise rows run on 1003 and 100003 elements, ReLU also on NaN and +-Inf; the
+// reductions also at double precision on 1 to 1234567 elements, repeated.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "common/cuda_test_fixture.h"
+#include "common/op_case.h"
 #include "terngrad/core/half_convert.h"
 
 namespace tg {
@@ -27,23 +31,8 @@ namespace {
 using cuda_test::backends;
 using cuda_test::Mem;
 using cuda_test::random_floats;
-using Inputs = std::vector<std::vector<float>>;
-using Run = std::function<void(Backend&, const std::vector<Tensor>&, const Tensor&)>;
-using Reference = std::function<std::vector<double>(const Inputs&)>;
-
-struct OpCase {
-  std::string name;
-  std::vector<Shape> inputs;
-  Shape output;
-  int output_from = -1;  // in place: the output starts as this input's values (else NaN)
-  Run run;
-  Reference reference;
-  double tolerance = 0;  // 0: the same bits as the reference's float result (and CUDA as the CPU)
-  // Input 0 gets NaN and +-Inf at fixed places among its random values (an op must propagate them as the CPU does).
-  bool special_values = false;
-  bool repeatable = false;       // CUDA runs it twice: the same bits both times (a reduction's order is fixed)
-  float low = -1.f, high = 1.f;  // the inputs' random values' range
-};
+using testing::Inputs;
+using testing::OpCase;
 
 float to_half_and_back(float v) {
   half_bits h;
@@ -323,6 +312,7 @@ const std::vector<OpCase>& cases() {
         t.push_back(*c);
       }
     }
+    for (OpCase& c : testing::layer_op_cases()) t.push_back(std::move(c));
     return t;
   }();
   return table;
@@ -384,8 +374,11 @@ class BackendOps : public ::testing::TestWithParam<size_t> {
   const OpCase& op() const { return cases()[GetParam()]; }
   Inputs inputs() const {
     Inputs in;
-    for (size_t i = 0; i < op().inputs.size(); ++i)
-      in.push_back(random_floats(op().inputs[i].numel(), 100 + static_cast<uint32_t>(i), op().low, op().high));
+    for (size_t i = 0; i < op().inputs.size(); ++i) {
+      const bool own = i < op().ranges.size();
+      in.push_back(random_floats(op().inputs[i].numel(), 100 + static_cast<uint32_t>(i),
+                                 own ? op().ranges[i].first : op().low, own ? op().ranges[i].second : op().high));
+    }
     if (op().special_values) in[0] = with_special_values(in[0]);
     return in;
   }
@@ -403,7 +396,7 @@ TEST_P(BackendOps, CudaMatchesTheCpu) {
   const std::vector<float> cpu = run_on(*backends().cpu, op(), in);
   const std::vector<float> cuda = run_on(*backends().cuda, op(), in);
   const std::string what = op().name + " on CUDA against the CPU";
-  if (op().tolerance == 0) {  // the same bits, NaN's included
+  if (op().tolerance == 0 || op().cuda_same_bits) {  // the same bits, NaN's included
     ASSERT_EQ(cuda.size(), cpu.size()) << what;
     for (size_t i = 0; i < cpu.size(); ++i)
       ASSERT_EQ(bits_of(cuda[i]), bits_of(cpu[i]))

@@ -1,0 +1,356 @@
+// The backend ops table's rows of the layer ops with descriptors (op_case.h): convolution (forward; backward's dx,
+// dw, db), inner product (the same, and a bias gradient over 100003 rows, repeatable), max/average pooling (forward,
+// backward; one channel per thread and 16-byte channel vectors), LRN (forward, backward; a window wider than cuDNN's)
+// and batch norm (training y, mean, variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits). The
+// shapes and tolerances are those of the CUDA backend's former per-op tests; the references are reference_ops.h's
+// double-precision loops. Scratch a row needs besides its output (workspaces, the other gradients, the forward's
+// statistics) is allocated on the backend it runs on.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "common/op_case.h"
+#include "common/reference_ops.h"
+#include "terngrad/backend/op_desc.h"
+#include "terngrad/core/buffer.h"
+
+namespace tg::testing {
+
+namespace {
+
+using Vec = ref::Vec;
+
+Vec widen(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+// A tensor of `shape` (dtype f32, or `bytes` of u8) on `be`, kept alive by `keep`.
+struct Scratch {
+  Backend& be;
+  std::vector<Buffer> keep;
+  Tensor f32(const Shape& shape) {
+    keep.emplace_back(be.allocator(), static_cast<size_t>(shape.numel()) * sizeof(float) + 1);
+    return Tensor(keep.back().data(), shape, DType::kF32, be.device());
+  }
+  Tensor bytes(size_t n) {
+    if (n == 0) return Tensor();
+    keep.emplace_back(be.allocator(), n);
+    return Tensor(keep.back().data(), Shape{static_cast<int64_t>(n)}, DType::kU8, be.device());
+  }
+};
+
+// One row per gradient of a backward with three outputs (dx, dw and, with a bias, db): each row computes all of them
+// (the others into scratch, as a layer asks for all) and keeps one. run(be, inputs, dx, dw, db); ref(inputs) returns
+// the three reference gradients.
+template <typename RunBackward, typename ReferenceBackward>
+void add_gradient_rows(std::vector<OpCase>& t, const std::string& at, const std::vector<Shape>& inputs,
+                       const std::array<Shape, 3>& outs, bool has_bias, RunBackward run, ReferenceBackward ref) {
+  const char* names[] = {"_dx", "_dw", "_db"};
+  for (int which : {0, 1, 2}) {
+    if (which == 2 && !has_bias) continue;
+    t.push_back({at + names[which], inputs, outs[static_cast<size_t>(which)], -1,
+                 [which, outs, has_bias, run](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                   Scratch s{be, {}};
+                   const Tensor dx = which == 0 ? out : s.f32(outs[0]), dw = which == 1 ? out : s.f32(outs[1]);
+                   const Tensor db = !has_bias ? Tensor() : which == 2 ? out : s.f32(outs[2]);
+                   run(be, in, dx, dw, db);
+                   be.synchronize();  // the scratch goes at the end of this scope
+                 },
+                 [which, ref](const Inputs& x) { return ref(x)[static_cast<size_t>(which)]; }, 1e-5});
+  }
+}
+
+void add_conv_rows(std::vector<OpCase>& t) {
+  for (const ConvDesc& d : table_conv_descs()) {
+    const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c / d.groups, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
+    const Shape bs{d.out_c};
+    const std::string at = d.key();
+    OpCase fwd{at + "_forward",
+               d.has_bias ? std::vector<Shape>{xs, ws, bs} : std::vector<Shape>{xs, ws},
+               ys,
+               -1,
+               [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 be.conv2d_forward(d, in[0], in[1], d.has_bias ? in[2] : Tensor(), out);
+               },
+               [d](const Inputs& x) {
+                 return ref::conv2d_forward(d, widen(x[0]), widen(x[1]), d.has_bias ? widen(x[2]) : Vec{});
+               },
+               1e-5};
+    t.push_back(fwd);
+    // Backward: inputs x, w, dy.
+    add_gradient_rows(
+        t, at, {xs, ws, ys}, {xs, ws, bs}, d.has_bias,
+        [d](Backend& be, const std::vector<Tensor>& in, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+          be.conv2d_backward(d, in[0], in[1], in[2], dx, dw, db);
+        },
+        [d](const Inputs& x) {
+          std::array<Vec, 3> g;
+          ref::conv2d_backward(d, widen(x[0]), widen(x[1]), widen(x[2]), &g[0], &g[1], &g[2]);
+          return g;
+        });
+  }
+}
+
+void add_inner_product_rows(std::vector<OpCase>& t) {
+  for (bool bias : {true, false}) {
+    InnerProductDesc d;
+    d.n = 13, d.in = 97, d.out = 29, d.has_bias = bias;
+    const Shape xs{d.n, d.in}, ws{d.in, d.out}, ys{d.n, d.out}, bs{d.out};
+    const std::string at = d.key();
+    t.push_back({at + "_forward", bias ? std::vector<Shape>{xs, ws, bs} : std::vector<Shape>{xs, ws}, ys, -1,
+                 [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                   be.inner_product_forward(d, in[0], in[1], d.has_bias ? in[2] : Tensor(), out);
+                 },
+                 [d](const Inputs& x) {
+                   return ref::inner_product_forward(d, widen(x[0]), widen(x[1]), d.has_bias ? widen(x[2]) : Vec{});
+                 },
+                 1e-5});
+    add_gradient_rows(
+        t, at, {xs, ws, ys}, {xs, ws, bs}, bias,
+        [d](Backend& be, const std::vector<Tensor>& in, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+          be.inner_product_backward(d, in[0], in[1], in[2], dx, dw, db);
+        },
+        [d](const Inputs& x) {
+          std::array<Vec, 3> g;
+          ref::inner_product_backward(d, widen(x[0]), widen(x[1]), widen(x[2]), &g[0], &g[1], &g[2]);
+          return g;
+        });
+  }
+  // A bias gradient over many rows and few channels (the column sum's 2-D grid), deterministic on CUDA.
+  InnerProductDesc d;
+  d.n = 100003, d.in = 1, d.out = 64, d.has_bias = true;
+  OpCase db{"ip_bias_gradient_100003x64",
+            {Shape{d.n, d.in}, Shape{d.in, d.out}, Shape{d.n, d.out}},
+            Shape{d.out},
+            -1,
+            [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+              be.inner_product_backward(d, in[0], in[1], in[2], Tensor(), Tensor(), out);
+            },
+            [d](const Inputs& x) {
+              Vec db;
+              ref::inner_product_backward(d, widen(x[0]), widen(x[1]), widen(x[2]), nullptr, nullptr, &db);
+              return db;
+            },
+            1e-5};
+  db.repeatable = true;
+  t.push_back(db);
+}
+
+void add_pool_rows(std::vector<OpCase>& t) {
+  struct PoolCase {
+    PoolKind kind;
+    int64_t h, w, k, stride;
+    Padding pad;
+  };
+  const PoolCase cases[] = {
+      {PoolKind::kMax, 9, 9, 3, 2, Padding::kValid},
+      {PoolKind::kMax, 10, 11, 3, 2, Padding::kSame},
+      {PoolKind::kMax, 8, 8, 2, 2, Padding::kSame},
+      {PoolKind::kAvg, 9, 10, 3, 2, Padding::kSame},
+      {PoolKind::kAvg, 7, 7, 3, 1, Padding::kSame},
+      {PoolKind::kAvg, 8, 8, 2, 2, Padding::kValid},
+      {PoolKind::kAvgIncludePad, 7, 7, 3, 1, Padding::kSymmetric},
+      {PoolKind::kAvgIncludePad, 8, 8, 3, 2, Padding::kSymmetric},
+      {PoolKind::kMax, 8, 8, 3, 2, Padding::kSymmetric},
+  };
+  // 5 channels: one channel per thread; 16: 16-byte vectors of channels (the CUDA kernels' two paths).
+  for (int64_t c : {int64_t{5}, int64_t{16}})
+    for (const PoolCase& pc : cases) {
+      const PoolDesc d = make_pool_desc(pc.kind, 2, pc.h, pc.w, c, pc.k, pc.k, pc.stride, pc.pad);
+      const Shape xs{d.n, d.h, d.w, d.c}, ys{d.n, d.out_h, d.out_w, d.c};
+      const char* kind = pc.kind == PoolKind::kMax ? "" : pc.kind == PoolKind::kAvg ? "" : "include_pad_";
+      const std::string at = std::string(kind) + d.key();
+      t.push_back({at + "_forward",
+                   {xs},
+                   ys,
+                   -1,
+                   [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                     Scratch s{be, {}};
+                     be.pool_forward(d, in[0], out, s.bytes(be.pool_workspace_bytes(d)));
+                     be.synchronize();
+                   },
+                   [d](const Inputs& x) { return ref::pool_forward(d, widen(x[0])); },
+                   1e-6});
+      t.push_back({at + "_backward",
+                   {xs, ys},
+                   xs,
+                   -1,
+                   [d, ys](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                     Scratch s{be, {}};
+                     const Tensor ws = s.bytes(be.pool_workspace_bytes(d)), y = s.f32(ys);
+                     be.pool_forward(d, in[0], y, ws);
+                     be.pool_backward(d, in[0], y, in[1], ws, out);
+                     be.synchronize();
+                   },
+                   [d](const Inputs& x) { return ref::pool_backward(d, widen(x[0]), widen(x[1])); },
+                   1e-6});
+    }
+}
+
+void add_lrn_rows(std::vector<OpCase>& t) {
+  std::vector<LrnDesc> descs;
+  for (int64_t radius : {int64_t{2}, int64_t{5}}) {
+    LrnDesc d;
+    d.n = 2, d.h = 5, d.w = 6, d.c = 16, d.depth_radius = radius, d.bias = 1.f, d.alpha = 0.05f, d.beta = 0.75f;
+    descs.push_back(d);
+  }
+  LrnDesc wide;  // a window wider than cuDNN's LRN takes (depth_radius 7 at most): forward only
+  wide.n = 1, wide.h = 2, wide.w = 3, wide.c = 40, wide.depth_radius = 9, wide.alpha = 0.01f;
+  descs.push_back(wide);
+  for (size_t k = 0; k < descs.size(); ++k) {
+    const LrnDesc d = descs[k];
+    const Shape s{d.n, d.h, d.w, d.c};
+    const std::string at = d.key();
+    OpCase fwd{at + "_forward",
+               {s},
+               s,
+               -1,
+               [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 Scratch sc{be, {}};
+                 be.lrn_forward(d, in[0], out, sc.bytes(be.lrn_workspace_bytes(d)));
+                 be.synchronize();
+               },
+               [d](const Inputs& x) { return ref::lrn_forward(d, widen(x[0])); },
+               1e-5};
+    fwd.ranges = {{-2.f, 2.f}};
+    t.push_back(fwd);
+    if (k + 1 == descs.size()) continue;
+    OpCase bwd{at + "_backward",
+               {s, s},
+               s,
+               -1,
+               [d, s](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 Scratch sc{be, {}};
+                 const Tensor ws = sc.bytes(be.lrn_workspace_bytes(d)), y = sc.f32(s);
+                 be.lrn_forward(d, in[0], y, ws);
+                 be.lrn_backward(d, in[0], in[1], ws, out);
+                 be.synchronize();
+               },
+               [d](const Inputs& x) { return ref::lrn_backward(d, widen(x[0]), widen(x[1])); },
+               1e-5};
+    bwd.ranges = {{-2.f, 2.f}, {-1.f, 1.f}};
+    t.push_back(bwd);
+  }
+}
+
+// Batch norm: the CUDA kernels run the CPU loops' arithmetic in the same order (fixed row chunks, double sums), so
+// CUDA must give the CPU's bits; the CPU is held to the double reference within 1e-5.
+void add_batch_norm_rows(std::vector<OpCase>& t) {
+  struct BnCase {
+    int64_t n, hw, c;
+    bool has_gamma;
+  };
+  // one chunk, several chunks with a partial last one and channels past a warp, a single row; 64 channels: the
+  // element-wise passes in 16-byte vectors
+  for (const BnCase& bc : {BnCase{2, 5, 7, true}, BnCase{2, 5, 7, false}, BnCase{3, 17, 45, true},
+                           BnCase{1, 1, 3, true}, BnCase{2, 9, 64, true}}) {
+    BatchNormDesc d;
+    d.rows = bc.n * bc.hw * bc.hw, d.c = bc.c, d.epsilon = 0.001f, d.has_gamma = bc.has_gamma;
+    const Shape xs{bc.n, bc.hw, bc.hw, bc.c}, cs{d.c};
+    const std::string at = d.key();
+    const std::pair<float, float> x_range{-1.f, 3.f}, gamma_range{0.5f, 1.5f}, any{-1.f, 1.f};
+    // Training forward: inputs x, gamma, beta; one row per output (y, mean, population variance).
+    for (int which : {0, 1, 2}) {
+      const char* names[] = {"_training_y", "_mean", "_variance"};
+      OpCase c{at + names[which],
+               {xs, cs, cs},
+               which == 0 ? xs : cs,
+               -1,
+               [d, which, xs, cs](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 Scratch s{be, {}};
+                 const Tensor y = which == 0 ? out : s.f32(xs), mean = which == 1 ? out : s.f32(cs);
+                 const Tensor var = which == 2 ? out : s.f32(cs);
+                 be.batch_norm_forward_training(d, in[0], d.has_gamma ? in[1] : Tensor(), in[2], y, mean, var);
+                 be.synchronize();
+               },
+               [d, which](const Inputs& x) {
+                 Vec mean, var;
+                 Vec y = ref::batch_norm_forward_training(d, widen(x[0]), d.has_gamma ? widen(x[1]) : Vec{},
+                                                          widen(x[2]), &mean, &var);
+                 return which == 0 ? y : which == 1 ? mean : var;
+               },
+               1e-5};
+      c.ranges = {x_range, gamma_range, any};
+      c.cuda_same_bits = true;
+      t.push_back(c);
+    }
+    // Backward of the training forward: inputs x, gamma, beta, dy (the statistics from the backend's own forward).
+    for (int which : {0, 1, 2}) {
+      if (which == 1 && !d.has_gamma) continue;
+      const char* names[] = {"_dx", "_dgamma", "_dbeta"};
+      OpCase c{at + names[which],
+               {xs, cs, cs, xs},
+               which == 0 ? xs : cs,
+               -1,
+               [d, which, xs, cs](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 Scratch s{be, {}};
+                 const Tensor gamma = d.has_gamma ? in[1] : Tensor();
+                 const Tensor y = s.f32(xs), mean = s.f32(cs), var = s.f32(cs);
+                 be.batch_norm_forward_training(d, in[0], gamma, in[2], y, mean, var);
+                 const Tensor dx = which == 0 ? out : s.f32(xs), dbeta = which == 2 ? out : s.f32(cs);
+                 const Tensor dgamma = !d.has_gamma ? Tensor() : which == 1 ? out : s.f32(cs);
+                 be.batch_norm_backward(d, in[0], gamma, mean, var, in[3], dx, dgamma, dbeta);
+                 be.synchronize();
+               },
+               [d, which](const Inputs& x) {
+                 const Vec gamma = d.has_gamma ? widen(x[1]) : Vec{};
+                 Vec mean, var, dx, dgamma, dbeta;
+                 ref::batch_norm_forward_training(d, widen(x[0]), gamma, widen(x[2]), &mean, &var);
+                 ref::batch_norm_backward(d, widen(x[0]), gamma, mean, var, widen(x[3]), &dx, &dgamma, &dbeta);
+                 return which == 0 ? dx : which == 1 ? dgamma : dbeta;
+               },
+               1e-5};
+      c.ranges = {x_range, gamma_range, any, any};
+      c.cuda_same_bits = true;
+      t.push_back(c);
+    }
+    // Inference with given statistics (not the batch's): inputs x, gamma, beta, moving mean, moving variance.
+    OpCase inf{at + "_inference_y",
+               {xs, cs, cs, cs, cs},
+               xs,
+               -1,
+               [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 be.batch_norm_forward_inference(d, in[0], d.has_gamma ? in[1] : Tensor(), in[2], in[3], in[4], out);
+               },
+               [d](const Inputs& x) {
+                 return ref::batch_norm_forward_inference(d, widen(x[0]), d.has_gamma ? widen(x[1]) : Vec{},
+                                                          widen(x[2]), widen(x[3]), widen(x[4]));
+               },
+               1e-5};
+    inf.ranges = {x_range, gamma_range, any, any, {0.5f, 2.f}};
+    inf.cuda_same_bits = true;
+    t.push_back(inf);
+  }
+}
+
+}  // namespace
+
+std::vector<ConvDesc> table_conv_descs() {
+  struct ConvCase {
+    int64_t n, h, w, c, k, o, stride;
+    Padding pad;
+    int64_t groups;
+    bool bias;
+  };
+  const ConvCase cases[] = {
+      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},     // symmetric padding: cuDNN pads
+      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},   // odd pixel after: explicit padding
+      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false},  // ResNet stem shape, asymmetric
+      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},    // groups
+      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},    // 1x1
+  };
+  std::vector<ConvDesc> out;
+  for (const ConvCase& c : cases)
+    out.push_back(make_conv_desc(c.n, c.h, c.w, c.c, c.k, c.k, c.o, c.stride, c.pad, c.groups, c.bias));
+  return out;
+}
+
+std::vector<OpCase> layer_op_cases() {
+  std::vector<OpCase> t;
+  add_conv_rows(t);
+  add_inner_product_rows(t);
+  add_pool_rows(t);
+  add_lrn_rows(t);
+  add_batch_norm_rows(t);
+  return t;
+}
+
+}  // namespace tg::testing
