@@ -51,6 +51,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/backend/ternary_codec.h"
 #include "terngrad/core/parallel.h"
@@ -308,15 +309,6 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     }
   }
 };
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // "1.25M" -> 1250000, "4K" -> 4000, "1000" -> 1000; 0 for anything else.
 int64_t parse_size(const std::string& s) {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "alloc_counter/alloc_counter.h"
+#include "bench/bench_args.h"
 #include "terngrad/backend/backend.h"
 #include "terngrad/models/registry.h"
 #include "terngrad/nn/net.h"
@@ -232,15 +233,6 @@ void bm_trainer_step(benchmark::State& state, TrainerCase c) {
   run_counted(state, c.batch, [&] { sum += run->trainer->run_steps(1); });
   for (const auto& [name, ms] : sum.scaled(1e3 / static_cast<double>(state.iterations())).named("ms_"))
     state.counters[name] = ms;
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 const NetCase& find_case(const std::string& name) {
