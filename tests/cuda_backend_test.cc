@@ -4,7 +4,8 @@
 // (element-wise, dropout masks, optimizer and EMA updates, the loss backward) must match bit for bit; library
 // ops (cuBLAS, cuDNN) and reductions whose order differs are compared with a tolerance normalized by the
 // largest CPU magnitude. The layer ops with descriptors (convolution, inner product, pooling, LRN, batch norm) are
-// rows of the backend ops table (backend_ops_table_test.cc, tests/common/layer_op_rows.cc); what stays here is
+// rows of the backend ops table (backend_ops_table_test.cc, tests/common/layer_op_rows.cc), as are channel
+// concatenation and split and the linear algebra; what stays here is
 // what only the CUDA backend has: its caches and workspace, its algorithm choice, the exact population variance and
 // the parameter gradients without dx.
 //
@@ -217,22 +218,6 @@ TEST_F(CudaBackendTest, DropoutMasksAndValuesAreBitIdentical) {
   }
 }
 
-TEST_F(CudaBackendTest, ConcatAndSplitChannels) {
-  Pair p1(Shape{2, 3, 5, 4}), p2(Shape{2, 3, 5, 1}), p3(Shape{2, 3, 5, 7}), out(Shape{2, 3, 5, 12});
-  p1.set(random_floats(120, 6)), p2.set(random_floats(30, 7)), p3.set(random_floats(210, 8));
-  cpu().concat_channels({p1.c.t, p2.c.t, p3.c.t}, out.c.t);
-  gpu().concat_channels({p1.g.t, p2.g.t, p3.g.t}, out.g.t);
-  expect_same_bits(out, "concat");
-  Pair d1(Shape{2, 3, 5, 4}), d3(Shape{2, 3, 5, 7});
-  const Tensor skipped_c(nullptr, Shape{2, 3, 5, 1}, DType::kF32, Device::cpu());
-  const Tensor skipped_g(nullptr, Shape{2, 3, 5, 1}, DType::kF32, gpu().device());
-  cpu().split_channels(out.c.t, {d1.c.t, skipped_c, d3.c.t});
-  gpu().split_channels(out.g.t, {d1.g.t, skipped_g, d3.g.t});
-  expect_same_bits(d1, "split part 1");
-  expect_same_bits(d3, "split part 3");
-  EXPECT_EQ(d3.g.read<float>(), p3.c.read<float>());
-}
-
 // ---- loss ------------------------------------------------------------------------------------------------------
 TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
   for (int64_t k : {int64_t{10}, int64_t{1001}}) {
@@ -323,24 +308,6 @@ TEST_F(CudaBackendTest, OptimizerUpdatesAreBitIdentical) {
   w.set(random_floats(s.numel(), 20)), ema.set(random_floats(s.numel(), 21));
   cpu().ema_update(0.999f, w.c.t, ema.c.t), gpu().ema_update(0.999f, w.g.t, ema.g.t);
   expect_same_bits(ema, "ema");
-}
-
-// ---- linear algebra ------------------------------------------------------------------------------------------
-TEST_F(CudaBackendTest, MatmulAndOrthogonalizeColumns) {
-  const int64_t m = 37, k = 1029, n = 5;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      Pair a(ta ? Shape{k, m} : Shape{m, k}), b(tb ? Shape{n, k} : Shape{k, n}), c(Shape{m, n});
-      a.set(random_floats(m * k, 40)), b.set(random_floats(k * n, 41)), c.set(random_floats(m * n, 42));
-      cpu().matmul(a.c.t, ta, b.c.t, tb, 0.5f, c.c.t);
-      gpu().matmul(a.g.t, ta, b.g.t, tb, 0.5f, c.g.t);
-      expect_close(c, ta ? (tb ? "matmul TT" : "matmul TN") : (tb ? "matmul NT" : "matmul NN"));
-    }
-  Pair p(Shape{4099, 3});
-  p.set(random_floats(4099 * 3, 43));
-  cpu().orthogonalize_columns(p.c.t, 0.f);
-  gpu().orthogonalize_columns(p.g.t, 0.f);
-  expect_close(p, "orthogonalize_columns");
 }
 
 // ---- convolution (the outputs against the CPU: the ops table's conv rows) ---------------------------------------

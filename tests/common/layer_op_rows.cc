@@ -1,7 +1,8 @@
 // The backend ops table's rows of the layer ops with descriptors (op_case.h): convolution (forward; backward's dx,
 // dw, db), inner product (the same, and a bias gradient over 100003 rows, repeatable), max/average pooling (forward,
 // backward; one channel per thread and 16-byte channel vectors), LRN (forward, backward; a window wider than cuDNN's)
-// and batch norm (training y, mean, variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits). The
+// and batch norm (training y, mean, variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits), channel
+// concatenation and split, and the linear algebra at the CUDA backend's former test's shapes (beta 0.5, k 1029). The
 // shapes and tolerances are those of the CUDA backend's former per-op tests; the references are reference_ops.h's
 // double-precision loops. Scratch a row needs besides its output (workspaces, the other gradients, the forward's
 // statistics) is allocated on the backend it runs on.
@@ -321,6 +322,77 @@ void add_batch_norm_rows(std::vector<OpCase>& t) {
   }
 }
 
+// Channel concatenation of three NHWC tensors (4, 1 and 7 channels) and its split, the middle part not wanted (a
+// branch without a gradient): one row per written part.
+void add_concat_rows(std::vector<OpCase>& t) {
+  const Shape p1{2, 3, 5, 4}, p2{2, 3, 5, 1}, p3{2, 3, 5, 7}, all{2, 3, 5, 12};
+  const int64_t rows = 2 * 3 * 5;
+  auto concat = [rows](const Inputs& x) {  // rows of 4 + 1 + 7 channels
+    Vec out;
+    for (int64_t r = 0; r < rows; ++r)
+      for (size_t k = 0; k < 3; ++k) {
+        const int64_t c = static_cast<int64_t>(x[k].size()) / rows;
+        for (int64_t i = 0; i < c; ++i) out.push_back(x[k][static_cast<size_t>(r * c + i)]);
+      }
+    return out;
+  };
+  t.push_back({"concat_channels_4_1_7",
+               {p1, p2, p3},
+               all,
+               -1,
+               [](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 be.concat_channels({in[0], in[1], in[2]}, out);
+               },
+               concat});
+  for (int part : {0, 2}) {
+    const int64_t first = part == 0 ? 0 : 5, width = part == 0 ? 4 : 7;
+    t.push_back({std::string("split_channels_part") + std::to_string(part + 1) + "_of_4_1_7",
+                 {all},
+                 part == 0 ? p1 : p3,
+                 -1,
+                 [part, p1, p2, p3](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                   Scratch s{be, {}};
+                   const Tensor skipped(nullptr, p2, DType::kF32, be.device());
+                   be.split_channels(in[0], {part == 0 ? out : s.f32(p1), skipped, part == 2 ? out : s.f32(p3)});
+                   be.synchronize();
+                 },
+                 [rows, first, width](const Inputs& x) {
+                   Vec out;
+                   for (int64_t r = 0; r < rows; ++r)
+                     for (int64_t i = 0; i < width; ++i) out.push_back(x[0][static_cast<size_t>(r * 12 + first + i)]);
+                   return out;
+                 }});
+  }
+}
+
+// Matrix products with beta 0.5 into an existing c (every transpose; k = 1029 spans many of cuBLAS's tiles) and the
+// Gram-Schmidt of 4099 x 3 (PowerSGD's shapes: a long column block).
+void add_linear_algebra_rows(std::vector<OpCase>& t) {
+  const int64_t m = 37, k = 1029, n = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n}, cs{m, n};
+      t.push_back({std::string("matmul_beta_") + (ta ? "T" : "N") + (tb ? "T" : "N") + "_37x1029x5",
+                   {as, bs, cs},
+                   cs,
+                   2,  // c starts as input 2: out = op(a) op(b) + 0.5 c
+                   [ta, tb](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                     be.matmul(in[0], ta, in[1], tb, 0.5f, out);
+                   },
+                   [ta, tb, as, bs](const Inputs& x) {
+                     return ref::matmul(widen(x[0]), as[0], as[1], ta, widen(x[1]), bs[0], bs[1], tb, 0.5, widen(x[2]));
+                   },
+                   1e-5});
+    }
+  t.push_back({"orthogonalize_columns_4099x3",
+               {Shape{4099, 3}},
+               Shape{4099, 3},
+               0,
+               [](Backend& be, const std::vector<Tensor>&, const Tensor& out) { be.orthogonalize_columns(out, 0.f); },
+               [](const Inputs& x) { return ref::orthogonalize_columns(widen(x[0]), 4099, 3, 0.0); },
+               1e-5});
+}
+
 }  // namespace
 
 std::vector<ConvDesc> table_conv_descs() {
@@ -350,6 +422,8 @@ std::vector<OpCase> layer_op_cases() {
   add_pool_rows(t);
   add_lrn_rows(t);
   add_batch_norm_rows(t);
+  add_concat_rows(t);
+  add_linear_algebra_rows(t);
   return t;
 }
 
