@@ -165,6 +165,7 @@ const std::vector<OpCase>& cases() {
          [](Backend& be, const auto& in, const Tensor& out) { be.ema_update(0.9f, in[0], out); },
          [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return 0.9 * x[1][i] + 0.1 * x[0][i]; }); },
          1e-6});
+    t.back().cuda_same_bits = true;  // the shared update math
     t.push_back(
         {"encode_f32_sum_3",
          {v, v, v},

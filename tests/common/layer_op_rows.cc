@@ -2,11 +2,15 @@
 // dw, db), inner product (the same, and a bias gradient over 100003 rows, repeatable), max/average pooling (forward,
 // backward; one channel per thread and 16-byte channel vectors), LRN (forward, backward; a window wider than cuDNN's)
 // and batch norm (training y, mean, variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits), channel
-// concatenation and split, and the linear algebra at the CUDA backend's former test's shapes (beta 0.5, k 1029). The
+// concatenation and split, the linear algebra at the CUDA backend's former test's shapes (beta 0.5, k 1029), softmax
+// cross-entropy (forward, backward) and the optimizers' updates (w and each slot; CUDA the CPU's bits). The
 // shapes and tolerances are those of the CUDA backend's former per-op tests; the references are reference_ops.h's
 // double-precision loops. Scratch a row needs besides its output (workspaces, the other gradients, the forward's
 // statistics) is allocated on the backend it runs on.
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,7 @@
 #include "common/reference_ops.h"
 #include "terngrad/backend/op_desc.h"
 #include "terngrad/core/buffer.h"
+#include "terngrad/math/optim_math.h"
 
 namespace tg::testing {
 
@@ -393,6 +398,156 @@ void add_linear_algebra_rows(std::vector<OpCase>& t) {
                1e-5});
 }
 
+// The labels of the loss rows: example i's class is (i * 7919) % k, on `be` as i32.
+std::vector<int32_t> loss_labels(int64_t n, int64_t k) {
+  std::vector<int32_t> lab(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) lab[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % k);
+  return lab;
+}
+Tensor labels_on(Scratch& s, int64_t n, int64_t k) {
+  std::vector<int32_t> lab = loss_labels(n, k);
+  s.keep.emplace_back(s.be.allocator(), lab.size() * sizeof(int32_t));
+  const Tensor t(s.keep.back().data(), Shape{n}, DType::kI32, s.be.device());
+  s.be.copy(t, Tensor(lab.data(), Shape{n}, DType::kI32, Device::cpu()));
+  return t;
+}
+
+// Softmax cross-entropy with and without label smoothing on 10 and 1001 classes: forward probabilities and losses,
+// and the backward of given probabilities (shared arithmetic: CUDA the CPU's bits).
+void add_loss_rows(std::vector<OpCase>& t) {
+  const int64_t n = 37;
+  for (int64_t k : {int64_t{10}, int64_t{1001}})
+    for (float ls : {0.f, 0.1f}) {
+      const std::string at = "softmax_xent_k" + std::to_string(k) + (ls > 0 ? "_smoothed" : "");
+      // target_ij = (1 - ls) [j == label_i] + ls / k
+      auto target = [k, ls](int64_t i, int64_t j) {
+        return (1.0 - ls) * (j == loss_labels(i + 1, k)[static_cast<size_t>(i)] ? 1.0 : 0.0) + ls / double(k);
+      };
+      for (int which : {0, 1}) {
+        OpCase c{
+            at + (which == 0 ? "_probs" : "_losses"),
+            {Shape{n, k}},
+            which == 0 ? Shape{n, k} : Shape{n},
+            -1,
+            [n, k, ls, which](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+              Scratch s{be, {}};
+              const Tensor probs = which == 0 ? out : s.f32(Shape{n, k}), losses = which == 1 ? out : s.f32(Shape{n});
+              be.softmax_xent_forward(in[0], labels_on(s, n, k), ls, probs, losses);
+              be.synchronize();
+            },
+            [n, k, which, target](const Inputs& x) {
+              Vec out;
+              for (int64_t i = 0; i < n; ++i) {
+                double mx = -1e300, sum = 0;
+                for (int64_t j = 0; j < k; ++j) mx = std::max(mx, double(x[0][static_cast<size_t>(i * k + j)]));
+                for (int64_t j = 0; j < k; ++j) sum += std::exp(x[0][static_cast<size_t>(i * k + j)] - mx);
+                double loss = 0;
+                for (int64_t j = 0; j < k; ++j) {
+                  const double logp = x[0][static_cast<size_t>(i * k + j)] - mx - std::log(sum);
+                  if (which == 0) out.push_back(std::exp(logp));
+                  loss -= target(i, j) * logp;
+                }
+                if (which == 1) out.push_back(loss);
+              }
+              return out;
+            },
+            1e-6};
+        c.ranges = {{-8.f, 8.f}};
+        t.push_back(c);
+      }
+      OpCase back{at + "_backward",
+                  {Shape{n, k}},
+                  Shape{n, k},
+                  -1,
+                  [n, k, ls](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                    Scratch s{be, {}};
+                    be.softmax_xent_backward(in[0], labels_on(s, n, k), ls, 1.f / static_cast<float>(n), out);
+                    be.synchronize();
+                  },
+                  [n, k, target](const Inputs& x) {
+                    Vec out;
+                    for (int64_t i = 0; i < n; ++i)
+                      for (int64_t j = 0; j < k; ++j)
+                        out.push_back((x[0][static_cast<size_t>(i * k + j)] - target(i, j)) / static_cast<double>(n));
+                    return out;
+                  },
+                  1e-6};
+      back.ranges = {{0.f, 1.f}};
+      back.cuda_same_bits = true;
+      t.push_back(back);
+    }
+}
+
+// The optimizers (gd, momentum, adam, rmsprop with its slot at 1) over 3 steps of 50001 parameters, inputs w and
+// the three gradients: one row per state tensor (w and the slots each has). The shared update math: CUDA the CPU's
+// bits; the CPU against the formulas of optim_math.h in double.
+void add_optimizer_rows(std::vector<OpCase>& t) {
+  const Shape s{50001};
+  struct Opt {
+    const char* name;
+    OptimizerStep step;
+    int slots;
+    float s1_init;
+  };
+  OptimizerStep gd, mom, adam, rms;
+  gd.kind = OptimizerKind::kGd, gd.lr = 0.1f;
+  mom.kind = OptimizerKind::kMomentum, mom.lr = 0.05f, mom.momentum = 0.9f;
+  adam.kind = OptimizerKind::kAdam, adam.lr = 0.001f;
+  rms.kind = OptimizerKind::kRmsprop, rms.lr = 0.01f, rms.momentum = 0.5f, rms.decay = 0.9f, rms.epsilon = 1e-10f;
+  for (const Opt& o :
+       {Opt{"gd", gd, 0, 0.f}, Opt{"momentum", mom, 1, 0.f}, Opt{"adam", adam, 2, 0.f}, Opt{"rmsprop", rms, 2, 1.f}}) {
+    for (int which = 0; which <= o.slots; ++which) {
+      const char* names[] = {"_w", "_slot1", "_slot2"};
+      OpCase c{std::string("optimizer_") + o.name + names[which],
+               {s, s, s, s},
+               s,
+               which == 0 ? 0 : -1,
+               [o, s, which](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                 Scratch sc{be, {}};
+                 const Tensor w = which == 0 ? out : sc.f32(s), s1 = which == 1 ? out : sc.f32(s);
+                 const Tensor s2 = which == 2 ? out : sc.f32(s);
+                 if (which != 0) be.copy(w, in[0]);
+                 be.fill(s1, o.s1_init), be.fill(s2, 0.f);
+                 for (int step = 1; step <= 3; ++step)
+                   be.optimizer_update(o.step, w, in[static_cast<size_t>(step)], s1, s2, Tensor());
+                 be.synchronize();
+               },
+               [o, which](const Inputs& x) {
+                 const OptimizerStep& p = o.step;
+                 Vec out;
+                 for (size_t i = 0; i < x[0].size(); ++i) {
+                   double w = x[0][i], s1 = o.s1_init, s2 = 0;
+                   for (int step = 1; step <= 3; ++step) {
+                     const double g = x[static_cast<size_t>(step)][i];
+                     switch (p.kind) {
+                       case OptimizerKind::kGd:
+                         w -= p.lr * g;
+                         break;
+                       case OptimizerKind::kMomentum:
+                         s1 = p.momentum * s1 + g, w -= p.lr * s1;
+                         break;
+                       case OptimizerKind::kAdam:
+                         s1 = p.beta1 * s1 + (1.0 - p.beta1) * g, s2 = p.beta2 * s2 + (1.0 - p.beta2) * g * g;
+                         w -= p.lr * s1 / (std::sqrt(s2) + p.epsilon);
+                         break;
+                       case OptimizerKind::kRmsprop:
+                         s1 = p.decay * s1 + (1.0 - p.decay) * g * g;
+                         s2 = p.momentum * s2 + p.lr * g / std::sqrt(s1 + p.epsilon);
+                         w -= s2;
+                         break;
+                     }
+                   }
+                   out.push_back(which == 0 ? w : which == 1 ? s1 : s2);
+                 }
+                 return out;
+               },
+               1e-5};
+      c.cuda_same_bits = true;
+      t.push_back(c);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<ConvDesc> table_conv_descs() {
@@ -424,6 +579,8 @@ std::vector<OpCase> layer_op_cases() {
   add_batch_norm_rows(t);
   add_concat_rows(t);
   add_linear_algebra_rows(t);
+  add_loss_rows(t);
+  add_optimizer_rows(t);
   return t;
 }
 

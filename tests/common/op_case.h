@@ -2,8 +2,8 @@
 // its inputs (random f32 tensors of given shapes and ranges), its one output, how to run it on a backend and a plain
 // reference written from the op's contract in backend.h, with the tolerances its CPU and CUDA results are held to.
 // The element-wise, precision, coding, reduction and linear-algebra rows are in the test's file; the layer ops with
-// descriptors (convolution, inner product, pooling, LRN, batch norm) in layer_op_rows.cc, an op with several outputs
-// as one row per output.
+// descriptors (convolution, inner product, pooling, LRN, batch norm), channel concatenation and split, the loss and
+// the optimizers in layer_op_rows.cc, an op with several outputs as one row per output.
 #pragma once
 
 #include <functional>
