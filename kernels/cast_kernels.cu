@@ -24,6 +24,18 @@ __global__ void cast_kernel(int64_t n, const S* __restrict__ src, D* __restrict_
   TG_VECTOR_TAIL(i, n, N) dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
+// A table of casts: block row y converts pair y, its blocks grid-striding over that pair's elements.
+template <typename D, typename S>
+__global__ void cast_table_kernel(CastTable t) {
+  const int k = blockIdx.y;
+  const S* __restrict__ src = static_cast<const S*>(t.src[k]);
+  D* __restrict__ dst = static_cast<D*>(t.dst[k]);
+  const int64_t n = t.n[k];
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[i]));
+}
+
 // Every thread that sees a non-finite product writes 1: a benign race (all write the same value), no atomics.
 // dst may be src (f32): each element is read before it is written.
 template <typename S, int N>
@@ -65,6 +77,22 @@ void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaS
       constexpr int N = vec_width<D, S>();
       vector_kernel<N>("cast", cast_kernel<D, S, N>, cast_kernel<D, S, 1>, aligned16(src, dst), n, stream,
                        static_cast<const S*>(src), static_cast<D*>(dst));
+    });
+  });
+}
+
+void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t stream) {
+  if (table.count <= 0) return;
+  int64_t most = 0;
+  for (int k = 0; k < table.count; ++k) most = table.n[k] > most ? table.n[k] : most;
+  if (most == 0) return;
+  dispatch_float(dst_t, "cast_table (destination)", [&](auto dtag) {
+    using D = decltype(dtag);
+    dispatch_float(src_t, "cast_table (source)", [&](auto stag) {
+      using S = decltype(stag);
+      const dim3 grid(grid_for(most), static_cast<unsigned>(table.count));
+      cast_table_kernel<D, S><<<grid, kThreads, 0, stream>>>(table);
+      ::tg::detail::check_launch("cast_table", __FILE__, __LINE__);
     });
   });
 }

@@ -157,6 +157,37 @@ const std::vector<OpCase>& cases() {
            be.cast(out, half.t);
          },
          [](const Inputs& x) { return each(x[0].size(), [&](size_t i) { return to_half_and_back(x[0][i]); }); }});
+    // cast_many: 70 tensors of 1 to 1381 elements to f16 (two tables on CUDA, the second partial), back one by one.
+    {
+      std::vector<Shape> parts;
+      int64_t total = 0;
+      for (int k = 0; k < 70; ++k) {
+        parts.push_back(Shape{1 + (k * 613) % 1381});
+        total += parts.back().numel();
+      }
+      t.push_back({"cast_many_f16_70_tensors", parts, Shape{total}, -1,
+                   [](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                     std::vector<Mem> halves;
+                     std::vector<Tensor> dst;
+                     halves.reserve(in.size());
+                     for (const Tensor& x : in) {
+                       halves.emplace_back(be, x.shape(), DType::kF16);
+                       dst.push_back(halves.back().t);
+                     }
+                     be.cast_many(dst.data(), in.data(), static_cast<int>(in.size()));
+                     int64_t at = 0;
+                     for (const Tensor& h : dst) {
+                       be.cast(out.slice0(at, at + h.numel()), h);
+                       at += h.numel();
+                     }
+                   },
+                   [](const Inputs& x) {
+                     std::vector<double> out;
+                     for (const auto& part : x)
+                       for (float v : part) out.push_back(to_half_and_back(v));
+                     return out;
+                   }});
+    }
     t.push_back(
         {"ema_update",
          {v, v},

@@ -159,13 +159,25 @@ void Backend::wait_transfer(uint64_t ticket) {
   done_ = ticket;
 }
 
+namespace {
+void cast_args(Backend& be, const Tensor& dst, const Tensor& src, const char* op) {
+  on_device(be, dst, op, "dst");
+  on_device(be, src, op, "src");
+  same_compute(src, src, op, "src");
+  same_compute(dst, dst, op, "dst");
+  TG_CHECK(dst.numel() == src.numel(), "{}: dst {} and src {} differ in element count", op, dst.str(), src.str());
+}
+}  // namespace
+
 void Backend::cast(const Tensor& dst, const Tensor& src) {
-  on_device(*this, dst, "cast", "dst");
-  on_device(*this, src, "cast", "src");
-  same_compute(src, src, "cast", "src");
-  same_compute(dst, dst, "cast", "dst");
-  TG_CHECK(dst.numel() == src.numel(), "cast: dst {} and src {} differ in element count", dst.str(), src.str());
+  cast_args(*this, dst, src, "cast");
   cast_impl(dst, src);
+}
+
+void Backend::cast_many(const Tensor* dst, const Tensor* src, int count) {
+  TG_CHECK(count >= 0 && (count == 0 || (dst != nullptr && src != nullptr)), "cast_many: {} pairs", count);
+  for (int k = 0; k < count; ++k) cast_args(*this, dst[k], src[k], "cast_many");
+  cast_many_impl(dst, src, count);
 }
 
 void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {

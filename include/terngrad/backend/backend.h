@@ -216,6 +216,11 @@ class Backend {
   // dst = src converted, any of F32/F16/BF16 to any, same element count: round to nearest even; f16
   // overflow gives +-Inf; NaN stays NaN. Same dtype: a copy.
   void cast(const Tensor& dst, const Tensor& src);
+  // cast() for `count` pairs (dst[k] = src[k] converted, the same bits as one cast() each), in as few launches as
+  // the backend can: the per-step half copy of a net's weights (CUDA: one launch per kCastTable pairs of one dtype
+  // pair instead of one per tensor). count 0 does nothing.
+  static constexpr int kCastTable = 64;
+  void cast_many(const Tensor* dst, const Tensor* src, int count);
   // dst (F32, src's element count) = float(src) * scale, src F32/F16/BF16 (a gradient computed on a scaled
   // loss, unscaled to fp32). found (I32 (1)) is set to 1 when any product is not finite; never cleared here
   // (the caller zeroes it once per step, so one flag covers all the step's tensors). Nothing synchronizes.
@@ -403,6 +408,10 @@ class Backend {
   virtual void upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) = 0;
   virtual void download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) = 0;
   virtual void wait_transfer_impl(uint64_t ticket) = 0;
+  // cast_many's pairs, each checked by the front: one cast_impl each unless a backend batches them.
+  virtual void cast_many_impl(const Tensor* dst, const Tensor* src, int count) {
+    for (int k = 0; k < count; ++k) cast_impl(dst[k], src[k]);
+  }
   // A host synchronisation that waited for every op enqueued so far: counted, and every ticket is done.
   void synced_all() {
     host_syncs_.fetch_add(1, std::memory_order_relaxed);

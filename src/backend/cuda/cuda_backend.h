@@ -137,6 +137,7 @@ class CudaBackend final : public Backend {
 #define TG_DECLARE_IMPL(ret, name, params) ret name params override;
   TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
 #undef TG_DECLARE_IMPL
+  void cast_many_impl(const Tensor* dst, const Tensor* src, int count) override;  // table launches (cuda_precision.cc)
 
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }

@@ -36,6 +36,16 @@ void add_bias_rows(DType t, void* y, const void* b, int64_t rows, int64_t cols, 
 // dst (dst_t, n) = src (src_t, n) converted through f32 with round to nearest even (f16 overflow -> +-Inf,
 // NaN stays NaN); dst_t, src_t in {F32, F16, BF16}; equal dtypes are a copy.
 void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream);
+// Up to kCastTable casts of one dtype pair in one launch (a block row per pair): dst[k] (dst_t, n[k]) = src[k] as
+// cast() converts it.
+constexpr int kCastTable = 64;
+struct CastTable {
+  const void* src[kCastTable];
+  void* dst[kCastTable];
+  int64_t n[kCastTable];
+  int count;
+};
+void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t stream);
 // dst (f32, n) = f32(src[i]) * scale; *found = 1 when any product is not finite (never cleared here).
 void unscale_and_check(DType src_t, const void* src, float scale, float* dst, int32_t* found, int64_t n,
                        cudaStream_t stream);

@@ -61,6 +61,34 @@ void CudaBackend::cast_impl(const Tensor& dst, const Tensor& src) {
   cuda_kernels::cast(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(), stream());
 }
 
+// Runs of pairs of one dtype pair (not the same dtype: those are copies) go out as tables of kCastTable pairs, one
+// launch each; anything else one cast each.
+void CudaBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count) {
+  static_assert(Backend::kCastTable == cuda_kernels::kCastTable, "one table size");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::CastTable table{};
+  DType dt = DType::kF32, st = DType::kF32;
+  auto flush = [&] {
+    cuda_kernels::cast_table(dt, st, table, stream());
+    table.count = 0;
+  };
+  for (int k = 0; k < count; ++k) {
+    const bool tabled = dst[k].dtype() != src[k].dtype() && dst[k].numel() > 0;
+    if (table.count > 0 && (!tabled || dst[k].dtype() != dt || src[k].dtype() != st || table.count == kCastTable))
+      flush();
+    if (!tabled) {
+      cast_impl(dst[k], src[k]);
+      continue;
+    }
+    dt = dst[k].dtype(), st = src[k].dtype();
+    table.src[table.count] = src[k].raw();
+    table.dst[table.count] = dst[k].raw();
+    table.n[table.count] = src[k].numel();
+    ++table.count;
+  }
+  if (table.count > 0) flush();
+}
+
 void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
   TG_CHECK(dst.dtype() == DType::kF32 && dst.numel() == src.numel(),
            "unscale_and_check: dst {} must be f32 with the {} elements of src {}", dst.str(), src.numel(), src.str());
