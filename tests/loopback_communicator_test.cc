@@ -276,7 +276,7 @@ TEST(LoopbackCommunicatorCuda, TwoRanksOnOneGpuGiveTheHostsBits) {
 #ifndef TG_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA (TG_CUDA=OFF): no CUDA loopback device";
 #else
-  if (testing::cuda_device_count() < 1) GTEST_SKIP() << "needs 1 CUDA device, found 0";
+  if (testing::cuda_device_count() < 1) GTEST_SKIP() << "needs 1 CUDA device(s), found 0";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaStream_t streams[2];
   for (auto& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
