@@ -190,7 +190,7 @@ void LoopbackCommunicator::meet(const Call& call, bool entering) {
     std::lock_guard<std::mutex> lock(g.mutex);
     if (g.generation != generation) return;
     if (g.failed && (entering || g.arrived + g.left >= g.size)) {
-      --g.arrived;
+      if (g.arrived > 0) --g.arrived;  // 0 when the last to enter failed the group (the calls disagree)
       if (!entering) {
         ++g.left;
         counted_out_ = true;
