@@ -46,22 +46,29 @@ struct SplitPlace {
 std::vector<SplitPlace> plan_split(const std::vector<int>& colors, const std::vector<int>& keys,
                                    std::vector<int>& sizes);
 
-// The split posted as `calls` (one per rank): each rank's new group (nullptr for a color < 0) and its rank there;
-// make(n) makes a group of n ranks, once per new group, in the order of the colors.
+// The split of ranks 0..n-1 by `colors` and `keys`: each rank's new group (nullptr for a color < 0) and its rank
+// there; make(n) makes a group of n ranks, once per new group, in the order of the colors.
+template <typename Group, typename Make>
+std::vector<std::pair<std::shared_ptr<Group>, int>> split_groups(const std::vector<int>& colors,
+                                                                 const std::vector<int>& keys, Make make) {
+  std::vector<int> sizes;
+  const std::vector<SplitPlace> places = plan_split(colors, keys, sizes);
+  std::vector<std::shared_ptr<Group>> made;
+  for (int n : sizes) made.push_back(make(n));
+  std::vector<std::pair<std::shared_ptr<Group>, int>> out(colors.size(), {nullptr, 0});
+  for (size_t k = 0; k < places.size(); ++k)
+    if (places[k].group >= 0) out[k] = {made[static_cast<size_t>(places[k].group)], places[k].rank};
+  return out;
+}
+// The same for the split posted as `calls` (one per rank).
 template <typename Group, typename Make>
 std::vector<std::pair<std::shared_ptr<Group>, int>> split_groups(const std::vector<CollectiveCall>& calls, Make make) {
-  std::vector<int> colors, keys, sizes;
+  std::vector<int> colors, keys;
   for (const CollectiveCall& c : calls) {
     colors.push_back(c.color);
     keys.push_back(c.key);
   }
-  const std::vector<SplitPlace> places = plan_split(colors, keys, sizes);
-  std::vector<std::shared_ptr<Group>> made;
-  for (int n : sizes) made.push_back(make(n));
-  std::vector<std::pair<std::shared_ptr<Group>, int>> out(calls.size(), {nullptr, 0});
-  for (size_t k = 0; k < places.size(); ++k)
-    if (places[k].group >= 0) out[k] = {made[static_cast<size_t>(places[k].group)], places[k].rank};
-  return out;
+  return split_groups<Group>(colors, keys, make);
 }
 
 }  // namespace tg::comm_detail

@@ -74,12 +74,12 @@ class CudaLoopbackDevice final : public LoopbackDevice {
     comm_detail::CudaDeviceScope scope(device_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native()), "cudaMemcpyAsync");
   }
-  void reduce(void* dst, const std::vector<const void*>& srcs, int64_t count, DType dtype, ReduceOp op) override {
-    TG_CHECK(!srcs.empty() && srcs.size() <= static_cast<size_t>(comm_detail::LoopbackSources::kMax),
-             "loopback reduction: {} sources (1 to {})", srcs.size(), comm_detail::LoopbackSources::kMax);
+  void reduce(void* dst, const void* const* srcs, int sources, int64_t count, DType dtype, ReduceOp op) override {
+    TG_CHECK(sources >= 1 && sources <= comm_detail::LoopbackSources::kMax, "loopback reduction: {} sources (1 to {})",
+             sources, comm_detail::LoopbackSources::kMax);
     comm_detail::LoopbackSources s{};
-    for (size_t k = 0; k < srcs.size(); ++k) s.p[k] = srcs[k];
-    s.n = static_cast<int>(srcs.size());
+    for (int k = 0; k < sources; ++k) s.p[k] = srcs[k];
+    s.n = sources;
     comm_detail::CudaDeviceScope scope(device_);
     check(comm_detail::launch_loopback_reduce(dst, s, count, reduce_kind(dtype, op), stream_),
           "the loopback reduction's launch");

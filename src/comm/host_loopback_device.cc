@@ -25,16 +25,15 @@ class HostLoopbackDevice final : public LoopbackDevice {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
-  void reduce(void* dst, const std::vector<const void*>& srcs, int64_t count, DType dtype, ReduceOp op) override {
-    TG_CHECK(!srcs.empty() && srcs.size() <= static_cast<size_t>(kMaxSources),
-             "loopback reduction: {} sources (1 to {})", srcs.size(), kMaxSources);
+  void reduce(void* dst, const void* const* srcs, int sources, int64_t count, DType dtype, ReduceOp op) override {
+    TG_CHECK(sources >= 1 && sources <= kMaxSources, "loopback reduction: {} sources (1 to {})", sources, kMaxSources);
     const size_t elem = dtype_size(dtype), total = static_cast<size_t>(count) * elem;
     if (!chunk_) chunk_.reset(new uint8_t[kChunkBytes]);
     const size_t chunk = kChunkBytes / elem * elem;
     for (size_t off = 0; off < total; off += chunk) {
       const size_t bytes = std::min(chunk, total - off);
       std::memcpy(chunk_.get(), static_cast<const uint8_t*>(srcs[0]) + off, bytes);
-      for (size_t s = 1; s < srcs.size(); ++s)
+      for (int s = 1; s < sources; ++s)
         comm_detail::reduce_into(chunk_.get(), static_cast<const uint8_t*>(srcs[s]) + off, bytes, dtype, op);
       std::memcpy(static_cast<uint8_t*>(dst) + off, chunk_.get(), bytes);  // after every source's chunk was read
     }

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
+#include <array>
 #include <mutex>
 
 #include "src/comm/collective_call.h"
@@ -56,11 +56,7 @@ struct LoopbackCommunicator::Group {
 
 LoopbackCommunicator::LoopbackCommunicator(std::shared_ptr<Group> group, int rank,
                                            std::unique_ptr<LoopbackDevice> device)
-    : group_(std::move(group)),
-      rank_(rank),
-      size_(group_ ? group_->size : 0),
-      device_(device.get()),
-      gate_(fmt::format("loopback (rank {} of {}, {})", rank, size_, device ? device->device().str() : "none")) {
+    : group_(std::move(group)), rank_(rank), size_(group_ ? group_->size : 0), device_(device.get()), gate_(name()) {
   TG_CHECK(group_ != nullptr && device_ != nullptr, "loopback communicator: rank {} without a group or a device", rank);
   TG_CHECK(rank >= 0 && rank < size_, "loopback communicator: rank {} outside [0, {})", rank, size_);
   std::lock_guard<std::mutex> lock(group_->mutex);
@@ -111,20 +107,18 @@ std::vector<std::unique_ptr<LoopbackCommunicator>> split_loopback_communicators(
                  parents[static_cast<size_t>(k)]->group_ == parents[0]->group_ &&
                  parents[static_cast<size_t>(k)]->rank() == k,
              "loopback split: entry {} is not rank {} of the group", k, k);
-  std::vector<int> sizes;
-  const std::vector<comm_detail::SplitPlace> places = comm_detail::plan_split(colors, keys, sizes);
-  std::vector<std::shared_ptr<LoopbackCommunicator::Group>> made;
-  for (int s : sizes) made.push_back(std::make_shared<LoopbackCommunicator::Group>(s));
+  const auto groups = comm_detail::split_groups<LoopbackCommunicator::Group>(
+      colors, keys, [](int n) { return std::make_shared<LoopbackCommunicator::Group>(n); });
   std::vector<std::unique_ptr<LoopbackCommunicator>> out(parents.size());
-  for (size_t k = 0; k < places.size(); ++k)
-    if (places[k].group >= 0)
-      out[k] = std::make_unique<LoopbackCommunicator>(made[static_cast<size_t>(places[k].group)], places[k].rank,
-                                                      parents[k]->device_->another());
+  for (size_t k = 0; k < groups.size(); ++k)
+    if (groups[k].first)
+      out[k] =
+          std::make_unique<LoopbackCommunicator>(groups[k].first, groups[k].second, parents[k]->device_->another());
   return out;
 }
 
 std::string LoopbackCommunicator::name() const {
-  return fmt::format("loopback (rank {} of {}, {})", rank_, size_, device_->device().str());
+  return fmt::format("loopback (rank {} of {}, {})", rank_, size_, device_ ? device_->device().str() : "none");
 }
 
 bool LoopbackCommunicator::supports(DType dtype, ReduceOp op) const {
@@ -227,7 +221,13 @@ void LoopbackCommunicator::leave_after_error(const std::string& why) noexcept {
   }
 }
 
-void LoopbackCommunicator::run_entered(const std::function<void()>& body) {
+void LoopbackCommunicator::wait_for_peers(Mark mark) {
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_) device_->wait_for(*group_->devices[static_cast<size_t>(j)], mark);  // set before any collective
+}
+
+template <typename Body>
+void LoopbackCommunicator::run_entered(Body&& body) {
   try {
     body();
   } catch (const std::exception& e) {
@@ -236,11 +236,6 @@ void LoopbackCommunicator::run_entered(const std::function<void()>& body) {
   }
   // Every meeting is over: nobody reads this rank's memory any more; its stream waits for the peers' reads.
   gate_.call([&] { wait_for_peers(Mark::kDone); });
-}
-
-void LoopbackCommunicator::wait_for_peers(Mark mark) {
-  for (int j = 0; j < size_; ++j)
-    if (j != rank_) device_->wait_for(*group_->devices[static_cast<size_t>(j)], mark);  // set before any collective
 }
 
 namespace {
@@ -268,9 +263,10 @@ void LoopbackCommunicator::allreduce_impl(void* buffer, int64_t count, DType dty
     const std::pair<int64_t, int64_t> mine = slice_of(count, size_, rank_);
     gate_.call([&] {
       wait_for_peers(Mark::kEntered);
-      std::vector<const void*> srcs;
-      for (int j = 0; j < size_; ++j) srcs.push_back(at(j, mine.first));
-      if (mine.second > mine.first) device_->reduce(at(rank_, mine.first), srcs, mine.second - mine.first, dtype, op);
+      std::array<const void*, LoopbackDevice::kMaxSources> srcs;
+      for (int j = 0; j < size_; ++j) srcs[static_cast<size_t>(j)] = at(j, mine.first);
+      if (mine.second > mine.first)
+        device_->reduce(at(rank_, mine.first), srcs.data(), size_, mine.second - mine.first, dtype, op);
       device_->record(Mark::kReduced);
     });
     meet(call);
@@ -304,11 +300,11 @@ void LoopbackCommunicator::reduce_scatter_impl(const void* send, void* recv, int
     // which only this rank reads.
     gate_.call([&] {
       wait_for_peers(Mark::kEntered);
-      std::vector<const void*> srcs;
+      std::array<const void*, LoopbackDevice::kMaxSources> srcs;
       for (int j = 0; j < size_; ++j)
-        srcs.push_back(static_cast<const uint8_t*>(g.calls[static_cast<size_t>(j)].src) +
-                       static_cast<size_t>(rank_) * block);
-      if (count > 0) device_->reduce(recv, srcs, count, dtype, op);
+        srcs[static_cast<size_t>(j)] =
+            static_cast<const uint8_t*>(g.calls[static_cast<size_t>(j)].src) + static_cast<size_t>(rank_) * block;
+      if (count > 0) device_->reduce(recv, srcs.data(), size_, count, dtype, op);
       device_->record(Mark::kDone);
     });
     meet(call);

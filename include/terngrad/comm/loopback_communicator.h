@@ -22,7 +22,6 @@
 // abort does not reach them; ReplicaGroups aborts each).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,7 +77,8 @@ class LoopbackCommunicator final : public Communicator {
   void leave_after_error(const std::string& why) noexcept;
   // Runs a collective's work and meetings after enter (an error: the rank leaves, see the .cc), then queues the wait
   // for the peers' "done".
-  void run_entered(const std::function<void()>& body);
+  template <typename Body>
+  void run_entered(Body&& body);
   // Queued on this rank's stream: wait for every other rank's `mark`.
   void wait_for_peers(LoopbackDevice::Mark mark);
 

@@ -40,7 +40,8 @@ class LoopbackDevice {
   // and bf16 sum): every rank's slice reduced in rank order gives every rank the same bits as the host's. dst may be
   // one of the sources (element by element in place).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  virtual void reduce(void* dst, const std::vector<const void*>& srcs, int64_t count, DType dtype, ReduceOp op) = 0;
+  // srcs: `sources` pointers (1 to kMaxSources).
+  virtual void reduce(void* dst, const void* const* srcs, int sources, int64_t count, DType dtype, ReduceOp op) = 0;
   // `mark` recorded on the stream now; the stream waits (without the host waiting) for `other`'s last record of it.
   virtual void record(Mark mark) = 0;
   virtual void wait_for(const LoopbackDevice& other, Mark mark) = 0;
