@@ -11,7 +11,9 @@
 // that refusal on any machine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <dnnl.hpp>
 #include <functional>
@@ -234,6 +236,65 @@ TEST_F(Bf16Ops, BatchNormStatisticsStayF32) {
   expect_close(tdx, rdx, "bn dx", 2 * kBf16Unit);
   expect_close(tdb, rdb, "bn dbeta (f32)", 1e-5);
   expect_close(tdg, rdg, "bn dgamma (f32)", 1e-5);
+}
+
+// A ReLU fused into batch norm (BatchNormDesc::relu) is bit for bit the batch norm then relu_forward, and its
+// backward relu_backward then the batch norm's backward (dx, dgamma, dbeta), in f32 and bf16, training and inference
+// forwards, with and without gamma; about half the outputs are negative (beta in [-1, 1] shifts them).
+TEST(BatchNormRelu, FusedGivesTheBitsOfBatchNormThenRelu) {
+  CpuBackend be(2);
+  for (const DType t : {DType::kF32, DType::kBf16})
+    for (const bool has_gamma : {true, false}) {
+      if (!be.supports_compute(t)) {
+        std::printf("%s skipped: %s\n", dtype_name(t), be.why_not(t).c_str());
+        continue;
+      }
+      SCOPED_TRACE(std::string(dtype_name(t)) + (has_gamma ? " gamma" : " beta-only"));
+      BatchNormDesc d;
+      d.rows = 4 * 7 * 7, d.c = 24, d.epsilon = 0.001f, d.has_gamma = has_gamma;
+      BatchNormDesc fused = d;
+      fused.relu = true;
+      const Shape xs{d.rows, d.c}, cs{d.c};
+      const Vec x = bf16_vec(xs.numel(), 41, -1.0, 3.0), dy = bf16_vec(xs.numel(), 42);
+      const Vec gamma = bf16_vec(d.c, 43, 0.5, 1.5), beta = bf16_vec(d.c, 44);
+      const DType f = DType::kF32;
+      Host tx(t, xs, x), tdy(t, xs, dy), tg(f, cs, gamma), tb(f, cs, beta);
+      const Tensor g = has_gamma ? tg.t : Tensor();
+      // Separate: batch norm, relu in place, relu's backward, batch norm's backward.
+      Host y(t, xs), mean(f, cs), var(f, cs), dr(t, xs), dx(t, xs), dgamma(f, cs), dbeta(f, cs), yi(t, xs);
+      be.batch_norm_forward_training(d, tx.t, g, tb.t, y.t, mean.t, var.t);
+      be.relu_forward(y.t, y.t);
+      be.relu_backward(y.t, tdy.t, dr.t);
+      be.batch_norm_backward(d, tx.t, g, mean.t, var.t, dr.t, dx.t, has_gamma ? dgamma.t : Tensor(), dbeta.t);
+      be.batch_norm_forward_inference(d, tx.t, g, tb.t, mean.t, var.t, yi.t);
+      be.relu_forward(yi.t, yi.t);
+      // Fused.
+      Host fy(t, xs), fmean(f, cs), fvar(f, cs), fdx(t, xs), fdgamma(f, cs), fdbeta(f, cs), fyi(t, xs);
+      be.batch_norm_forward_training(fused, tx.t, g, tb.t, fy.t, fmean.t, fvar.t);
+      be.batch_norm_backward(fused, tx.t, g, fmean.t, fvar.t, tdy.t, fdx.t, has_gamma ? fdgamma.t : Tensor(), fdbeta.t,
+                             tb.t);
+      be.batch_norm_forward_inference(fused, tx.t, g, tb.t, fmean.t, fvar.t, fyi.t);
+      const auto same = [](const Host& a, const Host& b) { return a.bytes == b.bytes; };
+      EXPECT_TRUE(same(y, fy)) << "forward (training)";
+      EXPECT_TRUE(same(yi, fyi)) << "forward (inference)";
+      EXPECT_TRUE(same(mean, fmean) && same(var, fvar)) << "statistics";
+      EXPECT_TRUE(same(dx, fdx)) << "dx";
+      EXPECT_TRUE(same(dbeta, fdbeta)) << "dbeta";
+      if (has_gamma) EXPECT_TRUE(same(dgamma, fdgamma)) << "dgamma";
+      const Vec yv = fy.values();
+      const auto zeros = std::count(yv.begin(), yv.end(), 0.0);
+      EXPECT_GT(zeros, xs.numel() / 5) << "the ReLU must cut a good part of the outputs";
+      EXPECT_LT(zeros, xs.numel() * 4 / 5);
+      // The front: beta only with a fused ReLU, and required by it.
+      EXPECT_NE(testing::error_of([&] {
+                  be.batch_norm_backward(fused, tx.t, g, fmean.t, fvar.t, tdy.t, fdx.t, Tensor(), fdbeta.t);
+                }).find("a fused ReLU's mask needs beta"),
+                std::string::npos);
+      EXPECT_NE(testing::error_of([&] {
+                  be.batch_norm_backward(d, tx.t, g, fmean.t, fvar.t, tdy.t, fdx.t, Tensor(), fdbeta.t, tb.t);
+                }).find("beta given to"),
+                std::string::npos);
+    }
 }
 
 // Element-wise ops: relu and concat/split are exact on bf16 values (selection, copies); add and dropout's

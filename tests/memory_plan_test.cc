@@ -87,6 +87,7 @@ struct Outcome {
   std::vector<float> losses;
   std::vector<uint8_t> grads, params, state;
   Net::MemoryReport report;
+  int fused_relus = 0;
 };
 
 std::vector<uint8_t> bytes_of(Slab& s) {
@@ -95,7 +96,7 @@ std::vector<uint8_t> bytes_of(Slab& s) {
 }
 
 Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recompute recompute, bool poison,
-              int steps = 2) {
+              int steps = 2, bool fuse_relu = true) {
   testing::BoundNet m(
       be,
       [&](Net& n) {
@@ -103,6 +104,7 @@ Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recomp
         n.set_compute_dtype(compute);
         n.set_memory_plan(plan, recompute);
         n.set_poison_dead_buffers(poison);
+        n.set_fuse_relu(fuse_relu);
       },
       c.batch, 3);
   Optimizer opt(testing::momentum_sgd(), m.store.params(), be);
@@ -124,6 +126,7 @@ Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recomp
   out.params = bytes_of(m.store.params());
   out.state = bytes_of(m.store.state());
   out.report = m.net.memory_report();
+  out.fused_relus = m.net.fused_relus();
   return out;
 }
 
@@ -149,21 +152,33 @@ TEST_P(NetworkPlans, PlannedRunsGiveTheUnplannedBits) {
   expect_same_bits(none, recomputed, std::string(c.net) + " liveness + recompute bn_relu");
   const Outcome blocks = train(*be, c, DType::kF32, MemoryPlan::kLiveness, Recompute::kBlocks, true);
   expect_same_bits(none, blocks, std::string(c.net) + " liveness + recompute blocks");
+  // ReLU fusion (a batch norm writing the in-place ReLU's output): only where the plan puts the ReLU in place, so
+  // never without a plan; the planned run fuses the pairs of every network with batch norms.
+  const Outcome unfused = train(*be, c, DType::kF32, MemoryPlan::kLiveness, Recompute::kNone, true, 2, false);
+  expect_same_bits(none, unfused, std::string(c.net) + " liveness, no fusion");
+  EXPECT_EQ(none.fused_relus, 0) << c.net;
+  EXPECT_EQ(unfused.fused_relus, 0) << c.net;
+  const bool has_bn =
+      std::string(c.net) == "alexnet" || std::string(c.net) == "resnet50" || std::string(c.net) == "inception_v3";
+  EXPECT_EQ(planned.fused_relus > 0, has_bn) << c.net << ": " << planned.fused_relus << " fused";
 
   // The arena: no reuse at all without a plan; the plan within its lower bound, and smaller.
   EXPECT_EQ(none.report.arena, none.report.unplanned);
-  EXPECT_EQ(planned.report.unplanned, none.report.unplanned);
+  // (A fused ReLU's input needs no gradient buffer of its own: the fused plan's unplanned total is smaller.)
+  EXPECT_EQ(unfused.report.unplanned, none.report.unplanned);
+  EXPECT_EQ(planned.report.unplanned == none.report.unplanned, planned.fused_relus == 0);
   EXPECT_GE(planned.report.arena, planned.report.peak_live);
   EXPECT_LT(planned.report.arena, none.report.arena / 2) << c.net;
   EXPECT_LE(recomputed.report.arena, planned.report.arena) << c.net;
   EXPECT_GT(planned.report.in_place, 0) << c.net;
   EXPECT_LE(blocks.report.arena, planned.report.arena) << c.net;
   std::printf(
-      "%s batch %lld: unplanned %zu, liveness %zu (peak live %zu, at %s; %d outputs in place), bn_relu %zu "
-      "(%d recomputed), blocks %zu (%d recomputed)\n",
+      "%s batch %lld: unplanned %zu, liveness %zu (peak live %zu, at %s; %d outputs in place, %d ReLUs fused), "
+      "bn_relu %zu (%d recomputed, %d fused), blocks %zu (%d recomputed, %d fused)\n",
       c.net, static_cast<long long>(c.batch), none.report.arena, planned.report.arena, planned.report.peak_live,
-      planned.report.peak_at.c_str(), planned.report.in_place, recomputed.report.arena, recomputed.report.recomputed,
-      blocks.report.arena, blocks.report.recomputed);
+      planned.report.peak_at.c_str(), planned.report.in_place, planned.fused_relus, recomputed.report.arena,
+      recomputed.report.recomputed, recomputed.fused_relus, blocks.report.arena, blocks.report.recomputed,
+      blocks.fused_relus);
 }
 
 INSTANTIATE_TEST_SUITE_P(FiveNetworks, NetworkPlans,
@@ -177,8 +192,9 @@ TEST(NetworkPlans, Bf16PlannedRunsGiveTheUnplannedBits) {
   if (!be->supports_compute(DType::kBf16)) GTEST_SKIP() << "no bf16 compute on this CPU: " << be->why_not(DType::kBf16);
   const Case c{"resnet50", 32, 3, 10, 2};
   const Outcome none = train(*be, c, DType::kBf16, MemoryPlan::kNone, Recompute::kNone, false);
-  expect_same_bits(none, train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kBnRelu, true),
-                   "resnet50 bf16 liveness + bn_relu");
+  const Outcome planned = train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kBnRelu, true);
+  expect_same_bits(none, planned, "resnet50 bf16 liveness + bn_relu");
+  EXPECT_GT(planned.fused_relus, 0);  // bf16: the fused forward rounds y once, then takes max(y, 0), as relu does
 }
 
 // ---- a layer that misstates what its backward reads is caught -----------------------------------------

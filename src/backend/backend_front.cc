@@ -426,7 +426,8 @@ void Backend::lrn_backward(const LrnDesc& d, const Tensor& x, const Tensor& dy, 
 }
 
 void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                          const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var) {
+                                          const Tensor& beta, const Tensor& y, const Tensor& mean, const Tensor& var,
+                                          const BatchNormMoving& moving) {
   on_device(*this, x, "batch_norm_forward_training", "x");
   on_device(*this, gamma, "batch_norm_forward_training", "gamma");
   on_device(*this, beta, "batch_norm_forward_training", "beta");
@@ -437,7 +438,16 @@ void Backend::batch_norm_forward_training(const BatchNormDesc& d, const Tensor& 
   all_f32({{&gamma, "gamma"}, {&beta, "beta"}, {&mean, "mean"}, {&var, "var"}}, "batch_norm_forward_training");
   batch_norm_shapes(d, "batch_norm_forward_training", x, gamma, {{&beta, "beta"}, {&mean, "mean"}, {&var, "var"}},
                     {{&y, "y"}}, {{&beta, "beta"}, {&y, "y"}, {&mean, "mean"}, {&var, "var"}});
-  batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var);
+  if (moving.mean || moving.var) {
+    on_device(*this, moving.mean, "batch_norm_forward_training", "moving mean");
+    on_device(*this, moving.var, "batch_norm_forward_training", "moving var");
+    all_f32({{&moving.mean, "moving mean"}, {&moving.var, "moving var"}}, "batch_norm_forward_training");
+    batch_norm_shapes(d, "batch_norm_forward_training", x, gamma,
+                      {{&moving.mean, "moving mean"}, {&moving.var, "moving var"}}, {}, {});
+    TG_CHECK(moving.decay >= 0.f && moving.decay <= 1.f,
+             "batch_norm_forward_training {}: the moving statistics' decay {} is not in [0, 1]", d.key(), moving.decay);
+  }
+  batch_norm_forward_training_impl(d, x, gamma, beta, y, mean, var, moving);
 }
 
 void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -457,7 +467,7 @@ void Backend::batch_norm_forward_inference(const BatchNormDesc& d, const Tensor&
 
 void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
-                                  const Tensor& dbeta) {
+                                  const Tensor& dbeta, const Tensor& beta) {
   on_device(*this, x, "batch_norm_backward", "x");
   on_device(*this, gamma, "batch_norm_backward", "gamma");
   on_device(*this, mean, "batch_norm_backward", "mean");
@@ -472,10 +482,14 @@ void Backend::batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const
           "batch_norm_backward");
   TG_CHECK(d.has_gamma || !dgamma, "batch_norm_backward: dgamma requested from a batch norm without gamma ({})",
            d.key());
+  on_device(*this, beta, "batch_norm_backward", "beta");
+  all_f32({{&beta, "beta"}}, "batch_norm_backward");
+  TG_CHECK(d.relu || !beta, "batch_norm_backward: beta given to {} (only a fused ReLU's mask reads it)", d.key());
   batch_norm_shapes(d, "batch_norm_backward", x, gamma,
-                    {{&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}},
+                    {{&mean, "mean"}, {&var, "var"}, {&dgamma, "dgamma"}, {&dbeta, "dbeta"}, {&beta, "beta"}},
                     {{&dy, "dy"}, {&dx, "dx"}}, {{&mean, "mean"}, {&var, "var"}, {&dy, "dy"}});
-  batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta);
+  TG_CHECK(!d.relu || beta, "batch_norm_backward {}: a fused ReLU's mask needs beta (undefined)", d.key());
+  batch_norm_backward_impl(d, x, gamma, mean, var, dy, dx, dgamma, dbeta, beta);
 }
 
 void Backend::inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,

@@ -73,7 +73,9 @@ std::string PoolDesc::key() const {
 std::string LrnDesc::key() const {
   return fmt::format("lrn:{}x{}x{}x{}:r{}:{}:{}:{}", n, h, w, c, depth_radius, bias, alpha, beta);
 }
-std::string BatchNormDesc::key() const { return fmt::format("bn:{}x{}:e{}:g{}", rows, c, epsilon, has_gamma); }
+std::string BatchNormDesc::key() const {
+  return fmt::format("bn:{}x{}:e{}:g{}{}", rows, c, epsilon, has_gamma, relu ? ":relu" : "");
+}
 std::string InnerProductDesc::key() const { return fmt::format("ip:{}x{}x{}:b{}", n, in, out, has_bias); }
 
 }  // namespace tg

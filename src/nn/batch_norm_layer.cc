@@ -1,8 +1,9 @@
 // Batch normalization over all but the channel dimension: x (N, H, W, C) or (N, C) -> y of the same shape.
 // Parameters "beta" (C) and, optionally, "gamma" (C); state "moving_mean" (C, init 0) and "moving_variance"
 // (C, init 1). Training normalizes with the batch statistics (population variance), saves them for the
-// backward and updates moving = decay * moving + (1 - decay) * batch; inference normalizes with the moving
-// statistics.
+// backward and updates moving = decay * moving + (1 - decay) * batch (inside the backend's forward); inference
+// normalizes with the moving statistics. The net may fuse the ReLU that follows (LayerIO::relu_fused): the forward
+// then writes max(y, 0) and the backward takes the ReLU output's gradient.
 #include "terngrad/nn/layers.h"
 
 namespace tg {
@@ -17,6 +18,7 @@ class BatchNormLayer final : public Layer {
   LayerOp op() const override { return desc_; }
   bool backward_reads_output() const override { return false; }  // x^ from x and the batch statistics
   bool recomputable() const override { return true; }
+  bool can_fuse_relu() const override { return true; }  // the forwards' BatchNormDesc::relu
 
  protected:
   std::vector<Shape> setup_impl(SetupContext& ctx) override {
@@ -38,16 +40,15 @@ class BatchNormLayer final : public Layer {
     const Tensor gamma = o_.gamma ? io.params[gamma_] : Tensor();
     const Tensor& moving_mean = io.state[0];
     const Tensor& moving_var = io.state[1];
+    BatchNormDesc d = desc_;
+    d.relu = io.relu_fused;
     if (io.training) {
       const Tensor& mean = io.saved[0];
       const Tensor& var = io.saved[1];
-      be.batch_norm_forward_training(desc_, io.in[0], gamma, io.params[beta_], io.out[0], mean, var);
-      be.scale(o_.decay, moving_mean);
-      be.axpy(1.f - o_.decay, mean, moving_mean);
-      be.scale(o_.decay, moving_var);
-      be.axpy(1.f - o_.decay, var, moving_var);
+      be.batch_norm_forward_training(d, io.in[0], gamma, io.params[beta_], io.out[0], mean, var,
+                                     BatchNormMoving{moving_mean, moving_var, o_.decay});
     } else {
-      be.batch_norm_forward_inference(desc_, io.in[0], gamma, io.params[beta_], moving_mean, moving_var, io.out[0]);
+      be.batch_norm_forward_inference(d, io.in[0], gamma, io.params[beta_], moving_mean, moving_var, io.out[0]);
     }
     trained_ = io.training;
   }
@@ -60,8 +61,11 @@ class BatchNormLayer final : public Layer {
   }
   void backward_impl(LayerIO& io) override {
     TG_CHECK(trained_, "layer '{}' (batch_norm): backward needs a training forward (batch statistics)", name());
-    io.backend->batch_norm_backward(desc_, io.in[0], o_.gamma ? io.params[gamma_] : Tensor(), io.saved[0], io.saved[1],
-                                    io.dout[0], io.din[0], o_.gamma ? io.dparams[gamma_] : Tensor(), io.dparams[beta_]);
+    BatchNormDesc d = desc_;
+    d.relu = io.relu_fused;  // dout is then the fused ReLU's output gradient
+    io.backend->batch_norm_backward(d, io.in[0], o_.gamma ? io.params[gamma_] : Tensor(), io.saved[0], io.saved[1],
+                                    io.dout[0], io.din[0], o_.gamma ? io.dparams[gamma_] : Tensor(), io.dparams[beta_],
+                                    d.relu ? io.params[beta_] : Tensor());
   }
 
  private:

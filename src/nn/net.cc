@@ -283,9 +283,11 @@ void Net::run_forward(const Tensor& images, const Tensor& labels, bool training,
     node.io.training = training;
     node.io.step = step;
     node.io.key = key;
-    const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    node.layer->forward(node.io);
-    if (timed) record_layer(node, "layer_forward", begin);
+    if (!node.relu_fused_into_previous) {  // else the previous layer wrote this ReLU's output (LayerIO::relu_fused)
+      const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+      node.layer->forward(node.io);
+      if (timed) record_layer(node, "layer_forward", begin);
+    }
     poison_dead(forward_slot(static_cast<int>(&node - nodes_.data())));
   }
   // The step's losses on the device, then on their way to the host (read when asked: losses()).
@@ -343,7 +345,8 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (out.grad >= 0) {  // else nothing downstream needs this layer's gradient
       for (int r : node.recompute_first) nodes_[r].layer->recompute(nodes_[r].io);
-      node.layer->backward(node.io);
+      // A ReLU fused into the previous layer runs nothing: that layer's backward takes this gradient.
+      if (!node.relu_fused_into_previous) node.layer->backward(node.io);
       // Fan-out: the part this layer wrote added to the gradient an earlier-run (later) reader began.
       for (const auto& [tensor, part] : node.accumulate) {
         const TensorInfo& t = tensors_[tensor];
@@ -385,6 +388,12 @@ WeightDecayTerms Net::weight_decay_terms() const {
     t.coefficients[static_cast<size_t>(d.index)] = d.weight_decay;
   }
   return t;
+}
+
+int Net::fused_relus() const {
+  int n = 0;
+  for (const auto& node : nodes_) n += node.relu_fused_into_previous ? 1 : 0;
+  return n;
 }
 
 bool Net::overflowed() const {

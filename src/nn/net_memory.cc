@@ -43,6 +43,11 @@ void Net::set_memory_plan(MemoryPlan plan, Recompute recompute) {
   recompute_ = recompute;
 }
 
+void Net::set_fuse_relu(bool on) {
+  TG_CHECK(backend_ == nullptr, "set_fuse_relu must come before plan/setup");
+  fuse_relu_ = on;
+}
+
 void Net::keep(const std::string& tensor) {
   TG_CHECK(backend_ == nullptr, "keep('{}') must come before plan/setup", tensor);
   tensor_id(tensor);  // it exists
@@ -182,6 +187,22 @@ void Net::plan_memory(const std::vector<bool>& needs) {
       nodes_[static_cast<size_t>(n - 1 - (recompute_slot[t] - n))].recompute_first.push_back(tensors_[t].producer);
   for (Node& node : nodes_) std::sort(node.recompute_first.begin(), node.recompute_first.end());
 
+  // ReLU fusion (set_fuse_relu): a layer that can apply the ReLU itself (Layer::can_fuse_relu) whose output the
+  // next node alone reads, a ReLU written over it in place, kept by nobody, both gradients needed. The layer's
+  // forward writes the ReLU's output (the bytes the plan gave both) and its backward takes the ReLU's output
+  // gradient (its own output's gradient is that buffer, live until the layer's backward); the ReLU runs nothing.
+  std::vector<bool> fused_output(nt, false);  // a layer's output whose ReLU it runs
+  for (int i = 0; i + 1 < n; ++i) {
+    Node &node = nodes_[i], &next = nodes_[i + 1];
+    const TensorInfo& out = tensors_[node.output];
+    node.fuses_relu = fuse_relu_ && liveness && node.layer->can_fuse_relu() &&
+                      std::string(next.layer->type()) == "relu" && next.inputs.size() == 1 &&
+                      next.inputs[0] == node.output && !out.kept && out.consumers == std::vector<int>{i + 1} &&
+                      tensors_[next.output].value == out.value && needs[node.output] == needs[next.output];
+    next.relu_fused_into_previous = node.fuses_relu;
+    fused_output[node.output] = node.fuses_relu;
+  }
+
   // Gradients: the tensor's gradient, written by its last differentiable reader's backward (or filled: a loss),
   // each earlier reader's part added to it right after that reader's backward.
   for (Node& node : nodes_) {
@@ -190,7 +211,7 @@ void Net::plan_memory(const std::vector<bool>& needs) {
   }
   for (size_t t = 0; t < nt; ++t) {
     TensorInfo& info = tensors_[t];
-    if (!needs[t] || info.producer < 0) continue;
+    if (!needs[t] || info.producer < 0 || fused_output[t]) continue;
     std::vector<std::pair<int, int>> edges;  // (node, input), forward order
     for (int c : info.consumers) {
       const Node& node = nodes_[c];
@@ -222,6 +243,14 @@ void Net::plan_memory(const std::vector<bool>& needs) {
       nodes_[c].input_grad[k] = part;
       nodes_[c].accumulate.push_back({static_cast<int>(t), part});
     }
+  }
+
+  for (int i = 0; i + 1 < n; ++i) {
+    if (!nodes_[i].fuses_relu || !needs[nodes_[i].output]) continue;
+    const int relu_grad = tensors_[nodes_[i + 1].output].grad;
+    tensors_[nodes_[i].output].grad = relu_grad;
+    nodes_[i + 1].input_grad[0] = relu_grad;
+    add_range(placed_[relu_grad].live, {backward_slot(i + 1), backward_slot(i)});
   }
 
   // Saved tensors: from the layer's forward to its backward.
@@ -316,6 +345,7 @@ void Net::build_views() {
   }
   aux_tensors_.clear();
   for (const auto& a : aux_losses_) aux_tensors_.push_back(value_view(tensor_id(a.tensor)));
+  for (Node& node : nodes_) node.io.relu_fused = node.fuses_relu;
 }
 
 namespace {

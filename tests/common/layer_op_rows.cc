@@ -278,36 +278,74 @@ void add_batch_norm_rows(std::vector<OpCase>& t) {
       c.cuda_same_bits = true;
       t.push_back(c);
     }
-    // Backward of the training forward: inputs x, gamma, beta, dy (the statistics from the backend's own forward).
-    for (int which : {0, 1, 2}) {
-      if (which == 1 && !d.has_gamma) continue;
-      const char* names[] = {"_dx", "_dgamma", "_dbeta"};
-      OpCase c{at + names[which],
-               {xs, cs, cs, xs},
-               which == 0 ? xs : cs,
-               -1,
+    // The moving statistics the training forward updates (decay 0.9): inputs x, gamma, beta and the moving mean or
+    // variance before, updated in place.
+    for (int which : {0, 1}) {
+      OpCase c{at + (which == 0 ? "_moving_mean" : "_moving_variance"),
+               {xs, cs, cs, cs},
+               cs,
+               3,
                [d, which, xs, cs](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
                  Scratch s{be, {}};
-                 const Tensor gamma = d.has_gamma ? in[1] : Tensor();
-                 const Tensor y = s.f32(xs), mean = s.f32(cs), var = s.f32(cs);
-                 be.batch_norm_forward_training(d, in[0], gamma, in[2], y, mean, var);
-                 const Tensor dx = which == 0 ? out : s.f32(xs), dbeta = which == 2 ? out : s.f32(cs);
-                 const Tensor dgamma = !d.has_gamma ? Tensor() : which == 1 ? out : s.f32(cs);
-                 be.batch_norm_backward(d, in[0], gamma, mean, var, in[3], dx, dgamma, dbeta);
+                 BatchNormMoving moving;
+                 (which == 0 ? moving.mean : moving.var) = out;
+                 moving.decay = 0.9f;
+                 be.batch_norm_forward_training(d, in[0], d.has_gamma ? in[1] : Tensor(), in[2], s.f32(xs), s.f32(cs),
+                                                s.f32(cs), moving);
                  be.synchronize();
                },
                [d, which](const Inputs& x) {
-                 const Vec gamma = d.has_gamma ? widen(x[1]) : Vec{};
-                 Vec mean, var, dx, dgamma, dbeta;
-                 ref::batch_norm_forward_training(d, widen(x[0]), gamma, widen(x[2]), &mean, &var);
-                 ref::batch_norm_backward(d, widen(x[0]), gamma, mean, var, widen(x[3]), &dx, &dgamma, &dbeta);
-                 return which == 0 ? dx : which == 1 ? dgamma : dbeta;
+                 Vec mean, var;
+                 ref::batch_norm_forward_training(d, widen(x[0]), d.has_gamma ? widen(x[1]) : Vec{}, widen(x[2]), &mean,
+                                                  &var);
+                 const Vec& batch = which == 0 ? mean : var;
+                 Vec moving = widen(x[3]);
+                 for (size_t j = 0; j < moving.size(); ++j) moving[j] = 0.9 * moving[j] + 0.1 * batch[j];
+                 return moving;
                },
                1e-5};
-      c.ranges = {x_range, gamma_range, any, any};
+      c.ranges = {x_range, gamma_range, any, {0.5f, 2.f}};
       c.cuda_same_bits = true;
       t.push_back(c);
     }
+    // Backward of the training forward: inputs x, gamma, beta, dy (the statistics from the backend's own forward);
+    // with a fused ReLU dy is its output's gradient (the reference keeps it where its own y > 0).
+    for (const bool relu : {false, true})
+      for (int which : {0, 1, 2}) {
+        if (which == 1 && !d.has_gamma) continue;
+        const char* names[] = {"_dx", "_dgamma", "_dbeta"};
+        BatchNormDesc bd = d;
+        bd.relu = relu;
+        OpCase c{bd.key() + names[which],
+                 {xs, cs, cs, xs},
+                 which == 0 ? xs : cs,
+                 -1,
+                 [d, bd, which, xs, cs](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                   Scratch s{be, {}};
+                   const Tensor gamma = d.has_gamma ? in[1] : Tensor();
+                   const Tensor y = s.f32(xs), mean = s.f32(cs), var = s.f32(cs);
+                   be.batch_norm_forward_training(bd, in[0], gamma, in[2], y, mean, var);
+                   const Tensor dx = which == 0 ? out : s.f32(xs), dbeta = which == 2 ? out : s.f32(cs);
+                   const Tensor dgamma = !d.has_gamma ? Tensor() : which == 1 ? out : s.f32(cs);
+                   be.batch_norm_backward(bd, in[0], gamma, mean, var, in[3], dx, dgamma, dbeta,
+                                          bd.relu ? in[2] : Tensor());
+                   be.synchronize();
+                 },
+                 [d, relu, which](const Inputs& x) {
+                   const Vec gamma = d.has_gamma ? widen(x[1]) : Vec{};
+                   Vec mean, var, dx, dgamma, dbeta;
+                   const Vec y = ref::batch_norm_forward_training(d, widen(x[0]), gamma, widen(x[2]), &mean, &var);
+                   Vec dy = widen(x[3]);
+                   if (relu)
+                     for (size_t e = 0; e < dy.size(); ++e) dy[e] = y[e] > 0 ? dy[e] : 0;
+                   ref::batch_norm_backward(d, widen(x[0]), gamma, mean, var, dy, &dx, &dgamma, &dbeta);
+                   return which == 0 ? dx : which == 1 ? dgamma : dbeta;
+                 },
+                 1e-5};
+        c.ranges = {x_range, gamma_range, any, any};
+        c.cuda_same_bits = true;
+        t.push_back(c);
+      }
     // Inference with given statistics (not the batch's): inputs x, gamma, beta, moving mean, moving variance.
     OpCase inf{at + "_inference_y",
                {xs, cs, cs, cs, cs},
@@ -324,6 +362,42 @@ void add_batch_norm_rows(std::vector<OpCase>& t) {
     inf.ranges = {x_range, gamma_range, any, any, {0.5f, 2.f}};
     inf.cuda_same_bits = true;
     t.push_back(inf);
+    // Both forwards with a fused ReLU (BatchNormDesc::relu): max(y, 0) of the reference's y.
+    BatchNormDesc r = d;
+    r.relu = true;
+    OpCase train_relu{r.key() + "_training_y",
+                      {xs, cs, cs},
+                      xs,
+                      -1,
+                      [r, cs](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                        Scratch s{be, {}};
+                        be.batch_norm_forward_training(r, in[0], r.has_gamma ? in[1] : Tensor(), in[2], out, s.f32(cs),
+                                                       s.f32(cs));
+                        be.synchronize();
+                      },
+                      [d](const Inputs& x) {
+                        Vec mean, var;
+                        Vec y = ref::batch_norm_forward_training(d, widen(x[0]), d.has_gamma ? widen(x[1]) : Vec{},
+                                                                 widen(x[2]), &mean, &var);
+                        for (double& v : y) v = v < 0 ? 0 : v;
+                        return y;
+                      },
+                      1e-5};
+    train_relu.ranges = {x_range, gamma_range, any};
+    train_relu.cuda_same_bits = true;
+    t.push_back(train_relu);
+    OpCase inf_relu = inf;
+    inf_relu.name = r.key() + "_inference_y";
+    inf_relu.run = [r](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+      be.batch_norm_forward_inference(r, in[0], r.has_gamma ? in[1] : Tensor(), in[2], in[3], in[4], out);
+    };
+    inf_relu.reference = [d](const Inputs& x) {
+      Vec y = ref::batch_norm_forward_inference(d, widen(x[0]), d.has_gamma ? widen(x[1]) : Vec{}, widen(x[2]),
+                                                widen(x[3]), widen(x[4]));
+      for (double& v : y) v = v < 0 ? 0 : v;
+      return y;
+    };
+    t.push_back(inf_relu);
   }
 }
 

@@ -48,6 +48,14 @@
 
 namespace tg {
 
+// The moving statistics a batch norm's training forward updates (Backend::batch_norm_forward_training): mean and
+// var (f32 (C)) each become decay * moving + (1 - decay) * the batch's, rounded as scale() then axpy() round them
+// (the product with decay, the product with 1 - decay, their sum). Undefined tensors: no update.
+struct BatchNormMoving {
+  Tensor mean, var;
+  float decay = 0.f;
+};
+
 // One tensor of Backend::ternary_encode_many: its gradient, scalers (f32 (ternary_num_scalers(n, bucket)) on the
 // device), Philox tensor counter, packed codes and (optional) zero count, as ternary_encode takes them; an optional
 // residual (f32 like g, error feedback) receives ternary_residual_value(g[i], s, code i) in the same pass.
@@ -290,14 +298,19 @@ class Backend {
   // dgamma must be undefined); beta (C) is required by both forwards. Training: the batch mean and the
   // population variance (C) are computed and written to mean/var. Backward is the gradient of the training
   // forward, computed from the given mean/var (the forward's); dx, dgamma and dbeta may each be undefined.
-  // Statistics are accumulated in double over fixed row chunks: the same bits on any thread count.
+  // Statistics are accumulated in double over fixed row chunks: the same bits on any thread count. With d.relu
+  // both forwards write max(y, 0), bit for bit the batch norm followed by relu_forward, and the backward takes dy of
+  // that output: the bits of relu_backward then the batch norm's backward, the ReLU's mask (y > 0) recomputed from
+  // x, the statistics, gamma and `beta` (required then), so y is not read.
+  // The training forward also updates `moving` when given (one pass over C, no launch of its own on a GPU).
   void batch_norm_forward_training(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   const Tensor& y, const Tensor& mean, const Tensor& var);
+                                   const Tensor& y, const Tensor& mean, const Tensor& var,
+                                   const BatchNormMoving& moving = {});
   void batch_norm_forward_inference(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     const Tensor& mean, const Tensor& var, const Tensor& y);
   void batch_norm_backward(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
-                           const Tensor& dbeta);
+                           const Tensor& dbeta, const Tensor& beta = Tensor());
 
   // x (N,in), w (in,out), b (out) or undefined, y (N,out)
   void inner_product_forward(const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,

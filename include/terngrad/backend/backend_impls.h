@@ -48,13 +48,13 @@
     (const LrnDesc& d, const Tensor& x, const Tensor& dy, const Tensor& workspace, const Tensor& dx))                 \
   X(void, batch_norm_forward_training_impl,                                                                           \
     (const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,               \
-     const Tensor& mean, const Tensor& var))                                                                          \
+     const Tensor& mean, const Tensor& var, const BatchNormMoving& moving))                                           \
   X(void, batch_norm_forward_inference_impl,                                                                          \
     (const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,            \
      const Tensor& var, const Tensor& y))                                                                             \
   X(void, batch_norm_backward_impl,                                                                                   \
     (const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& var,             \
-     const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta))                                  \
+     const Tensor& dy, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta))              \
   X(void, inner_product_forward_impl,                                                                                 \
     (const InnerProductDesc& d, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y))                  \
   X(void, inner_product_backward_impl,                                                                                \

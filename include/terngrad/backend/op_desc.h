@@ -64,12 +64,14 @@ struct LrnDesc {
 };
 
 // Batch norm over N*H*W per channel C (rank-2 input: N per channel). gamma is optional (beta-only BN as
-// the reference's nets use). Variance is the population variance of the batch.
+// the reference's nets use). Variance is the population variance of the batch. relu: a ReLU fused into the
+// output (the forwards write max(y, 0), the backward takes that output's gradient; Backend's batch norm).
 struct BatchNormDesc {
   int64_t rows = 0;  // N*H*W
   int64_t c = 0;
   float epsilon = 0.001f;
   bool has_gamma = false;
+  bool relu = false;
   std::string key() const;
 };
 

@@ -72,6 +72,10 @@ struct LayerIO {
   // The host value of dout[0] when the output is one of the net's losses (Net::backward sets it: the loss scale
   // times the loss's weight), so a loss layer's backward reads no device scalar.
   float loss_grad = 1.f;
+  // The net fused the in-place ReLU that alone reads this output (Layer::can_fuse_relu; Net::set_fuse_relu): the
+  // forward writes max(output, 0) into out[0] and the backward's dout[0] is the ReLU output's gradient.
+  // recompute() is unaffected (the ReLU recomputes its own output).
+  bool relu_fused = false;
 };
 
 // The backend op a layer runs, with every setting, as setup() built it: what an exporter (ONNX) needs to rebuild
@@ -112,6 +116,9 @@ class Layer {
   // Whether recompute() computes the output again, in the backward, from the inputs, parameters and saved tensors
   // the training forward left, with the forward's bits and without changing any state (--recompute).
   virtual bool recomputable() const { return false; }
+  // Whether the layer can run a ReLU over its output itself (LayerIO::relu_fused), bit for bit the layer then
+  // relu_forward, and relu_backward then its own backward, with a backward that does not read its output.
+  virtual bool can_fuse_relu() const { return false; }
 
   std::vector<Shape> setup(SetupContext& ctx);
   void forward(LayerIO& io);

@@ -120,6 +120,12 @@ class Net {
   // overwritten with NaN (all bits set), and the whole arena before each forward; a layer that reads a value
   // the plan thought dead then computes NaN.
   void set_poison_dead_buffers(bool on) { poison_ = on; }
+  // Fusion (on by default; before plan/setup; with the liveness plan): a layer that can apply a ReLU to its own
+  // output (batch norm) does so for the in-place ReLU that alone reads it, forward and backward, and the ReLU runs
+  // nothing (fewer passes over the activation, the same bits). Off: every layer runs on its own (tests compare the
+  // two). fused_relus(): how many ReLUs the plan fused.
+  void set_fuse_relu(bool on);
+  int fused_relus() const;
 
   // Infers every shape for batch size `batch` and plans the step's memory, allocating nothing: the memory report
   // is then ready. Errors name the layer and the shape (e.g. a spatial size reaching 0).
@@ -229,10 +235,12 @@ class Net {
     std::vector<int> input_grad;  // per input: the buffer its backward writes that gradient into (-1: none)
     // After its backward, in this order: (tensor, part buffer): the tensor's gradient += the part (fan-out).
     std::vector<std::pair<int, int>> accumulate;
-    std::vector<int> recompute_first;  // nodes whose outputs are recomputed just before this node's backward
-    int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
-    std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
-    std::vector<int> half_slot;        // per parameter: its slot in half_params_ / half_grads_, -1 if f32
+    std::vector<int> recompute_first;       // nodes whose outputs are recomputed just before this node's backward
+    int first_param = 0;                    // index of this node's first parameter (= parameters of earlier nodes)
+    std::vector<int> decayed;               // indices into decayed_ of this node's weight-decayed parameters
+    std::vector<int> half_slot;             // per parameter: its slot in half_params_ / half_grads_, -1 if f32
+    bool fuses_relu = false;                // runs the next node's ReLU (set_fuse_relu; decided by the plan)
+    bool relu_fused_into_previous = false;  // a ReLU whose forward and backward the previous node runs
     LayerIO io;
   };
   struct TensorInfo {
@@ -290,6 +298,7 @@ class Net {
   std::shared_ptr<StepArena> arena_;
   char* arena_base_ = nullptr;  // taken at bind()
   bool poison_ = false;
+  bool fuse_relu_ = true;
   MemoryReport report_;
   Slab grads_;
   // Mixed precision: the compute dtype, the half copies of conv/FC parameters and their gradients (C), the

@@ -121,6 +121,10 @@ class CpuBackend final : public Backend {
   size_t cache_size() const { return cache_.size(); }
 
  private:
+  template <bool kRelu>  // cpu_batch_norm.cc: the backward, with a fused ReLU's mask or without
+  void batch_norm_backward_loops(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                 const Tensor& var, const Tensor& dy, const Tensor& dx, const Tensor& dgamma,
+                                 const Tensor& dbeta, const Tensor& beta);
   // ternary_encode of one tensor, with error feedback's residual when it is defined (cpu_codec.cc).
   void encode_one(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,
                   const Tensor& packed, const Tensor& zero_count, const Tensor& residual, int64_t bucket);

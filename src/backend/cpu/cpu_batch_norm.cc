@@ -28,6 +28,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_dtype.h"
 #include "src/backend/cpu/dnnl_util.h"
+#include "terngrad/math/activation_math.h"
 #include "terngrad/math/batch_norm_math.h"
 
 namespace tg {
@@ -43,19 +44,31 @@ struct BnScratch : CpuBackend::CachedOp {
   std::vector<float> scale, shift;  // (C) each: y = x * scale + shift; backward: gamma * inv_std, mean dy
   std::vector<float> inv_std;       // (C) backward: 1 / sqrt(var + eps)
   std::vector<float> mean_dy_xhat;  // (C) backward: sum(dy * x^) / R
+  std::vector<float> y_shift;       // (C) backward with a fused ReLU: the forward's shift (its scale is `scale`)
 };
 
 OpKey bn_key(CpuOp op, const BatchNormDesc& d) { return OpKey(op, {d.rows, d.c, OpKey::bits(d.epsilon), d.has_gamma}); }
 
-// y = x * scale[c] + shift[c] over rows [r0, r1).
-template <typename T>
+// y = x * scale[c] + shift[c] over rows [r0, r1); with kRelu max(y, 0) of the rounded y (relu_forward's bits).
+template <bool kRelu, typename T>
 void affine_rows(const T* __restrict x, T* __restrict y, const float* __restrict scale, const float* __restrict shift,
                  int64_t c, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * c;
     T* yr = y + r * c;
-    for (int64_t j = 0; j < c; ++j) yr[j] = cpu::from_f32<T>(cpu::to_f32(xr[j]) * scale[j] + shift[j]);
+    for (int64_t j = 0; j < c; ++j) {
+      const T v = cpu::from_f32<T>(cpu::to_f32(xr[j]) * scale[j] + shift[j]);
+      yr[j] = kRelu ? cpu::from_f32<T>(relu_one(cpu::to_f32(v))) : v;
+    }
   }
+}
+
+template <typename T>
+void affine(const BatchNormDesc& d, const T* x, T* y, const BnScratch& s, int64_t r0, int64_t r1) {
+  if (d.relu)
+    affine_rows<true>(x, y, s.scale.data(), s.shift.data(), d.c, r0, r1);
+  else
+    affine_rows<false>(x, y, s.scale.data(), s.shift.data(), d.c, r0, r1);
 }
 
 template <typename T>
@@ -73,6 +86,7 @@ static BnScratch& bn_scratch(CpuBackend& be, CpuOp op, const BatchNormDesc& d) {
     e->shift.assign(static_cast<size_t>(d.c), 0.f);
     e->inv_std.assign(static_cast<size_t>(d.c), 0.f);
     e->mean_dy_xhat.assign(static_cast<size_t>(d.c), 0.f);
+    e->y_shift.assign(static_cast<size_t>(d.c), 0.f);
     return e;
   });
 }
@@ -91,9 +105,18 @@ static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
   }
 }
 
+// moving = decay * moving + (1 - decay) * batch, rounded as scale() then axpy() (no contraction in this build).
+static void update_moving(const float* batch, float* moving, float decay, int64_t c) {
+  const float rest = 1.f - decay;
+  for (int64_t j = 0; j < c; ++j) {
+    const float kept = moving[j] * decay;
+    moving[j] = kept + rest * batch[j];
+  }
+}
+
 void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                                   const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                                  const Tensor& var) {
+                                                  const Tensor& var, const BatchNormMoving& moving) {
   const char* op = "batch_norm_forward_training";  // shapes and dtypes: checked in the Backend's front
   BnScratch& s = bn_scratch(*this, CpuOp::kBnFwdTrain, d);
   cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
@@ -147,12 +170,13 @@ void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const 
       s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std;
       s.shift[j] = pbeta[j] - pmean[j] * s.scale[j];
     }
+    if (moving.mean) update_moving(pmean, moving.mean.data<float>(), moving.decay, c);
+    if (moving.var) update_moving(pvar, moving.var.data<float>(), moving.decay, c);
 
     // Pass 3: y = x * scale + shift.
     T* py = static_cast<T*>(y.raw());
     parallel_for(
-        rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), c, r0, r1); },
-        std::max<int64_t>(1, 16384 / c));
+        rows, [&](int64_t r0, int64_t r1) { affine(d, px, py, s, r0, r1); }, std::max<int64_t>(1, 16384 / c));
   });
 }
 
@@ -173,14 +197,17 @@ void CpuBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const
     const T* px = static_cast<const T*>(x.raw());
     T* py = static_cast<T*>(y.raw());
     parallel_for(
-        d.rows, [&](int64_t r0, int64_t r1) { affine_rows(px, py, s.scale.data(), s.shift.data(), d.c, r0, r1); },
-        std::max<int64_t>(1, 16384 / d.c));
+        d.rows, [&](int64_t r0, int64_t r1) { affine(d, px, py, s, r0, r1); }, std::max<int64_t>(1, 16384 / d.c));
   });
 }
 
-void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
-                                          const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                          const Tensor& dgamma, const Tensor& dbeta) {
+// kRelu: dy is the gradient of max(y, 0) and each element's is taken only where the forward's rounded y > 0
+// (relu_backward's bits), y recomputed from x with the forward's scale and shift (gamma * inv_std, beta - mean *
+// scale: the same float operations, so the same mask).
+template <bool kRelu>
+void CpuBackend::batch_norm_backward_loops(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
+                                           const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta) {
   const char* op = "batch_norm_backward";  // shapes and dtypes: checked in the Backend's front
   BnScratch& s = bn_scratch(*this, CpuOp::kBnBwd, d);
   cpu::dispatch_compute(x.dtype(), op, [&](auto* type) {
@@ -189,8 +216,21 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
     const T *px = static_cast<const T*>(x.raw()), *pdy = static_cast<const T*>(dy.raw());
     const float* pmean = mean.data<float>();
     const float* pvar = var.data<float>();
+    const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
     float* inv_std = s.inv_std.data();
     for (int64_t j = 0; j < c; ++j) inv_std[j] = 1.f / std::sqrt(pvar[j] + d.epsilon);
+    // The forward's coefficients, for the ReLU's mask: scale (also dx's factor below) and shift.
+    for (int64_t j = 0; j < c; ++j) s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
+    if (kRelu)
+      for (int64_t j = 0; j < c; ++j) s.y_shift[j] = beta.data<float>()[j] - pmean[j] * s.scale[j];
+    const float *y_scale = s.scale.data(), *y_shift = s.y_shift.data();
+    // dy of the batch norm's own output: the ReLU's gradient where the forward's y > 0.
+    auto grad = [&](const T* xr, const T* dyr, int64_t j) {
+      const float g = cpu::to_f32(dyr[j]);
+      if (!kRelu) return g;
+      const T yv = cpu::from_f32<T>(cpu::to_f32(xr[j]) * y_scale[j] + y_shift[j]);
+      return relu_grad_one(cpu::to_f32(yv), g);
+    };
     double* partial = s.partial.data();
 
     // Pass 1: per-chunk sums of dy and dy * x^ (x^ = (x - mean) * inv_std).
@@ -206,7 +246,7 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
               const T* __restrict dyr = pdy + r * c;
               for (int64_t j = 0; j < c; ++j) {
                 const float xhat = (cpu::to_f32(xr[j]) - pmean[j]) * inv_std[j];
-                const float g = cpu::to_f32(dyr[j]);
+                const float g = grad(xr, dyr, j);
                 sum_dy[j] += g;
                 sum_dy_xhat[j] += static_cast<double>(g * xhat);
               }
@@ -215,14 +255,12 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
         },
         1);
     reduce_chunks(s, chunks, c);
-    const float* pgamma = d.has_gamma ? gamma.data<float>() : nullptr;
     float* pdbeta = dbeta ? dbeta.data<float>() : nullptr;
     float* pdgamma = dgamma ? dgamma.data<float>() : nullptr;
     // dx = k * (dy - mean_dy - x^ * mean_dy_xhat) with k = gamma * inv_std (scale) and mean_dy (shift).
     for (int64_t j = 0; j < c; ++j) {
       if (pdbeta) pdbeta[j] = static_cast<float>(s.sums[j]);
       if (pdgamma) pdgamma[j] = static_cast<float>(s.sums[c + j]);
-      s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
       s.shift[j] = static_cast<float>(s.sums[j] / static_cast<double>(rows));
       s.mean_dy_xhat[j] = static_cast<float>(s.sums[c + j] / static_cast<double>(rows));
     }
@@ -240,12 +278,21 @@ void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& 
             T* __restrict dxr = pdx + r * c;
             for (int64_t j = 0; j < c; ++j) {
               const float xhat = (cpu::to_f32(xr[j]) - pmean[j]) * inv_std[j];
-              dxr[j] = cpu::from_f32<T>(k[j] * (cpu::to_f32(dyr[j]) - mean_dy[j] - xhat * mean_dy_xhat[j]));
+              dxr[j] = cpu::from_f32<T>(k[j] * (grad(xr, dyr, j) - mean_dy[j] - xhat * mean_dy_xhat[j]));
             }
           }
         },
         std::max<int64_t>(1, 16384 / c));
   });
+}
+
+void CpuBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
+                                          const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
+                                          const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta) {
+  if (d.relu)
+    batch_norm_backward_loops<true>(d, x, gamma, mean, var, dy, dx, dgamma, dbeta, beta);
+  else
+    batch_norm_backward_loops<false>(d, x, gamma, mean, var, dy, dx, dgamma, dbeta, beta);
 }
 
 }  // namespace tg

@@ -9,7 +9,9 @@
 // results are the CPU backend's bits on any GPU (tests/cuda_backend_test.cc checks that).
 //
 // Contract (include/terngrad/backend/backend.h, checked in the Backend's front): gamma defined iff d.has_gamma; beta
-// required by both forwards; backward uses the given mean/var; dx, dgamma, dbeta may each be undefined. Per-descriptor
+// required by both forwards (and by the backward with a fused ReLU, d.relu, for its mask); backward uses the given
+// mean/var; dx, dgamma, dbeta may each be undefined; the training forward updates the moving statistics in its last
+// statistics kernel (no launches of their own). Per-descriptor
 // scratch (chunk sums, coefficients) is reserved in the arena when a descriptor is first seen.
 // Compute dtypes: x, y, dy, dx may be F32, F16 or BF16 (read as f32, rounded once when stored); gamma, beta,
 // mean, var, dgamma, dbeta are f32. The scratch does not depend on the dtype, so neither does the cache key.
@@ -42,14 +44,15 @@ float* mut_ptr_or_null(const Tensor& t) { return t ? t.data<float>() : nullptr; 
 
 void CudaBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                                    const Tensor& beta, const Tensor& y, const Tensor& mean,
-                                                   const Tensor& var) {
+                                                   const Tensor& var, const BatchNormMoving& moving) {
   const char* op = "batch_norm_forward_training";
   const DType t = compute_dtype(op, x, {&y});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
   cuda_kernels::batch_norm_forward_training(t, x.raw(), ptr_or_null(gamma), beta.data<float>(), y.raw(),
-                                            mean.data<float>(), var.data<float>(), d.rows, d.c, d.epsilon, scratch,
-                                            stream());
+                                            mean.data<float>(), var.data<float>(), mut_ptr_or_null(moving.mean),
+                                            mut_ptr_or_null(moving.var), moving.decay, d.rows, d.c, d.epsilon, d.relu,
+                                            scratch, stream());
 }
 
 void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -60,19 +63,20 @@ void CudaBackend::batch_norm_forward_inference_impl(const BatchNormDesc& d, cons
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
   cuda_kernels::batch_norm_forward_inference(t, x.raw(), ptr_or_null(gamma), beta.data<float>(), mean.data<float>(),
-                                             var.data<float>(), y.raw(), d.rows, d.c, d.epsilon, scratch, stream());
+                                             var.data<float>(), y.raw(), d.rows, d.c, d.epsilon, d.relu, scratch,
+                                             stream());
 }
 
 void CudaBackend::batch_norm_backward_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
                                            const Tensor& mean, const Tensor& var, const Tensor& dy, const Tensor& dx,
-                                           const Tensor& dgamma, const Tensor& dbeta) {
+                                           const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta) {
   const char* op = "batch_norm_backward";
   const DType t = compute_dtype(op, x, {&dy, &dx});
   CudaDeviceGuard guard(index());
   void* scratch = bn_scratch(*this, d);
-  cuda_kernels::batch_norm_backward(t, x.raw(), ptr_or_null(gamma), mean.data<float>(), var.data<float>(), dy.raw(),
-                                    dx ? dx.raw() : nullptr, mut_ptr_or_null(dgamma), mut_ptr_or_null(dbeta), d.rows,
-                                    d.c, d.epsilon, scratch, stream());
+  cuda_kernels::batch_norm_backward(t, x.raw(), ptr_or_null(gamma), ptr_or_null(beta), mean.data<float>(),
+                                    var.data<float>(), dy.raw(), dx ? dx.raw() : nullptr, mut_ptr_or_null(dgamma),
+                                    mut_ptr_or_null(dbeta), d.rows, d.c, d.epsilon, d.relu, scratch, stream());
 }
 
 }  // namespace tg

@@ -92,17 +92,18 @@ void column_sum(DType t, const void* x, int64_t rows, int64_t cols, void* out, v
 // ---- kernels/batch_norm_kernels.cu -------------------------------------------------------------------------
 // The CPU backend's batch norm loops (same chunks, same order, same bits) over x (rows, C) of dtype t (y, dy,
 // dx too); gamma, beta, mean, var, dgamma, dbeta f32. gamma may be null (1), beta is required; backward's dx,
-// dgamma, dbeta may each be null. scratch: batch_norm_scratch_bytes.
+// dgamma, dbeta may each be null. scratch: batch_norm_scratch_bytes. relu: the forwards write max(y, 0). The
+// training forward updates moving_mean/moving_var (each may be null) with `decay` in its last statistics kernel.
 size_t batch_norm_scratch_bytes(int64_t rows, int64_t c);
 void batch_norm_forward_training(DType t, const void* x, const float* gamma, const float* beta, void* y, float* mean,
-                                 float* var, int64_t rows, int64_t c, float epsilon, void* scratch,
-                                 cudaStream_t stream);
+                                 float* var, float* moving_mean, float* moving_var, float decay, int64_t rows,
+                                 int64_t c, float epsilon, bool relu, void* scratch, cudaStream_t stream);
 void batch_norm_forward_inference(DType t, const void* x, const float* gamma, const float* beta, const float* mean,
-                                  const float* var, void* y, int64_t rows, int64_t c, float epsilon, void* scratch,
-                                  cudaStream_t stream);
-void batch_norm_backward(DType t, const void* x, const float* gamma, const float* mean, const float* var,
-                         const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t c, float epsilon,
-                         void* scratch, cudaStream_t stream);
+                                  const float* var, void* y, int64_t rows, int64_t c, float epsilon, bool relu,
+                                  void* scratch, cudaStream_t stream);
+void batch_norm_backward(DType t, const void* x, const float* gamma, const float* beta, const float* mean,
+                         const float* var, const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows,
+                         int64_t c, float epsilon, bool relu, void* scratch, cudaStream_t stream);
 
 // ---- kernels/loss_kernels.cu ------------------------------------------------------------------------------
 // The label flag: kNoBadLabel (memset byte 0xFF) or (row << 32 | uint32 label) of the first bad example.
