@@ -149,12 +149,6 @@ struct Moving {
   float decay;
 };
 
-// moving = decay * moving + (1 - decay) * batch, rounded as the scale and axpy kernels round (no contraction).
-__device__ inline void update_moving(float* moving, float batch, float decay) {
-  const float kept = *moving * decay;
-  *moving = kept + (1.f - decay) * batch;
-}
-
 // var[j] = sum (x - mean)^2 / rows; scale = gamma * inv_std, shift = beta - mean * scale; the moving statistics.
 __global__ void finish_var_kernel(const double* __restrict__ groups, int64_t rows, int64_t c, float epsilon,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -168,8 +162,8 @@ __global__ void finish_var_kernel(const double* __restrict__ groups, int64_t row
   const float inv_std = 1.f / sqrtf(v + epsilon);
   s.scale[j] = (gamma ? gamma[j] : 1.f) * inv_std;
   s.shift[j] = beta[j] - mean[j] * s.scale[j];
-  if (moving.mean) update_moving(moving.mean + j, mean[j], moving.decay);
-  if (moving.var) update_moving(moving.var + j, v, moving.decay);
+  if (moving.mean) moving.mean[j] = bn_moving_update(moving.mean[j], mean[j], moving.decay);
+  if (moving.var) moving.var[j] = bn_moving_update(moving.var[j], v, moving.decay);
 }
 
 // Inference coefficients from given statistics (one thread per channel).

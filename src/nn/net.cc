@@ -283,12 +283,13 @@ void Net::run_forward(const Tensor& images, const Tensor& labels, bool training,
     node.io.training = training;
     node.io.step = step;
     node.io.key = key;
-    if (!node.relu_fused_into_previous) {  // else the previous layer wrote this ReLU's output (LayerIO::relu_fused)
+    const size_t i = static_cast<size_t>(&node - nodes_.data());
+    if (!relu_runs_in_previous(i)) {  // else the previous layer wrote this ReLU's output (LayerIO::relu_fused)
       const auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       node.layer->forward(node.io);
       if (timed) record_layer(node, "layer_forward", begin);
     }
-    poison_dead(forward_slot(static_cast<int>(&node - nodes_.data())));
+    poison_dead(forward_slot(static_cast<int>(i)));
   }
   // The step's losses on the device, then on their way to the host (read when asked: losses()).
   const Tensor l = losses_.view(0);
@@ -346,7 +347,7 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     if (out.grad >= 0) {  // else nothing downstream needs this layer's gradient
       for (int r : node.recompute_first) nodes_[r].layer->recompute(nodes_[r].io);
       // A ReLU fused into the previous layer runs nothing: that layer's backward takes this gradient.
-      if (!node.relu_fused_into_previous) node.layer->backward(node.io);
+      if (!relu_runs_in_previous(static_cast<size_t>(i))) node.layer->backward(node.io);
       // Fan-out: the part this layer wrote added to the gradient an earlier-run (later) reader began.
       for (const auto& [tensor, part] : node.accumulate) {
         const TensorInfo& t = tensors_[tensor];
@@ -392,7 +393,7 @@ WeightDecayTerms Net::weight_decay_terms() const {
 
 int Net::fused_relus() const {
   int n = 0;
-  for (const auto& node : nodes_) n += node.relu_fused_into_previous ? 1 : 0;
+  for (const auto& node : nodes_) n += node.io.relu_fused ? 1 : 0;
   return n;
 }
 

@@ -195,12 +195,11 @@ void Net::plan_memory(const std::vector<bool>& needs) {
   for (int i = 0; i + 1 < n; ++i) {
     Node &node = nodes_[i], &next = nodes_[i + 1];
     const TensorInfo& out = tensors_[node.output];
-    node.fuses_relu = fuse_relu_ && liveness && node.layer->can_fuse_relu() &&
-                      std::string(next.layer->type()) == "relu" && next.inputs.size() == 1 &&
-                      next.inputs[0] == node.output && !out.kept && out.consumers == std::vector<int>{i + 1} &&
-                      tensors_[next.output].value == out.value && needs[node.output] == needs[next.output];
-    next.relu_fused_into_previous = node.fuses_relu;
-    fused_output[node.output] = node.fuses_relu;
+    node.io.relu_fused = fuse_relu_ && liveness && node.layer->can_fuse_relu() &&
+                         std::string(next.layer->type()) == "relu" && next.inputs.size() == 1 &&
+                         next.inputs[0] == node.output && !out.kept && out.consumers == std::vector<int>{i + 1} &&
+                         tensors_[next.output].value == out.value && needs[node.output] == needs[next.output];
+    fused_output[node.output] = node.io.relu_fused;
   }
 
   // Gradients: the tensor's gradient, written by its last differentiable reader's backward (or filled: a loss),
@@ -246,7 +245,7 @@ void Net::plan_memory(const std::vector<bool>& needs) {
   }
 
   for (int i = 0; i + 1 < n; ++i) {
-    if (!nodes_[i].fuses_relu || !needs[nodes_[i].output]) continue;
+    if (!nodes_[i].io.relu_fused || !needs[nodes_[i].output]) continue;
     const int relu_grad = tensors_[nodes_[i + 1].output].grad;
     tensors_[nodes_[i].output].grad = relu_grad;
     nodes_[i + 1].input_grad[0] = relu_grad;
@@ -345,7 +344,6 @@ void Net::build_views() {
   }
   aux_tensors_.clear();
   for (const auto& a : aux_losses_) aux_tensors_.push_back(value_view(tensor_id(a.tensor)));
-  for (Node& node : nodes_) node.io.relu_fused = node.fuses_relu;
 }
 
 namespace {

@@ -19,4 +19,11 @@ constexpr int64_t kBnGroupChunks = 64;
 TG_HOST_DEVICE int64_t bn_num_chunks(int64_t rows) { return (rows + kBnChunkRows - 1) / kBnChunkRows; }
 TG_HOST_DEVICE int64_t bn_num_groups(int64_t chunks) { return (chunks + kBnGroupChunks - 1) / kBnGroupChunks; }
 
+// A moving statistic after one training step: decay * moving + (1 - decay) * batch, rounded as scale() then axpy()
+// round it (the product with decay, the product with 1 - decay, their sum; built without contraction).
+TG_HOST_DEVICE float bn_moving_update(float moving, float batch, float decay) {
+  const float kept = moving * decay;
+  return kept + (1.f - decay) * batch;
+}
+
 }  // namespace tg

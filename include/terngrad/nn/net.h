@@ -235,12 +235,10 @@ class Net {
     std::vector<int> input_grad;  // per input: the buffer its backward writes that gradient into (-1: none)
     // After its backward, in this order: (tensor, part buffer): the tensor's gradient += the part (fan-out).
     std::vector<std::pair<int, int>> accumulate;
-    std::vector<int> recompute_first;       // nodes whose outputs are recomputed just before this node's backward
-    int first_param = 0;                    // index of this node's first parameter (= parameters of earlier nodes)
-    std::vector<int> decayed;               // indices into decayed_ of this node's weight-decayed parameters
-    std::vector<int> half_slot;             // per parameter: its slot in half_params_ / half_grads_, -1 if f32
-    bool fuses_relu = false;                // runs the next node's ReLU (set_fuse_relu; decided by the plan)
-    bool relu_fused_into_previous = false;  // a ReLU whose forward and backward the previous node runs
+    std::vector<int> recompute_first;  // nodes whose outputs are recomputed just before this node's backward
+    int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
+    std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
+    std::vector<int> half_slot;        // per parameter: its slot in half_params_ / half_grads_, -1 if f32
     LayerIO io;
   };
   struct TensorInfo {
@@ -259,6 +257,8 @@ class Net {
     std::string name;
     BufferKind kind;
   };
+  // Node i is a ReLU whose forward and backward node i - 1 runs (its LayerIO::relu_fused, set by the plan).
+  bool relu_runs_in_previous(size_t i) const { return i > 0 && nodes_[i - 1].io.relu_fused; }
   int tensor_id(const std::string& name) const;
   // plan()'s phases, in order (net_memory.cc).
   void infer_shapes(Backend& backend);

@@ -105,13 +105,8 @@ static void reduce_chunks(BnScratch& s, int64_t chunks, int64_t c) {
   }
 }
 
-// moving = decay * moving + (1 - decay) * batch, rounded as scale() then axpy() (no contraction in this build).
 static void update_moving(const float* batch, float* moving, float decay, int64_t c) {
-  const float rest = 1.f - decay;
-  for (int64_t j = 0; j < c; ++j) {
-    const float kept = moving[j] * decay;
-    moving[j] = kept + rest * batch[j];
-  }
+  for (int64_t j = 0; j < c; ++j) moving[j] = bn_moving_update(moving[j], batch[j], decay);
 }
 
 void CpuBackend::batch_norm_forward_training_impl(const BatchNormDesc& d, const Tensor& x, const Tensor& gamma,
@@ -221,8 +216,10 @@ void CpuBackend::batch_norm_backward_loops(const BatchNormDesc& d, const Tensor&
     for (int64_t j = 0; j < c; ++j) inv_std[j] = 1.f / std::sqrt(pvar[j] + d.epsilon);
     // The forward's coefficients, for the ReLU's mask: scale (also dx's factor below) and shift.
     for (int64_t j = 0; j < c; ++j) s.scale[j] = (pgamma ? pgamma[j] : 1.f) * inv_std[j];
-    if (kRelu)
-      for (int64_t j = 0; j < c; ++j) s.y_shift[j] = beta.data<float>()[j] - pmean[j] * s.scale[j];
+    if (kRelu) {
+      const float* pbeta = beta.data<float>();
+      for (int64_t j = 0; j < c; ++j) s.y_shift[j] = pbeta[j] - pmean[j] * s.scale[j];
+    }
     const float *y_scale = s.scale.data(), *y_shift = s.y_shift.data();
     // dy of the batch norm's own output: the ReLU's gradient where the forward's y > 0.
     auto grad = [&](const T* xr, const T* dyr, int64_t j) {
