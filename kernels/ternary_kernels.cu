@@ -1,6 +1,7 @@
-// CUDA kernels of the gradient codings: ternary scaler (one warp per chunk of ternary_math.h's fixed summation
-// order, up to 2048 chunks, then one block combines the chunks pairwise in shared memory and applies
-// ternary_scaler_from_stats; per-bucket scalers: a block per bucket for its max|g|), encode (one thread per Philox
+// CUDA kernels of the gradient codings: ternary scalers of a table of up to 64 tensors (one warp per chunk of
+// ternary_math.h's fixed summation order, up to 2048 chunks a tensor, then one block per tensor combines its chunks
+// pairwise in shared memory and applies ternary_scaler_from_stats; per-bucket scalers: blocks over the buckets for
+// their max|g|: 2 or 3 launches for the table), encode (one thread per Philox
 // block of 8 elements read as two 16-byte loads when aligned, 2 packed bytes; an optional zero-code count; a table form
 // encodes up to Backend::kEncodeTable tensors in one launch), unpack, code sums, decode from int8 sums and from
 // gathered packed buffers; fp16/fp32 sums, averages and decodes. The per-element math is the TG_HOST_DEVICE code of
@@ -35,14 +36,32 @@ inline int grid_for(int64_t n) {
   return static_cast<int>(b < 1 ? 1 : b);
 }
 
-// Workspace layout: per chunk the sum and sum of squares (kTernaryStatsMaxChunks doubles each) and the max
-// bits of |g| (kTernaryStatsMaxChunks uint32); then the tensor's sigma (a double) and max bits (per-bucket
-// scalers: what the buckets' kernel reads).
+// The table form of the scaler (every scaler goes through it; one tensor is a table of one): up to
+// kScalerTableCuda tensors, their chunks numbered one after another (tensor k's are [first_chunk[k],
+// first_chunk[k + 1])), the bucket maxima's CUDA blocks likewise (first_bucket_block; 0 blocks for a tensor of one
+// scaler). The table travels in the kernels' parameters.
+struct ScalerTable {
+  float* g[kScalerTableCuda];  // written only where decayed or residual is given
+  const float* decayed[kScalerTableCuda];
+  const float* residual[kScalerTableCuda];
+  float* scaler[kScalerTableCuda];
+  int64_t n[kScalerTableCuda];
+  float decay[kScalerTableCuda];
+  uint32_t bucket[kScalerTableCuda];  // <= kMaxScalerBucket (2^30)
+  int first_chunk[kScalerTableCuda + 1];
+  int first_bucket_block[kScalerTableCuda + 1];
+  int count;
+};
+
+// Workspace layout: per chunk of the table the sum and sum of squares (doubles) and the max bits of |g|
+// (uint32), kScalerTableMaxChunks of each; then per tensor its sigma (a double) and max bits (per-bucket scalers:
+// what the buckets' kernel reads).
+constexpr int kScalerTableMaxChunks = kScalerTableCuda * kTernaryStatsMaxChunks;
 struct ScalerWorkspace {
   double* partial_sum;
   double* partial_sumsq;
-  unsigned* partial_max;
   double* sigma;
+  unsigned* partial_max;
   unsigned* max_bits;
 };
 
@@ -50,30 +69,29 @@ inline ScalerWorkspace scaler_workspace(void* ws) {
   char* p = static_cast<char*>(ws);
   ScalerWorkspace w;
   w.partial_sum = reinterpret_cast<double*>(p);
-  w.partial_sumsq = reinterpret_cast<double*>(p + sizeof(double) * kTernaryStatsMaxChunks);
-  w.sigma = reinterpret_cast<double*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks);
-  w.partial_max = reinterpret_cast<unsigned*>(p + 2 * sizeof(double) * kTernaryStatsMaxChunks + sizeof(double));
-  w.max_bits = w.partial_max + kTernaryStatsMaxChunks;
+  w.partial_sumsq = w.partial_sum + kScalerTableMaxChunks;
+  w.sigma = w.partial_sumsq + kScalerTableMaxChunks;
+  w.partial_max = reinterpret_cast<unsigned*>(w.sigma + kScalerTableCuda);
+  w.max_bits = w.partial_max + kScalerTableMaxChunks;
   return w;
 }
 
-// Block k (one warp) sums chunk k = [k * chunk, min(n, (k + 1) * chunk)) in ternary_math.h's order: lane l adds
-// elements l, l + 32, l + 64, ... of the chunk in index order from 0.0 (the CPU's accumulator lane l), then the
-// lanes combine pairwise, lane l += lane l + w for w = 16, 8, 4, 2, 1 (a shuffle down by w gives lane l the
-// value of lane l + w; lanes >= w compute values nobody reads). Each square is exact in double. The max is over
-// the bits of |g|: for non-negative floats the integer order is the float order and every NaN is above +Inf,
-// so a NaN anywhere wins (as on the CPU). Loads are issued kStatsPrefetch at a time per lane so a warp keeps
-// several lines in flight while its adds stay in order. Adds first, stored back (as the CPU's stats_body):
-// kDecay (weight decay) g[i] += decay * wd[i] (the product rounded first, as axpy), then kResidual (error
-// feedback) g[i] += r[i].
+// The table entry a CUDA block belongs to: the k with first[k] <= block < first[k + 1].
+__device__ __forceinline__ int table_entry(const int* first, int block) {
+  int k = 0;
+  while (block >= first[k + 1]) ++k;
+  return k;
+}
+
+// One lane's share of chunk [b, e) in ternary_math.h's order: elements b + lane, b + lane + 32, ... in index order
+// from 0.0 (the CPU's accumulator lane), loads issued kStatsPrefetch at a time so a warp keeps several lines in
+// flight while its adds stay in order. Each square is exact in double. The max is over the bits of |g|: for
+// non-negative floats the integer order is the float order and every NaN is above +Inf, so a NaN anywhere wins (as
+// on the CPU). Adds first, stored back (as the CPU's stats_body): kDecay (weight decay) g[i] += decay * wd[i] (the
+// product rounded first, as axpy), then kResidual (error feedback) g[i] += r[i].
 template <bool kDecay, bool kResidual>
-__global__ void scaler_chunks(float* g, const float* wd, float decay, const float* r, int64_t n, int64_t chunk,
-                              ScalerWorkspace w) {
-  const int64_t k = blockIdx.x;
-  const int lane = threadIdx.x;
-  const int64_t b = k * chunk, e = b + chunk < n ? b + chunk : n;
-  double sum = 0.0, sumsq = 0.0;
-  unsigned mx = 0;
+__device__ __forceinline__ void chunk_lane_sums(float* g, const float* wd, float decay, const float* r, int64_t b,
+                                                int64_t e, int lane, double& sum, double& sumsq, unsigned& mx) {
   for (int64_t base = b; base < e; base += int64_t{kWarp} * kStatsPrefetch) {
     float v[kStatsPrefetch];
 #pragma unroll
@@ -96,65 +114,101 @@ __global__ void scaler_chunks(float* g, const float* wd, float decay, const floa
       }
     }
   }
+}
+
+// Block c (one warp) sums chunk c of the table: chunk j = c - first_chunk[k] of tensor k, elements [j * chunk,
+// min(n, (j + 1) * chunk)); then the lanes combine pairwise, lane l += lane l + w for w = 16, 8, 4, 2, 1 (a shuffle
+// down by w gives lane l the value of lane l + w; lanes >= w compute values nobody reads).
+__global__ void scaler_chunks(ScalerTable t, ScalerWorkspace w) {
+  const int c = blockIdx.x;
+  const int k = table_entry(t.first_chunk, c);
+  const int lane = threadIdx.x;
+  const int64_t n = t.n[k], chunk = ternary_stats_chunk(n);
+  const int64_t b = static_cast<int64_t>(c - t.first_chunk[k]) * chunk, e = b + chunk < n ? b + chunk : n;
+  double sum = 0.0, sumsq = 0.0;
+  unsigned mx = 0;
+  float* g = t.g[k];
+  const float *wd = t.decayed[k], *r = t.residual[k];
+  if (wd && r) {
+    chunk_lane_sums<true, true>(g, wd, t.decay[k], r, b, e, lane, sum, sumsq, mx);
+  } else if (wd) {
+    chunk_lane_sums<true, false>(g, wd, t.decay[k], nullptr, b, e, lane, sum, sumsq, mx);
+  } else if (r) {
+    chunk_lane_sums<false, true>(g, nullptr, 0.f, r, b, e, lane, sum, sumsq, mx);
+  } else {
+    chunk_lane_sums<false, false>(g, nullptr, 0.f, nullptr, b, e, lane, sum, sumsq, mx);
+  }
   for (int off = kWarp / 2; off >= 1; off >>= 1) {
     sum += __shfl_down_sync(0xffffffffu, sum, off);
     sumsq += __shfl_down_sync(0xffffffffu, sumsq, off);
     mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
   }
   if (lane == 0) {
-    w.partial_sum[k] = sum;
-    w.partial_sumsq[k] = sumsq;
-    w.partial_max[k] = mx;
+    w.partial_sum[c] = sum;
+    w.partial_sumsq[c] = sumsq;
+    w.partial_max[c] = mx;
   }
 }
 
-// One block of kFinishThreads: the chunks' partials combined pairwise (chunk k += chunk k + w for w = span/2 ...
-// 1, missing chunks 0.0; as tensor_stats_cpu does) in shared memory, then s = ternary_scaler_from_stats(sigma,
-// max|g|, c) (NaN if not finite).
+// Block k (kFinishThreads threads) finishes tensor k: its chunks' partials combined pairwise (chunk j += chunk
+// j + h for h = span/2 ... 1, missing chunks 0.0; as tensor_stats_cpu does) in shared memory, then s =
+// ternary_scaler_from_stats(sigma, max|g|, c) (NaN if not finite); 0 for n = 0. A tensor of several scalers
+// leaves its sigma and max bits for the buckets' kernel.
 constexpr int kFinishThreads = 1024;
 static_assert(kTernaryStatsMaxChunks % kFinishThreads == 0, "each thread loads the same number of chunks");
-__global__ void __launch_bounds__(kFinishThreads)
-    scaler_finish(int64_t n, int chunks, ScalerWorkspace w, float clip_factor, float* scaler) {
+__global__ void __launch_bounds__(kFinishThreads) scaler_finish(ScalerTable t, ScalerWorkspace w, float clip_factor) {
   __shared__ double sum[kTernaryStatsMaxChunks], sumsq[kTernaryStatsMaxChunks];
   __shared__ unsigned mx[kTernaryStatsMaxChunks];
+  const int k = blockIdx.x;
+  const int64_t n = t.n[k];
+  if (n <= 0) {  // the whole block: no chunks, one scaler of 0
+    if (threadIdx.x == 0) t.scaler[k][0] = 0.f;
+    return;
+  }
+  const int first = t.first_chunk[k], chunks = t.first_chunk[k + 1] - first;
   const int span = ternary_stats_span(chunks);
-  for (int k = threadIdx.x; k < span; k += kFinishThreads) {
-    const bool in = k < chunks;
-    sum[k] = in ? w.partial_sum[k] : 0.0;
-    sumsq[k] = in ? w.partial_sumsq[k] : 0.0;
-    mx[k] = in ? w.partial_max[k] : 0u;
+  for (int j = threadIdx.x; j < span; j += kFinishThreads) {
+    const bool in = j < chunks;
+    sum[j] = in ? w.partial_sum[first + j] : 0.0;
+    sumsq[j] = in ? w.partial_sumsq[first + j] : 0.0;
+    mx[j] = in ? w.partial_max[first + j] : 0u;
   }
   __syncthreads();
   for (int half = span / 2; half >= 1; half /= 2) {
-    for (int k = threadIdx.x; k < half; k += kFinishThreads) {
-      sum[k] += sum[k + half];
-      sumsq[k] += sumsq[k + half];
-      mx[k] = max(mx[k], mx[k + half]);
+    for (int j = threadIdx.x; j < half; j += kFinishThreads) {
+      sum[j] += sum[j + half];
+      sumsq[j] += sumsq[j + half];
+      mx[j] = max(mx[j], mx[j + half]);
     }
     __syncthreads();
   }
   if (threadIdx.x == 0) {
     const double sigma = ternary_sigma_from_sums(sum[0], sumsq[0], n);
-    if (scaler) {
-      *scaler = ternary_scaler_from_stats(sigma, __uint_as_float(mx[0]), clip_factor);
+    if (ternary_num_scalers(n, t.bucket[k]) == 1) {
+      t.scaler[k][0] = ternary_scaler_from_stats(sigma, __uint_as_float(mx[0]), clip_factor);
     } else {  // per-bucket scalers: the buckets' kernel reads the tensor's statistics
-      *w.sigma = sigma;
-      *w.max_bits = mx[0];
+      w.sigma[k] = sigma;
+      w.max_bits[k] = mx[0];
     }
   }
 }
 
-// Per-bucket scalers: CUDA block j computes buckets j, j + grid, ...: the max of the bits of |g| over the bucket
-// (an integer max, any order), then ternary_bucket_scaler with the tensor's statistics from scaler_finish.
+// Per-bucket scalers: the CUDA blocks [first_bucket_block[k], first_bucket_block[k + 1]) of tensor k compute its
+// buckets j, j + blocks, ...: the max of the bits of |g| over the bucket (an integer max, any order), then
+// ternary_bucket_scaler with the tensor's statistics from scaler_finish.
 constexpr int kBucketThreads = 256;
+constexpr int kBucketMaxBlocks = 8192;  // per tensor; its blocks stride beyond
 __global__ void __launch_bounds__(kBucketThreads)
-    bucket_scalers_kernel(const float* g, int64_t n, int64_t bucket, int64_t buckets, ScalerWorkspace w,
-                          float clip_factor, float* scalers) {
+    bucket_scalers_kernel(ScalerTable t, ScalerWorkspace w, float clip_factor) {
   __shared__ unsigned warp_max[kBucketThreads / kWarp];
-  const double sigma = *w.sigma;
-  const float tensor_max = __uint_as_float(*w.max_bits);
-  for (int64_t k = blockIdx.x; k < buckets; k += gridDim.x) {
-    const int64_t b = k * bucket, e = b + bucket < n ? b + bucket : n;
+  const int k = table_entry(t.first_bucket_block, blockIdx.x);
+  const float* g = t.g[k];
+  const int64_t n = t.n[k], bucket = t.bucket[k], buckets = ternary_num_scalers(n, bucket);
+  const int blocks = t.first_bucket_block[k + 1] - t.first_bucket_block[k];
+  const double sigma = w.sigma[k];
+  const float tensor_max = __uint_as_float(w.max_bits[k]);
+  for (int64_t j = blockIdx.x - t.first_bucket_block[k]; j < buckets; j += blocks) {
+    const int64_t b = j * bucket, e = b + bucket < n ? b + bucket : n;
     unsigned mx = 0;
     for (int64_t i = b + threadIdx.x; i < e; i += kBucketThreads) mx = max(mx, __float_as_uint(g[i]) & 0x7FFFFFFFu);
     for (int off = kWarp / 2; off >= 1; off >>= 1) mx = max(mx, __shfl_down_sync(0xffffffffu, mx, off));
@@ -162,13 +216,11 @@ __global__ void __launch_bounds__(kBucketThreads)
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int q = 1; q < kBucketThreads / kWarp; ++q) mx = max(mx, warp_max[q]);
-      scalers[k] = ternary_bucket_scaler(sigma, tensor_max, __uint_as_float(mx), clip_factor);
+      t.scaler[k][j] = ternary_bucket_scaler(sigma, tensor_max, __uint_as_float(mx), clip_factor);
     }
     __syncthreads();
   }
 }
-
-__global__ void zero_scaler(float* scaler) { *scaler = 0.f; }
 
 // Philox block b of g (n elements) ternarized: its 16 packed bits, stored as bytes 2b and 2b + 1 (the second only
 // if it exists); returns its zero codes (a non-zero code sets exactly one bit of its field, so a Philox block's
@@ -372,51 +424,42 @@ Inputs make_inputs(const float* const* xs, int count) {
 static_assert(sizeof(EncodeTable) <= 4096, "the table travels in the kernel's parameters");
 static_assert(kEncodeTableCuda <= 64, "aligned_mask holds one bit per tensor");
 
+static_assert(sizeof(ScalerTable) <= 4096, "the table travels in the kernels' parameters");
+
 size_t ternary_scaler_workspace_bytes_cuda() {
-  return (2 * sizeof(double) + sizeof(unsigned)) * kTernaryStatsMaxChunks + sizeof(double) + sizeof(unsigned);
+  return (2 * sizeof(double) + sizeof(unsigned)) * kScalerTableMaxChunks +
+         (sizeof(double) + sizeof(unsigned)) * kScalerTableCuda;
 }
 
-namespace {
-void launch_scaler(float* g, const float* decayed, float decay, const float* residual, int64_t n, float clip_factor,
-                   int64_t bucket, float* scaler, void* workspace, void* stream) {
+void ternary_scaler_table_cuda(const TernaryScalerCuda* items, int count, float clip_factor, void* workspace,
+                               void* stream) {
+  TG_CHECK(count >= 0 && count <= kScalerTableCuda, "ternary scaler table: {} tensors (0 to {})", count,
+           kScalerTableCuda);
+  if (count == 0) return;
   cudaStream_t st = as_stream(stream);
-  if (n <= 0) {
-    zero_scaler<<<1, 1, 0, st>>>(scaler);
-    TG_CUDA_CHECK_LAUNCH();
-    return;
+  ScalerTable t{};
+  t.count = count;
+  for (int k = 0; k < count; ++k) {
+    const TernaryScalerCuda& it = items[k];
+    TG_CHECK(it.bucket >= 0 && it.bucket <= UINT32_MAX, "ternary scaler table: bucket {}", it.bucket);
+    t.g[k] = it.g, t.decayed[k] = it.decayed, t.residual[k] = it.residual, t.scaler[k] = it.scaler;
+    t.n[k] = it.n, t.decay[k] = it.decay, t.bucket[k] = static_cast<uint32_t>(it.bucket);
+    t.first_chunk[k + 1] = t.first_chunk[k] + (it.n > 0 ? ternary_stats_chunks(it.n) : 0);
+    const int64_t buckets = it.n > 0 ? ternary_num_scalers(it.n, it.bucket) : 1;
+    const int64_t blocks = buckets == 1 ? 0 : (buckets < kBucketMaxBlocks ? buckets : kBucketMaxBlocks);
+    t.first_bucket_block[k + 1] = t.first_bucket_block[k] + static_cast<int>(blocks);
   }
   const ScalerWorkspace w = scaler_workspace(workspace);
-  const int64_t chunk = ternary_stats_chunk(n);
-  const int chunks = ternary_stats_chunks(n);  // <= kTernaryStatsMaxChunks
-  if (decayed && residual) {
-    scaler_chunks<true, true><<<chunks, kWarp, 0, st>>>(g, decayed, decay, residual, n, chunk, w);
-  } else if (decayed) {
-    scaler_chunks<true, false><<<chunks, kWarp, 0, st>>>(g, decayed, decay, nullptr, n, chunk, w);
-  } else if (residual) {
-    scaler_chunks<false, true><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, residual, n, chunk, w);
-  } else {
-    scaler_chunks<false, false><<<chunks, kWarp, 0, st>>>(g, nullptr, 0.f, nullptr, n, chunk, w);
+  if (t.first_chunk[count] > 0) {
+    scaler_chunks<<<t.first_chunk[count], kWarp, 0, st>>>(t, w);
+    TG_CUDA_CHECK_LAUNCH();
   }
+  scaler_finish<<<count, kFinishThreads, 0, st>>>(t, w, clip_factor);
   TG_CUDA_CHECK_LAUNCH();
-  const int64_t buckets = ternary_num_scalers(n, bucket);
-  scaler_finish<<<1, kFinishThreads, 0, st>>>(n, chunks, w, clip_factor, buckets == 1 ? scaler : nullptr);
-  TG_CUDA_CHECK_LAUNCH();
-  if (buckets == 1) return;
-  const int grid = static_cast<int>(buckets < 65535LL * 32 ? buckets : 65535LL * 32);
-  bucket_scalers_kernel<<<grid, kBucketThreads, 0, st>>>(g, n, bucket, buckets, w, clip_factor, scaler);
-  TG_CUDA_CHECK_LAUNCH();
-}
-}  // namespace
-
-void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream,
-                         int64_t bucket) {
-  launch_scaler(const_cast<float*>(g), nullptr, 0.f, nullptr, n, clip_factor, bucket, scaler, workspace,
-                stream);  // read only
-}
-
-void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
-                                   float clip_factor, float* scaler, void* workspace, void* stream, int64_t bucket) {
-  launch_scaler(g, decayed, decay, residual, n, clip_factor, bucket, scaler, workspace, stream);
+  if (t.first_bucket_block[count] > 0) {
+    bucket_scalers_kernel<<<t.first_bucket_block[count], kBucketThreads, 0, st>>>(t, w, clip_factor);
+    TG_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void ternary_encode_cuda(const float* g, int64_t n, const float* scaler, PhiloxKey key, uint32_t step, uint32_t tensor,

@@ -280,7 +280,9 @@ TEST(BatchNormRelu, FusedGivesTheBitsOfBatchNormThenRelu) {
       EXPECT_TRUE(same(mean, fmean) && same(var, fvar)) << "statistics";
       EXPECT_TRUE(same(dx, fdx)) << "dx";
       EXPECT_TRUE(same(dbeta, fdbeta)) << "dbeta";
-      if (has_gamma) EXPECT_TRUE(same(dgamma, fdgamma)) << "dgamma";
+      if (has_gamma) {
+        EXPECT_TRUE(same(dgamma, fdgamma)) << "dgamma";
+      }
       const Vec yv = fy.values();
       const auto zeros = std::count(yv.begin(), yv.end(), 0.0);
       EXPECT_GT(zeros, xs.numel() / 5) << "the ReLU must cut a good part of the outputs";

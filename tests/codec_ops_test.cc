@@ -7,7 +7,8 @@
 //   - the range codings on the CPU backend against the same definitions written out per tensor in the policy's
 //     fused layout, bit for bit, for LeNet's policies (ternary + fp32, fp16 + fp32) and one of odd sizes, three
 //     workers and several ranges;
-//   - the CUDA backend against the CPU backend, op by op (bit-identical scalers, codes, zero counts, sums and
+//   - the CUDA backend against the CPU backend, op by op (bit-identical scalers (one tensor and tables), codes, zero
+//   counts, sums and
 //     decodes for the same Philox keys, up to AlexNet's fc6 size 9216 x 4096), and the range codings on CUDA
 //     against the definitions.
 //     Without a CUDA build or device these report SKIPPED with the reason.
@@ -293,6 +294,80 @@ TEST(CodecOpsCpu, EncodeManyGivesEachEncodesBits) {
       EXPECT_EQ(zeros[1][k], z) << "tensor " << k;
     }
   }
+}
+
+// A table of tensors for ternary_scaler_many: 70 tensors (more than one table of Backend::kScalerTable) of sizes
+// with tails and several chunks (0, 1, 7, 4097, 3 chunks, 245 chunks, ...), every third with a residual, every
+// fourth weight-decayed, every fifth with a scaler per 256 elements; their gradients (and residuals, parameters)
+// back to back in flat buffers, their scalers back to back in one vector.
+struct ScalerTable {
+  std::vector<int64_t> size, at, bucket, scaler_at;
+  int64_t total = 0, scalers = 0;
+  ScalerTable() {
+    const int64_t sizes[] = {0, 1, 7, 4097, 2 * kTernaryStatsMinChunk + 1, 513, 33, 1000003};
+    for (int k = 0; k < 70; ++k) {
+      size.push_back(sizes[k % 8] + (k % 8 == 7 ? 0 : (k / 8) * 3));
+      bucket.push_back(k % 5 == 4 ? 256 : 0);
+      at.push_back(total), scaler_at.push_back(scalers);
+      total += size.back(), scalers += ternary_num_scalers(size.back(), bucket.back());
+    }
+  }
+  int count() const { return static_cast<int>(size.size()); }
+  // Tensor k's operands as views of g, r, w (f32 (total)) and scalers (f32 (scalers)).
+  std::vector<TernaryScalerItem> items(const Tensor& g, const Tensor& r, const Tensor& w, const Tensor& s) const {
+    std::vector<TernaryScalerItem> out;
+    for (int k = 0; k < count(); ++k) {
+      const int64_t b = at[k], e = at[k] + size[k];
+      out.push_back({g.slice0(b, e), s.slice0(scaler_at[k], scaler_at[k] + ternary_num_scalers(size[k], bucket[k])),
+                     k % 3 == 0 ? r.slice0(b, e) : Tensor(), k % 4 == 1 ? w.slice0(b, e) : Tensor(),
+                     k % 4 == 1 ? 5e-4f : 0.f, bucket[k]});
+    }
+    return out;
+  }
+};
+
+TEST(CodecOpsCpu, ScalerManyGivesEachScalersBits) {
+  const ScalerTable table;
+  std::vector<float> g = normal(table.total, 35);
+  for (int64_t i = 0; i < table.total; i += 997) g[i] = 0.02f;  // outliers: clipping matters
+  const std::vector<float> r = normal(table.total, 36, 3e-4f), w = normal(table.total, 37, 0.1f);
+  std::vector<std::vector<float>> gs(2), ss(2);
+  for (int many = 0; many < 2; ++many) {
+    Mem dg(cpu(), table.total, DType::kF32), dr(cpu(), table.total, DType::kF32), dw(cpu(), table.total, DType::kF32),
+        ds(cpu(), table.scalers, DType::kF32);
+    dg.upload(g), dr.upload(r), dw.upload(w);
+    const std::vector<TernaryScalerItem> items = table.items(dg.t(), dr.t(), dw.t(), ds.t());
+    if (many) {
+      cpu().ternary_scaler_many(items.data(), table.count(), 2.5f);
+    } else {
+      for (const TernaryScalerItem& it : items)
+        cpu().ternary_scaler(it.g, 2.5f, it.scaler, it.residual, it.decayed, it.decay, it.bucket);
+    }
+    gs[many] = dg.download<float>(), ss[many] = ds.download<float>();
+    EXPECT_TRUE(dg.guards_intact() && ds.guards_intact());
+    EXPECT_EQ(dr.download<float>(), r) << "residuals are only read";
+  }
+  ASSERT_EQ(std::memcmp(gs[1].data(), gs[0].data(), gs[0].size() * sizeof(float)), 0) << "g + decay * w + r";
+  ASSERT_EQ(std::memcmp(ss[1].data(), ss[0].data(), ss[0].size() * sizeof(float)), 0) << "scalers";
+  for (int k = 0; k < table.count(); ++k) {  // and each one-scaler tensor's is the definition's
+    if (table.bucket[k] != 0) continue;
+    const std::vector<float> gk(gs[1].begin() + table.at[k], gs[1].begin() + table.at[k] + table.size[k]);
+    EXPECT_TRUE(same_float(ss[1][table.scaler_at[k]], ref_scaler(gk, 2.5f))) << "tensor " << k;
+  }
+  // Bad items are one-line errors naming the op, before anything is written.
+  Mem dg(cpu(), 64, DType::kF32), ds(cpu(), 1, DType::kF32);
+  cpu().zero(dg.t());
+  const TernaryScalerItem overlapping{dg.t().slice0(0, 32), ds.t(), dg.t().slice0(16, 48), Tensor(), 0.f, 0};
+  try {
+    cpu().ternary_scaler_many(&overlapping, 1, 2.5f);
+    ADD_FAILURE() << "an overlapping residual was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ternary_scaler_many"), std::string::npos) << e.what();
+  }
+  const TernaryScalerItem no_scaler{dg.t(), Tensor(), Tensor(), Tensor(), 0.f, 0};
+  EXPECT_THROW(cpu().ternary_scaler_many(&no_scaler, 1, 2.5f), Error);
+  EXPECT_THROW(cpu().ternary_scaler_many(nullptr, 1, 2.5f), Error);
+  EXPECT_NO_THROW(cpu().ternary_scaler_many(nullptr, 0, 2.5f));
 }
 
 TEST(CodecOpsCpu, CodeSumsAndDecodesMatchTheDefinition) {
@@ -996,6 +1071,29 @@ TEST(CodecOpsCuda, EncodeManyMatchesCpuBitForBit) {
       &a, &b);
   EXPECT_EQ(a[0], b[0]) << "codes";
   EXPECT_EQ(a[1], b[1]) << "zero counts";
+}
+
+// The table scalers (2 or 3 launches per 64 tensors: chunks, finish, bucket maxima) against the CPU's: the same g
+// after the adds and the same scalers, bit for bit.
+TEST(CodecOpsCuda, ScalerManyMatchesCpuBitForBit) {
+  TG_REQUIRE_CUDA();
+  const ScalerTable table;
+  std::vector<float> g = normal(table.total, 38);
+  for (int64_t i = 0; i < table.total; i += 997) g[i] = 0.02f;
+  g[table.at[11] + 3] = kNaN;  // one tensor's scaler NaN, its neighbours' unaffected
+  const std::vector<float> r = normal(table.total, 39, 3e-4f), w = normal(table.total, 40, 0.1f);
+  const std::pair<int64_t, DType> G{table.total, DType::kF32};
+  std::vector<std::vector<uint8_t>> a, b;
+  on_both(
+      {{g.data(), G}, {r.data(), G}, {w.data(), G}}, {G, {table.scalers, DType::kF32}},
+      [&](Backend& be, std::vector<Tensor>& t) {
+        be.copy(t[3], t[0]);
+        const std::vector<TernaryScalerItem> items = table.items(t[3], t[1], t[2], t[4]);
+        be.ternary_scaler_many(items.data(), table.count(), 2.5f);
+      },
+      &a, &b);
+  expect_same_floats(a[0], b[0], "g + decay * w + r");
+  expect_same_floats(a[1], b[1], "scalers");
 }
 
 // Error feedback's fused passes on the GPU against the CPU's: g + r and the scaler in one pass, then codes and

@@ -626,16 +626,34 @@ void decoded_like(const Backend& be, const Tensor& g, const Tensor& sum, DType s
 }
 }  // namespace
 
-void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
-                             const Tensor& decayed, float decay, int64_t bucket) {
-  const char* op = "ternary_scaler";
-  required(*this, g, op, "g"), required(*this, scaler, op, "scaler");
+namespace {
+// One scaler's tensors: g (f32), its scalers, the residual and the weight-decayed parameter (f32 like g in other
+// memory, or undefined) with a finite coefficient.
+void scaler_args(const Backend& be, const Tensor& g, const Tensor& scaler, const Tensor& residual,
+                 const Tensor& decayed, float decay, int64_t bucket, const char* op, const char* decay_op) {
+  required(be, g, op, "g"), required(be, scaler, op, "scaler");
   cc::dtype(g, DType::kF32, op, "g");
   cc::scalers(scaler, g.numel(), bucket, op);
-  residual_like(*this, g, residual, op);
-  residual_like(*this, g, decayed, "ternary_scaler (weight decay)");
-  TG_CHECK(std::isfinite(decay), "ternary_scaler: the weight decay {} is not finite", decay);
+  residual_like(be, g, residual, op);
+  residual_like(be, g, decayed, decay_op);
+  TG_CHECK(std::isfinite(decay), "{}: the weight decay {} is not finite", op, decay);
+}
+}  // namespace
+
+void Backend::ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
+                             const Tensor& decayed, float decay, int64_t bucket) {
+  scaler_args(*this, g, scaler, residual, decayed, decay, bucket, "ternary_scaler", "ternary_scaler (weight decay)");
   ternary_scaler_impl(g, clip_factor, scaler, residual, decayed, decay, bucket);
+}
+
+void Backend::ternary_scaler_many(const TernaryScalerItem* items, int count, float clip_factor) {
+  TG_CHECK(count >= 0 && (count == 0 || items != nullptr), "ternary_scaler_many: {} tensors", count);
+  for (int k = 0; k < count; ++k) {
+    const TernaryScalerItem& it = items[k];
+    scaler_args(*this, it.g, it.scaler, it.residual, it.decayed, it.decay, it.bucket, "ternary_scaler_many",
+                "ternary_scaler_many (weight decay)");
+  }
+  ternary_scaler_many_impl(items, count, clip_factor);
 }
 
 void Backend::ternary_encode(const Tensor& g, const Tensor& scaler, PhiloxKey key, uint32_t step, uint32_t tensor,

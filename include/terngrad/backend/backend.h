@@ -67,6 +67,15 @@ struct TernaryEncodeItem {
   int64_t bucket = 0;  // elements per scaler (ternary_math.h); 0: one scaler for the tensor
 };
 
+// One tensor of Backend::ternary_scaler_many: ternary_scaler's arguments (the gradient, its scalers, an optional
+// residual and weight-decayed parameter with its coefficient, the elements per scaler).
+struct TernaryScalerItem {
+  Tensor g, scaler;
+  Tensor residual, decayed;
+  float decay = 0.f;
+  int64_t bucket = 0;  // elements per scaler (ternary_math.h); 0: one scaler for the tensor
+};
+
 // A tensor's TernGrad average still in its coded form, as the exchange received it: element i is
 // ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], the sum of the workers' codes of element i,
 // num_workers), the codes either
@@ -355,6 +364,10 @@ class Backend {
   // weight decay): g += decay * decayed before that, in the same pass (the same bits as axpy(decay, decayed, g)).
   void ternary_scaler(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual = Tensor(),
                       const Tensor& decayed = Tensor(), float decay = 0.f, int64_t bucket = 0);
+  // ternary_scaler of `count` tensors (items: an array the caller owns; their g must not overlap) with one
+  // clip factor: the same bits as count calls (CUDA: 2 or 3 launches over a table of up to kScalerTable of them).
+  static constexpr int kScalerTable = 64;
+  void ternary_scaler_many(const TernaryScalerItem* items, int count, float clip_factor);
   // packed (u8 (ceil(n/4))) = the codes of g drawn with the scalers from `key` at counter (step, tensor)
   // (ternarize_one; all zero where a scaler is <= 0 or NaN). zero_count: i32 (1) that receives the number of zero
   // codes (then n < 2^31), or undefined.
@@ -424,6 +437,14 @@ class Backend {
   // cast_many's pairs, each checked by the front: one cast_impl each unless a backend batches them.
   virtual void cast_many_impl(const Tensor* dst, const Tensor* src, int count) {
     for (int k = 0; k < count; ++k) cast_impl(dst[k], src[k]);
+  }
+  // ternary_scaler_many's items, each checked by the front: one ternary_scaler_impl each unless a backend batches
+  // them.
+  virtual void ternary_scaler_many_impl(const TernaryScalerItem* items, int count, float clip_factor) {
+    for (int k = 0; k < count; ++k) {
+      const TernaryScalerItem& it = items[k];
+      ternary_scaler_impl(it.g, clip_factor, it.scaler, it.residual, it.decayed, it.decay, it.bucket);
+    }
   }
   // A host synchronisation that waited for every op enqueued so far: counted, and every ticket is done.
   void synced_all() {

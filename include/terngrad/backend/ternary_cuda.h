@@ -20,22 +20,30 @@
 
 namespace tg {
 
-// Bytes of device workspace ternary_scaler_cuda needs.
+// The scalers of up to kScalerTableCuda tensors in one table: each item's scaler(s) (device floats) =
+// ternary_scaler_from_stats(sigma, max|g|, clip_factor) of its g (n elements, device), bit-identical to
+// ternary_scaler_cpu: one warp per chunk of ternary_math.h's order, all the table's chunks in one launch (each lane
+// adds its elements in index order, the lanes combine pairwise by shuffles), their double sums and max bits in the
+// workspace; then one block per tensor combines its chunks pairwise and applies the formula (a second launch). NaN
+// for a non-finite g, 0 for n = 0. bucket > 0 (per-bucket scalers, ternary_math.h): scaler points at
+// ternary_num_scalers(n, bucket) floats, each bucket's ternary_bucket_scaler (a third launch for the table's
+// bucket maxima). Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay *
+// decayed[i]) + residual[i] (a null term left out; g written only then), bit-identical to
+// ternary_scaler_with_adds_cpu. The items' g must not overlap. workspace: ternary_scaler_workspace_bytes_cuda()
+// bytes.
+constexpr int kScalerTableCuda = 64;
+struct TernaryScalerCuda {
+  float* g;
+  const float* decayed;  // or null
+  float decay;
+  const float* residual;  // or null
+  int64_t n;
+  float* scaler;
+  int64_t bucket;  // elements per scaler (0: one)
+};
 size_t ternary_scaler_workspace_bytes_cuda();
-
-// *scaler (device float) = ternary_scaler_from_stats(sigma, max|g|, clip_factor) of g (n elements, device):
-// one warp per chunk of ternary_math.h's order (each lane adds its elements in index order, the lanes combine
-// pairwise by shuffles) writes the chunk's double sums and max bits to the workspace, then one block combines the
-// chunks pairwise and applies the formula: bit-identical to ternary_scaler_cpu. NaN for a non-finite g, 0 for
-// n = 0. workspace: ternary_scaler_workspace_bytes_cuda() bytes.
-// bucket > 0 (per-bucket scalers, ternary_math.h): scaler points at ternary_num_scalers(n, bucket) floats, each
-// bucket's ternary_bucket_scaler (one more kernel: a block per bucket takes its max|g|).
-void ternary_scaler_cuda(const float* g, int64_t n, float clip_factor, float* scaler, void* workspace, void* stream,
-                         int64_t bucket = 0);
-// Weight decay and error feedback's first half in the same pass: g[i] = (g[i] + decay * decayed[i]) + residual[i]
-// (a null term left out), then ternary_scaler_cuda of the new g (bit-identical to ternary_scaler_with_adds_cpu).
-void ternary_scaler_with_adds_cuda(float* g, const float* decayed, float decay, const float* residual, int64_t n,
-                                   float clip_factor, float* scaler, void* workspace, void* stream, int64_t bucket = 0);
+void ternary_scaler_table_cuda(const TernaryScalerCuda* items, int count, float clip_factor, void* workspace,
+                               void* stream);
 
 // packed (ceil(n/4) bytes, device) = codes of g drawn with *scaler (device), key and counter (step, tensor)
 // (ternarize_one: 16-bit uniforms, 8 elements per Philox block): bit-identical to ternary_encode_cpu.

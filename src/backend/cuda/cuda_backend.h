@@ -138,6 +138,8 @@ class CudaBackend final : public Backend {
   TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
 #undef TG_DECLARE_IMPL
   void cast_many_impl(const Tensor* dst, const Tensor* src, int count) override;  // table launches (cuda_precision.cc)
+  void ternary_scaler_many_impl(const TernaryScalerItem* items, int count,
+                                float clip_factor) override;  // table launches (cuda_codec.cc)
 
   // ---- what the op files share --------------------------------------------------------------------------
   int index() const { return index_; }

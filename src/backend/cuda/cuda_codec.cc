@@ -1,7 +1,7 @@
 // CudaBackend's gradient codec ops: the kernels of kernels/ternary_kernels.cu (terngrad/backend/ternary_cuda.h) on
 // the backend's stream. The front (backend_front.cc) has checked every argument. Scalers stay on the
-// device (the kernels read them there); nothing synchronizes. The scaler's per-chunk partial sums use the
-// workspace arena (a few KiB, reserved on first use).
+// device (the kernels read them there); nothing synchronizes. The scalers' per-chunk partial sums use the
+// workspace arena (2.6 MB for a table of 64 tensors, reserved on first use).
 #include <cstdint>
 
 #include "src/backend/cuda/cuda_backend.h"
@@ -19,16 +19,39 @@ void input_pointers(const Tensor* xs, int count, const float* (&ptrs)[Backend::k
 }
 }  // namespace
 
+namespace {
+// One scaler's tensors as the kernels take them (g is written only with a residual or a decayed parameter).
+TernaryScalerCuda scaler_args(const Tensor& g, const Tensor& scaler, const Tensor& residual, const Tensor& decayed,
+                              float decay, int64_t bucket) {
+  return {const_cast<float*>(g.data<float>()),
+          decayed ? decayed.data<float>() : nullptr,
+          decay,
+          residual ? residual.data<float>() : nullptr,
+          g.numel(),
+          scaler.data<float>(),
+          bucket};
+}
+}  // namespace
+
 void CudaBackend::ternary_scaler_impl(const Tensor& g, float clip_factor, const Tensor& scaler, const Tensor& residual,
                                       const Tensor& decayed, float decay, int64_t bucket) {
+  const TernaryScalerCuda item = scaler_args(g, scaler, residual, decayed, decay, bucket);
   CudaDeviceGuard guard(index_);
-  void* ws = g.numel() > 0 ? workspace(ternary_scaler_workspace_bytes_cuda()) : nullptr;
-  if (decayed || residual) {
-    ternary_scaler_with_adds_cuda(g.data<float>(), decayed ? decayed.data<float>() : nullptr, decay,
-                                  residual ? residual.data<float>() : nullptr, g.numel(), clip_factor,
-                                  scaler.data<float>(), ws, stream(), bucket);
-  } else {
-    ternary_scaler_cuda(g.data<float>(), g.numel(), clip_factor, scaler.data<float>(), ws, stream(), bucket);
+  ternary_scaler_table_cuda(&item, 1, clip_factor, workspace(ternary_scaler_workspace_bytes_cuda()), stream());
+}
+
+// Tables of up to kScalerTableCuda tensors: 2 or 3 launches each.
+void CudaBackend::ternary_scaler_many_impl(const TernaryScalerItem* items, int count, float clip_factor) {
+  static_assert(Backend::kScalerTable <= kScalerTableCuda, "a table holds Backend::kScalerTable tensors");
+  TernaryScalerCuda table[kScalerTableCuda];
+  CudaDeviceGuard guard(index_);
+  for (int first = 0; first < count; first += kScalerTableCuda) {
+    const int m = count - first < kScalerTableCuda ? count - first : kScalerTableCuda;
+    for (int k = 0; k < m; ++k) {
+      const TernaryScalerItem& it = items[first + k];
+      table[k] = scaler_args(it.g, it.scaler, it.residual, it.decayed, it.decay, it.bucket);
+    }
+    ternary_scaler_table_cuda(table, m, clip_factor, workspace(ternary_scaler_workspace_bytes_cuda()), stream());
   }
 }
 

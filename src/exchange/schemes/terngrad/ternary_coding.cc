@@ -41,14 +41,22 @@ void TernaryCoding::local_scalers(Backend& be, const std::vector<Tensor>& grads,
   TG_CHECK(!decay || (decay->params.size() == T && decay->coefficients.size() == T),
            "ternary coding: weight decay for {} / {} tensors, the policy has {}", decay ? decay->params.size() : 0,
            decay ? decay->coefficients.size() : 0, T);
+  // The range's tensors in tables of Backend::kScalerTable (2 or 3 launches each on a GPU).
+  TernaryScalerItem items[Backend::kScalerTable];
+  int count = 0;
   for (int i = r.begin; i < r.end; ++i) {
     const TensorCodingPlan& t = policy_.tensors()[i];
     if (t.coding != GradCoding::kTernary) continue;
     const bool decayed = decay && decay->coefficients[i] != 0.f;
-    be.ternary_scaler(grads[i], c, tensor_scalers(scalers, t), residuals ? (*residuals)[i] : Tensor(),
-                      decayed ? decay->params[i] : Tensor(), decayed ? decay->coefficients[i] : 0.f,
-                      policy_.scaler_bucket());
+    items[count++] = {grads[i],
+                      tensor_scalers(scalers, t),
+                      residuals ? (*residuals)[i] : Tensor(),
+                      decayed ? decay->params[i] : Tensor(),
+                      decayed ? decay->coefficients[i] : 0.f,
+                      policy_.scaler_bucket()};
+    if (count == Backend::kScalerTable) be.ternary_scaler_many(items, count, c), count = 0;
   }
+  be.ternary_scaler_many(items, count, c);
 }
 
 void TernaryCoding::max_local_scalers(Backend& be, const std::vector<Tensor>& worker_scalers, TensorRange r,
