@@ -1,5 +1,6 @@
 // Mixed-precision kernels of the CUDA backend: cast between the compute dtypes (the per-step f16/bf16 copy of
-// the f32 master weights, activations at the net's ends) and unscale_and_check (a loss-scaled f16/bf16/f32
+// the f32 master weights, convolutions' transposed into cuDNN's filter layout in the same pass; activations at the
+// net's ends) and unscale_and_check (a loss-scaled f16/bf16/f32
 // gradient to f32, flagging a non-finite product for the dynamic loss scale). Both convert through f32 with
 // round to nearest even (src/backend/cuda/cuda_launch.h), 16 bytes per load and store when aligned; launchers in
 // src/backend/cuda/cuda_kernels.h.
@@ -24,16 +25,25 @@ __global__ void cast_kernel(int64_t n, const S* __restrict__ src, D* __restrict_
   TG_VECTOR_TAIL(i, n, N) dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-// A table of casts: block row y converts pair y, its blocks grid-striding over that pair's elements.
+// A table of casts: block row y converts pair y, its blocks grid-striding over that pair's elements. A transposing
+// pair (rows > 0) writes in order and reads element (r, o) of the (rows x cols) source for output (o, r).
 template <typename D, typename S>
 __global__ void cast_table_kernel(CastTable t) {
   const int k = blockIdx.y;
   const S* __restrict__ src = static_cast<const S*>(t.src[k]);
   D* __restrict__ dst = static_cast<D*>(t.dst[k]);
-  const int64_t n = t.n[k];
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = from_f32<D>(to_f32(src[i]));
+  const int64_t n = t.n[k], rows = t.rows[k];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (rows == 0) {
+    for (int64_t i = first; i < n; i += stride) dst[i] = from_f32<D>(to_f32(src[i]));
+    return;
+  }
+  const int64_t cols = n / rows;
+  for (int64_t i = first; i < n; i += stride) {
+    const int64_t o = i / rows, r = i - o * rows;
+    dst[i] = from_f32<D>(to_f32(src[r * cols + o]));
+  }
 }
 
 // Every thread that sees a non-finite product writes 1: a benign race (all write the same value), no atomics.

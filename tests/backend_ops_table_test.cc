@@ -188,6 +188,45 @@ const std::vector<OpCase>& cases() {
                      return out;
                    }});
     }
+    // cast_many with transposing pairs (a filter (KH, KW, C/g, out_c) into (out_c, KH, KW, C/g) in the cast):
+    // f16 transposed, f16 in order, f32 transposed (a copy that moves), f16 transposed of one output channel; each
+    // read back in order.
+    {
+      const std::vector<Shape> parts = {Shape{3, 3, 4, 5}, Shape{7}, Shape{1, 1, 6, 10}, Shape{5, 5, 3, 1}};
+      int64_t total = 0;
+      for (const Shape& p : parts) total += p.numel();
+      t.push_back({"cast_many_transposing_filters", parts, Shape{total}, -1,
+                   [](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
+                     std::vector<Mem> copies;
+                     std::vector<Tensor> dst;
+                     std::vector<int64_t> rows;
+                     copies.reserve(in.size());
+                     for (size_t k = 0; k < in.size(); ++k) {
+                       const Shape& p = in[k].shape();
+                       copies.emplace_back(be, p, k == 2 ? DType::kF32 : DType::kF16);
+                       dst.push_back(copies.back().t);
+                       rows.push_back(p.rank() == 4 ? p.numel() / p[3] : 0);
+                     }
+                     be.cast_many(dst.data(), in.data(), static_cast<int>(in.size()), rows.data());
+                     int64_t at = 0;
+                     for (const Tensor& h : dst) {
+                       be.cast(out.slice0(at, at + h.numel()), h);
+                       at += h.numel();
+                     }
+                   },
+                   [parts](const Inputs& x) {
+                     std::vector<double> out;
+                     for (size_t k = 0; k < x.size(); ++k) {
+                       const int64_t n = parts[k].numel();
+                       const int64_t cols = parts[k].rank() == 4 ? parts[k][3] : 1, rows = n / cols;
+                       for (int64_t i = 0; i < n; ++i) {  // output (o, r) from input (r, o)
+                         const float v = parts[k].rank() == 4 ? x[k][(i % rows) * cols + i / rows] : x[k][i];
+                         out.push_back(k == 2 ? v : to_half_and_back(v));
+                       }
+                     }
+                     return out;
+                   }});
+    }
     t.push_back(
         {"ema_update",
          {v, v},

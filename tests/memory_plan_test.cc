@@ -88,6 +88,7 @@ struct Outcome {
   std::vector<uint8_t> grads, params, state;
   Net::MemoryReport report;
   int fused_relus = 0;
+  int filters_transposed = 0;
 };
 
 std::vector<uint8_t> bytes_of(Slab& s) {
@@ -96,7 +97,7 @@ std::vector<uint8_t> bytes_of(Slab& s) {
 }
 
 Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recompute recompute, bool poison,
-              int steps = 2, bool fuse_relu = true) {
+              int steps = 2, bool fuse_relu = true, int filter_ohwi = -1) {
   testing::BoundNet m(
       be,
       [&](Net& n) {
@@ -105,6 +106,7 @@ Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recomp
         n.set_memory_plan(plan, recompute);
         n.set_poison_dead_buffers(poison);
         n.set_fuse_relu(fuse_relu);
+        if (filter_ohwi >= 0) n.set_conv_filter_ohwi(filter_ohwi == 1);
       },
       c.batch, 3);
   Optimizer opt(testing::momentum_sgd(), m.store.params(), be);
@@ -127,6 +129,7 @@ Outcome train(Backend& be, const Case& c, DType compute, MemoryPlan plan, Recomp
   out.state = bytes_of(m.store.state());
   out.report = m.net.memory_report();
   out.fused_relus = m.net.fused_relus();
+  out.filters_transposed = m.net.filters_transposed();
   return out;
 }
 
@@ -195,6 +198,24 @@ TEST(NetworkPlans, Bf16PlannedRunsGiveTheUnplannedBits) {
   const Outcome planned = train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kBnRelu, true);
   expect_same_bits(none, planned, "resnet50 bf16 liveness + bn_relu");
   EXPECT_GT(planned.fused_relus, 0);  // bf16: the fused forward rounds y once, then takes max(y, 0), as relu does
+}
+
+// The half copy's convolution filters in the filter layout (what a CUDA net hands cuDNN: transposed once a step in the
+// cast, the convolutions then skip their per-call transposes) give the bits of our layout: the CPU accepts either.
+// f32 weights are the masters themselves and are never transposed.
+TEST(NetworkPlans, FiltersInTheFilterLayoutGiveTheSameBits) {
+  auto be = make_backend("cpu", {1});
+  const Case c{"resnet50", 32, 3, 10, 2};
+  const Outcome f32 = train(*be, c, DType::kF32, MemoryPlan::kLiveness, Recompute::kNone, false, 1, true, 1);
+  EXPECT_EQ(f32.filters_transposed, 0);
+  if (!be->supports_compute(DType::kBf16)) GTEST_SKIP() << "no bf16 compute on this CPU: " << be->why_not(DType::kBf16);
+  const Outcome ours = train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kNone, false, 2, true, 0);
+  const Outcome ohwi = train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kNone, false, 2, true, 1);
+  const Outcome chosen = train(*be, c, DType::kBf16, MemoryPlan::kLiveness, Recompute::kNone, false, 2, true);
+  expect_same_bits(ours, ohwi, "resnet50 bf16, filters transposed in the cast");
+  EXPECT_EQ(ours.filters_transposed, 0);
+  EXPECT_EQ(ohwi.filters_transposed, 53) << "every convolution of ResNet-50";
+  EXPECT_EQ(chosen.filters_transposed, be->conv2d_filter_ohwi() ? 53 : 0) << "the backend's choice by default";
 }
 
 // ---- a layer that misstates what its backward reads is caught -----------------------------------------

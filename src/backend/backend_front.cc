@@ -174,10 +174,15 @@ void Backend::cast(const Tensor& dst, const Tensor& src) {
   cast_impl(dst, src);
 }
 
-void Backend::cast_many(const Tensor* dst, const Tensor* src, int count) {
+void Backend::cast_many(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) {
   TG_CHECK(count >= 0 && (count == 0 || (dst != nullptr && src != nullptr)), "cast_many: {} pairs", count);
-  for (int k = 0; k < count; ++k) cast_args(*this, dst[k], src[k], "cast_many");
-  cast_many_impl(dst, src, count);
+  for (int k = 0; k < count; ++k) {
+    cast_args(*this, dst[k], src[k], "cast_many");
+    const int64_t rows = transpose_rows ? transpose_rows[k] : 0;
+    TG_CHECK(rows >= 0 && (rows == 0 || src[k].numel() % rows == 0),
+             "cast_many: pair {} transposes {} rows, which do not divide its {} elements", k, rows, src[k].numel());
+  }
+  cast_many_impl(dst, src, count, transpose_rows);
 }
 
 void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {

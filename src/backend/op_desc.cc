@@ -63,8 +63,9 @@ PoolDesc make_pool_desc(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t 
 }
 
 std::string ConvDesc::key() const {
-  return fmt::format("conv:{}x{}x{}x{}:k{}x{}:o{}:g{}:s{}x{}:p{},{},{},{}:b{}", n, h, w, c, kh, kw, out_c, groups,
-                     stride_h, stride_w, pad_top, pad_bottom, pad_left, pad_right, has_bias);
+  return fmt::format("conv:{}x{}x{}x{}:k{}x{}:o{}:g{}:s{}x{}:p{},{},{},{}:b{}{}", n, h, w, c, kh, kw, out_c, groups,
+                     stride_h, stride_w, pad_top, pad_bottom, pad_left, pad_right, has_bias,
+                     filter_ohwi ? ":ohwi" : "");
 }
 std::string PoolDesc::key() const {
   return fmt::format("pool{}:{}x{}x{}x{}:k{}x{}:s{}x{}:p{},{},{},{}", kind == PoolKind::kMax ? "max" : "avg", n, h, w,

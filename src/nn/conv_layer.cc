@@ -1,6 +1,7 @@
 // Convolution layer: x (N, H, W, C) -> y (N, OH, OW, out_channels) with weights (KH, KW, C/groups,
 // out_channels) and optional biases (out_channels); stride, TF SAME/VALID padding, groups. The op itself is
-// the backend's conv2d (oneDNN on the CPU, cuDNN on the GPU).
+// the backend's conv2d (oneDNN on the CPU, cuDNN on the GPU); the weights may come in the filter layout
+// (LayerIO::filter_ohwi).
 #include "terngrad/nn/layers.h"
 
 namespace tg {
@@ -15,6 +16,7 @@ class ConvLayer final : public Layer {
   const char* type() const override { return "conv2d"; }
   bool recomputable() const override { return true; }
   bool params_in_compute_dtype() const override { return true; }
+  bool param_is_filter(int p) const override { return p == 0; }
   LayerOp op() const override { return desc_; }
   bool backward_reads_output() const override { return false; }  // dx from w, dw from x
 
@@ -37,16 +39,22 @@ class ConvLayer final : public Layer {
     return {Shape{x[0], desc_.out_h, desc_.out_w, o_.out_channels}};
   }
   void forward_impl(LayerIO& io) override {
-    io.backend->conv2d_forward(desc_, io.in[0], io.params[0], o_.bias ? io.params[1] : Tensor(), io.out[0]);
+    io.backend->conv2d_forward(desc(io), io.in[0], io.params[0], o_.bias ? io.params[1] : Tensor(), io.out[0]);
   }
   // The forward again: the same primitive on the same input, the same bits.
   void recompute_impl(LayerIO& io) override { forward_impl(io); }
   void backward_impl(LayerIO& io) override {
-    io.backend->conv2d_backward(desc_, io.in[0], io.params[0], io.dout[0], io.din[0], io.dparams[0],
+    io.backend->conv2d_backward(desc(io), io.in[0], io.params[0], io.dout[0], io.din[0], io.dparams[0],
                                 o_.bias ? io.dparams[1] : Tensor());
   }
 
  private:
+  // The descriptor with the layout the weights come in (LayerIO::filter_ohwi).
+  ConvDesc desc(const LayerIO& io) const {
+    ConvDesc d = desc_;
+    d.filter_ohwi = io.filter_ohwi;
+    return d;
+  }
   ConvOptions o_;
   ConvDesc desc_;
 };

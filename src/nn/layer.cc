@@ -56,9 +56,14 @@ void Layer::check_io(const LayerIO& io, bool backward) const {
   TG_CHECK(io.params.size() == param_shapes_.size() && io.state.size() == state_shapes_.size() &&
                io.saved.size() == saved_shapes_.size(),
            "layer '{}' run with the wrong number of parameter/state/saved tensors", name_);
-  for (size_t i = 0; i < param_shapes_.size(); ++i)
-    TG_CHECK(io.params[i].shape() == param_shapes_[i], "layer '{}': parameter {} has shape {}, expected {}", name_, i,
-             io.params[i].shape().str(), param_shapes_[i].str());
+  for (size_t i = 0; i < param_shapes_.size(); ++i) {
+    // A filter in the filter layout (LayerIO::filter_ohwi): (out_c, KH, KW, C/g) for (KH, KW, C/g, out_c).
+    Shape want = param_shapes_[i];
+    if (io.filter_ohwi && param_is_filter(static_cast<int>(i)) && want.rank() == 4)
+      want = Shape{want[3], want[0], want[1], want[2]};
+    TG_CHECK(io.params[i].shape() == want, "layer '{}': parameter {} has shape {}, expected {}", name_, i,
+             io.params[i].shape().str(), want.str());
+  }
   if (backward) {
     TG_CHECK(io.din.size() == in_shapes_.size() && io.dout.size() == out_shapes_.size(),
              "layer '{}' backward with the wrong number of gradient tensors", name_);

@@ -216,22 +216,34 @@ void Net::bind(ParameterStore& store) {
   decayed_.clear();
   cast_halves_.clear();
   cast_masters_.clear();
+  cast_rows_.clear();
+  const bool ohwi = filter_ohwi_ < 0 ? backend_->conv2d_filter_ohwi() : filter_ohwi_ == 1;
   decayed_params_.clear();
   decay_weights_.clear();
   for (auto& node : nodes_) {
     node.io.params.clear();
     node.io.state.clear();
+    node.io.filter_ohwi = false;
     node.decayed.clear();
     for (const auto& p : node.params) {
       Tensor v = store.params().view(p.name);
       TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name, v.shape().str(),
                p.shape.str());
-      const int half = node.half_slot[node.io.params.size()];
+      const int index = static_cast<int>(node.io.params.size());
+      const int half = node.half_slot[index];
+      Tensor compute = half >= 0 ? half_params_.view(half) : v;
       if (half >= 0) {
-        cast_halves_.push_back(half_params_.view(half));
+        // A filter (KH, KW, C/g, out_c) transposed in the cast to (out_c, KH, KW, C/g) where asked.
+        const bool transposed = ohwi && node.layer->param_is_filter(index) && p.shape.rank() == 4;
+        if (transposed) {
+          compute = compute.reshaped(Shape{p.shape[3], p.shape[0], p.shape[1], p.shape[2]});
+          node.io.filter_ohwi = true;
+        }
+        cast_halves_.push_back(compute);
         cast_masters_.push_back(v);
+        cast_rows_.push_back(transposed ? p.shape.numel() / p.shape[3] : 0);
       }
-      node.io.params.push_back(half >= 0 ? half_params_.view(half) : v);
+      node.io.params.push_back(compute);
       if (p.weight_decay > 0.f) {
         node.decayed.push_back(static_cast<int>(decayed_.size()));
         decayed_.push_back(
@@ -277,7 +289,8 @@ void Net::run_forward(const Tensor& images, const Tensor& labels, bool training,
   }
   be.copy(in_labels, labels);
   // The per-step half copy of the weights: one call (a GPU casts up to 64 tensors per launch).
-  be.cast_many(cast_halves_.data(), cast_masters_.data(), static_cast<int>(cast_halves_.size()));
+  // (Filters transposed in the same pass where the backend reads them so: cast_rows_.)
+  be.cast_many(cast_halves_.data(), cast_masters_.data(), static_cast<int>(cast_halves_.size()), cast_rows_.data());
   const bool timed = timing_layers();
   for (auto& node : nodes_) {
     node.io.training = training;
@@ -389,6 +402,12 @@ WeightDecayTerms Net::weight_decay_terms() const {
     t.coefficients[static_cast<size_t>(d.index)] = d.weight_decay;
   }
   return t;
+}
+
+int Net::filters_transposed() const {
+  int n = 0;
+  for (int64_t rows : cast_rows_) n += rows > 0 ? 1 : 0;
+  return n;
 }
 
 int Net::fused_relus() const {

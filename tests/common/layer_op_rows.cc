@@ -1,12 +1,13 @@
 // The backend ops table's rows of the layer ops with descriptors (op_case.h): convolution (forward; backward's dx,
-// dw, db), inner product (the same, and a bias gradient over 100003 rows, repeatable), max/average pooling (forward,
-// backward; one channel per thread and 16-byte channel vectors), LRN (forward, backward; a window wider than cuDNN's)
-// and batch norm (training y, mean, variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits), channel
-// concatenation and split, the linear algebra at the CUDA backend's former test's shapes (beta 0.5, k 1029), softmax
-// cross-entropy (forward, backward) and the optimizers' updates (w and each slot; CUDA the CPU's bits). The
-// shapes and tolerances are those of the CUDA backend's former per-op tests; the references are reference_ops.h's
-// double-precision loops. Scratch a row needs besides its output (workspaces, the other gradients, the forward's
-// statistics) is allocated on the backend it runs on.
+// dw, db; the weights in our layout and in the filter layout (ConvDesc::filter_ohwi)), inner product (the same, and a
+// bias gradient over 100003 rows, repeatable), max/average pooling (forward, backward; one channel per thread and
+// 16-byte channel vectors), LRN (forward, backward; a window wider than cuDNN's) and batch norm (training y, mean,
+// variance; backward dx, dgamma, dbeta; inference y; CUDA the CPU's bits), channel concatenation and split, the linear
+// algebra at the CUDA backend's former test's shapes (beta 0.5, k 1029), softmax cross-entropy (forward, backward) and
+// the optimizers' updates (w and each slot; CUDA the CPU's bits). The shapes and tolerances are those of the CUDA
+// backend's former per-op tests; the references are reference_ops.h's double-precision loops. Scratch a row needs
+// besides its output (workspaces, the other gradients, the forward's statistics) is allocated on the backend it runs
+// on.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -64,8 +65,29 @@ void add_gradient_rows(std::vector<OpCase>& t, const std::string& at, const std:
   }
 }
 
+// w (KH, KW, C/g, out_c) in the filter layout (out_c, KH, KW, C/g), moved by cast_many's transposing pair.
+Tensor filter_ohwi(Scratch& s, const ConvDesc& d, const Tensor& w) {
+  const Tensor out = s.f32(Shape{d.out_c, d.kh, d.kw, d.c / d.groups});
+  const int64_t rows = d.kh * d.kw * (d.c / d.groups);
+  s.be.cast_many(&out, &w, 1, &rows);
+  return out;
+}
+
+void add_conv_rows(std::vector<OpCase>& t, const ConvDesc& d);
+
 void add_conv_rows(std::vector<OpCase>& t) {
-  for (const ConvDesc& d : table_conv_descs()) {
+  for (const ConvDesc& hwio : table_conv_descs())
+    for (bool ohwi : {false, true}) {
+      ConvDesc d = hwio;
+      d.filter_ohwi = ohwi;
+      add_conv_rows(t, d);
+    }
+}
+
+// One descriptor's rows. With filter_ohwi the rows take w in the usual layout (as the reference does) and hand the
+// backend its transpose: the same results from either layout.
+void add_conv_rows(std::vector<OpCase>& t, const ConvDesc& d) {
+  {
     const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c / d.groups, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
     const Shape bs{d.out_c};
     const std::string at = d.key();
@@ -74,7 +96,10 @@ void add_conv_rows(std::vector<OpCase>& t) {
                ys,
                -1,
                [d](Backend& be, const std::vector<Tensor>& in, const Tensor& out) {
-                 be.conv2d_forward(d, in[0], in[1], d.has_bias ? in[2] : Tensor(), out);
+                 Scratch s{be, {}};
+                 be.conv2d_forward(d, in[0], d.filter_ohwi ? filter_ohwi(s, d, in[1]) : in[1],
+                                   d.has_bias ? in[2] : Tensor(), out);
+                 be.synchronize();  // the scratch goes at the end of this scope
                },
                [d](const Inputs& x) {
                  return ref::conv2d_forward(d, widen(x[0]), widen(x[1]), d.has_bias ? widen(x[2]) : Vec{});
@@ -85,7 +110,9 @@ void add_conv_rows(std::vector<OpCase>& t) {
     add_gradient_rows(
         t, at, {xs, ws, ys}, {xs, ws, bs}, d.has_bias,
         [d](Backend& be, const std::vector<Tensor>& in, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-          be.conv2d_backward(d, in[0], in[1], in[2], dx, dw, db);
+          Scratch s{be, {}};
+          be.conv2d_backward(d, in[0], d.filter_ohwi ? filter_ohwi(s, d, in[1]) : in[1], in[2], dx, dw, db);
+          be.synchronize();
         },
         [d](const Inputs& x) {
           std::array<Vec, 3> g;

@@ -235,9 +235,15 @@ class Backend {
   void cast(const Tensor& dst, const Tensor& src);
   // cast() for `count` pairs (dst[k] = src[k] converted, the same bits as one cast() each), in as few launches as
   // the backend can: the per-step half copy of a net's weights (CUDA: one launch per kCastTable pairs of one dtype
-  // pair instead of one per tensor). count 0 does nothing.
+  // pair instead of one per tensor). count 0 does nothing. transpose_rows (or null: none): where
+  // transpose_rows[k] > 0, src[k] is read as a (rows x n/rows) matrix and written transposed, (n/rows x rows), in
+  // the same pass (a convolution's (KH*KW*C/g) x out_c weights into the (out_c, KH, KW, C/g) filter layout; the
+  // same dtype too); rows must divide the element count.
   static constexpr int kCastTable = 64;
-  void cast_many(const Tensor* dst, const Tensor* src, int count);
+  void cast_many(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows = nullptr);
+  // Whether this backend's convolutions read (out_c, KH, KW, C/groups) weights without a transpose
+  // (ConvDesc::filter_ohwi; CUDA: cuDNN's NHWC filter layout). Every backend accepts both layouts.
+  virtual bool conv2d_filter_ohwi() const { return false; }
   // dst (F32, src's element count) = float(src) * scale, src F32/F16/BF16 (a gradient computed on a scaled
   // loss, unscaled to fp32). found (I32 (1)) is set to 1 when any product is not finite; never cleared here
   // (the caller zeroes it once per step, so one flag covers all the step's tensors). Nothing synchronizes.
@@ -434,9 +440,13 @@ class Backend {
   virtual void upload_async_impl(const Tensor& dst, const Tensor& src, uint64_t after, uint64_t ticket) = 0;
   virtual void download_async_impl(const Tensor& dst, const Tensor& src, uint64_t ticket) = 0;
   virtual void wait_transfer_impl(uint64_t ticket) = 0;
-  // cast_many's pairs, each checked by the front: one cast_impl each unless a backend batches them.
-  virtual void cast_many_impl(const Tensor* dst, const Tensor* src, int count) {
-    for (int k = 0; k < count; ++k) cast_impl(dst[k], src[k]);
+  // cast_many's pairs, each checked by the front: one cast_impl each unless a backend batches them; a backend
+  // that transposes (CPU, CUDA) overrides it.
+  virtual void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) {
+    for (int k = 0; k < count; ++k) {
+      TG_CHECK(!transpose_rows || transpose_rows[k] == 0, "cast_many: the {} backend does not transpose", name());
+      cast_impl(dst[k], src[k]);
+    }
   }
   // ternary_scaler_many's items, each checked by the front: one ternary_scaler_impl each unless a backend batches
   // them.

@@ -76,6 +76,9 @@ struct LayerIO {
   // forward writes max(output, 0) into out[0] and the backward's dout[0] is the ReLU output's gradient.
   // recompute() is unaffected (the ReLU recomputes its own output).
   bool relu_fused = false;
+  // params[0] is a convolution filter in the (out_c, KH, KW, C/g) layout (Layer::param_is_filter; the net's
+  // per-step half copy, transposed in the cast for a backend whose conv2d_filter_ohwi() is true).
+  bool filter_ohwi = false;
 };
 
 // The backend op a layer runs, with every setting, as setup() built it: what an exporter (ONNX) needs to rebuild
@@ -102,6 +105,9 @@ class Layer {
   // Whether the layer reads its parameters (and writes their gradients) in the compute dtype: the per-step half
   // copy of conv/FC weights. Other layers' parameters (batch norm's gamma, beta) stay f32.
   virtual bool params_in_compute_dtype() const { return false; }
+  // Whether parameter p is a convolution filter (KH, KW, C/g, out_c) that the layer also takes in the
+  // (out_c, KH, KW, C/g) layout when LayerIO::filter_ohwi says so.
+  virtual bool param_is_filter(int /*p*/) const { return false; }
   // The op and its settings after setup() (see LayerOp).
   virtual LayerOp op() const { return {}; }
 

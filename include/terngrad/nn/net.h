@@ -126,6 +126,12 @@ class Net {
   // two). fused_relus(): how many ReLUs the plan fused.
   void set_fuse_relu(bool on);
   int fused_relus() const;
+  // The layout of the convolutions' per-step half copy (mixed precision; before bind): by default the backend's
+  // (Backend::conv2d_filter_ohwi(): CUDA's cast transposes each filter once a step and the convolutions skip
+  // their per-call transposes); on or off to force it (tests: the same bits either way). f32 weights are the
+  // masters themselves, always in their own layout.
+  void set_conv_filter_ohwi(bool on) { filter_ohwi_ = on ? 1 : 0; }
+  int filters_transposed() const;
 
   // Infers every shape for batch size `batch` and plans the step's memory, allocating nothing: the memory report
   // is then ready. Errors name the layer and the shape (e.g. a spatial size reaching 0).
@@ -299,6 +305,7 @@ class Net {
   char* arena_base_ = nullptr;  // taken at bind()
   bool poison_ = false;
   bool fuse_relu_ = true;
+  int filter_ohwi_ = -1;  // -1: the backend's choice
   MemoryReport report_;
   Slab grads_;
   // Mixed precision: the compute dtype, the half copies of conv/FC parameters and their gradients (C), the
@@ -307,6 +314,7 @@ class Net {
   Slab half_params_, half_grads_, precision_;
   // The half copies and their masters, cast at every forward in one cast_many (one launch per 64 on a GPU); bind().
   std::vector<Tensor> cast_halves_, cast_masters_;
+  std::vector<int64_t> cast_rows_;    // per cast pair: rows of a transposed filter, 0 for a plain cast
   int images_f32_ = -1, found_ = -1;  // entries in precision_
   Tensor shared_found_;               // share_overflow_flag's flag (undefined: precision_'s own)
   bool checked_ = false;              // the last backward ran unscale_and_check

@@ -92,6 +92,8 @@ class CpuBackend final : public Backend {
 #define TG_DECLARE_IMPL(ret, name, params) ret name params override;
   TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
 #undef TG_DECLARE_IMPL
+  // cast_impl per pair; a transposing pair casts, then moves the elements (cpu_precision.cc).
+  void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) override;
 
   int threads() const { return threads_; }
 

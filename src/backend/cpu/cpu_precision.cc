@@ -2,6 +2,8 @@
 // dnnl::get_effective_cpu_isa reports it, so DNNL_MAX_CPU_ISA lowers it as it lowers oneDNN's kernels; fp16
 // compute needs a GPU), and the two conversion ops of the mixed-precision step: cast and unscale_and_check.
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_dtype.h"
@@ -82,6 +84,37 @@ void CpuBackend::cast_impl(const Tensor& dst, const Tensor& src) {
           kGrain);
     });
   });
+}
+
+void CpuBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) {
+  for (int k = 0; k < count; ++k) {
+    const int64_t rows = transpose_rows ? transpose_rows[k] : 0;
+    if (rows == 0) {
+      cast_impl(dst[k], src[k]);
+      continue;
+    }
+    // The converted values in src's order (src itself when the dtypes agree), then each element's bytes to its
+    // transposed place.
+    const int64_t n = src[k].numel(), cols = n / rows;
+    const size_t es = dtype_size(dst[k].dtype());
+    std::vector<unsigned char> converted;
+    const unsigned char* in = static_cast<const unsigned char*>(src[k].raw());
+    if (dst[k].dtype() != src[k].dtype()) {
+      converted.resize(static_cast<size_t>(n) * es);
+      cast_impl(Tensor(converted.data(), src[k].shape(), dst[k].dtype(), Device::cpu()), src[k]);
+      in = converted.data();
+    }
+    auto* out = static_cast<unsigned char*>(dst[k].raw());
+    parallel_for(
+        cols,
+        [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o)
+            for (int64_t r = 0; r < rows; ++r)
+              std::memcpy(out + static_cast<size_t>(o * rows + r) * es, in + static_cast<size_t>(r * cols + o) * es,
+                          es);
+        },
+        1);
+  }
 }
 
 void CpuBackend::unscale_and_check_impl(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {

@@ -113,6 +113,9 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   Device device() const override { return Device::cuda(index_); }
+  // cuDNN's NHWC filters are (out_c, KH, KW, C/g): a net hands them over in that layout (cast_many transposes
+  // once a step) and the convolutions skip their per-call transposes.
+  bool conv2d_filter_ohwi() const override { return true; }
   std::string name() const override { return name_; }
   Allocator& allocator() override { return allocator_; }
   Allocator& staging_allocator() override;  // page-locked host memory (cudaHostAlloc, portable to every device)
@@ -137,7 +140,8 @@ class CudaBackend final : public Backend {
 #define TG_DECLARE_IMPL(ret, name, params) ret name params override;
   TG_BACKEND_IMPLS(TG_DECLARE_IMPL)
 #undef TG_DECLARE_IMPL
-  void cast_many_impl(const Tensor* dst, const Tensor* src, int count) override;  // table launches (cuda_precision.cc)
+  // Table launches, transposing pairs included (cuda_precision.cc).
+  void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) override;
   void ternary_scaler_many_impl(const TernaryScalerItem* items, int count,
                                 float clip_factor) override;  // table launches (cuda_codec.cc)
 

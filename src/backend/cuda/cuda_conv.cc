@@ -4,8 +4,9 @@
 // always with CUDNN_DATA_FLOAT compute, i.e. f32 accumulation); the weights have the activations' dtype.
 //
 // Layouts: our weights are TensorFlow's (KH, KW, Cin/g, Cout); cuDNN's NHWC filter is (Cout, KH, KW, Cin/g)
-// ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout), done per call into the
-// workspace arena (w -> KRSC before use, dW KRSC -> ours after).
+// ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout). With ConvDesc::filter_ohwi the caller
+// hands w over as KRSC (a net's per-step half copy, transposed by cast_many once a step); else w is transposed per
+// call into the workspace arena. dW is computed KRSC and transposed back to ours after.
 // Padding: cuDNN pads symmetrically. TF's SAME puts the odd pixel after (pad_bottom = pad_top + 1), so a
 // desc with unequal pads runs on an explicitly zero-padded copy of x (VALID for cuDNN); its dx is computed
 // on the padded grid and cropped. Symmetric pads go to cuDNN directly.
@@ -354,8 +355,11 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
   ConvEntry& e = conv_entry(*this, d, t);
   void* ws = workspace(e.total);
   const int64_t rows_w = d.kh * d.kw * (d.c / d.groups);
-  void* wk = at(ws, 0);
-  cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
+  const void* wk = w.raw();  // filter_ohwi: already cuDNN's layout
+  if (!d.filter_ohwi) {
+    cuda_kernels::transpose(t, w.raw(), at(ws, 0), rows_w, d.out_c, stream());
+    wk = at(ws, 0);
+  }
   const void* xin = x.raw();
   if (e.explicit_pad) {
     void* xp = at(ws, e.off_xp);
@@ -418,8 +422,11 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
     TG_CHECK(dx.numel() == d.n * d.h * d.w * d.c && w.numel() == rows_w * d.out_c,
              "conv2d_backward {}: dx {} or w {} does not match", d.key(), dx.str(), w.str());
     check_on_device(dx, "conv2d_backward", "dx"), check_on_device(w, "conv2d_backward", "w");
-    void* wk = at(ws, 0);
-    cuda_kernels::transpose(t, w.raw(), wk, rows_w, d.out_c, stream());
+    const void* wk = w.raw();  // filter_ohwi: already cuDNN's layout
+    if (!d.filter_ohwi) {
+      cuda_kernels::transpose(t, w.raw(), at(ws, 0), rows_w, d.out_c, stream());
+      wk = at(ws, 0);
+    }
     void* dxin = e.explicit_pad ? xp : dx.raw();
     e.data_algo.run(e.data_conv, "backward-data", d, options().conv_search, stream(), [&](const auto& c) {
       detail::count_library_launch();

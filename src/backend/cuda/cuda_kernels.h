@@ -37,12 +37,13 @@ void add_bias_rows(DType t, void* y, const void* b, int64_t rows, int64_t cols, 
 // NaN stays NaN); dst_t, src_t in {F32, F16, BF16}; equal dtypes are a copy.
 void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream);
 // Up to kCastTable casts of one dtype pair in one launch (a block row per pair): dst[k] (dst_t, n[k]) = src[k] as
-// cast() converts it.
+// cast() converts it; where rows[k] > 0, src[k] read as (rows x n/rows) and written transposed (equal dtypes too).
 constexpr int kCastTable = 64;
 struct CastTable {
   const void* src[kCastTable];
   void* dst[kCastTable];
   int64_t n[kCastTable];
+  int64_t rows[kCastTable];  // 0: in order
   int count;
 };
 void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t stream);

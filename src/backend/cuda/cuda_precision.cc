@@ -61,9 +61,9 @@ void CudaBackend::cast_impl(const Tensor& dst, const Tensor& src) {
   cuda_kernels::cast(dst.dtype(), dst.raw(), src.dtype(), src.raw(), src.numel(), stream());
 }
 
-// Runs of pairs of one dtype pair (not the same dtype: those are copies) go out as tables of kCastTable pairs, one
-// launch each; anything else one cast each.
-void CudaBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count) {
+// Runs of pairs of one dtype pair (not the same dtype untransposed: those are copies) go out as tables of kCastTable
+// pairs, one launch each; anything else one cast each.
+void CudaBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) {
   static_assert(Backend::kCastTable == cuda_kernels::kCastTable, "one table size");
   CudaDeviceGuard guard(index_);
   cuda_kernels::CastTable table{};
@@ -73,7 +73,8 @@ void CudaBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count
     table.count = 0;
   };
   for (int k = 0; k < count; ++k) {
-    const bool tabled = dst[k].dtype() != src[k].dtype() && dst[k].numel() > 0;
+    const int64_t rows = transpose_rows ? transpose_rows[k] : 0;
+    const bool tabled = (dst[k].dtype() != src[k].dtype() || rows > 0) && dst[k].numel() > 0;
     if (table.count > 0 && (!tabled || dst[k].dtype() != dt || src[k].dtype() != st || table.count == kCastTable))
       flush();
     if (!tabled) {
@@ -84,6 +85,7 @@ void CudaBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count
     table.src[table.count] = src[k].raw();
     table.dst[table.count] = dst[k].raw();
     table.n[table.count] = src[k].numel();
+    table.rows[table.count] = rows;
     ++table.count;
   }
   if (table.count > 0) flush();
