@@ -1,7 +1,8 @@
 // Mixed-precision kernels of the CUDA backend: cast between the compute dtypes (the per-step f16/bf16 copy of
 // the f32 master weights, convolutions' transposed into cuDNN's filter layout in the same pass; activations at the
 // net's ends) and unscale_and_check (a loss-scaled f16/bf16/f32
-// gradient to f32, flagging a non-finite product for the dynamic loss scale). Both convert through f32 with
+// gradient to f32, flagging a non-finite product for the dynamic loss scale; a table form for a layer's gradients,
+// with their weight decay). Both convert through f32 with
 // round to nearest even (src/backend/cuda/cuda_launch.h), 16 bytes per load and store when aligned; launchers in
 // src/backend/cuda/cuda_kernels.h.
 #include <cuda_runtime.h>
@@ -70,6 +71,29 @@ __global__ void unscale_and_check_kernel(int64_t n, const S* __restrict__ src, f
   if (bad) *found = 1;
 }
 
+// The table form: block row y unscales tensor y (its blocks grid-striding over it), then adds its weight decay. The
+// product is rounded on its own (__fmul_rn: never contracted into the decay's add), as unscale_and_check_kernel
+// writes it before axpy_kernel reads it. src may be dst (f32).
+template <typename S>
+__global__ void unscale_table_kernel(UnscaleTable t, float scale, int32_t* found) {
+  const int k = blockIdx.y;
+  const S* src = static_cast<const S*>(t.src[k]);
+  float* dst = t.dst[k];
+  const float* w = t.decayed[k];
+  const float decay = t.decay[k];
+  const int64_t n = t.n[k];
+  bool bad = false;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = __fmul_rn(to_f32(src[i]), scale);
+    bad |= !isfinite(v);
+    float o = v;
+    if (w) o += decay * w[i];
+    dst[i] = o;
+  }
+  if (bad) *found = 1;
+}
+
 }  // namespace
 
 void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream) {
@@ -114,6 +138,19 @@ void unscale_and_check(DType src_t, const void* src, float scale, float* dst, in
     constexpr int N = vec_width<S, float>();
     vector_kernel<N>("unscale_and_check", unscale_and_check_kernel<S, N>, unscale_and_check_kernel<S, 1>,
                      aligned16(src, dst), n, stream, static_cast<const S*>(src), scale, dst, found);
+  });
+}
+
+void unscale_and_check_table(DType src_t, const UnscaleTable& table, float scale, int32_t* found, cudaStream_t stream) {
+  if (table.count <= 0) return;
+  int64_t most = 0;
+  for (int k = 0; k < table.count; ++k) most = table.n[k] > most ? table.n[k] : most;
+  if (most == 0) return;
+  dispatch_float(src_t, "unscale_and_check_table", [&](auto tag) {
+    using S = decltype(tag);
+    const dim3 grid(grid_for(most), static_cast<unsigned>(table.count));
+    unscale_table_kernel<S><<<grid, kThreads, 0, stream>>>(table, scale, found);
+    ::tg::detail::check_launch("unscale_and_check_table", __FILE__, __LINE__);
   });
 }
 

@@ -492,6 +492,76 @@ TEST(BackendPrecision, UnscaleAndCheckSetsTheFlagOnInfOrNanOnly) {
   EXPECT_EQ(found, 0);
 }
 
+// unscale_and_check_many (a layer's gradients at once, their weight decay folded in): the bits of unscale_and_check
+// and then axpy per tensor, the flag set by any tensor's non-finite product; bad items are one-line errors.
+TEST(BackendPrecision, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) {
+  CpuBackend be(2);
+  const int count = 20;
+  std::vector<std::vector<uint16_t>> g(count);
+  std::vector<std::vector<float>> w(count), outs[2];
+  for (int k = 0; k < count; ++k) {
+    const int64_t n = 1 + (k * 977) % 5003;
+    for (int64_t i = 0; i < n; ++i) {
+      g[k].push_back(float_to_bf16(static_cast<float>((i + k) % 97) - 48.f).bits);
+      w[k].push_back(0.01f * static_cast<float>((i * 7 + k) % 31) - 0.15f);
+    }
+  }
+  int32_t found[2] = {0, 0};
+  for (int many = 0; many < 2; ++many) {
+    outs[many].assign(count, {});
+    std::vector<UnscaleItem> items;
+    for (int k = 0; k < count; ++k) {
+      const int64_t n = static_cast<int64_t>(g[k].size());
+      outs[many][k].assign(n, 0.f);
+      items.push_back({Tensor(g[k].data(), Shape{n}, DType::kBf16, Device::cpu()),
+                       Tensor(outs[many][k].data(), Shape{n}, DType::kF32, Device::cpu()),
+                       k % 3 == 0 ? Tensor() : Tensor(w[k].data(), Shape{n}, DType::kF32, Device::cpu()),
+                       k % 3 == 0 ? 0.f : 4e-4f});
+    }
+    Tensor tf(&found[many], Shape{1}, DType::kI32, Device::cpu());
+    if (many) {
+      be.unscale_and_check_many(items.data(), count, 0.25f, tf);
+    } else {
+      for (const UnscaleItem& it : items) {
+        be.unscale_and_check(it.src, 0.25f, it.dst, tf);
+        if (it.decayed) be.axpy(it.decay, it.decayed, it.dst);
+      }
+    }
+  }
+  EXPECT_EQ(found[0], 0);
+  EXPECT_EQ(found[1], 0);
+  for (int k = 0; k < count; ++k) {
+    ASSERT_EQ(0, std::memcmp(outs[0][k].data(), outs[1][k].data(), outs[0][k].size() * sizeof(float))) << k;
+    for (size_t i = 0; i < g[k].size(); i += 101) {
+      const double want = (static_cast<double>((i + k) % 97) - 48.0) * 0.25 + (k % 3 == 0 ? 0.0 : 4e-4 * w[k][i]);
+      EXPECT_NEAR(outs[1][k][i], want, 1e-5) << "tensor " << k << " element " << i;
+    }
+  }
+  // One overflowing tensor among them sets the flag.
+  g[7][3] = 0x7f7f;  // bf16's largest finite value: times 2 overflows
+  std::vector<UnscaleItem> items;
+  for (int k = 0; k < count; ++k) {
+    const int64_t n = static_cast<int64_t>(g[k].size());
+    items.push_back({Tensor(g[k].data(), Shape{n}, DType::kBf16, Device::cpu()),
+                     Tensor(outs[0][k].data(), Shape{n}, DType::kF32, Device::cpu()), Tensor(), 0.f});
+  }
+  int32_t flag = 0;
+  const Tensor tf(&flag, Shape{1}, DType::kI32, Device::cpu());
+  be.unscale_and_check_many(items.data(), count, 2.f, tf);
+  EXPECT_EQ(flag, 1);
+  // Bad items: a decayed parameter overlapping dst, of another dtype, a non-finite decay.
+  const int64_t n0 = static_cast<int64_t>(g[0].size());
+  UnscaleItem bad = items[0];
+  bad.decayed = bad.dst, bad.decay = 1e-4f;
+  EXPECT_THROW(be.unscale_and_check_many(&bad, 1, 1.f, tf), Error);
+  bad.decayed = Tensor(g[0].data(), Shape{n0}, DType::kBf16, Device::cpu());
+  EXPECT_THROW(be.unscale_and_check_many(&bad, 1, 1.f, tf), Error);
+  bad.decayed = Tensor(w[0].data(), Shape{n0}, DType::kF32, Device::cpu()), bad.decay = NAN;
+  EXPECT_THROW(be.unscale_and_check_many(&bad, 1, 1.f, tf), Error);
+  bad.decay = 1e-4f;
+  EXPECT_NO_THROW(be.unscale_and_check_many(&bad, 1, 1.f, tf));
+}
+
 // The dtype rules of the front: mixed activation dtypes, a bf16 batch-norm statistic, f32-only ops given bf16.
 TEST(BackendPrecision, FrontRefusesMixedOrMisplacedDtypes) {
   CpuBackend be(1);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,57 @@ TEST_F(CudaMixedPrecisionTest, UnscaleAndCheckFlagsNonFiniteProductsAndNeverClea
     found.write(std::vector<int32_t>{0});
     gpu().unscale_and_check(g.g.t, scale, out.t, found.t);
     EXPECT_EQ(found.read<int32_t>()[0], 1) << name_of(t) << ": NaN not flagged";
+  }
+}
+
+// The table form (one launch per 16 items of one src dtype, weight decay folded in): the bits of unscale_and_check and
+// axpy one tensor at a time on the GPU, a run of f32 items in between (a second table), the flag from any tensor.
+TEST_F(CudaMixedPrecisionTest, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) {
+  for (DType t : dtypes()) {
+    const int count = 40;
+    std::vector<std::unique_ptr<Mixed>> halves;
+    std::vector<std::unique_ptr<Mem>> f32s, w, out[2];
+    std::vector<Tensor> g;
+    for (int k = 0; k < count; ++k) {
+      const int64_t n = 1 + (k * 977) % 70001;
+      if (k >= 20 && k < 25) {  // f32 gradients (batch norm's): another src dtype, another table
+        f32s.push_back(std::make_unique<Mem>(gpu(), Shape{n}, DType::kF32));
+        f32s.back()->write(random_floats(n, 40 + k, -4.f, 4.f));
+        g.push_back(f32s.back()->t);
+      } else {
+        halves.push_back(std::make_unique<Mixed>(t, Shape{n}));
+        halves.back()->set(random_floats(n, 40 + k, -4.f, 4.f));
+        g.push_back(halves.back()->g.t);
+      }
+      w.push_back(std::make_unique<Mem>(gpu(), Shape{n}, DType::kF32));
+      w.back()->write(random_floats(n, 90 + k, -0.5f, 0.5f));
+      for (auto& o : out) o.push_back(std::make_unique<Mem>(gpu(), Shape{n}, DType::kF32));
+    }
+    Mem found(gpu(), Shape{2}, DType::kI32);
+    found.write(std::vector<int32_t>{0, 0});
+    const float scale = 1.f / 1024.f;
+    for (int many = 0; many < 2; ++many) {
+      const Tensor flag = found.t.slice0(many, many + 1);
+      std::vector<UnscaleItem> items;
+      for (int k = 0; k < count; ++k)
+        items.push_back({g[k], out[many][k]->t, k % 3 == 0 ? Tensor() : w[k]->t, k % 3 == 0 ? 0.f : 4e-4f});
+      if (many) {
+        gpu().unscale_and_check_many(items.data(), count, scale, flag);
+      } else {
+        for (const UnscaleItem& it : items) {
+          gpu().unscale_and_check(it.src, scale, it.dst, flag);
+          if (it.decayed) gpu().axpy(it.decay, it.decayed, it.dst);
+        }
+      }
+    }
+    for (int k = 0; k < count; ++k)
+      ASSERT_EQ(out[0][k]->read<float>(), out[1][k]->read<float>()) << name_of(t) << " tensor " << k;
+    EXPECT_EQ(found.read<int32_t>(), (std::vector<int32_t>{0, 0})) << name_of(t);
+    // An overflowing product in one tensor sets the flag.
+    std::vector<UnscaleItem> items;
+    for (int k = 0; k < count; ++k) items.push_back({g[k], out[1][k]->t, Tensor(), 0.f});
+    gpu().unscale_and_check_many(items.data(), count, 3e38f, found.t.slice0(0, 1));
+    EXPECT_EQ(found.read<int32_t>()[0], 1) << name_of(t) << ": overflow not flagged";
   }
 }
 

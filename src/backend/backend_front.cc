@@ -185,17 +185,43 @@ void Backend::cast_many(const Tensor* dst, const Tensor* src, int count, const i
   cast_many_impl(dst, src, count, transpose_rows);
 }
 
-void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
-  on_device(*this, src, "unscale_and_check", "src");
-  on_device(*this, dst, "unscale_and_check", "dst");
-  on_device(*this, found, "unscale_and_check", "found");
-  same_compute(src, src, "unscale_and_check", "src");
-  TG_CHECK(dst.defined(), "unscale_and_check: dst is undefined");
-  f32_like(src, dst, "unscale_and_check", "dst");
+namespace {
+// One unscale's tensors: src (a compute dtype), dst (f32 like src), found (i32 (1)), a finite scale.
+void unscale_args(const Backend& be, const Tensor& src, float scale, const Tensor& dst, const Tensor& found,
+                  const char* op) {
+  on_device(be, src, op, "src");
+  on_device(be, dst, op, "dst");
+  on_device(be, found, op, "found");
+  same_compute(src, src, op, "src");
+  TG_CHECK(dst.defined(), "{}: dst is undefined", op);
+  f32_like(src, dst, op, "dst");
   TG_CHECK(found.defined() && found.dtype() == DType::kI32 && found.numel() == 1,
-           "unscale_and_check: found {} must be i32 with 1 element", found.str());
-  TG_CHECK(std::isfinite(scale), "unscale_and_check: scale {} is not finite", scale);
+           "{}: found {} must be i32 with 1 element", op, found.str());
+  TG_CHECK(std::isfinite(scale), "{}: scale {} is not finite", op, scale);
+}
+}  // namespace
+
+void Backend::unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found) {
+  unscale_args(*this, src, scale, dst, found, "unscale_and_check");
   unscale_and_check_impl(src, scale, dst, found);
+}
+
+void Backend::unscale_and_check_many(const UnscaleItem* items, int count, float scale, const Tensor& found) {
+  const char* op = "unscale_and_check_many";
+  TG_CHECK(count >= 0 && (count == 0 || items != nullptr), "{}: {} tensors", op, count);
+  for (int k = 0; k < count; ++k) {
+    const UnscaleItem& it = items[k];
+    unscale_args(*this, it.src, scale, it.dst, found, op);
+    if (!it.decayed) continue;
+    on_device(*this, it.decayed, op, "decayed parameter");
+    f32_like(it.dst, it.decayed, op, "decayed parameter");
+    TG_CHECK(std::isfinite(it.decay), "{}: the weight decay {} of tensor {} is not finite", op, it.decay, k);
+    const char *d = static_cast<const char*>(it.dst.raw()), *w = static_cast<const char*>(it.decayed.raw());
+    const size_t bytes = 4 * static_cast<size_t>(it.dst.numel());
+    TG_CHECK(it.dst.numel() == 0 || w + bytes <= d || d + bytes <= w, "{}: the decayed parameter {} overlaps dst {}",
+             op, it.decayed.str(), it.dst.str());
+  }
+  unscale_and_check_many_impl(items, count, scale, found);
 }
 
 void Backend::zero(const Tensor& dst) {

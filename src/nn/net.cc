@@ -368,13 +368,23 @@ void Net::backward(GradientListener* listener, float loss_scale) {
         be.add(sum, buffer_view(part, t.shape, t.dtype), sum);
       }
     }
-    if (checked_)
+    // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now: with the unscale (one
+    // call for the layer's gradients, a GPU's one launch) or on its own.
+    if (checked_) {
+      unscale_items_.clear();
       for (size_t p = 0; p < node.params.size(); ++p)
-        be.unscale_and_check(node.io.dparams[p], 1.f / loss_scale, grads_.view(node.first_param + static_cast<int>(p)),
-                             found);
-    // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now
-    if (backward_decays_)
+        unscale_items_.push_back(
+            {node.io.dparams[p], grads_.view(node.first_param + static_cast<int>(p)), Tensor(), 0.f});
+      if (backward_decays_)
+        for (int k : node.decayed) {
+          UnscaleItem& it = unscale_items_[static_cast<size_t>(decayed_[k].index - node.first_param)];
+          it.decayed = decayed_[k].param, it.decay = decayed_[k].weight_decay;
+        }
+      be.unscale_and_check_many(unscale_items_.data(), static_cast<int>(unscale_items_.size()), 1.f / loss_scale,
+                                found);
+    } else if (backward_decays_) {
       for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
+    }
     if (timed) record_layer(node, "layer_backward", begin);
     poison_dead(backward_slot(i));
     if (listener) listener->gradients_ready(node.first_param);

@@ -67,6 +67,14 @@ struct TernaryEncodeItem {
   int64_t bucket = 0;  // elements per scaler (ternary_math.h); 0: one scaler for the tensor
 };
 
+// One tensor of Backend::unscale_and_check_many: the scaled gradient, its f32 destination, and the optional
+// weight-decayed parameter (f32 like dst, other memory) with its coefficient.
+struct UnscaleItem {
+  Tensor src, dst;
+  Tensor decayed;
+  float decay = 0.f;
+};
+
 // One tensor of Backend::ternary_scaler_many: ternary_scaler's arguments (the gradient, its scalers, an optional
 // residual and weight-decayed parameter with its coefficient, the elements per scaler).
 struct TernaryScalerItem {
@@ -249,6 +257,12 @@ class Backend {
   // (the caller zeroes it once per step, so one flag covers all the step's tensors). Nothing synchronizes.
   // dst may be src when src is F32.
   void unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found);
+  // unscale_and_check of `count` tensors (items: an array the caller owns) with one scale and flag, each followed by
+  // its weight decay where `decayed` is given (dst += decay * decayed: axpy's bits; the check is on the unscaled
+  // gradient alone): a layer's parameter gradients at once (CUDA: one launch per run of items with one src dtype,
+  // up to kUnscaleTable of them, instead of one per tensor and one per decay).
+  static constexpr int kUnscaleTable = 16;
+  void unscale_and_check_many(const UnscaleItem* items, int count, float scale, const Tensor& found);
 
   // ---- element-wise -----------------------------------------------------------------------------------
   // add, relu and dropout take any compute dtype (one per call); axpy and scale are f32.
@@ -446,6 +460,14 @@ class Backend {
     for (int k = 0; k < count; ++k) {
       TG_CHECK(!transpose_rows || transpose_rows[k] == 0, "cast_many: the {} backend does not transpose", name());
       cast_impl(dst[k], src[k]);
+    }
+  }
+  // unscale_and_check_many's items, each checked by the front: unscale_and_check_impl and axpy_impl each unless a
+  // backend batches them.
+  virtual void unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale, const Tensor& found) {
+    for (int k = 0; k < count; ++k) {
+      unscale_and_check_impl(items[k].src, scale, items[k].dst, found);
+      if (items[k].decayed) axpy_impl(items[k].decay, items[k].decayed, items[k].dst);
     }
   }
   // ternary_scaler_many's items, each checked by the front: one ternary_scaler_impl each unless a backend batches

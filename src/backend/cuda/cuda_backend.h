@@ -142,6 +142,8 @@ class CudaBackend final : public Backend {
 #undef TG_DECLARE_IMPL
   // Table launches, transposing pairs included (cuda_precision.cc).
   void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) override;
+  void unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale,
+                                   const Tensor& found) override;  // table launches (cuda_precision.cc)
   void ternary_scaler_many_impl(const TernaryScalerItem* items, int count,
                                 float clip_factor) override;  // table launches (cuda_codec.cc)
 

@@ -50,6 +50,18 @@ void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t s
 // dst (f32, n) = f32(src[i]) * scale; *found = 1 when any product is not finite (never cleared here).
 void unscale_and_check(DType src_t, const void* src, float scale, float* dst, int32_t* found, int64_t n,
                        cudaStream_t stream);
+// unscale_and_check of up to kUnscaleTable tensors of one src dtype in one launch (a block row per tensor), each
+// followed by dst[i] += decay * decayed[i] where decayed is not null (axpy's arithmetic).
+constexpr int kUnscaleTable = 16;
+struct UnscaleTable {
+  const void* src[kUnscaleTable];
+  float* dst[kUnscaleTable];
+  const float* decayed[kUnscaleTable];  // or null
+  float decay[kUnscaleTable];
+  int64_t n[kUnscaleTable];
+  int count;
+};
+void unscale_and_check_table(DType src_t, const UnscaleTable& table, float scale, int32_t* found, cudaStream_t stream);
 
 // ---- kernels/layout_kernels.cu --------------------------------------------------------------------------
 // dst (cols, rows) = transpose of src (rows, cols)

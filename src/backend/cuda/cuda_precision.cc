@@ -104,4 +104,30 @@ void CudaBackend::unscale_and_check_impl(const Tensor& src, float scale, const T
                                   stream());
 }
 
+// Runs of items of one src dtype go out as tables of kUnscaleTable items, one launch each (decays included).
+void CudaBackend::unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale, const Tensor& found) {
+  static_assert(Backend::kUnscaleTable == cuda_kernels::kUnscaleTable, "one table size");
+  CudaDeviceGuard guard(index_);
+  cuda_kernels::UnscaleTable table{};
+  DType st = DType::kF32;
+  auto flush = [&] {
+    cuda_kernels::unscale_and_check_table(st, table, scale, found.data<int32_t>(), stream());
+    table.count = 0;
+  };
+  for (int k = 0; k < count; ++k) {
+    const UnscaleItem& it = items[k];
+    if (it.src.numel() == 0) continue;
+    compute_dtype("unscale_and_check_many", it.src, {});
+    if (table.count > 0 && (it.src.dtype() != st || table.count == cuda_kernels::kUnscaleTable)) flush();
+    st = it.src.dtype();
+    table.src[table.count] = it.src.raw();
+    table.dst[table.count] = it.dst.data<float>();
+    table.decayed[table.count] = it.decayed ? it.decayed.data<float>() : nullptr;
+    table.decay[table.count] = it.decayed ? it.decay : 0.f;
+    table.n[table.count] = it.src.numel();
+    ++table.count;
+  }
+  if (table.count > 0) flush();
+}
+
 }  // namespace tg
