@@ -659,11 +659,12 @@ std::vector<ConvDesc> table_conv_descs() {
     bool bias;
   };
   const ConvCase cases[] = {
-      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},     // symmetric padding: cuDNN pads
-      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},   // odd pixel after: explicit padding
-      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false},  // ResNet stem shape, asymmetric
-      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},    // groups
-      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},    // 1x1
+      {2, 9, 9, 3, 3, 8, 1, Padding::kSame, 1, true},      // symmetric padding: cuDNN pads
+      {3, 10, 11, 4, 3, 6, 2, Padding::kSame, 1, true},    // odd pixel after: CUDA's output shift
+      {2, 14, 14, 3, 7, 5, 2, Padding::kSame, 1, false},   // ResNet stem shape, asymmetric: CUDA's output shift
+      {2, 14, 14, 3, 7, 64, 2, Padding::kSame, 1, false},  // the same, 64 outputs: CUDA's input copy
+      {2, 8, 9, 4, 5, 4, 2, Padding::kValid, 2, true},     // groups
+      {1, 6, 6, 8, 1, 16, 1, Padding::kSame, 1, true},     // 1x1
   };
   std::vector<ConvDesc> out;
   for (const ConvCase& c : cases)

@@ -7,9 +7,8 @@
 // ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout). With ConvDesc::filter_ohwi the caller
 // hands w over as KRSC (a net's per-step half copy, transposed by cast_many once a step); else w is transposed per
 // call into the workspace arena. dW is computed KRSC and transposed back to ours after.
-// Padding: cuDNN pads symmetrically. TF's SAME puts the odd pixel after (pad_bottom = pad_top + 1), so a
-// desc with unequal pads runs on an explicitly zero-padded copy of x (VALID for cuDNN); its dx is computed
-// on the padded grid and cropped. Symmetric pads go to cuDNN directly.
+// Padding: cuDNN pads symmetrically; unequal pads (TF's SAME) run as an output shift or on an input copy, whichever
+// moves fewer elements (src/backend/conv_padding.h).
 // Algorithms: per direction, the heuristics' list is filtered once (scratch within kMaxAlgoWorkspace; with
 // BackendOptions::deterministic only CUDNN_DETERMINISTIC ones, which excludes the atomics-based backward
 // algorithms; for f32 data without allow_tf32 no tensor-op candidates) and kept in the heuristics' order. For
@@ -23,13 +22,15 @@
 // kSearchRuns calls between two CUDA events on the stream; the calls overwrite their output, beta = 0) and keeps the
 // fastest: an algorithm search by measurement over the same filtered list, once per descriptor and direction.
 //
-// Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx][cuDNN scratch] (elements of the dtype).
+// Workspace arena layout per call: [w KRSC][dw KRSC][padded x / dx, or y' / dy'][cuDNN scratch] (elements of the
+// dtype).
 // The cache key holds the descriptor's numbers and the dtype.
 #include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
 
+#include "src/backend/conv_padding.h"
 #include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/cuda/cuda_kernels.h"
 #include "terngrad/backend/cuda_check.h"
@@ -217,13 +218,16 @@ struct AlgoChoice {
 };
 
 struct ConvEntry : CudaBackend::CachedOp {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;  // x: the (possibly padded) input cuDNN sees
+  // x: the input cuDNN sees (the padded copy for kInputCopy); y: the output it writes (y' for kOutputShift)
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t fwd_conv = nullptr, data_conv = nullptr, filter_conv = nullptr;
   AlgoChoice<cudnnConvolutionFwdAlgo_t> fwd_algo;
   AlgoChoice<cudnnConvolutionBwdDataAlgo_t> data_algo;
   AlgoChoice<cudnnConvolutionBwdFilterAlgo_t> filter_algo;
-  bool explicit_pad = false;
+  ConvPadPlan pad;  // how the padding reaches cuDNN (conv_padding.h)
+  bool copies_input() const { return pad.mode == ConvPadMode::kInputCopy; }
+  bool shifts_output() const { return pad.mode == ConvPadMode::kOutputShift; }
   size_t filter_bytes = 0, padded_bytes = 0;
   size_t off_dw = 0, off_xp = 0, off_scratch = 0, total = 0;
 
@@ -240,10 +244,10 @@ struct ConvEntry : CudaBackend::CachedOp {
 // Math for the heuristics' query: tensor-op for f16/bf16; for f32 data CUDNN_DEFAULT_MATH when TF32 is allowed
 // (on sm_80+ it permits TF32 tensor cores, so the query can offer those algorithms), else FMA (plain fp32). Each
 // candidate's own math type is set on the descriptor after the query (AlgoChoice::fill, run).
-cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, bool explicit_pad, bool half, bool allow_tf32) {
+cudnnConvolutionDescriptor_t make_conv(const ConvDesc& d, int64_t pad_h, int64_t pad_w, bool half, bool allow_tf32) {
   cudnnConvolutionDescriptor_t conv;
   TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-  const int ph = explicit_pad ? 0 : as_int(d.pad_top, d), pw = explicit_pad ? 0 : as_int(d.pad_left, d);
+  const int ph = as_int(pad_h, d), pw = as_int(pad_w, d);
   TG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, ph, pw, as_int(d.stride_h, d), as_int(d.stride_w, d), 1, 1,
                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(d.groups, d)));
@@ -257,29 +261,31 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
   TG_CHECK(d.groups >= 1 && d.c % d.groups == 0 && d.out_c % d.groups == 0 && d.out_h > 0 && d.out_w > 0,
            "conv {}: inconsistent descriptor", d.key());
   auto e = std::make_unique<ConvEntry>();
-  e->explicit_pad = d.pad_top != d.pad_bottom || d.pad_left != d.pad_right;
-  const int64_t hx = e->explicit_pad ? d.h + d.pad_top + d.pad_bottom : d.h;
-  const int64_t wx = e->explicit_pad ? d.w + d.pad_left + d.pad_right : d.w;
+  e->pad = plan_conv_padding(d);
+  const bool copy_in = e->copies_input();
+  const int64_t hx = copy_in ? d.h + d.pad_top + d.pad_bottom : d.h;
+  const int64_t wx = copy_in ? d.w + d.pad_left + d.pad_right : d.w;
+  const int64_t hy = e->pad.out_h(), wy = e->pad.out_w();
   TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
   const cudnnDataType_t ct = cudnn_type(t);
   TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NHWC, ct, as_int(d.n, d), as_int(d.c, d), as_int(hx, d),
                                             as_int(wx, d)));
   TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
   TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NHWC, ct, as_int(d.n, d), as_int(d.out_c, d),
-                                            as_int(d.out_h, d), as_int(d.out_w, d)));
+                                            as_int(hy, d), as_int(wy, d)));
   TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
   TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, ct, CUDNN_TENSOR_NHWC, as_int(d.out_c, d), as_int(d.c / d.groups, d),
                                             as_int(d.kh, d), as_int(d.kw, d)));
   const bool half = t != DType::kF32;
-  e->fwd_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
-  e->data_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
-  e->filter_conv = make_conv(d, e->explicit_pad, half, be.options().allow_tf32);
+  e->fwd_conv = make_conv(d, e->pad.h.pad, e->pad.w.pad, half, be.options().allow_tf32);
+  e->data_conv = make_conv(d, e->pad.h.pad, e->pad.w.pad, half, be.options().allow_tf32);
+  e->filter_conv = make_conv(d, e->pad.h.pad, e->pad.w.pad, half, be.options().allow_tf32);
 
   int on = 0, oc = 0, oh = 0, ow = 0;
   TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_conv, e->x, e->w, &on, &oc, &oh, &ow));
-  TG_CHECK(on == d.n && oc == d.out_c && oh == d.out_h && ow == d.out_w,
-           "conv {}: cuDNN computes output {}x{}x{}x{}, the descriptor says {}x{}x{}x{}", d.key(), on, oh, ow, oc, d.n,
-           d.out_h, d.out_w, d.out_c);
+  TG_CHECK(on == d.n && oc == d.out_c && oh == hy && ow == wy,
+           "conv {}: cuDNN computes output {}x{}x{}x{}, expected {}x{}x{}x{}", d.key(), on, oh, ow, oc, d.n, hy, wy,
+           d.out_c);
 
   cudnnHandle_t h = be.cudnn();
   const BackendOptions& o = be.options();
@@ -314,7 +320,9 @@ ConvEntry* make_entry(CudaBackend& be, const ConvDesc& d, DType t) {
 
   const size_t es = dtype_size(t);
   e->filter_bytes = static_cast<size_t>(d.kh * d.kw * (d.c / d.groups) * d.out_c) * es;
-  e->padded_bytes = e->explicit_pad ? static_cast<size_t>(d.n * hx * wx * d.c) * es : 0;
+  e->padded_bytes = copy_in              ? static_cast<size_t>(d.n * hx * wx * d.c) * es
+                    : e->shifts_output() ? static_cast<size_t>(d.n * hy * wy * d.out_c) * es
+                                         : 0;
   e->off_dw = align256(e->filter_bytes);
   e->off_xp = e->off_dw + align256(e->filter_bytes);
   e->off_scratch = e->off_xp + align256(e->padded_bytes);
@@ -361,17 +369,22 @@ void CudaBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const 
     wk = at(ws, 0);
   }
   const void* xin = x.raw();
-  if (e.explicit_pad) {
+  if (e.copies_input()) {
     void* xp = at(ws, e.off_xp);
     cuda_kernels::pad_nhwc(t, xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right, stream());
     xin = xp;
   }
+  const bool shift = e.shifts_output();
+  void* yout = shift ? at(ws, e.off_xp) : y.raw();  // y' first, ours cropped from it
   const float one = 1.f, beta0 = 0.f;
   e.fwd_algo.run(e.fwd_conv, "forward", d, options().conv_search, stream(), [&](const auto& c) {
     detail::count_library_launch();
     return cudnnConvolutionForward(cudnn(), &one, e.x, xin, e.w, wk, e.fwd_conv, c.algo, at(ws, e.off_scratch),
-                                   c.workspace, &beta0, e.y, y.raw());
+                                   c.workspace, &beta0, e.y, yout);
   });
+  if (shift)
+    cuda_kernels::crop_nhwc(t, yout, y.raw(), d.n, d.out_h, d.out_w, d.out_c, e.pad.h.before, e.pad.h.after,
+                            e.pad.w.before, e.pad.w.after, stream());
   if (d.has_bias) cuda_kernels::add_bias_rows(t, y.raw(), b.raw(), d.n * d.out_h * d.out_w, d.out_c, stream());
 }
 
@@ -400,12 +413,18 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
   void* ws = workspace(e.total);
   const float one = 1.f, beta0 = 0.f;
   void* xp = at(ws, e.off_xp);
+  const void* dyin = dy.raw();
+  if (e.shifts_output()) {  // dy' (zeros where y' has outputs we drop), for both calls
+    cuda_kernels::pad_nhwc(t, dy.raw(), xp, d.n, d.out_h, d.out_w, d.out_c, e.pad.h.before, e.pad.h.after,
+                           e.pad.w.before, e.pad.w.after, stream());
+    dyin = xp;
+  }
   if (dw) {  // first: it reads the padded x that dx's computation then overwrites
     TG_CHECK(dw.numel() == rows_w * d.out_c && x.numel() == d.n * d.h * d.w * d.c,
              "conv2d_backward {}: dw {} or x {} does not match", d.key(), dw.str(), x.str());
     check_on_device(dw, "conv2d_backward", "dw"), check_on_device(x, "conv2d_backward", "x");
     const void* xin = x.raw();
-    if (e.explicit_pad) {
+    if (e.copies_input()) {
       cuda_kernels::pad_nhwc(t, xin, xp, d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
                              stream());
       xin = xp;
@@ -413,7 +432,7 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
     void* dwk = at(ws, e.off_dw);
     e.filter_algo.run(e.filter_conv, "backward-filter", d, options().conv_search, stream(), [&](const auto& c) {
       detail::count_library_launch();
-      return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dy.raw(), e.filter_conv, c.algo,
+      return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dyin, e.filter_conv, c.algo,
                                             at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
     });
     cuda_kernels::transpose(t, dwk, dw.raw(), d.out_c, rows_w, stream());
@@ -427,13 +446,13 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
       cuda_kernels::transpose(t, w.raw(), at(ws, 0), rows_w, d.out_c, stream());
       wk = at(ws, 0);
     }
-    void* dxin = e.explicit_pad ? xp : dx.raw();
+    void* dxin = e.copies_input() ? xp : dx.raw();
     e.data_algo.run(e.data_conv, "backward-data", d, options().conv_search, stream(), [&](const auto& c) {
       detail::count_library_launch();
-      return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dy.raw(), e.data_conv, c.algo,
-                                          at(ws, e.off_scratch), c.workspace, &beta0, e.x, dxin);
+      return cudnnConvolutionBackwardData(cudnn(), &one, e.w, wk, e.y, dyin, e.data_conv, c.algo, at(ws, e.off_scratch),
+                                          c.workspace, &beta0, e.x, dxin);
     });
-    if (e.explicit_pad)
+    if (e.copies_input())
       cuda_kernels::crop_nhwc(t, xp, dx.raw(), d.n, d.h, d.w, d.c, d.pad_top, d.pad_bottom, d.pad_left, d.pad_right,
                               stream());
   }
