@@ -344,11 +344,35 @@ __global__ void decode_gathered_kernel(int64_t n, const uint8_t* gathered, int64
                               num_workers);
 }
 
-// The decode of element i (gathered codes, or their int8 sums when code_sums is not null), then the update.
-__global__ void update_coded_kernel(int64_t n, OptimizerStep step, float* w, const uint8_t* gathered, int64_t stride,
-                                    const int8_t* code_sums, int num_workers, const float* scaler, int64_t bucket,
-                                    float* s1, float* s2, float* ema) {
-  TG_GRID_STRIDE_LOOP(i, n) {
+// A table of coded updates (kernel parameters): block row k updates tensor k.
+struct CodedUpdateTable {
+  float* w[kCodedUpdateTableCuda];
+  const uint8_t* gathered[kCodedUpdateTableCuda];
+  const int8_t* code_sums[kCodedUpdateTableCuda];
+  const float* scaler[kCodedUpdateTableCuda];
+  float* s1[kCodedUpdateTableCuda];
+  float* s2[kCodedUpdateTableCuda];
+  float* ema[kCodedUpdateTableCuda];
+  int64_t stride[kCodedUpdateTableCuda];
+  int64_t bucket[kCodedUpdateTableCuda];
+  int64_t n[kCodedUpdateTableCuda];
+  int num_workers[kCodedUpdateTableCuda];
+  int count;
+};
+
+// The decode of element i of tensor blockIdx.y (gathered codes, or their int8 sums when code_sums is not null),
+// then the update; the row's blocks grid-stride over the tensor.
+__global__ void update_coded_kernel(CodedUpdateTable t, OptimizerStep step) {
+  const int k = blockIdx.y;
+  float* w = t.w[k];
+  const uint8_t* gathered = t.gathered[k];
+  const int8_t* code_sums = t.code_sums[k];
+  const float* scaler = t.scaler[k];
+  float *s1 = t.s1[k], *s2 = t.s2[k], *ema = t.ema[k];
+  const int64_t stride = t.stride[k], bucket = t.bucket[k], n = t.n[k];
+  const int num_workers = t.num_workers[k];
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int sum = code_sums ? code_sums[i] : code_sum(gathered, stride, num_workers, i);
     optimizer_update_one(step, w[i], ternary_decode_value(scaler[ternary_scaler_of(i, bucket)], sum, num_workers),
                          s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr);
@@ -529,11 +553,26 @@ void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int n
                               num_workers, scaler, bucket, g);
 }
 
-void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
-                                 const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
-                                 float* ema, int64_t n, void* stream, int64_t bucket) {
-  cuda_kernels::linear_kernel("optimizer_update_coded", update_coded_kernel, n, as_stream(stream), step, w, gathered,
-                              stride, code_sums, num_workers, scaler, bucket, s1, s2, ema);
+static_assert(sizeof(CodedUpdateTable) <= 4096 - sizeof(OptimizerStep), "the table travels in the kernel's parameters");
+
+void optimizer_update_coded_table_cuda(const OptimizerStep& step, const CodedUpdateCuda* items, int count,
+                                       void* stream) {
+  TG_CHECK(count >= 0 && count <= kCodedUpdateTableCuda, "coded update table: {} tensors (0 to {})", count,
+           kCodedUpdateTableCuda);
+  CodedUpdateTable t{};
+  int64_t most = 0;
+  for (int k = 0; k < count; ++k) {
+    const CodedUpdateCuda& it = items[k];
+    t.w[k] = it.w, t.gathered[k] = it.gathered, t.code_sums[k] = it.code_sums, t.scaler[k] = it.scaler;
+    t.s1[k] = it.s1, t.s2[k] = it.s2, t.ema[k] = it.ema;
+    t.stride[k] = it.stride, t.bucket[k] = it.bucket, t.n[k] = it.n, t.num_workers[k] = it.num_workers;
+    most = it.n > most ? it.n : most;
+  }
+  t.count = count;
+  if (most == 0) return;
+  const dim3 grid(grid_for(most), static_cast<unsigned>(count));
+  update_coded_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(t, step);
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 // ---- fp16 and fp32 codings ------------------------------------------------------------------------------------

@@ -8,10 +8,12 @@
 //   - bad arguments: one line naming what is wrong;
 //   - Optimizer::apply with coded averages for some parameters (first, middle, last; fused slab path and the
 //     per-tensor path) against decoding them into the gradient slab first;
-//   - the CUDA op against the CPU's (SKIPPED without a CUDA device).
+//   - many updates in one call (optimizer_update_coded_many): each one's bits, a bad item refusing the whole call;
+//   - the CUDA op against the CPU's, one tensor and tables (SKIPPED without a CUDA device).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -249,6 +251,84 @@ TEST(CodedUpdateCpu, InPartsMatchesDecodingEachPart) {
       }
 }
 
+// Many coded updates in one call (optimizer_update_coded_many): 40 tensors of odd sizes, gathered codes and int8
+// sums alternating, every fourth in 3 parts (the hierarchical scheme's form), 46 parts in all (two CUDA tables).
+struct ManyCase {
+  static constexpr int kTensors = 40, kWorkers = 3;
+  std::vector<int64_t> n, part, stride, block;
+  std::vector<std::vector<uint8_t>> codes;  // per tensor: gathered bytes or int8 sums, all its parts
+  std::vector<State> state;
+  float scaler = 2.75e-3f;
+  ManyCase() {
+    for (int k = 0; k < kTensors; ++k) {
+      n.push_back(1 + (k * 517) % 5003);
+      const int parts = k % 4 == 3 ? 3 : 1;
+      part.push_back(parts == 1 ? 0 : (n[k] + parts - 1) / parts);
+      const int64_t per = parts == 1 ? n[k] : part[k];
+      stride.push_back((per + 3) / 4 + 1);
+      block.push_back(sums(k) ? per + 5 : kWorkers * stride[k] + 7);
+      codes.push_back(testing::random_bytes(static_cast<size_t>(parts * block[k]), 50 + k));
+      if (sums(k))
+        for (uint8_t& b : codes.back()) b = static_cast<uint8_t>(static_cast<int8_t>(b % 7) - 3);
+      state.emplace_back(n[k]);
+    }
+  }
+  bool sums(int k) const { return k % 2 == 1; }
+  // Tensor k's coded average over `bytes` (its codes wherever they live) and scaler `sc`.
+  CodedAverage average(int k, const Tensor& bytes, const Tensor& sc) const {
+    CodedAverage c;
+    (sums(k) ? c.code_sums : c.gathered) = bytes;
+    c.stride = sums(k) ? 0 : stride[k];
+    c.scaler = sc;
+    c.num_workers = kWorkers;
+    c.part = part[k];
+    c.part_stride = part[k] > 0 ? block[k] : 0;
+    if (part[k] == 0 && sums(k)) c.code_sums = bytes.slice0(0, n[k]);
+    return c;
+  }
+  Tensor bytes(int k) {
+    return Tensor(codes[k].data(), Shape{static_cast<int64_t>(codes[k].size())}, sums(k) ? DType::kI8 : DType::kU8,
+                  Device::cpu());
+  }
+  std::vector<CodedUpdateItem> cpu_items(const Tensor& sc) {
+    std::vector<CodedUpdateItem> items;
+    for (int k = 0; k < kTensors; ++k)
+      items.push_back({State::t(state[k].w, n[k]), average(k, bytes(k), sc), State::t(state[k].s1, n[k]),
+                       State::t(state[k].s2, n[k]), State::t(state[k].ema, n[k])});
+    return items;
+  }
+};
+
+TEST(CodedUpdateCpu, ManyGivesEachUpdatesBitsAndRefusesAllOrNothing) {
+  auto be = make_backend("cpu", BackendOptions{2});
+  be->bind_thread();
+  const OptimizerStep step = step_of(OptimizerKind::kAdam, true);
+  ManyCase one, many;
+  const Tensor sc1(&one.scaler, Shape{1}, DType::kF32, Device::cpu()),
+      sc2(&many.scaler, Shape{1}, DType::kF32, Device::cpu());
+  for (const CodedUpdateItem& it : one.cpu_items(sc1))
+    be->optimizer_update_coded(step, it.w, it.g, it.s1, it.s2, it.ema);
+  const std::vector<CodedUpdateItem> items = many.cpu_items(sc2);
+  be->optimizer_update_coded_many(step, items.data(), static_cast<int>(items.size()));
+  for (int k = 0; k < ManyCase::kTensors; ++k) {
+    SCOPED_TRACE("tensor " + std::to_string(k));
+    expect_same_state(many.state[k], one.state[k], many.n[k]);
+  }
+  // A bad item among good ones (codes beyond its view): nothing is written, the earlier items' included.
+  ManyCase keep;
+  const Tensor sc3(&keep.scaler, Shape{1}, DType::kF32, Device::cpu());
+  std::vector<CodedUpdateItem> bad = keep.cpu_items(sc3);
+  bad[30].g.part_stride = 10 * keep.block[30] + 1;
+  bad[30].g.part = keep.part[30] > 0 ? keep.part[30] : 1;
+  const ManyCase fresh;
+  EXPECT_FALSE(testing::error_of([&] {
+                 be->optimizer_update_coded_many(step, bad.data(), static_cast<int>(bad.size()));
+               }).empty());
+  for (int k = 0; k < ManyCase::kTensors; ++k)
+    ASSERT_EQ(keep.state[k].w, fresh.state[k].w) << "a refused call wrote tensor " << k;
+  EXPECT_NO_THROW(be->optimizer_update_coded_many(step, nullptr, 0));
+}
+
 // Expects `f` to throw an Error whose message contains `needle`.
 void expect_error(const std::function<void()>& f, const std::string& needle) {
   const std::string e = testing::error_of(f);
@@ -447,6 +527,46 @@ TEST(CodedUpdateCuda, MatchesCpuBitForBit) {
         EXPECT_TRUE(same_bits(dev_out.s2, host.s2, &where)) << "slot 2: " << where;
         EXPECT_TRUE(same_bits(dev_out.ema, host.ema, &where)) << "moving average: " << where;
       }
+}
+
+// The table launches (32 parts a launch, parts and both code forms mixed) against the CPU's, bit for bit.
+TEST(CodedUpdateCuda, ManyMatchesCpuBitForBit) {
+  cuda_test::Backends& backends = cuda_test::backends();
+  if (!backends.cuda) GTEST_SKIP() << backends.skip;
+  Backend* gpu = backends.cuda.get();
+  auto cpu = make_backend("cpu", BackendOptions{2});
+  cpu->bind_thread();
+  const OptimizerStep step = step_of(OptimizerKind::kMomentum, true);
+  ManyCase host, dev;
+  const Tensor sc(&host.scaler, Shape{1}, DType::kF32, Device::cpu());
+  std::vector<CodedUpdateItem> cpu_items = host.cpu_items(sc);
+  cpu->optimizer_update_coded_many(step, cpu_items.data(), static_cast<int>(cpu_items.size()));
+  std::vector<Buffer> keep;
+  auto upload = [&](const void* src, int64_t count, DType dt) {
+    keep.emplace_back(gpu->allocator(), static_cast<size_t>(count) * dtype_size(dt) + 1);
+    const Tensor d(keep.back().data(), Shape{count}, dt, gpu->device());
+    gpu->copy(d, Tensor(const_cast<void*>(src), Shape{count}, dt, Device::cpu()));
+    return d;
+  };
+  const Tensor dsc = upload(&dev.scaler, 1, DType::kF32);
+  std::vector<CodedUpdateItem> items;
+  std::vector<std::array<Tensor, 4>> state;
+  for (int k = 0; k < ManyCase::kTensors; ++k) {
+    const int64_t n = dev.n[k];
+    state.push_back({upload(dev.state[k].w.data(), n, DType::kF32), upload(dev.state[k].s1.data(), n, DType::kF32),
+                     upload(dev.state[k].s2.data(), n, DType::kF32), upload(dev.state[k].ema.data(), n, DType::kF32)});
+    const Tensor bytes =
+        upload(dev.codes[k].data(), static_cast<int64_t>(dev.codes[k].size()), dev.sums(k) ? DType::kI8 : DType::kU8);
+    items.push_back({state[k][0], dev.average(k, bytes, dsc), state[k][1], state[k][2], state[k][3]});
+  }
+  gpu->optimizer_update_coded_many(step, items.data(), static_cast<int>(items.size()));
+  for (int k = 0; k < ManyCase::kTensors; ++k) {
+    SCOPED_TRACE("tensor " + std::to_string(k));
+    const int64_t n = dev.n[k];
+    gpu->copy(State::t(dev.state[k].w, n), state[k][0]), gpu->copy(State::t(dev.state[k].s1, n), state[k][1]);
+    gpu->copy(State::t(dev.state[k].s2, n), state[k][2]), gpu->copy(State::t(dev.state[k].ema, n), state[k][3]);
+    expect_same_state(dev.state[k], host.state[k], n);
+  }
 }
 
 }  // namespace

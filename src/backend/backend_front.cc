@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "src/backend/codec_checks.h"
 #include "terngrad/backend/backend.h"
@@ -560,35 +561,59 @@ void Backend::optimizer_update(const OptimizerStep& step, const Tensor& w, const
   optimizer_update_impl(step, w, g, s1, s2, ema);
 }
 
-void Backend::optimizer_update_coded(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
-                                     const Tensor& s1, const Tensor& s2, const Tensor& ema) {
-  const char* op = "optimizer_update_coded";
+namespace {
+// One coded update's checks; its parts (each a whole coded tensor: part = 0) appended to `parts`. Every part's
+// codes are checked to lie inside the average's view before any is appended.
+void coded_update_parts(const Backend& be, const CodedUpdateItem& it, const char* op,
+                        std::vector<CodedUpdateItem>& parts) {
+  const Tensor& w = it.w;
+  const CodedAverage& g = it.g;
   TG_CHECK(g.scaler.defined(), "{}: the coded average of {} has no scaler", op, w.str());
   TG_CHECK(g.gathered.defined() != g.code_sums.defined(),
            "{}: the coded average of {} needs exactly one of gathered codes and code sums", op, w.str());
-  on_device(*this, w, op, "w");
-  on_device(*this, g.gathered, op, "gathered codes");
-  on_device(*this, g.code_sums, op, "code sums");
-  on_device(*this, g.scaler, op, "scaler");
-  on_device(*this, s1, op, "s1");
-  on_device(*this, s2, op, "s2");
-  on_device(*this, ema, op, "ema");
+  on_device(be, w, op, "w");
+  on_device(be, g.gathered, op, "gathered codes");
+  on_device(be, g.code_sums, op, "code sums");
+  on_device(be, g.scaler, op, "scaler");
+  on_device(be, it.s1, op, "s1");
+  on_device(be, it.s2, op, "s2");
+  on_device(be, it.ema, op, "ema");
   f32_like(w, w, op, "w");
-  f32_like(w, s1, op, "s1");
-  f32_like(w, s2, op, "s2");
-  f32_like(w, ema, op, "ema");
+  f32_like(w, it.s1, op, "s1");
+  f32_like(w, it.s2, op, "s2");
+  f32_like(w, it.ema, op, "ema");
   TG_CHECK(g.part >= 0 && g.part_stride >= 0, "{}: the coded average of {} has parts of {} elements {} bytes apart", op,
            w.str(), g.part, g.part_stride);
   if (g.part == 0) {
     codec_checks::scalers(g.scaler, w.numel(), g.bucket, op);
-    return optimizer_update_coded_impl(step, w, g, s1, s2, ema);
+    parts.push_back(it);
+    return;
   }
   auto part = [](const Tensor& t, int64_t b, int64_t n) {
     return t ? t.reshaped(Shape{t.numel()}).slice0(b, b + n) : Tensor();
   };
   for_each_coded_part(g, w.numel(), [&](const CodedAverage& c, int64_t b, int64_t n) {
-    optimizer_update_coded_impl(step, part(w, b, n), c, part(s1, b, n), part(s2, b, n), part(ema, b, n));
+    parts.push_back({part(w, b, n), c, part(it.s1, b, n), part(it.s2, b, n), part(it.ema, b, n)});
   });
+}
+}  // namespace
+
+void Backend::optimizer_update_coded(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
+                                     const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+  const CodedUpdateItem item{w, g, s1, s2, ema};
+  optimizer_update_coded_many(step, &item, 1);
+}
+
+void Backend::optimizer_update_coded_many(const OptimizerStep& step, const CodedUpdateItem* items, int count) {
+  const char* op = "optimizer_update_coded";
+  TG_CHECK(count >= 0 && (count == 0 || items != nullptr), "{}: {} tensors", op, count);
+  // Every item's parts, each a whole coded tensor, all checked before the first is written (this thread's list:
+  // no allocation once it has grown).
+  thread_local std::vector<CodedUpdateItem> parts;
+  parts.clear();
+  for (int k = 0; k < count; ++k) coded_update_parts(*this, items[k], op, parts);
+  optimizer_update_coded_many_impl(step, parts.data(), static_cast<int>(parts.size()));
+  parts.clear();
 }
 
 void Backend::ema_update(float decay, const Tensor& w, const Tensor& ema) {

@@ -3,6 +3,7 @@
 #include "terngrad/optim/optimizer.h"
 
 #include <cmath>
+#include <vector>
 
 #include "terngrad/core/error.h"
 
@@ -180,8 +181,8 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
 
   if (same_layout(params) && same_layout(grads)) {
     // Flat views of the slab and its slot groups (param_slab_bytes_ / 4 elements each); one call per run of
-    // parameters updated from `grads` (the padding between them included: zeros that stay zero), one per coded
-    // parameter (its padding left as it is: zero).
+    // parameters updated from `grads` (the padding between them included: zeros that stay zero), one for all the
+    // coded parameters (their padding left as it is: zero; a GPU's one launch per 32 of them).
     const int64_t count = static_cast<int64_t>(param_slab_bytes_ / sizeof(float));
     const Tensor w(params.data(), Shape{count}, DType::kF32, params.device());
     const Tensor g(grads.data(), Shape{count}, DType::kF32, grads.device());
@@ -189,6 +190,7 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
     auto part = [](const Tensor& t, int64_t b, int64_t e) { return t ? t.slice0(b, e) : Tensor(); };
     auto element = [&](int i) { return static_cast<int64_t>(param_offsets_[i] / sizeof(float)); };
     int run = 0;  // the first parameter of the open run
+    coded_items_.clear();
     for (int i = 0; i <= n; ++i) {
       if (i < n && !is_coded(i)) continue;
       if (i > run) {
@@ -198,22 +200,26 @@ void Optimizer::apply(Backend& backend, Slab& params, Slab& grads, int64_t step,
       }
       if (i == n) break;
       const int64_t ce = element(i) + params_[i].shape.numel();
-      backend.optimizer_update_coded(desc, w.slice0(element(i), ce), (*coded)[i], part(s1, element(i), ce),
-                                     part(s2, element(i), ce), part(flat_ema, element(i), ce));
+      coded_items_.push_back({w.slice0(element(i), ce), (*coded)[i], part(s1, element(i), ce), part(s2, element(i), ce),
+                              part(flat_ema, element(i), ce)});
       run = i + 1;
     }
+    backend.optimizer_update_coded_many(desc, coded_items_.data(), static_cast<int>(coded_items_.size()));
     return;
   }
-  // Different layouts (e.g. a gradient slab in another order): one call per tensor, matched by name.
+  // Different layouts (e.g. a gradient slab in another order): one call per tensor, matched by name (the coded ones
+  // in one call).
+  coded_items_.clear();
   for (int i = 0; i < n; ++i) {
     const std::string& name = params_[i].name;
     const Tensor s1 = groups > 0 ? slots_.view(i) : Tensor(), s2 = groups > 1 ? slots_.view(n + i) : Tensor();
     const Tensor e = ema ? ema->average(name) : Tensor();
     if (is_coded(i))
-      backend.optimizer_update_coded(desc, params.view(name), (*coded)[i], s1, s2, e);
+      coded_items_.push_back({params.view(name), (*coded)[i], s1, s2, e});
     else
       backend.optimizer_update(desc, params.view(name), grads.view(name), s1, s2, e);
   }
+  backend.optimizer_update_coded_many(desc, coded_items_.data(), static_cast<int>(coded_items_.size()));
 }
 
 }  // namespace tg

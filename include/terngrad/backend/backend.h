@@ -104,6 +104,13 @@ struct CodedAverage {
   bool defined() const { return scaler.defined(); }
 };
 
+// One tensor of Backend::optimizer_update_coded_many: optimizer_update_coded's arguments.
+struct CodedUpdateItem {
+  Tensor w;
+  CodedAverage g;
+  Tensor s1, s2, ema;
+};
+
 // Calls fn(c, begin, count) for each part of the coded average g of an n-element tensor: c codes elements
 // [begin, begin + count) as a whole tensor (one part). Every part's codes are checked to lie inside g's view
 // before fn is first called (so a refused average writes nothing).
@@ -359,6 +366,11 @@ class Backend {
   // traffic fewer, the update reads n/4 bytes per worker of codes or n of sums instead of 4n of gradient).
   void optimizer_update_coded(const OptimizerStep& step, const Tensor& w, const CodedAverage& g, const Tensor& s1,
                               const Tensor& s2, const Tensor& ema);
+  // optimizer_update_coded of `count` tensors (items: an array the caller owns; their w and slots must not overlap)
+  // with one step: the same bits as count calls (CUDA: one launch per kCodedUpdateTable parts instead of one per
+  // tensor and part). Every item (and part) is checked before anything is written.
+  static constexpr int kCodedUpdateTable = 32;
+  void optimizer_update_coded_many(const OptimizerStep& step, const CodedUpdateItem* items, int count);
   // ema = decay * ema + (1 - decay) * w
   void ema_update(float decay, const Tensor& w, const Tensor& ema);
 
@@ -468,6 +480,14 @@ class Backend {
     for (int k = 0; k < count; ++k) {
       unscale_and_check_impl(items[k].src, scale, items[k].dst, found);
       if (items[k].decayed) axpy_impl(items[k].decay, items[k].decayed, items[k].dst);
+    }
+  }
+  // optimizer_update_coded_many's items, each one part (part = 0) checked by the front: one
+  // optimizer_update_coded_impl each unless a backend batches them.
+  virtual void optimizer_update_coded_many_impl(const OptimizerStep& step, const CodedUpdateItem* items, int count) {
+    for (int k = 0; k < count; ++k) {
+      const CodedUpdateItem& it = items[k];
+      optimizer_update_coded_impl(step, it.w, it.g, it.s1, it.s2, it.ema);
     }
   }
   // ternary_scaler_many's items, each checked by the front: one ternary_scaler_impl each unless a backend batches

@@ -87,10 +87,22 @@ void ternary_decode_gathered_cuda(const uint8_t* gathered, int64_t stride, int n
 // The optimizer update of w (n elements) from the average decoded per element, as ternary_decode_gathered_cuda
 // (code_sums null) or ternary_decode_sums_cuda (gathered null) and then optimizer_update_one / ema_update_one
 // (Backend::optimizer_update_coded): one thread per element, the decoded gradient never written. s1, s2, ema
-// may be null when the step does not use them.
-void optimizer_update_coded_cuda(const OptimizerStep& step, float* w, const uint8_t* gathered, int64_t stride,
-                                 const int8_t* code_sums, int num_workers, const float* scaler, float* s1, float* s2,
-                                 float* ema, int64_t n, void* stream, int64_t bucket = 0);
+// may be null when the step does not use them. Up to kCodedUpdateTableCuda tensors in one launch (a block row
+// each).
+constexpr int kCodedUpdateTableCuda = 32;
+struct CodedUpdateCuda {
+  float* w;
+  const uint8_t* gathered;  // or null: code_sums
+  int64_t stride;
+  const int8_t* code_sums;  // or null: gathered
+  int num_workers;
+  const float* scaler;
+  int64_t bucket;
+  float *s1, *s2, *ema;  // or null
+  int64_t n;
+};
+void optimizer_update_coded_table_cuda(const OptimizerStep& step, const CodedUpdateCuda* items, int count,
+                                       void* stream);
 
 // ---- fp16 and fp32 codings: the operations of ternary_codec.h's *_cpu functions of the same names. xs is a
 // host array of `count` (1..kCodecMaxInputsCuda) device pointers (passed to the kernel by value).

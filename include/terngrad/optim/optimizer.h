@@ -102,9 +102,10 @@ class Optimizer {
   OptimizerOptions options_;
   OptimizerKind kind_;  // --optimizer parsed
   std::vector<std::string> slot_suffixes_;
-  std::vector<ParamEntry> params_;     // what the optimizer was built for, in order
-  std::vector<size_t> param_offsets_;  // byte offsets of those entries in a slab built the same way
-  size_t param_slab_bytes_ = 0;        // that slab's allocated size (64-byte multiple)
+  std::vector<ParamEntry> params_;            // what the optimizer was built for, in order
+  std::vector<size_t> param_offsets_;         // byte offsets of those entries in a slab built the same way
+  std::vector<CodedUpdateItem> coded_items_;  // apply()'s coded updates (reused: no allocation a step)
+  size_t param_slab_bytes_ = 0;               // that slab's allocated size (64-byte multiple)
   Slab slots_;
 };
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <vector>
 
 #include "src/backend/codec_checks.h"
 #include "src/backend/cuda/cuda_kernels.h"
@@ -276,8 +277,9 @@ void CudaBackend::optimizer_update_impl(const OptimizerStep& step, const Tensor&
                                      w.numel(), stream());
 }
 
-void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
-                                              const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+// One coded update's checks on this device; the kernels' form of it.
+CodedUpdateCuda CudaBackend::coded_update_args(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
+                                               const Tensor& s1, const Tensor& s2, const Tensor& ema) const {
   namespace cc = codec_checks;
   const char* op = "optimizer_update_coded";
   check_on_device(w, op, "w");
@@ -301,11 +303,40 @@ void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const T
     cc::numel(g.code_sums, w.numel(), op, "code sums");
     check_on_device(g.code_sums, op, "code sums");
   }
+  return {w.data<float>(),
+          g.gathered ? g.gathered.data<uint8_t>() : nullptr,
+          g.stride,
+          g.code_sums ? g.code_sums.data<int8_t>() : nullptr,
+          g.num_workers,
+          g.scaler.data<float>(),
+          g.bucket,
+          needs1 ? s1.data<float>() : nullptr,
+          needs2 ? s2.data<float>() : nullptr,
+          with_ema ? ema.data<float>() : nullptr,
+          w.numel()};
+}
+
+void CudaBackend::optimizer_update_coded_impl(const OptimizerStep& step, const Tensor& w, const CodedAverage& g,
+                                              const Tensor& s1, const Tensor& s2, const Tensor& ema) {
+  const CodedUpdateCuda item = coded_update_args(step, w, g, s1, s2, ema);
   CudaDeviceGuard guard(index_);
-  optimizer_update_coded_cuda(step, w.data<float>(), g.gathered ? g.gathered.data<uint8_t>() : nullptr, g.stride,
-                              g.code_sums ? g.code_sums.data<int8_t>() : nullptr, g.num_workers, g.scaler.data<float>(),
-                              needs1 ? s1.data<float>() : nullptr, needs2 ? s2.data<float>() : nullptr,
-                              with_ema ? ema.data<float>() : nullptr, w.numel(), stream(), g.bucket);
+  optimizer_update_coded_table_cuda(step, &item, 1, stream());
+}
+
+// Tables of up to kCodedUpdateTableCuda tensors (or parts), one launch each; every item checked first.
+void CudaBackend::optimizer_update_coded_many_impl(const OptimizerStep& step, const CodedUpdateItem* items, int count) {
+  static_assert(Backend::kCodedUpdateTable <= kCodedUpdateTableCuda, "a table holds Backend::kCodedUpdateTable");
+  thread_local std::vector<CodedUpdateCuda> all;  // this thread's list: no allocation once it has grown
+  all.clear();
+  for (int k = 0; k < count; ++k) {
+    const CodedUpdateItem& it = items[k];
+    all.push_back(coded_update_args(step, it.w, it.g, it.s1, it.s2, it.ema));
+  }
+  CudaDeviceGuard guard(index_);
+  for (int first = 0; first < count; first += kCodedUpdateTableCuda) {
+    const int m = count - first < kCodedUpdateTableCuda ? count - first : kCodedUpdateTableCuda;
+    optimizer_update_coded_table_cuda(step, all.data() + first, m, stream());
+  }
 }
 
 void CudaBackend::ema_update_impl(float decay, const Tensor& w, const Tensor& ema) {

@@ -50,6 +50,8 @@
 
 namespace tg {
 
+struct CodedUpdateCuda;  // terngrad/backend/ternary_cuda.h
+
 // The ops whose per-descriptor state the CUDA backend caches; their keys (CudaOpKey) hold the descriptor's
 // numbers (and the compute dtype where the state depends on it: the convolution's).
 enum class CudaOp : int32_t { CONV, BATCH_NORM };
@@ -142,6 +144,8 @@ class CudaBackend final : public Backend {
 #undef TG_DECLARE_IMPL
   // Table launches, transposing pairs included (cuda_precision.cc).
   void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) override;
+  void optimizer_update_coded_many_impl(const OptimizerStep& step, const CodedUpdateItem* items,
+                                        int count) override;  // table launches (cuda_backend.cc)
   void unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale,
                                    const Tensor& found) override;  // table launches (cuda_precision.cc)
   void ternary_scaler_many_impl(const TernaryScalerItem* items, int count,
@@ -201,6 +205,9 @@ class CudaBackend final : public Backend {
   // The event of a pending ticket (one that a synchronisation has not covered yet).
   cudaEvent_t ticket_event(uint64_t ticket) const;
   double reduce_to_host(const Tensor& x, bool squares, const char* op);
+  // One coded update checked on this device, in the kernels' form (cuda_backend.cc).
+  CodedUpdateCuda coded_update_args(const OptimizerStep& step, const Tensor& w, const CodedAverage& g, const Tensor& s1,
+                                    const Tensor& s2, const Tensor& ema) const;
   // Synchronizes the stream, then throws if a loss kernel since the last check flagged a bad label (naming
   // the first example and its label).
   void sync_and_check();
