@@ -71,9 +71,10 @@ __global__ void unscale_and_check_kernel(int64_t n, const S* __restrict__ src, f
   if (bad) *found = 1;
 }
 
-// The table form: block row y unscales tensor y (its blocks grid-striding over it), then adds its weight decay. The
-// product is rounded on its own (__fmul_rn: never contracted into the decay's add), as unscale_and_check_kernel
-// writes it before axpy_kernel reads it. src may be dst (f32).
+// The table form: block row y unscales tensor y (its blocks grid-striding over it; a transposing one writes in order
+// and reads across), then adds its weight decay. The product is rounded on its own (__fmul_rn: never contracted
+// into the decay's add), as unscale_and_check_kernel writes it before axpy_kernel reads it. src may be dst (f32, in
+// order).
 template <typename S>
 __global__ void unscale_table_kernel(UnscaleTable t, float scale, int32_t* found) {
   const int k = blockIdx.y;
@@ -81,11 +82,12 @@ __global__ void unscale_table_kernel(UnscaleTable t, float scale, int32_t* found
   float* dst = t.dst[k];
   const float* w = t.decayed[k];
   const float decay = t.decay[k];
-  const int64_t n = t.n[k];
+  const int64_t n = t.n[k], rows = t.rows[k], cols = rows > 0 ? n / rows : 0;
   bool bad = false;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = __fmul_rn(to_f32(src[i]), scale);
+    const int64_t from = rows > 0 ? (i % rows) * cols + i / rows : i;  // output (c, r) from input (r, c)
+    const float v = __fmul_rn(to_f32(src[from]), scale);
     bad |= !isfinite(v);
     float o = v;
     if (w) o += decay * w[i];

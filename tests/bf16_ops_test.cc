@@ -516,7 +516,7 @@ TEST(BackendPrecision, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) {
       items.push_back({Tensor(g[k].data(), Shape{n}, DType::kBf16, Device::cpu()),
                        Tensor(outs[many][k].data(), Shape{n}, DType::kF32, Device::cpu()),
                        k % 3 == 0 ? Tensor() : Tensor(w[k].data(), Shape{n}, DType::kF32, Device::cpu()),
-                       k % 3 == 0 ? 0.f : 4e-4f});
+                       k % 3 == 0 ? 0.f : 4e-4f, 0});
     }
     Tensor tf(&found[many], Shape{1}, DType::kI32, Device::cpu());
     if (many) {
@@ -543,12 +543,34 @@ TEST(BackendPrecision, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) {
   for (int k = 0; k < count; ++k) {
     const int64_t n = static_cast<int64_t>(g[k].size());
     items.push_back({Tensor(g[k].data(), Shape{n}, DType::kBf16, Device::cpu()),
-                     Tensor(outs[0][k].data(), Shape{n}, DType::kF32, Device::cpu()), Tensor(), 0.f});
+                     Tensor(outs[0][k].data(), Shape{n}, DType::kF32, Device::cpu()), Tensor(), 0.f, 0});
   }
   int32_t flag = 0;
   const Tensor tf(&flag, Shape{1}, DType::kI32, Device::cpu());
   be.unscale_and_check_many(items.data(), count, 2.f, tf);
   EXPECT_EQ(flag, 1);
+  // A transposing item (a filter-layout gradient back to ours): (5 x 3) read, (3 x 5) written, then its decay.
+  {
+    std::vector<uint16_t> src(15);
+    std::vector<float> dst(15), decayed(15, 1.f);
+    for (int i = 0; i < 15; ++i) src[i] = float_to_bf16(static_cast<float>(i)).bits;
+    const UnscaleItem t{Tensor(src.data(), Shape{5, 3}, DType::kBf16, Device::cpu()),
+                        Tensor(dst.data(), Shape{3, 5}, DType::kF32, Device::cpu()),
+                        Tensor(decayed.data(), Shape{3, 5}, DType::kF32, Device::cpu()), 0.5f, 5};
+    flag = 0;
+    be.unscale_and_check_many(&t, 1, 2.f, tf);
+    for (int c = 0; c < 3; ++c)
+      for (int r = 0; r < 5; ++r)
+        EXPECT_EQ(dst[c * 5 + r], 2.f * static_cast<float>(r * 3 + c) + 0.5f) << r << "," << c;
+    EXPECT_EQ(flag, 0);
+    UnscaleItem wrong = t;
+    wrong.transpose_rows = 4;  // does not divide 15
+    EXPECT_THROW(be.unscale_and_check_many(&wrong, 1, 2.f, tf), Error);
+    std::vector<float> in_place(15, 1.f);
+    const Tensor ip(in_place.data(), Shape{15}, DType::kF32, Device::cpu());
+    const UnscaleItem same{ip, ip, Tensor(), 0.f, 5};
+    EXPECT_THROW(be.unscale_and_check_many(&same, 1, 2.f, tf), Error);  // no transposition in place
+  }
   // Bad items: a decayed parameter overlapping dst, of another dtype, a non-finite decay.
   const int64_t n0 = static_cast<int64_t>(g[0].size());
   UnscaleItem bad = items[0];

@@ -234,7 +234,7 @@ TEST_F(CudaMixedPrecisionTest, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) 
       const Tensor flag = found.t.slice0(many, many + 1);
       std::vector<UnscaleItem> items;
       for (int k = 0; k < count; ++k)
-        items.push_back({g[k], out[many][k]->t, k % 3 == 0 ? Tensor() : w[k]->t, k % 3 == 0 ? 0.f : 4e-4f});
+        items.push_back({g[k], out[many][k]->t, k % 3 == 0 ? Tensor() : w[k]->t, k % 3 == 0 ? 0.f : 4e-4f, 0});
       if (many) {
         gpu().unscale_and_check_many(items.data(), count, scale, flag);
       } else {
@@ -247,9 +247,24 @@ TEST_F(CudaMixedPrecisionTest, UnscaleAndCheckManyGivesEachUnscaleThenItsDecay) 
     for (int k = 0; k < count; ++k)
       ASSERT_EQ(out[0][k]->read<float>(), out[1][k]->read<float>()) << name_of(t) << " tensor " << k;
     EXPECT_EQ(found.read<int32_t>(), (std::vector<int32_t>{0, 0})) << name_of(t);
+    // A transposing item (a filter-layout gradient of 64 output channels back to ours): the in-order unscale's
+    // values, moved.
+    {
+      const int64_t rows = 64, cols = 3 * 3 * 25;
+      Mixed src(t, Shape{rows * cols});
+      src.set(random_floats(rows * cols, 7, -4.f, 4.f));
+      Mem plain(gpu(), Shape{rows * cols}, DType::kF32), moved(gpu(), Shape{rows * cols}, DType::kF32);
+      gpu().unscale_and_check(src.g.t, scale, plain.t, found.t.slice0(0, 1));
+      const UnscaleItem item{src.g.t, moved.t, Tensor(), 0.f, rows};
+      gpu().unscale_and_check_many(&item, 1, scale, found.t.slice0(0, 1));
+      const std::vector<float> p = plain.read<float>(), m = moved.read<float>();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(m[c * rows + r], p[r * cols + c]) << name_of(t) << " " << r << "," << c;
+    }
     // An overflowing product in one tensor sets the flag.
     std::vector<UnscaleItem> items;
-    for (int k = 0; k < count; ++k) items.push_back({g[k], out[1][k]->t, Tensor(), 0.f});
+    for (int k = 0; k < count; ++k) items.push_back({g[k], out[1][k]->t, Tensor(), 0.f, 0});
     gpu().unscale_and_check_many(items.data(), count, 3e38f, found.t.slice0(0, 1));
     EXPECT_EQ(found.read<int32_t>()[0], 1) << name_of(t) << ": overflow not flagged";
   }

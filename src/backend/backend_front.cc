@@ -213,6 +213,12 @@ void Backend::unscale_and_check_many(const UnscaleItem* items, int count, float 
   for (int k = 0; k < count; ++k) {
     const UnscaleItem& it = items[k];
     unscale_args(*this, it.src, scale, it.dst, found, op);
+    const int64_t rows = it.transpose_rows;
+    TG_CHECK(rows >= 0 && (rows == 0 || it.src.numel() % rows == 0),
+             "{}: tensor {} transposes {} rows, which do not divide its {} elements", op, k, rows, it.src.numel());
+    const char *sb = static_cast<const char*>(it.src.raw()), *db = static_cast<const char*>(it.dst.raw());
+    TG_CHECK(rows == 0 || it.src.numel() == 0 || sb + it.src.bytes() <= db || db + it.dst.bytes() <= sb,
+             "{}: tensor {} is transposed in place ({} and {} overlap)", op, k, it.src.str(), it.dst.str());
     if (!it.decayed) continue;
     on_device(*this, it.decayed, op, "decayed parameter");
     f32_like(it.dst, it.decayed, op, "decayed parameter");

@@ -42,6 +42,14 @@ std::vector<Shape> Layer::setup(SetupContext& ctx) {
   return out_shapes_;
 }
 
+// Parameter i's shape as io hands it over: a filter in the filter layout (LayerIO::filter_ohwi) is (out_c, KH, KW,
+// C/g) for (KH, KW, C/g, out_c), its gradient too.
+Shape Layer::param_shape(const LayerIO& io, size_t i) const {
+  const Shape& s = param_shapes_[i];
+  if (io.filter_ohwi && param_is_filter(static_cast<int>(i)) && s.rank() == 4) return Shape{s[3], s[0], s[1], s[2]};
+  return s;
+}
+
 void Layer::check_io(const LayerIO& io, bool backward) const {
   TG_CHECK(io.backend != nullptr, "layer '{}' run without a backend", name_);
   TG_CHECK(io.in.size() == in_shapes_.size() && io.out.size() == out_shapes_.size(),
@@ -56,14 +64,9 @@ void Layer::check_io(const LayerIO& io, bool backward) const {
   TG_CHECK(io.params.size() == param_shapes_.size() && io.state.size() == state_shapes_.size() &&
                io.saved.size() == saved_shapes_.size(),
            "layer '{}' run with the wrong number of parameter/state/saved tensors", name_);
-  for (size_t i = 0; i < param_shapes_.size(); ++i) {
-    // A filter in the filter layout (LayerIO::filter_ohwi): (out_c, KH, KW, C/g) for (KH, KW, C/g, out_c).
-    Shape want = param_shapes_[i];
-    if (io.filter_ohwi && param_is_filter(static_cast<int>(i)) && want.rank() == 4)
-      want = Shape{want[3], want[0], want[1], want[2]};
-    TG_CHECK(io.params[i].shape() == want, "layer '{}': parameter {} has shape {}, expected {}", name_, i,
-             io.params[i].shape().str(), want.str());
-  }
+  for (size_t i = 0; i < param_shapes_.size(); ++i)
+    TG_CHECK(io.params[i].shape() == param_shape(io, i), "layer '{}': parameter {} has shape {}, expected {}", name_, i,
+             io.params[i].shape().str(), param_shape(io, i).str());
   if (backward) {
     TG_CHECK(io.din.size() == in_shapes_.size() && io.dout.size() == out_shapes_.size(),
              "layer '{}' backward with the wrong number of gradient tensors", name_);
@@ -72,7 +75,7 @@ void Layer::check_io(const LayerIO& io, bool backward) const {
       TG_CHECK(!io.din[i] || io.din[i].shape() == in_shapes_[i], "layer '{}': input gradient {} has shape {}", name_, i,
                io.din[i].shape().str());
     for (size_t i = 0; i < param_shapes_.size(); ++i)
-      TG_CHECK(io.dparams[i].shape() == param_shapes_[i], "layer '{}': parameter gradient {} has shape {}", name_, i,
+      TG_CHECK(io.dparams[i].shape() == param_shape(io, i), "layer '{}': parameter gradient {} has shape {}", name_, i,
                io.dparams[i].shape().str());
   }
 }

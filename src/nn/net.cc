@@ -234,11 +234,12 @@ void Net::bind(ParameterStore& store) {
       Tensor compute = half >= 0 ? half_params_.view(half) : v;
       if (half >= 0) {
         // A filter (KH, KW, C/g, out_c) transposed in the cast to (out_c, KH, KW, C/g) where asked.
+        // Its gradient likewise, transposed back by the unscale (backward).
         const bool transposed = ohwi && node.layer->param_is_filter(index) && p.shape.rank() == 4;
-        if (transposed) {
-          compute = compute.reshaped(Shape{p.shape[3], p.shape[0], p.shape[1], p.shape[2]});
-          node.io.filter_ohwi = true;
-        }
+        const Shape ohwi_shape = transposed ? Shape{p.shape[3], p.shape[0], p.shape[1], p.shape[2]} : p.shape;
+        compute = compute.reshaped(ohwi_shape);
+        node.io.dparams[static_cast<size_t>(index)] = half_grads_.view(half).reshaped(ohwi_shape);
+        node.io.filter_ohwi = node.io.filter_ohwi || transposed;
         cast_halves_.push_back(compute);
         cast_masters_.push_back(v);
         cast_rows_.push_back(transposed ? p.shape.numel() / p.shape[3] : 0);
@@ -372,9 +373,12 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     // call for the layer's gradients, a GPU's one launch) or on its own.
     if (checked_) {
       unscale_items_.clear();
-      for (size_t p = 0; p < node.params.size(); ++p)
-        unscale_items_.push_back(
-            {node.io.dparams[p], grads_.view(node.first_param + static_cast<int>(p)), Tensor(), 0.f});
+      for (size_t p = 0; p < node.params.size(); ++p) {
+        // A filter-layout gradient (out_c, KH, KW, C/g) goes back to ours in the same pass.
+        const bool filter = node.io.filter_ohwi && node.layer->param_is_filter(static_cast<int>(p));
+        unscale_items_.push_back({node.io.dparams[p], grads_.view(node.first_param + static_cast<int>(p)), Tensor(),
+                                  0.f, filter ? node.params[p].shape[3] : 0});
+      }
       if (backward_decays_)
         for (int k : node.decayed) {
           UnscaleItem& it = unscale_items_[static_cast<size_t>(decayed_[k].index - node.first_param)];

@@ -84,8 +84,8 @@ void add_conv_rows(std::vector<OpCase>& t) {
     }
 }
 
-// One descriptor's rows. With filter_ohwi the rows take w in the usual layout (as the reference does) and hand the
-// backend its transpose: the same results from either layout.
+// One descriptor's rows. With filter_ohwi the rows take w in the usual layout (as the reference does), hand the
+// backend its transpose and take dw back the same way: the same results from either layout.
 void add_conv_rows(std::vector<OpCase>& t, const ConvDesc& d) {
   {
     const Shape xs{d.n, d.h, d.w, d.c}, ws{d.kh, d.kw, d.c / d.groups, d.out_c}, ys{d.n, d.out_h, d.out_w, d.out_c};
@@ -111,7 +111,12 @@ void add_conv_rows(std::vector<OpCase>& t, const ConvDesc& d) {
         t, at, {xs, ws, ys}, {xs, ws, bs}, d.has_bias,
         [d](Backend& be, const std::vector<Tensor>& in, const Tensor& dx, const Tensor& dw, const Tensor& db) {
           Scratch s{be, {}};
-          be.conv2d_backward(d, in[0], d.filter_ohwi ? filter_ohwi(s, d, in[1]) : in[1], in[2], dx, dw, db);
+          if (!d.filter_ohwi) return be.conv2d_backward(d, in[0], in[1], in[2], dx, dw, db);
+          // dw comes in the filter layout too: moved back to ours for the comparison.
+          const Tensor dw_ohwi = s.f32(Shape{d.out_c, d.kh, d.kw, d.c / d.groups});
+          be.conv2d_backward(d, in[0], filter_ohwi(s, d, in[1]), in[2], dx, dw_ohwi, db);
+          const int64_t rows = d.out_c;
+          be.cast_many(&dw, &dw_ohwi, 1, &rows);
           be.synchronize();
         },
         [d](const Inputs& x) {

@@ -67,12 +67,15 @@ struct TernaryEncodeItem {
   int64_t bucket = 0;  // elements per scaler (ternary_math.h); 0: one scaler for the tensor
 };
 
-// One tensor of Backend::unscale_and_check_many: the scaled gradient, its f32 destination, and the optional
-// weight-decayed parameter (f32 like dst, other memory) with its coefficient.
+// One tensor of Backend::unscale_and_check_many: the scaled gradient, its f32 destination, the optional
+// weight-decayed parameter (f32 like dst, other memory) with its coefficient, and transpose_rows > 0 when src is
+// read as a (rows x n/rows) matrix and written transposed (a filter-layout gradient back to ours; src and dst then
+// other memory).
 struct UnscaleItem {
   Tensor src, dst;
   Tensor decayed;
   float decay = 0.f;
+  int64_t transpose_rows = 0;
 };
 
 // One tensor of Backend::ternary_scaler_many: ternary_scaler's arguments (the gradient, its scalers, an optional
@@ -475,9 +478,10 @@ class Backend {
     }
   }
   // unscale_and_check_many's items, each checked by the front: unscale_and_check_impl and axpy_impl each unless a
-  // backend batches them.
+  // backend batches them (or transposes: CPU, CUDA).
   virtual void unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale, const Tensor& found) {
     for (int k = 0; k < count; ++k) {
+      TG_CHECK(items[k].transpose_rows == 0, "unscale_and_check_many: the {} backend does not transpose", name());
       unscale_and_check_impl(items[k].src, scale, items[k].dst, found);
       if (items[k].decayed) axpy_impl(items[k].decay, items[k].decayed, items[k].dst);
     }

@@ -32,8 +32,9 @@ struct ConvDesc {
   int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   int64_t out_h = 0, out_w = 0;  // output (N, out_h, out_w, out_c)
   bool has_bias = false;         // bias (out_c)
-  // w (not dw) in (out_c, KH, KW, C/groups) instead: the filter layout of a backend whose conv2d_filter_ohwi() is
-  // true (cuDNN's NHWC filters), written once a step by cast_many's transposing pairs instead of transposed per call.
+  // w and dw in (out_c, KH, KW, C/groups) instead: the filter layout of a backend whose conv2d_filter_ohwi() is true
+  // (cuDNN's NHWC filters): w written once a step by cast_many's transposing pairs and dw read back to ours by
+  // unscale_and_check_many's, instead of both transposed per call.
   bool filter_ohwi = false;
   std::string key() const;
 };

@@ -76,8 +76,9 @@ struct LayerIO {
   // forward writes max(output, 0) into out[0] and the backward's dout[0] is the ReLU output's gradient.
   // recompute() is unaffected (the ReLU recomputes its own output).
   bool relu_fused = false;
-  // params[0] is a convolution filter in the (out_c, KH, KW, C/g) layout (Layer::param_is_filter; the net's
-  // per-step half copy, transposed in the cast for a backend whose conv2d_filter_ohwi() is true).
+  // params[0] and dparams[0] are a convolution filter and its gradient in the (out_c, KH, KW, C/g) layout
+  // (Layer::param_is_filter; the net's per-step half copy, transposed in the cast for a backend whose
+  // conv2d_filter_ohwi() is true, and its gradient, transposed back in the unscale).
   bool filter_ohwi = false;
 };
 
@@ -142,6 +143,7 @@ class Layer {
 
  private:
   void check_io(const LayerIO& io, bool backward) const;
+  Shape param_shape(const LayerIO& io, size_t i) const;
   std::string name_;
   std::vector<Shape> in_shapes_, out_shapes_;
   std::vector<Shape> param_shapes_, state_shapes_, saved_shapes_;

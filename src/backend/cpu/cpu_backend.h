@@ -94,6 +94,8 @@ class CpuBackend final : public Backend {
 #undef TG_DECLARE_IMPL
   // cast_impl per pair; a transposing pair casts, then moves the elements (cpu_precision.cc).
   void cast_many_impl(const Tensor* dst, const Tensor* src, int count, const int64_t* transpose_rows) override;
+  // unscale_and_check_impl and axpy_impl per item; a transposing item unscales, then moves (cpu_precision.cc).
+  void unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale, const Tensor& found) override;
 
   int threads() const { return threads_; }
 

@@ -4,18 +4,18 @@
 // (KH, KW, Cin/groups, Cout); for groups == 1 that is oneDNN's `hwio`, for groups > 1 it is described to
 // oneDNN by explicit strides over the grouped dims (G, Cout/G, Cin/G, KH, KW), since TF's output channel
 // index is g * (Cout/G) + o. The primitives pick their own weight format (format_tag::any); a cached
-// reorder converts the caller's weights into it (and the weight gradient back) when it differs. Weights in the
-// (Cout, KH, KW, Cin/groups) filter layout (ConvDesc::filter_ohwi, what a CUDA net hands its convolutions) are
-// copied into ours first: accepted, not preferred (conv2d_filter_ohwi() is false here).
+// reorder converts the caller's weights into it (and the weight gradient back) when it differs. Weights and their
+// gradient in the (Cout, KH, KW, Cin/groups) filter layout (ConvDesc::filter_ohwi, what a CUDA net hands its
+// convolutions) go through ours by copies: accepted, not preferred (conv2d_filter_ohwi() is false here).
 // Padding is TensorFlow's split, already in the ConvDesc (SAME puts the odd pixel after). Activations,
 // weights, bias and gradients are all f32 or all bf16 (oneDNN accumulates in f32); the dtype is part of the
 // cache key.
-#include <cstring>
 #include <dnnl.hpp>
 #include <memory>
 #include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_transpose.h"
 #include "src/backend/cpu/dnnl_util.h"
 
 namespace tg {
@@ -79,19 +79,15 @@ void check_args(const CpuBackend& be, const ConvDesc& d, const char* op, const T
 }  // namespace
 
 namespace {
-// (out_c, KH, KW, C/g) weights as ours, (KH*KW*C/g) x out_c: a copy into `ours` (the CPU reads its own layout; the
-// other is accepted so a net or test can hand either to any backend).
-Tensor filter_as_hwio(const ConvDesc& d, const Tensor& w, std::vector<unsigned char>& ours) {
+// A filter-layout tensor's memory in ours, (KH*KW*C/g) x out_c, in `ours` (the CPU computes in its own layout;
+// the other is accepted so a net or test can hand either to any backend). `t` is copied in when `copy`.
+Tensor filter_as_hwio(const ConvDesc& d, const Tensor& t, std::vector<unsigned char>& ours, bool copy) {
   const int64_t rows = d.kh * d.kw * (d.c / d.groups), cols = d.out_c;
-  const size_t es = dtype_size(w.dtype());
-  TG_CHECK(w.numel() == rows * cols, "conv {}: weights {} do not match", d.key(), w.str());
-  ours.resize(static_cast<size_t>(w.numel()) * es);
-  const auto* in = static_cast<const unsigned char*>(w.raw());
-  for (int64_t o = 0; o < cols; ++o)
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(ours.data() + static_cast<size_t>(r * cols + o) * es, in + static_cast<size_t>(o * rows + r) * es,
-                  es);
-  return Tensor(ours.data(), w.shape(), w.dtype(), Device::cpu());
+  const size_t es = dtype_size(t.dtype());
+  TG_CHECK(t.numel() == rows * cols, "conv {}: weights {} do not match", d.key(), t.str());
+  ours.resize(static_cast<size_t>(t.numel()) * es);
+  if (copy) cpu::transpose_elements(t.raw(), ours.data(), cols, rows, es);
+  return Tensor(ours.data(), t.shape(), t.dtype(), Device::cpu());
 }
 }  // namespace
 
@@ -101,7 +97,7 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
     ConvDesc ours = d;
     ours.filter_ohwi = false;
     std::vector<unsigned char> hwio;
-    return conv2d_forward_impl(ours, x, filter_as_hwio(d, w, hwio), b, y);
+    return conv2d_forward_impl(ours, x, filter_as_hwio(d, w, hwio, true), b, y);
   }
   const char* op = "conv2d_forward";
   check_args(*this, d, op, x, w);
@@ -122,11 +118,15 @@ void CpuBackend::conv2d_forward_impl(const ConvDesc& d, const Tensor& x, const T
 
 void CpuBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const Tensor& w, const Tensor& dy,
                                       const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  if (d.filter_ohwi) {  // dw is ours either way
+  if (d.filter_ohwi) {  // w in, dw out through our layout
     ConvDesc ours = d;
     ours.filter_ohwi = false;
-    std::vector<unsigned char> hwio;
-    return conv2d_backward_impl(ours, x, dx ? filter_as_hwio(d, w, hwio) : w, dy, dx, dw, db);
+    std::vector<unsigned char> w_hwio, dw_hwio;
+    const Tensor dw_ours = dw ? filter_as_hwio(d, dw, dw_hwio, false) : Tensor();
+    conv2d_backward_impl(ours, x, dx ? filter_as_hwio(d, w, w_hwio, true) : w, dy, dx, dw_ours, db);
+    if (dw)
+      cpu::transpose_elements(dw_ours.raw(), dw.raw(), d.kh * d.kw * (d.c / d.groups), d.out_c, dtype_size(dw.dtype()));
+    return;
   }
   const char* op = "conv2d_backward";
   check_args(*this, d, op, x, w);

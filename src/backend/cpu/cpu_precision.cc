@@ -7,6 +7,7 @@
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_dtype.h"
+#include "src/backend/cpu/cpu_transpose.h"
 #include "terngrad/core/half_convert.h"
 
 namespace tg {
@@ -104,16 +105,22 @@ void CpuBackend::cast_many_impl(const Tensor* dst, const Tensor* src, int count,
       cast_impl(Tensor(converted.data(), src[k].shape(), dst[k].dtype(), Device::cpu()), src[k]);
       in = converted.data();
     }
-    auto* out = static_cast<unsigned char*>(dst[k].raw());
-    parallel_for(
-        cols,
-        [&](int64_t b, int64_t e) {
-          for (int64_t o = b; o < e; ++o)
-            for (int64_t r = 0; r < rows; ++r)
-              std::memcpy(out + static_cast<size_t>(o * rows + r) * es, in + static_cast<size_t>(r * cols + o) * es,
-                          es);
-        },
-        1);
+    cpu::transpose_elements(in, dst[k].raw(), rows, cols, es);
+  }
+}
+
+void CpuBackend::unscale_and_check_many_impl(const UnscaleItem* items, int count, float scale, const Tensor& found) {
+  for (int k = 0; k < count; ++k) {
+    const UnscaleItem& it = items[k];
+    if (it.transpose_rows == 0) {
+      unscale_and_check_impl(it.src, scale, it.dst, found);
+    } else {  // unscaled in src's order, then moved to the transposed places
+      std::vector<float> unscaled(static_cast<size_t>(it.src.numel()));
+      unscale_and_check_impl(it.src, scale, Tensor(unscaled.data(), it.src.shape(), DType::kF32, Device::cpu()), found);
+      cpu::transpose_elements(unscaled.data(), it.dst.raw(), it.transpose_rows, it.src.numel() / it.transpose_rows,
+                              sizeof(float));
+    }
+    if (it.decayed) axpy_impl(it.decay, it.decayed, it.dst);
   }
 }
 

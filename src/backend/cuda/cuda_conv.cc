@@ -5,8 +5,9 @@
 //
 // Layouts: our weights are TensorFlow's (KH, KW, Cin/g, Cout); cuDNN's NHWC filter is (Cout, KH, KW, Cin/g)
 // ("KRSC"). Both are a 2-D transpose of each other ((KH*KW*Cin/g) x Cout). With ConvDesc::filter_ohwi the caller
-// hands w over as KRSC (a net's per-step half copy, transposed by cast_many once a step); else w is transposed per
-// call into the workspace arena. dW is computed KRSC and transposed back to ours after.
+// hands w over and takes dW as KRSC (a net's per-step half copy, transposed by cast_many once a step; its gradient
+// transposed back by the unscale); else w is transposed per call into the workspace arena and dW computed there
+// and transposed back to ours.
 // Padding: cuDNN pads symmetrically; unequal pads (TF's SAME) run as an output shift or on an input copy, whichever
 // moves fewer elements (src/backend/conv_padding.h).
 // Algorithms: per direction, the heuristics' list is filtered once (scratch within kMaxAlgoWorkspace; with
@@ -429,13 +430,13 @@ void CudaBackend::conv2d_backward_impl(const ConvDesc& d, const Tensor& x, const
                              stream());
       xin = xp;
     }
-    void* dwk = at(ws, e.off_dw);
+    void* dwk = d.filter_ohwi ? dw.raw() : at(ws, e.off_dw);  // filter_ohwi: dw in cuDNN's layout as it comes
     e.filter_algo.run(e.filter_conv, "backward-filter", d, options().conv_search, stream(), [&](const auto& c) {
       detail::count_library_launch();
       return cudnnConvolutionBackwardFilter(cudnn(), &one, e.x, xin, e.y, dyin, e.filter_conv, c.algo,
                                             at(ws, e.off_scratch), c.workspace, &beta0, e.w, dwk);
     });
-    cuda_kernels::transpose(t, dwk, dw.raw(), d.out_c, rows_w, stream());
+    if (!d.filter_ohwi) cuda_kernels::transpose(t, dwk, dw.raw(), d.out_c, rows_w, stream());
   }
   if (dx) {
     TG_CHECK(dx.numel() == d.n * d.h * d.w * d.c && w.numel() == rows_w * d.out_c,

@@ -51,7 +51,8 @@ void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t s
 void unscale_and_check(DType src_t, const void* src, float scale, float* dst, int32_t* found, int64_t n,
                        cudaStream_t stream);
 // unscale_and_check of up to kUnscaleTable tensors of one src dtype in one launch (a block row per tensor), each
-// followed by dst[i] += decay * decayed[i] where decayed is not null (axpy's arithmetic).
+// followed by dst[i] += decay * decayed[i] where decayed is not null (axpy's arithmetic); where rows[k] > 0, src
+// read as (rows x n/rows) and written transposed.
 constexpr int kUnscaleTable = 16;
 struct UnscaleTable {
   const void* src[kUnscaleTable];
@@ -59,6 +60,7 @@ struct UnscaleTable {
   const float* decayed[kUnscaleTable];  // or null
   float decay[kUnscaleTable];
   int64_t n[kUnscaleTable];
+  int64_t rows[kUnscaleTable];  // 0: in order
   int count;
 };
 void unscale_and_check_table(DType src_t, const UnscaleTable& table, float scale, int32_t* found, cudaStream_t stream);

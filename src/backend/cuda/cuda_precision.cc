@@ -125,6 +125,7 @@ void CudaBackend::unscale_and_check_many_impl(const UnscaleItem* items, int coun
     table.decayed[table.count] = it.decayed ? it.decayed.data<float>() : nullptr;
     table.decay[table.count] = it.decayed ? it.decay : 0.f;
     table.n[table.count] = it.src.numel();
+    table.rows[table.count] = it.transpose_rows;
     ++table.count;
   }
   if (table.count > 0) flush();
