@@ -208,6 +208,13 @@ void group_conv(CudaBackend& be, const Options& o) {
   };
   for (DType t : {DType::kF16, DType::kBf16})
     for (const ConvCase& cc : half_cases) check_conv(be, o, cc, t);
+  // TensorFlow's asymmetric SAME pads both ways (src/backend/conv_padding.h), in f16: a stride-2 3x3 as an output
+  // shift, the 3-channel stem on an input copy (alexnet conv1 above: an output shift in f32).
+  const ConvCase asymmetric[] = {
+      {"resnet50 3x3 /2", 64, 56, 56, 128, 3, 128, 2, false},
+      {"resnet50 stem", 64, 224, 224, 3, 7, 64, 2, false},
+  };
+  for (const ConvCase& cc : asymmetric) check_conv(be, o, cc, DType::kF16);
 }
 
 // ---- fully connected ---------------------------------------------------------------------------------------------
