@@ -37,9 +37,10 @@
 #   ops:GROUP          77    45 s    cuda_ops_check, one process per group: conv fc bn optim reduce amp codec pool
 #                                    lrn concat (caps 12 8 8 6 6 8 10 8 6 5)
 #   gtest:NAME        108    70 s    the CUDA and NCCL GoogleTest programs (the NCCL group of one process on the one
-#                                    GPU): cuda_backend 25, cuda_mixed_precision 12, codec_ops 10, ternary_codec 10,
-#                                    scaler_bucket 8, backend_ops_table 10, coded_update 8, padding 8, nccl 12,
-#                                    loopback_communicator 5 (2 ranks on two streams of the GPU: the host's bits)
+#                                    GPU): cuda_backend 25, cuda_mixed_precision 12, codec_ops 7, codec_range 3,
+#                                    ternary_codec 10, scaler_bucket 8, backend_ops_table 10, coded_update 8, padding
+#                                    8, nccl 12, loopback_communicator 5 (2 ranks on two streams of the GPU: the
+#                                    host's bits)
 #   lenet              28    20 s    20 fp32 LeNet steps twice on the GPU (equal parameter digests) and once on the
 #                                    CPU; the first 3 cross-entropies agree within 1e-3 relative; host
 #                                    synchronisations per steady step (<= 1)
@@ -92,7 +93,7 @@ GPU_BUNDLE=${GPU_BUNDLE:-$ROOT/.gpu_bundle/terngrad-gpu-bundle.tar.xz}
 GC_DEFAULT_SECONDS=435
 declare -A CAP=([env]=20 [ops:conv]=12 [ops:fc]=8 [ops:bn]=8 [ops:optim]=6 [ops:reduce]=6 [ops:amp]=8 [ops:codec]=10
   [ops:pool]=8 [ops:lrn]=6 [ops:concat]=5 [gtest:cuda_backend_test]=25 [gtest:cuda_mixed_precision_test]=12
-  [gtest:codec_ops_test]=10 [gtest:ternary_codec_test]=10 [gtest:scaler_bucket_test]=8
+  [gtest:codec_ops_test]=7 [gtest:codec_range_test]=3 [gtest:ternary_codec_test]=10 [gtest:scaler_bucket_test]=8
   [gtest:backend_ops_table_test]=10 [gtest:coded_update_test]=8 [gtest:padding_test]=8
   [gtest:nccl_communicator_test]=12 [gtest:loopback_communicator_test]=5 [lenet]=28 [terngrad_lenet]=28 [variants]=34 [sanitizer]=20 [terngrad]=30
   [net:resnet50]=80 [pipeline]=10)
@@ -271,11 +272,12 @@ for g in conv fc bn optim reduce amp codec pool lrn concat; do
 done
 
 # ---- GoogleTest ------------------------------------------------------------------------------------------------------
-declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [ternary_codec_test]="*Cuda*:*CUDA*"
+declare -A GTEST_FILTER=([codec_ops_test]="*Cuda*:*CUDA*" [codec_range_test]="*Cuda*"
+  [ternary_codec_test]="*Cuda*:*CUDA*"
   [scaler_bucket_test]="*Cuda*" [backend_ops_table_test]="*Cuda*" [coded_update_test]="*Cuda*"
   [padding_test]="*cuda*:*Cuda*" [loopback_communicator_test]="*Cuda*")
-for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test \
-  backend_ops_table_test coded_update_test padding_test nccl_communicator_test loopback_communicator_test; do
+for t in cuda_backend_test cuda_mixed_precision_test codec_ops_test codec_range_test ternary_codec_test \
+  scaler_bucket_test backend_ops_table_test coded_update_test padding_test nccl_communicator_test loopback_communicator_test; do
   gpu_section "gtest:$t" "${CAP[gtest:$t]}" || continue
   if [[ ! -x $TESTS/$t ]]; then
     gc_skip "$TESTS/$t is not there"

@@ -47,8 +47,8 @@ gb_arch_check() {
     "at the first launches)"
 }
 GB_PROGRAMS=(terngrad-train terngrad-eval terngrad-data cuda_ops_check pipeline_check exchange_replay)
-GB_TESTS=(cuda_backend_test cuda_mixed_precision_test codec_ops_test ternary_codec_test scaler_bucket_test
-  backend_ops_table_test coded_update_test padding_test nccl_communicator_test loopback_communicator_test)
+GB_TESTS=(cuda_backend_test cuda_mixed_precision_test codec_ops_test codec_range_test ternary_codec_test
+  scaler_bucket_test backend_ops_table_test coded_update_test padding_test nccl_communicator_test loopback_communicator_test)
 GB_PEERS=(bench/torch_amp_peer.py)
 # glibc's libraries (and the vDSO): the system's, never packed.
 gb_is_c_runtime() { [[ $1 =~ ^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec)\.so ]]; }
