@@ -269,8 +269,9 @@ class Backend {
   void unscale_and_check(const Tensor& src, float scale, const Tensor& dst, const Tensor& found);
   // unscale_and_check of `count` tensors (items: an array the caller owns) with one scale and flag, each followed by
   // its weight decay where `decayed` is given (dst += decay * decayed: axpy's bits; the check is on the unscaled
-  // gradient alone): a layer's parameter gradients at once (CUDA: one launch per run of items with one src dtype,
-  // up to kUnscaleTable of them, instead of one per tensor and one per decay).
+  // gradient alone; an item with transpose_rows writes src transposed): a layer's parameter gradients at once
+  // (CUDA: one launch per run of items with one src dtype, up to kUnscaleTable of them, instead of one per tensor
+  // and one per decay).
   static constexpr int kUnscaleTable = 16;
   void unscale_and_check_many(const UnscaleItem* items, int count, float scale, const Tensor& found);
 
