@@ -26,6 +26,19 @@ __global__ void cast_kernel(int64_t n, const S* __restrict__ src, D* __restrict_
   TG_VECTOR_TAIL(i, n, N) dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
+// The source index of output element i of a transposing table item: output (c, r) of the (cols x rows) result
+// from input (r, c) of the (rows x cols) source; i itself for an item in order (rows = 0).
+__device__ __forceinline__ int64_t table_source(int64_t i, int64_t rows, int64_t cols) {
+  return rows > 0 ? (i % rows) * cols + i / rows : i;
+}
+
+// The most elements of a table's items (its launch's grid width).
+int64_t most_elements(const int64_t* n, int count) {
+  int64_t most = 0;
+  for (int k = 0; k < count; ++k) most = n[k] > most ? n[k] : most;
+  return most;
+}
+
 // A table of casts: block row y converts pair y, its blocks grid-striding over that pair's elements. A transposing
 // pair (rows > 0) writes in order and reads element (r, o) of the (rows x cols) source for output (o, r).
 template <typename D, typename S>
@@ -33,18 +46,10 @@ __global__ void cast_table_kernel(CastTable t) {
   const int k = blockIdx.y;
   const S* __restrict__ src = static_cast<const S*>(t.src[k]);
   D* __restrict__ dst = static_cast<D*>(t.dst[k]);
-  const int64_t n = t.n[k], rows = t.rows[k];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if (rows == 0) {
-    for (int64_t i = first; i < n; i += stride) dst[i] = from_f32<D>(to_f32(src[i]));
-    return;
-  }
-  const int64_t cols = n / rows;
-  for (int64_t i = first; i < n; i += stride) {
-    const int64_t o = i / rows, r = i - o * rows;
-    dst[i] = from_f32<D>(to_f32(src[r * cols + o]));
-  }
+  const int64_t n = t.n[k], rows = t.rows[k], cols = rows > 0 ? n / rows : 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[table_source(i, rows, cols)]));
 }
 
 // Every thread that sees a non-finite product writes 1: a benign race (all write the same value), no atomics.
@@ -86,8 +91,7 @@ __global__ void unscale_table_kernel(UnscaleTable t, float scale, int32_t* found
   bool bad = false;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t from = rows > 0 ? (i % rows) * cols + i / rows : i;  // output (c, r) from input (r, c)
-    const float v = __fmul_rn(to_f32(src[from]), scale);
+    const float v = __fmul_rn(to_f32(src[table_source(i, rows, cols)]), scale);
     bad |= !isfinite(v);
     float o = v;
     if (w) o += decay * w[i];
@@ -119,8 +123,7 @@ void cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaS
 
 void cast_table(DType dst_t, DType src_t, const CastTable& table, cudaStream_t stream) {
   if (table.count <= 0) return;
-  int64_t most = 0;
-  for (int k = 0; k < table.count; ++k) most = table.n[k] > most ? table.n[k] : most;
+  const int64_t most = most_elements(table.n, table.count);
   if (most == 0) return;
   dispatch_float(dst_t, "cast_table (destination)", [&](auto dtag) {
     using D = decltype(dtag);
@@ -145,8 +148,7 @@ void unscale_and_check(DType src_t, const void* src, float scale, float* dst, in
 
 void unscale_and_check_table(DType src_t, const UnscaleTable& table, float scale, int32_t* found, cudaStream_t stream) {
   if (table.count <= 0) return;
-  int64_t most = 0;
-  for (int k = 0; k < table.count; ++k) most = table.n[k] > most ? table.n[k] : most;
+  const int64_t most = most_elements(table.n, table.count);
   if (most == 0) return;
   dispatch_float(src_t, "unscale_and_check_table", [&](auto tag) {
     using S = decltype(tag);

@@ -225,6 +225,8 @@ void Net::bind(ParameterStore& store) {
     node.io.state.clear();
     node.io.filter_ohwi = false;
     node.decayed.clear();
+    node.unscale.clear();
+    node.unscale_decayed.clear();
     for (const auto& p : node.params) {
       Tensor v = store.params().view(p.name);
       TG_CHECK(v.shape() == p.shape, "parameter '{}' has shape {} in the store, {} in the net", p.name, v.shape().str(),
@@ -232,10 +234,11 @@ void Net::bind(ParameterStore& store) {
       const int index = static_cast<int>(node.io.params.size());
       const int half = node.half_slot[index];
       Tensor compute = half >= 0 ? half_params_.view(half) : v;
+      bool transposed = false;
       if (half >= 0) {
         // A filter (KH, KW, C/g, out_c) transposed in the cast to (out_c, KH, KW, C/g) where asked.
         // Its gradient likewise, transposed back by the unscale (backward).
-        const bool transposed = ohwi && node.layer->param_is_filter(index) && p.shape.rank() == 4;
+        transposed = ohwi && node.layer->param_is_filter(index) && p.shape.rank() == 4;
         const Shape ohwi_shape = transposed ? Shape{p.shape[3], p.shape[0], p.shape[1], p.shape[2]} : p.shape;
         compute = compute.reshaped(ohwi_shape);
         node.io.dparams[static_cast<size_t>(index)] = half_grads_.view(half).reshaped(ohwi_shape);
@@ -252,6 +255,13 @@ void Net::bind(ParameterStore& store) {
         decayed_params_.push_back(v);
         decay_weights_.push_back(0.5f * p.weight_decay);
       }
+      // Its gradient's unscale (backward, when checked): a filter-layout one goes back to ours in the same pass, its
+      // weight decay with it when backward applies it.
+      node.unscale.push_back({node.io.dparams[static_cast<size_t>(index)], grads_.view(node.first_param + index),
+                              Tensor(), 0.f, transposed ? p.shape[3] : 0});
+      node.unscale_decayed.push_back(node.unscale.back());
+      if (p.weight_decay > 0.f)
+        node.unscale_decayed.back().decayed = v, node.unscale_decayed.back().decay = p.weight_decay;
     }
     for (const auto& s : node.states) node.io.state.push_back(store.state().view(s.name));
   }
@@ -372,20 +382,8 @@ void Net::backward(GradientListener* listener, float loss_scale) {
     // d(wd * |w|^2 / 2)/dw = wd * w, right after the layer so its gradients are final now: with the unscale (one
     // call for the layer's gradients, a GPU's one launch) or on its own.
     if (checked_) {
-      unscale_items_.clear();
-      for (size_t p = 0; p < node.params.size(); ++p) {
-        // A filter-layout gradient (out_c, KH, KW, C/g) goes back to ours in the same pass.
-        const bool filter = node.io.filter_ohwi && node.layer->param_is_filter(static_cast<int>(p));
-        unscale_items_.push_back({node.io.dparams[p], grads_.view(node.first_param + static_cast<int>(p)), Tensor(),
-                                  0.f, filter ? node.params[p].shape[3] : 0});
-      }
-      if (backward_decays_)
-        for (int k : node.decayed) {
-          UnscaleItem& it = unscale_items_[static_cast<size_t>(decayed_[k].index - node.first_param)];
-          it.decayed = decayed_[k].param, it.decay = decayed_[k].weight_decay;
-        }
-      be.unscale_and_check_many(unscale_items_.data(), static_cast<int>(unscale_items_.size()), 1.f / loss_scale,
-                                found);
+      const std::vector<UnscaleItem>& items = backward_decays_ ? node.unscale_decayed : node.unscale;
+      be.unscale_and_check_many(items.data(), static_cast<int>(items.size()), 1.f / loss_scale, found);
     } else if (backward_decays_) {
       for (int k : node.decayed) be.axpy(decayed_[k].weight_decay, decayed_[k].param, decayed_[k].grad);
     }

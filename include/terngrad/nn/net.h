@@ -245,6 +245,10 @@ class Net {
     int first_param = 0;               // index of this node's first parameter (= parameters of earlier nodes)
     std::vector<int> decayed;          // indices into decayed_ of this node's weight-decayed parameters
     std::vector<int> half_slot;        // per parameter: its slot in half_params_ / half_grads_, -1 if f32
+    // Its gradients' unscale into grads_ (a filter-layout one transposed back), as unscale_and_check_many takes
+    // them: with the weight decay folded in, and without (set_backward_applies_weight_decay may change each step);
+    // bind().
+    std::vector<UnscaleItem> unscale_decayed, unscale;
     LayerIO io;
   };
   struct TensorInfo {
@@ -314,13 +318,11 @@ class Net {
   Slab half_params_, half_grads_, precision_;
   // The half copies and their masters, cast at every forward in one cast_many (one launch per 64 on a GPU); bind().
   std::vector<Tensor> cast_halves_, cast_masters_;
-  std::vector<int64_t> cast_rows_;
-  std::vector<UnscaleItem> unscale_items_;  // one layer's gradients for unscale_and_check_many (reused)    // per cast
-                                            // pair: rows of a transposed filter, 0 for a plain cast
-  int images_f32_ = -1, found_ = -1;        // entries in precision_
-  Tensor shared_found_;                     // share_overflow_flag's flag (undefined: precision_'s own)
-  bool checked_ = false;                    // the last backward ran unscale_and_check
-  struct Decayed {                          // a parameter with weight decay, as this net declared it
+  std::vector<int64_t> cast_rows_;    // per cast pair: rows of a transposed filter, 0 for a plain cast
+  int images_f32_ = -1, found_ = -1;  // entries in precision_
+  Tensor shared_found_;               // share_overflow_flag's flag (undefined: precision_'s own)
+  bool checked_ = false;              // the last backward ran unscale_and_check
+  struct Decayed {                    // a parameter with weight decay, as this net declared it
     Tensor param, grad;
     float weight_decay;
     int index;  // the parameter's index (layer order)
